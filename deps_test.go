@@ -1,0 +1,107 @@
+package runner
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/agentrunner/runner"
+
+// rules say, for each package of this module, which imports are forbidden
+// among its transitive dependencies. stdlibOnly packages may depend on
+// nothing outside the standard library but the listed module packages.
+var rules = []struct {
+	pkg        string
+	stdlibOnly bool
+	allowed    []string // module packages a stdlibOnly package may use
+	forbidden  []string // path prefixes that must not appear in Deps
+}{
+	{pkg: "adapter", stdlibOnly: true},
+	{pkg: "adapter/fake", stdlibOnly: true, allowed: []string{"adapter"}},
+	{pkg: "adapter/conformance", stdlibOnly: true, allowed: []string{"adapter"}},
+	{pkg: "wire", stdlibOnly: true},
+	{pkg: "client", forbidden: []string{
+		module + "/daemon", module + "/journal", module + "/shim", module + "/netpolicy",
+		"go.etcd.io/bbolt", "github.com/google/nftables", "github.com/vishvananda/",
+	}},
+	{pkg: "journal", forbidden: []string{
+		module + "/daemon", module + "/client", module + "/shim", module + "/netpolicy", module + "/adapter",
+	}},
+	{pkg: "shim", forbidden: []string{
+		module + "/daemon", module + "/client", module + "/netpolicy", module + "/adapter",
+		"github.com/google/nftables", "github.com/vishvananda/",
+	}},
+	{pkg: "netpolicy", forbidden: []string{
+		module + "/daemon", module + "/client", module + "/journal", module + "/shim", module + "/adapter",
+	}},
+	{pkg: "daemon", forbidden: []string{module + "/client", module + "/adapter"}},
+}
+
+// TestDependencyDirection fails when a package imports across the lines in
+// docs/architecture.md: the contract stays stdlib-only, the client never
+// pulls in the daemon's storage or kernel libraries, and so on.
+func TestDependencyDirection(t *testing.T) {
+	deps := listDeps(t)
+	for _, r := range rules {
+		path := module + "/" + r.pkg
+		pkgDeps, ok := deps[path]
+		if !ok {
+			t.Errorf("package %s does not exist; the layout in docs/architecture.md names it", r.pkg)
+			continue
+		}
+		for _, d := range pkgDeps {
+			if r.stdlibOnly && !isStdlib(d) && !isAllowed(d, r.allowed) {
+				t.Errorf("%s must import only the standard library, but depends on %s", r.pkg, d)
+			}
+			for _, f := range r.forbidden {
+				if strings.HasPrefix(d, f) {
+					t.Errorf("%s must not depend on %s (via %s)", r.pkg, f, d)
+				}
+			}
+		}
+	}
+}
+
+// TestNoGrabBagPackages keeps to the house rule: no util, common or helpers.
+func TestNoGrabBagPackages(t *testing.T) {
+	for path := range listDeps(t) {
+		last := path[strings.LastIndex(path, "/")+1:]
+		switch last {
+		case "util", "utils", "common", "helpers", "misc":
+			t.Errorf("package %s: name a package for its one job, not %q", path, last)
+		}
+	}
+}
+
+func listDeps(t *testing.T) map[string][]string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{"\t"}}{{join .Deps " "}}`, "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	deps := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		path, rest, _ := strings.Cut(line, "\t")
+		deps[path] = strings.Fields(rest)
+	}
+	return deps
+}
+
+// isStdlib reports whether an import path belongs to the standard library:
+// its first element has no dot (the module's own paths all start with
+// github.com). The vendored golang.org/x copies inside std are spelled
+// vendor/golang.org/x/..., which this also accepts.
+func isStdlib(path string) bool {
+	first, _, _ := strings.Cut(path, "/")
+	return !strings.Contains(first, ".")
+}
+
+func isAllowed(path string, allowed []string) bool {
+	for _, a := range allowed {
+		if path == module+"/"+a {
+			return true
+		}
+	}
+	return false
+}
