@@ -1,0 +1,229 @@
+package wire
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// APIVersion is the path prefix of every versioned runnerd endpoint.
+const APIVersion = "/v1"
+
+// Header names runnerd sets or reads.
+const (
+	// HeaderError carries the error code of every non-2xx response runnerd
+	// itself produced. A response without it (a proxy's 404, a load
+	// balancer's 502) never means anything definitive.
+	HeaderError = "Runner-Error"
+	// HeaderExit is the trailer (or, when the exit is already known before
+	// the body starts, the header) of the plain stream endpoint: the session's
+	// exit record as compact JSON.
+	HeaderExit = "Runner-Exit"
+	// HeaderStreamEnd is the trailer of the plain stream endpoint that says how
+	// the body ended: "exit", "lost", or "error" (see docs/protocol.md).
+	HeaderStreamEnd = "Runner-Stream-End"
+)
+
+// Sandbox states.
+const (
+	SandboxRunning   = "running"
+	SandboxSuspended = "suspended"
+)
+
+// Session states.
+const (
+	SessionRunning = "running"
+	SessionExited  = "exited"
+	SessionLost    = "lost"
+)
+
+// Exit reasons, as in the exit record.
+const (
+	ExitExited   = "exited"
+	ExitSignaled = "signaled"
+	ExitLost     = "lost"
+)
+
+// Capability names, the contract's vocabulary. GET /v1/capabilities lists
+// only those the host truly delivers.
+const (
+	CapSuspend          = "suspend"
+	CapNetworkPolicy    = "network_policy"
+	CapAttach           = "attach"
+	CapTTY              = "tty"
+	CapPublicURL        = "public_url"
+	CapTerminateSession = "terminate_session"
+)
+
+// Limits the daemon enforces; a client may check them before sending.
+const (
+	MaxJSONBody      = 1 << 20  // bytes of any JSON request body
+	MaxStdinBody     = 8 << 20  // bytes of one stdin write
+	MaxExecOutput    = 16 << 20 // bytes of each stream an exec response carries
+	MaxListLimit     = 1000     // largest page of a listing
+	DefaultListLimit = 100      // page size when limit is absent
+	MaxGraceMS       = 30000    // largest terminate grace
+)
+
+// Network is a sandbox's egress policy. An empty (non-nil) Allow denies
+// everything.
+type Network struct {
+	Allow []string `json:"allow"`
+}
+
+// CreateSandbox is the body of POST /v1/sandboxes.
+type CreateSandbox struct {
+	Name    string   `json:"name"`
+	User    string   `json:"user,omitempty"`
+	Network *Network `json:"network,omitempty"`
+}
+
+// Sandbox describes one sandbox. Incarnation changes only when a sandbox of
+// the same name is destroyed and created again.
+type Sandbox struct {
+	Name        string     `json:"name"`
+	Incarnation string     `json:"incarnation"`
+	State       string     `json:"state"`
+	CreatedAt   time.Time  `json:"created_at"`
+	ParkedAt    *time.Time `json:"parked_at,omitempty"`
+	Workspace   string     `json:"workspace"`
+	User        string     `json:"user,omitempty"`
+	Network     *Network   `json:"network,omitempty"`
+}
+
+// SandboxList is one page of GET /v1/sandboxes. An empty NextPageToken means
+// the listing is complete.
+type SandboxList struct {
+	Sandboxes     []Sandbox `json:"sandboxes"`
+	NextPageToken string    `json:"next_page_token"`
+}
+
+// URLRequest is the body of POST /v1/sandboxes/{name}/urls.
+type URLRequest struct {
+	Port int `json:"port"`
+}
+
+// URL is the answer of POST /v1/sandboxes/{name}/urls.
+type URL struct {
+	URL string `json:"url"`
+}
+
+// Exit is a session's exit record. Code is meaningful when Reason is
+// "exited"; Signal (a number) when Reason is "signaled" (Code is then
+// 128+Signal, the shell convention); "lost" means the session's supervisor
+// died without recording an exit, and Code is then not an exit status.
+// Lengths is the final length in bytes of every stream of the session.
+type Exit struct {
+	Reason  string           `json:"reason"`
+	Code    int              `json:"code"`
+	Signal  int              `json:"signal,omitempty"`
+	Detail  string           `json:"detail,omitempty"`
+	Lengths map[string]int64 `json:"lengths,omitempty"`
+	Time    time.Time        `json:"time"`
+}
+
+// CreateSession is the body of POST /v1/sandboxes/{name}/sessions.
+type CreateSession struct {
+	// ID is optional; when set, a retry with the same ID and the same request
+	// returns the existing session instead of starting a second process.
+	ID   string   `json:"id,omitempty"`
+	Argv []string `json:"argv"`
+	Env  []string `json:"env,omitempty"`
+	Cwd  string   `json:"cwd,omitempty"`
+	TTY  bool     `json:"tty,omitempty"`
+	Rows int      `json:"rows,omitempty"`
+	Cols int      `json:"cols,omitempty"`
+}
+
+// Session describes one session.
+type Session struct {
+	ID        string    `json:"id"`
+	Sandbox   string    `json:"sandbox"`
+	Argv      []string  `json:"argv"`
+	TTY       bool      `json:"tty"`
+	State     string    `json:"state"`
+	PID       int       `json:"pid,omitempty"`
+	StartedAt time.Time `json:"started_at"`
+	Streams   []string  `json:"streams"`
+	Exit      *Exit     `json:"exit,omitempty"`
+}
+
+// SessionList is the answer of GET /v1/sandboxes/{name}/sessions: every
+// session of the sandbox, ordered by ID, complete.
+type SessionList struct {
+	Sessions []Session `json:"sessions"`
+}
+
+// Resize is the body of POST .../resize.
+type Resize struct {
+	Rows int `json:"rows"`
+	Cols int `json:"cols"`
+}
+
+// Signal is the body of POST .../signal.
+type Signal struct {
+	Signal SignalName `json:"signal"`
+}
+
+// SignalName is a signal as a name ("TERM", "SIGTERM") or a number. It
+// decodes from a JSON string or a JSON number and encodes as a string.
+type SignalName string
+
+// UnmarshalJSON accepts "TERM", "SIGTERM", "15" or 15.
+func (s *SignalName) UnmarshalJSON(b []byte) error {
+	var str string
+	if err := json.Unmarshal(b, &str); err == nil {
+		*s = SignalName(str)
+		return nil
+	}
+	var n json.Number
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("signal: want a name or a number: %w", err)
+	}
+	*s = SignalName(n.String())
+	return nil
+}
+
+// Terminate is the body of POST .../terminate.
+type Terminate struct {
+	GraceMS int `json:"grace_ms"`
+}
+
+// Exec is the body of POST /v1/sandboxes/{name}/exec. Stdin is the whole
+// standard input (base64 in JSON); the command's stdin is closed after it.
+// TimeoutMS bounds the request, not the command's right to run: when it
+// elapses the command is terminated (1 s grace) and the answer says TimedOut.
+// Zero means no timeout.
+type Exec struct {
+	ID        string   `json:"id,omitempty"`
+	Argv      []string `json:"argv"`
+	Env       []string `json:"env,omitempty"`
+	Cwd       string   `json:"cwd,omitempty"`
+	Stdin     []byte   `json:"stdin,omitempty"`
+	TimeoutMS int      `json:"timeout_ms,omitempty"`
+}
+
+// ExecResult is the answer of an exec. Stdout and Stderr are base64 in JSON
+// and hold at most MaxExecOutput bytes each; StdoutTruncated or
+// StderrTruncated says more was written (the whole stream stays readable
+// through the session's stream endpoints under Session).
+type ExecResult struct {
+	Session         string `json:"session"`
+	Stdout          []byte `json:"stdout"`
+	Stderr          []byte `json:"stderr"`
+	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
+	TimedOut        bool   `json:"timed_out,omitempty"`
+	Exit            Exit   `json:"exit"`
+}
+
+// Capabilities is the answer of GET /v1/capabilities.
+type Capabilities struct {
+	Capabilities []string `json:"capabilities"`
+}
+
+// Health is the answer of GET /healthz.
+type Health struct {
+	Status  string `json:"status"`
+	Version string `json:"version,omitempty"`
+}
