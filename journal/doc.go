@@ -1,0 +1,70 @@
+// Package journal stores a session's output streams on disk and serves
+// them to any number of readers, live or replaying, from a byte cursor.
+// The journal is the stream: output has one path (command → shim → segment
+// files → readers), so "replay from cursor N" and "what I missed while
+// disconnected" are byte-exact by construction.
+//
+// # Roles
+//
+// Exactly one Writer (the shim) appends; it is made by Create and, after a
+// crash or Close, by Recover. Any number of Journal handles in any process
+// read through Readers. Readers never take a lock that blocks the writer and
+// never open index.db while the writer lives.
+//
+// # On-disk format
+//
+//	DIR/index.db                         bbolt index, held open by the writer for its life
+//	DIR/<stream>/<first offset>.seg      raw bytes, first offset as 20 decimal digits
+//	DIR/exit.json                        exit record (type Exit), published last
+//
+// A segment file holds exactly the stream's bytes from its first offset, so
+// cat of a stream's segments in name order is the stream. A segment is
+// sealed when it reaches Options.SegmentBytes; its successor is named by the
+// offset at which it ends. index.db holds the options, the synced length
+// and first retained offset of each stream, its segments, offset↔time marks
+// (one per MarkInterval of writing, keyed by wall-clock nanoseconds) and the
+// exit record; see format.go for the keys.
+//
+// The writer's exclusive flock on index.db is its liveness lock: a reader
+// that can take a shared non-blocking lock knows no writer is alive. Create
+// renames index.db into place already locked, so a live journal is never
+// seen unlocked. When the writer dies the kernel closes index.db, which
+// followers see as IN_CLOSE_WRITE.
+//
+// # Invariants
+//
+//   - Segments of a stream are contiguous: each starts where the previous
+//     one ends; the first is the first retained offset.
+//   - Bytes are only appended. Retention removes whole sealed segments,
+//     oldest first, on a segment roll; a reader whose cursor falls behind
+//     gets ErrTruncated, never a silent skip.
+//   - exit.json is renamed in only after every byte is written and synced
+//     and the exit record is committed to the index, and before index.db is
+//     released. So a follower that finds the writer gone and no exit.json
+//     knows the writer was lost, and one that finds exit.json ends exactly at
+//     its Lengths.
+//   - A reader never sees a byte change once read: Recover on the same boot
+//     keeps every byte in the files.
+//
+// # Durability and fsync policy
+//
+// Write is one write(2) per segment touched, with no user-space buffer:
+// when it returns, the bytes are in the page cache, visible to readers and
+// safe from a kill -9 of the writer. Against power loss, bytes are durable
+// at sync points: every SyncInterval (default 1 s) a background goroutine
+// fsyncs the segments written since the last sync (sealed ones too, off the
+// write path), fsyncs stream directories that gained or lost segments, and
+// then commits the synced lengths to index.db (a bbolt transaction, itself
+// fsynced). Sync does the same on demand; Finish and Close do it last.
+// A sync point with nothing written costs nothing. Recover after a reboot
+// cuts each stream back to the last committed length, so what survives a
+// power loss is a prefix of what was written, never garbage.
+// docs/benchmarks.md measures the cost.
+//
+// # Memory
+//
+// The writer keeps O(retained segments) offsets plus the marks of one sync
+// interval; marks live in index.db. A Reader keeps one open segment, an
+// inotify descriptor once it waits, and a 1 KiB event buffer, whatever the
+// stream's size.
+package journal

@@ -1,0 +1,176 @@
+package journal
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Journal is a read handle on a journal directory, usable from any process
+// while a writer is alive or after it has gone. It never opens index.db
+// while a writer lives. A Journal is safe for concurrent use; Readers made
+// from it are independent and each must be closed by its owner. Close is
+// idempotent.
+type Journal struct {
+	dir     string
+	streams []string
+	closed  atomic.Bool
+}
+
+// Open opens the journal in dir for reading.
+func Open(dir string) (*Journal, error) {
+	if _, err := os.Stat(filepath.Join(dir, indexName)); err != nil {
+		return nil, fmt.Errorf("open journal %s: %w", dir, err)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open journal %s: %w", dir, err)
+	}
+	j := &Journal{dir: dir}
+	for _, e := range ents {
+		if e.IsDir() && validStream(e.Name()) {
+			j.streams = append(j.streams, e.Name())
+		}
+	}
+	if len(j.streams) == 0 {
+		return nil, fmt.Errorf("open journal %s: %w: no streams", dir, ErrCorrupt)
+	}
+	return j, nil
+}
+
+// Dir returns the journal directory.
+func (j *Journal) Dir() string { return j.dir }
+
+// Streams returns the journal's stream names, sorted.
+func (j *Journal) Streams() []string { return slices.Clone(j.streams) }
+
+func (j *Journal) streamDir(stream string) (string, error) {
+	if j.closed.Load() {
+		return "", ErrClosed
+	}
+	if !slices.Contains(j.streams, stream) {
+		return "", fmt.Errorf("%w: %q", ErrUnknownStream, stream)
+	}
+	return filepath.Join(j.dir, stream), nil
+}
+
+// Exit returns the exit record from exit.json; ok is false while the
+// journal has none (the writer is running, or was lost).
+func (j *Journal) Exit() (Exit, bool, error) {
+	if j.closed.Load() {
+		return Exit{}, false, ErrClosed
+	}
+	return readExit(j.dir)
+}
+
+// WriterAlive reports whether a writer currently holds the journal. It
+// probes index.db with a non-blocking shared flock and never blocks the
+// writer. A journal with no live writer and no exit record was lost (or
+// closed for a later Recover).
+func (j *Journal) WriterAlive() (bool, error) {
+	if j.closed.Load() {
+		return false, ErrClosed
+	}
+	return writerAlive(j.dir)
+}
+
+// Bounds returns the first retained offset and the current end of stream,
+// from the segment files.
+func (j *Journal) Bounds(stream string) (start, end int64, err error) {
+	sdir, err := j.streamDir(stream)
+	if err != nil {
+		return 0, 0, err
+	}
+	start, end, _, err = bounds(sdir)
+	return start, end, err
+}
+
+// bounds lists a stream directory: first retained offset, end, and the
+// segments' first offsets.
+func bounds(sdir string) (start, end int64, segs []int64, err error) {
+	for range 8 {
+		segs, err = listSegments(sdir)
+		if err != nil {
+			return 0, 0, nil, fmt.Errorf("list segments: %w", err)
+		}
+		if len(segs) == 0 {
+			return 0, 0, nil, fmt.Errorf("list segments %s: %w: no segments", sdir, ErrCorrupt)
+		}
+		last := segs[len(segs)-1]
+		st, err := os.Stat(filepath.Join(sdir, segName(last)))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // only a Recover after power loss removes a last segment
+		}
+		if err != nil {
+			return 0, 0, nil, fmt.Errorf("stat segment: %w", err)
+		}
+		return segs[0], last + st.Size(), segs, nil
+	}
+	return 0, 0, nil, fmt.Errorf("list segments %s: unstable directory", sdir)
+}
+
+// OffsetAt returns the first offset of stream written at or after t (within
+// MarkInterval, never skipping a later byte), from the index. It returns
+// ErrBusy while a writer lives: ask the writer (Writer.OffsetAt) instead.
+func (j *Journal) OffsetAt(stream string, t time.Time) (int64, error) {
+	sdir, err := j.streamDir(stream)
+	if err != nil {
+		return 0, err
+	}
+	alive, err := writerAlive(j.dir)
+	if err != nil {
+		return 0, err
+	}
+	if alive {
+		return 0, ErrBusy
+	}
+	start, end, _, err := bounds(sdir)
+	if err != nil {
+		return 0, err
+	}
+	db, err := bolt.Open(filepath.Join(j.dir, indexName), 0o600, &bolt.Options{ReadOnly: true, Timeout: 200 * time.Millisecond})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return 0, ErrBusy
+	}
+	if err != nil {
+		return 0, fmt.Errorf("open journal index: %w", err)
+	}
+	defer db.Close()
+	var off int64
+	err = db.View(func(tx *bolt.Tx) error {
+		o, err := loadOptions(tx)
+		if err != nil {
+			return err
+		}
+		var marks *bolt.Bucket
+		if b := tx.Bucket(bktStreams).Bucket([]byte(stream)); b != nil {
+			marks = b.Bucket(bktMarks)
+		}
+		off = offsetAt(marks, nil, o.MarkInterval, t, start, end)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("offset at time: %w", err)
+	}
+	return off, nil
+}
+
+// Close releases the handle. It is idempotent.
+func (j *Journal) Close() error {
+	j.closed.Store(true)
+	return nil
+}
+
+// segmentFor returns the first offset of the segment holding cursor.
+func segmentFor(segs []int64, cursor int64) int64 {
+	i := sort.Search(len(segs), func(i int) bool { return segs[i] > cursor })
+	return segs[i-1] // callers ensure segs[0] <= cursor
+}

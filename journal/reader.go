@@ -1,0 +1,311 @@
+package journal
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Reader reads one stream from a cursor. It holds one segment file open
+// and, once a follow Reader first waits, one inotify descriptor; it starts
+// no goroutine (context cancellation of a wait uses context.AfterFunc,
+// which is stopped before ReadContext returns). Per-reader memory is a
+// small struct plus a 1 KiB event buffer.
+//
+// A Reader is not safe for concurrent use (cancel a blocked ReadContext with
+// its context). The owner must call Close.
+type Reader struct {
+	dir    string // journal directory
+	sdir   string // stream directory
+	stream string
+	follow bool
+
+	f    *os.File // current segment
+	base int64    // first offset of f
+	off  int64    // next offset to read
+
+	exitKnown bool
+	exitLen   int64 // final length of the stream once exitKnown
+	dead      bool  // writer found gone while no exit record was present
+
+	ino       *os.File // inotify, nil until the first wait
+	wdJournal int32
+	needCheck bool // journal dir changed: re-check exit.json and liveness
+	evbuf     []byte
+	closed    bool
+}
+
+// NewReader opens stream at cursor. A cursor before the first retained
+// byte returns ErrTruncated, one beyond the current end (or negative)
+// ErrInvalidCursor, both wrapped in a *CursorError. follow selects whether
+// ReadContext waits for more bytes at the end (see ReadContext).
+func (j *Journal) NewReader(stream string, cursor int64, follow bool) (*Reader, error) {
+	sdir, err := j.streamDir(stream)
+	if err != nil {
+		return nil, err
+	}
+	r := &Reader{dir: j.dir, sdir: sdir, stream: stream, follow: follow, off: cursor}
+	// Retention can remove the segment between listing and opening; list
+	// again and the cursor is then before the new start.
+	for range 8 {
+		start, end, segs, err := bounds(sdir)
+		if err != nil {
+			return nil, err
+		}
+		if cursor < 0 || cursor > end {
+			return nil, &CursorError{stream, cursor, start, end, ErrInvalidCursor}
+		}
+		if cursor < start {
+			return nil, &CursorError{stream, cursor, start, end, ErrTruncated}
+		}
+		base := segmentFor(segs, cursor)
+		f, err := os.Open(filepath.Join(sdir, segName(base)))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("open segment: %w", err)
+		}
+		r.f, r.base = f, base
+		return r, nil
+	}
+	return nil, fmt.Errorf("open reader %s: unstable directory", sdir)
+}
+
+// Offset returns the next offset the Reader will read: a cursor to resume
+// from.
+func (r *Reader) Offset() int64 { return r.off }
+
+// Read is ReadContext(context.Background(), p).
+func (r *Reader) Read(p []byte) (int, error) { return r.ReadContext(context.Background(), p) }
+
+// ReadContext reads the next bytes at the Reader's offset.
+//
+// A non-follow Reader returns io.EOF at the stream's current end. A follow
+// Reader blocks until bytes arrive (woken by inotify, never a sleep loop)
+// and returns io.EOF exactly at the final length in the exit record,
+// ErrLost once every byte is read and the writer is gone without an exit
+// record, or ctx.Err(). Either returns ErrTruncated (in a *CursorError)
+// when retention removed the next bytes before the Reader got to them.
+func (r *Reader) ReadContext(ctx context.Context, p []byte) (int, error) {
+	if r.closed {
+		return 0, ErrClosed
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for {
+		if r.exitKnown {
+			if r.off >= r.exitLen {
+				return 0, io.EOF
+			}
+			if rem := r.exitLen - r.off; int64(len(p)) > rem {
+				p = p[:rem]
+			}
+		}
+		n, err := r.readAvail(p)
+		if n > 0 || err != nil {
+			return n, err
+		}
+		if !r.follow {
+			return 0, io.EOF
+		}
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		if r.ino == nil {
+			// Arm before the checks below, then read again: a change after
+			// the arm is queued on the descriptor, so no wake-up is lost.
+			if err := r.arm(); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		if r.exitKnown {
+			// exit.json is published after the last byte, so the bytes up
+			// to exitLen must be in the files.
+			return 0, fmt.Errorf("read %s at %d: %w: exit record names %d bytes", r.stream, r.off, ErrCorrupt, r.exitLen)
+		}
+		if r.dead {
+			return 0, fmt.Errorf("read %s at %d: %w", r.stream, r.off, ErrLost)
+		}
+		if r.needCheck {
+			r.needCheck = false
+			// Liveness first: exit.json is renamed in before the writer
+			// releases index.db, so "no lock" then "no exit.json" is lost.
+			alive, err := writerAlive(r.dir)
+			if err != nil {
+				return 0, err
+			}
+			e, ok, err := readExit(r.dir)
+			if err != nil {
+				return 0, err
+			}
+			if ok {
+				r.exitKnown, r.exitLen = true, e.Lengths[r.stream]
+				continue
+			}
+			if !alive {
+				r.dead = true
+				continue // read once more: bytes written just before death
+			}
+		}
+		if err := r.wait(ctx); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// readAvail reads what is on disk at r.off, moving to the next segment when
+// the current one is sealed. It returns 0, nil at the live end.
+func (r *Reader) readAvail(p []byte) (int, error) {
+	for {
+		n, err := r.f.ReadAt(p, r.off-r.base)
+		if n > 0 {
+			r.off += int64(n)
+			return n, nil
+		}
+		if err != nil && err != io.EOF {
+			return 0, fmt.Errorf("read segment: %w", err)
+		}
+		// The successor segment, if the writer rolled, is named r.off.
+		if r.off > r.base {
+			switched, err := r.openNext()
+			if err != nil {
+				return 0, err
+			}
+			if switched {
+				continue
+			}
+		}
+		// No successor. If our segment is still linked we are at the live
+		// end. Retention only removes sealed segments, whose successor
+		// exists, so an unlinked segment with no successor means the
+		// successor was removed too: the reader fell behind retention.
+		var st unix.Stat_t
+		if err := unix.Fstat(int(r.f.Fd()), &st); err != nil {
+			return 0, fmt.Errorf("stat segment: %w", err)
+		}
+		if st.Nlink > 0 {
+			return 0, nil
+		}
+		if r.off > r.base {
+			if switched, err := r.openNext(); err != nil || switched {
+				if err != nil {
+					return 0, err
+				}
+				continue
+			}
+		}
+		start, end, _, err := bounds(r.sdir)
+		if err != nil {
+			return 0, err
+		}
+		if start <= r.off {
+			return 0, fmt.Errorf("read %s at %d: %w: segment missing", r.stream, r.off, ErrCorrupt)
+		}
+		return 0, &CursorError{r.stream, r.off, start, end, ErrTruncated}
+	}
+}
+
+func (r *Reader) openNext() (bool, error) {
+	nf, err := os.Open(filepath.Join(r.sdir, segName(r.off)))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("open segment: %w", err)
+	}
+	r.f.Close()
+	r.f, r.base = nf, r.off
+	return true, nil
+}
+
+// Watched events. Stream dir: new segment, bytes appended, removals.
+// Journal dir: exit.json renamed in, index.db closed by a dying writer.
+const (
+	streamEvents  = unix.IN_CREATE | unix.IN_MODIFY | unix.IN_MOVED_TO | unix.IN_DELETE
+	journalEvents = unix.IN_CREATE | unix.IN_MOVED_TO | unix.IN_CLOSE_WRITE | unix.IN_DELETE
+)
+
+func (r *Reader) arm() error {
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("inotify: %w", err)
+	}
+	if _, err := unix.InotifyAddWatch(fd, r.sdir, streamEvents); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("watch %s: %w", r.sdir, err)
+	}
+	wd, err := unix.InotifyAddWatch(fd, r.dir, journalEvents)
+	if err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("watch %s: %w", r.dir, err)
+	}
+	// A non-blocking descriptor joins the runtime poller, so Read parks the
+	// goroutine and honours deadlines.
+	r.ino = os.NewFile(uintptr(fd), "inotify")
+	r.wdJournal = int32(wd)
+	r.needCheck = true
+	r.evbuf = make([]byte, 1024)
+	return nil
+}
+
+// wait blocks until at least one inotify event or ctx is done.
+func (r *Reader) wait(ctx context.Context) error {
+	for {
+		r.ino.SetReadDeadline(time.Time{})
+		stop := context.AfterFunc(ctx, func() { r.ino.SetReadDeadline(time.Unix(1, 0)) })
+		n, err := r.ino.Read(r.evbuf)
+		stop()
+		if err != nil {
+			if cerr := ctx.Err(); cerr != nil {
+				return cerr
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				continue // a late AfterFunc from an earlier call
+			}
+			return fmt.Errorf("inotify read: %w", err)
+		}
+		for b := r.evbuf[:n]; len(b) >= unix.SizeofInotifyEvent; {
+			wd := int32(binary.NativeEndian.Uint32(b[0:4]))
+			mask := binary.NativeEndian.Uint32(b[4:8])
+			nameLen := binary.NativeEndian.Uint32(b[12:16])
+			if wd == r.wdJournal || mask&unix.IN_Q_OVERFLOW != 0 {
+				r.needCheck = true
+			}
+			adv := unix.SizeofInotifyEvent + int(nameLen)
+			if adv > len(b) {
+				break
+			}
+			b = b[adv:]
+		}
+		return nil
+	}
+}
+
+// Close releases the Reader's descriptors. It is idempotent.
+func (r *Reader) Close() error {
+	if r.closed {
+		return nil
+	}
+	r.closed = true
+	var err error
+	if r.f != nil {
+		err = r.f.Close()
+	}
+	if r.ino != nil {
+		if cerr := r.ino.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}

@@ -1,0 +1,231 @@
+package journal
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+func loadOptions(tx *bolt.Tx) (Options, error) {
+	meta := tx.Bucket(bktMeta)
+	if meta == nil || tx.Bucket(bktStreams) == nil {
+		return Options{}, fmt.Errorf("%w: index has no meta", ErrCorrupt)
+	}
+	if v := getU64(meta.Get(keyVersion)); v != formatVersion {
+		return Options{}, fmt.Errorf("%w: index format version %d", ErrCorrupt, v)
+	}
+	var so storedOptions
+	if err := json.Unmarshal(meta.Get(keyOptions), &so); err != nil {
+		return Options{}, fmt.Errorf("%w: index options: %w", ErrCorrupt, err)
+	}
+	return Options{so.Streams, so.SegmentBytes, so.RetainBytes, so.SyncInterval, so.MarkInterval}.withDefaults()
+}
+
+// Recover reopens the journal in dir after its writer stopped without
+// Finish (crashed, was killed, or called Close), and returns a Writer that
+// continues appending; call Finish(Exit{Reason: "lost"}) on it to end the
+// journal instead.
+//
+// Recover checks the index against the segment files and repairs it:
+//   - After a writer crash on the same boot the page cache holds every
+//     byte any write(2) put in, so the files are the truth: segments the
+//     index misses are added, ones retention removed are dropped, the
+//     length is the files' length (a write torn by the kill keeps the part
+//     the kernel took, which readers may already have seen).
+//   - After a reboot (power loss) only fsynced bytes are trustworthy: each
+//     stream is cut back to the length the index committed, which the
+//     writer only commits after fsyncing the segments, so a torn or
+//     zero-filled tail is dropped.
+//
+// Segments that do not line up (a gap or an overlap) return ErrCorrupt.
+// Recover returns ErrBusy if a writer holds the journal and ErrFinished if
+// it already has an exit record (re-publishing exit.json if a crash came
+// between the index commit and the rename).
+func Recover(dir string) (*Writer, error) {
+	db, err := bolt.Open(filepath.Join(dir, indexName), 0o600, &bolt.Options{Timeout: time.Second})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("recover journal %s: %w", dir, ErrBusy)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("recover journal %s: %w", dir, err)
+	}
+	w, err := recoverDB(dir, db)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("recover journal %s: %w", dir, err)
+	}
+	return w, nil
+}
+
+func recoverDB(dir string, db *bolt.DB) (*Writer, error) {
+	if _, ok, err := readExit(dir); err != nil || ok {
+		if err == nil {
+			err = ErrFinished
+		}
+		return nil, err
+	}
+	var (
+		opts     Options
+		exit     []byte
+		sameBoot bool
+		synced   = map[string]int64{}
+	)
+	err := db.View(func(tx *bolt.Tx) error {
+		var err error
+		if opts, err = loadOptions(tx); err != nil {
+			return err
+		}
+		meta := tx.Bucket(bktMeta)
+		exit = append([]byte(nil), meta.Get(keyExit)...)
+		id := bootID()
+		sameBoot = id == "" || id == string(meta.Get(keyBootID))
+		for _, name := range opts.Streams {
+			b := tx.Bucket(bktStreams).Bucket([]byte(name))
+			if b == nil {
+				return fmt.Errorf("%w: index has no stream %q", ErrCorrupt, name)
+			}
+			synced[name] = getU64(b.Get(keyLength))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(exit) > 0 {
+		// Finish committed the exit record but died before exit.json.
+		if err := writeExit(dir, exit); err != nil {
+			return nil, err
+		}
+		return nil, ErrFinished
+	}
+
+	w := &Writer{dir: dir, opts: opts, db: db, streams: map[string]*wstream{}}
+	fail := func(err error) (*Writer, error) {
+		for _, s := range w.order {
+			s.f.Close()
+		}
+		return nil, err
+	}
+	for _, name := range opts.Streams {
+		s, err := recoverStream(dir, name, synced[name], sameBoot)
+		if err != nil {
+			return fail(err)
+		}
+		w.streams[name] = s
+		w.order = append(w.order, s)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		tx.Bucket(bktMeta).Put(keyBootID, []byte(bootID()))
+		for _, s := range w.order {
+			b := tx.Bucket(bktStreams).Bucket([]byte(s.name))
+			start := s.segs[0]
+			b.Put(keyLength, u64(s.length))
+			b.Put(keyStart, u64(start))
+			if err := b.DeleteBucket(bktSegs); err != nil {
+				return err
+			}
+			segs, err := b.CreateBucket(bktSegs)
+			if err != nil {
+				return err
+			}
+			for _, off := range s.segs {
+				segs.Put(u64(off), nil)
+			}
+			// Marks for bytes that no longer exist (cut after power loss).
+			marks := b.Bucket(bktMarks)
+			c := marks.Cursor()
+			var doomed [][]byte
+			for k, v := c.Last(); k != nil && getU64(v) > s.length; k, v = c.Prev() {
+				doomed = append(doomed, k)
+			}
+			for _, k := range doomed {
+				marks.Delete(k)
+			}
+			pruneMarks(marks, start)
+		}
+		return nil
+	})
+	if err != nil {
+		return fail(fmt.Errorf("commit repaired index: %w", err))
+	}
+	w.start()
+	return w, nil
+}
+
+// recoverStream makes the segment files of one stream consistent and opens
+// the last one for appending.
+func recoverStream(dir, name string, synced int64, sameBoot bool) (*wstream, error) {
+	sdir := filepath.Join(dir, name)
+	if err := os.MkdirAll(sdir, 0o700); err != nil {
+		return nil, err
+	}
+	segs, err := listSegments(sdir)
+	if err != nil {
+		return nil, err
+	}
+	sizes := make([]int64, len(segs))
+	for i, off := range segs {
+		st, err := os.Stat(segPath(dir, name, off))
+		if err != nil {
+			return nil, err
+		}
+		sizes[i] = st.Size()
+	}
+	if !sameBoot {
+		// Cut to the synced length: drop whole segments beyond it, truncate
+		// the one holding it.
+		for len(segs) > 1 && segs[len(segs)-1] > synced {
+			if err := os.Remove(segPath(dir, name, segs[len(segs)-1])); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return nil, err
+			}
+			segs, sizes = segs[:len(segs)-1], sizes[:len(sizes)-1]
+		}
+		if len(segs) > 0 {
+			i := len(segs) - 1
+			if segs[i]+sizes[i] < synced {
+				return nil, fmt.Errorf("%w: stream %s has %d bytes, index synced %d", ErrCorrupt, name, segs[i]+sizes[i], synced)
+			}
+			if segs[i] <= synced && segs[i]+sizes[i] > synced {
+				if err := os.Truncate(segPath(dir, name, segs[i]), synced-segs[i]); err != nil {
+					return nil, err
+				}
+				sizes[i] = synced - segs[i]
+			}
+		}
+	}
+	if len(segs) == 0 {
+		if synced > 0 {
+			return nil, fmt.Errorf("%w: stream %s has no segments, index synced %d bytes", ErrCorrupt, name, synced)
+		}
+		segs, sizes = []int64{0}, []int64{0}
+	}
+	for i := 1; i < len(segs); i++ {
+		if segs[i-1]+sizes[i-1] != segs[i] {
+			return nil, fmt.Errorf("%w: stream %s segment %d ends at %d, next starts at %d", ErrCorrupt, name, segs[i-1], segs[i-1]+sizes[i-1], segs[i])
+		}
+	}
+	last := len(segs) - 1
+	f, err := os.OpenFile(segPath(dir, name, segs[last]), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syncDir(sdir); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &wstream{
+		name:   name,
+		dir:    sdir,
+		f:      f,
+		base:   segs[last],
+		length: segs[last] + sizes[last],
+		segs:   segs,
+		dirty:  true, // fsync what the crashed writer may not have
+	}, nil
+}
