@@ -226,8 +226,9 @@ func TestFollowAndFinish(t *testing.T) {
 	w := mustCreate(t, dir, Options{Streams: []string{"stdout", "stderr"}, SegmentBytes: 64})
 	j := mustOpen(t, dir)
 	type result struct {
-		b   []byte
-		err error
+		name string
+		b    []byte
+		err  error
 	}
 	results := make(chan result, 2)
 	for _, name := range []string{"stdout", "stderr"} {
@@ -238,7 +239,7 @@ func TestFollowAndFinish(t *testing.T) {
 		defer r.Close()
 		go func() {
 			b, err := io.ReadAll(r)
-			results <- result{b, err}
+			results <- result{name, b, err}
 		}()
 	}
 	var want []byte
@@ -259,8 +260,12 @@ func TestFollowAndFinish(t *testing.T) {
 			if res.err != nil {
 				t.Fatalf("follow: %v", res.err)
 			}
-			if len(res.b) != 0 && !bytes.Equal(res.b, want) {
-				t.Fatalf("follow stdout: got %d bytes, want %d", len(res.b), len(want))
+			w := want
+			if res.name == "stderr" {
+				w = nil
+			}
+			if !bytes.Equal(res.b, w) {
+				t.Fatalf("follow %s: got %d bytes, want %d", res.name, len(res.b), len(w))
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatal("follow reader did not end after Finish")
