@@ -129,8 +129,9 @@ type Adapter interface {
 	Checkpoint(ctx context.Context, h Handle) (string, error)
 
 	// Restore replaces the sandbox's disk with checkpoint id. It returns
-	// *RestoreFailedError when it cannot, ErrNotFound for an unknown
-	// checkpoint, and ErrNotSupported without CapCheckpoint.
+	// *RestoreFailedError when it cannot, *InvalidError for an unknown
+	// checkpoint (never ErrNotFound, which speaks only of the sandbox), and
+	// ErrNotSupported without CapCheckpoint.
 	Restore(ctx context.Context, h Handle, id string) error
 
 	// SetNetworkPolicy replaces the sandbox's egress policy. An empty
