@@ -1,0 +1,27 @@
+// Package netpolicy gives each sandbox its own network namespace and
+// enforces its egress allowlist with nftables, so that a policy runnerd
+// advertises is a policy the kernel enforces.
+//
+// A sandbox gets a namespace (bind-mounted under Config.StateDir/netns, so
+// it outlives the daemon), a veth pair with a /30 from Config.Pool, and a
+// default route to the host end. Enforcement lives in the host namespace,
+// in the inet table Config.Table, keyed on the sandbox's veth, where a
+// process inside the sandbox cannot reach it. DNS is served by a per-
+// sandbox resolver on the gateway address that answers only allowlisted
+// names and admits the answered addresses into the sandbox's nftables set
+// before it replies.
+//
+// Invariants:
+//   - An empty allowlist denies every destination, DNS and raw IPs
+//     included; the only thing a sandbox can always reach is its own
+//     resolver, which then refuses every name.
+//   - Fail closed: rules are installed before the veth exists; a kernel
+//     error in SetPolicy leaves the sandbox denying everything; a resolver
+//     that cannot admit an address answers SERVFAIL.
+//   - Get-or-create: New and Setup converge existing kernel state, so a
+//     restarted daemon re-adopts its sandboxes without duplicating rules.
+//   - Containment assumes the command is not host root: a process with
+//     CAP_SYS_ADMIN in the host's user namespace can setns out.
+//
+// See docs/netpolicy.md for the design and threat model.
+package netpolicy

@@ -1,0 +1,178 @@
+package netpolicy
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// sandboxIf is the name of the veth end inside a sandbox.
+const sandboxIf = "eth0"
+
+// slotAddrs returns the gateway (host side) and sandbox addresses of the
+// /30 at index slot of the pool.
+func slotAddrs(pool netip.Prefix, slot int) (netw netip.Prefix, gw, addr netip.Addr) {
+	base := pool.Masked().Addr().As4()
+	v := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 | uint32(base[3])
+	v += uint32(slot) * 4
+	n := netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	return netip.PrefixFrom(n, 30), n.Next(), n.Next().Next()
+}
+
+func poolSlots(pool netip.Prefix) int {
+	if pool.Bits() > 30 {
+		return 0
+	}
+	return 1 << (30 - pool.Bits())
+}
+
+func ipNet(a netip.Addr, bits int) *net.IPNet {
+	return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, 32)}
+}
+
+// ensureLinks converges the sandbox's netns, veth pair, addresses and
+// routes to the wanted state, creating what is missing.
+func (m *Manager) ensureLinks(n sbNames, nsPath string, gw, addr netip.Addr) error {
+	fresh := false
+	if !isNetNSMount(nsPath) {
+		if err := createNetNS(nsPath); err != nil {
+			return err
+		}
+		fresh = true
+	}
+	sbNS, err := netns.GetFromPath(nsPath)
+	if err != nil {
+		return fmt.Errorf("open netns %s: %w", nsPath, err)
+	}
+	defer sbNS.Close()
+	sbH, err := netlink.NewHandleAt(sbNS)
+	if err != nil {
+		return fmt.Errorf("open netlink in sandbox netns: %w", err)
+	}
+	defer sbH.Close()
+
+	hostLink, err := m.hostH.LinkByName(n.hostIf)
+	if err == nil {
+		// Re-adopt only a veth whose peer is still in this netns; a veth
+		// left over from a lost netns is replaced.
+		_, perr := sbH.LinkByName(sandboxIf)
+		if _, isVeth := hostLink.(*netlink.Veth); fresh || perr != nil || !isVeth {
+			if err := m.hostH.LinkDel(hostLink); err != nil {
+				return fmt.Errorf("delete stale veth %s: %w", n.hostIf, err)
+			}
+			hostLink = nil
+		}
+	} else if !isLinkNotFound(err) {
+		return fmt.Errorf("find veth %s: %w", n.hostIf, err)
+	} else {
+		hostLink = nil
+	}
+	if hostLink == nil {
+		veth := &netlink.Veth{
+			LinkAttrs:     netlink.LinkAttrs{Name: n.hostIf},
+			PeerName:      sandboxIf,
+			PeerNamespace: netlink.NsFd(int(sbNS)),
+		}
+		if err := m.hostH.LinkAdd(veth); err != nil {
+			return fmt.Errorf("add veth %s: %w", n.hostIf, err)
+		}
+		if hostLink, err = m.hostH.LinkByName(n.hostIf); err != nil {
+			return fmt.Errorf("find veth %s: %w", n.hostIf, err)
+		}
+	}
+	if err := replaceOnlyAddr(m.hostH, hostLink, gw); err != nil {
+		return fmt.Errorf("address veth %s: %w", n.hostIf, err)
+	}
+	if err := m.hostH.LinkSetUp(hostLink); err != nil {
+		return fmt.Errorf("bring up veth %s: %w", n.hostIf, err)
+	}
+
+	lo, err := sbH.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("find sandbox lo: %w", err)
+	}
+	if err := sbH.LinkSetUp(lo); err != nil {
+		return fmt.Errorf("bring up sandbox lo: %w", err)
+	}
+	eth, err := sbH.LinkByName(sandboxIf)
+	if err != nil {
+		return fmt.Errorf("find sandbox %s: %w", sandboxIf, err)
+	}
+	if err := replaceOnlyAddr(sbH, eth, addr); err != nil {
+		return fmt.Errorf("address sandbox %s: %w", sandboxIf, err)
+	}
+	if err := sbH.LinkSetUp(eth); err != nil {
+		return fmt.Errorf("bring up sandbox %s: %w", sandboxIf, err)
+	}
+	route := &netlink.Route{LinkIndex: eth.Attrs().Index, Gw: gw.AsSlice(), Dst: ipNet(netip.IPv4Unspecified(), 0)}
+	if err := sbH.RouteReplace(route); err != nil {
+		return fmt.Errorf("add sandbox default route: %w", err)
+	}
+	return nil
+}
+
+// replaceOnlyAddr makes a the link's only IPv4 address (in a /30).
+func replaceOnlyAddr(h *netlink.Handle, l netlink.Link, a netip.Addr) error {
+	have, err := h.AddrList(l, netlink.FAMILY_V4)
+	if err != nil {
+		return err
+	}
+	want := ipNet(a, 30)
+	for _, x := range have {
+		if x.IPNet.String() != want.String() {
+			if err := h.AddrDel(l, &x); err != nil {
+				return err
+			}
+		}
+	}
+	return h.AddrReplace(l, &netlink.Addr{IPNet: want})
+}
+
+// removeLinks deletes the host end of the veth (the kernel deletes its
+// peer) and the netns file. Absent is success.
+func (m *Manager) removeLinks(n sbNames, nsPath string) error {
+	var errs []error
+	if l, err := m.hostH.LinkByName(n.hostIf); err == nil {
+		if err := m.hostH.LinkDel(l); err != nil {
+			errs = append(errs, fmt.Errorf("delete veth %s: %w", n.hostIf, err))
+		}
+	} else if !isLinkNotFound(err) {
+		errs = append(errs, fmt.Errorf("find veth %s: %w", n.hostIf, err))
+	}
+	if err := removeNetNS(nsPath); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func isLinkNotFound(err error) bool {
+	var lnf netlink.LinkNotFoundError
+	return errors.As(err, &lnf) || errors.Is(err, unix.ENODEV)
+}
+
+// enableForwarding turns on IPv4 forwarding in the host namespace if it
+// is off. This is the one piece of global host state the package changes
+// outside its own table; it is never turned back off, because other
+// software may have come to rely on it.
+func (m *Manager) enableForwarding() error {
+	return inNetNS(m.hostNS, func() error {
+		const p = "/proc/sys/net/ipv4/ip_forward"
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return fmt.Errorf("read ip_forward: %w", err)
+		}
+		if len(b) > 0 && b[0] == '1' {
+			return nil
+		}
+		if err := os.WriteFile(p, []byte("1\n"), 0o644); err != nil {
+			return fmt.Errorf("enable ip_forward: %w", err)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,479 @@
+package netpolicy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+
+	"github.com/miekg/dns"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// DefaultPool is the address pool used when Config.Pool is unset: 16384
+// sandboxes, one /30 each.
+var DefaultPool = netip.MustParsePrefix("10.213.0.0/16")
+
+// DefaultTable is the nftables table (family inet) used when Config.Table
+// is unset.
+const DefaultTable = "runner"
+
+// Errors. Match them with errors.Is.
+var (
+	// ErrUnsupported is returned (wrapped) by New when this host cannot
+	// enforce a network policy: not root (no CAP_NET_ADMIN / CAP_SYS_ADMIN),
+	// or a kernel without network namespaces, nf_tables or NAT. The daemon
+	// must then not advertise the network_policy capability.
+	ErrUnsupported = errors.New("network policy not supported on this host")
+	// ErrUnknownSandbox is returned by SetPolicy and Policy for an id that
+	// has not been Setup by this Manager (after a restart, call Setup
+	// again first), or was torn down.
+	ErrUnknownSandbox = errors.New("unknown sandbox")
+	// ErrInvalidID is returned when an id is not a DNS label.
+	ErrInvalidID = errors.New("invalid sandbox id")
+	// ErrPoolExhausted is returned by Setup when every /30 of the pool is
+	// taken.
+	ErrPoolExhausted = errors.New("address pool exhausted")
+	// ErrClosed is returned by every method after Close.
+	ErrClosed = errors.New("netpolicy manager closed")
+)
+
+// Config configures a Manager.
+type Config struct {
+	// StateDir holds the package's files: sandboxes/ID.json (allocation
+	// and policy), netns/ID (the bind-mounted namespace, like
+	// `ip netns add`), resolv/ID.conf. Required. The netns/ mounts must be
+	// visible to the shim, so StateDir must live in the host's mount
+	// namespace (no systemd PrivateMounts for runnerd); a tmpfs such as
+	// /run/runner/netpolicy suits it, since namespaces die at reboot.
+	StateDir string
+	// Pool is the IPv4 pool carved into one /30 per sandbox (.1 host side
+	// and resolver, .2 the sandbox). Default DefaultPool. It must not
+	// overlap a network the host routes to or the sandboxes need.
+	Pool netip.Prefix
+	// Upstream lists the DNS servers the resolver forwards allowed names
+	// to. Default: the nameservers in the host's /etc/resolv.conf.
+	Upstream []netip.AddrPort
+	// Table is the nftables inet table the package owns. Default
+	// DefaultTable.
+	Table string
+	// HostNetNS is the path of the network namespace that plays "host":
+	// where the veths' host ends, the rules, the NAT and the resolver
+	// live. Empty means the namespace runnerd runs in (production). Tests
+	// set it to a namespace they created, so the real host is untouched.
+	HostNetNS string
+}
+
+// Sandbox describes a sandbox's network as Setup made it.
+type Sandbox struct {
+	ID string
+	// NetNSPath is the bind-mounted network namespace file; the shim
+	// enters it (setns) before exec of the command.
+	NetNSPath string
+	// Addr is the sandbox's address on its eth0 (a /30).
+	Addr netip.Addr
+	// Gateway is the host end of the veth, the default route, and where
+	// the sandbox's DNS resolver listens (port 53, UDP and TCP).
+	Gateway netip.Addr
+	// ResolvConfPath is a resolv.conf naming Gateway, for the shim to
+	// bind-mount over /etc/resolv.conf in the command's mount namespace.
+	ResolvConfPath string
+}
+
+// Manager creates sandbox network namespaces and enforces their egress
+// policies. It is safe for concurrent use. Close it to stop the DNS
+// resolvers; sandboxes outlive it (and the daemon) until Teardown.
+type Manager struct {
+	cfg      Config
+	upstream []netip.AddrPort
+	hostNS   netns.NsHandle
+	ownNS    bool // hostNS is the namespace the process runs in
+	hostH    *netlink.Handle
+
+	mu        sync.Mutex // guards the fields below and serializes kernel changes
+	records   map[string]record
+	live      map[string]*live
+	forwardOn bool
+	closed    bool
+}
+
+// live is a sandbox set up by this Manager.
+type live struct {
+	pp  *parsedPolicy
+	res *resolver
+}
+
+// New checks that the host can enforce policies and prepares the nftables
+// table (get-or-create, idempotent). It does not touch existing sandboxes:
+// call Setup for each known sandbox to re-adopt it. New returns an error
+// wrapping ErrUnsupported when the host cannot enforce.
+func New(ctx context.Context, cfg Config) (*Manager, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if cfg.StateDir == "" {
+		return nil, errors.New("create netpolicy manager: StateDir is required")
+	}
+	if !cfg.Pool.IsValid() {
+		cfg.Pool = DefaultPool
+	}
+	cfg.Pool = cfg.Pool.Masked()
+	if !cfg.Pool.Addr().Is4() || poolSlots(cfg.Pool) == 0 {
+		return nil, fmt.Errorf("create netpolicy manager: pool %s is not an IPv4 prefix of /30 or wider", cfg.Pool)
+	}
+	if cfg.Table == "" {
+		cfg.Table = DefaultTable
+	}
+	m := &Manager{cfg: cfg, records: map[string]record{}, live: map[string]*live{}}
+	m.upstream = cfg.Upstream
+	if len(m.upstream) == 0 {
+		m.upstream = systemUpstreams()
+	}
+	if err := probeNetNS(); err != nil {
+		return nil, unsupported("create network namespace", err)
+	}
+	var err error
+	if cfg.HostNetNS == "" {
+		m.ownNS = true
+		m.hostNS, err = netns.Get()
+	} else {
+		m.hostNS, err = netns.GetFromPath(cfg.HostNetNS)
+	}
+	if err != nil {
+		return nil, unsupported("open host netns", err)
+	}
+	if m.hostH, err = netlink.NewHandleAt(m.hostNS); err != nil {
+		m.hostNS.Close()
+		return nil, unsupported("open netlink", err)
+	}
+	if err := m.ensureTable(); err != nil {
+		m.hostH.Close()
+		m.hostNS.Close()
+		return nil, unsupported("prepare nftables", err)
+	}
+	if m.records, err = m.loadRecords(); err != nil {
+		m.hostH.Close()
+		m.hostNS.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+// unsupported wraps err with ErrUnsupported when it says the host lacks a
+// permission or a kernel feature; other errors stay as they are.
+func unsupported(what string, err error) error {
+	for _, e := range []error{unix.EPERM, unix.EACCES, unix.EOPNOTSUPP, unix.EAFNOSUPPORT,
+		unix.EPROTONOSUPPORT, unix.ENOSYS} {
+		if errors.Is(err, e) {
+			return fmt.Errorf("%s: %w: %w", what, ErrUnsupported, err)
+		}
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// probeNetNS checks that this process may create network namespaces.
+func probeNetNS() error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		ns, err := netns.New()
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		ns.Close()
+		if err := netns.Set(orig); err != nil {
+			errc <- err
+			return // stay locked: the thread dies
+		}
+		runtime.UnlockOSThread()
+		errc <- nil
+	}()
+	return <-errc
+}
+
+func systemUpstreams() []netip.AddrPort {
+	cc, err := dns.ClientConfigFromFile("/etc/resolv.conf")
+	if err != nil {
+		return nil
+	}
+	port, err := strconv.Atoi(cc.Port)
+	if err != nil {
+		port = 53
+	}
+	var out []netip.AddrPort
+	for _, s := range cc.Servers {
+		if a, err := netip.ParseAddr(s); err == nil {
+			out = append(out, netip.AddrPortFrom(a, uint16(port)))
+		}
+	}
+	return out
+}
+
+// inHost runs fn with the calling thread in the host namespace, so the
+// sockets it creates live there.
+func (m *Manager) inHost(fn func() error) error {
+	if m.ownNS {
+		return fn()
+	}
+	return inNetNS(m.hostNS, fn)
+}
+
+// checkID accepts a DNS label: 1-63 of [a-z0-9-], not starting or ending
+// with '-'.
+func checkID(id string) error {
+	if len(id) == 0 || len(id) > 63 || id[0] == '-' || id[len(id)-1] == '-' {
+		return fmt.Errorf("%w: %q", ErrInvalidID, id)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return fmt.Errorf("%w: %q", ErrInvalidID, id)
+		}
+	}
+	return nil
+}
+
+// Setup creates the sandbox's network (idempotent, get-or-create): a
+// network namespace bound at NetNSPath, a veth pair with a /30 from the
+// pool, a default route via the gateway, the sandbox's nftables chains and
+// sets in the host namespace, and its DNS resolver. A new sandbox denies
+// all egress until SetPolicy. For a sandbox that already exists (after a
+// daemon restart) Setup re-adopts the kernel state and re-applies the
+// persisted policy without duplicating anything. The rules are installed
+// before the veth exists, so the sandbox is never reachable unfiltered.
+func (m *Manager) Setup(ctx context.Context, id string) (*Sandbox, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	rec, ok := m.records[id]
+	if !ok {
+		slot, err := m.allocSlot()
+		if err != nil {
+			return nil, err
+		}
+		rec = record{ID: id, Slot: slot, Policy: Policy{Allow: []string{}}}
+		// Persist first: a crash after this point re-adopts the same slot.
+		if err := m.saveRecord(rec); err != nil {
+			return nil, fmt.Errorf("set up %s: %w", id, err)
+		}
+		m.records[id] = rec
+	}
+	pp, err := parsePolicy(rec.Policy)
+	if err != nil {
+		pp, _ = parsePolicy(Policy{}) // a corrupt record denies all
+	}
+	n := namesFor(id)
+	_, gw, addr := slotAddrs(m.cfg.Pool, rec.Slot)
+	sb := &Sandbox{ID: id, NetNSPath: m.netnsPath(id), Addr: addr, Gateway: gw, ResolvConfPath: m.resolvConfPath(id)}
+	if err := m.setup(n, sb, pp); err != nil {
+		_ = m.denyAll(n) // fail closed if the sets exist
+		if l := m.live[id]; l != nil {
+			l.res.policy.Store(&parsedPolicy{})
+		}
+		return nil, fmt.Errorf("set up %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+func (m *Manager) setup(n sbNames, sb *Sandbox, pp *parsedPolicy) error {
+	if !m.forwardOn {
+		if err := m.enableForwarding(); err != nil {
+			return err
+		}
+		m.forwardOn = true
+	}
+	if err := m.ensureSandboxRules(n, sb.Addr, sb.Gateway); err != nil {
+		return err
+	}
+	if err := m.setStatic(n, pp.prefixes, false); err != nil {
+		return err
+	}
+	if err := m.ensureLinks(n, sb.NetNSPath, sb.Gateway, sb.Addr); err != nil {
+		return err
+	}
+	conf := fmt.Sprintf("# written by runner netpolicy for sandbox %s\nnameserver %s\noptions edns0\n", n.id, sb.Gateway)
+	if err := writeFileAtomic(sb.ResolvConfPath, []byte(conf), 0o644); err != nil {
+		return fmt.Errorf("write resolv.conf: %w", err)
+	}
+	if l := m.live[n.id]; l != nil {
+		l.pp = pp
+		l.res.policy.Store(pp)
+		return nil
+	}
+	res, err := m.startResolver(n, sb.Gateway, pp)
+	if err != nil {
+		return err
+	}
+	m.live[n.id] = &live{pp: pp, res: res}
+	return nil
+}
+
+// allocSlot returns the lowest /30 of the pool no record holds.
+func (m *Manager) allocSlot() (int, error) {
+	used := map[int]bool{}
+	for _, r := range m.records {
+		used[r.Slot] = true
+	}
+	for s := range poolSlots(m.cfg.Pool) {
+		if !used[s] {
+			return s, nil
+		}
+	}
+	return 0, fmt.Errorf("allocate address in %s: %w", m.cfg.Pool, ErrPoolExhausted)
+}
+
+// SetPolicy replaces the sandbox's allowlist. An empty allowlist denies
+// everything. An invalid policy (ErrInvalidPolicy) changes nothing. Any
+// other failure leaves the sandbox denying everything (fail closed) and
+// Policy then reports the empty allowlist. Removing a name also revokes
+// the addresses the resolver admitted for names; connections already
+// established stay up.
+func (m *Manager) SetPolicy(ctx context.Context, id string, p Policy) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	pp, err := parsePolicy(p)
+	if err != nil {
+		return fmt.Errorf("set policy of %s: %w", id, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	l := m.live[id]
+	if l == nil {
+		return fmt.Errorf("set policy of %s: %w", id, ErrUnknownSandbox)
+	}
+	n := namesFor(id)
+	flushDyn := !l.pp.namesSubsetOf(pp)
+	// Narrow the resolver before flushing, so no answer for a revoked
+	// name lands in the set after the flush.
+	if flushDyn {
+		l.res.policy.Store(pp)
+	}
+	rec := m.records[id]
+	rec.Policy = pp.norm
+	err = m.setStatic(n, pp.prefixes, flushDyn)
+	if err == nil {
+		err = m.saveRecord(rec)
+	}
+	if err != nil {
+		deny, _ := parsePolicy(Policy{})
+		l.pp = deny
+		l.res.policy.Store(deny)
+		rec.Policy = deny.norm
+		m.records[id] = rec
+		return errors.Join(fmt.Errorf("set policy of %s: %w", id, err), m.denyAll(n), m.saveRecord(rec))
+	}
+	l.pp = pp
+	l.res.policy.Store(pp)
+	m.records[id] = rec
+	return nil
+}
+
+// Policy returns the sandbox's policy as enforced, normalized.
+func (m *Manager) Policy(ctx context.Context, id string) (Policy, error) {
+	if err := checkID(id); err != nil {
+		return Policy{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return Policy{}, ErrClosed
+	}
+	if m.live[id] == nil {
+		return Policy{}, fmt.Errorf("policy of %s: %w", id, ErrUnknownSandbox)
+	}
+	return Policy{Allow: append([]string{}, m.records[id].Policy.Allow...)}, nil
+}
+
+// Teardown removes the sandbox's resolver, veth, namespace file, rules,
+// sets and record. A sandbox that does not exist is success. Processes
+// still inside the namespace keep it alive but have no interface left
+// beyond lo; the daemon stops them first.
+func (m *Manager) Teardown(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	n := namesFor(id)
+	if l := m.live[id]; l != nil {
+		l.res.close()
+		delete(m.live, id)
+	}
+	var errs []error
+	// The link goes first: with it gone nothing leaves the sandbox, so a
+	// failure below can leave litter but never an open sandbox.
+	if err := m.removeLinks(n, m.netnsPath(id)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := m.removeSandboxRules(n); err != nil {
+		errs = append(errs, err)
+	}
+	if err := os.Remove(m.resolvConfPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		if err := os.Remove(m.recordPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		} else {
+			delete(m.records, id)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("tear down %s: %w", id, err)
+	}
+	return nil
+}
+
+// Close stops every resolver and releases the Manager's handles. It does
+// not tear down sandboxes: their namespaces, links and rules stay, and
+// keep denying, until a new Manager re-adopts them. Idempotent.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	m.closed = true
+	for id, l := range m.live {
+		l.res.close()
+		delete(m.live, id)
+	}
+	m.hostH.Close()
+	return m.hostNS.Close()
+}

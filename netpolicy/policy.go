@@ -1,0 +1,175 @@
+package netpolicy
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// Policy is a sandbox's egress allowlist. The zero Policy (empty Allow)
+// denies every destination: it is never a no-op.
+type Policy struct {
+	// Allow lists what the sandbox may reach. Each entry is one of:
+	//   - a hostname ("api.example.com"), resolvable only through the
+	//     sandbox's gateway resolver, whose answers are admitted;
+	//   - a wildcard "*.example.com", matching every name strictly below
+	//     example.com (not example.com itself);
+	//   - an IPv4 address ("192.0.2.7");
+	//   - an IPv4 CIDR ("192.0.2.0/24").
+	// All ports and protocols of an admitted address are allowed. IPv6
+	// entries and "host:port" entries are refused with ErrInvalidPolicy:
+	// a sandbox has IPv4 addressing only, and port filtering is not
+	// implemented, so accepting them would pretend.
+	Allow []string `json:"allow"`
+}
+
+// ErrInvalidPolicy is returned (wrapped) by SetPolicy and ParsePolicy when
+// an allowlist entry is malformed or names something the package does not
+// enforce.
+var ErrInvalidPolicy = errors.New("invalid network policy")
+
+// parsedPolicy is a validated, normalized Policy.
+type parsedPolicy struct {
+	norm     Policy         // entries normalized, duplicates removed, input order kept
+	prefixes []netip.Prefix // static addresses and CIDRs (masked, IPv4)
+	names    map[string]bool
+	wild     []string // suffixes, each starting with "." ("*.a.b" -> ".a.b")
+}
+
+// ParsePolicy validates p and returns it normalized: entries lowercased,
+// trailing dots and duplicates removed, CIDRs masked. It returns an error
+// wrapping ErrInvalidPolicy naming the first bad entry.
+func ParsePolicy(p Policy) (Policy, error) {
+	pp, err := parsePolicy(p)
+	if err != nil {
+		return Policy{}, err
+	}
+	return pp.norm, nil
+}
+
+func parsePolicy(p Policy) (*parsedPolicy, error) {
+	pp := &parsedPolicy{names: map[string]bool{}, norm: Policy{Allow: []string{}}}
+	seen := map[string]bool{}
+	for _, raw := range p.Allow {
+		e := strings.ToLower(strings.TrimSpace(raw))
+		if e == "" {
+			return nil, fmt.Errorf("entry %q: empty: %w", raw, ErrInvalidPolicy)
+		}
+		var norm string
+		switch {
+		case strings.Contains(e, "/"):
+			pfx, err := netip.ParsePrefix(e)
+			if err != nil {
+				return nil, fmt.Errorf("entry %q: not a CIDR: %w", raw, ErrInvalidPolicy)
+			}
+			if !pfx.Addr().Is4() {
+				return nil, fmt.Errorf("entry %q: IPv6 is not supported (sandboxes are IPv4-only): %w", raw, ErrInvalidPolicy)
+			}
+			pfx = pfx.Masked()
+			pp.prefixes = append(pp.prefixes, pfx)
+			norm = pfx.String()
+		case strings.Contains(e, ":"):
+			if a, err := netip.ParseAddr(strings.Trim(e, "[]")); err == nil && a.Is6() && !a.Is4In6() {
+				return nil, fmt.Errorf("entry %q: IPv6 is not supported (sandboxes are IPv4-only): %w", raw, ErrInvalidPolicy)
+			}
+			return nil, fmt.Errorf("entry %q: ports are not supported, allow the host: %w", raw, ErrInvalidPolicy)
+		default:
+			if a, err := netip.ParseAddr(e); err == nil {
+				if !a.Is4() {
+					return nil, fmt.Errorf("entry %q: not an IPv4 address: %w", raw, ErrInvalidPolicy)
+				}
+				pp.prefixes = append(pp.prefixes, netip.PrefixFrom(a, 32))
+				norm = a.String()
+				break
+			}
+			name := strings.TrimSuffix(e, ".")
+			wild := strings.HasPrefix(name, "*.")
+			if wild {
+				name = name[2:]
+			}
+			if err := checkHostname(name); err != nil {
+				return nil, fmt.Errorf("entry %q: %v: %w", raw, err, ErrInvalidPolicy)
+			}
+			if wild {
+				pp.wild = append(pp.wild, "."+name)
+				norm = "*." + name
+			} else {
+				pp.names[name] = true
+				norm = name
+			}
+		}
+		if !seen[norm] {
+			seen[norm] = true
+			pp.norm.Allow = append(pp.norm.Allow, norm)
+		}
+	}
+	return pp, nil
+}
+
+// checkHostname accepts a lowercased name of LDH labels (underscores are
+// tolerated, as in SRV-style names) that is not all-numeric at the top.
+func checkHostname(name string) error {
+	if name == "" || len(name) > 253 {
+		return errors.New("not a hostname")
+	}
+	labels := strings.Split(name, ".")
+	for _, l := range labels {
+		if l == "" || len(l) > 63 {
+			return errors.New("not a hostname (bad label length)")
+		}
+		if l[0] == '-' || l[len(l)-1] == '-' {
+			return errors.New("not a hostname (label starts or ends with '-')")
+		}
+		for i := 0; i < len(l); i++ {
+			c := l[i]
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return fmt.Errorf("not a hostname (character %q)", c)
+			}
+		}
+	}
+	top := labels[len(labels)-1]
+	if strings.Trim(top, "0123456789") == "" {
+		return errors.New("not a hostname (numeric top-level label)")
+	}
+	return nil
+}
+
+// allowsName reports whether the DNS name q (lowercase, no trailing dot)
+// is admitted by the policy.
+func (pp *parsedPolicy) allowsName(q string) bool {
+	if pp == nil {
+		return false
+	}
+	if pp.names[q] {
+		return true
+	}
+	for _, s := range pp.wild {
+		if strings.HasSuffix(q, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// namesSubsetOf reports whether every name entry of pp is also in other,
+// i.e. changing from pp to other revokes no name.
+func (pp *parsedPolicy) namesSubsetOf(other *parsedPolicy) bool {
+	for n := range pp.names {
+		if !other.names[n] {
+			return false
+		}
+	}
+	for _, w := range pp.wild {
+		found := false
+		for _, o := range other.wild {
+			if o == w {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
