@@ -1,0 +1,239 @@
+package netpolicy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/userdata"
+	"github.com/vishvananda/netlink"
+)
+
+func TestRawIPAndCIDREntries(t *testing.T) {
+	l := newLab(t)
+	m := newManager(t, l)
+	sb := setup(t, m, "raw-ip")
+	ctx := context.Background()
+
+	if err := m.SetPolicy(ctx, sb.ID, Policy{Allow: []string{ipB.String()}}); err != nil {
+		t.Fatalf("SetPolicy: %v", err)
+	}
+	wantConnect(t, sb, ipB)
+	wantNoConnect(t, sb, ipA)
+	wantRefused(t, sb, "allowed.test")
+
+	// A CIDR admits everything inside it, nothing outside it.
+	if err := m.SetPolicy(ctx, sb.ID, Policy{Allow: []string{"10.99.0.2/31", "10.99.0.3"}}); err != nil {
+		t.Fatalf("SetPolicy(cidr): %v", err)
+	}
+	wantConnect(t, sb, ipA)
+	wantConnect(t, sb, ipB)
+	wantNoDNS(t, sb, ipC)
+
+	// A wildcard admits names below it, not the apex.
+	if err := m.SetPolicy(ctx, sb.ID, Policy{Allow: []string{"*.wild.test"}}); err != nil {
+		t.Fatalf("SetPolicy(wildcard): %v", err)
+	}
+	wantNoConnect(t, sb, ipA) // narrowing revoked the CIDR
+	wantRefused(t, sb, "wild.test")
+	wantResolves(t, sb, "sub.wild.test", ipA)
+	wantConnect(t, sb, ipA)
+	wantNoConnect(t, sb, ipB)
+
+	got, err := m.Policy(ctx, sb.ID)
+	if err != nil || !slices.Equal(got.Allow, []string{"*.wild.test"}) {
+		t.Fatalf("Policy: got %v, %v; want [*.wild.test]", got, err)
+	}
+	// An invalid policy changes nothing.
+	if err := m.SetPolicy(ctx, sb.ID, Policy{Allow: []string{"allowed.test:443"}}); !errors.Is(err, ErrInvalidPolicy) {
+		t.Fatalf("SetPolicy(host:port): got %v, want ErrInvalidPolicy", err)
+	}
+	wantConnect(t, sb, ipA)
+}
+
+// kernelState summarizes what the package holds in the host namespace.
+type kernelState struct {
+	chains   []string // "name:rules"
+	sets     []string
+	dispatch int // dispatch rules in the base chains
+	links    []string
+}
+
+func snapshot(t *testing.T, l *lab, m *Manager) kernelState {
+	t.Helper()
+	c, err := nftables.New(nftables.WithNetNSFd(int(l.host)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ks kernelState
+	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range chains {
+		if ch.Table.Name != m.cfg.Table {
+			continue
+		}
+		rules, err := c.GetRules(ch.Table, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ks.chains = append(ks.chains, fmt.Sprintf("%s:%d", ch.Name, len(rules)))
+		for _, r := range rules {
+			if s, ok := userdata.GetString(r.UserData, userdata.TypeComment); ok && strings.HasPrefix(s, "runner sandbox ") {
+				ks.dispatch++
+			}
+		}
+	}
+	sets, err := c.GetSets(&nftables.Table{Name: m.cfg.Table, Family: nftables.TableFamilyINet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range sets {
+		ks.sets = append(ks.sets, s.Name)
+	}
+	h, err := netlink.NewHandleAt(l.host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, li := range links {
+		ks.links = append(ks.links, li.Attrs().Name)
+	}
+	slices.Sort(ks.chains)
+	slices.Sort(ks.sets)
+	slices.Sort(ks.links)
+	return ks
+}
+
+func equalState(a, b kernelState) bool {
+	return slices.Equal(a.chains, b.chains) && slices.Equal(a.sets, b.sets) && a.dispatch == b.dispatch && slices.Equal(a.links, b.links)
+}
+
+func TestSetupIdempotentAndTeardownRemovesEverything(t *testing.T) {
+	l := newLab(t)
+	m := newManager(t, l)
+	ctx := context.Background()
+	before := snapshot(t, l, m)
+
+	sb1, err := m.Setup(ctx, "idem")
+	if err != nil {
+		t.Fatalf("Setup: %v", err)
+	}
+	if err := m.SetPolicy(ctx, "idem", Policy{Allow: []string{"allowed.test", ipB.String()}}); err != nil {
+		t.Fatalf("SetPolicy: %v", err)
+	}
+	once := snapshot(t, l, m)
+	sb2, err := m.Setup(ctx, "idem")
+	if err != nil {
+		t.Fatalf("Setup again: %v", err)
+	}
+	if *sb1 != *sb2 {
+		t.Fatalf("Setup again: got %+v, want %+v", sb2, sb1)
+	}
+	if twice := snapshot(t, l, m); !equalState(once, twice) {
+		t.Fatalf("Setup again changed kernel state:\n got %+v\nwant %+v", twice, once)
+	}
+	if once.dispatch != 3 {
+		t.Fatalf("dispatch rules: got %d, want 3", once.dispatch)
+	}
+	// Setup again keeps the policy.
+	wantConnect(t, sb2, ipB)
+	wantResolves(t, sb2, "allowed.test", ipA)
+	wantConnect(t, sb2, ipA)
+
+	// A second sandbox gets its own /30 and is isolated from the first.
+	other := setup(t, m, "idem-2")
+	if other.Addr == sb1.Addr || other.Gateway == sb1.Gateway {
+		t.Fatalf("second sandbox shares addresses: %+v vs %+v", other, sb1)
+	}
+	if _, err := sbGet(t, other, sb1.Addr); err == nil {
+		t.Fatalf("sandbox reached another sandbox")
+	}
+
+	if err := m.Teardown(ctx, "idem"); err != nil {
+		t.Fatalf("Teardown: %v", err)
+	}
+	if err := m.Teardown(ctx, "idem"); err != nil {
+		t.Fatalf("Teardown again: got %v, want nil (absent is success)", err)
+	}
+	if err := m.Teardown(ctx, "idem-2"); err != nil {
+		t.Fatalf("Teardown second: %v", err)
+	}
+	if after := snapshot(t, l, m); !equalState(before, after) {
+		t.Fatalf("Teardown left state behind:\n got %+v\nwant %+v", after, before)
+	}
+	for _, p := range []string{sb1.NetNSPath, sb1.ResolvConfPath, m.recordPath("idem")} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("Teardown left %s: %v", p, err)
+		}
+	}
+	if _, err := m.Policy(ctx, "idem"); !errors.Is(err, ErrUnknownSandbox) {
+		t.Fatalf("Policy after Teardown: got %v, want ErrUnknownSandbox", err)
+	}
+	if err := m.SetPolicy(ctx, "idem", Policy{}); !errors.Is(err, ErrUnknownSandbox) {
+		t.Fatalf("SetPolicy after Teardown: got %v, want ErrUnknownSandbox", err)
+	}
+}
+
+func TestReadoptAfterRestart(t *testing.T) {
+	l := newLab(t)
+	ctx := context.Background()
+	m1, err := New(ctx, l.cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	sb1, err := m1.Setup(ctx, "survivor")
+	if err != nil {
+		t.Fatalf("Setup: %v", err)
+	}
+	if err := m1.SetPolicy(ctx, sb1.ID, Policy{Allow: []string{"allowed.test"}}); err != nil {
+		t.Fatalf("SetPolicy: %v", err)
+	}
+	wantResolves(t, sb1, "allowed.test", ipA)
+	wantConnect(t, sb1, ipA)
+	state := snapshot(t, l, m1)
+	if err := m1.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := m1.Close(); err != nil {
+		t.Fatalf("Close again: %v", err)
+	}
+	if _, err := m1.Setup(ctx, "survivor"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Setup after Close: got %v, want ErrClosed", err)
+	}
+	// The daemon is down: the sandbox keeps its rules (still contained).
+	wantNoConnect(t, sb1, ipB)
+	if _, _, err := resolveA(t, sb1, "allowed.test"); err == nil {
+		t.Fatalf("resolver answered after Close")
+	}
+
+	m2 := newManager(t, l)
+	if got := snapshot(t, l, m2); !equalState(state, got) {
+		t.Fatalf("New changed kernel state:\n got %+v\nwant %+v", got, state)
+	}
+	sb2 := setup(t, m2, "survivor")
+	if *sb2 != *sb1 {
+		t.Fatalf("re-adopted sandbox: got %+v, want %+v", sb2, sb1)
+	}
+	if got := snapshot(t, l, m2); !equalState(state, got) {
+		t.Fatalf("re-adoption duplicated state:\n got %+v\nwant %+v", got, state)
+	}
+	p, err := m2.Policy(ctx, "survivor")
+	if err != nil || !slices.Equal(p.Allow, []string{"allowed.test"}) {
+		t.Fatalf("Policy after re-adoption: got %v, %v; want [allowed.test]", p, err)
+	}
+	wantResolves(t, sb2, "allowed.test", ipA)
+	wantConnect(t, sb2, ipA)
+	wantNoConnect(t, sb2, ipB)
+	wantRefused(t, sb2, "other.test")
+}

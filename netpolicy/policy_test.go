@@ -1,0 +1,235 @@
+package netpolicy
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
+)
+
+func TestParsePolicy(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      []string
+		want    []string
+		wantErr bool
+	}{
+		{name: "nil is deny all", in: nil, want: []string{}},
+		{name: "empty is deny all", in: []string{}, want: []string{}},
+		{name: "hostname normalized", in: []string{"API.Example.COM.", "api.example.com"}, want: []string{"api.example.com"}},
+		{name: "wildcard", in: []string{"*.example.com"}, want: []string{"*.example.com"}},
+		{name: "ipv4", in: []string{"192.0.2.7"}, want: []string{"192.0.2.7"}},
+		{name: "cidr masked", in: []string{"192.0.2.77/24"}, want: []string{"192.0.2.0/24"}},
+		{name: "mixed keeps order", in: []string{"b.test", "10.0.0.1", "a.test"}, want: []string{"b.test", "10.0.0.1", "a.test"}},
+		{name: "empty entry", in: []string{""}, wantErr: true},
+		{name: "ipv6 address", in: []string{"2001:db8::1"}, wantErr: true},
+		{name: "ipv6 cidr", in: []string{"2001:db8::/32"}, wantErr: true},
+		{name: "bracketed ipv6", in: []string{"[2001:db8::1]"}, wantErr: true},
+		{name: "host with port", in: []string{"example.com:443"}, wantErr: true},
+		{name: "ip with port", in: []string{"192.0.2.7:80"}, wantErr: true},
+		{name: "url", in: []string{"https://example.com"}, wantErr: true},
+		{name: "bad cidr", in: []string{"192.0.2.0/33"}, wantErr: true},
+		{name: "space inside", in: []string{"exa mple.com"}, wantErr: true},
+		{name: "leading hyphen", in: []string{"-bad.com"}, wantErr: true},
+		{name: "empty label", in: []string{"a..com"}, wantErr: true},
+		{name: "bare wildcard", in: []string{"*"}, wantErr: true},
+		{name: "inner wildcard", in: []string{"a.*.com"}, wantErr: true},
+		{name: "numeric tld is not a name", in: []string{"1.2.3"}, wantErr: true},
+		{name: "one bad entry rejects all", in: []string{"ok.test", "bad..test"}, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParsePolicy(Policy{Allow: tt.in})
+			if tt.wantErr {
+				if !errors.Is(err, ErrInvalidPolicy) {
+					t.Fatalf("ParsePolicy(%q): got %v, %v; want ErrInvalidPolicy", tt.in, got, err)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(got.Allow, tt.want) || got.Allow == nil {
+				t.Fatalf("ParsePolicy(%q): got %#v, %v; want %q", tt.in, got.Allow, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestAllowsName(t *testing.T) {
+	pp, err := parsePolicy(Policy{Allow: []string{"a.test", "*.w.test", "10.0.0.0/8"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		q    string
+		want bool
+	}{
+		{"a.test", true},
+		{"b.a.test", false},
+		{"w.test", false},
+		{"x.w.test", true},
+		{"y.x.w.test", true},
+		{"xw.test", false},
+		{"10.0.0.1", false},
+		{"", false},
+	}
+	for _, tt := range tests {
+		if got := pp.allowsName(tt.q); got != tt.want {
+			t.Errorf("allowsName(%q): got %v, want %v", tt.q, got, tt.want)
+		}
+	}
+	var none *parsedPolicy
+	if none.allowsName("a.test") {
+		t.Errorf("nil policy admits a name")
+	}
+}
+
+func TestIntervalElements(t *testing.T) {
+	p := func(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+	els := intervalElements([]netip.Prefix{p("10.0.1.0/24"), p("10.0.0.0/16"), p("192.0.2.7/32"), p("192.0.2.8/32")})
+	type el struct {
+		a   string
+		end bool
+	}
+	var got []el
+	for _, e := range els {
+		got = append(got, el{netip.AddrFrom4([4]byte(e.Key)).String(), e.IntervalEnd})
+	}
+	want := []el{{"10.0.0.0", false}, {"10.1.0.0", true}, {"192.0.2.7", false}, {"192.0.2.9", true}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("intervalElements: got %v, want %v", got, want)
+	}
+	all := intervalElements([]netip.Prefix{p("0.0.0.0/0")})
+	if len(all) != 1 || all[0].IntervalEnd {
+		t.Fatalf("intervalElements(0.0.0.0/0): got %v, want one open start element", all)
+	}
+}
+
+func TestCheckID(t *testing.T) {
+	for _, id := range []string{"a", "sb-1", "abc-123-def", string(make([]byte, 0)) + "x23456789012345678901234567890123456789012345678901234567890123"} {
+		if err := checkID(id); err != nil {
+			t.Errorf("checkID(%q): %v", id, err)
+		}
+	}
+	for _, id := range []string{"", "-a", "a-", "A", "a.b", "../x", "a/b", "x234567890123456789012345678901234567890123456789012345678901234"} {
+		if err := checkID(id); !errors.Is(err, ErrInvalidID) {
+			t.Errorf("checkID(%q): got %v, want ErrInvalidID", id, err)
+		}
+	}
+}
+
+func TestSlotAddrs(t *testing.T) {
+	pool := netip.MustParsePrefix("10.213.0.0/16")
+	if n := poolSlots(pool); n != 16384 {
+		t.Fatalf("poolSlots: got %d, want 16384", n)
+	}
+	netw, gw, addr := slotAddrs(pool, 65)
+	if netw.String() != "10.213.1.4/30" || gw.String() != "10.213.1.5" || addr.String() != "10.213.1.6" {
+		t.Fatalf("slotAddrs(65): got %v %v %v", netw, gw, addr)
+	}
+	if poolSlots(netip.MustParsePrefix("10.0.0.0/31")) != 0 {
+		t.Fatalf("a /31 pool has slots")
+	}
+}
+
+// TestNewRefusesWithoutPrivilege runs New as an unprivileged user (a child
+// process of this test binary when we are root) and wants ErrUnsupported:
+// the daemon must then not advertise network_policy.
+func TestNewRefusesWithoutPrivilege(t *testing.T) {
+	if os.Getenv("NETPOLICY_UNPRIV_CHILD") == "1" {
+		_, err := New(context.Background(), Config{StateDir: os.Getenv("NETPOLICY_STATE")})
+		if !errors.Is(err, ErrUnsupported) {
+			t.Fatalf("New as uid %d: got %v, want ErrUnsupported", os.Geteuid(), err)
+		}
+		return
+	}
+	if os.Geteuid() != 0 {
+		_, err := New(context.Background(), Config{StateDir: t.TempDir()})
+		if !errors.Is(err, ErrUnsupported) {
+			t.Fatalf("New as uid %d: got %v, want ErrUnsupported", os.Geteuid(), err)
+		}
+		return
+	}
+	// The test binary lives in a root-only build dir: copy it where the
+	// unprivileged user can execute it.
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "netpolicy-unpriv-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	bin, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := filepath.Join(dir, "netpolicy.test")
+	state := filepath.Join(dir, "state")
+	if err := os.WriteFile(child, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(state, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(state, 0o777)
+	cmd := exec.Command(child, "-test.run=^TestNewRefusesWithoutPrivilege$", "-test.count=1", "-test.v")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "NETPOLICY_UNPRIV_CHILD=1", "NETPOLICY_STATE="+state)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("unprivileged child: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "--- PASS: TestNewRefusesWithoutPrivilege") {
+		t.Fatalf("unprivileged child did not run the check:\n%s", out)
+	}
+}
+
+// TestMain checks that the kernel tests never touched the real host
+// namespace: its forwarding switch, its links and its nftables tables.
+func TestMain(m *testing.M) {
+	type hostView struct {
+		fwd    string
+		links  []string
+		tables []string
+	}
+	view := func() (v hostView) {
+		b, _ := os.ReadFile("/proc/sys/net/ipv4/ip_forward")
+		v.fwd = string(b)
+		if links, err := netlink.LinkList(); err == nil {
+			for _, l := range links {
+				v.links = append(v.links, l.Attrs().Name)
+			}
+		}
+		if c, err := nftables.New(); err == nil {
+			if ts, err := c.ListTables(); err == nil {
+				for _, t := range ts {
+					v.tables = append(v.tables, t.Name)
+				}
+			}
+		}
+		slices.Sort(v.links)
+		slices.Sort(v.tables)
+		return v
+	}
+	before := view()
+	code := m.Run()
+	after := view()
+	if before.fwd != after.fwd || !slices.Equal(before.links, after.links) || !slices.Equal(before.tables, after.tables) {
+		println("netpolicy tests modified the real host namespace:", before.fwd, after.fwd)
+		code = 1
+	}
+	os.Exit(code)
+}
