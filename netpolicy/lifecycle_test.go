@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -236,4 +237,51 @@ func TestReadoptAfterRestart(t *testing.T) {
 	wantConnect(t, sb2, ipA)
 	wantNoConnect(t, sb2, ipB)
 	wantRefused(t, sb2, "other.test")
+}
+
+func TestSetPolicyFailsClosed(t *testing.T) {
+	l := newLab(t)
+	m := newManager(t, l)
+	sb := setup(t, m, "fail-closed")
+	ctx := context.Background()
+	if err := m.SetPolicy(ctx, sb.ID, Policy{Allow: []string{"allowed.test", ipB.String()}}); err != nil {
+		t.Fatalf("SetPolicy: %v", err)
+	}
+	wantResolves(t, sb, "allowed.test", ipA)
+	wantConnect(t, sb, ipA)
+
+	boom := errors.New("injected kernel failure")
+	m.failSetPolicy = boom
+	if err := m.SetPolicy(ctx, sb.ID, Policy{Allow: []string{"allowed.test", ipB.String(), "other.test"}}); !errors.Is(err, boom) {
+		t.Fatalf("SetPolicy with failure: got %v, want %v", err, boom)
+	}
+	m.failSetPolicy = nil
+	// Everything is shut, including what the old policy allowed, and the
+	// reported policy says so.
+	wantNoConnect(t, sb, ipA)
+	wantNoConnect(t, sb, ipB)
+	wantRefused(t, sb, "allowed.test")
+	wantRefused(t, sb, "other.test")
+	if p, err := m.Policy(ctx, sb.ID); err != nil || len(p.Allow) != 0 {
+		t.Fatalf("Policy after failure: got %v, %v; want empty", p, err)
+	}
+}
+
+func TestRunInNetNS(t *testing.T) {
+	l := newLab(t)
+	m := newManager(t, l)
+	sb := setup(t, m, "spawn")
+	cmd := exec.Command("/bin/sleep", "30")
+	if err := RunInNetNS(sb.NetNSPath, cmd.Start); err != nil {
+		t.Fatalf("start in netns: %v", err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	in, err := ProcessInNetNS(cmd.Process.Pid, sb.NetNSPath)
+	if err != nil || !in {
+		t.Fatalf("ProcessInNetNS(child): got %v, %v; want true", in, err)
+	}
+	in, err = ProcessInNetNS(os.Getpid(), sb.NetNSPath)
+	if err != nil || in {
+		t.Fatalf("ProcessInNetNS(self): got %v, %v; want false", in, err)
+	}
 }

@@ -101,6 +101,10 @@ type Manager struct {
 	live      map[string]*live
 	forwardOn bool
 	closed    bool
+
+	// failSetPolicy, when set by a test, makes SetPolicy's kernel update
+	// fail after the sets were changed, to exercise the fail-closed path.
+	failSetPolicy error
 }
 
 // live is a sandbox set up by this Manager.
@@ -381,6 +385,9 @@ func (m *Manager) SetPolicy(ctx context.Context, id string, p Policy) error {
 	rec := m.records[id]
 	rec.Policy = pp.norm
 	err = m.setStatic(n, pp.prefixes, flushDyn)
+	if err == nil && m.failSetPolicy != nil {
+		err = m.failSetPolicy
+	}
 	if err == nil {
 		err = m.saveRecord(rec)
 	}

@@ -234,9 +234,25 @@ func (m *Manager) setStatic(n sbNames, prefixes []netip.Prefix, flushDyn bool) e
 	return nil
 }
 
-// denyAll empties both sets: the fail-closed state.
+// denyAll empties both sets: the fail-closed state. Each set is flushed
+// in its own batch, so one missing set does not keep the other full.
 func (m *Manager) denyAll(n sbNames) error {
-	return m.setStatic(n, nil, true)
+	var errs []error
+	for _, s := range []*nftables.Set{
+		{Table: m.table(), Name: n.static, KeyType: nftables.TypeIPAddr, Interval: true},
+		{Table: m.table(), Name: n.dyn, KeyType: nftables.TypeIPAddr, HasTimeout: true},
+	} {
+		c, err := m.nft()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.FlushSet(s)
+		if err := c.Flush(); err != nil {
+			errs = append(errs, fmt.Errorf("flush set %s: %w", s.Name, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // admit adds resolver answers to the sandbox's dynamic set with a

@@ -114,3 +114,31 @@ func removeNetNS(path string) error {
 	}
 	return nil
 }
+
+// RunInNetNS runs fn on an OS thread that has joined the network
+// namespace at path, and waits for it. A process forked by fn (for
+// example exec.Cmd.Start called inside fn) is created from that thread and
+// starts in that namespace; so do sockets fn opens. Use it to start the
+// shim, or the command, inside Sandbox.NetNSPath.
+func RunInNetNS(path string, fn func() error) error {
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return fmt.Errorf("open netns %s: %w", path, err)
+	}
+	defer ns.Close()
+	return inNetNS(ns, fn)
+}
+
+// ProcessInNetNS reports whether process pid runs in the network
+// namespace at path, so a caller can verify a spawn landed where it
+// should instead of assuming it (advertise or refuse, never pretend).
+func ProcessInNetNS(pid int, path string) (bool, error) {
+	var want, got unix.Stat_t
+	if err := unix.Stat(path, &want); err != nil {
+		return false, fmt.Errorf("stat netns %s: %w", path, err)
+	}
+	if err := unix.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &got); err != nil {
+		return false, fmt.Errorf("stat netns of pid %d: %w", pid, err)
+	}
+	return want.Dev == got.Dev && want.Ino == got.Ino, nil
+}
