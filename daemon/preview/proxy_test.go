@@ -325,55 +325,90 @@ func TestLookupFailureIs503NotAbsence(t *testing.T) {
 	}
 }
 
+// Each part of a response reaches the browser as the target writes it, also
+// with a Content-Length, where a proxy buffers unless told to flush.
 func TestStreamingArrivesIncrementally(t *testing.T) {
-	release := make(chan struct{})
-	addr := startTarget(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		io.WriteString(w, "data: first\n\n")
-		http.NewResponseController(w).Flush()
-		select {
-		case <-release:
-		case <-r.Context().Done():
-			return
-		}
-		io.WriteString(w, "data: second\n\n")
-	}))
-	var once sync.Once
-	stop := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(stop) // before the target's Close, which waits for the handler
+	const first, second = "data: first\n", "\ndata: second\n\n"
+	tests := []struct {
+		name, contentType string
+		length            bool
+	}{
+		{"server-sent events", "text/event-stream", false},
+		{"chunked", "text/plain", false},
+		{"fixed length", "application/octet-stream", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			release := make(chan struct{})
+			addr := startTarget(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", tt.contentType)
+				if tt.length {
+					w.Header().Set("Content-Length", fmt.Sprint(len(first)+len(second)))
+				}
+				io.WriteString(w, first)
+				http.NewResponseController(w).Flush()
+				select {
+				case <-release:
+				case <-r.Context().Done():
+					return
+				}
+				io.WriteString(w, second)
+			}))
+			var once sync.Once
+			stop := func() { once.Do(func() { close(release) }) }
+			t.Cleanup(stop) // before the target's Close, which waits for the handler
 
-	reg := newRegistry()
-	tok := reg.add(t, "alpha", addr)
-	p := startPreview(t, reg)
-	res, err := p.client(t).Get(p.URL(tok) + "events")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-
-	// The first event must arrive while the target is still holding the
-	// response open; a buffering proxy would block here until the timeout.
-	first := make(chan string, 1)
-	br := bufio.NewReader(res.Body)
-	go func() {
-		line, _ := br.ReadString('\n')
-		first <- line
-	}()
-	select {
-	case line := <-first:
-		if line != "data: first\n" {
-			t.Fatalf("first line = %q, want %q", line, "data: first\n")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("first chunk did not arrive before the target finished: the proxy buffers")
-	}
-	stop()
-	rest, err := io.ReadAll(br)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(rest) != "\ndata: second\n\n" {
-		t.Errorf("rest = %q, want %q", rest, "\ndata: second\n\n")
+			reg := newRegistry()
+			tok := reg.add(t, "alpha", addr)
+			p := startPreview(t, reg)
+			// The headers and the first part must arrive while the target
+			// still holds the response open; a buffering proxy sends nothing
+			// until the target finishes.
+			type part struct {
+				res  *http.Response
+				br   *bufio.Reader
+				line string
+				err  error
+			}
+			got := make(chan part, 1)
+			c := p.client(t)
+			go func() {
+				res, err := c.Get(p.URL(tok) + "events")
+				if err != nil {
+					got <- part{err: err}
+					return
+				}
+				br := bufio.NewReader(res.Body)
+				line, err := br.ReadString('\n')
+				got <- part{res, br, line, err}
+			}()
+			var pt part
+			select {
+			case pt = <-got:
+			case <-time.After(5 * time.Second):
+				stop()
+				if pt = <-got; pt.res != nil {
+					pt.res.Body.Close()
+				}
+				t.Fatal("first part did not arrive before the target finished: the proxy buffers")
+			}
+			if pt.err != nil {
+				t.Fatal(pt.err)
+			}
+			defer pt.res.Body.Close()
+			if pt.line != first {
+				t.Fatalf("first part = %q, want %q", pt.line, first)
+			}
+			br := pt.br
+			stop()
+			rest, err := io.ReadAll(br)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(rest) != second {
+				t.Errorf("rest = %q, want %q", rest, second)
+			}
+		})
 	}
 }
 
