@@ -420,8 +420,24 @@ func TestAllowlistOfOneHost(t *testing.T) {
 	wantNoDNS(t, sb, ipC) // the very upstream the resolver uses
 	wantRefused(t, sb, "other.test")
 	wantRefused(t, sb, "sub.allowed.test")
+	// The resolver answers over TCP too.
+	var tc net.Conn
+	if err := inSandbox(t, sb, func() error {
+		var err error
+		tc, err = net.Dial("tcp4", netip.AddrPortFrom(sb.Gateway, 53).String())
+		return err
+	}); err != nil {
+		t.Fatalf("dial resolver over TCP: %v", err)
+	}
+	q := new(dns.Msg)
+	q.SetQuestion("allowed.test.", dns.TypeA)
+	r, _, err := (&dns.Client{Net: "tcp", Timeout: time.Second}).ExchangeWithConn(q, &dns.Conn{Conn: tc})
+	tc.Close()
+	if err != nil || r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+		t.Fatalf("allowed.test over TCP: got %v, %v; want one A", r, err)
+	}
 	// AAAA of an allowed name: empty NOERROR (sandboxes are IPv4-only).
-	r, err := sbQuery(t, sb, sb.Gateway, "allowed.test", dns.TypeAAAA)
+	r, err = sbQuery(t, sb, sb.Gateway, "allowed.test", dns.TypeAAAA)
 	if err != nil || r.Rcode != dns.RcodeSuccess || len(r.Answer) != 0 {
 		t.Fatalf("AAAA allowed.test: got %v %v, want empty NOERROR", r, err)
 	}

@@ -108,7 +108,8 @@ func snapshot(t *testing.T, l *lab, m *Manager) kernelState {
 		t.Fatal(err)
 	}
 	for _, li := range links {
-		ks.links = append(ks.links, li.Attrs().Name)
+		// The index changes if a link is re-created: re-adoption must not.
+		ks.links = append(ks.links, fmt.Sprintf("%s#%d", li.Attrs().Name, li.Attrs().Index))
 	}
 	slices.Sort(ks.chains)
 	slices.Sort(ks.sets)
