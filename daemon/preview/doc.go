@@ -37,7 +37,9 @@
 //     Authorization and Cookie headers belong to the user's app and are
 //     forwarded unchanged, as is the Host header, so the app sees the origin
 //     the browser sees and its own same-origin checks (WebSocket Origin,
-//     CSRF) work.
+//     CSRF) work. Dev servers that guard against DNS rebinding (Vite,
+//     webpack-dev-server) accept *.localhost by default; behind a production
+//     domain the app must list that domain among its allowed hosts.
 //   - One preview cannot plant cookies on another: a Domain attribute is
 //     removed from every Set-Cookie, making each cookie host-only.
 //   - The token must not leak to third-party sites through Referer: when the
@@ -63,9 +65,16 @@
 //
 // # Invariants
 //
-//   - Every goroutine the Server starts is stopped and waited for by Close,
-//     including the copy loops of hijacked WebSocket connections, which
-//     net/http's own Close does not track.
+//   - Close stops and waits for the Server's work: it returns only after
+//     every Serve call and every request handler has returned, WebSocket
+//     relays included (net/http's own Close does not track those hijacked
+//     connections; the Server cancels their context). By then every
+//     connection is closed, so the goroutines net/http keeps per connection
+//     are exiting too.
+//   - Lookup runs for every request, so a token revoked in the registry stops
+//     working on the next request, also on a kept-alive connection. A
+//     WebSocket opened before the revocation lives until either end closes
+//     it.
 //   - Close is idempotent; after it, Serve returns http.ErrServerClosed.
 //   - Header reads are bounded in time (ReadHeaderTimeout) and size
 //     (MaxHeaderBytes). Bodies and upgraded connections are not time-bounded,
