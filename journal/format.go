@@ -21,6 +21,8 @@ const (
 	indexName    = "index.db"
 	indexTmpName = ".index.db.creating"
 	exitName     = "exit.json"
+	metaName     = "journal.json"
+	metaTmpName  = ".journal.json.tmp"
 	exitTmpName  = ".exit.json.tmp"
 	segSuffix    = ".seg"
 	segNameLen   = 20 // digits of the first offset
@@ -286,4 +288,45 @@ type storedOptions struct {
 	RetainBytes  int64         `json:"retain_bytes"`
 	SyncInterval time.Duration `json:"sync_interval_ns"`
 	MarkInterval time.Duration `json:"mark_interval_ns"`
+}
+
+// journalMeta is journal.json: written once by Create (tmp+rename, before
+// index.db appears) and never changed, so readers learn the streams and the
+// segment size without opening the index. Segments are aligned: every
+// segment starts at a multiple of SegmentBytes, so a reader maps a cursor
+// to its segment file by arithmetic, whatever the journal's size.
+type journalMeta struct {
+	Version      int      `json:"version"`
+	Streams      []string `json:"streams"`
+	SegmentBytes int64    `json:"segment_bytes"`
+}
+
+func writeMeta(dir string, o Options) error {
+	b, _ := json.Marshal(journalMeta{formatVersion, o.Streams, o.SegmentBytes})
+	tmp := filepath.Join(dir, metaTmpName)
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	f, err := os.Open(tmp)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	f.Close()
+	if err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, metaName))
+}
+
+func readMeta(dir string) (journalMeta, error) {
+	var m journalMeta
+	b, err := os.ReadFile(filepath.Join(dir, metaName))
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("%w: journal.json: %w", ErrCorrupt, err)
+	}
+	return m, nil
 }

@@ -20,9 +20,10 @@ import (
 // from it are independent and each must be closed by its owner. Close is
 // idempotent.
 type Journal struct {
-	dir     string
-	streams []string
-	closed  atomic.Bool
+	dir      string
+	streams  []string
+	segBytes int64 // from journal.json; 0 means unknown: list to find segments
+	closed   atomic.Bool
 }
 
 // Open opens the journal in dir for reading.
@@ -30,11 +31,15 @@ func Open(dir string) (*Journal, error) {
 	if _, err := os.Stat(filepath.Join(dir, indexName)); err != nil {
 		return nil, fmt.Errorf("open journal %s: %w", dir, err)
 	}
+	j := &Journal{dir: dir}
+	if m, err := readMeta(dir); err == nil {
+		j.streams, j.segBytes = m.Streams, m.SegmentBytes
+		return j, nil
+	}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("open journal %s: %w", dir, err)
 	}
-	j := &Journal{dir: dir}
 	for _, e := range ents {
 		if e.IsDir() && validStream(e.Name()) {
 			j.streams = append(j.streams, e.Name())
@@ -49,7 +54,7 @@ func Open(dir string) (*Journal, error) {
 // Dir returns the journal directory.
 func (j *Journal) Dir() string { return j.dir }
 
-// Streams returns the journal's stream names, sorted.
+// Streams returns the journal's stream names, in Options order.
 func (j *Journal) Streams() []string { return slices.Clone(j.streams) }
 
 func (j *Journal) streamDir(stream string) (string, error) {

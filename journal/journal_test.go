@@ -77,7 +77,7 @@ func TestWriteReadSegments(t *testing.T) {
 		want[s] = append(want[s], p...)
 	}
 	j := mustOpen(t, dir)
-	if got := j.Streams(); len(got) != 2 || got[0] != "stderr" || got[1] != "stdout" {
+	if got := j.Streams(); len(got) != 2 || got[0] != "stdout" || got[1] != "stderr" {
 		t.Fatalf("Streams: got %v", got)
 	}
 	for s, name := range []string{"stdout", "stderr"} {
@@ -109,6 +109,22 @@ func TestWriteReadSegments(t *testing.T) {
 	}
 	if err := w.Finish(Exit{Reason: ReasonExited, Code: 3}); err != nil {
 		t.Fatalf("Finish: %v", err)
+	}
+	// Without journal.json readers find segments by listing.
+	os.Remove(filepath.Join(dir, metaName))
+	j2 := mustOpen(t, dir)
+	if j2.segBytes != 0 {
+		t.Fatalf("segBytes without journal.json: got %d, want 0", j2.segBytes)
+	}
+	for s, name := range []string{"stdout", "stderr"} {
+		for _, c := range []int64{0, 100, 150, int64(len(want[s]))} {
+			if got := readRange(t, j2, name, c); !bytes.Equal(got, want[s][c:]) {
+				t.Fatalf("listing path: read %s from %d: wrong bytes", name, c)
+			}
+		}
+		if _, err := j2.NewReader(name, int64(len(want[s]))+1, false); !errors.Is(err, ErrInvalidCursor) {
+			t.Fatalf("listing path: cursor past end: got %v", err)
+		}
 	}
 	e, ok, err := j.Exit()
 	if err != nil || !ok {

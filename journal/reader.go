@@ -53,6 +53,23 @@ func (j *Journal) NewReader(stream string, cursor int64, follow bool) (*Reader, 
 		return nil, err
 	}
 	r := &Reader{dir: j.dir, sdir: sdir, stream: stream, follow: follow, off: cursor}
+	if j.segBytes > 0 && cursor >= 0 {
+		// Fast path, independent of the journal's size: segments are
+		// aligned, so the one holding cursor is named cursor rounded down
+		// to SegmentBytes. If it exists and reaches cursor it is the right
+		// one (and cursor >= start, since retention removes oldest first).
+		// Anything else (removed, beyond the end, the end on a boundary
+		// before the writer rolled) takes the listing path below.
+		base := cursor / j.segBytes * j.segBytes
+		if f, err := os.Open(filepath.Join(sdir, segName(base))); err == nil {
+			st, err := f.Stat()
+			if err == nil && cursor-base <= st.Size() {
+				r.f, r.base = f, base
+				return r, nil
+			}
+			f.Close()
+		}
+	}
 	// Retention can remove the segment between listing and opening; list
 	// again and the cursor is then before the new start.
 	for range 8 {

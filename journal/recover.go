@@ -105,6 +105,11 @@ func recoverDB(dir string, db *bolt.DB) (*Writer, error) {
 		return nil, ErrFinished
 	}
 
+	if _, err := readMeta(dir); errors.Is(err, fs.ErrNotExist) {
+		if err := writeMeta(dir, opts); err != nil {
+			return nil, err
+		}
+	}
 	w := &Writer{dir: dir, opts: opts, db: db, streams: map[string]*wstream{}}
 	fail := func(err error) (*Writer, error) {
 		for _, s := range w.order {

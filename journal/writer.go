@@ -123,6 +123,9 @@ func Create(dir string, opts Options) (*Writer, error) {
 			return fail(err)
 		}
 	}
+	if err := writeMeta(dir, opts); err != nil {
+		return fail(err)
+	}
 	tmp := filepath.Join(dir, indexTmpName)
 	os.Remove(tmp)
 	w.db, err = bolt.Open(tmp, 0o600, &bolt.Options{Timeout: time.Second})
