@@ -236,3 +236,30 @@ func BenchmarkFollowLatency(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkSyncPoint measures one sync point of the fsync policy: fsync of
+// the segment written since the last one (1 MiB here) plus the index
+// commit. With the default SyncInterval the writer pays this at most once a
+// second, in its background goroutine, not on the write path.
+func BenchmarkSyncPoint(b *testing.B) {
+	w, err := Create(filepath.Join(b.TempDir(), "j"), Options{Streams: []string{"stdout"}, SyncInterval: 24 * time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	buf := patternBytes(0, 0, chunk)
+	var syncs time.Duration
+	for b.Loop() {
+		for range 16 {
+			if _, err := w.Write("stdout", buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+		start := time.Now()
+		if err := w.Sync(); err != nil {
+			b.Fatal(err)
+		}
+		syncs += time.Since(start)
+	}
+	b.ReportMetric(float64(syncs.Nanoseconds())/float64(b.N), "sync-ns/op")
+}
