@@ -15,12 +15,16 @@
 //
 //	DIR/index.db                         bbolt index, held open by the writer for its life
 //	DIR/<stream>/<first offset>.seg      raw bytes, first offset as 20 decimal digits
+//	DIR/journal.json                     streams and segment size, written once by Create
 //	DIR/exit.json                        exit record (type Exit), published last
 //
 // A segment file holds exactly the stream's bytes from its first offset, so
 // cat of a stream's segments in name order is the stream. A segment is
 // sealed when it reaches Options.SegmentBytes; its successor is named by the
-// offset at which it ends. index.db holds the options, the synced length
+// offset at which it ends. Segments are aligned (each starts at a multiple
+// of SegmentBytes, also after Recover), so a reader maps a cursor to its
+// segment by arithmetic with the segment size from journal.json: time to
+// first byte does not depend on the journal's size. index.db holds the options, the synced length
 // and first retained offset of each stream, its segments, offset↔time marks
 // (one per MarkInterval of writing, keyed by wall-clock nanoseconds) and the
 // exit record; see format.go for the keys.
