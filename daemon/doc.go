@@ -1,0 +1,22 @@
+// Package daemon is runnerd: the HTTP+WebSocket API server, the sandbox
+// registry's owner, and the manager of session shims. cmd/runnerd only
+// parses flags into a Config and calls Run.
+//
+// Invariants:
+//
+//   - A session's lifetime never depends on runnerd: every command runs under
+//     its own detached shim (package shim), so a stop, crash or upgrade of
+//     runnerd never ends a turn. Run never kills a shim when it returns.
+//   - Output has one path: runnerd reads the session journal (package
+//     journal) at each client's own pace and never holds a session's output
+//     beyond one bounded buffer per reader, so a slow client pays only for
+//     itself.
+//   - not_found is answered only when the registry definitively has no such
+//     record; any failure to consult it is unavailable (see errors.go, the
+//     one place that maps errors to HTTP status and wire code).
+//   - Operations that change a sandbox's set of processes (create session,
+//     suspend, destroy) hold that sandbox's lock, so a spawn never races a
+//     destroy.
+//   - Capabilities are advertised only when delivered; everything else
+//     answers not_supported.
+package daemon

@@ -1,0 +1,139 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os/exec"
+	"strconv"
+
+	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/wire"
+)
+
+// This file is the one place that maps errors to HTTP status and wire code.
+// Handlers return Go errors; writeError classifies them here.
+
+// apiError is an error with a decided status and wire code. Handlers build
+// them with the constructors below when they know the answer; anything
+// else is classified by classify.
+type apiError struct {
+	status       int
+	code         wire.Code
+	detail       string
+	retryAfterMS int64
+}
+
+func (e *apiError) Error() string { return fmt.Sprintf("%s (%d): %s", e.code, e.status, e.detail) }
+
+func errInvalid(format string, args ...any) *apiError {
+	return &apiError{status: http.StatusBadRequest, code: wire.CodeInvalid, detail: fmt.Sprintf(format, args...)}
+}
+
+func errConflict(format string, args ...any) *apiError {
+	return &apiError{status: http.StatusConflict, code: wire.CodeInvalid, detail: fmt.Sprintf(format, args...)}
+}
+
+func errTooLarge(limit int64) *apiError {
+	return &apiError{status: http.StatusRequestEntityTooLarge, code: wire.CodeInvalid,
+		detail: fmt.Sprintf("body larger than %d bytes", limit)}
+}
+
+func errNotFound(format string, args ...any) *apiError {
+	return &apiError{status: http.StatusNotFound, code: wire.CodeNotFound, detail: fmt.Sprintf(format, args...)}
+}
+
+func errNotSupported(format string, args ...any) *apiError {
+	return &apiError{status: http.StatusNotImplemented, code: wire.CodeNotSupported, detail: fmt.Sprintf(format, args...)}
+}
+
+func errUnavailable(format string, args ...any) *apiError {
+	return &apiError{status: http.StatusServiceUnavailable, code: wire.CodeUnavailable, detail: fmt.Sprintf(format, args...)}
+}
+
+func errCommandExited() *apiError {
+	return &apiError{status: http.StatusConflict, code: wire.CodeCommandExited, detail: "the command has exited"}
+}
+
+func errTruncated(detail string) *apiError {
+	return &apiError{status: http.StatusRequestedRangeNotSatisfiable, code: wire.CodeTruncated, detail: detail}
+}
+
+var (
+	errDenied  = &apiError{status: http.StatusUnauthorized, code: wire.CodeDenied, detail: "missing or wrong bearer token"}
+	errNoRoute = &apiError{status: http.StatusNotFound, code: wire.CodeInvalid, detail: wire.DetailNoRoute}
+)
+
+// classify turns any error into an apiError. Absence becomes not_found only
+// through errNotFound, which handlers build after the registry answered
+// registry.ErrNotFound for the exact thing addressed; a bare
+// registry.ErrNotFound reaching here is a bug and is answered unavailable,
+// never not_found.
+func classify(err error) *apiError {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	var mbe *http.MaxBytesError
+	var ce *journal.CursorError
+	switch {
+	case errors.As(err, &ce) && errors.Is(err, journal.ErrTruncated):
+		return errTruncated(ce.Error())
+	case errors.As(err, &ce):
+		return errInvalid("%v", ce)
+	case errors.Is(err, journal.ErrUnknownStream):
+		return errInvalid("%v", err)
+	case errors.Is(err, shim.ErrExited):
+		return errCommandExited()
+	case errors.Is(err, shim.ErrInvalid):
+		return errInvalid("%v", err)
+	case errors.Is(err, shim.ErrWriteFailed):
+		return &apiError{status: http.StatusInsufficientStorage, code: wire.CodeWriteFailed, detail: err.Error()}
+	case errors.As(err, &mbe):
+		return errTooLarge(mbe.Limit)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return errUnavailable("%v", err)
+	case errors.Is(err, registry.ErrNotFound):
+		return errUnavailable("internal: unscoped absence: %v", err)
+	}
+	return errUnavailable("%v", err)
+}
+
+// writeError writes err as runnerd's error response and counts it.
+func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	ae := classify(err)
+	s.metrics.countError(ae.code)
+	if ae.status >= 500 {
+		s.log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "code", ae.code, "err", ae.detail)
+	}
+	h := w.Header()
+	h.Set(wire.HeaderError, string(ae.code))
+	h.Set("Content-Type", "application/json")
+	if ae.retryAfterMS > 0 {
+		h.Set("Retry-After", strconv.FormatInt((ae.retryAfterMS+999)/1000, 10))
+	}
+	body, _ := json.Marshal(wire.ErrorBody{Error: wire.Error{Code: ae.code, Detail: ae.detail, RetryAfterMS: ae.retryAfterMS}})
+	body = append(body, '\n')
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(ae.status)
+	w.Write(body)
+}
+
+// classifyStart maps a failure of shim.Start: a command that cannot be
+// started (no such file, not executable) is the caller's mistake (invalid);
+// anything else is transient.
+func classifyStart(err error) error {
+	var se *shim.StartError
+	if errors.As(err, &se) || errors.Is(err, shim.ErrInvalid) {
+		return errInvalid("start command: %v", err)
+	}
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, exec.ErrNotFound) {
+		return errInvalid("start command: %v", err)
+	}
+	return errUnavailable("start session: %v", err)
+}

@@ -1,0 +1,179 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/wire"
+)
+
+// execGrace is the SIGTERM grace when an exec's timeout elapses.
+const execGrace = time.Second
+
+// capture is one stream of an exec: the first MaxExecOutput bytes, and
+// whether more followed.
+type capture struct {
+	data      []byte
+	truncated bool
+	err       error // io.EOF or journal.ErrLost at a normal end
+}
+
+func captureStream(ctx context.Context, rd *journal.Reader) capture {
+	var c capture
+	buf := make([]byte, chunkSize)
+	for {
+		n, err := rd.ReadContext(ctx, buf)
+		if n > 0 {
+			room := wire.MaxExecOutput - len(c.data)
+			if n > room {
+				c.truncated = true
+				n = max(room, 0)
+			}
+			c.data = append(c.data, buf[:n]...)
+		}
+		if err != nil {
+			c.err = err
+			return c
+		}
+	}
+}
+
+func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
+	var req wire.Exec
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.TimeoutMS < 0 {
+		s.writeError(w, r, errInvalid("timeout_ms must be >= 0"))
+		return
+	}
+	done, ok := s.track()
+	if !ok {
+		s.writeError(w, r, errUnavailable("runnerd is stopping"))
+		return
+	}
+	defer done()
+	ctx, cancel := contextWithStop(r.Context(), s.stop)
+	defer cancel()
+
+	ss, created, err := s.spawn(ctx, r.PathValue("name"), wire.CreateSession{
+		ID: req.ID, Argv: req.Argv, Env: req.Env, Cwd: req.Cwd,
+	})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if created {
+		// Feed stdin and close it: an exec's command always sees EOF. A
+		// command that exits before reading is not an error here.
+		c, err := shim.Dial(ctx, s.sessionDir(ss))
+		if err == nil {
+			if len(req.Stdin) > 0 {
+				err = c.WriteStdin(ctx, req.Stdin)
+			}
+			if err == nil {
+				err = c.CloseStdin(ctx)
+			}
+			c.Close()
+		}
+		if err != nil && !errors.Is(err, shim.ErrExited) {
+			s.log.Warn("exec stdin", "sandbox", ss.Sandbox, "session", ss.ID, "err", err)
+		}
+	}
+	j, err := s.openJournal(ss)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer j.Close()
+
+	rctx, rcancel := context.WithCancel(ctx)
+	defer rcancel()
+	streams := streamsOf(false)
+	caps := make([]capture, len(streams))
+	var wg sync.WaitGroup
+	for i, stream := range streams {
+		rd, err := openReader(j, stream, 0, true)
+		if err != nil {
+			rcancel()
+			wg.Wait()
+			s.writeError(w, r, err)
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer rd.Close()
+			caps[i] = captureStream(rctx, rd)
+		}()
+	}
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+
+	var timeout <-chan time.Time
+	if req.TimeoutMS > 0 {
+		t := time.NewTimer(time.Duration(req.TimeoutMS) * time.Millisecond)
+		defer t.Stop()
+		timeout = t.C
+	}
+	timedOut := false
+	select {
+	case <-finished:
+	case <-timeout:
+		timedOut = true
+		if _, err := s.terminate(ctx, ss, execGrace); err != nil {
+			rcancel()
+			<-finished
+			s.writeError(w, r, err)
+			return
+		}
+		<-finished // the exit record is in: the readers end at once
+	case <-ctx.Done():
+		// The client left or runnerd stops: the command keeps running.
+		rcancel()
+		<-finished
+		if r.Context().Err() == nil {
+			s.writeError(w, r, errUnavailable("runnerd is stopping"))
+		}
+		return
+	}
+	lost := false
+	for _, c := range caps {
+		switch {
+		case errors.Is(c.err, io.EOF):
+		case errors.Is(c.err, journal.ErrLost):
+			lost = true
+		default:
+			s.writeError(w, r, c.err)
+			return
+		}
+	}
+	exit, err := s.finalExit(ss, j, lost)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, wire.ExecResult{
+		Session:         ss.ID,
+		Stdout:          nonNil(caps[0].data),
+		Stderr:          nonNil(caps[1].data),
+		StdoutTruncated: caps[0].truncated,
+		StderrTruncated: caps[1].truncated,
+		TimedOut:        timedOut,
+		Exit:            exit,
+	})
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}

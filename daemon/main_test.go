@@ -1,0 +1,326 @@
+package daemon_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/agentrunner/runner/daemon"
+	"github.com/agentrunner/runner/wire"
+)
+
+// runnerdBin is the real runnerd, built once in TestMain: it is the shim
+// executable of every daemon in these tests and the daemon of the restart
+// tests, which need a separate process to kill -9.
+var runnerdBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "runnerd-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	runnerdBin = filepath.Join(dir, "runnerd")
+	args := []string{"build", "-o", runnerdBin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "github.com/agentrunner/runner/cmd/runnerd")...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build runnerd:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const testToken = "test-token-0123456789"
+
+// api is a minimal HTTP client of runnerd for tests: plain net/http.
+type api struct {
+	t     *testing.T
+	base  string // http://host:port or http://unix
+	hc    *http.Client
+	token string
+	state string
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r response) code() wire.Code { return wire.Code(r.header.Get(wire.HeaderError)) }
+
+func (r response) errBody(t *testing.T) wire.Error {
+	t.Helper()
+	var b wire.ErrorBody
+	if err := json.Unmarshal(r.body, &b); err != nil {
+		t.Fatalf("error body %q: %v", r.body, err)
+	}
+	return b.Error
+}
+
+func (a *api) do(method, path string, body any) response {
+	a.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		rd = bytes.NewReader(b)
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			a.t.Fatal(err)
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, a.base+path, rd)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	if a.token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.token)
+	}
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		a.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		a.t.Fatalf("%s %s: read body: %v", method, path, err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: raw}
+}
+
+// must does the call and decodes a 2xx answer into out.
+func (a *api) must(method, path string, body any, wantStatus int, out any) {
+	a.t.Helper()
+	r := a.do(method, path, body)
+	if r.status != wantStatus {
+		a.t.Fatalf("%s %s: got %d %s, want %d", method, path, r.status, r.body, wantStatus)
+	}
+	if out != nil {
+		if err := json.Unmarshal(r.body, out); err != nil {
+			a.t.Fatalf("%s %s: decode %q: %v", method, path, r.body, err)
+		}
+	}
+}
+
+func (a *api) wantError(r response, status int, code wire.Code) {
+	a.t.Helper()
+	if r.status != status || r.code() != code {
+		a.t.Fatalf("got %d %s (header %q), want %d %s", r.status, r.body, r.code(), status, code)
+	}
+	if got := r.errBody(a.t).Code; got != code {
+		a.t.Fatalf("body code %q, want %q", got, code)
+	}
+}
+
+func (a *api) createSandbox(name string) wire.Sandbox {
+	a.t.Helper()
+	var sb wire.Sandbox
+	a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: name}, 200, &sb)
+	return sb
+}
+
+func (a *api) spawn(sandbox string, req wire.CreateSession) wire.Session {
+	a.t.Helper()
+	var s wire.Session
+	a.must("POST", "/v1/sandboxes/"+sandbox+"/sessions", req, 201, &s)
+	return s
+}
+
+func (a *api) exec(sandbox string, req wire.Exec) wire.ExecResult {
+	a.t.Helper()
+	var res wire.ExecResult
+	a.must("POST", "/v1/sandboxes/"+sandbox+"/exec", req, 200, &res)
+	return res
+}
+
+// attachResult is everything one attach received.
+type attachResult struct {
+	streams  map[string][]byte
+	ends     map[string]int64 // offset after the last data byte per stream
+	terminal *wire.Frame      // nil if the connection ended without one
+	exit     wire.Exit
+	errBody  *wire.Error
+	frames   int
+	closeErr error
+}
+
+// attach reads an attach to its end. stop, when not nil, is called with
+// every data frame and may end the read early (returning true) without a
+// terminal frame.
+func (a *api) attach(ctx context.Context, sandbox, id, query string, stop func(f wire.Frame) bool) attachResult {
+	a.t.Helper()
+	conn, resp, err := websocket.Dial(ctx, strings.Replace(a.base, "http", "ws", 1)+"/v1/sandboxes/"+sandbox+"/sessions/"+id+"/attach?"+query,
+		&websocket.DialOptions{HTTPClient: a.hc, HTTPHeader: http.Header{"Authorization": {"Bearer " + a.token}}})
+	if err != nil {
+		status := 0
+		if resp != nil {
+			status = resp.StatusCode
+		}
+		a.t.Fatalf("attach: %v (status %d)", err, status)
+	}
+	defer conn.CloseNow()
+	conn.SetReadLimit(2 << 20)
+	res := attachResult{streams: map[string][]byte{}, ends: map[string]int64{}}
+	for {
+		typ, msg, err := conn.Read(ctx)
+		if err != nil {
+			res.closeErr = err
+			return res
+		}
+		if typ != websocket.MessageBinary {
+			a.t.Fatalf("attach: got a %v message", typ)
+		}
+		f, err := wire.ParseFrame(msg)
+		if err != nil {
+			a.t.Fatalf("attach: parse frame: %v", err)
+		}
+		if res.terminal != nil {
+			a.t.Fatalf("attach: frame %v after the terminal frame", f.Kind)
+		}
+		res.frames++
+		switch f.Kind {
+		case wire.FrameData:
+			name := f.Stream.StreamName()
+			if end, ok := res.ends[name]; ok && f.Offset != end {
+				a.t.Fatalf("attach: %s frame at %d, want %d", name, f.Offset, end)
+			}
+			res.streams[name] = append(res.streams[name], f.Payload...)
+			res.ends[name] = f.End()
+			if stop != nil && stop(f) {
+				return res
+			}
+		case wire.FrameHeartbeat:
+		case wire.FrameExit, wire.FrameLost:
+			ff := f
+			res.terminal = &ff
+			e, err := f.Exit()
+			if err != nil {
+				a.t.Fatal(err)
+			}
+			res.exit = e
+		case wire.FrameError:
+			ff := f
+			res.terminal = &ff
+			e, err := f.Err()
+			if err != nil {
+				a.t.Fatal(err)
+			}
+			res.errBody = e
+		}
+	}
+}
+
+// startDaemon runs daemon.Run in this process on a loopback listener and
+// a fresh state directory. Cleanup destroys every sandbox (so no shim
+// outlives the test) and stops the daemon.
+func startDaemon(t *testing.T) *api {
+	t.Helper()
+	return startDaemonIn(t, t.TempDir(), testToken)
+}
+
+func startDaemonIn(t *testing.T, state, token string) *api {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	errc := make(chan error, 1)
+	go func() {
+		errc <- daemon.Run(ctx, daemon.Config{
+			StateDir:       state,
+			Socket:         "none",
+			Token:          token,
+			ShimCommand:    []string{runnerdBin, "shim"},
+			TCPListener:    l,
+			Ready:          func(string) { close(ready) },
+			Logger:         testLogger(t),
+			SuspendGrace:   2 * time.Second,
+			TerminateGrace: 2 * time.Second,
+		})
+	}()
+	select {
+	case <-ready:
+	case err := <-errc:
+		cancel()
+		t.Fatalf("daemon.Run: %v", err)
+	}
+	a := &api{t: t, base: "http://" + l.Addr().String(), hc: &http.Client{Timeout: 60 * time.Second}, token: token, state: state}
+	if a.token == "" {
+		tok, err := os.ReadFile(filepath.Join(state, "token"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.token = strings.TrimSpace(string(tok))
+	}
+	t.Cleanup(func() {
+		a.destroyAll()
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("daemon.Run: %v", err)
+		}
+		a.hc.CloseIdleConnections()
+	})
+	return a
+}
+
+// destroyAll removes every sandbox, which terminates every session.
+func (a *api) destroyAll() {
+	a.t.Helper()
+	token := ""
+	for {
+		var page wire.SandboxList
+		a.must("GET", "/v1/sandboxes?limit=1000&page_token="+token, nil, 200, &page)
+		for _, sb := range page.Sandboxes {
+			if r := a.do("DELETE", "/v1/sandboxes/"+sb.Name, nil); r.status != 204 {
+				a.t.Errorf("destroy %s: %d %s", sb.Name, r.status, r.body)
+			}
+		}
+		if page.NextPageToken == "" {
+			return
+		}
+		token = page.NextPageToken
+	}
+}
+
+// logWriter sends daemon logs to t.Log, so they show only on failure.
+type logWriter struct {
+	mu   sync.Mutex
+	t    *testing.T
+	done bool
+}
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
+}

@@ -1,0 +1,171 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/agentrunner/runner/daemon/preview"
+	"github.com/agentrunner/runner/daemon/registry"
+)
+
+// Run serves runnerd until ctx ends, then stops serving gracefully: it
+// stops accepting, closes attaches (clients reattach from their cursors),
+// waits up to cfg.ShutdownTimeout for in-flight requests, and closes the
+// registry. It never stops a session: shims are detached and outlive it.
+//
+// Run fails at once if another runnerd holds the state directory.
+func Run(ctx context.Context, cfg Config) (err error) {
+	cfg, err = cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	log := cfg.Logger
+	for _, d := range []string{cfg.StateDir, filepath.Join(cfg.StateDir, "sandboxes"), filepath.Join(cfg.StateDir, "s")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("create state directory: %w", err)
+		}
+	}
+	// The state directory holds the token, the control sockets of shims and
+	// journals: only its owner may enter. Workspaces sit below it; a
+	// sandbox user reaches its own through the (0755) sandboxes directory
+	// only if the state directory lets it, so keep 0711 there.
+	if err := os.Chmod(cfg.StateDir, 0o711); err != nil {
+		return fmt.Errorf("chmod state directory: %w", err)
+	}
+	os.Chmod(filepath.Join(cfg.StateDir, "sandboxes"), 0o711)
+
+	token, err := loadToken(cfg.StateDir, cfg.Token)
+	if err != nil {
+		return err
+	}
+	reg, err := registry.Open(filepath.Join(cfg.StateDir, "registry.db"))
+	if err != nil {
+		return fmt.Errorf("%w (is another runnerd using %s?)", err, cfg.StateDir)
+	}
+	defer reg.Close()
+
+	s := &server{
+		cfg:     cfg,
+		log:     log,
+		token:   token,
+		reg:     reg,
+		metrics: newMetrics(),
+		locks:   newKeyedMutex(),
+		stop:    make(chan struct{}),
+	}
+	s.routes()
+	if err := s.reconcile(ctx); err != nil {
+		return fmt.Errorf("recover sessions: %w", err)
+	}
+
+	var listeners []net.Listener
+	closeListeners := func() {
+		for _, l := range listeners {
+			l.Close()
+		}
+	}
+	tcpAddr := ""
+	switch {
+	case cfg.TCPListener != nil:
+		listeners = append(listeners, cfg.TCPListener)
+		tcpAddr = cfg.TCPListener.Addr().String()
+	case cfg.Listen != "none":
+		l, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+		}
+		listeners = append(listeners, l)
+		tcpAddr = l.Addr().String()
+	}
+	if cfg.Socket != "none" {
+		// The registry lock proves no other runnerd uses this state
+		// directory, so a socket file here is a stale one.
+		if err := os.Remove(cfg.Socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+			closeListeners()
+			return fmt.Errorf("remove stale socket: %w", err)
+		}
+		l, err := net.Listen("unix", cfg.Socket)
+		if err != nil {
+			closeListeners()
+			return fmt.Errorf("listen %s: %w", cfg.Socket, err)
+		}
+		if err := os.Chmod(cfg.Socket, 0o600); err != nil {
+			l.Close()
+			closeListeners()
+			return fmt.Errorf("chmod socket: %w", err)
+		}
+		listeners = append(listeners, l)
+	}
+
+	if cfg.PreviewListen != "" {
+		pv, err := preview.New(preview.Config{URLTemplate: cfg.PreviewURLTemplate, Lookup: s.previewLookup, Logger: log})
+		if err != nil {
+			closeListeners()
+			return fmt.Errorf("preview listener: %w", err)
+		}
+		pl, err := net.Listen("tcp", cfg.PreviewListen)
+		if err != nil {
+			pv.Close()
+			closeListeners()
+			return fmt.Errorf("listen %s: %w", cfg.PreviewListen, err)
+		}
+		s.preview = pv
+		pvDone := make(chan struct{})
+		go func() {
+			defer close(pvDone)
+			pv.Serve(pl) // returns once pv.Close has run
+		}()
+		defer func() {
+			pv.Close()
+			<-pvDone
+		}()
+	}
+
+	srv := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          nil,
+	}
+	serveErr := make(chan error, len(listeners))
+	var wg sync.WaitGroup
+	for _, l := range listeners {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				serveErr <- fmt.Errorf("serve %s: %w", l.Addr(), err)
+			}
+		}()
+	}
+	log.Info("runnerd serving", "state", cfg.StateDir, "tcp", tcpAddr, "socket", cfg.Socket, "version", cfg.Version)
+	if err := sdNotify("READY=1"); err != nil {
+		log.Warn("sd_notify READY", "err", err)
+	}
+	if cfg.Ready != nil {
+		cfg.Ready(tcpAddr)
+	}
+
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+	}
+	log.Info("runnerd stopping; sessions keep running")
+	sdNotify("STOPPING=1")
+	s.beginStop()
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if serr := srv.Shutdown(sctx); serr != nil {
+		srv.Close()
+	}
+	wg.Wait()
+	s.streams.Wait()
+	return err
+}

@@ -1,0 +1,267 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/agentrunner/runner/daemon/preview"
+	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/wire"
+)
+
+// server holds what every handler needs. Its fields are set once in Run
+// and read-only afterwards, except where a field's comment says otherwise.
+type server struct {
+	cfg     Config
+	log     *slog.Logger
+	token   string
+	reg     *registry.Registry
+	metrics *metrics
+	locks   *keyedMutex
+	mux     *http.ServeMux
+	preview *preview.Server // nil without a preview listener
+
+	// stop is closed when Run begins shutting down; long-lived handlers
+	// (attach, follow, exec) end on it. Owned by Run.
+	stop chan struct{}
+	// streams counts the long-lived handlers so Run can wait for them;
+	// Add happens only under mu while !stopping.
+	streams sync.WaitGroup
+
+	mu       sync.Mutex // guards stopping
+	stopping bool
+}
+
+// track registers a long-lived handler. It returns false once Run is
+// stopping; otherwise the caller must call done when it returns.
+func (s *server) track() (done func(), ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping {
+		return nil, false
+	}
+	s.streams.Add(1)
+	return s.streams.Done, true
+}
+
+// beginStop makes track refuse and wakes every tracked handler.
+func (s *server) beginStop() {
+	s.mu.Lock()
+	s.stopping = true
+	s.mu.Unlock()
+	close(s.stop)
+}
+
+func (s *server) routes() {
+	m := http.NewServeMux()
+	m.HandleFunc("GET /healthz", s.handleHealth)
+	m.HandleFunc("GET /metrics", s.handleMetrics)
+	m.HandleFunc("GET /v1/capabilities", s.handleCapabilities)
+
+	m.HandleFunc("POST /v1/sandboxes", s.handleCreateSandbox)
+	m.HandleFunc("GET /v1/sandboxes", s.handleListSandboxes)
+	m.HandleFunc("GET /v1/sandboxes/{name}", s.handleGetSandbox)
+	m.HandleFunc("DELETE /v1/sandboxes/{name}", s.handleDeleteSandbox)
+	m.HandleFunc("POST /v1/sandboxes/{name}/suspend", s.handleSuspend)
+	m.HandleFunc("POST /v1/sandboxes/{name}/resume", s.handleResume)
+	m.HandleFunc("PUT /v1/sandboxes/{name}/network", s.handleNetwork)
+	m.HandleFunc("POST /v1/sandboxes/{name}/urls", s.handleURLs)
+
+	m.HandleFunc("POST /v1/sandboxes/{name}/sessions", s.handleCreateSession)
+	m.HandleFunc("GET /v1/sandboxes/{name}/sessions", s.handleListSessions)
+	m.HandleFunc("GET /v1/sandboxes/{name}/sessions/{id}", s.handleGetSession)
+	m.HandleFunc("GET /v1/sandboxes/{name}/sessions/{id}/attach", s.handleAttach)
+	m.HandleFunc("GET /v1/sandboxes/{name}/sessions/{id}/streams/{stream}", s.handleStream)
+	m.HandleFunc("POST /v1/sandboxes/{name}/sessions/{id}/stdin", s.handleStdin)
+	m.HandleFunc("POST /v1/sandboxes/{name}/sessions/{id}/close-stdin", s.handleCloseStdin)
+	m.HandleFunc("POST /v1/sandboxes/{name}/sessions/{id}/resize", s.handleResize)
+	m.HandleFunc("POST /v1/sandboxes/{name}/sessions/{id}/signal", s.handleSignal)
+	m.HandleFunc("POST /v1/sandboxes/{name}/sessions/{id}/terminate", s.handleTerminate)
+	m.HandleFunc("POST /v1/sandboxes/{name}/exec", s.handleExec)
+	s.mux = m
+}
+
+var routeMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete}
+
+// ServeHTTP authenticates, then routes. Unknown routes answer 404 invalid
+// ("no such route") and wrong methods 405 invalid: never not_found, which
+// is reserved for the registry's definitive absence.
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/healthz" && !tokenMatches(r.Header.Get("Authorization"), s.token) {
+		s.writeError(w, r, errDenied)
+		return
+	}
+	if _, pattern := s.mux.Handler(r); pattern == "" {
+		for _, m := range routeMethods {
+			r2 := r.Clone(r.Context())
+			r2.Method = m
+			if _, p := s.mux.Handler(r2); p != "" {
+				w.Header().Set("Allow", m)
+				s.writeError(w, r, &apiError{status: http.StatusMethodNotAllowed, code: wire.CodeInvalid, detail: "method not allowed"})
+				return
+			}
+		}
+		s.writeError(w, r, errNoRoute)
+		return
+	}
+	s.mux.ServeHTTP(w, r) // sets the path values Handler does not
+}
+
+// writeJSON writes v as a complete JSON body with a Content-Length, so a
+// cut body fails to decode on the client.
+func (s *server) writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		s.log.Error("encode response", "err", err)
+		http.Error(w, "encode response", http.StatusInternalServerError)
+		return
+	}
+	body = append(body, '\n')
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+// decodeJSON reads a bounded JSON body into v, rejecting unknown fields and
+// trailing data. An empty body decodes as {} when allowEmpty.
+func decodeJSON(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) error {
+	body := http.MaxBytesReader(w, r.Body, wire.MaxJSONBody)
+	raw, err := io.ReadAll(body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return errTooLarge(mbe.Limit)
+		}
+		return errInvalid("read body: %v", err)
+	}
+	if len(raw) == 0 && allowEmpty {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return errInvalid("decode body: %v", err)
+	}
+	if dec.More() {
+		return errInvalid("decode body: trailing data")
+	}
+	return nil
+}
+
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// validName checks a sandbox name: a DNS label.
+func validName(name string) error {
+	if !dnsLabel.MatchString(name) {
+		return errInvalid("sandbox name %q is not a DNS label (1-63 of [a-z0-9-], no leading or trailing '-')", name)
+	}
+	return nil
+}
+
+var sessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+func validSessionID(id string) error {
+	if !sessionIDPattern.MatchString(id) {
+		return errInvalid("session id %q: want 1-64 of [A-Za-z0-9._-], starting with a letter or digit", id)
+	}
+	return nil
+}
+
+// sandbox looks up the sandbox named in the path: 400 for a bad name, 404
+// not_found only when the registry says it does not exist.
+func (s *server) sandbox(name string) (registry.Sandbox, error) {
+	if err := validName(name); err != nil {
+		return registry.Sandbox{}, err
+	}
+	sb, err := s.reg.GetSandbox(name)
+	if errors.Is(err, registry.ErrNotFound) {
+		return sb, errNotFound("sandbox %q does not exist", name)
+	}
+	if err != nil {
+		return sb, errUnavailable("read registry: %v", err)
+	}
+	return sb, nil
+}
+
+func (s *server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	s.writeJSON(w, http.StatusOK, wire.Health{Status: "ok", Version: s.cfg.Version})
+}
+
+func (s *server) handleCapabilities(w http.ResponseWriter, r *http.Request) {
+	// Only what this host delivers: no network_policy until egress is
+	// enforced, no public_url without a preview listener.
+	caps := []string{wire.CapAttach, wire.CapSuspend, wire.CapTerminateSession, wire.CapTTY}
+	if s.preview != nil {
+		caps = append(caps, wire.CapPublicURL)
+		slices.Sort(caps)
+	}
+	s.writeJSON(w, http.StatusOK, wire.Capabilities{Capabilities: caps})
+}
+
+func (s *server) handleNetwork(w http.ResponseWriter, r *http.Request) {
+	if _, err := s.sandbox(r.PathValue("name")); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeError(w, r, errNotSupported("network policy is not enforced on this host"))
+}
+
+// keyedMutex is a set of mutexes by key, created on demand and dropped when
+// unused.
+type keyedMutex struct {
+	mu sync.Mutex // guards m
+	m  map[string]*keyedEntry
+}
+
+type keyedEntry struct {
+	mu   sync.Mutex
+	refs int // guarded by keyedMutex.mu
+}
+
+func newKeyedMutex() *keyedMutex { return &keyedMutex{m: map[string]*keyedEntry{}} }
+
+// Lock locks key and returns its unlock function.
+func (k *keyedMutex) Lock(key string) func() {
+	k.mu.Lock()
+	e := k.m[key]
+	if e == nil {
+		e = &keyedEntry{}
+		k.m[key] = e
+	}
+	e.refs++
+	k.mu.Unlock()
+	e.mu.Lock()
+	return func() {
+		e.mu.Unlock()
+		k.mu.Lock()
+		e.refs--
+		if e.refs == 0 {
+			delete(k.m, key)
+		}
+		k.mu.Unlock()
+	}
+}
+
+// contextWithStop returns a context that also ends when stop is closed.
+// Its goroutine ends when the returned cancel is called (the caller must).
+func contextWithStop(ctx context.Context, stop <-chan struct{}) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}

@@ -1,0 +1,640 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/wire"
+)
+
+// stateStarting marks a session record written before its shim was
+// started, so a crash between the two is found again at the next start.
+// It never crosses the wire (it reads as running).
+const stateStarting = "starting"
+
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+func (s *server) sessionDir(ss registry.Session) string {
+	return filepath.Join(s.cfg.StateDir, "s", ss.Key)
+}
+
+func journalDir(sessionDir string) string { return filepath.Join(sessionDir, "journal") }
+
+func streamsOf(tty bool) []string {
+	if tty {
+		return []string{"stdout"}
+	}
+	return []string{"stdout", "stderr"}
+}
+
+func toWireExit(e journal.Exit) wire.Exit {
+	return wire.Exit{Reason: e.Reason, Code: e.Code, Signal: e.Signal, Detail: e.Detail, Lengths: e.Lengths, Time: e.Time}
+}
+
+func toWireSession(ss registry.Session) wire.Session {
+	st := ss.State
+	if st == stateStarting {
+		st = wire.SessionRunning
+	}
+	return wire.Session{
+		ID:        ss.ID,
+		Sandbox:   ss.Sandbox,
+		Argv:      ss.Request.Argv,
+		TTY:       ss.Request.TTY,
+		State:     st,
+		PID:       ss.PID,
+		StartedAt: ss.StartedAt,
+		Streams:   streamsOf(ss.Request.TTY),
+		Exit:      ss.Exit,
+	}
+}
+
+// session looks up the session in the path: 404 not_found only when the
+// registry says the sandbox or the session does not exist.
+func (s *server) session(r *http.Request) (registry.Session, error) {
+	name, id := r.PathValue("name"), r.PathValue("id")
+	if err := validName(name); err != nil {
+		return registry.Session{}, err
+	}
+	if err := validSessionID(id); err != nil {
+		return registry.Session{}, err
+	}
+	ss, err := s.reg.GetSession(name, id)
+	if errors.Is(err, registry.ErrNotFound) {
+		if _, serr := s.sandbox(name); serr != nil {
+			return ss, serr
+		}
+		return ss, errNotFound("session %q of sandbox %q does not exist", id, name)
+	}
+	if err != nil {
+		return ss, errUnavailable("read registry: %v", err)
+	}
+	return ss, nil
+}
+
+// normalize validates a spawn request and fills its defaults, so that two
+// requests that mean the same compare equal.
+func normalize(req *wire.CreateSession) error {
+	if len(req.Argv) == 0 || req.Argv[0] == "" {
+		return errInvalid("argv must name a command")
+	}
+	for _, kv := range req.Env {
+		if i := strings.IndexByte(kv, '='); i <= 0 {
+			return errInvalid("env entry %q: want KEY=VALUE", kv)
+		}
+	}
+	if req.TTY {
+		if req.Rows == 0 && req.Cols == 0 {
+			req.Rows, req.Cols = 24, 80
+		}
+		if req.Rows < 1 || req.Rows > 65535 || req.Cols < 1 || req.Cols > 65535 {
+			return errInvalid("rows and cols: want 1..65535")
+		}
+	} else if req.Rows != 0 || req.Cols != 0 {
+		return errInvalid("rows and cols apply to tty sessions only")
+	}
+	return nil
+}
+
+func sameRequest(a, b wire.CreateSession) bool {
+	return slices.Equal(a.Argv, b.Argv) && slices.Equal(a.Env, b.Env) && a.Cwd == b.Cwd &&
+		a.TTY == b.TTY && a.Rows == b.Rows && a.Cols == b.Cols
+}
+
+func envWith(env []string, key, value string) []string {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, key+"=") {
+			return env
+		}
+	}
+	return append(env, key+"="+value)
+}
+
+// spawn starts a session and returns it once its command runs. created is
+// false when id named an existing session started by the same request.
+func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession) (ss registry.Session, created bool, err error) {
+	if err := normalize(&req); err != nil {
+		return ss, false, err
+	}
+	if req.ID == "" {
+		req.ID = registry.NewID()
+	} else if err := validSessionID(req.ID); err != nil {
+		return ss, false, err
+	}
+	if _, err := s.sandbox(name); err != nil {
+		return ss, false, err
+	}
+	unlock := s.locks.Lock(name)
+	defer unlock()
+
+	ss = registry.Session{
+		Sandbox:   name,
+		ID:        req.ID,
+		Key:       registry.NewID(),
+		Request:   req,
+		State:     stateStarting,
+		StartedAt: time.Now().UTC(),
+	}
+	var sb registry.Sandbox
+	cur, err := s.reg.CreateSession(ss, func(rec registry.Sandbox) error {
+		if rec.State == wire.SandboxSuspended {
+			return errConflict("sandbox suspended")
+		}
+		sb = rec
+		return nil
+	})
+	switch {
+	case errors.Is(err, registry.ErrExists):
+		if !sameRequest(cur.Request, req) {
+			return ss, false, errConflict("%s: session %q exists with a different request", wire.DetailConflict, req.ID)
+		}
+		cur, err = s.refresh(cur)
+		return cur, false, err
+	case errors.Is(err, registry.ErrNotFound):
+		return ss, false, errNotFound("sandbox %q does not exist", name)
+	case err != nil:
+		return ss, false, s.registryErr(err, name)
+	}
+	ss.Incarnation = sb.Incarnation
+
+	fail := func(err error) (registry.Session, bool, error) {
+		os.RemoveAll(s.sessionDir(ss))
+		if derr := s.reg.DeleteSession(name, ss.ID); derr != nil {
+			s.log.Error("forget failed session", "sandbox", name, "session", ss.ID, "err", derr)
+		}
+		return ss, false, err
+	}
+	cwd := sb.Workspace
+	if req.Cwd != "" {
+		cwd = req.Cwd
+		if !filepath.IsAbs(cwd) {
+			cwd = filepath.Join(sb.Workspace, cwd)
+		}
+	}
+	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
+		return fail(errInvalid("cwd %q is not a directory", req.Cwd))
+	}
+	env := envWith(slices.Clone(req.Env), "PATH", defaultPath)
+	env = envWith(env, "HOME", sb.Workspace)
+	if req.TTY {
+		env = envWith(env, "TERM", "xterm-256color")
+	}
+	spec := shim.Spec{
+		ID:   ss.ID,
+		Argv: req.Argv,
+		Env:  env,
+		Dir:  cwd,
+		User: sb.User,
+		TTY:  req.TTY,
+		Rows: uint16(req.Rows),
+		Cols: uint16(req.Cols),
+	}
+	// The shim outlives this request: a client that goes away must not
+	// cancel a start half-way. Bound it instead.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	st, err := shim.Start(sctx, s.cfg.ShimCommand, s.sessionDir(ss), spec)
+	if err != nil {
+		return fail(classifyStart(err))
+	}
+	ss, err = s.reg.UpdateSession(name, ss.ID, func(rec *registry.Session) error {
+		rec.State = wire.SessionRunning
+		rec.PID = st.PID
+		if !st.StartedAt.IsZero() {
+			rec.StartedAt = st.StartedAt.UTC()
+		}
+		return nil
+	})
+	if err != nil {
+		// The command runs; the record says starting, which the next
+		// refresh or restart resolves from the shim's own status.
+		return ss, false, errUnavailable("record session: %v", err)
+	}
+	s.metrics.sessionsStarted.Add(1)
+	s.log.Info("session started", "sandbox", name, "session", ss.ID, "pid", st.PID, "tty", req.TTY)
+	ss, err = s.refresh(ss)
+	return ss, true, err
+}
+
+// refresh brings a running session's record up to date with its shim's
+// own status: exited (the exit record), lost (the shim died without one:
+// the journal is finished as lost so every reader agrees), or running.
+func (s *server) refresh(ss registry.Session) (registry.Session, error) {
+	if ss.State != wire.SessionRunning {
+		return ss, nil
+	}
+	dir := s.sessionDir(ss)
+	st, err := shim.ReadStatus(dir)
+	if err != nil {
+		return ss, errUnavailable("read session status: %v", err)
+	}
+	var exit wire.Exit
+	switch st.State {
+	case "exited":
+		if st.Exit == nil {
+			return ss, nil
+		}
+		exit = toWireExit(*st.Exit)
+	case "lost":
+		e, err := finishLost(dir, "session supervisor died without an exit record")
+		if err != nil {
+			return ss, err
+		}
+		exit = toWireExit(e)
+	default:
+		return ss, nil
+	}
+	return s.recordExit(ss, exit)
+}
+
+// recordExit stores a session's exit record.
+func (s *server) recordExit(ss registry.Session, exit wire.Exit) (registry.Session, error) {
+	state := wire.SessionExited
+	if exit.Reason == wire.ExitLost {
+		state = wire.SessionLost
+	}
+	out, err := s.reg.UpdateSession(ss.Sandbox, ss.ID, func(rec *registry.Session) error {
+		rec.State = state
+		rec.Exit = &exit
+		return nil
+	})
+	if errors.Is(err, registry.ErrNotFound) {
+		ss.State, ss.Exit = state, &exit
+		return ss, nil // destroyed meanwhile; the answer is still true
+	}
+	if err != nil {
+		return ss, errUnavailable("record exit: %v", err)
+	}
+	return out, nil
+}
+
+// finishLost writes the "lost" exit record into a journal whose writer is
+// gone without one, so every later reader ends the same way. If another
+// party finished it first, that record is returned.
+func finishLost(sessionDir, detail string) (journal.Exit, error) {
+	jdir := journalDir(sessionDir)
+	w, err := journal.Recover(jdir)
+	switch {
+	case errors.Is(err, journal.ErrFinished):
+	case errors.Is(err, journal.ErrBusy):
+		return journal.Exit{}, errUnavailable("session journal is busy")
+	case err != nil:
+		if _, serr := os.Stat(filepath.Join(jdir, "index.db")); errors.Is(serr, os.ErrNotExist) {
+			// The shim never created its journal: nothing ran.
+			return journal.Exit{Reason: wire.ExitLost, Detail: "the session never started", Lengths: map[string]int64{}, Time: time.Now().UTC()}, nil
+		}
+		return journal.Exit{}, errUnavailable("recover journal: %v", err)
+	default:
+		if err := w.Finish(journal.Exit{Reason: wire.ExitLost, Detail: detail}); err != nil && !errors.Is(err, journal.ErrFinished) {
+			return journal.Exit{}, errUnavailable("finish lost journal: %v", err)
+		}
+	}
+	j, err := journal.Open(jdir)
+	if err != nil {
+		return journal.Exit{}, errUnavailable("open journal: %v", err)
+	}
+	defer j.Close()
+	e, ok, err := j.Exit()
+	if err != nil || !ok {
+		return journal.Exit{}, errUnavailable("read exit record: ok=%v err=%v", ok, err)
+	}
+	return e, nil
+}
+
+// reconcile runs once at start: every session the registry thinks is
+// running (or was starting when runnerd died) is checked against its shim.
+func (s *server) reconcile(ctx context.Context) error {
+	all, err := s.reg.AllSessions()
+	if err != nil {
+		return err
+	}
+	for _, ss := range all {
+		if ss.State == stateStarting {
+			st, err := shim.ReadStatus(s.sessionDir(ss))
+			if err != nil {
+				// The shim never came up: nothing ran.
+				e, ferr := finishLost(s.sessionDir(ss), "runnerd stopped while starting the session")
+				if ferr != nil {
+					s.log.Warn("recover session", "sandbox", ss.Sandbox, "session", ss.ID, "err", ferr)
+					continue
+				}
+				s.recordExit(ss, toWireExit(e))
+				continue
+			}
+			ss, _ = s.reg.UpdateSession(ss.Sandbox, ss.ID, func(rec *registry.Session) error {
+				rec.State = wire.SessionRunning
+				rec.PID = st.PID
+				return nil
+			})
+		}
+		if ss.State != wire.SessionRunning {
+			continue
+		}
+		out, err := s.refresh(ss)
+		if err != nil {
+			s.log.Warn("recover session", "sandbox", ss.Sandbox, "session", ss.ID, "err", err)
+			continue
+		}
+		s.log.Info("session found", "sandbox", ss.Sandbox, "session", ss.ID, "state", out.State)
+	}
+	return nil
+}
+
+// terminate stops a session (SIGTERM, SIGKILL after grace) and returns its
+// exit record once it is in the journal. An outcome it cannot confirm is
+// unavailable "uncertain".
+func (s *server) terminate(ctx context.Context, ss registry.Session, grace time.Duration) (registry.Session, error) {
+	ss, err := s.refresh(ss)
+	if err != nil {
+		return ss, err
+	}
+	if ss.State != wire.SessionRunning {
+		return ss, nil
+	}
+	uncertain := func(cause error) (registry.Session, error) {
+		if again, rerr := s.refresh(ss); rerr == nil && again.State != wire.SessionRunning {
+			return again, nil
+		}
+		return ss, &apiError{status: http.StatusServiceUnavailable, code: wire.CodeUnavailable,
+			detail: fmt.Sprintf("%s: %v", wire.DetailUncertain, cause)}
+	}
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace+5*time.Second)
+	defer cancel()
+	c, err := shim.Dial(tctx, s.sessionDir(ss))
+	if err != nil {
+		return uncertain(err)
+	}
+	defer c.Close()
+	e, err := c.Terminate(tctx, grace)
+	if err != nil {
+		return uncertain(err)
+	}
+	return s.recordExit(ss, toWireExit(e))
+}
+
+// stopSessions terminates every running session in parallel.
+func (s *server) stopSessions(ctx context.Context, sessions []registry.Session, grace time.Duration) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(sessions))
+	for i, ss := range sessions {
+		if ss.State != wire.SessionRunning && ss.State != stateStarting {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = s.terminate(ctx, ss, grace)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return &apiError{status: http.StatusServiceUnavailable, code: wire.CodeUnavailable,
+			detail: fmt.Sprintf("%s: stop sessions: %v", wire.DetailUncertain, err)}
+	}
+	return nil
+}
+
+type sessionStats struct {
+	sandboxes int
+	running   int
+	bytes     int64
+}
+
+func (s *server) sessionStats(ctx context.Context) (sessionStats, error) {
+	var st sessionStats
+	n, err := s.reg.CountSandboxes()
+	if err != nil {
+		return st, err
+	}
+	st.sandboxes = n
+	all, err := s.reg.AllSessions()
+	if err != nil {
+		return st, err
+	}
+	for _, ss := range all {
+		if ss, err = s.refresh(ss); err != nil {
+			continue
+		}
+		if ss.Exit != nil {
+			for _, n := range ss.Exit.Lengths {
+				st.bytes += n
+			}
+			continue
+		}
+		st.running++
+		j, err := journal.Open(journalDir(s.sessionDir(ss)))
+		if err != nil {
+			continue
+		}
+		for _, name := range j.Streams() {
+			if _, end, err := j.Bounds(name); err == nil {
+				st.bytes += end
+			}
+		}
+		j.Close()
+	}
+	return st, nil
+}
+
+func (s *server) handleCreateSession(w http.ResponseWriter, r *http.Request) {
+	var req wire.CreateSession
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	ss, created, err := s.spawn(r.Context(), r.PathValue("name"), req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	s.writeJSON(w, status, toWireSession(ss))
+}
+
+func (s *server) handleListSessions(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if _, err := s.sandbox(name); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	list, err := s.reg.ListSessions(name)
+	if err != nil {
+		s.writeError(w, r, errUnavailable("read registry: %v", err))
+		return
+	}
+	out := wire.SessionList{Sessions: make([]wire.Session, 0, len(list))}
+	for _, ss := range list {
+		if ss.State != stateStarting {
+			if ss, err = s.refresh(ss); err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+		}
+		out.Sessions = append(out.Sessions, toWireSession(ss))
+	}
+	s.writeJSON(w, http.StatusOK, out)
+}
+
+func (s *server) handleGetSession(w http.ResponseWriter, r *http.Request) {
+	ss, err := s.session(r)
+	if err == nil && ss.State != stateStarting {
+		ss, err = s.refresh(ss)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, toWireSession(ss))
+}
+
+// control runs fn against the session's shim. A session that ended (or
+// whose shim answers that it did) is command_exited.
+func (s *server) control(w http.ResponseWriter, r *http.Request, fn func(ctx context.Context, c *shim.Client) error) {
+	ss, err := s.session(r)
+	if err == nil {
+		ss, err = s.refresh(ss)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if ss.State != wire.SessionRunning && ss.State != stateStarting {
+		s.writeError(w, r, errCommandExited())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	c, err := shim.Dial(ctx, s.sessionDir(ss))
+	if err == nil {
+		err = fn(ctx, c)
+		c.Close()
+	}
+	if err != nil {
+		if !errors.Is(err, shim.ErrExited) {
+			// The shim may have gone between the status and the call.
+			if again, rerr := s.refresh(ss); rerr == nil && again.State != wire.SessionRunning {
+				err = shim.ErrExited
+			}
+		}
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *server) handleStdin(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, wire.MaxStdinBody))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.control(w, r, func(ctx context.Context, c *shim.Client) error {
+		if len(body) == 0 {
+			return nil
+		}
+		return c.WriteStdin(ctx, body)
+	})
+}
+
+func (s *server) handleCloseStdin(w http.ResponseWriter, r *http.Request) {
+	s.control(w, r, func(ctx context.Context, c *shim.Client) error { return c.CloseStdin(ctx) })
+}
+
+func (s *server) handleResize(w http.ResponseWriter, r *http.Request) {
+	var req wire.Resize
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.Rows < 1 || req.Rows > 65535 || req.Cols < 1 || req.Cols > 65535 {
+		s.writeError(w, r, errInvalid("rows and cols: want 1..65535"))
+		return
+	}
+	ss, err := s.session(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if !ss.Request.TTY {
+		s.writeError(w, r, errInvalid("resize applies to tty sessions only"))
+		return
+	}
+	s.control(w, r, func(ctx context.Context, c *shim.Client) error {
+		return c.Resize(ctx, uint16(req.Rows), uint16(req.Cols))
+	})
+}
+
+// parseSignal accepts "TERM", "SIGTERM", "15".
+func parseSignal(v wire.SignalName) (unix.Signal, error) {
+	str := strings.ToUpper(strings.TrimSpace(string(v)))
+	if n, err := strconv.Atoi(str); err == nil {
+		if n < 1 || n > 64 {
+			return 0, errInvalid("signal %d out of range", n)
+		}
+		return unix.Signal(n), nil
+	}
+	if !strings.HasPrefix(str, "SIG") {
+		str = "SIG" + str
+	}
+	sig := unix.SignalNum(str)
+	if sig == 0 {
+		return 0, errInvalid("unknown signal %q", string(v))
+	}
+	return sig, nil
+}
+
+func (s *server) handleSignal(w http.ResponseWriter, r *http.Request) {
+	var req wire.Signal
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sig, err := parseSignal(req.Signal)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.control(w, r, func(ctx context.Context, c *shim.Client) error { return c.Signal(ctx, sig) })
+}
+
+func (s *server) handleTerminate(w http.ResponseWriter, r *http.Request) {
+	var req wire.Terminate
+	if err := decodeJSON(w, r, &req, true); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.GraceMS == 0 {
+		req.GraceMS = 10000
+	}
+	if req.GraceMS < 1 || req.GraceMS > wire.MaxGraceMS {
+		s.writeError(w, r, errInvalid("grace_ms: want 1..%d", wire.MaxGraceMS))
+		return
+	}
+	ss, err := s.session(r)
+	if err == nil {
+		ss, err = s.terminate(r.Context(), ss, time.Duration(req.GraceMS)*time.Millisecond)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, ss.Exit)
+}

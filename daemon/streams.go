@@ -1,0 +1,146 @@
+package daemon
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"slices"
+
+	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/wire"
+)
+
+// handleStream serves one stream as plain bytes, ending with trailers that
+// say how it ended (docs/protocol.md). A body without the
+// Runner-Stream-End trailer was cut.
+func (s *server) handleStream(w http.ResponseWriter, r *http.Request) {
+	ss, err := s.session(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	stream := r.PathValue("stream")
+	if !slices.Contains(streamsOf(ss.Request.TTY), stream) {
+		s.writeError(w, r, errInvalid("session %q has no stream %q", ss.ID, stream))
+		return
+	}
+	cursor, err := parseCursor(r, "cursor")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	follow := r.URL.Query().Get("follow")
+	if follow != "" && follow != "0" && follow != "1" && follow != "true" && follow != "false" {
+		s.writeError(w, r, errInvalid("follow=%q: want 0 or 1", follow))
+		return
+	}
+	following := follow == "1" || follow == "true"
+	j, err := s.openJournal(ss)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer j.Close()
+	rd, err := openReader(j, stream, cursor, following)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer rd.Close()
+	done, ok := s.track()
+	if !ok {
+		s.writeError(w, r, errUnavailable("runnerd is stopping"))
+		return
+	}
+	defer done()
+
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Trailer", wire.HeaderStreamEnd+", "+wire.HeaderExit+", "+wire.HeaderError)
+	if e, ok, _ := j.Exit(); ok {
+		if b, err := json.Marshal(toWireExit(e)); err == nil {
+			h.Set(wire.HeaderExit, string(b))
+		}
+	}
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+
+	ctx := r.Context()
+	stopCtx, cancel := contextWithStop(ctx, s.stop)
+	defer cancel()
+	buf := make([]byte, chunkSize)
+	var rerr error
+	for {
+		var n int
+		n, rerr = rd.ReadContext(stopCtx, buf)
+		if n > 0 {
+			if _, err := w.Write(buf[:n]); err != nil {
+				return
+			}
+			if flusher != nil {
+				flusher.Flush()
+			}
+		}
+		if rerr != nil {
+			break
+		}
+	}
+	if ctx.Err() != nil || stopCtx.Err() != nil {
+		// Cut the connection so the client cannot take the body as whole.
+		panic(http.ErrAbortHandler)
+	}
+	end, exit, code := "error", (*wire.Exit)(nil), wire.Code("")
+	switch {
+	case errors.Is(rerr, io.EOF):
+		e, ok, err := j.Exit()
+		switch {
+		case err != nil:
+			code = classify(err).code
+		case ok && rd.Offset() >= e.Lengths[stream]:
+			x := toWireExit(e)
+			exit = &x
+		case ok:
+			end = "more"
+		default:
+			alive, err := j.WriterAlive()
+			if err == nil && alive {
+				end = "more"
+				break
+			}
+			// The writer is gone without an exit record: lost, like a
+			// follow reader would find.
+			if e, err := finishLost(s.sessionDir(ss), "session supervisor died without an exit record"); err == nil {
+				x := toWireExit(e)
+				exit = &x
+			} else {
+				code = classify(err).code
+			}
+		}
+	case errors.Is(rerr, journal.ErrLost):
+		x, err := s.finalExit(ss, j, true)
+		if err != nil {
+			code = classify(err).code
+		} else {
+			exit = &x
+		}
+	default:
+		code = classify(rerr).code
+	}
+	if exit != nil {
+		end = "exit"
+		if exit.Reason == wire.ExitLost {
+			end = "lost"
+		}
+		b, _ := json.Marshal(exit)
+		h.Set(wire.HeaderExit, string(b))
+		if ss.State == wire.SessionRunning {
+			s.recordExit(ss, *exit)
+		}
+	}
+	if code != "" {
+		end = "error"
+		h.Set(wire.HeaderError, string(code))
+	}
+	h.Set(wire.HeaderStreamEnd, end)
+}
