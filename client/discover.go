@@ -1,0 +1,132 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Environment variables Discover reads. RUNNERD_STATE, RUNNERD_TOKEN and
+// RUNNERD_LISTEN are the daemon's own (cmd/runnerd --help), so a shell set
+// up for runnerd finds it; RUNNERD_URL is the client's.
+const (
+	EnvURL    = "RUNNERD_URL"    // endpoint: http://host:port or unix:///path
+	EnvToken  = "RUNNERD_TOKEN"  // bearer token, overrides STATE/token
+	EnvState  = "RUNNERD_STATE"  // state directory
+	EnvListen = "RUNNERD_LISTEN" // the daemon's TCP address
+)
+
+// DefaultEndpoint is runnerd's default TCP address as an endpoint.
+const DefaultEndpoint = "http://127.0.0.1:7323"
+
+// Local is where the local daemon is, as [Discover] found it. Its token
+// never prints: %v of a Local shows the endpoint and the state directory.
+type Local struct {
+	// Endpoint is the daemon's endpoint for [New].
+	Endpoint string
+	// StateDir is the state directory the token was read from ("" when
+	// both RUNNERD_URL and RUNNERD_TOKEN were set).
+	StateDir string
+	token    secret
+}
+
+// Token returns the bearer token, for [New].
+func (l Local) Token() string { return string(l.token) }
+
+// String returns the endpoint and state directory, never the token.
+func (l Local) String() string {
+	return fmt.Sprintf("runnerd at %s (state %s)", l.Endpoint, l.StateDir)
+}
+
+// Format prints String under every verb.
+func (l Local) Format(f fmt.State, verb rune) { _, _ = io.WriteString(f, l.String()) }
+
+// New returns a Client for the discovered daemon.
+func (l Local) New(opts Options) (*Client, error) { return New(l.Endpoint, string(l.token), opts) }
+
+// StateDirs returns the state directories runnerd would use, in its order
+// of preference (daemon.DefaultStateDir, plus the systemd unit's
+// /var/lib/runnerd): $STATE_DIRECTORY (its first entry), $RUNNERD_STATE,
+// $XDG_STATE_HOME/runnerd, ~/.local/state/runnerd, /var/lib/runnerd.
+func StateDirs() []string {
+	var dirs []string
+	if d := os.Getenv("STATE_DIRECTORY"); d != "" {
+		d, _, _ = strings.Cut(d, ":")
+		dirs = append(dirs, d)
+	}
+	if d := os.Getenv(EnvState); d != "" {
+		dirs = append(dirs, d)
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		dirs = append(dirs, filepath.Join(d, "runnerd"))
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		dirs = append(dirs, filepath.Join(home, ".local", "state", "runnerd"))
+	}
+	return append(dirs, "/var/lib/runnerd")
+}
+
+// Discover finds the local daemon the way runnerd picks its defaults:
+//
+//   - the endpoint is $RUNNERD_URL; else the unix socket STATE/runnerd.sock
+//     when it exists; else http://$RUNNERD_LISTEN; else DefaultEndpoint.
+//   - the token is $RUNNERD_TOKEN; else the content of STATE/token.
+//   - STATE is the first of [StateDirs] that holds a token file or a
+//     socket.
+//
+// It returns an error naming the places it looked when it finds no token.
+func Discover() (Local, error) {
+	url, tok := os.Getenv(EnvURL), os.Getenv(EnvToken)
+	if url != "" && tok != "" {
+		return Local{Endpoint: url, token: secret(tok)}, nil
+	}
+	var state string
+	for _, d := range StateDirs() {
+		if exists(filepath.Join(d, "token")) || exists(filepath.Join(d, "runnerd.sock")) {
+			state = d
+			break
+		}
+	}
+	if state == "" {
+		return Local{}, fmt.Errorf("discover runnerd: no state directory with a token or socket among %s; set %s and %s",
+			strings.Join(StateDirs(), ", "), EnvURL, EnvToken)
+	}
+	l := Local{StateDir: state, Endpoint: url}
+	if l.Endpoint == "" {
+		sock := filepath.Join(state, "runnerd.sock")
+		switch {
+		case exists(sock):
+			l.Endpoint = "unix://" + sock
+		case os.Getenv(EnvListen) != "" && os.Getenv(EnvListen) != "none":
+			l.Endpoint = "http://" + os.Getenv(EnvListen)
+		default:
+			l.Endpoint = DefaultEndpoint
+		}
+	}
+	if tok != "" {
+		l.token = secret(tok)
+		return l, nil
+	}
+	b, err := os.ReadFile(filepath.Join(state, "token"))
+	if err != nil {
+		if errors.Is(err, fs.ErrPermission) {
+			return l, fmt.Errorf("discover runnerd: read token in %s: permission denied (run as the daemon's user, or set %s)", state, EnvToken)
+		}
+		return l, fmt.Errorf("discover runnerd: read token: %w", err)
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return l, fmt.Errorf("discover runnerd: token file in %s is empty", state)
+	}
+	l.token = secret(t)
+	return l, nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
