@@ -1,0 +1,342 @@
+package shim
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/agentrunner/runner/journal"
+)
+
+// Client talks to one session's shim over its control socket, and answers
+// from the session directory once the shim is gone (ErrExited with the exit
+// record, or ErrLost).
+//
+// A Client is safe for concurrent use. Stdin operations (WriteStdin,
+// CloseStdin) use their own connection and are serialized among
+// themselves, in call order; every other operation uses another
+// connection, so a stdin write the command does not read never delays a
+// resize, signal, terminate or status. The owner must call Close.
+type Client struct {
+	dir  string
+	sock string
+
+	stdin conn // WriteStdin, CloseStdin
+	ctl   conn // everything else
+
+	closeOnce sync.Once
+}
+
+// conn is one lazily dialed connection.
+type conn struct {
+	// req serializes requests, and guards hdr and buf.
+	req sync.Mutex
+	hdr [ctlHdrLen]byte
+	buf []byte
+
+	// mu guards c and closed; it is held only briefly, so Close never
+	// waits for a request in flight (it closes the socket under it).
+	mu     sync.Mutex
+	c      *net.UnixConn
+	closed bool
+}
+
+// Dial returns a Client for the session in dir. It fails with ErrNoSession
+// when dir holds no started session; a session whose shim is gone still
+// dials (its operations then answer from disk).
+func Dial(ctx context.Context, dir string) (*Client, error) {
+	sock, err := socketPath(dir)
+	if err != nil {
+		return nil, fmt.Errorf("dial shim: %w", err)
+	}
+	c := &Client{dir: dir, sock: sock}
+	if _, err := c.conn(ctx, &c.ctl); err != nil {
+		if _, serr := ReadStatus(dir); serr != nil {
+			return nil, fmt.Errorf("dial shim: %w", serr)
+		}
+	}
+	return c, nil
+}
+
+// conn returns cn's connection, dialing it if needed.
+func (c *Client) conn(ctx context.Context, cn *conn) (*net.UnixConn, error) {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if cn.closed {
+		return nil, fmt.Errorf("shim client: %w", net.ErrClosed)
+	}
+	if cn.c != nil {
+		return cn.c, nil
+	}
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", c.sock)
+	if err != nil {
+		return nil, err
+	}
+	cn.c = nc.(*net.UnixConn)
+	return cn.c, nil
+}
+
+// drop closes nc and forgets it if it is still cn's connection.
+func (cn *conn) drop(nc *net.UnixConn) {
+	cn.mu.Lock()
+	if cn.c == nc {
+		cn.c = nil
+	}
+	cn.mu.Unlock()
+	nc.Close()
+}
+
+// Close closes the Client's connections. It is idempotent; an operation
+// in flight fails.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		for _, cn := range []*conn{&c.stdin, &c.ctl} {
+			cn.mu.Lock()
+			cn.closed = true
+			if cn.c != nil {
+				cn.c.Close()
+				cn.c = nil
+			}
+			cn.mu.Unlock()
+		}
+	})
+	return nil
+}
+
+// errGone means the shim could not be reached or dropped the connection;
+// the caller then consults the session directory.
+var errGone = errors.New("shim gone")
+
+// call runs one request on cn. It returns errGone when the shim is not
+// there (the caller decides from disk), ctx's error when ctx ended, and
+// the response otherwise.
+func (c *Client) call(ctx context.Context, cn *conn, op byte, body []byte) (byte, []byte, error) {
+	cn.req.Lock()
+	defer cn.req.Unlock()
+	nc, err := c.conn(ctx, cn)
+	if errors.Is(err, net.ErrClosed) {
+		return 0, nil, err
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, nil, ctx.Err()
+		}
+		return 0, nil, fmt.Errorf("%w: %v", errGone, err)
+	}
+	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Now()) })
+	defer stop()
+	if cn.buf, err = writeMsg(nc, cn.buf, op, body); err == nil {
+		var st byte
+		var resp []byte
+		st, resp, err = readMsg(nc, &cn.hdr, cn.buf)
+		if err == nil {
+			if cap(resp) > 64<<10 {
+				cn.buf = nil
+			} else {
+				cn.buf = resp
+			}
+			return st, resp, nil
+		}
+	}
+	// The connection is in an unknown state: drop it; the next call redials.
+	cn.drop(nc)
+	cn.mu.Lock()
+	closed := cn.closed
+	cn.mu.Unlock()
+	if closed {
+		return 0, nil, fmt.Errorf("shim client: %w", net.ErrClosed)
+	}
+	if ctx.Err() != nil {
+		return 0, nil, ctx.Err()
+	}
+	return 0, nil, fmt.Errorf("%w: %v", errGone, err)
+}
+
+// fromDisk turns an unreachable shim into the session's answer: ErrExited
+// when the exit record exists, ErrLost when the shim is provably gone
+// without one, ErrUnavailable (wrapping the cause) when it still seems to
+// run.
+func (c *Client) fromDisk(cause error) (Status, error) {
+	st, err := ReadStatus(c.dir)
+	if err != nil {
+		return st, fmt.Errorf("%w: %v; %v", ErrUnavailable, cause, err)
+	}
+	switch st.State {
+	case StateExited:
+		return st, ErrExited
+	case StateLost:
+		return st, ErrLost
+	}
+	return st, fmt.Errorf("%w: %v", ErrUnavailable, cause)
+}
+
+// answer maps a non-OK response to an error.
+func answer(op string, st byte, body []byte) error {
+	switch st {
+	case stOK:
+		return nil
+	case stExited:
+		if string(body) == codeClosed {
+			return fmt.Errorf("%s: %w", op, ErrStdinClosed)
+		}
+		return fmt.Errorf("%s: %w", op, ErrExited)
+	case stError:
+		var e errBody
+		json.Unmarshal(body, &e)
+		switch e.Code {
+		case codeInvalid:
+			return fmt.Errorf("%s: %w: %s", op, ErrInvalid, e.Detail)
+		case codeWriteFailed:
+			return fmt.Errorf("%s: %w: %s", op, ErrWriteFailed, e.Detail)
+		}
+		return fmt.Errorf("%s: shim: %s: %s", op, e.Code, e.Detail)
+	}
+	return fmt.Errorf("%s: %w: status %d", op, errProto, st)
+}
+
+// simple runs a request whose only answer is OK, exited, or an error.
+func (c *Client) simple(ctx context.Context, cn *conn, name string, op byte, body []byte) error {
+	st, resp, err := c.call(ctx, cn, op, body)
+	if errors.Is(err, errGone) {
+		_, err = c.fromDisk(err)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return answer(name, st, resp)
+}
+
+// WriteStdin writes p to the command's stdin and returns once the shim
+// wrote all of it to the pipe or terminal. Writes larger than
+// MaxStdinChunk go in order as several requests. It returns ErrExited once
+// the command has ended (ErrStdinClosed after CloseStdin, which also
+// matches ErrExited), never a transport error for that case. When ctx ends
+// during a write that the command does not read, the bytes may still be
+// written later, before any later write.
+func (c *Client) WriteStdin(ctx context.Context, p []byte) error {
+	for {
+		n := min(len(p), MaxStdinChunk)
+		if err := c.simple(ctx, &c.stdin, "write stdin", opWrite, p[:n]); err != nil {
+			return err
+		}
+		p = p[n:]
+		if len(p) == 0 {
+			return nil
+		}
+	}
+}
+
+// CloseStdin delivers a real end of file to the command, once; a repeat is
+// a no-op. Pipes: the shim closes the stdin pipe. TTY: the shim writes the
+// terminal's VEOF character (^D) at the start of a line (see
+// docs/frames.md). It returns ErrExited after the command ended.
+func (c *Client) CloseStdin(ctx context.Context) error {
+	return c.simple(ctx, &c.stdin, "close stdin", opCloseStdin, nil)
+}
+
+// Resize sets the terminal size of a TTY session (the command gets
+// SIGWINCH). ErrInvalid for a pipes session or a zero size; ErrExited
+// after the exit.
+func (c *Client) Resize(ctx context.Context, rows, cols uint16) error {
+	var b [4]byte
+	binary.BigEndian.PutUint16(b[:], rows)
+	binary.BigEndian.PutUint16(b[2:], cols)
+	return c.simple(ctx, &c.ctl, "resize", opResize, b[:])
+}
+
+// Signal sends sig to the command's process group. ErrExited after the
+// exit.
+func (c *Client) Signal(ctx context.Context, sig syscall.Signal) error {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], uint32(sig))
+	return c.simple(ctx, &c.ctl, "signal", opSignal, b[:])
+}
+
+// Terminate sends SIGTERM to the command's process group and SIGKILL after
+// grace, and returns the exit record once it is in the journal. A session
+// that already ended answers its record at once. ErrLost when the shim is
+// gone without a record; ErrUnavailable when the shim cannot be reached
+// and the session may still run (the end is uncertain: retry).
+func (c *Client) Terminate(ctx context.Context, grace time.Duration) (journal.Exit, error) {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(max(grace, 0)/time.Millisecond))
+	st, resp, err := c.call(ctx, &c.ctl, opTerminate, b[:])
+	if errors.Is(err, errGone) {
+		ds, derr := c.fromDisk(err)
+		if errors.Is(derr, ErrExited) && ds.Exit != nil {
+			return *ds.Exit, nil
+		}
+		err = derr
+	}
+	if err != nil {
+		return journal.Exit{}, fmt.Errorf("terminate: %w", err)
+	}
+	if err := answer("terminate", st, resp); err != nil {
+		return journal.Exit{}, err
+	}
+	var e journal.Exit
+	if err := json.Unmarshal(resp, &e); err != nil {
+		return journal.Exit{}, fmt.Errorf("terminate: decode exit record: %w", err)
+	}
+	return e, nil
+}
+
+// Status asks the shim for the session's status, or reads it from disk
+// when the shim is gone.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	st, resp, err := c.call(ctx, &c.ctl, opStatus, nil)
+	if errors.Is(err, errGone) {
+		ds, derr := c.fromDisk(err)
+		if errors.Is(derr, ErrExited) || errors.Is(derr, ErrLost) {
+			return ds, nil
+		}
+		err = derr
+	}
+	if err != nil {
+		return Status{}, fmt.Errorf("status: %w", err)
+	}
+	if err := answer("status", st, resp); err != nil {
+		return Status{}, err
+	}
+	var s Status
+	if err := json.Unmarshal(resp, &s); err != nil {
+		return Status{}, fmt.Errorf("status: decode: %w", err)
+	}
+	return s, nil
+}
+
+// OffsetAt returns the offset of stream at time t (the first byte written
+// at or after t, to the journal's mark granularity), from the shim while it
+// runs and from the journal's index after.
+func (c *Client) OffsetAt(ctx context.Context, stream string, t time.Time) (int64, error) {
+	body, _ := json.Marshal(offsetReq{Stream: stream, Time: t.Format(time.RFC3339Nano)})
+	st, resp, err := c.call(ctx, &c.ctl, opOffsetAt, body)
+	if errors.Is(err, errGone) {
+		if _, derr := c.fromDisk(err); errors.Is(derr, ErrExited) || errors.Is(derr, ErrLost) {
+			off, oerr := offsetFromDisk(c.dir, stream, t)
+			if oerr != nil {
+				return 0, fmt.Errorf("offset at: %w", oerr)
+			}
+			return off, nil
+		} else {
+			err = derr
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("offset at: %w", err)
+	}
+	if err := answer("offset at", st, resp); err != nil {
+		return 0, err
+	}
+	if len(resp) != 8 {
+		return 0, fmt.Errorf("offset at: %w: %d-byte answer", errProto, len(resp))
+	}
+	return int64(binary.BigEndian.Uint64(resp)), nil
+}

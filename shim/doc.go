@@ -1,0 +1,48 @@
+// Package shim is the per-session supervisor: one small process per
+// session that owns a running command, tees every output byte into the
+// session's journal, serves a control socket (stdin, close-stdin, resize,
+// signal, terminate, status), and records the command's true exit.
+//
+// The same code runs as runnerd's hidden `shim` subcommand and as the
+// standalone `runner-shim serve`; both call [Main]. [Start] launches it
+// detached, [Dial] talks to it, [ReadStatus] reads a session without it,
+// and [Attach] turns a session's journal into the frame stream of
+// docs/frames.md.
+//
+// Invariants:
+//
+//   - Detached: the shim runs in its own session (setsid), reparented to
+//     init (it is started through a short-lived intermediate process), so a
+//     kill -9 of whoever launched it never touches the command.
+//   - Spawn-ack: [Start] returns only once the command's execve succeeded
+//     (the shim reports "ready PID" on an inherited pipe after
+//     exec.Cmd.Start returned), or with the start error (an errno such as
+//     ENOENT survives the process boundary). The control socket and the
+//     journal exist before the command runs.
+//   - One path for output: child → shim → journal segment files → readers.
+//     Readers read files, never the shim, so a slow reader never blocks the
+//     command. When the journal cannot be written (disk full) the shim
+//     stops reading and retries: the command is backpressured and no byte
+//     is dropped; Status reports WriteError meanwhile.
+//   - Exit order (conmon's): the child exits → its status is taken →
+//     output is drained to EOF (bounded by DrainGrace, see below) → the
+//     journal is synced and its exit record published → only then are
+//     Terminate and status waiters answered → the shim removes ctl.sock
+//     and exits.
+//   - Exit truth: a normal exit records reason "exited" and its code; a
+//     death by signal records reason "signaled", the signal number and
+//     Code 128+signal. Never 0, never -1. A shim that dies without the
+//     record leaves the session "lost", never exited.
+//   - Stdin never blocks control: a stdin write that the child does not
+//     read holds only the stdin path; resize, signal, terminate and status
+//     are served concurrently.
+//
+// Drain window: after the child exits, the shim keeps reading until every
+// output stream reaches EOF (pipe EOF, or EIO on the PTY master once every
+// holder of the slave closed it). A grandchild that keeps the pipe or the
+// terminal open (a backgrounded server) would hold the session open
+// forever, so reading stops DrainGrace (2 s) after the child's exit, with a
+// final non-blocking sweep of whatever is already buffered. The shim does
+// not kill such leftovers; once it has closed its read ends their writes
+// fail with EPIPE (pipes) or they see a hangup (PTY).
+package shim

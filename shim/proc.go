@@ -1,0 +1,229 @@
+package shim
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// openPTY opens a pseudo-terminal pair. The master is opened non-blocking
+// so that its *os.File uses the runtime poller (read/write deadlines work,
+// which the drain window and stdin cancellation rely on); the slave is for
+// the child only.
+func openPTY(rows, cols uint16) (master, slave *os.File, err error) {
+	fd, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open /dev/ptmx: %w", err)
+	}
+	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil {
+		unix.Close(fd)
+		return nil, nil, fmt.Errorf("unlock pty: %w", err)
+	}
+	n, err := unix.IoctlGetInt(fd, unix.TIOCGPTN)
+	if err != nil {
+		unix.Close(fd)
+		return nil, nil, fmt.Errorf("get pty number: %w", err)
+	}
+	if err := setWinsize(fd, rows, cols); err != nil {
+		unix.Close(fd)
+		return nil, nil, err
+	}
+	name := "/dev/pts/" + strconv.Itoa(n)
+	sfd, err := unix.Open(name, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(fd)
+		return nil, nil, fmt.Errorf("open %s: %w", name, err)
+	}
+	return os.NewFile(uintptr(fd), "/dev/ptmx"), os.NewFile(uintptr(sfd), name), nil
+}
+
+func setWinsize(fd int, rows, cols uint16) error {
+	if err := unix.IoctlSetWinsize(fd, unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols}); err != nil {
+		return fmt.Errorf("set terminal size: %w", err)
+	}
+	return nil
+}
+
+// withFd runs fn with f's descriptor without switching f to blocking mode
+// (f.Fd() would, and deadlines would stop working).
+func withFd(f *os.File, fn func(fd int) error) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = fn(int(fd)) }); err != nil {
+		return err
+	}
+	return ferr
+}
+
+// veofChar returns the terminal's EOF character (VEOF, ^D by default) and
+// whether the line discipline is canonical.
+func veofChar(master *os.File) (byte, bool) {
+	c, canon := byte(4), true
+	_ = withFd(master, func(fd int) error {
+		t, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+		if err != nil {
+			return err
+		}
+		if v := t.Cc[unix.VEOF]; v != 0 {
+			c = v
+		}
+		canon = t.Lflag&unix.ICANON != 0
+		return nil
+	})
+	return c, canon
+}
+
+// lookPath resolves argv0 the way a shell would, but with the command's
+// own PATH (from env) rather than the shim's.
+func lookPath(argv0 string, env []string, dir string) (string, error) {
+	if strings.Contains(argv0, "/") {
+		p := argv0
+		if !filepath.IsAbs(p) && dir != "" {
+			p = filepath.Join(dir, p)
+		}
+		if err := executable(p); err != nil {
+			return "", &os.PathError{Op: "exec", Path: argv0, Err: err}
+		}
+		return p, nil
+	}
+	path := defaultPath
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	var firstErr error = syscall.ENOENT
+	for _, d := range filepath.SplitList(path) {
+		if d == "" {
+			d = "."
+		}
+		if !filepath.IsAbs(d) && dir != "" {
+			d = filepath.Join(dir, d)
+		}
+		p := filepath.Join(d, argv0)
+		err := executable(p)
+		if err == nil {
+			return p, nil
+		}
+		if !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.ENOTDIR) && firstErr == syscall.ENOENT {
+			firstErr = err
+		}
+	}
+	return "", &os.PathError{Op: "exec", Path: argv0, Err: firstErr}
+}
+
+func executable(p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			return pe.Err
+		}
+		return err
+	}
+	if fi.IsDir() {
+		return syscall.EISDIR
+	}
+	if fi.Mode()&0o111 == 0 {
+		return syscall.EACCES
+	}
+	return nil
+}
+
+// credential resolves Spec.User: a name, or uid[:gid].
+func credential(spec string) (*syscall.Credential, error) {
+	name, gidStr, hasGid := strings.Cut(spec, ":")
+	if uid, err := strconv.ParseUint(name, 10, 32); err == nil {
+		c := &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}
+		if u, err := user.LookupId(name); err == nil {
+			if g, err := strconv.ParseUint(u.Gid, 10, 32); err == nil {
+				c.Gid = uint32(g)
+			}
+		}
+		if hasGid {
+			g, err := strconv.ParseUint(gidStr, 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("%w: user %q: bad gid", ErrInvalid, spec)
+			}
+			c.Gid = uint32(g)
+		}
+		return c, nil
+	}
+	if hasGid {
+		return nil, fmt.Errorf("%w: user %q: a name takes no :gid", ErrInvalid, spec)
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		return nil, fmt.Errorf("look up user %q: %w", name, err)
+	}
+	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+	if err1 != nil || err2 != nil {
+		return nil, fmt.Errorf("look up user %q: non-numeric ids", name)
+	}
+	c := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
+	if gids, err := u.GroupIds(); err == nil {
+		for _, g := range gids {
+			if n, err := strconv.ParseUint(g, 10, 32); err == nil {
+				c.Groups = append(c.Groups, uint32(n))
+			}
+		}
+	}
+	return c, nil
+}
+
+// startIn starts cmd, inside the network namespace at nsPath when it is not
+// empty. Namespaces are per thread and a forked child inherits its forking
+// thread's, so the start happens on a locked OS thread that is switched
+// into the namespace and back.
+func startIn(cmd *exec.Cmd, nsPath string) error {
+	if nsPath == "" {
+		return cmd.Start()
+	}
+	ns, err := os.Open(nsPath)
+	if err != nil {
+		return fmt.Errorf("open netns: %w", err)
+	}
+	defer ns.Close()
+	errc := make(chan error, 1)
+	// This goroutine is owned by startIn, which waits for it below.
+	go func() {
+		runtime.LockOSThread()
+		orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("open current netns: %w", err)
+			return
+		}
+		defer orig.Close()
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("enter netns %s: %w", nsPath, err)
+			return
+		}
+		serr := cmd.Start()
+		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+			// Leave the thread locked: the runtime ends it with this
+			// goroutine, so no other goroutine ever runs in the netns.
+			errc <- serr
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- serr
+	}()
+	return <-errc
+}

@@ -1,0 +1,118 @@
+package shim
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// The control socket protocol (docs/frames.md, "Control socket"). A
+// connection carries a sequence of request/response pairs; the client sends
+// one request and reads its response before the next. Both directions use
+// the same 8-byte header followed by a body:
+//
+//	0  1  magic   0xD6
+//	1  1  version 1
+//	2  1  op (request) or status (response)
+//	3  1  reserved, 0
+//	4  4  body length, big-endian uint32, at most maxBody
+const (
+	ctlMagic   = 0xD6
+	ctlVersion = 1
+	ctlHdrLen  = 8
+	maxBody    = 1 << 20 // largest request or response body
+	// MaxStdinChunk is the largest stdin payload of one request; the
+	// client splits larger writes into chunks of this size, in order.
+	MaxStdinChunk = maxBody
+)
+
+// Request ops.
+const (
+	opWrite      = 1 // body: raw stdin bytes (1..MaxStdinChunk)
+	opCloseStdin = 2 // body: empty
+	opResize     = 3 // body: rows uint16, cols uint16 (big-endian)
+	opSignal     = 4 // body: signal number uint32
+	opTerminate  = 5 // body: grace in milliseconds uint64
+	opStatus     = 6 // body: empty
+	opOffsetAt   = 7 // body: JSON {"stream":"stdout","time":"RFC 3339"}
+)
+
+// Response statuses.
+const (
+	stOK     = 0 // body: op-specific (terminate: exit JSON; status: Status JSON; offset_at: int64)
+	stExited = 1 // the command has ended (or stdin was closed); body: empty or a reason
+	stError  = 2 // body: JSON {"code": "...", "detail": "..."}
+)
+
+// Error codes of an stError body; the contract's vocabulary.
+const (
+	codeInvalid     = "invalid"
+	codeWriteFailed = "write_failed"
+	codeLost        = "lost"
+	codeInternal    = "provider"
+	codeClosed      = "stdin_closed"
+)
+
+type offsetReq struct {
+	Stream string `json:"stream"`
+	Time   string `json:"time"`
+}
+
+type errBody struct {
+	Code   string `json:"code"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// errProto is returned for bytes on the control socket that break the
+// protocol.
+var errProto = errors.New("control protocol violation")
+
+func putCtlHeader(h []byte, op byte, n int) {
+	h[0], h[1], h[2], h[3] = ctlMagic, ctlVersion, op, 0
+	binary.BigEndian.PutUint32(h[4:], uint32(n))
+}
+
+// writeMsg writes one header+body with a single write call.
+func writeMsg(w io.Writer, buf []byte, op byte, body []byte) ([]byte, error) {
+	if len(body) > maxBody {
+		return buf, fmt.Errorf("write control message: body of %d bytes: %w", len(body), errProto)
+	}
+	buf = append(buf[:0], make([]byte, ctlHdrLen)...)
+	putCtlHeader(buf, op, len(body))
+	buf = append(buf, body...)
+	_, err := w.Write(buf)
+	return buf, err
+}
+
+// readMsg reads one message; body reuses buf. A clean EOF before the header
+// is io.EOF, a cut inside is io.ErrUnexpectedEOF.
+func readMsg(r io.Reader, hdr *[ctlHdrLen]byte, buf []byte) (op byte, body []byte, err error) {
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return 0, nil, err
+	}
+	if hdr[0] != ctlMagic || hdr[1] != ctlVersion {
+		return 0, nil, fmt.Errorf("read control message: bad magic or version %x: %w", hdr[:2], errProto)
+	}
+	n := binary.BigEndian.Uint32(hdr[4:])
+	if n > maxBody {
+		return 0, nil, fmt.Errorf("read control message: body of %d bytes: %w", n, errProto)
+	}
+	if cap(buf) < int(n) {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	if _, err := io.ReadFull(r, buf); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, nil, err
+	}
+	return hdr[2], buf, nil
+}
+
+func errorBody(code, detail string) []byte {
+	b, _ := json.Marshal(errBody{Code: code, Detail: detail})
+	return b
+}

@@ -1,0 +1,667 @@
+package shim
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/agentrunner/runner/journal"
+)
+
+// DrainGrace bounds how long the shim keeps reading output after the
+// command exited, for the case where a grandchild still holds the pipe or
+// terminal open (see the package documentation).
+const DrainGrace = 2 * time.Second
+
+const (
+	sweepWindow  = 20 * time.Millisecond // final non-blocking sweep after DrainGrace
+	sweepMax     = 1 << 20               // bytes the final sweep reads at most
+	pumpBuf      = 32 << 10              // read buffer per output stream
+	maxBackoff   = 2 * time.Second       // between journal write retries
+	closeTimeout = 2 * time.Second       // for handlers to answer at shutdown
+)
+
+type output struct {
+	stream string
+	f      *os.File // our read end: a pipe, or the PTY master
+}
+
+// server is the shim process's state. It owns every goroutine it starts:
+// run waits for all of them before it returns.
+type server struct {
+	dir  string
+	spec Spec
+	ln   *net.UnixListener
+	sock string
+	cmd  *exec.Cmd
+	pid  int
+	at   time.Time // when the command was started
+
+	jw atomic.Pointer[journal.Writer] // replaced only by Finish retries
+
+	master *os.File // PTY master (TTY mode), nil otherwise
+	stdin  *os.File // where stdin bytes go: the pipe's write end, or master
+	outs   []output
+
+	// stdinMu serializes stdin writes and close, and guards the fields
+	// below; it is never held by resize, signal, terminate or status.
+	stdinMu     sync.Mutex
+	stdinClosed bool
+	atLineStart bool // TTY: the last stdin byte was '\n' (or none yet)
+
+	exited chan struct{} // closed once the child is reaped
+	done   chan struct{} // closed once the exit record is published
+
+	// mu guards the fields below.
+	mu       sync.Mutex
+	exit     *journal.Exit
+	writeErr string
+	conns    map[*net.UnixConn]struct{}
+
+	pumps    sync.WaitGroup // output pumps
+	handlers sync.WaitGroup // acceptor and connection handlers
+}
+
+// newServer prepares everything and starts the command: on success the
+// command runs, the journal and control socket exist, and started.json is
+// written. On failure nothing is left running and the files it created are
+// removed.
+func newServer(dir string) (_ *server, err error) {
+	s := &server{dir: dir, exited: make(chan struct{}), done: make(chan struct{}),
+		conns: map[*net.UnixConn]struct{}{}, atLineStart: true}
+	if err := readJSON(filepath.Join(dir, SpecFile), &s.spec); err != nil {
+		return nil, fmt.Errorf("read spec: %w", err)
+	}
+	if err := s.spec.validate(); err != nil {
+		return nil, err
+	}
+	var closers []func()
+	defer func() {
+		if err != nil {
+			for i := len(closers) - 1; i >= 0; i-- {
+				closers[i]()
+			}
+		}
+	}()
+
+	if s.sock, err = socketPath(dir); err != nil {
+		return nil, err
+	}
+	os.Remove(s.sock) // a stale socket of a crashed attempt
+	s.ln, err = net.ListenUnix("unix", &net.UnixAddr{Name: s.sock, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("listen on control socket: %w", err)
+	}
+	s.ln.SetUnlinkOnClose(false) // removed explicitly, after the exit record
+	closers = append(closers, func() { s.ln.Close(); os.Remove(s.sock) })
+
+	jdir := filepath.Join(dir, JournalDir)
+	jw, err := journal.Create(jdir, journal.Options{Streams: s.spec.Streams(), RetainBytes: s.spec.RetainBytes})
+	if err != nil {
+		return nil, fmt.Errorf("create journal: %w", err)
+	}
+	s.jw.Store(jw)
+	closers = append(closers, func() { jw.Close(); os.RemoveAll(jdir) })
+
+	if err := writeFileAtomic(filepath.Join(dir, PIDFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
+		return nil, fmt.Errorf("write pid file: %w", err)
+	}
+	closers = append(closers, func() { os.Remove(filepath.Join(dir, PIDFile)) })
+
+	path, err := lookPath(s.spec.Argv[0], s.spec.Env, s.spec.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", s.spec.Argv[0], err)
+	}
+	cmd := &exec.Cmd{Path: path, Args: s.spec.Argv, Env: s.spec.Env, Dir: s.spec.Dir}
+	if cmd.Env == nil {
+		cmd.Env = []string{} // never the shim's own environment
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if s.spec.User != "" {
+		if cmd.SysProcAttr.Credential, err = credential(s.spec.User); err != nil {
+			return nil, err
+		}
+	}
+	var childEnds []*os.File // closed in the shim once the child has them
+	if s.spec.TTY {
+		rows, cols := s.spec.Rows, s.spec.Cols
+		if rows == 0 {
+			rows = 24
+		}
+		if cols == 0 {
+			cols = 80
+		}
+		master, slave, err := openPTY(rows, cols)
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, func() { master.Close() })
+		childEnds = append(childEnds, slave)
+		s.master, s.stdin = master, master
+		s.outs = []output{{"stdout", master}}
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+		cmd.SysProcAttr.Setctty = true
+		cmd.SysProcAttr.Ctty = 0 // the child's fd 0
+	} else {
+		var pipes [3][2]*os.File
+		for i := range pipes {
+			r, w, err := os.Pipe()
+			if err != nil {
+				return nil, fmt.Errorf("create pipe: %w", err)
+			}
+			pipes[i] = [2]*os.File{r, w}
+		}
+		s.stdin = pipes[0][1]
+		s.outs = []output{{"stdout", pipes[1][0]}, {"stderr", pipes[2][0]}}
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = pipes[0][0], pipes[1][1], pipes[2][1]
+		childEnds = append(childEnds, pipes[0][0], pipes[1][1], pipes[2][1])
+		closers = append(closers, func() {
+			for _, f := range []*os.File{pipes[0][1], pipes[1][0], pipes[2][0]} {
+				f.Close()
+			}
+		})
+	}
+	defer func() {
+		for _, f := range childEnds {
+			f.Close()
+		}
+	}()
+
+	s.at = time.Now().UTC()
+	if err := startIn(cmd, s.spec.NetNS); err != nil {
+		return nil, fmt.Errorf("start %s: %w", s.spec.Argv[0], err)
+	}
+	s.cmd, s.pid = cmd, cmd.Process.Pid
+	b, _ := json.Marshal(started{ShimPID: os.Getpid(), PID: s.pid, StartedAt: s.at})
+	if err := writeFileAtomic(filepath.Join(dir, StartedFile), b, 0o600); err != nil {
+		syscall.Kill(-s.pid, syscall.SIGKILL)
+		cmd.Wait()
+		return nil, fmt.Errorf("write %s: %w", StartedFile, err)
+	}
+	return s, nil
+}
+
+// run supervises the command to its end and returns once the exit record
+// is published and every goroutine has stopped.
+func (s *server) run() {
+	for _, o := range s.outs {
+		s.pumps.Add(1)
+		go s.pump(o)
+	}
+	s.handlers.Add(1)
+	go s.accept()
+
+	sigs := make(chan os.Signal, 1)
+	// Caught rather than ignored: an ignored disposition would be inherited
+	// by commands started later, a caught one is reset by execve.
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	fwdDone := make(chan struct{})
+	// Forwards SIGTERM/SIGINT sent to the shim to the command's group, so
+	// that stopping the shim politely stops the command and still records
+	// its exit. Owned by run: stopped below once the record is published.
+	go func() {
+		defer close(fwdDone)
+		for {
+			select {
+			case sig := <-sigs:
+				if sig != syscall.SIGHUP {
+					s.signalGroup(syscall.SIGTERM)
+				}
+			case <-s.done:
+				return
+			}
+		}
+	}()
+
+	state, werr := s.cmd.Process.Wait()
+	close(s.exited)
+	// A stdin write blocked on a child that will never read fails now.
+	s.stdin.SetWriteDeadline(time.Now())
+
+	drain := time.AfterFunc(DrainGrace, func() {
+		for _, o := range s.outs {
+			o.f.SetReadDeadline(time.Now())
+		}
+	})
+	s.pumps.Wait()
+	drain.Stop()
+
+	rec := exitRecord(state, werr)
+	s.finish(rec)
+
+	signal.Stop(sigs)
+	<-fwdDone
+	s.shutdown()
+}
+
+// exitRecord converts a wait status into the exit record: the true code,
+// or the signal (with Code 128+signal), never an invented 0 or -1.
+func exitRecord(ps *os.ProcessState, werr error) journal.Exit {
+	if werr != nil || ps == nil {
+		return journal.Exit{Reason: journal.ReasonLost, Detail: fmt.Sprintf("wait for command: %v", werr)}
+	}
+	ws, ok := ps.Sys().(syscall.WaitStatus)
+	switch {
+	case ok && ws.Signaled():
+		sig := int(ws.Signal())
+		d := ws.Signal().String()
+		if ws.CoreDump() {
+			d += " (core dumped)"
+		}
+		return journal.Exit{Reason: journal.ReasonSignaled, Signal: sig, Code: 128 + sig, Detail: d}
+	case ok && ws.Exited():
+		return journal.Exit{Reason: journal.ReasonExited, Code: ws.ExitStatus()}
+	}
+	return journal.Exit{Reason: journal.ReasonLost, Detail: "unknown wait status " + ps.String()}
+}
+
+// pump copies one output stream into the journal until EOF (or EIO, the
+// PTY's end), or until the drain window closes.
+func (s *server) pump(o output) {
+	defer s.pumps.Done()
+	if o.f != s.master {
+		// Closing the read end now makes a leftover holder's writes fail
+		// with EPIPE. The master stays open until shutdown: it is stdin too.
+		defer o.f.Close()
+	}
+	buf := make([]byte, pumpBuf)
+	sweeping, swept := false, 0
+	for {
+		n, err := o.f.Read(buf)
+		if n > 0 {
+			s.writeJournal(o.stream, buf[:n])
+			if sweeping {
+				if swept += n; swept >= sweepMax {
+					return
+				}
+			}
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, os.ErrDeadlineExceeded) && !sweeping:
+			// The drain window closed: take what is already buffered.
+			sweeping = true
+			o.f.SetReadDeadline(time.Now().Add(sweepWindow))
+		default:
+			return // EOF, EIO (PTY hangup), or the sweep's end
+		}
+	}
+}
+
+// writeJournal appends p to the journal and never drops a byte: on a write
+// failure (disk full) it records the error and retries with backoff, so the
+// pump stops reading and the command blocks on its full pipe.
+func (s *server) writeJournal(stream string, p []byte) {
+	backoff := 10 * time.Millisecond
+	failed := false
+	for len(p) > 0 {
+		n, err := s.jw.Load().Write(stream, p)
+		p = p[n:]
+		if err == nil {
+			continue
+		}
+		failed = true
+		s.setWriteErr(fmt.Sprintf("write journal %s: %v", stream, err))
+		time.Sleep(backoff)
+		backoff = min(2*backoff, maxBackoff)
+	}
+	if failed {
+		s.setWriteErr("")
+	}
+}
+
+func (s *server) setWriteErr(msg string) {
+	s.mu.Lock()
+	s.writeErr = msg
+	s.mu.Unlock()
+}
+
+// finish publishes the exit record. When the journal cannot be finished
+// (disk full), it retries, recovering the journal each time, until it can:
+// an exit record is never skipped and never invented.
+func (s *server) finish(rec journal.Exit) {
+	jdir := filepath.Join(s.dir, JournalDir)
+	backoff := 10 * time.Millisecond
+	for {
+		jw := s.jw.Load()
+		rec.Lengths = map[string]int64{}
+		for _, st := range s.spec.Streams() {
+			rec.Lengths[st] = jw.Len(st)
+		}
+		rec.Time = time.Now().UTC()
+		err := jw.Finish(rec)
+		if err == nil {
+			break
+		}
+		s.setWriteErr(fmt.Sprintf("finish journal: %v", err))
+		time.Sleep(backoff)
+		backoff = min(2*backoff, maxBackoff)
+		nw, rerr := journal.Recover(jdir)
+		if errors.Is(rerr, journal.ErrFinished) {
+			if j, oerr := journal.Open(jdir); oerr == nil {
+				if e, ok, _ := j.Exit(); ok {
+					rec = e
+				}
+				j.Close()
+			}
+			break
+		}
+		if rerr == nil {
+			s.jw.Store(nw)
+		}
+	}
+	s.mu.Lock()
+	s.exit, s.writeErr = &rec, ""
+	s.mu.Unlock()
+	close(s.done)
+}
+
+// shutdown stops serving: no new connections, idle connections end, and
+// in-flight requests get their answers (every one can complete now that
+// the exit record is published).
+func (s *server) shutdown() {
+	s.ln.Close()
+	os.Remove(s.sock)
+	s.mu.Lock()
+	for c := range s.conns {
+		c.CloseRead() // an idle handler sees EOF; a busy one answers first
+	}
+	s.mu.Unlock()
+	waited := make(chan struct{})
+	// Owned by shutdown: it ends when every handler has returned.
+	go func() { s.handlers.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(closeTimeout):
+		s.mu.Lock()
+		for c := range s.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
+		<-waited
+	}
+	s.stdinMu.Lock()
+	if s.master != nil || !s.stdinClosed {
+		s.stdin.Close()
+	}
+	s.stdinMu.Unlock()
+}
+
+func (s *server) accept() {
+	defer s.handlers.Done()
+	for {
+		c, err := s.ln.AcceptUnix()
+		if err != nil {
+			return // listener closed by shutdown
+		}
+		s.mu.Lock()
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		select {
+		case <-s.done:
+			c.CloseRead()
+		default:
+		}
+		s.handlers.Add(1)
+		go s.serveConn(c)
+	}
+}
+
+func (s *server) serveConn(c *net.UnixConn) {
+	defer s.handlers.Done()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		c.Close()
+	}()
+	var hdr [ctlHdrLen]byte
+	var in, out []byte
+	for {
+		op, body, err := readMsg(c, &hdr, in)
+		if err != nil {
+			if errors.Is(err, errProto) {
+				writeMsg(c, out, stError, errorBody(codeInvalid, err.Error()))
+			}
+			return
+		}
+		if cap(body) <= 64<<10 {
+			in = body // keep small buffers only: an idle connection stays small
+		}
+		st, resp := s.handle(op, body)
+		if out, err = writeMsg(c, out, st, resp); err != nil {
+			return
+		}
+		if cap(out) > 64<<10 {
+			out = nil
+		}
+	}
+}
+
+func (s *server) isExited() bool {
+	select {
+	case <-s.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *server) handle(op byte, body []byte) (byte, []byte) {
+	switch op {
+	case opWrite:
+		if len(body) == 0 {
+			return stOK, nil
+		}
+		return s.writeStdin(body)
+	case opCloseStdin:
+		return s.closeStdin()
+	case opResize:
+		if len(body) != 4 {
+			return stError, errorBody(codeInvalid, "resize wants rows and cols")
+		}
+		return s.resize(binary.BigEndian.Uint16(body), binary.BigEndian.Uint16(body[2:]))
+	case opSignal:
+		if len(body) != 4 {
+			return stError, errorBody(codeInvalid, "signal wants a number")
+		}
+		sig := binary.BigEndian.Uint32(body)
+		if sig == 0 || sig > 64 {
+			return stError, errorBody(codeInvalid, fmt.Sprintf("no signal %d", sig))
+		}
+		if s.isExited() {
+			return stExited, nil
+		}
+		if err := s.signalGroup(syscall.Signal(sig)); err != nil {
+			if errors.Is(err, syscall.ESRCH) {
+				return stExited, nil
+			}
+			return stError, errorBody(codeInternal, err.Error())
+		}
+		return stOK, nil
+	case opTerminate:
+		if len(body) != 8 {
+			return stError, errorBody(codeInvalid, "terminate wants a grace")
+		}
+		return s.terminate(time.Duration(binary.BigEndian.Uint64(body)) * time.Millisecond)
+	case opStatus:
+		b, _ := json.Marshal(s.status())
+		return stOK, b
+	case opOffsetAt:
+		return s.offsetAt(body)
+	}
+	return stError, errorBody(codeInvalid, fmt.Sprintf("unknown op %d", op))
+}
+
+// signalGroup signals the command's process group (the command is its
+// session and group leader).
+func (s *server) signalGroup(sig syscall.Signal) error {
+	return syscall.Kill(-s.pid, sig)
+}
+
+func (s *server) writeStdin(p []byte) (byte, []byte) {
+	if s.isExited() {
+		return stExited, nil
+	}
+	s.stdinMu.Lock()
+	defer s.stdinMu.Unlock()
+	if s.stdinClosed {
+		return stExited, []byte(codeClosed)
+	}
+	_, err := s.stdin.Write(p)
+	if err == nil {
+		if s.master != nil {
+			s.atLineStart = p[len(p)-1] == '\n' || p[len(p)-1] == '\r'
+		}
+		return stOK, nil
+	}
+	if s.isExited() || errors.Is(err, os.ErrDeadlineExceeded) {
+		return stExited, nil
+	}
+	if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.EIO) {
+		// The command closed its stdin. It is about to exit, usually.
+		select {
+		case <-s.exited:
+			return stExited, nil
+		case <-time.After(200 * time.Millisecond):
+			return stExited, []byte(codeClosed)
+		}
+	}
+	return stError, errorBody(codeInternal, err.Error())
+}
+
+// closeStdin delivers a real EOF once. Pipes: the write end is closed.
+// TTY: the terminal's VEOF character (^D) is written at the start of a
+// line, so the line discipline turns it into an end of file for the
+// reader: once when the last byte written was a newline (or nothing was
+// written), twice otherwise (the first ^D only ends the pending partial
+// line). A terminal in raw mode has no EOF; the ^D is then a plain byte.
+func (s *server) closeStdin() (byte, []byte) {
+	if s.isExited() {
+		return stExited, nil
+	}
+	s.stdinMu.Lock()
+	defer s.stdinMu.Unlock()
+	if s.stdinClosed {
+		return stOK, nil
+	}
+	var err error
+	if s.master != nil {
+		c, _ := veofChar(s.master)
+		eof := []byte{c}
+		if !s.atLineStart {
+			eof = append(eof, c)
+		}
+		_, err = s.master.Write(eof)
+	} else {
+		err = s.stdin.Close()
+	}
+	if err != nil && s.isExited() {
+		return stExited, nil
+	}
+	s.stdinClosed = true
+	if err != nil {
+		return stError, errorBody(codeInternal, err.Error())
+	}
+	return stOK, nil
+}
+
+func (s *server) resize(rows, cols uint16) (byte, []byte) {
+	if s.master == nil {
+		return stError, errorBody(codeInvalid, "not a TTY session")
+	}
+	if rows == 0 || cols == 0 {
+		return stError, errorBody(codeInvalid, "rows and cols must be at least 1")
+	}
+	if s.isExited() {
+		return stExited, nil
+	}
+	// TIOCSWINSZ on the master also sends SIGWINCH to the foreground group.
+	if err := withFd(s.master, func(fd int) error { return setWinsize(fd, rows, cols) }); err != nil {
+		return stError, errorBody(codeInternal, err.Error())
+	}
+	return stOK, nil
+}
+
+// terminate sends SIGTERM to the group, SIGKILL after grace, and answers
+// with the exit record once it is published.
+func (s *server) terminate(grace time.Duration) (byte, []byte) {
+	if !s.isExited() {
+		s.signalGroup(syscall.SIGTERM)
+		kill := time.AfterFunc(grace, func() {
+			select {
+			case <-s.done:
+			default:
+				s.signalGroup(syscall.SIGKILL)
+			}
+		})
+		defer kill.Stop()
+	}
+	<-s.done
+	s.mu.Lock()
+	b, _ := json.Marshal(s.exit)
+	s.mu.Unlock()
+	return stOK, b
+}
+
+func (s *server) status() Status {
+	st := Status{ID: s.spec.ID, State: StateRunning, ShimPID: os.Getpid(), PID: s.pid, TTY: s.spec.TTY, StartedAt: s.at}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.exit != nil {
+		e := *s.exit
+		st.State, st.Exit = StateExited, &e
+	}
+	st.WriteError = s.writeErr
+	return st
+}
+
+func (s *server) offsetAt(body []byte) (byte, []byte) {
+	var req offsetReq
+	if err := json.Unmarshal(body, &req); err != nil {
+		return stError, errorBody(codeInvalid, "offset_at: "+err.Error())
+	}
+	t, err := time.Parse(time.RFC3339Nano, req.Time)
+	if err != nil {
+		return stError, errorBody(codeInvalid, "offset_at: "+err.Error())
+	}
+	var off int64
+	select {
+	case <-s.done:
+		off, err = offsetFromDisk(s.dir, req.Stream, t)
+	default:
+		off, err = s.jw.Load().OffsetAt(req.Stream, t)
+		if errors.Is(err, journal.ErrFinished) || errors.Is(err, journal.ErrClosed) {
+			<-s.done
+			off, err = offsetFromDisk(s.dir, req.Stream, t)
+		}
+	}
+	if err != nil {
+		code := codeInternal
+		if errors.Is(err, journal.ErrUnknownStream) {
+			code = codeInvalid
+		}
+		return stError, errorBody(code, err.Error())
+	}
+	return stOK, binary.BigEndian.AppendUint64(nil, uint64(off))
+}
+
+func offsetFromDisk(dir, stream string, t time.Time) (int64, error) {
+	j, err := journal.Open(filepath.Join(dir, JournalDir))
+	if err != nil {
+		return 0, err
+	}
+	defer j.Close()
+	return j.OffsetAt(stream, t)
+}

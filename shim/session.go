@@ -1,0 +1,270 @@
+package shim
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/agentrunner/runner/journal"
+)
+
+// Files of a session directory.
+const (
+	SpecFile    = "spec.json"    // what to run (Spec), written by Start
+	SocketFile  = "ctl.sock"     // the shim's control socket, removed when the shim exits
+	PIDFile     = "shim.pid"     // the shim's pid, one decimal line
+	StartedFile = "started.json" // shim pid, command pid, start time; written before ready
+	LogFile     = "shim.log"     // the shim's own stderr (panics, diagnostics)
+	JournalDir  = "journal"      // the session's journal (package journal)
+)
+
+// maxSocketPath is the longest usable sun_path on Linux (108 bytes with the
+// terminating NUL).
+const maxSocketPath = 107
+
+// Session states, as in Status.State.
+const (
+	StateRunning = "running"
+	StateExited  = "exited"
+	StateLost    = "lost"
+)
+
+// Spec is what a session runs. It is stored as spec.json in the session
+// directory.
+type Spec struct {
+	ID   string   `json:"id"`
+	Argv []string `json:"argv"` // no shell unless the caller asks for one
+	// Env is the complete environment of the command. PATH in it (or a
+	// default) is used to find Argv[0] when it has no slash.
+	Env []string `json:"env"`
+	Dir string   `json:"cwd"`
+	// User optionally runs the command as another user: a name, or
+	// uid[:gid]. A name sets the user's primary group and supplementary
+	// groups; uid[:gid] sets no supplementary groups (gid defaults to the
+	// uid's primary group, or the uid).
+	User string `json:"user,omitempty"`
+	TTY  bool   `json:"tty"`
+	Rows uint16 `json:"rows,omitempty"` // initial PTY size; 0 means 24
+	Cols uint16 `json:"cols,omitempty"` // initial PTY size; 0 means 80
+	// NetNS optionally names a network namespace file (e.g.
+	// /var/run/netns/NAME). The shim locks an OS thread, setns(2)s it into
+	// the namespace, forks the command from that thread (a child inherits
+	// its forking thread's namespaces), then restores the thread; if it
+	// cannot restore it, the thread is discarded, never reused.
+	NetNS string `json:"netns,omitempty"`
+	// RetainBytes caps each stream's journal (0 keeps everything).
+	RetainBytes int64 `json:"retain_bytes,omitempty"`
+}
+
+// Streams returns the journal streams of a session with this spec.
+func (s Spec) Streams() []string {
+	if s.TTY {
+		return []string{"stdout"}
+	}
+	return []string{"stdout", "stderr"}
+}
+
+func (s Spec) validate() error {
+	if !ValidID(s.ID) {
+		return fmt.Errorf("%w: id %q (want 1-64 of [A-Za-z0-9._-], not starting with a dot)", ErrInvalid, s.ID)
+	}
+	if len(s.Argv) == 0 || s.Argv[0] == "" {
+		return fmt.Errorf("%w: empty argv", ErrInvalid)
+	}
+	if s.RetainBytes < 0 {
+		return fmt.Errorf("%w: negative retain_bytes", ErrInvalid)
+	}
+	return nil
+}
+
+// ValidID reports whether id is a usable session id: 1-64 bytes of
+// [A-Za-z0-9._-], not starting with a dot.
+func ValidID(id string) bool {
+	if len(id) == 0 || len(id) > 64 || id[0] == '.' {
+		return false
+	}
+	for _, c := range []byte(id) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// Status describes a session.
+type Status struct {
+	ID    string `json:"id"`
+	State string `json:"state"` // "running" | "exited" | "lost"
+	// ShimPID and PID are the shim's and the command's process ids (0 if
+	// unknown).
+	ShimPID int  `json:"shim_pid,omitempty"`
+	PID     int  `json:"pid,omitempty"`
+	TTY     bool `json:"tty"`
+	// Exit is the exit record once State is "exited".
+	Exit *journal.Exit `json:"exit,omitempty"`
+	// WriteError is set while the shim cannot write the journal (the
+	// command is then backpressured); the contract's code is write_failed.
+	WriteError string    `json:"write_error,omitempty"`
+	StartedAt  time.Time `json:"started_at"`
+}
+
+// started is started.json.
+type started struct {
+	ShimPID   int       `json:"shim_pid"`
+	PID       int       `json:"pid"`
+	StartedAt time.Time `json:"started_at"`
+}
+
+var (
+	// ErrExited is returned by WriteStdin, CloseStdin, Resize and Signal
+	// when the command has ended, including when the shim is gone but the
+	// exit record exists. It is an answer, not a transport failure.
+	ErrExited = errors.New("command exited")
+	// ErrStdinClosed is returned by WriteStdin after CloseStdin. It matches
+	// ErrExited too (errors.Is), as the contract's command_exited does.
+	ErrStdinClosed error = stdinClosedError{}
+	// ErrLost is returned when the shim is gone without an exit record: the
+	// command's end is unknown (it may even still run, unsupervised).
+	ErrLost = errors.New("session lost: shim gone without an exit record")
+	// ErrNoSession is returned when a directory holds no started session.
+	ErrNoSession = errors.New("no such session")
+	// ErrExists is returned by Start when the directory already holds a
+	// session.
+	ErrExists = errors.New("session already exists")
+	// ErrInvalid is returned for a malformed Spec or request (an empty argv,
+	// a bad id, resize of a pipes session, a socket path that is too long).
+	ErrInvalid = errors.New("invalid request")
+	// ErrUnavailable is returned when the shim cannot be reached although
+	// the session still runs by every sign on disk: retry.
+	ErrUnavailable = errors.New("shim unavailable")
+	// ErrWriteFailed is returned by Terminate's wait when the shim reports
+	// that it cannot write the journal.
+	ErrWriteFailed = errors.New("journal write failed")
+)
+
+type stdinClosedError struct{}
+
+func (stdinClosedError) Error() string        { return "stdin closed" }
+func (stdinClosedError) Is(target error) bool { return target == ErrExited }
+
+// ReadStatus reads a session's status from its directory without the
+// control socket: "exited" with the exit record when the journal has one,
+// "running" while the shim (the journal's writer) is alive, "lost"
+// otherwise. It returns ErrNoSession for a directory without a started
+// session.
+func ReadStatus(dir string) (Status, error) {
+	var spec Spec
+	if err := readJSON(filepath.Join(dir, SpecFile), &spec); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return Status{}, fmt.Errorf("read status %s: %w", dir, ErrNoSession)
+		}
+		return Status{}, fmt.Errorf("read status %s: %w", dir, err)
+	}
+	st := Status{ID: spec.ID, TTY: spec.TTY}
+	var sd started
+	if err := readJSON(filepath.Join(dir, StartedFile), &sd); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return Status{}, fmt.Errorf("read status %s: %w", dir, ErrNoSession)
+		}
+		return Status{}, fmt.Errorf("read status %s: %w", dir, err)
+	}
+	st.ShimPID, st.PID, st.StartedAt = sd.ShimPID, sd.PID, sd.StartedAt
+	j, err := journal.Open(filepath.Join(dir, JournalDir))
+	if err != nil {
+		return Status{}, fmt.Errorf("read status %s: %w", dir, err)
+	}
+	defer j.Close()
+	// Liveness first, exit second: a writer that finishes between the two
+	// checks then reads as exited, never as lost.
+	alive, err := j.WriterAlive()
+	if err != nil {
+		return Status{}, fmt.Errorf("read status %s: %w", dir, err)
+	}
+	e, ok, err := j.Exit()
+	if err != nil {
+		return Status{}, fmt.Errorf("read status %s: %w", dir, err)
+	}
+	switch {
+	case ok:
+		st.State, st.Exit = StateExited, &e
+	case alive:
+		st.State = StateRunning
+	default:
+		st.State = StateLost
+	}
+	return st, nil
+}
+
+func readJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("decode %s: %w", filepath.Base(path), err)
+	}
+	return nil
+}
+
+// writeFileAtomic writes b to path through a temporary file and a rename,
+// so a reader sees the old content or the new, never a part.
+func writeFileAtomic(path string, b []byte, perm fs.FileMode) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
+}
+
+func socketPath(dir string) (string, error) {
+	p := filepath.Join(dir, SocketFile)
+	if len(p) > maxSocketPath {
+		return "", fmt.Errorf("%w: socket path %s is %d bytes, the unix limit is %d: use a shorter session directory", ErrInvalid, p, len(p), maxSocketPath)
+	}
+	return p, nil
+}
+
+// List returns the status of every session directory directly under root,
+// ordered by name. Directories that hold no started session are skipped.
+func List(root string) ([]Status, error) {
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("list sessions in %s: %w", root, err)
+	}
+	var out []Status
+	for _, e := range ents {
+		if !e.IsDir() || !ValidID(e.Name()) {
+			continue
+		}
+		st, err := ReadStatus(filepath.Join(root, e.Name()))
+		if errors.Is(err, ErrNoSession) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list sessions: %w", err)
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}

@@ -1,0 +1,294 @@
+package shim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The readiness protocol on the pipe Start hands the shim (fd 3): exactly
+// one line, then the shim closes its end.
+//
+//	ready PID SHIMPID STARTED_UNIX_NANOS
+//	error SHIMPID ERRNO MESSAGE
+//
+// ERRNO is the numeric errno of the start failure (0 if none), so ENOENT
+// for a missing argv[0] survives the process boundary.
+
+// StartError is returned by Start when the shim could not start the
+// command. It unwraps to the errno when there was one, so
+// errors.Is(err, fs.ErrNotExist) holds for a missing executable.
+type StartError struct {
+	Msg     string
+	Errno   syscall.Errno // 0 if the failure had no errno
+	ShimPID int           // the shim that reported it (it has exited or is exiting)
+}
+
+func (e *StartError) Error() string { return e.Msg }
+
+// Unwrap returns the errno, or nil.
+func (e *StartError) Unwrap() error {
+	if e.Errno == 0 {
+		return nil
+	}
+	return e.Errno
+}
+
+// Start launches a detached shim for a new session in dir and returns once
+// the command runs, or with its start error (a *StartError for failures of
+// the command itself; ErrExists, ErrInvalid for the request). exe is the
+// argv prefix that runs [Main] (e.g. {"/usr/local/bin/runner-shim",
+// "serve"} or {os.Executable(), "shim"}); Start appends its own arguments.
+//
+// dir is created with mode 0700 if needed and must not already hold a
+// session. The shim is started through a short-lived intermediate process
+// that starts the real shim in a new session and exits at once, so the
+// shim is reparented to init (or the nearest subreaper) and never becomes
+// a zombie of the launcher.
+//
+// If ctx ends before the shim reports, Start returns ctx's error; the
+// session may still start (ReadStatus tells).
+func Start(ctx context.Context, exe []string, dir string, spec Spec) (Status, error) {
+	if len(exe) == 0 {
+		return Status{}, fmt.Errorf("start shim: %w: empty exe", ErrInvalid)
+	}
+	if err := spec.validate(); err != nil {
+		return Status{}, fmt.Errorf("start shim: %w", err)
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return Status{}, fmt.Errorf("start shim: %w", err)
+	}
+	if _, err := socketPath(dir); err != nil {
+		return Status{}, fmt.Errorf("start shim: %w", err)
+	}
+	created := false
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		created = true
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return Status{}, fmt.Errorf("start shim: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return Status{}, fmt.Errorf("start shim: %w", err)
+	}
+	specPath := filepath.Join(dir, SpecFile)
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return Status{}, fmt.Errorf("start shim: %w", err)
+	}
+	// Written to a temporary name and linked into place: the link fails if
+	// a session is already there, even under a concurrent Start.
+	if err := writeFileAtomic(specPath+".new", b, 0o600); err != nil {
+		return Status{}, fmt.Errorf("start shim: write spec: %w", err)
+	}
+	err = os.Link(specPath+".new", specPath)
+	os.Remove(specPath + ".new")
+	if errors.Is(err, fs.ErrExist) {
+		return Status{}, fmt.Errorf("start shim %s: %w", dir, ErrExists)
+	}
+	if err != nil {
+		return Status{}, fmt.Errorf("start shim: write spec: %w", err)
+	}
+	cleanup := func() {
+		os.Remove(specPath)
+		os.Remove(filepath.Join(dir, LogFile))
+		if created {
+			os.Remove(dir)
+		}
+	}
+
+	st, err := launch(ctx, exe, dir)
+	if err != nil {
+		var se *StartError
+		if errors.As(err, &se) {
+			cleanup() // the shim removed its own files before reporting
+		}
+		return Status{}, err
+	}
+	st.ID, st.TTY = spec.ID, spec.TTY
+	return st, nil
+}
+
+func launch(ctx context.Context, exe []string, dir string) (Status, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return Status{}, fmt.Errorf("start shim: %w", err)
+	}
+	defer r.Close()
+	args := append(append([]string{}, exe[1:]...), "--detach", "--ready-fd=3", dir)
+	cmd := exec.Command(exe[0], args...)
+	cmd.ExtraFiles = []*os.File{w}
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		return Status{}, &StartError{Msg: fmt.Sprintf("start shim %s: %v", exe[0], err)}
+	}
+	// The intermediate exits as soon as the real shim is started.
+	werr := cmd.Wait()
+
+	stop := context.AfterFunc(ctx, func() { r.SetReadDeadline(time.Now()) })
+	defer stop()
+	line, rerr := readLine(r, 4096)
+	if ctx.Err() != nil {
+		return Status{}, fmt.Errorf("start shim: wait for ready: %w", ctx.Err())
+	}
+	if rerr != nil || len(line) == 0 {
+		return Status{}, &StartError{Msg: fmt.Sprintf("start shim: it exited without reporting (%v, %v)", werr, rerr)}
+	}
+	return parseReady(line)
+}
+
+func readLine(r io.Reader, max int) (string, error) {
+	var buf []byte
+	tmp := make([]byte, 512)
+	for len(buf) < max {
+		n, err := r.Read(tmp)
+		buf = append(buf, tmp[:n]...)
+		if i := bytes.IndexByte(buf, '\n'); i >= 0 {
+			return string(buf[:i]), nil
+		}
+		if err != nil {
+			if err == io.EOF {
+				return string(buf), nil
+			}
+			return string(buf), err
+		}
+	}
+	return string(buf), nil
+}
+
+func parseReady(line string) (Status, error) {
+	f := strings.SplitN(line, " ", 4)
+	switch {
+	case f[0] == "ready" && len(f) == 4:
+		pid, _ := strconv.Atoi(f[1])
+		spid, _ := strconv.Atoi(f[2])
+		ns, _ := strconv.ParseInt(f[3], 10, 64)
+		return Status{State: StateRunning, PID: pid, ShimPID: spid, StartedAt: time.Unix(0, ns).UTC()}, nil
+	case f[0] == "error" && len(f) == 4:
+		spid, _ := strconv.Atoi(f[1])
+		errno, _ := strconv.Atoi(f[2])
+		return Status{}, &StartError{Msg: f[3], Errno: syscall.Errno(errno), ShimPID: spid}
+	}
+	return Status{}, &StartError{Msg: fmt.Sprintf("start shim: bad readiness report %q", line)}
+}
+
+// Main is the shim process's entry point (`runner-shim serve` and
+// runnerd's hidden `shim` subcommand call it with the arguments after
+// theirs). It returns the process exit status.
+//
+//	[--detach] [--ready-fd N] DIR
+//
+// --detach (used by Start) re-executes the same program without it in a
+// new session and returns at once. --ready-fd names the inherited pipe for
+// the readiness line. DIR is the session directory holding spec.json.
+func Main(args []string) int {
+	fset := flag.NewFlagSet("shim", flag.ContinueOnError)
+	detachFlag := fset.Bool("detach", false, "re-execute detached in a new session, then exit (used by Start)")
+	readyFD := fset.Int("ready-fd", -1, "inherited file descriptor for the readiness line")
+	if err := fset.Parse(args); err != nil {
+		return 2
+	}
+	if fset.NArg() != 1 {
+		fmt.Fprintln(os.Stderr, "shim: want exactly one session directory")
+		return 2
+	}
+	dir := fset.Arg(0)
+	var ready *os.File
+	if *readyFD >= 0 {
+		syscall.CloseOnExec(*readyFD) // never leak it into the command
+		ready = os.NewFile(uintptr(*readyFD), "ready")
+	}
+	if *detachFlag {
+		return detach(args, dir, ready)
+	}
+
+	// An idle shim should be small: one P, a collector that runs often on a
+	// tiny heap, and the memory limit as a backstop.
+	runtime.GOMAXPROCS(1)
+	debug.SetGCPercent(50)
+	debug.SetMemoryLimit(8 << 20)
+
+	s, err := newServer(dir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "shim %s: %v\n", dir, err)
+		report(ready, fmt.Sprintf("error %d %d %s", os.Getpid(), errnoOf(err), oneLine(err.Error())))
+		return 1
+	}
+	report(ready, fmt.Sprintf("ready %d %d %d", s.pid, os.Getpid(), s.at.UnixNano()))
+	s.run()
+	return 0
+}
+
+func report(ready *os.File, line string) {
+	if ready == nil {
+		return
+	}
+	ready.WriteString(line + "\n")
+	ready.Close()
+}
+
+func errnoOf(err error) int {
+	var en syscall.Errno
+	if errors.As(err, &en) {
+		return int(en)
+	}
+	return 0
+}
+
+func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
+
+// detach starts the real shim in a new session with the same arguments
+// minus --detach, its stderr in the session's shim.log, and returns without
+// waiting: this process exits and the shim is reparented away.
+func detach(args []string, dir string, ready *os.File) int {
+	fail := func(err error) int {
+		report(ready, fmt.Sprintf("error %d %d %s", os.Getpid(), errnoOf(err), oneLine(err.Error())))
+		return 1
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fail(fmt.Errorf("find own executable: %w", err))
+	}
+	// The prefix that led to Main (e.g. "serve", "shim") is kept.
+	prefix := os.Args[1 : len(os.Args)-len(args)]
+	var rest []string
+	for _, a := range args {
+		if a != "--detach" && a != "-detach" {
+			rest = append(rest, a)
+		}
+	}
+	log, err := os.OpenFile(filepath.Join(dir, LogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fail(fmt.Errorf("open shim log: %w", err))
+	}
+	defer log.Close()
+	cmd := &exec.Cmd{Path: exe, Args: append(append([]string{os.Args[0]}, prefix...), rest...),
+		Stdout: log, Stderr: log, SysProcAttr: &syscall.SysProcAttr{Setsid: true}}
+	if ready != nil {
+		cmd.ExtraFiles = []*os.File{ready} // fd 3 in the shim, as the flag says
+		if !strings.Contains(strings.Join(rest, " "), "--ready-fd=3") {
+			return fail(errors.New("detach: --ready-fd must be 3"))
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		return fail(fmt.Errorf("start shim: %w", err))
+	}
+	cmd.Process.Release()
+	return 0
+}
