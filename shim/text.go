@@ -1,0 +1,103 @@
+package shim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/agentrunner/runner/wire"
+)
+
+// Exit statuses of AttachText for ends that are not a command's exit.
+const (
+	TextExitLost  = 255 // the session was lost: no exit code exists
+	TextExitError = 254 // the stream ended with an error frame
+)
+
+// AttachText is Attach for humans and text-only exec APIs: stdout bytes go
+// to stdout, stderr bytes to stderr, and the result is the status a shell
+// would report (the exit code, or 128+signal), TextExitLost, or
+// TextExitError. The terminal frame's detail goes to stderr when it is not
+// an exit. A non-nil error means the attach itself failed (no verdict).
+func AttachText(ctx context.Context, dir string, opts AttachOptions, stdout, stderr io.Writer) (int, error) {
+	status := -1
+	err := Attach(ctx, dir, opts, func(b []byte) error {
+		f, err := wire.ParseFrame(b)
+		if err != nil {
+			return err
+		}
+		switch f.Kind {
+		case wire.FrameData:
+			w := stdout
+			if f.Stream == wire.StreamStderr {
+				w = stderr
+			}
+			_, err = w.Write(f.Payload)
+			return err
+		case wire.FrameExit:
+			e, err := f.Exit()
+			if err != nil {
+				return err
+			}
+			status = e.Code
+		case wire.FrameLost:
+			fmt.Fprintln(stderr, "runner-shim: session lost: the shim died without an exit record")
+			status = TextExitLost
+		case wire.FrameError:
+			e, err := f.Err()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stderr, "runner-shim: %v\n", e)
+			status = TextExitError
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if status < 0 {
+		return 0, errors.New("attach ended without a terminal frame")
+	}
+	return status, nil
+}
+
+// CopyStdin writes everything read from r to the session's stdin, in
+// chunks as they arrive, and returns at r's EOF (without closing the
+// command's stdin).
+func CopyStdin(ctx context.Context, c *Client, r io.Reader) error {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if werr := c.WriteStdin(ctx, buf[:n]); werr != nil {
+				return werr
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read stdin: %w", err)
+		}
+	}
+}
+
+// DefaultRoot is where runner-shim keeps session directories: the
+// RUNNER_SHIM_ROOT environment variable if set; /var/lib/runner-shim for
+// root; else $XDG_STATE_HOME/runner-shim (default ~/.local/state).
+func DefaultRoot() string {
+	if r := os.Getenv("RUNNER_SHIM_ROOT"); r != "" {
+		return r
+	}
+	if os.Geteuid() == 0 {
+		return "/var/lib/runner-shim"
+	}
+	if x := os.Getenv("XDG_STATE_HOME"); x != "" {
+		return x + "/runner-shim"
+	}
+	home, _ := os.UserHomeDir()
+	return home + "/.local/state/runner-shim"
+}
