@@ -95,7 +95,7 @@
 // has a short name (1-20 of [a-z0-9], no '-'); a sandbox name carries its
 // route as its first label: "<runner>-<rest>", e.g. "r1-agent-7f3a" lives
 // on runner "r1". The whole name is the sandbox's name on that runner, so
-// the runner's own registry stays the authority. [Pool.NewName] mints such
+// the runner's own registry stays the authority. [Adapter.NewName] mints such
 // names (the seed's name: {Mod, :fun, args} hook); Create of a name whose
 // prefix names no runner of the pool is *adapter.InvalidError, and Get of
 // such a name is *adapter.InvalidError too (never not_found: the pool

@@ -1,0 +1,841 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/wire"
+)
+
+// Endpoint is one runnerd of a pool. Its Token never prints.
+type Endpoint struct {
+	// Name is the runner's route: 1-20 of [a-z0-9]. Sandbox names of the
+	// pool start with Name + "-".
+	Name string
+	// URL is the endpoint for [New].
+	URL string
+	// Token is the bearer token.
+	Token string
+}
+
+// String returns "name=url", never the token.
+func (e Endpoint) String() string { return e.Name + "=" + e.URL }
+
+// Format prints String under every verb.
+func (e Endpoint) Format(f fmt.State, verb rune) { _, _ = io.WriteString(f, e.String()) }
+
+// AdapterOptions tune an [Adapter]. The zero value is usable.
+type AdapterOptions struct {
+	// Client are the options of the clients NewPool makes.
+	Client Options
+	// Buffer is the default frame channel capacity of a Stream (64).
+	Buffer int
+	// ReattachWindow is how long a Stream whose connection broke (daemon
+	// restarted, connection reset, heartbeat silence) keeps attaching again
+	// from its cursor before it gives up with a terminal
+	// *adapter.UnavailableError frame. A reattach is byte-exact: the
+	// consumer sees contiguous offsets and no duplicate. 0 disables it: the
+	// first break ends the stream.
+	ReattachWindow time.Duration
+}
+
+// runner is one daemon of the adapter.
+type runner struct {
+	name string // route; "" for a single-runner adapter
+	c    *Client
+}
+
+// Adapter is the runner adapter: adapter.Adapter over one runnerd
+// ([NewAdapter]) or a pool of them ([NewPool]). It is safe for concurrent
+// use. Close releases the clients it made; Streams it returned are owned by
+// their callers, who must Close them.
+type Adapter struct {
+	adapter.Unsupported // checkpoint and restore: never advertised
+
+	runners []*runner
+	byName  map[string]*runner // pool mode only
+	pool    bool
+	owned   bool // Close closes the clients
+	caps    adapter.Capabilities
+	buffer  int
+	window  time.Duration // ReattachWindow
+
+	mu         sync.Mutex          // guards terminated and order
+	terminated map[string]struct{} // sessions the caller asked to stop, by markKey
+	order      []string            // insertion order of terminated, for eviction
+	closeOnce  sync.Once
+}
+
+var _ adapter.Adapter = (*Adapter)(nil)
+
+// maxMarks bounds the client-side record of terminated sessions.
+const maxMarks = 1 << 16
+
+// NewAdapter returns the adapter for the one daemon c speaks to. It asks
+// the daemon for its capabilities now (they are stable for the adapter's
+// life), so it fails with *adapter.UnavailableError when the daemon does
+// not answer. The caller keeps owning c.
+func NewAdapter(ctx context.Context, c *Client, opts AdapterOptions) (*Adapter, error) {
+	a := newAdapter(opts)
+	a.runners = []*runner{{c: c}}
+	if err := a.loadCaps(ctx); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+var runnerName = regexp.MustCompile(`^[a-z0-9]{1,20}$`)
+
+// NewPool returns one adapter over several daemons. Sandbox names carry
+// their route (see the package doc): "<endpoint name>-<rest>". Its
+// capabilities are those every endpoint advertises. The pool owns the
+// clients it makes; Close releases them.
+func NewPool(ctx context.Context, endpoints []Endpoint, opts AdapterOptions) (*Adapter, error) {
+	if len(endpoints) == 0 {
+		return nil, errors.New("client: a pool needs at least one endpoint")
+	}
+	a := newAdapter(opts)
+	a.pool, a.owned = true, true
+	a.byName = map[string]*runner{}
+	for _, ep := range endpoints {
+		if !runnerName.MatchString(ep.Name) {
+			a.Close()
+			return nil, fmt.Errorf("client: runner name %q: want 1-20 of [a-z0-9]", ep.Name)
+		}
+		if a.byName[ep.Name] != nil {
+			a.Close()
+			return nil, fmt.Errorf("client: runner name %q twice", ep.Name)
+		}
+		c, err := New(ep.URL, ep.Token, opts.Client)
+		if err != nil {
+			a.Close()
+			return nil, fmt.Errorf("client: runner %s: %w", ep.Name, err)
+		}
+		r := &runner{name: ep.Name, c: c}
+		a.runners = append(a.runners, r)
+		a.byName[ep.Name] = r
+	}
+	if err := a.loadCaps(ctx); err != nil {
+		a.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+func newAdapter(opts AdapterOptions) *Adapter {
+	b := opts.Buffer
+	if b <= 0 {
+		b = 64
+	}
+	return &Adapter{buffer: b, window: opts.ReattachWindow, terminated: map[string]struct{}{}}
+}
+
+// loadCaps sets caps to what every runner advertises.
+func (a *Adapter) loadCaps(ctx context.Context) error {
+	count := map[adapter.Capability]int{}
+	for _, r := range a.runners {
+		cs, err := r.c.Capabilities(ctx)
+		if err != nil {
+			return fmt.Errorf("get capabilities of %s: %w", r, err)
+		}
+		for _, c := range slices.Compact(slices.Sorted(slices.Values(cs))) {
+			count[adapter.Capability(c)]++
+		}
+	}
+	for _, c := range adapter.AllCapabilities() {
+		if c != adapter.CapCheckpoint && count[c] == len(a.runners) {
+			a.caps = append(a.caps, c)
+		}
+	}
+	return nil
+}
+
+func (r *runner) String() string {
+	if r.name == "" {
+		return r.c.Endpoint()
+	}
+	return "runner " + r.name
+}
+
+// String describes the adapter without secrets.
+func (a *Adapter) String() string {
+	names := make([]string, len(a.runners))
+	for i, r := range a.runners {
+		names[i] = r.String()
+	}
+	return "runner adapter [" + strings.Join(names, ", ") + "]"
+}
+
+// Format prints String under every verb, so no verb prints a token.
+func (a *Adapter) Format(f fmt.State, verb rune) { _, _ = io.WriteString(f, a.String()) }
+
+// Close releases the clients the adapter made (NewPool). It is idempotent.
+func (a *Adapter) Close() error {
+	a.closeOnce.Do(func() {
+		if a.owned {
+			for _, r := range a.runners {
+				r.c.Close()
+			}
+		}
+	})
+	return nil
+}
+
+// Provider returns "runner".
+func (a *Adapter) Provider() string { return Provider }
+
+// Capabilities returns what the daemon(s) advertised at construction.
+func (a *Adapter) Capabilities() adapter.Capabilities { return slices.Clone(a.caps) }
+
+// NewName mints a sandbox name routed to runner ("" for a single-runner
+// adapter): "<runner>-<prefix>-<8 hex>", or "<prefix>-<8 hex>" without a
+// runner. prefix must be a DNS label fragment.
+func (a *Adapter) NewName(runner, prefix string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	n := prefix + "-" + hex.EncodeToString(b[:])
+	if runner != "" {
+		n = runner + "-" + n
+	}
+	return n
+}
+
+// route returns the runner that holds sandbox name.
+func (a *Adapter) route(name string) (*runner, error) {
+	if !a.pool {
+		return a.runners[0], nil
+	}
+	prefix, _, ok := strings.Cut(name, "-")
+	if r := a.byName[prefix]; ok && r != nil {
+		return r, nil
+	}
+	return nil, &adapter.InvalidError{Detail: fmt.Sprintf("sandbox name %q carries no route of this pool (want <runner>-<rest>)", name)}
+}
+
+func (a *Adapter) handle(sb wire.Sandbox) adapter.Handle {
+	return adapter.Handle{Provider: Provider, Name: sb.Name, ID: sb.Incarnation}
+}
+
+// Create implements adapter.Adapter.
+func (a *Adapter) Create(ctx context.Context, name string, opts adapter.CreateOptions) (adapter.Handle, error) {
+	r, err := a.route(name)
+	if err != nil {
+		return adapter.Handle{}, err
+	}
+	req := wire.CreateSandbox{Name: name}
+	if opts.NetworkPolicy != nil {
+		if !a.caps.Has(adapter.CapNetworkPolicy) {
+			return adapter.Handle{}, fmt.Errorf("create %s with a network policy: %w", name, adapter.ErrNotSupported)
+		}
+		req.Network = &wire.Network{Allow: append([]string{}, opts.NetworkPolicy.Allow...)}
+	}
+	sb, err := r.c.CreateSandbox(ctx, req)
+	if err != nil {
+		return adapter.Handle{}, err
+	}
+	return a.handle(sb), nil
+}
+
+// Get implements adapter.Adapter.
+func (a *Adapter) Get(ctx context.Context, name string) (adapter.Handle, error) {
+	r, err := a.route(name)
+	if err != nil {
+		return adapter.Handle{}, err
+	}
+	sb, err := r.c.GetSandbox(ctx, name)
+	if err != nil {
+		return adapter.Handle{}, err
+	}
+	return a.handle(sb), nil
+}
+
+// check resolves h to its runner and proves the incarnation is the live
+// one: a handle of a destroyed incarnation is adapter.ErrNotFound even when
+// a new sandbox of the same name exists. A handle with an empty ID skips
+// the incarnation check.
+func (a *Adapter) check(ctx context.Context, h adapter.Handle) (*runner, error) {
+	if h.Name == "" {
+		return nil, &adapter.InvalidError{Detail: "zero handle"}
+	}
+	if h.Provider != "" && h.Provider != Provider {
+		return nil, &adapter.InvalidError{Detail: fmt.Sprintf("handle of provider %q", h.Provider)}
+	}
+	r, err := a.route(h.Name)
+	if err != nil {
+		return nil, err
+	}
+	if h.ID == "" {
+		return r, nil
+	}
+	sb, err := r.c.GetSandbox(ctx, h.Name)
+	if err != nil {
+		return nil, err
+	}
+	if sb.Incarnation != h.ID {
+		return nil, fmt.Errorf("sandbox %s: incarnation %s is gone (now %s): %w", h.Name, h.ID, sb.Incarnation, adapter.ErrNotFound)
+	}
+	return r, nil
+}
+
+// List implements adapter.Adapter. Page tokens are the adapter's own
+// ("r1." + base64 of the runner index and that runner's token).
+func (a *Adapter) List(ctx context.Context, opts adapter.ListOptions) (adapter.Page, error) {
+	idx, tok, err := decodePageToken(opts.PageToken, len(a.runners))
+	if err != nil {
+		return adapter.Page{}, err
+	}
+	size := opts.PageSize
+	if size > wire.MaxListLimit {
+		size = wire.MaxListLimit
+	}
+	if size < 0 {
+		return adapter.Page{}, &adapter.InvalidError{Detail: "negative page size"}
+	}
+	r := a.runners[idx]
+	l, err := r.c.ListSandboxes(ctx, size, tok)
+	if err != nil {
+		return adapter.Page{}, err
+	}
+	var p adapter.Page
+	for _, sb := range l.Sandboxes {
+		if rr, err := a.route(sb.Name); err == nil && rr == r {
+			p.Handles = append(p.Handles, a.handle(sb))
+		}
+	}
+	switch {
+	case l.NextPageToken != "":
+		if l.NextPageToken == tok {
+			return adapter.Page{}, &adapter.ProviderError{Provider: Provider, Detail: "runner repeated its page token"}
+		}
+		p.NextPageToken = encodePageToken(idx, l.NextPageToken)
+	case idx+1 < len(a.runners):
+		p.NextPageToken = encodePageToken(idx+1, "")
+	}
+	return p, nil
+}
+
+const pageTokenPrefix = "r1."
+
+func encodePageToken(idx int, tok string) string {
+	return pageTokenPrefix + base64.RawURLEncoding.EncodeToString([]byte(strconv.Itoa(idx)+"\n"+tok))
+}
+
+func decodePageToken(s string, n int) (int, string, error) {
+	if s == "" {
+		return 0, "", nil
+	}
+	bad := &adapter.InvalidError{Detail: "page token not issued by this adapter"}
+	rest, ok := strings.CutPrefix(s, pageTokenPrefix)
+	if !ok {
+		return 0, "", bad
+	}
+	b, err := base64.RawURLEncoding.DecodeString(rest)
+	if err != nil {
+		return 0, "", bad
+	}
+	is, tok, ok := strings.Cut(string(b), "\n")
+	idx, err := strconv.Atoi(is)
+	if !ok || err != nil || idx < 0 || idx >= n {
+		return 0, "", bad
+	}
+	return idx, tok, nil
+}
+
+// Destroy implements adapter.Adapter: absent (or a replaced incarnation)
+// is success and touches nothing.
+func (a *Adapter) Destroy(ctx context.Context, h adapter.Handle) error {
+	r, err := a.check(ctx, h)
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := a.markRunning(ctx, r, h); err != nil && !isNotFound(err) {
+		return err
+	}
+	return r.c.DeleteSandbox(ctx, h.Name)
+}
+
+// markRunning marks every running session of h as terminated by the
+// caller, before a suspend or destroy stops them.
+func (a *Adapter) markRunning(ctx context.Context, r *runner, h adapter.Handle) error {
+	ss, err := r.c.Sessions(ctx, h.Name)
+	if err != nil {
+		return err
+	}
+	for _, s := range ss {
+		if s.State == wire.SessionRunning {
+			a.mark(r, h, s.ID)
+		}
+	}
+	return nil
+}
+
+func (a *Adapter) markKey(r *runner, h adapter.Handle, id string) string {
+	return r.name + "\x00" + h.Name + "\x00" + h.ID + "\x00" + id
+}
+
+func (a *Adapter) mark(r *runner, h adapter.Handle, id string) {
+	k := a.markKey(r, h, id)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.terminated[k]; ok {
+		return
+	}
+	if len(a.order) >= maxMarks {
+		delete(a.terminated, a.order[0])
+		a.order = a.order[1:]
+	}
+	a.terminated[k] = struct{}{}
+	a.order = append(a.order, k)
+}
+
+func (a *Adapter) marked(r *runner, h adapter.Handle, id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.terminated[a.markKey(r, h, id)]
+	return ok
+}
+
+func argv(c adapter.Command) ([]string, error) {
+	if c.Path == "" {
+		return nil, &adapter.InvalidError{Detail: "command has no program"}
+	}
+	return append([]string{c.Path}, c.Args...), nil
+}
+
+func newID(prefix string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// Exec implements adapter.Adapter over POST .../exec. The session is named
+// by the adapter, so when ctx ends first the command is terminated.
+func (a *Adapter) Exec(ctx context.Context, h adapter.Handle, c adapter.Command) (adapter.Result, error) {
+	av, err := argv(c)
+	if err != nil {
+		return adapter.Result{}, err
+	}
+	r, err := a.check(ctx, h)
+	if err != nil {
+		return adapter.Result{}, err
+	}
+	id := newID("exec-")
+	res, err := r.c.Exec(ctx, h.Name, wire.Exec{ID: id, Argv: av, Env: c.Env, Cwd: c.Dir})
+	if err != nil {
+		if ctx.Err() != nil {
+			// Stop the command where we can; best effort, bounded.
+			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			a.mark(r, h, id)
+			_, _ = r.c.Terminate(tctx, h.Name, id, time.Second)
+			cancel()
+		}
+		return adapter.Result{}, err
+	}
+	ex, err := a.exit(r, h, id, exitRecord{Exit: res.Exit})
+	if err != nil {
+		return adapter.Result{}, err
+	}
+	return adapter.Result{Stdout: res.Stdout, Stderr: res.Stderr, Exit: ex}, nil
+}
+
+// exit maps a wire exit record into the contract: exited keeps its code; a
+// signal death is Code -1 with the signal's name; a session the caller
+// stopped is ReasonTerminated; lost is adapter.ErrLost, never an exit.
+func (a *Adapter) exit(r *runner, h adapter.Handle, id string, e exitRecord) (adapter.Exit, error) {
+	var ex adapter.Exit
+	switch e.Reason {
+	case wire.ExitExited:
+		ex = adapter.Exit{Code: e.Code, Reason: adapter.ReasonExited}
+		if e.Code < 0 || e.Code > 255 {
+			return ex, &adapter.ProviderError{Provider: Provider, Detail: fmt.Sprintf("exit code %d out of range", e.Code)}
+		}
+	case wire.ExitSignaled:
+		ex = adapter.Exit{Code: -1, Signal: SignalName(e.Signal), Reason: adapter.ReasonSignaled}
+	case wire.ExitLost:
+		d := "session " + id
+		if e.Detail != "" {
+			d += ": " + e.Detail
+		}
+		return ex, fmt.Errorf("%s: %w", d, adapter.ErrLost)
+	default:
+		return ex, &adapter.ProviderError{Provider: Provider, Detail: fmt.Sprintf("unknown exit reason %q", e.Reason)}
+	}
+	if e.Terminated || a.marked(r, h, id) {
+		ex.Reason = adapter.ReasonTerminated
+	}
+	return ex, nil
+}
+
+// Spawn implements adapter.Adapter: it returns once the daemon acknowledged
+// that the command runs, with a Stream attached from byte zero.
+func (a *Adapter) Spawn(ctx context.Context, h adapter.Handle, c adapter.Command, opts adapter.SpawnOptions) (adapter.Stream, error) {
+	av, err := argv(c)
+	if err != nil {
+		return nil, err
+	}
+	req := wire.CreateSession{ID: opts.SessionID, Argv: av, Env: c.Env, Cwd: c.Dir}
+	if req.ID == "" {
+		req.ID = newID("s-")
+	}
+	if opts.TTY != nil {
+		if !a.caps.Has(adapter.CapTTY) {
+			return nil, fmt.Errorf("spawn with a TTY: %w", adapter.ErrNotSupported)
+		}
+		if opts.TTY.Rows == 0 || opts.TTY.Cols == 0 {
+			return nil, &adapter.InvalidError{Detail: "zero TTY size"}
+		}
+		req.TTY, req.Rows, req.Cols = true, int(opts.TTY.Rows), int(opts.TTY.Cols)
+	}
+	r, err := a.check(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	s, _, err := r.c.CreateSession(ctx, h.Name, req)
+	if err != nil {
+		return nil, err
+	}
+	st, err := a.attach(ctx, r, h, s.ID, adapter.Cursor{}, opts.Buffer)
+	if err != nil {
+		return nil, fmt.Errorf("session %s started; attach to it: %w", s.ID, err)
+	}
+	return st, nil
+}
+
+// Attach implements adapter.Adapter.
+func (a *Adapter) Attach(ctx context.Context, h adapter.Handle, id string, from adapter.Cursor) (adapter.Stream, error) {
+	if !a.caps.Has(adapter.CapAttach) {
+		return nil, adapter.ErrNotSupported
+	}
+	if from.Stdout < 0 || from.Stderr < 0 {
+		return nil, &adapter.InvalidError{Detail: "negative cursor"}
+	}
+	r, err := a.check(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	return a.attach(ctx, r, h, id, from, 0)
+}
+
+func (a *Adapter) attach(ctx context.Context, r *runner, h adapter.Handle, id string, from adapter.Cursor, buffer int) (adapter.Stream, error) {
+	fr, err := r.c.Attach(ctx, h.Name, id, Cursors{Stdout: from.Stdout, Stderr: from.Stderr})
+	if err != nil {
+		return nil, err
+	}
+	if buffer <= 0 {
+		buffer = a.buffer
+	}
+	s := &stream{done: make(chan struct{}), fr: fr, cur: from}
+	s.Feed = adapter.NewFeed(id, buffer, s.closeReader)
+	go s.produce(a, r, h, id)
+	return s, nil
+}
+
+// stream is a Stream fed by one FrameReader. Its producer goroutine is
+// owned by the stream: it ends after the terminal frame, or when Close
+// closes the reader, and Close waits for it.
+type stream struct {
+	*adapter.Feed
+	done chan struct{} // closed when produce returns
+
+	mu sync.Mutex   // guards fr
+	fr *FrameReader // the current connection; replaced on a reattach
+
+	cur adapter.Cursor // bytes delivered per stream (producer only)
+}
+
+// closeReader is the Feed's onClose: it unblocks the producer's Next.
+func (s *stream) closeReader() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fr.Close()
+}
+
+// reattach dials the session again from the cursor until it works, the
+// window passes, or the consumer closes. It returns the error to end the
+// stream with, or nil with a new reader in place.
+func (s *stream) reattach(a *Adapter, r *runner, h adapter.Handle, id string, cause error) error {
+	if a.window <= 0 || !errors.Is(cause, adapter.ErrUnavailable) {
+		return cause
+	}
+	deadline := time.Now().Add(a.window)
+	wait := 100 * time.Millisecond
+	for {
+		t := time.NewTimer(wait)
+		select {
+		case <-s.Feed.Done():
+			t.Stop()
+			return errReaderClosed
+		case <-t.C:
+		}
+		wait = min(2*wait, 2*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), r.c.opts.RequestTimeout)
+		go func() { // end the dial early when the consumer closes
+			select {
+			case <-s.Feed.Done():
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		fr, err := r.c.Attach(ctx, h.Name, id, Cursors{Stdout: s.cur.Stdout, Stderr: s.cur.Stderr})
+		cancel()
+		switch {
+		case err == nil:
+			s.mu.Lock()
+			s.fr = fr
+			s.mu.Unlock()
+			select {
+			case <-s.Feed.Done(): // closed while we dialed
+				fr.Close()
+				return errReaderClosed
+			default:
+			}
+			return nil
+		case errors.Is(err, adapter.ErrTruncated):
+			return err
+		case !adapter.Transient(err), time.Now().After(deadline):
+			// Gone (not_found: the sandbox was destroyed under the
+			// stream), refused or out of time: a transport failure for
+			// this stream, never an exit.
+			return unavailablef("session %s: connection broke (%v) and attaching again failed: %v", id, cause, err)
+		}
+	}
+}
+
+// Close detaches the local transport and waits for the producer. The
+// session keeps running. It is idempotent.
+func (s *stream) Close() error {
+	_ = s.Feed.Close()
+	<-s.done
+	return nil
+}
+
+func (s *stream) produce(a *Adapter, r *runner, h adapter.Handle, id string) {
+	defer close(s.done)
+	defer s.closeReader()
+	ctx := context.Background() // Send also ends when the consumer closes the Feed
+	for {
+		s.mu.Lock()
+		fr := s.fr
+		s.mu.Unlock()
+		f, err := fr.Next()
+		if err != nil {
+			fr.Close()
+			select {
+			case <-s.Feed.Done():
+				s.Feed.Stop()
+				return
+			default:
+			}
+			if err = s.reattach(a, r, h, id, err); err == nil {
+				continue
+			}
+			if errors.Is(err, errReaderClosed) {
+				s.Feed.Stop()
+				return
+			}
+			_ = s.Feed.Send(ctx, adapter.Frame{Err: err})
+			return
+		}
+		var out adapter.Frame
+		switch f.Kind {
+		case wire.FrameData:
+			name := adapter.StreamName(f.Stream.StreamName())
+			out = adapter.Frame{Stream: name, Offset: f.Offset, Data: f.Payload}
+			s.cur.Advance(out)
+		case wire.FrameExit:
+			e, derr := decodeExit(f.Payload)
+			if derr != nil {
+				out.Err = unavailablef("session %s: decode exit frame: %v", id, derr)
+				break
+			}
+			ex, xerr := a.exit(r, h, id, e)
+			if xerr != nil {
+				out.Err = xerr
+			} else {
+				out.Exit = &ex
+			}
+		case wire.FrameLost:
+			e, _ := f.Exit()
+			d := "session " + id
+			if e.Detail != "" {
+				d += ": " + e.Detail
+			}
+			out.Err = fmt.Errorf("%s: %w", d, adapter.ErrLost)
+		case wire.FrameError:
+			we, derr := f.Err()
+			if derr != nil {
+				out.Err = unavailablef("session %s: decode error frame: %v", id, derr)
+			} else {
+				out.Err = wireErr("session "+id, we)
+			}
+		default:
+			continue
+		}
+		if err := s.Feed.Send(ctx, out); err != nil || out.Terminal() {
+			return
+		}
+	}
+}
+
+// Sessions implements adapter.Adapter, in start order.
+func (a *Adapter) Sessions(ctx context.Context, h adapter.Handle) ([]adapter.SessionInfo, error) {
+	r, err := a.check(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	ss, err := r.c.Sessions(ctx, h.Name)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]adapter.SessionInfo, 0, len(ss))
+	for _, s := range ss {
+		in := adapter.SessionInfo{ID: s.ID, TTY: s.TTY, Started: s.StartedAt, State: adapter.SessionState(s.State)}
+		if len(s.Argv) > 0 {
+			in.Command = adapter.Command{Path: s.Argv[0], Args: s.Argv[1:]}
+		}
+		if s.Exit != nil {
+			in.Stdout, in.Stderr = s.Exit.Lengths["stdout"], s.Exit.Lengths["stderr"]
+			if s.State == wire.SessionExited {
+				if ex, err := a.exit(r, h, s.ID, exitRecord{Exit: *s.Exit}); err == nil {
+					in.Exit = &ex
+				}
+			}
+		}
+		out = append(out, in)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Started.Before(out[j].Started) })
+	return out, nil
+}
+
+// WriteStdin implements adapter.Adapter. It is the hot path of a turn, so
+// it skips the incarnation check (session ids are scoped to the sandbox).
+func (a *Adapter) WriteStdin(ctx context.Context, h adapter.Handle, id string, p []byte) error {
+	r, err := a.route(h.Name)
+	if err != nil {
+		return err
+	}
+	return r.c.WriteStdin(ctx, h.Name, id, p)
+}
+
+// CloseStdin implements adapter.Adapter.
+func (a *Adapter) CloseStdin(ctx context.Context, h adapter.Handle, id string) error {
+	r, err := a.check(ctx, h)
+	if err != nil {
+		return err
+	}
+	return r.c.CloseStdin(ctx, h.Name, id)
+}
+
+// Resize implements adapter.Adapter.
+func (a *Adapter) Resize(ctx context.Context, h adapter.Handle, id string, size adapter.TTYSize) error {
+	if !a.caps.Has(adapter.CapTTY) {
+		return adapter.ErrNotSupported
+	}
+	if size.Rows == 0 || size.Cols == 0 {
+		return &adapter.InvalidError{Detail: "zero TTY size"}
+	}
+	r, err := a.check(ctx, h)
+	if err != nil {
+		return err
+	}
+	return r.c.Resize(ctx, h.Name, id, int(size.Rows), int(size.Cols))
+}
+
+// TerminateSession implements adapter.Adapter.
+func (a *Adapter) TerminateSession(ctx context.Context, h adapter.Handle, id string, grace time.Duration) (adapter.Exit, error) {
+	if !a.caps.Has(adapter.CapTerminateSession) {
+		return adapter.Exit{}, adapter.ErrNotSupported
+	}
+	if err := adapter.CheckGrace(grace); err != nil {
+		return adapter.Exit{}, err
+	}
+	r, err := a.check(ctx, h)
+	if err != nil {
+		return adapter.Exit{}, err
+	}
+	s, err := r.c.Session(ctx, h.Name, id)
+	if err != nil {
+		return adapter.Exit{}, err
+	}
+	if s.State == wire.SessionRunning {
+		a.mark(r, h, id)
+	}
+	e, err := r.c.Terminate(ctx, h.Name, id, grace)
+	if err != nil {
+		return adapter.Exit{}, err
+	}
+	return a.exit(r, h, id, exitRecord{Exit: e})
+}
+
+// Suspend implements adapter.Adapter.
+func (a *Adapter) Suspend(ctx context.Context, h adapter.Handle) error {
+	if !a.caps.Has(adapter.CapSuspend) {
+		return adapter.ErrNotSupported
+	}
+	r, err := a.check(ctx, h)
+	if err != nil {
+		return err
+	}
+	if err := a.markRunning(ctx, r, h); err != nil {
+		return err
+	}
+	_, err = r.c.Suspend(ctx, h.Name)
+	return err
+}
+
+// Resume implements adapter.Adapter.
+func (a *Adapter) Resume(ctx context.Context, h adapter.Handle) error {
+	if !a.caps.Has(adapter.CapSuspend) {
+		return adapter.ErrNotSupported
+	}
+	r, err := a.check(ctx, h)
+	if err != nil {
+		return err
+	}
+	_, err = r.c.Resume(ctx, h.Name)
+	return err
+}
+
+// SetNetworkPolicy implements adapter.Adapter.
+func (a *Adapter) SetNetworkPolicy(ctx context.Context, h adapter.Handle, p adapter.NetworkPolicy) error {
+	if !a.caps.Has(adapter.CapNetworkPolicy) {
+		return adapter.ErrNotSupported
+	}
+	r, err := a.check(ctx, h)
+	if err != nil {
+		return err
+	}
+	_, err = r.c.SetNetwork(ctx, h.Name, append([]string{}, p.Allow...))
+	return err
+}
+
+// PublicURL implements adapter.Adapter.
+func (a *Adapter) PublicURL(ctx context.Context, h adapter.Handle, port int) (string, error) {
+	if !a.caps.Has(adapter.CapPublicURL) {
+		return "", adapter.ErrNotSupported
+	}
+	if port < 1 || port > 65535 {
+		return "", &adapter.InvalidError{Detail: fmt.Sprintf("port %d outside 1-65535", port)}
+	}
+	r, err := a.check(ctx, h)
+	if err != nil {
+		return "", err
+	}
+	return r.c.PublicURL(ctx, h.Name, port)
+}

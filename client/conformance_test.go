@@ -1,0 +1,94 @@
+package client_test
+
+import (
+	"context"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentrunner/runner/adapter/conformance"
+	"github.com/agentrunner/runner/client"
+)
+
+// conformanceOptions are short deadlines, so that a call during an induced
+// outage fails fast instead of using up the subtest's time.
+var conformanceOptions = client.Options{
+	ConnectTimeout:   2 * time.Second,
+	RequestTimeout:   3 * time.Second,
+	HeartbeatTimeout: 60 * time.Second,
+	ExecLiveness:     time.Second,
+}
+
+// TestConformance runs the whole contract suite against a real runnerd
+// started by the test. The outage hook SIGSTOPs the daemon (the kernel
+// still accepts connections, nothing answers: the nastiest outage) and
+// SIGCONTs it at restore; the interrupted-listing hook cuts the next
+// listing mid-body in a proxy in front of the daemon.
+func TestConformance(t *testing.T) {
+	d := startDaemon(t)
+	t.Cleanup(d.stop)
+	p := startProxy(t, d.url())
+	t.Cleanup(p.close)
+	conformance.Run(t, conformance.Harness{
+		New: func(t conformance.T) conformance.Subject {
+			c, err := client.New(p.url(), d.token, conformanceOptions)
+			if err != nil {
+				t.Fatalf("client.New: %v", err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			a, err := client.NewAdapter(ctx, c, client.AdapterOptions{})
+			if err != nil {
+				c.Close()
+				t.Fatalf("NewAdapter: %v", err)
+			}
+			t.Cleanup(func() { a.Close(); c.Close() })
+			return conformance.Subject{
+				Adapter: a,
+				Outage: func() func() {
+					d.signal(syscall.SIGSTOP)
+					return func() { d.signal(syscall.SIGCONT) }
+				},
+				InterruptList: p.interruptList,
+			}
+		},
+		Fixtures: conformance.ShellFixtures(),
+		Timeout:  60 * time.Second,
+	})
+}
+
+// TestConformanceKillRestart runs the outage subtest again with the other
+// kind of outage: the daemon is killed with SIGKILL and restarted on the
+// same state directory and port at restore. Sessions survive it (they run
+// under detached shims), and a Stream with a ReattachWindow attaches again
+// from its cursor once the daemon is back, byte-exactly.
+func TestConformanceKillRestart(t *testing.T) {
+	d := startDaemon(t)
+	t.Cleanup(d.stop)
+	for _, tc := range conformance.Tests() {
+		if tc.Name != "Get/OutageIsNeverNotFound" && tc.Name != "Get/NotFoundAfterDestroy" {
+			continue
+		}
+		t.Run(tc.Name, func(t *testing.T) {
+			tc.Func(t, conformance.Harness{
+				New: func(t conformance.T) conformance.Subject {
+					c, err := client.New(d.url(), d.token, conformanceOptions)
+					if err != nil {
+						t.Fatalf("client.New: %v", err)
+					}
+					a, err := client.NewAdapter(context.Background(), c, client.AdapterOptions{ReattachWindow: 30 * time.Second})
+					if err != nil {
+						t.Fatalf("NewAdapter: %v", err)
+					}
+					t.Cleanup(func() { a.Close(); c.Close() })
+					return conformance.Subject{Adapter: a, Outage: func() func() {
+						d.kill9()
+						return func() { d.restart(t.(*testing.T)) }
+					}}
+				},
+				Fixtures: conformance.ShellFixtures(),
+				Timeout:  60 * time.Second,
+			})
+		})
+	}
+}
