@@ -211,7 +211,9 @@ func readJSON(path string, v any) error {
 }
 
 // writeFileAtomic writes b to path through a temporary file and a rename,
-// so a reader sees the old content or the new, never a part.
+// so a reader sees the old content or the new, never a part. It does not
+// fsync: these files matter only while the session's processes exist, and
+// a power loss ends those (the journal makes its own durability promise).
 func writeFileAtomic(path string, b []byte, perm fs.FileMode) error {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
@@ -219,9 +221,6 @@ func writeFileAtomic(path string, b []byte, perm fs.FileMode) error {
 		return err
 	}
 	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
