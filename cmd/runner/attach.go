@@ -1,0 +1,422 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/client"
+	"github.com/agentrunner/runner/wire"
+)
+
+func init() {
+	commands = append(commands, &command{name: "attach", args: "NAME ID [--cursor N]", min: 2, max: 2,
+		short: "attach this terminal to a session: see its output live, type into it",
+		long: `A TTY session (spawn --tty) takes over this terminal: it is put in raw mode,
+every key goes to the session, and the session follows this terminal's size.
+Press Ctrl-] (the detach key) to detach: the session keeps running, and runner
+prints how to reattach. When the command ends runner restores the terminal and
+exits with the command's exit code.
+A pipes session prints its stdout to stdout and its stderr to stderr; with -i
+runner also sends its own stdin (and closes the session's stdin at EOF).
+Ctrl-C there detaches.
+Output is replayed from --cursor (default: the start, so a reattach shows what
+happened while you were away). If the connection to runnerd drops, runner
+reconnects from where it was, byte-exactly, for up to 30 s; then it exits 255.
+Examples:
+  runner spawn web-1 --tty --id sh -- bash && runner attach web-1 sh
+  runner attach web-1 build --cursor 4096`,
+		setup: attachCmd})
+}
+
+const reconnectFor = 30 * time.Second
+
+// parseDetachKey accepts "ctrl-X" for X in a-z, [ \ ] ^ _ @, or "none".
+func parseDetachKey(s string) (key byte, ok bool, err error) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	if s == "none" || s == "" {
+		return 0, false, nil
+	}
+	rest, found := strings.CutPrefix(s, "ctrl-")
+	if !found {
+		rest, found = strings.CutPrefix(s, "^")
+	}
+	if !found || len(rest) != 1 {
+		return 0, false, fmt.Errorf("--detach-key %q: want ctrl-X (X a letter or one of @[\\]^_) or none", s)
+	}
+	c := rest[0]
+	switch {
+	case c >= 'a' && c <= 'z':
+		return c - 'a' + 1, true, nil
+	case c == '@' || c == '[' || c == '\\' || c == ']' || c == '^' || c == '_':
+		return c & 0x1f, true, nil
+	}
+	return 0, false, fmt.Errorf("--detach-key %q: want ctrl-X (X a letter or one of @[\\]^_) or none", s)
+}
+
+// attachRun is one attach: the frame pump (with reconnection), the stdin
+// pump and the resize follower. The frame pump's cursors are read only
+// after it has ended.
+type attachRun struct {
+	c        *client.Client
+	e        *env
+	name, id string
+
+	mu     sync.Mutex // guards fr and closed
+	fr     *client.FrameReader
+	closed bool
+
+	ctx    context.Context // ends on stop: unblocks handshakes and backoff
+	cancel context.CancelFunc
+
+	cur client.Cursors // owned by the frame pump
+}
+
+// setReader installs fr as the current reader, or closes it if the attach
+// is being stopped.
+func (a *attachRun) setReader(fr *client.FrameReader) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		fr.Close()
+		return false
+	}
+	a.fr = fr
+	return true
+}
+
+// stop ends the frame pump (idempotent).
+func (a *attachRun) stop() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.closed = true
+	a.cancel()
+	if a.fr != nil {
+		a.fr.Close()
+	}
+}
+
+// pumpResult is how the frame pump ended: a terminal frame, or an error
+// (a transport failure it could not recover, or a refused attach).
+type pumpResult struct {
+	frame *wire.Frame
+	err   error
+}
+
+// pump copies frames to stdout/stderr until the terminal frame, and
+// reconnects from the cursors after a transport failure.
+func (a *attachRun) pump(out, errw io.Writer, notice func(string)) pumpResult {
+	var lostAt time.Time
+	backoff := 250 * time.Millisecond
+	for {
+		fr, err := a.c.Attach(a.ctx, a.name, a.id, a.cur)
+		if err == nil && a.setReader(fr) {
+			err = a.read(fr, out, errw, &lostAt)
+			fr.Close()
+			if err == nil {
+				return pumpResult{err: errStopped}
+			}
+			var tf *terminalFrame
+			if errors.As(err, &tf) {
+				return pumpResult{frame: &tf.f}
+			}
+		} else if err == nil {
+			return pumpResult{err: errStopped}
+		}
+		if a.ctx.Err() != nil {
+			return pumpResult{err: errStopped}
+		}
+		if !errors.Is(err, adapter.ErrUnavailable) {
+			return pumpResult{err: err}
+		}
+		if lostAt.IsZero() {
+			lostAt = time.Now()
+			notice("connection to runnerd lost; reconnecting (the session keeps running)...")
+		}
+		if time.Since(lostAt) > reconnectFor {
+			return pumpResult{err: err}
+		}
+		select {
+		case <-a.ctx.Done():
+			return pumpResult{err: errStopped}
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 2*time.Second)
+	}
+}
+
+var errStopped = errors.New("attach stopped")
+
+type terminalFrame struct{ f wire.Frame }
+
+func (t *terminalFrame) Error() string { return "terminal frame" }
+
+// read reads one connection's frames. It returns *terminalFrame at the end,
+// nil when stopped, or the transport error.
+func (a *attachRun) read(fr *client.FrameReader, out, errw io.Writer, lostAt *time.Time) error {
+	for {
+		f, err := fr.Next()
+		if err != nil {
+			if a.ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		*lostAt = time.Time{} // connected again: a later loss gets a fresh budget
+		switch {
+		case f.Kind == wire.FrameData && f.Stream == wire.StreamStdout:
+			if f.Offset != a.cur.Stdout {
+				return &adapter.UnavailableError{Detail: fmt.Sprintf("stdout frame at offset %d, want %d", f.Offset, a.cur.Stdout)}
+			}
+			if _, err := out.Write(f.Payload); err != nil {
+				return &exitError{code: exitOther, msg: fmt.Sprintf("runner: attach: write stdout: %v", err)}
+			}
+			a.cur.Stdout = f.End()
+		case f.Kind == wire.FrameData && f.Stream == wire.StreamStderr:
+			if f.Offset != a.cur.Stderr {
+				return &adapter.UnavailableError{Detail: fmt.Sprintf("stderr frame at offset %d, want %d", f.Offset, a.cur.Stderr)}
+			}
+			if _, err := errw.Write(f.Payload); err != nil {
+				return &exitError{code: exitOther, msg: fmt.Sprintf("runner: attach: write stderr: %v", err)}
+			}
+			a.cur.Stderr = f.End()
+		case f.Kind.Terminal():
+			return &terminalFrame{f: f}
+		}
+	}
+}
+
+func attachCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+	cursor := fs.Int64("cursor", 0, "stdout byte offset to replay from")
+	stderrCursor := fs.Int64("stderr-cursor", 0, "stderr byte offset to replay from (pipes sessions)")
+	detach := fs.String("detach-key", "ctrl-]", `key that detaches, leaving the session running: ctrl-X, or "none"`)
+	sendStdin := fs.Bool("i", false, "pipes session: send this stdin to the session, close its stdin at EOF")
+	return func(ctx context.Context, e *env, pos, _ []string) error {
+		name, id := pos[0], pos[1]
+		what := "attach " + name + " " + id
+		key, useKey, err := parseDetachKey(*detach)
+		if err != nil {
+			return usagef("attach", "%v", err)
+		}
+		if *cursor < 0 || *stderrCursor < 0 {
+			return usagef("attach", "cursors are byte offsets >= 0")
+		}
+		c, err := e.client()
+		if err != nil {
+			return err
+		}
+		sctx, scancel := e.callCtx(ctx)
+		s, err := c.Session(sctx, name, id)
+		scancel()
+		if err != nil {
+			return fail(what, err)
+		}
+		if s.TTY && *stderrCursor != 0 {
+			return usagef("attach", "a TTY session has only stdout: drop --stderr-cursor")
+		}
+		running := s.State == wire.SessionRunning
+		inFd := int(e.io.in.Fd())
+		interactive := s.TTY && running && term.IsTerminal(inFd)
+		forwardStdin := running && (s.TTY || *sendStdin)
+
+		actx, acancel := context.WithCancel(ctx)
+		defer acancel()
+		a := &attachRun{c: c, e: e, name: name, id: id, ctx: actx, cancel: acancel,
+			cur: client.Cursors{Stdout: *cursor, Stderr: *stderrCursor}}
+
+		// From here on, the terminal may be raw: every message goes
+		// through notice (CR LF) and the terminal is restored before
+		// runner prints its final word.
+		var restore func()
+		if interactive {
+			old, err := term.MakeRaw(inFd)
+			if err != nil {
+				return &exitError{code: exitOther, msg: fmt.Sprintf("runner: %s: put the terminal in raw mode: %v", what, err)}
+			}
+			var once sync.Once
+			restore = func() { once.Do(func() { _ = term.Restore(inFd, old) }) }
+			defer restore()
+		}
+		var noticeMu sync.Mutex
+		notice := func(msg string) {
+			noticeMu.Lock()
+			defer noticeMu.Unlock()
+			fmt.Fprintf(e.io.err, "\r\nrunner: %s\r\n", msg)
+		}
+
+		var wg sync.WaitGroup
+		done := make(chan struct{}) // closed when runner is finishing
+		defer func() { close(done); wg.Wait() }()
+
+		// Follow the terminal's size.
+		if s.TTY && running {
+			sizeFd := int(e.io.out.Fd())
+			if !term.IsTerminal(sizeFd) {
+				sizeFd = inFd
+			}
+			if term.IsTerminal(sizeFd) {
+				resize := func() {
+					w, h, err := term.GetSize(sizeFd)
+					if err != nil || w <= 0 || h <= 0 {
+						return
+					}
+					rctx, cancel := e.callCtx(actx)
+					defer cancel()
+					_ = c.Resize(rctx, name, id, h, w) // a resize racing the exit is harmless
+				}
+				resize()
+				winch := make(chan os.Signal, 1)
+				signal.Notify(winch, syscall.SIGWINCH)
+				wg.Go(func() {
+					defer signal.Stop(winch)
+					for {
+						select {
+						case <-done:
+							return
+						case <-winch:
+							resize()
+						}
+					}
+				})
+			}
+		}
+
+		// Signals that end the attach (in raw mode Ctrl-C is a key and
+		// goes to the session instead).
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+		defer signal.Stop(sigs)
+
+		// The stdin pump. Its goroutine may stay blocked in a read of
+		// the terminal when runner finishes; runner exits right after,
+		// so it is not waited for.
+		detached := make(chan struct{}, 1)
+		if forwardStdin {
+			go func() {
+				buf := make([]byte, 32<<10)
+				warned := false
+				for {
+					n, rerr := e.io.in.Read(buf)
+					p := buf[:n]
+					hit := false
+					if interactive && useKey {
+						if i := bytes.IndexByte(p, key); i >= 0 {
+							p, hit = p[:i], true
+						}
+					}
+					if len(p) > 0 {
+						wctx, cancel := e.callCtx(actx)
+						err := c.WriteStdin(wctx, name, id, append([]byte(nil), p...))
+						cancel()
+						if errors.Is(err, adapter.ErrCommandExited) {
+							return // the exit frame follows
+						}
+						if err != nil && actx.Err() == nil && !warned {
+							warned = true
+							notice("typing did not reach the session: " + oneLine(detailOf(err)))
+						}
+					}
+					if hit {
+						detached <- struct{}{}
+						return
+					}
+					if rerr != nil {
+						if rerr == io.EOF && !s.TTY {
+							cctx, cancel := e.callCtx(actx)
+							_ = c.CloseStdin(cctx, name, id)
+							cancel()
+						}
+						return
+					}
+				}
+			}()
+		}
+
+		results := make(chan pumpResult, 1)
+		wg.Go(func() { results <- a.pump(e.io.out, e.io.err, notice) })
+
+		var res pumpResult
+		stopCode := 0
+		select {
+		case res = <-results:
+		case <-detached:
+			stopCode = exitDetached
+		case <-sigs:
+			stopCode = exitInterrupted
+		}
+		if stopCode != 0 {
+			a.stop()
+			res = <-results
+			if res.frame == nil {
+				if restore != nil {
+					restore()
+				}
+				reattach := fmt.Sprintf("runner attach %s %s", name, id)
+				msg := fmt.Sprintf("\r\nrunner: detached from %s %s; it keeps running.\nrunner: reattach with: %s   (add --cursor %d to skip what you have seen)",
+					name, id, reattach, a.cur.Stdout)
+				if a.cur.Stderr > 0 {
+					msg = fmt.Sprintf("\r\nrunner: detached from %s %s; it keeps running.\nrunner: reattach with: %s --cursor %d --stderr-cursor %d",
+						name, id, reattach, a.cur.Stdout, a.cur.Stderr)
+				}
+				return &exitError{code: stopCode, msg: msg}
+			}
+		}
+		if restore != nil {
+			restore()
+		}
+		if res.frame == nil {
+			ce := &cliError{what: what, err: res.err}
+			if errors.Is(res.err, adapter.ErrUnavailable) {
+				ce.hint = fmt.Sprintf("the session may still run; reattach with: runner attach %s %s --cursor %d", name, id, a.cur.Stdout)
+				if a.cur.Stderr > 0 {
+					ce.hint += fmt.Sprintf(" --stderr-cursor %d", a.cur.Stderr)
+				}
+			} else if errors.Is(res.err, adapter.ErrTruncated) {
+				ce.hint = "that cursor is behind the retained output: pass a larger --cursor"
+			}
+			return ce
+		}
+		f := *res.frame
+		switch f.Kind {
+		case wire.FrameExit, wire.FrameLost:
+			x, err := f.Exit()
+			if err != nil {
+				return fail(what, &adapter.UnavailableError{Detail: "decode the exit frame: " + err.Error()})
+			}
+			if f.Kind == wire.FrameLost {
+				x.Reason = wire.ExitLost
+			}
+			code, msg := exitOf(what, x)
+			if code == 0 && msg == "" {
+				return nil
+			}
+			return &exitError{code: code, msg: msg}
+		default:
+			we, err := f.Err()
+			if err != nil {
+				return fail(what, &adapter.UnavailableError{Detail: "decode the error frame: " + err.Error()})
+			}
+			code, ok := kindExit[string(we.Code)]
+			if !ok {
+				code = exitOther
+			}
+			msg := fmt.Sprintf("runner: %s: %s: %s", what, we.Code, oneLine(we.Detail))
+			if we.Code == wire.CodeTruncated {
+				msg += "\nrunner: hint: retention dropped output before it was read; reattach with a larger --cursor"
+			}
+			return &exitError{code: code, msg: msg}
+		}
+	}
+}

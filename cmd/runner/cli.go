@@ -1,0 +1,533 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/client"
+)
+
+// Exit codes of runner's own failures. They sit at the top of the range so
+// that they rarely collide with the exit code of a command that exec and
+// attach pass through; usage errors are 2, as for most Unix tools.
+const (
+	exitOK            = 0
+	exitUsage         = 2
+	exitInterrupted   = 130 // Ctrl-C: runner stopped waiting (the command may still run)
+	exitDetached      = 245 // attach: detached on purpose; the session still runs
+	exitOther         = 246 // provider, restore_failed, write_failed
+	exitRateLimited   = 247
+	exitTruncated     = 248
+	exitCommandExited = 249
+	exitNotSupported  = 250
+	exitDenied        = 251
+	exitInvalid       = 252
+	exitNotFound      = 253
+	exitLost          = 254 // the session ended without an exit record
+	exitUnavailable   = 255 // runnerd unreachable or the connection was cut: outcome unknown
+)
+
+const exitTable = `Exit codes:
+  exec and attach exit with the command's own code (128+N when signal N killed it).
+  Otherwise, and when runner itself fails:
+    0    success
+    2    usage: bad flags or arguments
+    130  interrupted (Ctrl-C); a command started by exec may still run
+    245  attach: detached with the detach key; the session still runs
+    246  provider, restore_failed or write_failed
+    247  rate_limited
+    248  truncated: the cursor is behind the retained output
+    249  command_exited: stdin/signal reached a command that has ended
+    250  not_supported: this host cannot do that (see runner caps)
+    251  denied: wrong or missing token
+    252  invalid: the request was refused as malformed or conflicting
+    253  not_found: no such sandbox or session (definitive)
+    254  lost: the session ended without an exit record (never a success)
+    255  unavailable: runnerd unreachable, timed out, or the connection was
+         cut; the outcome is unknown
+`
+
+// stdio is where a command reads and writes. Terminal handling (attach)
+// needs real files.
+type stdio struct {
+	in       *os.File
+	out, err *os.File
+}
+
+// cliError is a failure to report as "runner: <what>: <code>: <detail>",
+// optionally followed by a hint line.
+type cliError struct {
+	what string
+	err  error
+	hint string
+	code int // exit code; 0 means derive it from err
+}
+
+func (e *cliError) Error() string { return e.what + ": " + e.err.Error() }
+func (e *cliError) Unwrap() error { return e.err }
+
+// fail wraps err with what was being done.
+func fail(what string, err error) error { return &cliError{what: what, err: err} }
+
+// usageError is a mistake in the command line.
+type usageError struct{ cmd, msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(cmd, format string, args ...any) error {
+	return &usageError{cmd: cmd, msg: fmt.Sprintf(format, args...)}
+}
+
+// exitError ends runner with a code and an optional message (already
+// formatted, printed as is when not empty).
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+// kindExit maps an error kind (the wire code of docs/protocol.md, which is
+// also the adapter kind's name) to runner's exit code.
+var kindExit = map[string]int{
+	"not_found":      exitNotFound,
+	"truncated":      exitTruncated,
+	"not_supported":  exitNotSupported,
+	"command_exited": exitCommandExited,
+	"lost":           exitLost,
+	"rate_limited":   exitRateLimited,
+	"unavailable":    exitUnavailable,
+	"denied":         exitDenied,
+	"invalid":        exitInvalid,
+	"restore_failed": exitOther,
+	"write_failed":   exitOther,
+	"provider":       exitOther,
+}
+
+// codeOf returns the exit code and the wire name of err's kind.
+func codeOf(err error) (int, string) {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return exitUnavailable, "unavailable"
+	case errors.Is(err, context.Canceled):
+		return exitInterrupted, "interrupted"
+	}
+	k := adapter.KindOf(err)
+	if code, ok := kindExit[string(k)]; ok {
+		return code, string(k)
+	}
+	return exitOther, "provider"
+}
+
+// detailOf returns the human part of err: runnerd's own detail when it
+// answered, else the classified error's text without its kind prefix.
+func detailOf(err error) string {
+	var api *client.APIError
+	if errors.As(err, &api) {
+		if api.Detail != "" {
+			return api.Detail
+		}
+		return fmt.Sprintf("HTTP %d", api.Status)
+	}
+	var (
+		un *adapter.UnavailableError
+		in *adapter.InvalidError
+		de *adapter.DeniedError
+		rl *adapter.RateLimitedError
+	)
+	switch {
+	case errors.As(err, &un):
+		return un.Detail
+	case errors.As(err, &in):
+		return in.Detail
+	case errors.As(err, &de):
+		return de.Detail
+	case errors.As(err, &rl):
+		if rl.RetryAfter > 0 {
+			return "retry after " + rl.RetryAfter.String()
+		}
+		return "slow down"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "no answer in time (raise --timeout)"
+	}
+	return err.Error()
+}
+
+// report prints err to w and returns the exit code.
+func report(w io.Writer, err error) int {
+	var ue *usageError
+	if errors.As(err, &ue) {
+		if ue.cmd != "" {
+			fmt.Fprintf(w, "runner %s: %s (see runner %s --help)\n", ue.cmd, ue.msg, ue.cmd)
+		} else {
+			fmt.Fprintf(w, "runner: %s (see runner --help)\n", ue.msg)
+		}
+		return exitUsage
+	}
+	var xe *exitError
+	if errors.As(err, &xe) {
+		if xe.msg != "" {
+			fmt.Fprintln(w, strings.TrimRight(xe.msg, "\n"))
+		}
+		return xe.code
+	}
+	code, kind := codeOf(err)
+	what := ""
+	var ce *cliError
+	if errors.As(err, &ce) {
+		what = ce.what + ": "
+		if ce.code != 0 {
+			code = ce.code
+		}
+	}
+	fmt.Fprintf(w, "runner: %s%s: %s\n", what, kind, oneLine(detailOf(err)))
+	if ce != nil && ce.hint != "" {
+		fmt.Fprintf(w, "runner: hint: %s\n", ce.hint)
+	} else if h := hintFor(kind); h != "" {
+		fmt.Fprintf(w, "runner: hint: %s\n", h)
+	}
+	return code
+}
+
+func hintFor(kind string) string {
+	switch kind {
+	case "unavailable":
+		return "is runnerd running? start it with `runnerd`, or point runner at it with --url / RUNNERD_URL"
+	case "denied":
+		return "the token does not match the daemon's: use --token-file STATE/token or RUNNERD_TOKEN"
+	case "not_supported":
+		return "`runner caps` lists what this runnerd can do"
+	}
+	return ""
+}
+
+func oneLine(s string) string { return strings.ReplaceAll(strings.TrimSpace(s), "\n", " ") }
+
+// globals are the flags every command accepts.
+type globals struct {
+	url       string
+	tokenFile string
+	timeout   time.Duration
+	json      bool
+}
+
+func (g *globals) register(fs *flag.FlagSet) {
+	fs.StringVar(&g.url, "url", "", "runnerd endpoint: http://HOST:PORT or unix:///path/runnerd.sock (default $RUNNERD_URL, else found on its own)")
+	fs.StringVar(&g.tokenFile, "token-file", "", "file holding the bearer token (default $RUNNERD_TOKEN, else STATE/token)")
+	fs.DurationVar(&g.timeout, "timeout", client.DefaultRequestTimeout, "deadline of each call to runnerd (exec, attach and logs -f wait for the command instead)")
+	fs.BoolVar(&g.json, "json", false, "print JSON for scripts (listings, get, and every command that prints an object)")
+}
+
+// env is what a command runs with: the parsed globals, stdio, and a lazily
+// made client.
+type env struct {
+	g   globals
+	io  stdio
+	cli *client.Client
+}
+
+// client resolves the daemon's endpoint and token: flags, then environment,
+// then client.Discover (the state directory runnerd uses by default).
+func (e *env) client() (*client.Client, error) {
+	if e.cli != nil {
+		return e.cli, nil
+	}
+	endpoint := e.g.url
+	if endpoint == "" {
+		endpoint = os.Getenv(client.EnvURL)
+	}
+	endpoint = normalizeEndpoint(endpoint)
+	token := os.Getenv(client.EnvToken)
+	if e.g.tokenFile != "" {
+		b, err := os.ReadFile(e.g.tokenFile)
+		if err != nil {
+			return nil, &exitError{code: exitUsage, msg: fmt.Sprintf("runner: read --token-file: %v", err)}
+		}
+		token = strings.TrimSpace(string(b))
+		if token == "" {
+			return nil, &exitError{code: exitUsage, msg: fmt.Sprintf("runner: read --token-file: %s is empty", e.g.tokenFile)}
+		}
+	}
+	if endpoint == "" || token == "" {
+		l, err := client.Discover()
+		if err != nil {
+			return nil, &cliError{what: "find runnerd", err: &adapter.UnavailableError{Detail: err.Error()},
+				hint: "start the daemon with `runnerd` (it writes its token into its state directory), or set RUNNERD_URL and RUNNERD_TOKEN", code: exitUnavailable}
+		}
+		if endpoint == "" {
+			endpoint = l.Endpoint
+		}
+		if token == "" {
+			token = l.Token()
+		}
+	}
+	c, err := client.New(endpoint, token, client.Options{RequestTimeout: e.g.timeout, UserAgent: "runner-cli"})
+	if err != nil {
+		return nil, usagef("", "--url: %v", err)
+	}
+	e.cli = c
+	return c, nil
+}
+
+// normalizeEndpoint accepts HOST:PORT and /path/to.sock as shorthands.
+func normalizeEndpoint(s string) string {
+	switch {
+	case s == "":
+		return ""
+	case strings.HasPrefix(s, "/"):
+		return "unix://" + s
+	case !strings.Contains(s, "://"):
+		return "http://" + s
+	}
+	return s
+}
+
+// callCtx bounds one short call. The client applies --timeout per request
+// too; this bounds a command that makes several.
+func (e *env) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, e.g.timeout+5*time.Second)
+}
+
+func (e *env) printJSON(v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	_, err = e.io.out.Write(b)
+	return err
+}
+
+// command is one subcommand.
+type command struct {
+	name  string
+	args  string // synopsis after the name
+	short string
+	long  string // extra help text
+	// argvAfter > 0: after that many positional arguments the rest of the
+	// line is the command to run (an optional "--" before it is dropped).
+	argvAfter int
+	// nargs bounds the positional arguments (argv excluded); max -1 is
+	// unbounded.
+	min, max int
+	setup    func(fs *flag.FlagSet) func(ctx context.Context, e *env, pos, argv []string) error
+}
+
+var commands []*command
+
+func lookup(name string) *command {
+	for _, c := range commands {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+const topUsage = `runner: drive runnerd, the sandbox and session daemon
+
+Usage: runner [global flags] COMMAND [flags] [args]
+
+Sandboxes:
+%s
+Sessions (a session is one command in a sandbox, with its output journaled):
+%s
+Host:
+%s
+Global flags (accepted before or after the command):
+  --url URL          runnerd endpoint: http://HOST:PORT, HOST:PORT, unix:///path or /path
+                     (default $RUNNERD_URL, else found on its own)
+  --token-file FILE  file holding the bearer token (default $RUNNERD_TOKEN, else STATE/token)
+  --timeout D        deadline of each call to runnerd (default 30s)
+  --json             print JSON for scripts (listings, get, and every command
+                     that prints an object)
+
+Finding the daemon: with no --url and no RUNNERD_URL, runner looks for runnerd's
+state directory where runnerd itself would put it ($STATE_DIRECTORY,
+$RUNNERD_STATE, $XDG_STATE_HOME/runnerd, ~/.local/state/runnerd,
+/var/lib/runnerd), connects to STATE/runnerd.sock (else 127.0.0.1:7323) and
+reads the token from STATE/token. The token is never printed.
+
+Errors print as "runner: <what failed>: <error code>: <detail>".
+
+%s
+Run "runner COMMAND --help" for a command's flags and examples.
+`
+
+var groups = [][]string{
+	{"create", "ls", "get", "rm", "suspend", "resume", "policy", "url"},
+	{"exec", "spawn", "sessions", "attach", "logs", "write", "close-stdin", "signal", "terminate"},
+	{"caps"},
+}
+
+func printTopUsage(w io.Writer) {
+	var sec [3]string
+	for i, g := range groups {
+		var b strings.Builder
+		for _, n := range g {
+			c := lookup(n)
+			fmt.Fprintf(&b, "  %-12s %s\n", c.name, c.short)
+		}
+		sec[i] = b.String()
+	}
+	fmt.Fprintf(w, topUsage, sec[0], sec[1], sec[2], exitTable)
+}
+
+// run is the whole CLI: it returns the process exit code.
+func run(ctx context.Context, args []string, io stdio) int {
+	e := &env{io: io}
+	// Global flags before the command.
+	top := flag.NewFlagSet("runner", flag.ContinueOnError)
+	top.SetOutput(io.err)
+	e.g.register(top)
+	top.Usage = func() { printTopUsage(io.out) }
+	if err := top.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	rest := top.Args()
+	if len(rest) == 0 {
+		printTopUsage(io.err)
+		return exitUsage
+	}
+	name := rest[0]
+	if name == "help" {
+		if len(rest) > 1 && lookup(rest[1]) != nil {
+			rest = []string{rest[1], "--help"}
+			name = rest[0]
+		} else {
+			printTopUsage(io.out)
+			return exitOK
+		}
+	}
+	cmd := lookup(name)
+	if cmd == nil {
+		fmt.Fprintf(io.err, "runner: unknown command %q (commands: %s; see runner --help)\n", name, strings.Join(names(), ", "))
+		return exitUsage
+	}
+	fs := flag.NewFlagSet("runner "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(io.err)
+	g0 := e.g
+	e.g.register(fs) // the same globals, accepted after the command too
+	// Keep values given before the command unless repeated after it.
+	fs.VisitAll(func(f *flag.Flag) {
+		switch f.Name {
+		case "url":
+			_ = f.Value.Set(g0.url)
+		case "token-file":
+			_ = f.Value.Set(g0.tokenFile)
+		case "timeout":
+			_ = f.Value.Set(g0.timeout.String())
+		case "json":
+			_ = f.Value.Set(fmt.Sprint(g0.json))
+		}
+	})
+	body := cmd.setup(fs)
+	fs.Usage = func() { cmdUsage(io.out, cmd, fs) }
+	pos, argv, err := parseInterspersed(fs, rest[1:], cmd.argvAfter)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		fmt.Fprintf(io.err, "runner %s: see runner %s --help\n", cmd.name, cmd.name)
+		return exitUsage
+	}
+	if len(pos) < cmd.min || (cmd.max >= 0 && len(pos) > cmd.max) {
+		return report(io.err, usagef(cmd.name, "usage: runner %s %s", cmd.name, cmd.args))
+	}
+	if cmd.argvAfter > 0 && len(argv) == 0 {
+		return report(io.err, usagef(cmd.name, "no command to run: usage: runner %s %s", cmd.name, cmd.args))
+	}
+	if err := body(ctx, e, pos, argv); err != nil {
+		return report(io.err, err)
+	}
+	return exitOK
+}
+
+func names() []string {
+	var n []string
+	for _, c := range commands {
+		n = append(n, c.name)
+	}
+	sort.Strings(n)
+	return n
+}
+
+func cmdUsage(w io.Writer, cmd *command, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "Usage: runner %s %s\n\n%s\n", cmd.name, cmd.args, cmd.short)
+	if cmd.long != "" {
+		fmt.Fprintf(w, "\n%s\n", strings.TrimSpace(cmd.long))
+	}
+	fmt.Fprintf(w, "\nFlags:\n")
+	var global strings.Builder
+	fs.VisitAll(func(f *flag.Flag) {
+		line := fmt.Sprintf("  --%s", f.Name)
+		if name, u := flag.UnquoteUsage(f); name != "" {
+			line += " " + name
+			f.Usage = u
+		}
+		line = fmt.Sprintf("%-22s %s", line, f.Usage)
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "[]" {
+			line += fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		switch f.Name {
+		case "url", "token-file", "timeout", "json":
+			global.WriteString(line + "\n")
+		default:
+			fmt.Fprintln(w, line)
+		}
+	})
+	fmt.Fprintf(w, "\nGlobal flags:\n%s\nExit codes: see runner --help.\n", global.String())
+}
+
+// parseInterspersed parses flags anywhere among the positional arguments.
+// With argvAfter > 0, once that many positional arguments are seen the rest
+// of the line (after an optional "--") is returned as argv, unparsed, so
+// `runner exec box ls -la` runs `ls -la`.
+func parseInterspersed(fs *flag.FlagSet, args []string, argvAfter int) (pos, argv []string, err error) {
+	for {
+		if argvAfter > 0 && len(pos) == argvAfter {
+			// Flags may still come before the command; the first
+			// non-flag (or what follows "--") starts it.
+			if err := fs.Parse(args); err != nil {
+				return nil, nil, err
+			}
+			return pos, fs.Args(), nil
+		}
+		if err := fs.Parse(args); err != nil {
+			return nil, nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil, nil
+		}
+		consumed := len(args) - len(rest)
+		if consumed > 0 && args[consumed-1] == "--" {
+			// An explicit end of flags: everything after is positional,
+			// or the command line for exec/spawn.
+			for len(rest) > 0 && (argvAfter == 0 || len(pos) < argvAfter) {
+				pos, rest = append(pos, rest[0]), rest[1:]
+			}
+			return pos, rest, nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }

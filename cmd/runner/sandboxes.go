@@ -1,0 +1,279 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/agentrunner/runner/wire"
+)
+
+func init() {
+	commands = append(commands,
+		&command{name: "create", args: "NAME [--user USER]", min: 1, max: 1,
+			short: "create a sandbox (idempotent: an existing NAME is returned as is)",
+			long: `NAME is a DNS label: 1-63 characters of a-z, 0-9 and '-'. The sandbox gets a
+workspace directory that commands run in and that outlives every session.
+Example:
+  runner create web-1`,
+			setup: func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+				user := fs.String("user", "", "run the sandbox's commands as this host user")
+				return func(ctx context.Context, e *env, pos, _ []string) error {
+					c, err := e.client()
+					if err != nil {
+						return err
+					}
+					ctx, cancel := e.callCtx(ctx)
+					defer cancel()
+					sb, err := c.CreateSandbox(ctx, wire.CreateSandbox{Name: pos[0], User: *user})
+					if err != nil {
+						return fail("create "+pos[0], err)
+					}
+					if e.g.json {
+						return e.printJSON(sb)
+					}
+					fmt.Fprintf(e.io.out, "%s %s (workspace %s)\n", sb.Name, sb.State, sb.Workspace)
+					return nil
+				}
+			}},
+		&command{name: "ls", args: "", min: 0, max: 0,
+			short: "list sandboxes",
+			long:  `--json prints an array of sandbox objects (docs/protocol.md, "Sandbox").`,
+			setup: func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+				return func(ctx context.Context, e *env, _, _ []string) error {
+					c, err := e.client()
+					if err != nil {
+						return err
+					}
+					ctx, cancel := e.callCtx(ctx)
+					defer cancel()
+					all, err := c.ListAllSandboxes(ctx)
+					if err != nil {
+						return fail("list sandboxes", err)
+					}
+					if e.g.json {
+						if all == nil {
+							all = []wire.Sandbox{}
+						}
+						return e.printJSON(all)
+					}
+					tw := tabwriter.NewWriter(e.io.out, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "NAME\tSTATE\tCREATED\tWORKSPACE")
+					for _, sb := range all {
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", sb.Name, sb.State, when(sb.CreatedAt), sb.Workspace)
+					}
+					return tw.Flush()
+				}
+			}},
+		&command{name: "get", args: "NAME", min: 1, max: 1,
+			short: "show one sandbox",
+			setup: func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+				return func(ctx context.Context, e *env, pos, _ []string) error {
+					c, err := e.client()
+					if err != nil {
+						return err
+					}
+					ctx, cancel := e.callCtx(ctx)
+					defer cancel()
+					sb, err := c.GetSandbox(ctx, pos[0])
+					if err != nil {
+						return fail("get "+pos[0], err)
+					}
+					if e.g.json {
+						return e.printJSON(sb)
+					}
+					printSandbox(e, sb)
+					return nil
+				}
+			}},
+		&command{name: "rm", args: "NAME...", min: 1, max: -1,
+			short: "destroy sandboxes: stop their sessions, delete workspace and journals",
+			long: `Running sessions get SIGTERM, then SIGKILL after 5 s. Removing a sandbox that
+does not exist succeeds (it is gone either way).`,
+			setup: func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+				return func(ctx context.Context, e *env, pos, _ []string) error {
+					c, err := e.client()
+					if err != nil {
+						return err
+					}
+					for _, name := range pos {
+						cctx, cancel := context.WithTimeout(ctx, e.g.timeout+30*time.Second)
+						err := c.DeleteSandbox(cctx, name)
+						cancel()
+						if err != nil {
+							return fail("rm "+name, err)
+						}
+						fmt.Fprintf(e.io.out, "removed %s\n", name)
+					}
+					return nil
+				}
+			}},
+		&command{name: "suspend", args: "NAME", min: 1, max: 1,
+			short: "park a sandbox: stop its sessions (SIGTERM, SIGKILL after 10 s), keep its disk",
+			setup: stateChange("suspend"),
+		},
+		&command{name: "resume", args: "NAME", min: 1, max: 1,
+			short: "resume a suspended sandbox (same workspace, same incarnation)",
+			setup: stateChange("resume"),
+		},
+		&command{name: "policy", args: "NAME [HOST|IP|CIDR...]", min: 1, max: -1,
+			short: "set a sandbox's egress allowlist; no hosts denies all egress",
+			long: `Replaces the allowlist. Entries are host names (example.com, *.example.com),
+IP addresses or CIDRs. With no entries the sandbox can reach nothing.
+A host that cannot enforce a policy (needs root and nftables; see runner caps,
+network_policy) refuses it with not_supported: a policy is never accepted and
+left unenforced.
+Examples:
+  runner policy web-1 api.github.com pypi.org
+  runner policy web-1            # deny all egress`,
+			setup: func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+				return func(ctx context.Context, e *env, pos, _ []string) error {
+					c, err := e.client()
+					if err != nil {
+						return err
+					}
+					ctx, cancel := e.callCtx(ctx)
+					defer cancel()
+					allow := append([]string{}, pos[1:]...)
+					sb, err := c.SetNetwork(ctx, pos[0], allow)
+					if err != nil {
+						ce := &cliError{what: "policy " + pos[0], err: err}
+						if _, kind := codeOf(err); kind == "not_supported" {
+							ce.hint = "this runnerd cannot enforce egress policies on this host (network_policy is not in `runner caps`; it needs root and nftables), so it refuses rather than pretend"
+						}
+						return ce
+					}
+					if e.g.json {
+						return e.printJSON(sb)
+					}
+					if len(allow) == 0 {
+						fmt.Fprintf(e.io.out, "%s: all egress denied\n", sb.Name)
+					} else {
+						fmt.Fprintf(e.io.out, "%s: egress allowed only to %s\n", sb.Name, strings.Join(allow, ", "))
+					}
+					return nil
+				}
+			}},
+		&command{name: "url", args: "NAME PORT", min: 2, max: 2,
+			short: "print a public preview URL that reaches PORT inside the sandbox",
+			long: `The URL is a capability: whoever has it can open it, with no token. Asking again
+for the same port returns the same URL; rm revokes it. Needs runnerd started
+with --preview-listen and --preview-url (public_url in runner caps).`,
+			setup: func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+				return func(ctx context.Context, e *env, pos, _ []string) error {
+					port, err := strconv.Atoi(pos[1])
+					if err != nil || port < 1 || port > 65535 {
+						return usagef("url", "PORT %q: want a number in 1..65535", pos[1])
+					}
+					c, err := e.client()
+					if err != nil {
+						return err
+					}
+					ctx, cancel := e.callCtx(ctx)
+					defer cancel()
+					u, err := c.PublicURL(ctx, pos[0], port)
+					if err != nil {
+						ce := &cliError{what: fmt.Sprintf("url %s %d", pos[0], port), err: err}
+						if _, kind := codeOf(err); kind == "not_supported" {
+							ce.hint = "this runnerd has no preview listener: start it with --preview-listen ADDR --preview-url 'http://{token}.localhost:PORT/'"
+						}
+						return ce
+					}
+					if e.g.json {
+						return e.printJSON(wire.URL{URL: u})
+					}
+					fmt.Fprintln(e.io.out, u)
+					return nil
+				}
+			}},
+		&command{name: "caps", args: "", min: 0, max: 0,
+			short: "list what this runnerd delivers on this host (capabilities)",
+			setup: func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+				return func(ctx context.Context, e *env, _, _ []string) error {
+					c, err := e.client()
+					if err != nil {
+						return err
+					}
+					ctx, cancel := e.callCtx(ctx)
+					defer cancel()
+					caps, err := c.Capabilities(ctx)
+					if err != nil {
+						return fail("capabilities", err)
+					}
+					if e.g.json {
+						if caps == nil {
+							caps = []string{}
+						}
+						return e.printJSON(wire.Capabilities{Capabilities: caps})
+					}
+					for _, cp := range caps {
+						fmt.Fprintln(e.io.out, cp)
+					}
+					return nil
+				}
+			}},
+	)
+}
+
+func stateChange(verb string) func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+	return func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+		return func(ctx context.Context, e *env, pos, _ []string) error {
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(ctx, e.g.timeout+30*time.Second)
+			defer cancel()
+			var sb wire.Sandbox
+			if verb == "suspend" {
+				sb, err = c.Suspend(ctx, pos[0])
+			} else {
+				sb, err = c.Resume(ctx, pos[0])
+			}
+			if err != nil {
+				return fail(verb+" "+pos[0], err)
+			}
+			if e.g.json {
+				return e.printJSON(sb)
+			}
+			fmt.Fprintf(e.io.out, "%s %s\n", sb.Name, sb.State)
+			return nil
+		}
+	}
+}
+
+func printSandbox(e *env, sb wire.Sandbox) {
+	tw := tabwriter.NewWriter(e.io.out, 0, 4, 1, ' ', 0)
+	fmt.Fprintf(tw, "name:\t%s\n", sb.Name)
+	fmt.Fprintf(tw, "state:\t%s\n", sb.State)
+	fmt.Fprintf(tw, "incarnation:\t%s\n", sb.Incarnation)
+	fmt.Fprintf(tw, "created:\t%s\n", when(sb.CreatedAt))
+	if sb.ParkedAt != nil {
+		fmt.Fprintf(tw, "parked:\t%s\n", when(*sb.ParkedAt))
+	}
+	fmt.Fprintf(tw, "workspace:\t%s\n", sb.Workspace)
+	if sb.User != "" {
+		fmt.Fprintf(tw, "user:\t%s\n", sb.User)
+	}
+	switch {
+	case sb.Network == nil:
+		fmt.Fprintf(tw, "network:\tunrestricted (no policy)\n")
+	case len(sb.Network.Allow) == 0:
+		fmt.Fprintf(tw, "network:\tall egress denied\n")
+	default:
+		fmt.Fprintf(tw, "network:\tallow %s\n", strings.Join(sb.Network.Allow, ", "))
+	}
+	tw.Flush()
+}
+
+// when formats a time for people: local time to the second.
+func when(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format("2006-01-02 15:04:05")
+}
