@@ -202,8 +202,12 @@ func (a *Adapter) Capabilities() adapter.Capabilities { return slices.Clone(a.ca
 
 // NewName mints a sandbox name routed to runner ("" for a single-runner
 // adapter): "<runner>-<prefix>-<8 hex>", or "<prefix>-<8 hex>" without a
-// runner. prefix must be a DNS label fragment.
-func (a *Adapter) NewName(runner, prefix string) string {
+// runner. prefix must be a DNS label fragment. It is the seed's
+// name: {Mod, :fun, args} hook for a pool.
+func (a *Adapter) NewName(runner, prefix string) string { return NewName(runner, prefix) }
+
+// NewName is [Adapter.NewName] without an adapter.
+func NewName(runner, prefix string) string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	n := prefix + "-" + hex.EncodeToString(b[:])
