@@ -1,0 +1,51 @@
+// Command runnerbench runs runner's end-to-end benchmark harness (package
+// bench) and prints the report as the Markdown table docs/benchmarks.md
+// quotes. With no flags it runs the full configuration (1 GiB streams, a
+// 4 GiB seek journal, 500 calls, 100 and 1,000 idle sessions, 3 rounds):
+//
+//	go run ./bench/cmd/runnerbench
+//	go run ./bench/cmd/runnerbench -profile /tmp/prof   # also CPU profiles of the throughput run
+//	go run ./bench/cmd/runnerbench -tiny                # every figure at a tiny size, seconds
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/agentrunner/runner/bench"
+)
+
+func main() {
+	cfg := bench.Full()
+	tiny := flag.Bool("tiny", false, "run every figure at a tiny size (what CI runs)")
+	only := flag.String("only", "", "comma-separated groups to run: stream, calls, seek, follow, idle (default all)")
+	repeat := flag.Int("repeat", 0, "rounds of every figure (default 3)")
+	profile := flag.String("profile", "", "directory for CPU profiles of an extra, in-process throughput run")
+	tmp := flag.String("tmp", "", "directory for the run's files (journals, baseline files; default $TMPDIR)")
+	flag.Parse()
+	if *tiny {
+		cfg = bench.Tiny()
+	}
+	if *repeat > 0 {
+		cfg.Repeat = *repeat
+	}
+	if *only != "" {
+		cfg.Only = strings.Split(*only, ",")
+	}
+	cfg.ProfileDir, cfg.TempDir, cfg.Log = *profile, *tmp, os.Stderr
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := bench.Run(ctx, cfg)
+	if rep != nil && len(rep.Figures) > 0 {
+		rep.Markdown(os.Stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "runnerbench:", err)
+		os.Exit(1)
+	}
+}

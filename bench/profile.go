@@ -1,0 +1,108 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"time"
+
+	"github.com/agentrunner/runner/client"
+	"github.com/agentrunner/runner/daemon"
+)
+
+// profile runs the throughput figures once more with the daemon in this
+// process (daemon.Run, the same code runnerd runs) so one CPU profile
+// covers daemon and client, and with bench/internal/profshim as the shim
+// command so the shim writes its own. Files in cfg.ProfileDir:
+//
+//	live.pprof     daemon+client, one client on a live StreamBytes stream
+//	replay.pprof   daemon+client, attach replay of the finished stream
+//	shim-PID.pprof the shim of that session (its whole life)
+func profile(ctx context.Context, h *harness) error {
+	dir, err := filepath.Abs(h.cfg.ProfileDir)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	// The shim inherits the daemon's environment: this process's.
+	os.Setenv("RUNNERBENCH_SHIM_PROFILE", dir)
+	defer os.Unsetenv("RUNNERBENCH_SHIM_PROFILE")
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	token := randomToken()
+	dctx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	ready := make(chan struct{})
+	go func() {
+		ran <- daemon.Run(dctx, daemon.Config{
+			StateDir:    filepath.Join(h.dir, "pstate"),
+			Socket:      "none",
+			TCPListener: l,
+			Token:       token,
+			ShimCommand: []string{h.bins.profshim},
+			Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Ready:       func(string) { close(ready) },
+		})
+	}()
+	defer func() { stop(); <-ran }()
+	select {
+	case <-ready:
+	case err := <-ran:
+		return fmt.Errorf("in-process daemon: %w", err)
+	case <-time.After(20 * time.Second):
+		return fmt.Errorf("in-process daemon did not start")
+	}
+	c, err := client.New("http://"+l.Addr().String(), token, client.Options{})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	p := &harness{cfg: h.cfg, dir: h.dir, bins: h.bins, rep: &Report{},
+		d: &daemonProc{state: filepath.Join(h.dir, "pstate"), pid: os.Getpid(), c: c}}
+	sb, err := p.newSandbox(ctx, "profile")
+	if err != nil {
+		return err
+	}
+	defer p.dropSandbox(ctx, sb)
+	mib := float64(h.cfg.StreamBytes) / (1 << 20)
+
+	var id string
+	if err := cpuProfile(filepath.Join(dir, "live.pprof"), func() error {
+		var d time.Duration
+		var err error
+		id, d, _, err = p.liveStream(ctx, sb, 1, false)
+		h.logf("profiled live stream: %.0f MiB/s", mib/d.Seconds())
+		return err
+	}); err != nil {
+		return err
+	}
+	return cpuProfile(filepath.Join(dir, "replay.pprof"), func() error {
+		d, err := p.replay(ctx, sb, id)
+		h.logf("profiled replay: %.0f MiB/s", mib/d.Seconds())
+		return err
+	})
+}
+
+func cpuProfile(path string, f func() error) error {
+	out, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	if err := pprof.StartCPUProfile(out); err != nil {
+		return err
+	}
+	err = f()
+	pprof.StopCPUProfile()
+	return err
+}
