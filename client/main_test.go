@@ -38,6 +38,17 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
+	// The runnable Example finds its daemon the way a user's program does:
+	// through RUNNERD_URL and RUNNERD_TOKEN.
+	ex, err := launchDaemon()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		stopAllDaemons()
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	os.Setenv("RUNNERD_URL", ex.url())
+	os.Setenv("RUNNERD_TOKEN", ex.token)
 	code := m.Run()
 	stopAllDaemons()
 	os.RemoveAll(dir)
@@ -73,39 +84,52 @@ var daemons struct {
 // returns once it answers /healthz.
 func startDaemon(tb testing.TB) *daemon {
 	tb.Helper()
+	d, err := launchDaemon()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return d
+}
+
+// launchDaemon is startDaemon without a test (TestMain's example daemon).
+func launchDaemon() (*daemon, error) {
 	state, err := os.MkdirTemp("", "runnerd-state-")
 	if err != nil {
-		tb.Fatal(err)
+		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	free := func() (string, error) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", err
+		}
+		defer ln.Close()
+		return ln.Addr().String(), nil
+	}
+	addr, err := free()
 	if err != nil {
-		tb.Fatal(err)
+		return nil, err
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	pln, err := net.Listen("tcp", "127.0.0.1:0")
+	paddr, err := free()
 	if err != nil {
-		tb.Fatal(err)
+		return nil, err
 	}
-	paddr := pln.Addr().String()
-	pln.Close()
 	log, err := os.Create(filepath.Join(state, "runnerd.log"))
 	if err != nil {
-		tb.Fatal(err)
+		return nil, err
 	}
 	d := &daemon{state: state, addr: addr, preview: paddr, log: log}
 	daemons.Lock()
 	daemons.all = append(daemons.all, d)
 	daemons.Unlock()
 	if err := d.start(); err != nil {
-		tb.Fatalf("start runnerd: %v\n%s", err, d.logTail())
+		return nil, fmt.Errorf("start runnerd: %v\n%s", err, d.logTail())
 	}
 	b, err := os.ReadFile(filepath.Join(state, "token"))
 	if err != nil {
-		tb.Fatal(err)
+		return nil, err
 	}
 	d.token = strings.TrimSpace(string(b))
-	return d
+	return d, nil
 }
 
 func (d *daemon) url() string { return "http://" + d.addr }
