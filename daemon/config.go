@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
@@ -22,7 +23,27 @@ const (
 	// EnvPreviewListen and EnvPreviewURL configure the preview listener.
 	EnvPreviewListen = "RUNNERD_PREVIEW_LISTEN"
 	EnvPreviewURL    = "RUNNERD_PREVIEW_URL"
+	// EnvNetPolicy and EnvNetPolicyState configure network containment
+	// (flags --netpolicy, --netpolicy-state).
+	EnvNetPolicy      = "RUNNERD_NETPOLICY"
+	EnvNetPolicyState = "RUNNERD_NETPOLICY_STATE"
 )
+
+// Network policy modes (Config.NetPolicy).
+const (
+	// NetPolicyAuto enforces network policies when this host can
+	// (netpolicy.New succeeds: root, network namespaces, nf_tables), and
+	// otherwise refuses them with not_supported and says why in the log.
+	NetPolicyAuto = "auto"
+	// NetPolicyOff never enforces them: network_policy is not advertised
+	// and runnerd does not touch the host's network configuration.
+	NetPolicyOff = "off"
+)
+
+// DefaultNetPolicyState is where network containment keeps its files
+// (namespace mounts, resolv.conf files, address slots) when /run is
+// writable: a tmpfs, like the namespaces themselves, gone at reboot.
+const DefaultNetPolicyState = "/run/runnerd/netpolicy"
 
 // Config is everything Run needs. The zero value plus a StateDir is a
 // working configuration; Defaults fills the rest.
@@ -53,6 +74,25 @@ type Config struct {
 	// public_url is not advertised.
 	PreviewListen      string
 	PreviewURLTemplate string
+
+	// NetPolicy is NetPolicyAuto (the default when empty) or NetPolicyOff.
+	NetPolicy string
+	// NetPolicyState is netpolicy's state directory. Default
+	// DefaultNetPolicyState, or STATE/netpolicy when /run is not writable.
+	// The registry, not this directory, is the record of which sandboxes
+	// have a network and their policies; runnerd re-applies it at start.
+	NetPolicyState string
+	// NetPolicyPool is the IPv4 pool carved into one /30 per contained
+	// sandbox; the zero value means netpolicy.DefaultPool.
+	NetPolicyPool netip.Prefix
+	// DNSUpstream lists the DNS servers the sandboxes' resolvers forward
+	// allowed names to; empty means the host's /etc/resolv.conf.
+	DNSUpstream []netip.AddrPort
+	// NetPolicyHostNetNS is the path of the network namespace that plays
+	// "host" for containment (veths, rules, NAT, resolvers); empty means
+	// runnerd's own. For tests, so they never modify the real host.
+	NetPolicyHostNetNS string
+
 	// Version is reported by /healthz.
 	Version string
 	// Logger receives structured logs; nil means slog.Default().
@@ -137,6 +177,20 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	switch cfg.NetPolicy {
+	case "":
+		cfg.NetPolicy = NetPolicyAuto
+	case NetPolicyAuto, NetPolicyOff:
+	default:
+		return cfg, fmt.Errorf("config: netpolicy %q: want %q or %q", cfg.NetPolicy, NetPolicyAuto, NetPolicyOff)
+	}
+	if cfg.NetPolicyState != "" {
+		abs, err := filepath.Abs(cfg.NetPolicyState)
+		if err != nil {
+			return cfg, fmt.Errorf("resolve netpolicy state directory: %w", err)
+		}
+		cfg.NetPolicyState = abs
 	}
 	if (cfg.PreviewListen == "") != (cfg.PreviewURLTemplate == "") {
 		return cfg, errors.New("config: the preview listener needs both an address and a URL template")

@@ -45,8 +45,18 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
+	before, err := hostNetSnapshot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "snapshot host network:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	if after, err := hostNetSnapshot(); err != nil || after != before {
+		fmt.Fprintf(os.Stderr, "FAIL: the tests changed the real host's network (err %v)\nbefore:\n%s\nafter:\n%s\n", err, before, after)
+		code = 1
+	}
 	os.Exit(code)
 }
 
@@ -243,8 +253,18 @@ func startDaemon(t *testing.T) *api {
 	return startDaemonIn(t, t.TempDir(), testToken)
 }
 
+// startDaemonIn starts a daemon without network containment: these tests
+// must never change the real host's network (netpolicy_test.go enables it
+// against a host namespace of its own).
 func startDaemonIn(t *testing.T, state, token string) *api {
 	t.Helper()
+	return startDaemonCfg(t, daemon.Config{StateDir: state, Token: token, NetPolicy: daemon.NetPolicyOff})
+}
+
+// startDaemonCfg runs daemon.Run with cfg plus the test defaults.
+func startDaemonCfg(t *testing.T, cfg daemon.Config) *api {
+	t.Helper()
+	state, token := cfg.StateDir, cfg.Token
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -253,17 +273,14 @@ func startDaemonIn(t *testing.T, state, token string) *api {
 	ready := make(chan struct{})
 	errc := make(chan error, 1)
 	go func() {
-		errc <- daemon.Run(ctx, daemon.Config{
-			StateDir:       state,
-			Socket:         "none",
-			Token:          token,
-			ShimCommand:    []string{runnerdBin, "shim"},
-			TCPListener:    l,
-			Ready:          func(string) { close(ready) },
-			Logger:         testLogger(t),
-			SuspendGrace:   2 * time.Second,
-			TerminateGrace: 2 * time.Second,
-		})
+		cfg.Socket = "none"
+		cfg.ShimCommand = []string{runnerdBin, "shim"}
+		cfg.TCPListener = l
+		cfg.Ready = func(string) { close(ready) }
+		cfg.Logger = testLogger(t)
+		cfg.SuspendGrace = 2 * time.Second
+		cfg.TerminateGrace = 2 * time.Second
+		errc <- daemon.Run(ctx, cfg)
 	}()
 	select {
 	case <-ready:

@@ -46,6 +46,7 @@ func TestPreviewURL(t *testing.T) {
 	go func() {
 		errc <- daemon.Run(ctx, daemon.Config{
 			StateDir: state, Socket: "none", Token: testToken, TCPListener: l,
+			NetPolicy:          daemon.NetPolicyOff,
 			ShimCommand:        []string{runnerdBin, "shim"},
 			PreviewListen:      previewAddr,
 			PreviewURLTemplate: "http://{token}.localhost:" + previewPort + "/",

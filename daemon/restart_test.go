@@ -25,7 +25,7 @@ type proc struct {
 func startProcess(t *testing.T, state string) (*api, *proc) {
 	t.Helper()
 	sock := filepath.Join(state, "runnerd.sock")
-	cmd := exec.Command(runnerdBin, "--state", state, "--listen", "none", "--socket", sock)
+	cmd := exec.Command(runnerdBin, "--state", state, "--listen", "none", "--socket", sock, "--netpolicy", "off")
 	cmd.Env = append(os.Environ(), "RUNNERD_TOKEN="+testToken)
 	cmd.Stdout = os.Stderr
 	cmd.Stderr = &logWriterIO{t: t}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentrunner/runner/daemon/preview"
 	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/netpolicy"
 )
 
 // Run serves runnerd until ctx ends, then stops serving gracefully: it
@@ -59,10 +60,16 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		metrics: newMetrics(),
 		locks:   newKeyedMutex(),
 		stop:    make(chan struct{}),
+		nets:    map[string]*netpolicy.Sandbox{},
 	}
 	s.routes()
 	if err := s.reconcile(ctx); err != nil {
 		return fmt.Errorf("recover sessions: %w", err)
+	}
+	s.startNetPolicy(ctx)
+	if s.net != nil {
+		// Sandboxes stay contained: Close stops only the resolvers.
+		defer s.net.Close()
 	}
 
 	var listeners []net.Listener
@@ -145,7 +152,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			}
 		}()
 	}
-	log.Info("runnerd serving", "state", cfg.StateDir, "tcp", tcpAddr, "socket", cfg.Socket, "version", cfg.Version)
+	log.Info("runnerd serving", "state", cfg.StateDir, "tcp", tcpAddr, "socket", cfg.Socket, "version", cfg.Version, "network_policy", s.net != nil)
 	if err := sdNotify("READY=1"); err != nil {
 		log.Warn("sd_notify READY", "err", err)
 	}

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -43,9 +44,17 @@ func (s *server) handleCreateSandbox(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	var network *wire.Network
 	if req.Network != nil {
-		s.writeError(w, r, errNotSupported("network policy is not enforced on this host"))
-		return
+		if s.net == nil {
+			s.writeError(w, r, errNoNetPolicy())
+			return
+		}
+		var err error
+		if network, err = parseNetwork(*req.Network); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
 	}
 	var uid, gid = -1, -1
 	if req.User != "" {
@@ -72,6 +81,7 @@ func (s *server) handleCreateSandbox(w http.ResponseWriter, r *http.Request) {
 		CreatedAt: time.Now().UTC(),
 		Workspace: ws,
 		User:      req.User,
+		Network:   network,
 	})
 	if err != nil {
 		s.writeError(w, r, errUnavailable("write registry: %v", err))
@@ -80,6 +90,23 @@ func (s *server) handleCreateSandbox(w http.ResponseWriter, r *http.Request) {
 	if !created && sb.User != req.User {
 		s.writeError(w, r, errConflict("%s: sandbox %q exists with user %q", wire.DetailConflict, sb.Name, sb.User))
 		return
+	}
+	// A create that asks for containment never gets a sandbox contained
+	// less (or differently) than asked; one that does not ask gets the
+	// sandbox as it is.
+	if !created && network != nil && !sameNetwork(sb.Network, network) {
+		s.writeError(w, r, errConflict("%s: sandbox %q exists with a different network policy (change it with PUT /v1/sandboxes/%s/network)", wire.DetailConflict, sb.Name, sb.Name))
+		return
+	}
+	if sb.Network != nil && (created || network != nil) {
+		// Contained before create returns, so no command can run outside.
+		// A failure leaves the record (denying all): a retry sets it up.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
+		defer cancel()
+		if _, err := s.ensureNet(ctx, sb); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
 	}
 	if created {
 		if uid >= 0 {
@@ -148,7 +175,7 @@ func (s *server) handleDeleteSandbox(w http.ResponseWriter, r *http.Request) {
 	}
 	unlock := s.locks.Lock(name)
 	defer unlock()
-	_, err := s.reg.GetSandbox(name)
+	sb, err := s.reg.GetSandbox(name)
 	if errors.Is(err, registry.ErrNotFound) {
 		// Absent is success; also sweep a workspace a failed create left.
 		os.RemoveAll(s.workspace(name))
@@ -165,6 +192,11 @@ func (s *server) handleDeleteSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.stopSessions(r.Context(), sessions, s.cfg.TerminateGrace); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	// Every process of the sandbox has ended: its namespace can go.
+	if err := s.teardownNet(r.Context(), sb); err != nil {
 		s.writeError(w, r, err)
 		return
 	}

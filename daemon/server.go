@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentrunner/runner/daemon/preview"
 	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/netpolicy"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -28,7 +29,11 @@ type server struct {
 	metrics *metrics
 	locks   *keyedMutex
 	mux     *http.ServeMux
-	preview *preview.Server // nil without a preview listener
+	preview *preview.Server    // nil without a preview listener
+	net     *netpolicy.Manager // nil when network policies are not enforced
+
+	netMu sync.Mutex                    // guards nets
+	nets  map[string]*netpolicy.Sandbox // by netID: namespaces this runnerd set up
 
 	// stop is closed when Run begins shutting down; long-lived handlers
 	// (attach, follow, exec) end on it. Owned by Run.
@@ -198,22 +203,17 @@ func (s *server) handleHealth(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) handleCapabilities(w http.ResponseWriter, r *http.Request) {
-	// Only what this host delivers: no network_policy until egress is
+	// Only what this host delivers: no network_policy unless egress is
 	// enforced, no public_url without a preview listener.
 	caps := []string{wire.CapAttach, wire.CapSuspend, wire.CapTerminateSession, wire.CapTTY}
 	if s.preview != nil {
 		caps = append(caps, wire.CapPublicURL)
-		slices.Sort(caps)
 	}
+	if s.net != nil {
+		caps = append(caps, wire.CapNetworkPolicy)
+	}
+	slices.Sort(caps)
 	s.writeJSON(w, http.StatusOK, wire.Capabilities{Capabilities: caps})
-}
-
-func (s *server) handleNetwork(w http.ResponseWriter, r *http.Request) {
-	if _, err := s.sandbox(r.PathValue("name")); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.writeError(w, r, errNotSupported("network policy is not enforced on this host"))
 }
 
 // keyedMutex is a set of mutexes by key, created on demand and dropped when

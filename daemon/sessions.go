@@ -208,9 +208,29 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession)
 	// cancel a start half-way. Bound it instead.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
+	nsb, err := s.netFor(sctx, sb)
+	if err != nil {
+		return fail(err)
+	}
+	if nsb != nil {
+		spec.NetNS = nsb.NetNSPath
+	}
 	st, err := shim.Start(sctx, s.cfg.ShimCommand, s.sessionDir(ss), spec)
 	if err != nil {
 		return fail(classifyStart(err))
+	}
+	if nsb != nil {
+		// Advertise or refuse, never pretend: a contained sandbox's command
+		// that is not in the namespace is killed, and the spawn fails.
+		if verr := verifyNetNS(st.PID, nsb.NetNSPath, s.sessionDir(ss)); verr != nil {
+			s.log.Error("session escaped its sandbox's network namespace; killing it", "sandbox", name, "session", ss.ID, "err", verr)
+			if kerr := s.killUnverified(sctx, s.sessionDir(ss)); kerr != nil {
+				// Not removed: the record (starting) and directory stay, so
+				// the next refresh or restart finds what still runs.
+				return ss, false, errUnavailable("%s: session %s is not contained (%v) and could not be stopped: %v", wire.DetailUncertain, ss.ID, verr, kerr)
+			}
+			return fail(errUnavailable("start session in the sandbox's network namespace: %v", verr))
+		}
 	}
 	ss, err = s.reg.UpdateSession(name, ss.ID, func(rec *registry.Session) error {
 		rec.State = wire.SessionRunning

@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -47,6 +48,8 @@ Environment:
   RUNNERD_PREVIEW_LISTEN, RUNNERD_PREVIEW_URL
                      the preview listener (flags --preview-listen, --preview-url);
                      set both to advertise public_url
+  RUNNERD_NETPOLICY, RUNNERD_NETPOLICY_STATE
+                     network containment (flags --netpolicy, --netpolicy-state)
   RUNNERD_LOG_LEVEL  debug, info, warn, error (flag --log-level wins)
   NOTIFY_SOCKET      set by systemd (Type=notify): runnerd reports READY=1 there
 
@@ -80,6 +83,14 @@ func run(args []string) int {
 	socket := fs.String("socket", envOr(daemon.EnvSocket, ""), `unix socket to serve on, or "none" (default STATE/runnerd.sock)`)
 	previewListen := fs.String("preview-listen", envOr(daemon.EnvPreviewListen, ""), "address of the preview listener (public URLs); empty: none")
 	previewURL := fs.String("preview-url", envOr(daemon.EnvPreviewURL, ""), `preview URL template, e.g. "http://{token}.localhost:7324/"`)
+	netPolicy := fs.String("netpolicy", envOr(daemon.EnvNetPolicy, daemon.NetPolicyAuto),
+		`network containment: "auto" enforces network policies (and advertises network_policy) when the host can (root, netns, nf_tables), and logs why not otherwise; "off" never does`)
+	netState := fs.String("netpolicy-state", envOr(daemon.EnvNetPolicyState, ""),
+		"network containment's state directory (default "+daemon.DefaultNetPolicyState+", or STATE/netpolicy if /run is not writable)")
+	netPool := fs.String("netpolicy-pool", "", "IPv4 pool for contained sandboxes, one /30 each (default 10.213.0.0/16); must not overlap a network the host uses")
+	var upstreams addrPorts
+	fs.Var(&upstreams, "dns-upstream", "DNS server (IP or IP:port) the sandboxes' resolvers forward allowed names to; repeatable (default: the nameservers of /etc/resolv.conf)")
+	hostNetNS := fs.String("netpolicy-host-netns", "", "TESTING: network namespace file that plays the host for containment (veths, rules, resolvers), so tests never change the real host's network; empty: runnerd's own")
 	logLevel := fs.String("log-level", envOr("RUNNERD_LOG_LEVEL", "info"), "log level: debug, info, warn, error")
 	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")
 	showVersion := fs.Bool("version", false, "print the version and exit")
@@ -96,6 +107,15 @@ func run(args []string) int {
 	if *showVersion {
 		fmt.Println(version)
 		return 0
+	}
+	var pool netip.Prefix
+	if *netPool != "" {
+		p, err := netip.ParsePrefix(*netPool)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "runnerd: --netpolicy-pool %q: %v\n", *netPool, err)
+			return 2
+		}
+		pool = p
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(strings.ToUpper(*logLevel))); err != nil {
@@ -127,7 +147,14 @@ func run(args []string) int {
 
 		PreviewListen:      *previewListen,
 		PreviewURLTemplate: *previewURL,
-		Logger:             log,
+
+		NetPolicy:          *netPolicy,
+		NetPolicyState:     *netState,
+		NetPolicyPool:      pool,
+		DNSUpstream:        upstreams,
+		NetPolicyHostNetNS: *hostNetNS,
+
+		Logger: log,
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -136,4 +163,29 @@ func run(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// addrPorts is a repeatable flag of DNS servers: "IP" (port 53) or
+// "IP:port".
+type addrPorts []netip.AddrPort
+
+func (a *addrPorts) String() string {
+	var parts []string
+	for _, ap := range *a {
+		parts = append(parts, ap.String())
+	}
+	return strings.Join(parts, ",")
+}
+
+func (a *addrPorts) Set(v string) error {
+	if ip, err := netip.ParseAddr(v); err == nil {
+		*a = append(*a, netip.AddrPortFrom(ip, 53))
+		return nil
+	}
+	ap, err := netip.ParseAddrPort(v)
+	if err != nil {
+		return fmt.Errorf("want IP or IP:port: %w", err)
+	}
+	*a = append(*a, ap)
+	return nil
 }

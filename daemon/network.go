@@ -1,0 +1,333 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/netpolicy"
+	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/wire"
+)
+
+// Network containment (package netpolicy) as runnerd uses it:
+//
+//   - A sandbox's registry record is the truth about its network: Network
+//     nil means the host network (the machine is the user's); non-nil
+//     means its own namespace with that allowlist. The record is written
+//     before the kernel is touched, so a failure in between leaves a
+//     sandbox that is contained more than asked (netpolicy fails closed,
+//     and a spawn into a namespace that is not set up is refused), never
+//     less.
+//   - A command of a contained sandbox starts inside the namespace (the
+//     shim setns(2)s before it forks the command) and runnerd checks that
+//     it did, killing it otherwise: never a contained command uncontained.
+//   - A policy is never applied under running processes that would escape
+//     it: switching a sandbox from the host network to a namespace is
+//     refused while any of its sessions runs.
+
+// errNoNetPolicy is the answer to any policy request on a host that does
+// not enforce policies.
+func errNoNetPolicy() *apiError {
+	return errNotSupported("network policy is not enforced on this host (network_policy is not advertised; see runnerd's startup log)")
+}
+
+// netID is the netpolicy id of a sandbox incarnation: a DNS label of at
+// most 63 bytes, different for every incarnation, so a re-created sandbox
+// never inherits its predecessor's namespace, address or rules.
+func netID(name, incarnation string) string {
+	const maxName = 63 - 1 - 16 // "-" and a 16-hex-digit incarnation
+	if len(name) > maxName {
+		name = strings.TrimRight(name[:maxName], "-")
+	}
+	return name + "-" + incarnation
+}
+
+// netPolicyState picks netpolicy's state directory: the configured one,
+// else DefaultNetPolicyState when it can be created, else STATE/netpolicy.
+func netPolicyState(cfg Config) string {
+	if cfg.NetPolicyState != "" {
+		return cfg.NetPolicyState
+	}
+	if err := os.MkdirAll(DefaultNetPolicyState, 0o700); err == nil {
+		return DefaultNetPolicyState
+	}
+	return filepath.Join(cfg.StateDir, "netpolicy")
+}
+
+// startNetPolicy enables network containment when the configuration asks
+// for it and the host can enforce it, then re-adopts every sandbox the
+// registry says has a network. It never fails Run: a host that cannot
+// enforce runs without the capability, and says why in the log.
+func (s *server) startNetPolicy(ctx context.Context) {
+	if s.cfg.NetPolicy == NetPolicyOff {
+		s.log.Info("network policy disabled (--netpolicy=off): network_policy is not advertised and policies are refused")
+		return
+	}
+	state := netPolicyState(s.cfg)
+	m, err := netpolicy.New(ctx, netpolicy.Config{
+		StateDir:  state,
+		Pool:      s.cfg.NetPolicyPool,
+		Upstream:  s.cfg.DNSUpstream,
+		HostNetNS: s.cfg.NetPolicyHostNetNS,
+	})
+	if err != nil {
+		why := "the host cannot enforce it"
+		if !errors.Is(err, netpolicy.ErrUnsupported) {
+			why = "setting it up failed"
+		}
+		s.log.Warn("network policy not enforced: "+why+"; network_policy is not advertised and policies are refused with not_supported", "err", err)
+		s.adoptNets(ctx) // logs every sandbox that cannot be contained now
+		return
+	}
+	s.net = m
+	s.log.Info("network policy enforced", "state", state, "pool", s.cfg.NetPolicyPool, "host_netns", s.cfg.NetPolicyHostNetNS)
+	s.adoptNets(ctx)
+}
+
+// adoptNets runs Setup and SetPolicy for every sandbox with a network, so
+// the namespaces, rules and resolvers of a previous runnerd (or a previous
+// boot) are converged to the registry. A sandbox that fails stays refused
+// for spawns (which retry its setup) and is logged.
+func (s *server) adoptNets(ctx context.Context) {
+	after := ""
+	for {
+		sbs, more, err := s.reg.ListSandboxes(after, wire.MaxListLimit)
+		if err != nil {
+			s.log.Error("re-adopt sandbox networks: read registry", "err", err)
+			return
+		}
+		for _, sb := range sbs {
+			if sb.Network == nil {
+				continue
+			}
+			if s.net == nil {
+				s.log.Error("sandbox has a network policy this runnerd cannot enforce: its commands are refused until runnerd runs where it can", "sandbox", sb.Name)
+				continue
+			}
+			if _, err := s.ensureNet(ctx, sb); err != nil {
+				s.log.Error("re-adopt sandbox network; its commands are refused until it is set up", "sandbox", sb.Name, "err", err)
+				continue
+			}
+			s.log.Info("sandbox network re-adopted", "sandbox", sb.Name, "allow", sb.Network.Allow)
+		}
+		if !more || len(sbs) == 0 {
+			return
+		}
+		after = sbs[len(sbs)-1].Name
+	}
+}
+
+// ensureNet makes the kernel match sb's record: its namespace exists and
+// enforces sb.Network. Idempotent. The caller holds sb's lock (or runs
+// before serving). A failure leaves the sandbox denying everything.
+func (s *server) ensureNet(ctx context.Context, sb registry.Sandbox) (*netpolicy.Sandbox, error) {
+	if s.net == nil {
+		return nil, errNoNetPolicy()
+	}
+	id := netID(sb.Name, sb.Incarnation)
+	s.netMu.Lock()
+	nsb := s.nets[id]
+	s.netMu.Unlock()
+	if nsb == nil {
+		var err error
+		if nsb, err = s.net.Setup(ctx, id); err != nil {
+			return nil, errUnavailable("set up network of sandbox %q: %v", sb.Name, err)
+		}
+	}
+	if err := s.net.SetPolicy(ctx, id, netpolicy.Policy{Allow: sb.Network.Allow}); err != nil {
+		if errors.Is(err, netpolicy.ErrInvalidPolicy) {
+			// Only a record written by another version could hold one.
+			return nil, errInvalid("network policy of sandbox %q: %v", sb.Name, err)
+		}
+		return nil, errUnavailable("apply network policy of sandbox %q (it now denies all egress): %v", sb.Name, err)
+	}
+	s.netMu.Lock()
+	s.nets[id] = nsb
+	s.netMu.Unlock()
+	return nsb, nil
+}
+
+// netFor returns the namespace a command of sb must run in: nil for a
+// sandbox on the host network. It sets the namespace up if this runnerd
+// has not yet (a failed re-adoption); it never returns nil for a
+// contained sandbox.
+func (s *server) netFor(ctx context.Context, sb registry.Sandbox) (*netpolicy.Sandbox, error) {
+	if sb.Network == nil {
+		return nil, nil
+	}
+	if s.net == nil {
+		return nil, errNoNetPolicy()
+	}
+	s.netMu.Lock()
+	nsb := s.nets[netID(sb.Name, sb.Incarnation)]
+	s.netMu.Unlock()
+	if nsb != nil {
+		return nsb, nil
+	}
+	return s.ensureNet(ctx, sb)
+}
+
+// teardownNet removes sb's namespace, veth, rules and resolver. The
+// caller has stopped its sessions.
+func (s *server) teardownNet(ctx context.Context, sb registry.Sandbox) error {
+	if sb.Network == nil {
+		return nil
+	}
+	if s.net == nil {
+		s.log.Warn("destroying a sandbox whose network this runnerd cannot tear down; its namespace (denying all) stays until a runnerd that enforces policies starts", "sandbox", sb.Name)
+		return nil
+	}
+	id := netID(sb.Name, sb.Incarnation)
+	if err := s.net.Teardown(ctx, id); err != nil {
+		return errUnavailable("tear down network of sandbox %q: %v", sb.Name, err)
+	}
+	s.netMu.Lock()
+	delete(s.nets, id)
+	s.netMu.Unlock()
+	return nil
+}
+
+// parseNetwork validates a requested policy and returns it normalized.
+func parseNetwork(n wire.Network) (*wire.Network, error) {
+	if n.Allow == nil {
+		return nil, errInvalid("network: allow is required (allow: [] denies all egress)")
+	}
+	p, err := netpolicy.ParsePolicy(netpolicy.Policy{Allow: n.Allow})
+	if err != nil {
+		return nil, errInvalid("network: %v", err)
+	}
+	return &wire.Network{Allow: p.Allow}, nil
+}
+
+func sameNetwork(a, b *wire.Network) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return slices.Equal(a.Allow, b.Allow)
+}
+
+// verifyNetNS checks that the command of a session that was to start in
+// the namespace at path runs there. A command that already exited cannot
+// be checked; the shim fails its start if it cannot enter the namespace,
+// so that is not an escape.
+func verifyNetNS(pid int, path, sessionDir string) error {
+	ok, err := netpolicy.ProcessInNetNS(pid, path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			if st, serr := shim.ReadStatus(sessionDir); serr == nil && st.State != shim.StateRunning {
+				return nil
+			}
+		}
+		return fmt.Errorf("verify network namespace of pid %d: %w", pid, err)
+	}
+	if !ok {
+		return fmt.Errorf("pid %d is not in the sandbox's network namespace", pid)
+	}
+	return nil
+}
+
+// killUnverified stops a session whose command could not be shown to run
+// in its sandbox's namespace, and waits for its exit record.
+func (s *server) killUnverified(ctx context.Context, dir string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	c, err := shim.Dial(ctx, dir)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_, err = c.Terminate(ctx, time.Millisecond)
+	return err
+}
+
+func (s *server) handleNetwork(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if _, err := s.sandbox(name); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if s.net == nil {
+		s.writeError(w, r, errNoNetPolicy())
+		return
+	}
+	var req wire.Network
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	policy, err := parseNetwork(req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	unlock := s.locks.Lock(name)
+	defer unlock()
+	sb, err := s.sandbox(name)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if sb.Network == nil {
+		// Moving from the host network into a namespace: a process that
+		// runs now would stay outside it and escape the policy.
+		n, err := s.runningSessions(name)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if n > 0 {
+			s.writeError(w, r, errConflict("sandbox %q has %d running session(s) on the host network that the policy could not contain: terminate or suspend them first", name, n))
+			return
+		}
+	}
+	// The record first: from here on every spawn goes into the namespace
+	// (or is refused until it exists).
+	sb, err = s.reg.UpdateSandbox(name, func(rec *registry.Sandbox) error {
+		rec.Network = policy
+		return nil
+	})
+	if err != nil {
+		s.writeError(w, r, s.registryErr(err, name))
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
+	defer cancel()
+	if _, err := s.ensureNet(ctx, sb); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.log.Info("sandbox network policy set", "sandbox", name, "allow", policy.Allow)
+	s.writeJSON(w, http.StatusOK, toWireSandbox(sb))
+}
+
+// runningSessions counts the sessions of a sandbox that run (or start).
+func (s *server) runningSessions(name string) (int, error) {
+	list, err := s.reg.ListSessions(name)
+	if err != nil {
+		return 0, errUnavailable("read registry: %v", err)
+	}
+	n := 0
+	for _, ss := range list {
+		if ss.State == stateStarting {
+			n++
+			continue
+		}
+		ss, err := s.refresh(ss)
+		if err != nil {
+			return 0, err
+		}
+		if ss.State == wire.SessionRunning {
+			n++
+		}
+	}
+	return n, nil
+}
