@@ -190,10 +190,11 @@ func report(w io.Writer, err error) int {
 		}
 	}
 	fmt.Fprintf(w, "runner: %s%s: %s\n", what, kind, oneLine(detailOf(err)))
+	if h := hintFor(kind); h != "" && (ce == nil || ce.hint == "" || kind == "unavailable") {
+		fmt.Fprintf(w, "runner: hint: %s\n", h)
+	}
 	if ce != nil && ce.hint != "" {
 		fmt.Fprintf(w, "runner: hint: %s\n", ce.hint)
-	} else if h := hintFor(kind); h != "" {
-		fmt.Fprintf(w, "runner: hint: %s\n", h)
 	}
 	return code
 }
@@ -201,7 +202,7 @@ func report(w io.Writer, err error) int {
 func hintFor(kind string) string {
 	switch kind {
 	case "unavailable":
-		return "is runnerd running? start it with `runnerd`, or point runner at it with --url / RUNNERD_URL"
+		return "is runnerd running? start it with `runnerd`, or point runner at it with --url or RUNNERD_URL"
 	case "denied":
 		return "the token does not match the daemon's: use --token-file STATE/token or RUNNERD_TOKEN"
 	case "not_supported":

@@ -197,7 +197,7 @@ func execCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) e
 		if res.err != nil {
 			ce := &cliError{what: what, err: res.err}
 			if _, kind := codeOf(res.err); kind == "unavailable" {
-				ce.hint = fmt.Sprintf("the outcome is unknown; the command may still run: runner sessions %s %s", name, req.ID)
+				ce.hint = fmt.Sprintf("if it was running, the outcome is unknown and the command may still run: runner sessions %s %s", name, req.ID)
 			}
 			return ce
 		}
