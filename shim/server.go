@@ -333,6 +333,20 @@ func (s *server) setWriteErr(msg string) {
 func (s *server) finish(rec journal.Exit) {
 	jdir := filepath.Join(s.dir, JournalDir)
 	backoff := 10 * time.Millisecond
+	// A failed Finish closes the writer, which releases the journal's
+	// lock: until Recover takes it again, readers see a dead writer without
+	// an exit record and report the session lost. So wait for space with
+	// the writer still open, and only then finish.
+	for {
+		err := probeSpace(jdir)
+		if err == nil {
+			break
+		}
+		s.setWriteErr(fmt.Sprintf("finish journal: %v", err))
+		time.Sleep(backoff)
+		backoff = min(2*backoff, maxBackoff)
+	}
+	backoff = 10 * time.Millisecond
 	for {
 		jw := s.jw.Load()
 		rec.Lengths = map[string]int64{}
@@ -365,6 +379,30 @@ func (s *server) finish(rec journal.Exit) {
 	s.exit, s.writeErr = &rec, ""
 	s.mu.Unlock()
 	close(s.done)
+}
+
+// finishSpace is what probeSpace asks for: far more than Finish writes (a
+// few index pages and a small exit.json).
+const finishSpace = 256 << 10
+
+// probeSpace reports whether the journal's filesystem can take
+// finishSpace bytes now, by writing them to a scratch file that it
+// removes.
+func probeSpace(jdir string) error {
+	p := filepath.Join(jdir, ".space-probe")
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("probe free space: %w", err)
+	}
+	defer os.Remove(p)
+	_, err = f.Write(make([]byte, finishSpace))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("probe free space: %w", err)
+	}
+	return nil
 }
 
 // shutdown stops serving: no new connections, idle connections end, and
