@@ -363,13 +363,12 @@ func attachCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 				if restore != nil {
 					restore()
 				}
-				reattach := fmt.Sprintf("runner attach %s %s", name, id)
-				msg := fmt.Sprintf("\r\nrunner: detached from %s %s; it keeps running.\nrunner: reattach with: %s   (add --cursor %d to skip what you have seen)",
-					name, id, reattach, a.cur.Stdout)
+				again := fmt.Sprintf("runner attach %s %s --cursor %d", name, id, a.cur.Stdout)
 				if a.cur.Stderr > 0 {
-					msg = fmt.Sprintf("\r\nrunner: detached from %s %s; it keeps running.\nrunner: reattach with: %s --cursor %d --stderr-cursor %d",
-						name, id, reattach, a.cur.Stdout, a.cur.Stderr)
+					again += fmt.Sprintf(" --stderr-cursor %d", a.cur.Stderr)
 				}
+				msg := fmt.Sprintf("\r\nrunner: detached from %s %s; it keeps running.\nrunner: reattach with: %s\n"+
+					"runner: (that shows only what is new; without the cursors it replays the session from its start)", name, id, again)
 				return &exitError{code: stopCode, msg: msg}
 			}
 		}
@@ -379,7 +378,7 @@ func attachCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 		if res.frame == nil {
 			ce := &cliError{what: what, err: res.err}
 			if errors.Is(res.err, adapter.ErrUnavailable) {
-				ce.hint = fmt.Sprintf("the session may still run; reattach with: runner attach %s %s --cursor %d", name, id, a.cur.Stdout)
+				ce.hint = hintFor("unavailable", e.where) + "\n" + fmt.Sprintf("the session may still run; reattach with: runner attach %s %s --cursor %d", name, id, a.cur.Stdout)
 				if a.cur.Stderr > 0 {
 					ce.hint += fmt.Sprintf(" --stderr-cursor %d", a.cur.Stderr)
 				}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -162,8 +163,9 @@ func detailOf(err error) string {
 	return err.Error()
 }
 
-// report prints err to w and returns the exit code.
-func report(w io.Writer, err error) int {
+// report prints err to w and returns the exit code. where names the
+// daemon runner tried ("" before it knew), for the unavailable hint.
+func report(w io.Writer, err error, where string) int {
 	var ue *usageError
 	if errors.As(err, &ue) {
 		if ue.cmd != "" {
@@ -189,20 +191,40 @@ func report(w io.Writer, err error) int {
 			code = ce.code
 		}
 	}
-	fmt.Fprintf(w, "runner: %s%s: %s\n", what, kind, oneLine(detailOf(err)))
-	if h := hintFor(kind); h != "" && (ce == nil || ce.hint == "" || kind == "unavailable") {
-		fmt.Fprintf(w, "runner: hint: %s\n", h)
-	}
+	fmt.Fprintf(w, "runner: %s%s: %s\n", what, kind, tidy(oneLine(detailOf(err))))
+	hint := hintFor(kind, where)
 	if ce != nil && ce.hint != "" {
-		fmt.Fprintf(w, "runner: hint: %s\n", ce.hint)
+		hint = ce.hint
+	}
+	for _, h := range strings.Split(hint, "\n") {
+		if h != "" {
+			fmt.Fprintf(w, "runner: hint: %s\n", h)
+		}
 	}
 	return code
 }
 
-func hintFor(kind string) string {
+// opPrefix and urlPrefix are the request names the client puts before a
+// transport error ("GET /v1/sandboxes: Get \"http://...\": dial ...");
+// tidy drops them from what people read (display only: errors are
+// classified by kind, never by text).
+var (
+	opPrefix  = regexp.MustCompile(`^(GET|POST|PUT|DELETE) /\S*: `)
+	urlPrefix = regexp.MustCompile(`(Get|Post|Put|Delete) "[^"]*": `)
+)
+
+func tidy(s string) string {
+	s = opPrefix.ReplaceAllString(s, "")
+	return urlPrefix.ReplaceAllString(s, "")
+}
+
+func hintFor(kind, where string) string {
 	switch kind {
 	case "unavailable":
-		return "is runnerd running? start it with `runnerd`, or point runner at it with --url or RUNNERD_URL"
+		if where != "" {
+			where = " at " + where
+		}
+		return "is runnerd running" + where + "? start it with `runnerd`, or point runner at it with --url or RUNNERD_URL"
 	case "denied":
 		return "the token does not match the daemon's: use --token-file STATE/token or RUNNERD_TOKEN"
 	case "not_supported":
@@ -234,6 +256,9 @@ type env struct {
 	g   globals
 	io  stdio
 	cli *client.Client
+	// where is the endpoint (and state directory) the client was made
+	// for, for messages.
+	where string
 }
 
 // client resolves the daemon's endpoint and token: flags, then environment,
@@ -262,7 +287,7 @@ func (e *env) client() (*client.Client, error) {
 		l, err := client.Discover()
 		if err != nil {
 			return nil, &cliError{what: "find runnerd", err: &adapter.UnavailableError{Detail: err.Error()},
-				hint: "start the daemon with `runnerd` (it writes its token into its state directory), or set RUNNERD_URL and RUNNERD_TOKEN", code: exitUnavailable}
+				hint: "is runnerd running? start it with `runnerd` (it writes its token into its state directory), or use --url and --token-file (RUNNERD_URL, RUNNERD_TOKEN)", code: exitUnavailable}
 		}
 		if endpoint == "" {
 			endpoint = l.Endpoint
@@ -276,6 +301,7 @@ func (e *env) client() (*client.Client, error) {
 		return nil, usagef("", "--url: %v", err)
 	}
 	e.cli = c
+	e.where = endpoint
 	return c, nil
 }
 
@@ -445,13 +471,13 @@ func run(ctx context.Context, args []string, io stdio) int {
 		return exitUsage
 	}
 	if len(pos) < cmd.min || (cmd.max >= 0 && len(pos) > cmd.max) {
-		return report(io.err, usagef(cmd.name, "usage: runner %s %s", cmd.name, cmd.args))
+		return report(io.err, usagef(cmd.name, "usage: runner %s %s", cmd.name, cmd.args), "")
 	}
 	if cmd.argvAfter > 0 && len(argv) == 0 {
-		return report(io.err, usagef(cmd.name, "no command to run: usage: runner %s %s", cmd.name, cmd.args))
+		return report(io.err, usagef(cmd.name, "no command to run: usage: runner %s %s", cmd.name, cmd.args), "")
 	}
 	if err := body(ctx, e, pos, argv); err != nil {
-		return report(io.err, err)
+		return report(io.err, err, e.where)
 	}
 	return exitOK
 }

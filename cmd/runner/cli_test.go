@@ -230,7 +230,7 @@ func TestErrors(t *testing.T) {
 		contains string
 	}{
 		{"get missing sandbox", []string{"get", "no-such-box"}, exitNotFound, "runner: get no-such-box: not_found: ", ""},
-		{"exec in missing sandbox", []string{"exec", "no-such-box", "--", "true"}, exitNotFound, "runner: exec no-such-box ", "not_found"},
+		{"exec in missing sandbox", []string{"exec", "no-such-box", "--", "true"}, exitNotFound, "runner: exec no-such-box: not_found: ", "runner create NAME"},
 		{"sessions of missing sandbox", []string{"sessions", "no-such-box"}, exitNotFound, "runner: sessions no-such-box: not_found: ", ""},
 		{"logs of missing session", []string{"logs", box, "nope"}, exitNotFound, "runner: logs " + box + " nope: not_found: ", ""},
 		{"attach missing session", []string{"attach", box, "nope"}, exitNotFound, "runner: attach " + box + " nope: not_found: ", ""},

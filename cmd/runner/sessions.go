@@ -84,6 +84,8 @@ a cut connection exits 255 and says the cursor to resume from.`,
 	)
 }
 
+const noSandboxHint = "`runner ls` lists the sandboxes; `runner create NAME` makes one"
+
 // newID returns a session id for exec, so that runner can name the session
 // if the answer never arrives.
 func newID(prefix string) string {
@@ -103,7 +105,7 @@ func exitOf(what string, e wire.Exit) (int, string) {
 		if code == 0 {
 			code = 128 + e.Signal
 		}
-		return code, fmt.Sprintf("runner: %s: killed by signal %d (%s)", what, e.Signal, sigName(e.Signal))
+		return code, fmt.Sprintf("runner: %s: killed by signal %d (%s), exit code %d", what, e.Signal, sigName(e.Signal), code)
 	}
 	msg := fmt.Sprintf("runner: %s: lost: the session ended without an exit record; its exit code is unknown", what)
 	if e.Detail != "" {
@@ -149,7 +151,7 @@ func execCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) e
 			}
 			req.Stdin = b
 		}
-		what := "exec " + name + " " + req.ID
+		what := "exec " + name
 		sigs := make(chan os.Signal, 2)
 		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 		defer signal.Stop(sigs)
@@ -196,8 +198,12 @@ func execCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) e
 		}
 		if res.err != nil {
 			ce := &cliError{what: what, err: res.err}
-			if _, kind := codeOf(res.err); kind == "unavailable" {
-				ce.hint = fmt.Sprintf("if it was running, the outcome is unknown and the command may still run: runner sessions %s %s", name, req.ID)
+			switch _, kind := codeOf(res.err); kind {
+			case "unavailable":
+				ce.hint = hintFor(kind, e.where) + "\n" + fmt.Sprintf(
+					"if runnerd got the request, the outcome is unknown and the command may still run as session %s: runner sessions %s %s", req.ID, name, req.ID)
+			case "not_found":
+				ce.hint = noSandboxHint
 			}
 			return ce
 		}
@@ -267,10 +273,13 @@ func spawnCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) 
 		s, _, err := c.CreateSession(ctx, name, req)
 		if err != nil {
 			ce := &cliError{what: "spawn " + name, err: err}
-			if _, kind := codeOf(err); kind == "unavailable" && req.ID != "" {
-				ce.hint = fmt.Sprintf("the outcome is unknown; retrying the same command with --id %s is safe", req.ID)
-			} else if kind == "unavailable" {
-				ce.hint = fmt.Sprintf("the outcome is unknown; check runner sessions %s (give --id to make a retry safe)", name)
+			switch _, kind := codeOf(err); {
+			case kind == "unavailable" && req.ID != "":
+				ce.hint = hintFor(kind, e.where) + "\n" + fmt.Sprintf("if runnerd got the request the session may exist; retrying the same command with --id %s is safe", req.ID)
+			case kind == "unavailable":
+				ce.hint = hintFor(kind, e.where) + "\n" + fmt.Sprintf("if runnerd got the request the session may exist: runner sessions %s (give --id to make a retry safe)", name)
+			case kind == "not_found":
+				ce.hint = noSandboxHint
 			}
 			return ce
 		}
