@@ -123,6 +123,9 @@ func (a *attachRun) pump(out, errw io.Writer, notice func(string)) pumpResult {
 	for {
 		fr, err := a.c.Attach(a.ctx, a.name, a.id, a.cur)
 		if err == nil && a.setReader(fr) {
+			if !lostAt.IsZero() {
+				notice("reconnected")
+			}
 			err = a.read(fr, out, errw, &lostAt)
 			fr.Close()
 			if err == nil {

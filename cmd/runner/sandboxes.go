@@ -9,6 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"golang.org/x/term"
+
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -102,7 +104,9 @@ does not exist succeeds (it is gone either way).`,
 					}
 					for _, name := range pos {
 						cctx, cancel := context.WithTimeout(ctx, e.g.timeout+30*time.Second)
+						slow := e.slowNotice(time.Second, "runner: stopping the sessions of "+name+" (SIGTERM, SIGKILL after 5 s)...")
 						err := c.DeleteSandbox(cctx, name)
+						slow()
 						cancel()
 						if err != nil {
 							return fail("rm "+name, err)
@@ -228,6 +232,9 @@ func stateChange(verb string) func(fs *flag.FlagSet) func(context.Context, *env,
 			}
 			ctx, cancel := context.WithTimeout(ctx, e.g.timeout+30*time.Second)
 			defer cancel()
+			if verb == "suspend" {
+				defer e.slowNotice(time.Second, "runner: stopping the sessions of "+pos[0]+" (SIGTERM, SIGKILL after 10 s)...")()
+			}
 			var sb wire.Sandbox
 			if verb == "suspend" {
 				sb, err = c.Suspend(ctx, pos[0])
@@ -276,4 +283,14 @@ func when(t time.Time) string {
 		return "-"
 	}
 	return t.Local().Format("2006-01-02 15:04:05")
+}
+
+// slowNotice prints msg to a terminal stderr if the returned stop function
+// is not called within d: a person then knows why runner waits.
+func (e *env) slowNotice(d time.Duration, msg string) (stop func()) {
+	if !term.IsTerminal(int(e.io.err.Fd())) {
+		return func() {}
+	}
+	t := time.AfterFunc(d, func() { fmt.Fprintln(e.io.err, msg) })
+	return func() { t.Stop() }
 }
