@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
+	"os/user"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -313,4 +316,348 @@ func TestDiskFullAtExit(t *testing.T) {
 	}
 }
 
-var _ = errors.Is
+// TestRunAsUser: Spec.User runs the command as another user (by name and
+// as uid:gid) while the session's files stay the daemon's.
+func TestRunAsUser(t *testing.T) {
+	needRoot(t)
+	u, err := user.Lookup("nobody")
+	if err != nil {
+		t.Skipf("SKIPPED: no user nobody: %v", err)
+	}
+	tests := []struct {
+		name, user, want string
+	}{
+		{"name", "nobody", u.Uid + "\n" + u.Gid + "\n"},
+		{"uid:gid", u.Uid + ":" + u.Gid, u.Uid + "\n" + u.Gid + "\n" + u.Gid + "\n"},
+		{"uid", u.Uid, u.Uid + "\n" + u.Gid + "\n" + u.Gid + "\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			argv := []string{"sh", "-c", "id -u; id -g"}
+			if tt.name != "name" {
+				argv = []string{"sh", "-c", "id -u; id -g; id -G"} // no supplementary groups
+			}
+			dir, _ := start(t, Spec{Argv: argv, User: tt.user, Dir: "/"})
+			e := waitExit(t, dir)
+			out, _ := readStream(dir, "stdout")
+			errb, _ := readStream(dir, "stderr")
+			if e.Code != 0 || string(out) != tt.want {
+				t.Fatalf("got exit %+v stdout %q stderr %q, want exit 0 and %q", e, out, errb, tt.want)
+			}
+			// The daemon (root) keeps the session: its files are root's,
+			// and it reads them.
+			for _, p := range []string{dir, filepath.Join(dir, JournalDir), filepath.Join(dir, JournalDir, "stdout")} {
+				var st unix.Stat_t
+				if err := unix.Stat(p, &st); err != nil {
+					t.Fatal(err)
+				}
+				if st.Uid != 0 {
+					t.Errorf("%s: owner %d, want root", p, st.Uid)
+				}
+			}
+			if ds, err := ReadStatus(dir); err != nil || ds.State != StateExited {
+				t.Errorf("ReadStatus: got %+v %v, want exited", ds, err)
+			}
+		})
+	}
+	t.Run("socket owner", func(t *testing.T) {
+		t.Parallel()
+		dir, _ := start(t, Spec{Argv: []string{"sleep", "30"}, User: "nobody", Dir: "/"})
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(dir, SocketFile), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Uid != 0 {
+			t.Errorf("ctl.sock owner %d, want root", st.Uid)
+		}
+		c := dial(t, dir)
+		s, err := c.Status(ctxT(t, 5*time.Second))
+		if err != nil || s.State != StateRunning {
+			t.Fatalf("status: got %+v %v", s, err)
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.PID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := "Uid:\t" + u.Uid + "\t" + u.Uid; !strings.Contains(string(b), want) {
+			t.Errorf("command %d runs as %q, want %s", s.PID, grepLine(string(b), "Uid:"), want)
+		}
+	})
+	t.Run("unknown user", func(t *testing.T) {
+		t.Parallel()
+		dir := sessionDir(t)
+		_, err := Start(ctxT(t, 10*time.Second), shimExe, dir, Spec{ID: "x", Argv: []string{"true"}, Env: testEnv, User: "no-such-user-zz"})
+		var se *StartError
+		if !errors.As(err, &se) || !strings.Contains(err.Error(), "no-such-user-zz") {
+			t.Fatalf("got %v, want a StartError naming the user", err)
+		}
+		waitGone(t, se.ShimPID)
+		if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("session dir left behind: %v", err)
+		}
+	})
+}
+
+func grepLine(s, prefix string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			return l
+		}
+	}
+	return ""
+}
+
+// newNetNS creates a network namespace bound to a file in t.TempDir(), the
+// way `ip netns add` does, and removes it when the test ends. The thread
+// that made it is switched back to the original namespace, or discarded
+// if that fails.
+func newNetNS(t *testing.T) (path string, ino uint64) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "netns")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	// Owned by newNetNS, which waits for it.
+	go func() {
+		runtime.LockOSThread()
+		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		defer unix.Close(orig)
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("unshare: %w", err)
+			return
+		}
+		merr := unix.Mount("/proc/thread-self/ns/net", path, "", unix.MS_BIND, "")
+		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("restore netns: %w (thread discarded)", err)
+			return // still locked: the thread ends with this goroutine
+		}
+		runtime.UnlockOSThread()
+		errc <- merr
+	}()
+	if err := <-errc; err != nil {
+		t.Fatalf("create netns: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(path, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount netns %s: %v", path, err)
+		}
+	})
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return path, st.Ino
+}
+
+func nsLink(t *testing.T, path string) string {
+	t.Helper()
+	l, err := os.Readlink(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// TestNetNS: Spec.NetNS starts the command in that namespace; the shim
+// itself, and a later session without NetNS, stay in the host's.
+func TestNetNS(t *testing.T) {
+	needRoot(t)
+	nsPath, ino := newNetNS(t)
+	host := nsLink(t, "/proc/self/ns/net")
+	want := fmt.Sprintf("net:[%d]", ino)
+	if want == host {
+		t.Fatalf("the new namespace %s is the host's", want)
+	}
+
+	dir, st := start(t, Spec{Argv: []string{"sh", "-c", "readlink /proc/self/ns/net; read x; exit 0"}, NetNS: nsPath})
+	waitOutput(t, dir, want+"\n")
+	// Every thread of the shim is back in the host namespace (restored, or
+	// the thread was discarded).
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", st.ShimPID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		l, err := os.Readlink(fmt.Sprintf("/proc/%d/task/%s/ns/net", st.ShimPID, task.Name()))
+		if err != nil {
+			continue // the thread ended meanwhile
+		}
+		if l != host {
+			t.Errorf("shim thread %s is in %s, want the host's %s", task.Name(), l, host)
+		}
+	}
+	c := dial(t, dir)
+	if err := c.CloseStdin(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if e := waitExit(t, dir); e.Code != 0 {
+		t.Fatalf("exit: got %+v, want 0", e)
+	}
+
+	dir2, _ := start(t, Spec{Argv: []string{"readlink", "/proc/self/ns/net"}})
+	waitExit(t, dir2)
+	if out, _ := readStream(dir2, "stdout"); string(out) != host+"\n" {
+		t.Errorf("a session without NetNS: got %q, want the host's %q", out, host)
+	}
+
+	t.Run("missing", func(t *testing.T) {
+		dir := sessionDir(t)
+		_, err := Start(ctxT(t, 10*time.Second), shimExe, dir, Spec{ID: "x", Argv: []string{"true"}, Env: testEnv, NetNS: "/nonexistent/netns"})
+		var se *StartError
+		if !errors.As(err, &se) || !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("got %v, want a StartError matching fs.ErrNotExist", err)
+		}
+		waitGone(t, se.ShimPID)
+	})
+	t.Run("not a namespace", func(t *testing.T) {
+		dir := sessionDir(t)
+		notNS := filepath.Join(t.TempDir(), "plain")
+		os.WriteFile(notNS, nil, 0o600)
+		_, err := Start(ctxT(t, 10*time.Second), shimExe, dir, Spec{ID: "x", Argv: []string{"true"}, Env: testEnv, NetNS: notNS})
+		var se *StartError
+		if !errors.As(err, &se) || !errors.Is(err, syscall.EINVAL) {
+			t.Fatalf("got %v, want a StartError matching EINVAL", err)
+		}
+		waitGone(t, se.ShimPID)
+	})
+}
+
+// TestOutputClosedEarly: a command that closes stdout and stderr but keeps
+// running is still running: the session ends with the command's exit, not
+// with its output streams, and the exit is the true one.
+func TestOutputClosedEarly(t *testing.T) {
+	t.Parallel()
+	dir, _ := start(t, Spec{Argv: []string{"sh", "-c", `echo out; echo err >&2; exec >&- 2>&-; read x; exit 6`}})
+	waitOutput(t, dir, "out\n")
+	c := dial(t, dir)
+	// Well past the drain window: still running, stdin still works.
+	time.Sleep(DrainGrace + 300*time.Millisecond)
+	if st, err := c.Status(ctxT(t, 5*time.Second)); err != nil || st.State != StateRunning {
+		t.Fatalf("after the command closed its output: got %+v %v, want running", st, err)
+	}
+	if err := c.WriteStdin(ctxT(t, 5*time.Second), []byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	e := waitExit(t, dir)
+	if e.Reason != journal.ReasonExited || e.Code != 6 {
+		t.Fatalf("exit: got %+v, want exited 6", e)
+	}
+	if e.Lengths["stdout"] != 4 || e.Lengths["stderr"] != 4 {
+		t.Errorf("lengths: got %v, want 4 and 4", e.Lengths)
+	}
+}
+
+// TestGrandchildHoldsOutput pins the documented drain window: when a
+// grandchild keeps stdout open after the command exited, the exit record
+// comes DrainGrace after the exit (not before, not never), with the true
+// code and the bytes written before the window closed; the shim does not
+// kill the grandchild, whose later writes fail with EPIPE.
+func TestGrandchildHoldsOutput(t *testing.T) {
+	t.Parallel()
+	rcFile := filepath.Join(t.TempDir(), "rc")
+	// The grandchild ignores SIGPIPE so that its late write reports the
+	// error instead of killing it.
+	script := `(trap '' PIPE; sleep 3; echo late; echo "rc=$?" >"$0") & echo "gc $!"; exit 2`
+	dir, st := start(t, Spec{Argv: []string{"sh", "-c", script, rcFile}})
+	t0 := st.StartedAt // the command exits at once
+	waitOutput(t, dir, "gc ")
+	var gc int
+	if b, _ := readStream(dir, "stdout"); len(b) > 0 {
+		fmt.Sscanf(string(b), "gc %d", &gc)
+	}
+	if gc == 0 {
+		t.Fatal("no grandchild pid")
+	}
+	t.Cleanup(func() { syscall.Kill(gc, syscall.SIGKILL) }) // the grandchild this test started
+	e := waitExit(t, dir)
+	took := time.Since(t0)
+	if e.Reason != journal.ReasonExited || e.Code != 2 {
+		t.Fatalf("exit: got %+v, want exited 2", e)
+	}
+	if took < DrainGrace-200*time.Millisecond || took > DrainGrace+2*time.Second {
+		t.Errorf("exit record after %v, want about DrainGrace (%v) after the exit", took, DrainGrace)
+	}
+	if err := syscall.Kill(gc, 0); err != nil {
+		t.Errorf("grandchild %d after the exit record: %v, want still running (the shim does not kill leftovers)", gc, err)
+	}
+	out, _ := readStream(dir, "stdout")
+	if want := fmt.Sprintf("gc %d\n", gc); string(out) != want {
+		t.Errorf("stdout: got %q, want %q", out, want)
+	}
+	// The grandchild's late write hits a closed pipe.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, err := os.ReadFile(rcFile)
+		if err == nil && len(b) > 0 {
+			if got := strings.TrimSpace(string(b)); got == "rc=0" {
+				t.Errorf("grandchild's late write: got %s, want a failure (EPIPE)", got)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the grandchild never reported its late write")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if e2 := waitExit(t, dir); e2.Lengths["stdout"] != int64(len(out)) {
+		t.Errorf("the journal grew after the exit record: %v vs %d", e2.Lengths, len(out))
+	}
+}
+
+// TestCommandClosesStdin: a command that closes its own stdin and keeps
+// running answers writes with ErrStdinClosed (which matches ErrExited),
+// promptly, while control still sees it running.
+func TestCommandClosesStdin(t *testing.T) {
+	t.Parallel()
+	dir, _ := start(t, Spec{Argv: []string{"sh", "-c", `exec <&-; echo closed; sleep 30`}})
+	waitOutput(t, dir, "closed\n")
+	c := dial(t, dir)
+	ctx := ctxT(t, 5*time.Second)
+	t0 := time.Now()
+	err := c.WriteStdin(ctx, []byte("x"))
+	if !errors.Is(err, ErrStdinClosed) || !errors.Is(err, ErrExited) {
+		t.Fatalf("write to a closed stdin: got %v, want ErrStdinClosed", err)
+	}
+	if took := time.Since(t0); took > 2*time.Second {
+		t.Errorf("write took %v", took)
+	}
+	if st, err := c.Status(ctx); err != nil || st.State != StateRunning {
+		t.Fatalf("status: got %+v %v, want running", st, err)
+	}
+	e, err := c.Terminate(ctx, time.Second)
+	if err != nil || e.Reason != journal.ReasonSignaled || e.Signal != int(syscall.SIGTERM) {
+		t.Fatalf("terminate: got %+v %v, want signaled TERM", e, err)
+	}
+}
+
+// TestStdinLarge: stdin is total: a write larger than one request
+// (several MiB, binary) reaches the command byte for byte, and
+// close-stdin after it ends the command.
+func TestStdinLarge(t *testing.T) {
+	t.Parallel()
+	want := pattern(3<<20 + 12345)
+	dir, _ := start(t, Spec{Argv: []string{"cat"}})
+	c := dial(t, dir)
+	ctx := ctxT(t, 20*time.Second)
+	if err := c.WriteStdin(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CloseStdin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e := waitExit(t, dir); e.Code != 0 || e.Lengths["stdout"] != int64(len(want)) {
+		t.Fatalf("exit: got %+v, want 0 with %d bytes", e, len(want))
+	}
+	got, err := readStream(dir, "stdout")
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("stdout: got %d bytes (%v), want the %d written", len(got), err, len(want))
+	}
+}
