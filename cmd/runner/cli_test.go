@@ -299,7 +299,10 @@ func TestDaemonDown(t *testing.T) {
 		env  []string
 		args []string
 	}{
-		{"discovered", d.env(), []string{"get", "down-box"}},
+		// The socket is gone with the daemon; discovery then uses
+		// RUNNERD_LISTEN (never the host's default port, which another
+		// runnerd may hold).
+		{"discovered", append(d.env(), "RUNNERD_LISTEN="+d.addr), []string{"get", "down-box"}},
 		{"tcp url", cliEnv("RUNNERD_STATE=" + state), []string{"--url", "http://" + d.addr, "get", "down-box"}},
 		{"exec", cliEnv("RUNNERD_STATE=" + state), []string{"--url", d.addr, "exec", "down-box", "--", "true"}},
 		{"no daemon ever", cliEnv("RUNNERD_STATE=" + t.TempDir()), []string{"ls"}},
