@@ -80,8 +80,26 @@ func startAt(t *testing.T, dir string, spec Spec) Status {
 			c.Close()
 		}
 		waitGone(t, st.ShimPID)
+		checkShimLog(t, dir)
 	})
 	return st
+}
+
+// checkShimLog fails the test if the shim's own stderr (shim.log) reports
+// a data race (the shim is this race-enabled test binary), a panic or a
+// fatal runtime error: nothing else would ever show them.
+func checkShimLog(t *testing.T, dir string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, LogFile))
+	if err != nil {
+		return
+	}
+	for _, bad := range []string{"WARNING: DATA RACE", "panic:", "fatal error:"} {
+		if bytes.Contains(b, []byte(bad)) {
+			t.Errorf("shim.log reports %q:\n%s", bad, b)
+			return
+		}
+	}
 }
 
 // pattern returns n deterministic, incompressible-looking bytes.

@@ -40,6 +40,11 @@ func TestMain(m *testing.M) {
 	}
 	shimExe = []string{exe}
 	os.Setenv(asShimEnv, "1")
+	if os.Getenv("GORACE") == "" {
+		// Under -race every process sleeps 1 s before exiting by default,
+		// which Start pays for the detaching intermediate.
+		os.Setenv("GORACE", "atexit_sleep_ms=0")
+	}
 	os.Exit(m.Run())
 }
 
@@ -83,6 +88,7 @@ func start(t *testing.T, spec Spec) (string, Status) {
 			c.Close()
 		}
 		waitGone(t, st.ShimPID)
+		checkShimLog(t, dir)
 	})
 	return dir, st
 }
