@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -317,5 +318,83 @@ func TestDaemonDown(t *testing.T) {
 				t.Errorf("stderr %q: want an unavailable error with a hint", errOut)
 			}
 		})
+	}
+}
+
+func TestSuspendResume(t *testing.T) {
+	d := sharedDaemon(t)
+	box := d.sandbox(t, "park-box")
+	id := strings.TrimSpace(d.ok(t, "spawn", box, "--", "sleep", "60"))
+	if got := d.ok(t, "suspend", box); got != box+" suspended\n" {
+		t.Errorf("suspend: got %q", got)
+	}
+	if s := decode[wire.Session](t, d.ok(t, "sessions", box, id, "--json")); s.Exit == nil || s.Exit.Reason != wire.ExitSignaled {
+		t.Errorf("session after suspend: got %+v, want signaled", s)
+	}
+	_, errOut, code := d.cli(t, nil, "exec", box, "true")
+	if code != exitInvalid || !strings.Contains(errOut, "invalid") {
+		t.Errorf("exec in a suspended sandbox: exit %d, stderr %q; want %d invalid", code, errOut, exitInvalid)
+	}
+	sb := decode[wire.Sandbox](t, d.ok(t, "resume", box, "--json"))
+	if sb.State != wire.SandboxRunning {
+		t.Errorf("resume --json: got %+v", sb)
+	}
+	d.ok(t, "exec", box, "true")
+}
+
+// TestAttachPipes: a pipes session streams stdout to stdout and stderr to
+// stderr, and runner exits with the command's code; an ended session
+// replays at once.
+func TestAttachPipes(t *testing.T) {
+	d := sharedDaemon(t)
+	box := d.sandbox(t, "pipes-box")
+	id := strings.TrimSpace(d.ok(t, "spawn", box, "--", "sh", "-c", "printf out1; printf err1 >&2; sleep 0.5; printf out2; exit 4"))
+	out, errOut, code := d.cli(t, nil, "attach", box, id)
+	if out != "out1out2" || errOut != "err1" || code != 4 {
+		t.Errorf("attach: stdout %q stderr %q exit %d; want out1out2, err1, 4", out, errOut, code)
+	}
+	out, errOut, code = d.cli(t, nil, "attach", box, id, "--cursor", "4", "--stderr-cursor", "3")
+	if out != "out2" || errOut != "1" || code != 4 {
+		t.Errorf("attach from cursors: stdout %q stderr %q exit %d; want out2, 1, 4", out, errOut, code)
+	}
+	// -i sends stdin and closes it at EOF.
+	id = strings.TrimSpace(d.ok(t, "spawn", box, "--", "sh", "-c", "tr a-z A-Z; exit 6"))
+	out, errOut, code = d.cli(t, []byte("piped in"), "attach", box, id, "-i")
+	if out != "PIPED IN" || code != 6 {
+		t.Errorf("attach -i: stdout %q stderr %q exit %d; want PIPED IN, 6", out, errOut, code)
+	}
+}
+
+// TestExecInterrupt: Ctrl-C (SIGINT to runner) is forwarded to the
+// command, and runner exits with the command's answer to it.
+func TestExecInterrupt(t *testing.T) {
+	d := sharedDaemon(t)
+	box := d.sandbox(t, "intr-box")
+	cmd := exec.Command(filepath.Join(binDir, "runner"), "exec", box, "--", "sh", "-c", "trap 'echo got-int; exit 42' INT; echo ready; while :; do sleep 0.1; done")
+	cmd.Env = d.env()
+	var out strings.Builder
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the command runs (its session is listed as running).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		list := decode[[]wire.Session](t, d.ok(t, "sessions", box, "--json"))
+		if len(list) == 1 && list[0].State == wire.SessionRunning && strings.Contains(d.ok(t, "logs", box, list[0].ID), "ready") {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("exec did not start")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 42 || out.String() != "ready\ngot-int\n" {
+		t.Errorf("exec after SIGINT: exit %d stdout %q; want 42 and ready, got-int", code, out.String())
 	}
 }
