@@ -19,6 +19,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/agentrunner/runner/daemon"
+	"github.com/agentrunner/runner/daemon/netlab"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -45,7 +46,7 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
-	before, err := hostNetSnapshot()
+	before, err := netlab.HostSnapshot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "snapshot host network:", err)
 		os.RemoveAll(dir)
@@ -53,7 +54,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
-	if after, err := hostNetSnapshot(); err != nil || after != before {
+	if after, err := netlab.HostSnapshot(); err != nil || after != before {
 		fmt.Fprintf(os.Stderr, "FAIL: the tests changed the real host's network (err %v)\nbefore:\n%s\nafter:\n%s\n", err, before, after)
 		code = 1
 	}
@@ -274,7 +275,9 @@ func startDaemonCfg(t *testing.T, cfg daemon.Config) *api {
 	errc := make(chan error, 1)
 	go func() {
 		cfg.Socket = "none"
-		cfg.ShimCommand = []string{runnerdBin, "shim"}
+		if cfg.ShimCommand == nil {
+			cfg.ShimCommand = []string{runnerdBin, "shim"}
+		}
 		cfg.TCPListener = l
 		cfg.Ready = func(string) { close(ready) }
 		cfg.Logger = testLogger(t)

@@ -2,7 +2,6 @@ package daemon_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -10,8 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,248 +18,18 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
-	"github.com/agentrunner/runner/netpolicy"
+	"github.com/agentrunner/runner/daemon"
+	"github.com/agentrunner/runner/daemon/netlab"
 	"github.com/agentrunner/runner/wire"
 )
 
-// The network-policy tests run a real runnerd (the binary, with the flags
-// an operator or the conformance harness would pass) against a world made
-// only of namespaces the test creates:
-//
-//	sandbox netns ──veth (pool /30)── "host" netns ──up0/wan0 10.99.0.0/24── "net" netns
-//	 (runnerd: one per            --netpolicy-host-netns     10.99.0.1 / .2 (A) .3 (B) .4 (C)
-//	  contained sandbox)           rules, resolvers, NAT      HTTP :80 on A and B,
-//	                                                          fake DNS :53 on C (--dns-upstream)
-//
-// Commands in sandboxes are a probe program (testdata/probe) that talks
-// only to those addresses. runnerd's own namespace (the real host's) is
-// never changed: TestMain compares its links and nftables tables before
-// and after.
-var (
-	worldUplink = netip.MustParseAddr("10.99.0.1")
-	worldA      = netip.MustParseAddr("10.99.0.2")
-	worldB      = netip.MustParseAddr("10.99.0.3")
-	worldC      = netip.MustParseAddr("10.99.0.4") // the DNS upstream
-	worldPool   = "10.98.0.0/24"
-)
-
-type world struct {
-	host     netns.NsHandle
-	hostPath string // what --netpolicy-host-netns gets
-	net      netns.NsHandle
-}
-
-// requireNetKernel skips, loudly, only when this machine cannot run the
-// test at all.
-func requireNetKernel(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("SKIPPING network policy test: needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN) for network namespaces and nftables; CI runs it as root")
-	}
-	if _, err := os.Stat("/proc/self/ns/net"); err != nil {
-		t.Skipf("SKIPPING network policy test: kernel has no network namespaces: %v", err)
-	}
-}
-
-// inNS runs fn on a thread that joined ns and waits for it.
-func inNS(ns netns.NsHandle, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(ns); err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- err // stay locked: the thread dies with the goroutine
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
-
-// newTestNS creates a network namespace held by the returned handle until
-// the test ends; the kernel then destroys it with its links.
-func newTestNS(t *testing.T) netns.NsHandle {
-	t.Helper()
-	var ns netns.NsHandle
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		ns, err = netns.New()
-		if err != nil {
-			netns.Set(orig)
-			errc <- err
-			return
-		}
-		if err := netns.Set(orig); err != nil {
-			errc <- err
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- nil
-	}()
-	if err := <-errc; err != nil {
-		t.Skipf("SKIPPING network policy test: cannot create a network namespace: %v", err)
-	}
-	t.Cleanup(func() { ns.Close() })
-	return ns
-}
-
-func newWorld(t *testing.T) *world {
-	t.Helper()
-	requireNetKernel(t)
-	w := &world{host: newTestNS(t), net: newTestNS(t)}
-	w.hostPath = fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), int(w.host))
-	hh, err := netlink.NewHandleAt(w.host)
-	if err != nil {
-		t.Fatalf("netlink in host ns: %v", err)
-	}
-	defer hh.Close()
-	nh, err := netlink.NewHandleAt(w.net)
-	if err != nil {
-		t.Fatalf("netlink in net ns: %v", err)
-	}
-	defer nh.Close()
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "up0"}, PeerName: "wan0", PeerNamespace: netlink.NsFd(int(w.net))}
-	if err := hh.LinkAdd(veth); err != nil {
-		t.Fatalf("add uplink veth: %v", err)
-	}
-	up := func(h *netlink.Handle, name string, addrs ...netip.Addr) {
-		t.Helper()
-		link, err := h.LinkByName(name)
-		if err != nil {
-			t.Fatalf("find %s: %v", name, err)
-		}
-		for _, a := range addrs {
-			if err := h.AddrAdd(link, &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(24, 32)}}); err != nil {
-				t.Fatalf("address %s: %v", name, err)
-			}
-		}
-		if err := h.LinkSetUp(link); err != nil {
-			t.Fatalf("up %s: %v", name, err)
-		}
-	}
-	up(hh, "lo")
-	up(nh, "lo")
-	up(hh, "up0", worldUplink)
-	up(nh, "wan0", worldA, worldB, worldC)
-
-	for _, ip := range []netip.Addr{worldA, worldB} {
-		var ln net.Listener
-		if err := inNS(w.net, func() error {
-			var err error
-			ln, err = net.Listen("tcp4", netip.AddrPortFrom(ip, 80).String())
-			return err
-		}); err != nil {
-			t.Fatalf("listen in net ns: %v", err)
-		}
-		srv := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-			fmt.Fprintf(rw, "hello from %s", ip)
-		})}
-		done := make(chan struct{})
-		go func() { defer close(done); srv.Serve(ln) }()
-		t.Cleanup(func() { srv.Close(); <-done })
-	}
-	var pc net.PacketConn
-	if err := inNS(w.net, func() error {
-		var err error
-		pc, err = net.ListenPacket("udp4", netip.AddrPortFrom(worldC, 53).String())
-		return err
-	}); err != nil {
-		t.Fatalf("listen in net ns: %v", err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); fakeDNS(pc) }()
-	t.Cleanup(func() { pc.Close(); <-done })
-	// The kernel can enforce (nf_tables, NAT): asked in the world's host
-	// namespace, so the real host is untouched.
-	m, err := netpolicy.New(context.Background(), netpolicy.Config{StateDir: t.TempDir(), HostNetNS: w.hostPath,
-		Upstream: []netip.AddrPort{netip.AddrPortFrom(worldC, 53)}})
-	if errors.Is(err, netpolicy.ErrUnsupported) {
-		t.Skipf("SKIPPING network policy test: this kernel cannot enforce policies: %v", err)
-	}
-	if err != nil {
-		t.Fatalf("netpolicy.New in the test host namespace: %v", err)
-	}
-	m.Close()
-	return w
-}
-
-// fakeDNS is the world's DNS upstream: allowed.test is A, other.test is B,
-// every other name NXDOMAIN. It ends when pc is closed.
-func fakeDNS(pc net.PacketConn) {
-	buf := make([]byte, 512)
-	for {
-		n, from, err := pc.ReadFrom(buf)
-		if err != nil {
-			return
-		}
-		if resp := dnsAnswer(buf[:n]); resp != nil {
-			pc.WriteTo(resp, from)
-		}
-	}
-}
-
-// dnsAnswer answers a one-question query (standard library only).
-func dnsAnswer(q []byte) []byte {
-	if len(q) < 12 {
-		return nil
-	}
-	i := 12
-	var labels []string
-	for i < len(q) && q[i] != 0 {
-		l := int(q[i])
-		if i+1+l > len(q) {
-			return nil
-		}
-		labels = append(labels, string(q[i+1:i+1+l]))
-		i += 1 + l
-	}
-	i++ // the root label
-	if i+4 > len(q) {
-		return nil
-	}
-	qtype := uint16(q[i])<<8 | uint16(q[i+1])
-	question := q[12 : i+4]
-	name := strings.ToLower(strings.Join(labels, "."))
-	addrs := map[string]netip.Addr{"allowed.test": worldA, "other.test": worldB}
-	a, ok := addrs[name]
-	resp := []byte{q[0], q[1], 0x81, 0x80, 0, 1, 0, 0, 0, 0, 0, 0}
-	switch {
-	case !ok:
-		resp[3] |= 3 // NXDOMAIN
-	case qtype == 1:
-		resp[7] = 1
-	}
-	resp = append(resp, question...)
-	if ok && qtype == 1 {
-		ip := a.As4()
-		resp = append(resp, 0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 30, 0, 4)
-		resp = append(resp, ip[:]...)
-	}
-	return resp
-}
+// The network-policy tests run the real runnerd binary, with the flags an
+// operator or the conformance harness passes, inside a netlab.Lab: a
+// private world of namespaces this test creates. Commands in sandboxes are
+// a probe program (testdata/probe) that talks only to the lab's
+// addresses. runnerd's own namespace (the real host's) is never changed:
+// TestMain compares its links and nftables tables before and after.
 
 var (
 	probeOnce sync.Once
@@ -287,12 +56,11 @@ func buildProbe(t *testing.T) string {
 // startNetRunnerd runs the runnerd binary with network containment in w.
 // Cleanup destroys every sandbox, unless stop (SIGTERM, wait) was called,
 // then kills the process.
-func startNetRunnerd(t *testing.T, w *world, state, netState string) (a *api, stop func()) {
+func startNetRunnerd(t *testing.T, lab *netlab.Lab, state, netState string) (a *api, stop func()) {
 	t.Helper()
 	sock := filepath.Join(state, "runnerd.sock")
-	cmd := exec.Command(runnerdBin, "--state", state, "--listen", "none", "--socket", sock,
-		"--netpolicy-state", netState, "--netpolicy-pool", worldPool,
-		"--dns-upstream", worldC.String(), "--netpolicy-host-netns", w.hostPath)
+	cmd := exec.Command(runnerdBin, append([]string{"--state", state, "--listen", "none", "--socket", sock},
+		lab.RunnerdArgs(netState)...)...)
 	cmd.Env = append(os.Environ(), "RUNNERD_TOKEN="+testToken)
 	lw := &logWriter{t: t}
 	t.Cleanup(func() { lw.mu.Lock(); lw.done = true; lw.mu.Unlock() })
@@ -378,9 +146,9 @@ func (a *api) putNetwork(sandbox string, allow ...string) wire.Sandbox {
 }
 
 // rnLinks lists the sandbox veths (host ends) in the world's host ns.
-func rnLinks(t *testing.T, w *world) []string {
+func rnLinks(t *testing.T, lab *netlab.Lab) []string {
 	t.Helper()
-	h, err := netlink.NewHandleAt(w.host)
+	h, err := netlink.NewHandleAt(lab.Host)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,17 +180,13 @@ func netnsFiles(t *testing.T, netState string) []string {
 }
 
 func TestNetworkPolicy(t *testing.T) {
-	w := newWorld(t)
+	w := netlab.New(t)
 	buildProbe(t)
 	state := t.TempDir()
 	netState := t.TempDir()
 	// Last cleanup to run: whatever a failed test left mounted goes, so
 	// TempDir can be removed.
-	t.Cleanup(func() {
-		for _, n := range netnsFiles(t, netState) {
-			unix.Unmount(filepath.Join(netState, "netns", n), unix.MNT_DETACH)
-		}
-	})
+	t.Cleanup(func() { netlab.UnmountLeftovers(netState) })
 	a, stop := startNetRunnerd(t, w, state, netState)
 
 	var caps wire.Capabilities
@@ -430,7 +194,7 @@ func TestNetworkPolicy(t *testing.T) {
 	if !slices.Contains(caps.Capabilities, wire.CapNetworkPolicy) {
 		t.Fatalf("capabilities %v lack network_policy on a host that enforces it", caps.Capabilities)
 	}
-	A, B, C := worldA.String(), worldB.String(), worldC.String()
+	A, B, C := netlab.A.String(), netlab.B.String(), netlab.C.String()
 	// run runs a subtest with the api failing into it.
 	t0 := t
 	run := func(name string, fn func(t *testing.T)) {
@@ -459,7 +223,7 @@ func TestNetworkPolicy(t *testing.T) {
 		a.wantNoReach("deny", "dns", "gw", "allowed.test")
 		a.wantNoReach("deny", "getname", "allowed.test")
 		// The same with bash, the way the conformance probe does it.
-		res := a.exec("deny", wire.Exec{Argv: []string{"timeout", "5", "bash", "-c", "exec 3<>/dev/tcp/" + A + "/80"}})
+		res := a.exec("deny", wire.Exec{Argv: netlab.ProbeArgv(A)})
 		if res.Exit.Code == 0 {
 			t.Errorf("bash /dev/tcp to %s under allow: [] succeeded", A)
 		}
@@ -469,7 +233,7 @@ func TestNetworkPolicy(t *testing.T) {
 		a.wantReach("deny", "get", A)
 		a.wantNoReach("deny", "get", B)
 		a.wantNoReach("deny", "dns", C, "allowed.test")
-		res := a.exec("deny", wire.Exec{Argv: []string{"timeout", "5", "bash", "-c", "exec 3<>/dev/tcp/" + A + "/80"}})
+		res := a.exec("deny", wire.Exec{Argv: netlab.ProbeArgv(A)})
 		if res.Exit.Code != 0 {
 			t.Errorf("bash /dev/tcp to the allowed %s: exit %+v, stderr %q", A, res.Exit, res.Stderr)
 		}
@@ -573,4 +337,60 @@ func TestNetworkPolicyOff(t *testing.T) {
 	if slices.Contains(caps.Capabilities, wire.CapNetworkPolicy) {
 		t.Errorf("capabilities %v advertise network_policy with containment off", caps.Capabilities)
 	}
+}
+
+// TestNetworkPolicyEscapeKilled proves the spawn check: a shim that
+// ignores Spec.NetNS (a wrapper that deletes it from spec.json before the
+// real shim reads it) starts the command outside the sandbox's namespace;
+// runnerd notices, kills it, forgets the session and answers 503.
+func TestNetworkPolicyEscapeKilled(t *testing.T) {
+	lab := netlab.New(t)
+	netState := t.TempDir()
+	t.Cleanup(func() { netlab.UnmountLeftovers(netState) })
+	lying := `for d; do :; done; sed -i 's/,"netns":"[^"]*"//' "$d/spec.json" && exec "$0" shim "$@"`
+	a := startDaemonCfg(t, daemon.Config{
+		StateDir: t.TempDir(), Token: testToken,
+		NetPolicyState: netState, NetPolicyPool: netlab.Pool, NetPolicyHostNetNS: lab.HostNetNS,
+		DNSUpstream: []netip.AddrPort{netip.AddrPortFrom(netlab.C, 53)},
+		ShimCommand: []string{"/bin/sh", "-c", lying, runnerdBin},
+	})
+	// The wrapper itself works: a host-network sandbox runs normally.
+	a.createSandbox("plain")
+	a.spawn("plain", wire.CreateSession{ID: "ok", Argv: []string{"true"}})
+
+	a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "boxed", Network: &wire.Network{Allow: []string{}}}, 200, nil)
+	marker := "31.4159"
+	r := a.do("POST", "/v1/sandboxes/boxed/sessions", wire.CreateSession{ID: "escape", Argv: []string{"sleep", marker}})
+	a.wantError(r, http.StatusServiceUnavailable, wire.CodeUnavailable)
+	if d := r.errBody(t).Detail; !strings.Contains(d, "not in the sandbox's network namespace") {
+		t.Errorf("503 detail %q does not say the command escaped the namespace", d)
+	}
+	var list wire.SessionList
+	a.must("GET", "/v1/sandboxes/boxed/sessions", nil, 200, &list)
+	if len(list.Sessions) != 0 {
+		t.Errorf("sessions after a refused spawn: %+v, want none", list.Sessions)
+	}
+	if pids := processesWithArg(marker); len(pids) != 0 {
+		t.Errorf("the escaped command still runs: pids %v", pids)
+	}
+}
+
+// processesWithArg lists the pids whose command line has arg.
+func processesWithArg(arg string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		if slices.Contains(strings.Split(string(raw), "\x00"), arg) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
