@@ -499,7 +499,11 @@ func cmdUsage(w io.Writer, cmd *command, fs *flag.FlagSet) {
 	fmt.Fprintf(w, "\nFlags:\n")
 	var global strings.Builder
 	fs.VisitAll(func(f *flag.Flag) {
-		line := fmt.Sprintf("  --%s", f.Name)
+		dash := "--"
+		if len(f.Name) == 1 {
+			dash = "-"
+		}
+		line := fmt.Sprintf("  %s%s", dash, f.Name)
 		if name, u := flag.UnquoteUsage(f); name != "" {
 			line += " " + name
 			f.Usage = u
