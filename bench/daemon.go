@@ -65,6 +65,8 @@ func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 type daemonProc struct {
 	state string
 	pid   int
+	url   string // http://127.0.0.1:port
+	token string
 	c     *client.Client
 	stop  func()
 }
@@ -109,7 +111,7 @@ func startDaemon(ctx context.Context, dir string, bins binaries) (*daemonProc, e
 		stop()
 		return nil, err
 	}
-	d := &daemonProc{state: state, pid: cmd.Process.Pid, c: c, stop: func() { c.Close(); stop() }}
+	d := &daemonProc{state: state, pid: cmd.Process.Pid, url: "http://" + addr, token: token, c: c, stop: func() { c.Close(); stop() }}
 	if err := waitHealthy(ctx, c, exited); err != nil {
 		d.stop()
 		b, _ := os.ReadFile(filepath.Join(dir, "runnerd.log"))

@@ -35,40 +35,12 @@ func profile(ctx context.Context, h *harness) error {
 	os.Setenv("RUNNERBENCH_SHIM_PROFILE", dir)
 	defer os.Unsetenv("RUNNERBENCH_SHIM_PROFILE")
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	d, err := startInProcess(ctx, filepath.Join(h.dir, "pstate"), []string{h.bins.profshim})
 	if err != nil {
 		return err
 	}
-	token := randomToken()
-	dctx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	ready := make(chan struct{})
-	go func() {
-		ran <- daemon.Run(dctx, daemon.Config{
-			StateDir:    filepath.Join(h.dir, "pstate"),
-			Socket:      "none",
-			TCPListener: l,
-			Token:       token,
-			ShimCommand: []string{h.bins.profshim},
-			Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
-			Ready:       func(string) { close(ready) },
-		})
-	}()
-	defer func() { stop(); <-ran }()
-	select {
-	case <-ready:
-	case err := <-ran:
-		return fmt.Errorf("in-process daemon: %w", err)
-	case <-time.After(20 * time.Second):
-		return fmt.Errorf("in-process daemon did not start")
-	}
-	c, err := client.New("http://"+l.Addr().String(), token, client.Options{})
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	p := &harness{cfg: h.cfg, dir: h.dir, bins: h.bins, rep: &Report{},
-		d: &daemonProc{state: filepath.Join(h.dir, "pstate"), pid: os.Getpid(), c: c}}
+	defer d.stop()
+	p := &harness{cfg: h.cfg, dir: h.dir, bins: h.bins, rep: &Report{}, d: d}
 	sb, err := p.newSandbox(ctx, "profile")
 	if err != nil {
 		return err
@@ -105,4 +77,47 @@ func cpuProfile(path string, f func() error) error {
 	err = f()
 	pprof.StopCPUProfile()
 	return err
+}
+
+// startInProcess runs daemon.Run in this process on a loopback listener
+// with shimCmd as the shim command, so profiles and -benchmem see the
+// daemon's work. Its pid is this process's.
+func startInProcess(ctx context.Context, state string, shimCmd []string) (*daemonProc, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	token := randomToken()
+	dctx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	ready := make(chan struct{})
+	go func() {
+		ran <- daemon.Run(dctx, daemon.Config{
+			StateDir:    state,
+			Socket:      "none",
+			TCPListener: l,
+			Token:       token,
+			ShimCommand: shimCmd,
+			Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Ready:       func(string) { close(ready) },
+		})
+	}()
+	select {
+	case <-ready:
+	case err := <-ran:
+		stop()
+		return nil, fmt.Errorf("in-process daemon: %w", err)
+	case <-time.After(20 * time.Second):
+		stop()
+		<-ran
+		return nil, fmt.Errorf("in-process daemon did not start")
+	}
+	c, err := client.New("http://"+l.Addr().String(), token, client.Options{})
+	if err != nil {
+		stop()
+		<-ran
+		return nil, err
+	}
+	return &daemonProc{state: state, pid: os.Getpid(), url: "http://" + l.Addr().String(), token: token, c: c,
+		stop: func() { c.Close(); stop(); <-ran }}, nil
 }

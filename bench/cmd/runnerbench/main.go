@@ -26,6 +26,7 @@ func main() {
 	only := flag.String("only", "", "comma-separated groups to run: stream, calls, seek, follow, idle (default all)")
 	repeat := flag.Int("repeat", 0, "rounds of every figure (default 3)")
 	profile := flag.String("profile", "", "directory for CPU profiles of an extra, in-process throughput run")
+	calls := flag.Int("calls", 0, "exec and spawn calls per round (default 500)")
 	tmp := flag.String("tmp", "", "directory for the run's files (journals, baseline files; default $TMPDIR)")
 	flag.Parse()
 	if *tiny {
@@ -33,6 +34,9 @@ func main() {
 	}
 	if *repeat > 0 {
 		cfg.Repeat = *repeat
+	}
+	if *calls > 0 {
+		cfg.Calls = *calls
 	}
 	if *only != "" {
 		cfg.Only = strings.Split(*only, ",")
