@@ -196,6 +196,20 @@ func (s *server) teardownNet(ctx context.Context, sb registry.Sandbox) error {
 	return nil
 }
 
+// warnRootContained says, once per policy change, what netpolicy's threat
+// model says: a command running as host root can leave any namespace
+// (setns to /proc/1/ns/net, or write a file the host runs), so a policy
+// contains it in name only. Run contained sandboxes with a user.
+func (s *server) warnRootContained(sb registry.Sandbox) {
+	if os.Geteuid() != 0 {
+		return
+	}
+	if sb.User != "" && sb.User != "root" && sb.User != "0" && !strings.HasPrefix(sb.User, "0:") {
+		return
+	}
+	s.log.Warn("sandbox is contained but its commands run as root, who can leave the network namespace: create it with a non-root user for real containment", "sandbox", sb.Name)
+}
+
 // parseNetwork validates a requested policy and returns it normalized.
 func parseNetwork(n wire.Network) (*wire.Network, error) {
 	if n.Allow == nil {
@@ -306,6 +320,7 @@ func (s *server) handleNetwork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("sandbox network policy set", "sandbox", name, "allow", policy.Allow)
+	s.warnRootContained(sb)
 	s.writeJSON(w, http.StatusOK, toWireSandbox(sb))
 }
 

@@ -114,7 +114,10 @@ func (s *server) handleCreateSandbox(w http.ResponseWriter, r *http.Request) {
 				s.log.Warn("chown workspace", "sandbox", sb.Name, "err", err)
 			}
 		}
-		s.log.Info("sandbox created", "sandbox", sb.Name, "incarnation", sb.Incarnation)
+		s.log.Info("sandbox created", "sandbox", sb.Name, "incarnation", sb.Incarnation, "contained", sb.Network != nil)
+		if sb.Network != nil {
+			s.warnRootContained(sb)
+		}
 	}
 	s.writeJSON(w, http.StatusOK, toWireSandbox(sb))
 }
