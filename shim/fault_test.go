@@ -147,6 +147,27 @@ func processState(pid int) string {
 	return ""
 }
 
+// fillDisk fills the filesystem at mnt completely with mnt/filler, which
+// is removed first thing at cleanup, so that a failing test still lets the
+// shim finish and exit.
+func fillDisk(t *testing.T, mnt string) {
+	t.Helper()
+	filler, err := os.Create(filepath.Join(mnt, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(filler.Name()) })
+	defer filler.Close()
+	buf := make([]byte, 64<<10)
+	for _, n := range []int{len(buf), 4096, 512, 1} {
+		for {
+			if _, err := filler.Write(buf[:n]); err != nil {
+				break
+			}
+		}
+	}
+}
+
 // TestDiskFullBackpressure: a shim that cannot write its journal stops
 // reading, so the command blocks (no byte is dropped), Status says
 // write_error meanwhile, and once space is back the journal holds exactly
@@ -270,28 +291,7 @@ func TestDiskFullAtExit(t *testing.T) {
 		attached <- r
 	}()
 
-	// Fill the disk completely. Freed first thing at cleanup, so that a
-	// failing test still lets the shim finish and exit.
-	filler, err := os.Create(filepath.Join(mnt, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.Remove(filler.Name()) })
-	buf := make([]byte, 64<<10)
-	for {
-		if _, err := filler.Write(buf); err != nil {
-			break
-		}
-	}
-	for _, n := range []int{4096, 512, 1} {
-		for {
-			if _, err := filler.Write(buf[:n]); err != nil {
-				break
-			}
-		}
-	}
-	filler.Close()
-
+	fillDisk(t, mnt)
 	if err := c.WriteStdin(ctxT(t, 5*time.Second), []byte("now\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -331,6 +331,113 @@ func TestDiskFullAtExit(t *testing.T) {
 	}
 	if r.out != "ready\nbye now\n" {
 		t.Errorf("attach stdout: got %q", r.out)
+	}
+}
+
+// writerEnv makes the test binary a command for TestDiskFullPastDrainWindow:
+// it prints "go", waits for a line on stdin, enlarges its stdout pipe to
+// 1 MiB, writes the named file to it in one write, and exits 3, so its
+// output waits in the pipe after it exited.
+const writerEnv = "RUNNER_SHIM_TEST_WRITER"
+
+func init() {
+	if src := os.Getenv(writerEnv); src != "" {
+		os.Exit(writerHelper(src))
+	}
+}
+
+func writerHelper(src string) int {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	os.Stdout.WriteString("go\n")
+	os.Stdin.Read(make([]byte, 1))
+	if _, err := unix.FcntlInt(1, unix.F_SETPIPE_SZ, 1<<20); err != nil {
+		fmt.Fprintln(os.Stderr, "F_SETPIPE_SZ:", err)
+		return 1
+	}
+	if _, err := os.Stdout.Write(b); err != nil {
+		return 1
+	}
+	return 3
+}
+
+// TestDiskFullPastDrainWindow: the command exits while its last bytes
+// wait in the pipe and the disk stays full for longer than DrainGrace.
+// The drain window is for leftover holders of the pipe, not for a journal
+// that cannot be written: once space is back every byte is in the journal
+// before the exit record.
+func TestDiskFullPastDrainWindow(t *testing.T) {
+	needRoot(t)
+	// "at once" frees all the space; "trickle" frees a little first, so the
+	// disk is full again after a few writes.
+	for _, trickle := range []bool{false, true} {
+		name := map[bool]string{false: "at once", true: "trickle"}[trickle]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testDiskFullPastDrainWindow(t, trickle)
+		})
+	}
+}
+
+func testDiskFullPastDrainWindow(t *testing.T, trickle bool) {
+	const size = 512 << 10 // fits in the command's enlarged pipe: it exits at once
+	want := pattern(size)
+	src := filepath.Join(t.TempDir(), "pattern")
+	if err := os.WriteFile(src, want, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mnt := tmpfsDir(t, "2m")
+	dir := filepath.Join(mnt, "s")
+	startAt(t, dir, Spec{Argv: []string{shimExe[0]}, Dir: "/",
+		Env: append([]string{writerEnv + "=" + src, "GORACE=atexit_sleep_ms=0"}, testEnv...)})
+	waitOutput(t, dir, "go\n")
+	c := dial(t, dir)
+	fillDisk(t, mnt)
+	if err := c.WriteStdin(ctxT(t, 5*time.Second), []byte("\n")); err != nil {
+		t.Fatal(err)
+	}
+	st := waitStatus(t, c, "write_error", func(st Status) bool { return st.WriteError != "" })
+	// The command exits with its output in the pipe.
+	deadline := time.Now().Add(5 * time.Second)
+	for ps := processState(st.PID); ps != "" && ps != "Z"; ps = processState(st.PID) {
+		if time.Now().After(deadline) {
+			t.Fatalf("command %d did not exit with its output buffered (state %s)", st.PID, ps)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(DrainGrace + 500*time.Millisecond)
+	if st, err := c.Status(ctxT(t, 5*time.Second)); err != nil || st.State != StateRunning || st.WriteError == "" {
+		t.Fatalf("disk still full after the drain window: got %+v %v, want running with write_error", st, err)
+	}
+	filler := filepath.Join(mnt, "filler")
+	if trickle {
+		// Room for a few reads only: the shim (retrying every 2 s at most
+		// by now) writes them, then finds the disk full again.
+		fi, err := os.Stat(filler)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(filler, fi.Size()-160<<10); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(maxBackoff + 500*time.Millisecond)
+		if l, _ := readStream(dir, "stdout"); len(l) <= 3 {
+			t.Fatalf("the shim wrote nothing into 160 KiB of free space (journal %d bytes)", len(l))
+		}
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	e := waitExit(t, dir)
+	if e.Reason != journal.ReasonExited || e.Code != 3 {
+		t.Fatalf("exit: got %+v, want exited 3", e)
+	}
+	got, _ := readStream(dir, "stdout")
+	if !bytes.Equal(got, append([]byte("go\n"), want...)) {
+		t.Fatalf("stdout: got %d bytes, want exactly the %d written", len(got), size+3)
 	}
 }
 

@@ -285,6 +285,10 @@ func (s *server) pump(o output) {
 				if swept += n; swept >= sweepMax {
 					return
 				}
+				// The sweep waits sweepWindow for output, not counting
+				// the time the journal write took (a full disk can hold
+				// it for seconds while the pipe still has bytes).
+				o.f.SetReadDeadline(time.Now().Add(sweepWindow))
 			}
 		}
 		switch {
