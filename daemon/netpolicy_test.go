@@ -216,6 +216,16 @@ func TestNetworkPolicy(t *testing.T) {
 	if sb.Network == nil || sb.Network.Allow == nil || len(sb.Network.Allow) != 0 {
 		t.Fatalf("GET sandbox network %+v, want allow: []", sb.Network)
 	}
+	run("a command that exits at once", func(t *testing.T) {
+		// The namespace check must not race a command that is gone before
+		// runnerd looks at it: that is an exit, never a failed spawn.
+		for i := range 20 {
+			res := a.exec("deny", wire.Exec{Argv: []string{"sh", "-c", "exit 5"}})
+			if res.Exit.Reason != "exited" || res.Exit.Code != 5 {
+				t.Fatalf("run %d: exec of an instant exit 5 = %+v, want exited 5", i, res.Exit)
+			}
+		}
+	})
 	run("allow none", func(t *testing.T) {
 		a.wantNoReach("deny", "get", A)
 		a.wantNoReach("deny", "get", B)

@@ -237,9 +237,11 @@ func verifyNetNS(pid int, path, sessionDir string) error {
 	ok, err := netpolicy.ProcessInNetNS(pid, path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			if st, serr := shim.ReadStatus(sessionDir); serr == nil && st.State != shim.StateRunning {
-				return nil
-			}
+			// The command has already ended (a fast exit, or a zombie
+			// whose namespaces are released). A process that is gone
+			// cannot be outside the namespace, and the shim forked it
+			// from a thread it had proved to be inside (shim.startIn).
+			return nil
 		}
 		return fmt.Errorf("verify network namespace of pid %d: %w", pid, err)
 	}

@@ -215,7 +215,14 @@ func startIn(cmd *exec.Cmd, nsPath string) error {
 			errc <- fmt.Errorf("enter netns %s: %w", nsPath, err)
 			return
 		}
-		serr := cmd.Start()
+		// Prove the thread is in the namespace before forking from it: the
+		// child inherits the thread's namespace, so this check, unlike one
+		// of the child's pid afterwards, cannot race a command that exits
+		// at once.
+		serr := sameNetNS(ns, unix.Gettid())
+		if serr == nil {
+			serr = cmd.Start()
+		}
 		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
 			// Leave the thread locked: the runtime ends it with this
 			// goroutine, so no other goroutine ever runs in the netns.
@@ -226,4 +233,20 @@ func startIn(cmd *exec.Cmd, nsPath string) error {
 		errc <- serr
 	}()
 	return <-errc
+}
+
+// sameNetNS reports an error unless thread tid is in the network namespace
+// that ns (an open namespace file) names: same device and inode.
+func sameNetNS(ns *os.File, tid int) error {
+	var want, got unix.Stat_t
+	if err := unix.Fstat(int(ns.Fd()), &want); err != nil {
+		return fmt.Errorf("stat netns: %w", err)
+	}
+	if err := unix.Stat(fmt.Sprintf("/proc/self/task/%d/ns/net", tid), &got); err != nil {
+		return fmt.Errorf("stat thread netns: %w", err)
+	}
+	if want.Dev != got.Dev || want.Ino != got.Ino {
+		return fmt.Errorf("enter netns: the thread is not in the namespace after setns")
+	}
+	return nil
 }
