@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/adapter/conformance"
 	"github.com/agentrunner/runner/client"
+	"github.com/agentrunner/runner/daemon/netlab"
 )
 
 // conformanceOptions are short deadlines, so that a call during an induced
@@ -90,5 +92,54 @@ func TestConformanceKillRestart(t *testing.T) {
 				Timeout:  60 * time.Second,
 			})
 		})
+	}
+}
+
+// TestConformanceNetworkPolicy runs the network_policy subtest for real:
+// runnerd enforces policies (as root, with network namespaces and
+// nf_tables), but only inside a world of namespaces the test builds
+// (daemon/netlab), so the real host's network is never touched. The probe
+// connects to a test host in that world; nothing else is ever addressed.
+func TestConformanceNetworkPolicy(t *testing.T) {
+	lab := netlab.New(t) // skips, loudly, without root, netns or nf_tables
+	netState := t.TempDir()
+	t.Cleanup(func() { netlab.UnmountLeftovers(netState) }) // after d.stop: cleanups run last-in first-out
+	d := startDaemon(t, lab.RunnerdArgs(netState)...)
+	t.Cleanup(d.stop)
+	fx := conformance.ShellFixtures()
+	fx.Probe = func(host string) adapter.Command {
+		argv := netlab.ProbeArgv(host)
+		return adapter.Command{Path: argv[0], Args: argv[1:]}
+	}
+	fx.ProbeHost = netlab.A.String()
+	h := conformance.Harness{
+		New: func(t conformance.T) conformance.Subject {
+			c, err := client.New(d.url(), d.token, conformanceOptions)
+			if err != nil {
+				t.Fatalf("client.New: %v", err)
+			}
+			a, err := client.NewAdapter(context.Background(), c, client.AdapterOptions{})
+			if err != nil {
+				c.Close()
+				t.Fatalf("NewAdapter: %v", err)
+			}
+			t.Cleanup(func() { a.Close(); c.Close() })
+			if !a.Capabilities().Has(adapter.CapNetworkPolicy) {
+				t.Fatalf("runnerd in the lab does not advertise network_policy: %v\n%s", a.Capabilities(), d.logTail())
+			}
+			return conformance.Subject{Adapter: a}
+		},
+		Fixtures: fx,
+		Timeout:  60 * time.Second,
+	}
+	ran := false
+	for _, tc := range conformance.Tests() {
+		if tc.Name == "Capability/network_policy" {
+			ran = true
+			t.Run(tc.Name, func(t *testing.T) { tc.Func(t, h) })
+		}
+	}
+	if !ran {
+		t.Fatal("the suite has no Capability/network_policy subtest any more")
 	}
 }

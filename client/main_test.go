@@ -69,6 +69,7 @@ type daemon struct {
 	preview string // the preview listener's 127.0.0.1:port
 	token   string
 	log     *os.File
+	flags   []string // extra runnerd flags, kept across restarts
 
 	mu  sync.Mutex // guards cmd
 	cmd *exec.Cmd
@@ -82,9 +83,14 @@ var daemons struct {
 // startDaemon starts a runnerd on a fresh state directory (not a
 // t.TempDir: a shared daemon outlives the test that started it) and
 // returns once it answers /healthz.
-func startDaemon(tb testing.TB) *daemon {
+//
+// Network containment is off ("--netpolicy off"): as root, runnerd would
+// otherwise set up nftables in the real host's namespace. A test that
+// wants it passes netlab's flags in flags, which confine it to namespaces
+// the test creates.
+func startDaemon(tb testing.TB, flags ...string) *daemon {
 	tb.Helper()
-	d, err := launchDaemon()
+	d, err := launchDaemon(flags...)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -92,7 +98,10 @@ func startDaemon(tb testing.TB) *daemon {
 }
 
 // launchDaemon is startDaemon without a test (TestMain's example daemon).
-func launchDaemon() (*daemon, error) {
+func launchDaemon(flags ...string) (*daemon, error) {
+	if len(flags) == 0 {
+		flags = []string{"--netpolicy", "off"}
+	}
 	state, err := os.MkdirTemp("", "runnerd-state-")
 	if err != nil {
 		return nil, err
@@ -117,7 +126,7 @@ func launchDaemon() (*daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &daemon{state: state, addr: addr, preview: paddr, log: log}
+	d := &daemon{state: state, addr: addr, preview: paddr, log: log, flags: flags}
 	daemons.Lock()
 	daemons.all = append(daemons.all, d)
 	daemons.Unlock()
@@ -138,6 +147,7 @@ func (d *daemon) start() error {
 	_, port, _ := net.SplitHostPort(d.preview)
 	cmd := exec.Command(runnerdBin, "--state", d.state, "--listen", d.addr, "--socket", "none", "--log-level", "debug",
 		"--preview-listen", d.preview, "--preview-url", "http://{token}.localhost:"+port+"/")
+	cmd.Args = append(cmd.Args, d.flags...)
 	cmd.Env = append(os.Environ(), "RUNNERD_TOKEN=")
 	cmd.Stdout, cmd.Stderr = d.log, d.log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -92,7 +92,8 @@ func startDaemon(state string) (*daemon, error) {
 		return nil, err
 	}
 	d := &daemon{state: state, log: &syncBuffer{}, done: make(chan struct{})}
-	d.cmd = exec.Command(filepath.Join(binDir, "runnerd"), "--state", state, "--listen", "127.0.0.1:0")
+	d.cmd = exec.Command(filepath.Join(binDir, "runnerd"), "--state", state, "--listen", "127.0.0.1:0",
+		"--netpolicy", "off") // as root, auto would set up nftables in the real host's namespace
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	d.cmd.Env = append(os.Environ(), "RUNNERD_TOKEN=")
 	if err := d.cmd.Start(); err != nil {
