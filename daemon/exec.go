@@ -92,7 +92,29 @@ func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	defer j.Close()
+	// The readers and the journal are closed after the answer, off the
+	// request's path: closing a follow reader closes its inotify
+	// descriptor, which waits out an fsnotify grace period (~15 ms here),
+	// and neither this answer nor the next request on the connection
+	// should pay that (bench: exec round trip went from spawn + 15 ms to
+	// spawn + 1.5 ms). The closer is tracked, so Run waits for it.
+	var readers []*journal.Reader
+	defer func() {
+		closeAll := func() {
+			for _, rd := range readers {
+				rd.Close()
+			}
+			j.Close()
+		}
+		if cdone, ok := s.track(); ok {
+			go func() {
+				defer cdone()
+				closeAll()
+			}()
+			return
+		}
+		closeAll()
+	}()
 
 	rctx, rcancel := context.WithCancel(ctx)
 	defer rcancel()
@@ -107,10 +129,10 @@ func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
 			s.writeError(w, r, err)
 			return
 		}
+		readers = append(readers, rd)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer rd.Close()
 			caps[i] = captureStream(rctx, rd)
 		}()
 	}
