@@ -52,7 +52,7 @@ func profile(ctx context.Context, h *harness) error {
 	if err := cpuProfile(filepath.Join(dir, "live.pprof"), func() error {
 		var d time.Duration
 		var err error
-		id, d, _, err = p.liveStream(ctx, sb, 1, false)
+		id, d, _, err = p.liveStream(ctx, sb, 1, false, false)
 		h.logf("profiled live stream: %.0f MiB/s", mib/d.Seconds())
 		return err
 	}); err != nil {
