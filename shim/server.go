@@ -179,7 +179,7 @@ func newServer(dir string) (_ *server, err error) {
 	}()
 
 	s.at = time.Now().UTC()
-	if err := startIn(cmd, s.spec.NetNS); err != nil {
+	if err := startCommand(cmd, s.spec); err != nil {
 		return nil, fmt.Errorf("start %s: %w", s.spec.Argv[0], err)
 	}
 	s.cmd, s.pid = cmd, cmd.Process.Pid

@@ -56,6 +56,15 @@ type Spec struct {
 	// its forking thread's namespaces), then restores the thread; if it
 	// cannot restore it, the thread is discarded, never reused.
 	NetNS string `json:"netns,omitempty"`
+	// ResolvConf optionally names a file (an absolute path) that the
+	// command sees as /etc/resolv.conf: the command then runs in its own
+	// mount namespace, where the file is bind-mounted read-only over
+	// /etc/resolv.conf (over the file it resolves to, when that is a
+	// symlink). The shim's and the host's mount tables are never changed.
+	// The shim prepares the namespace in a re-executed helper that then
+	// execs the command, so the command's pid is still the one reported
+	// (see nsexec.go); a failure fails the start.
+	ResolvConf string `json:"resolv_conf,omitempty"`
 	// RetainBytes caps each stream's journal (0 keeps everything).
 	RetainBytes int64 `json:"retain_bytes,omitempty"`
 }
@@ -74,6 +83,9 @@ func (s Spec) validate() error {
 	}
 	if len(s.Argv) == 0 || s.Argv[0] == "" {
 		return fmt.Errorf("%w: empty argv", ErrInvalid)
+	}
+	if s.ResolvConf != "" && !filepath.IsAbs(s.ResolvConf) {
+		return fmt.Errorf("%w: resolv_conf %q is not an absolute path", ErrInvalid, s.ResolvConf)
 	}
 	if s.RetainBytes < 0 {
 		return fmt.Errorf("%w: negative retain_bytes", ErrInvalid)

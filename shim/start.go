@@ -197,7 +197,16 @@ func parseReady(line string) (Status, error) {
 // --detach (used by Start) re-executes the same program without it in a
 // new session and returns at once. --ready-fd names the inherited pipe for
 // the readiness line. DIR is the session directory holding spec.json.
+//
+// Main is also the shim's internal helper for Spec.ResolvConf: with the
+// single argument "__runner_nsexec" it prepares a mount namespace and
+// execs the command (see nsexec.go). It checks for that before parsing
+// flags, so every program that calls Main first thing reaches the helper.
 func Main(args []string) int {
+	if isNsexec(args) {
+		return nsexecMain()
+	}
+	setMainPrefix(args)
 	fset := flag.NewFlagSet("shim", flag.ContinueOnError)
 	detachFlag := fset.Bool("detach", false, "re-execute detached in a new session, then exit (used by Start)")
 	readyFD := fset.Int("ready-fd", -1, "inherited file descriptor for the readiness line")

@@ -1,0 +1,299 @@
+package shim
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A command with Spec.ResolvConf runs in its own mount namespace, where
+// that file is bind-mounted read-only over /etc/resolv.conf. Go runs no
+// code of ours in a child between fork and execve, so the shim starts
+// itself as a small helper (the nsexec helper) that prepares the
+// namespace and then execve(2)s the command in its own process: the pid
+// the shim reports, waits for and signals is the command's.
+//
+// Dispatch: the helper is the shim's own executable (/proc/self/exe) run
+// with the argument prefix that led to Main (e.g. "serve" for
+// runner-shim, "shim" for runnerd) followed by the single argument
+// nsexecArg; Main recognises it before parsing flags. Start always passes
+// an absolute session directory, so nsexecArg never collides with one.
+// The helper runs with the shim's environment (the command gets Spec.Env
+// at execve, nothing else).
+//
+// The helper is forked like the command would be (same SysProcAttr:
+// setsid, controlling terminal; from the thread inside Spec.NetNS, so it
+// is in the network namespace), but without Credential, Dir or the
+// command's environment: as root it
+//
+//  1. unshare(CLONE_NEWNS) on its locked thread;
+//  2. makes every mount a slave (MS_REC|MS_SLAVE on "/"), so nothing it
+//     mounts propagates back to the host's mount table (the host's later
+//     mounts still propagate in);
+//  3. bind-mounts Spec.ResolvConf over /etc/resolv.conf, or over the
+//     file it resolves to when /etc/resolv.conf is a symlink (e.g. to
+//     systemd-resolved's stub file: a program follows the link into the
+//     bind mount); a dangling or missing /etc/resolv.conf fails the
+//     start;
+//  4. remounts that bind read-only (keeping the mount's nosuid, nodev,
+//     noexec and atime flags, which the kernel may insist on);
+//  5. switches to Spec.User: setgroups, setgid, setuid (all threads),
+//     after the mounts because an unprivileged user cannot mount;
+//  6. chdir(Spec.Dir), as the user, as exec.Cmd does;
+//  7. execve(2) of the path the shim looked up (PATH lookup is the
+//     shim's, unchanged), with the command's argv and environment.
+//
+// Protocol, on a socket pair whose helper end is the helper's fd 3 (made
+// close-on-exec by the helper at once, so the command never sees it): the
+// shim writes one JSON nsexecParams and shuts its write side; the helper
+// writes "exec\n" just before execve(2), and on any failure
+// "error ERRNO STEP\n" and exits 127. The shim reads to EOF: "exec" alone
+// means the execve succeeded (the socket closed with it); an error line is
+// the start error, its errno preserved (so ENOENT still unwraps to
+// fs.ErrNotExist through StartError); EOF without "exec" means the helper
+// died before it got there, which fails the start too. The helper
+// recovers its own panics into an error line. A helper that reports
+// nothing within nsexecTimeout is killed and the start fails.
+//
+// The mount namespace lives as long as the command or any process that
+// inherited it. It is not a security boundary: a command running as root
+// can unmount the file and see the host's /etc/resolv.conf (which names
+// servers a contained sandbox cannot reach anyway). The bind pins the
+// file's inode at start: a later replacement of Spec.ResolvConf by rename
+// is not seen by a running command.
+const (
+	nsexecArg     = "__runner_nsexec"
+	nsexecFD      = 3
+	nsexecTimeout = 30 * time.Second
+	nsexecExit    = 127
+	resolvConf    = "/etc/resolv.conf"
+)
+
+// nsexecParams is what the shim sends the helper.
+type nsexecParams struct {
+	ResolvConf string   `json:"resolv_conf"`
+	Path       string   `json:"path"` // as looked up by the shim
+	Argv       []string `json:"argv"`
+	Env        []string `json:"env"`
+	Dir        string   `json:"dir,omitempty"`
+	// Cred is Spec.User resolved; nil keeps the shim's own (root).
+	Cred *nsexecCred `json:"cred,omitempty"`
+}
+
+type nsexecCred struct {
+	UID    uint32   `json:"uid"`
+	GID    uint32   `json:"gid"`
+	Groups []uint32 `json:"groups"`
+}
+
+// mainPrefix is the part of os.Args between the program name and the
+// arguments Main was given ("serve", "shim", or nothing), recorded by Main
+// so the helper is reached the same way the shim was.
+var mainPrefix []string
+
+func setMainPrefix(args []string) {
+	if n := len(os.Args) - len(args); n >= 1 && n <= len(os.Args) {
+		mainPrefix = append([]string(nil), os.Args[1:n]...)
+	}
+}
+
+// isNsexec reports whether Main's arguments ask for the helper mode.
+func isNsexec(args []string) bool { return len(args) == 1 && args[0] == nsexecArg }
+
+// startCommand starts the command: directly (startIn) when spec has no
+// ResolvConf, which is the path every ordinary session takes, else
+// through the nsexec helper. Either way it returns once the command's
+// execve succeeded, with cmd.Process being the command.
+func startCommand(cmd *exec.Cmd, spec Spec) error {
+	if spec.ResolvConf == "" {
+		return startIn(cmd, spec.NetNS)
+	}
+	return startNsexec(cmd, spec)
+}
+
+func startNsexec(cmd *exec.Cmd, spec Spec) error {
+	p := nsexecParams{ResolvConf: spec.ResolvConf, Path: cmd.Path, Argv: cmd.Args, Env: cmd.Environ(), Dir: cmd.Dir}
+	var attr syscall.SysProcAttr
+	if cmd.SysProcAttr != nil {
+		attr = *cmd.SysProcAttr
+	}
+	if c := attr.Credential; c != nil {
+		p.Cred = &nsexecCred{UID: c.Uid, GID: c.Gid, Groups: c.Groups}
+		attr.Credential = nil // the helper must stay root to mount
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("nsexec: create socket pair: %w", err)
+	}
+	child := os.NewFile(uintptr(fds[1]), "nsexec-child")
+	defer child.Close()
+	pf := os.NewFile(uintptr(fds[0]), "nsexec")
+	conn, err := net.FileConn(pf) // dups: deadlines and CloseWrite
+	pf.Close()
+	if err != nil {
+		return fmt.Errorf("nsexec: %w", err)
+	}
+	defer conn.Close()
+	uc := conn.(*net.UnixConn)
+
+	cmd.Path = "/proc/self/exe" // this program, even if its file was replaced since
+	cmd.Args = append(append([]string{os.Args[0]}, mainPrefix...), nsexecArg)
+	cmd.Env = os.Environ()
+	cmd.Dir = ""
+	cmd.SysProcAttr = &attr
+	cmd.ExtraFiles = []*os.File{child} // fd 3 = nsexecFD
+	if err := startIn(cmd, spec.NetNS); err != nil {
+		return err
+	}
+	child.Close()
+	fail := func(err error) error {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return err
+	}
+	uc.SetDeadline(time.Now().Add(nsexecTimeout))
+	b, _ := json.Marshal(p)
+	if _, err := uc.Write(b); err != nil {
+		// The helper died before reading: read what it said, if anything.
+		uc.CloseWrite()
+		rep, _ := io.ReadAll(io.LimitReader(uc, 4096))
+		if rerr := parseNsexecReport(string(rep)); rerr != nil {
+			return fail(rerr)
+		}
+		return fail(fmt.Errorf("nsexec: send parameters to the helper: %w", err))
+	}
+	uc.CloseWrite()
+	rep, err := io.ReadAll(io.LimitReader(uc, 4096))
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return fail(fmt.Errorf("nsexec: the helper did not report within %v: %w", nsexecTimeout, syscall.ETIMEDOUT))
+		}
+		return fail(fmt.Errorf("nsexec: read the helper's report: %w", err))
+	}
+	if err := parseNsexecReport(string(rep)); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// parseNsexecReport turns the helper's report into nil (the execve
+// succeeded) or the start error.
+func parseNsexecReport(rep string) error {
+	rest, execd := strings.CutPrefix(rep, "exec\n")
+	if line, ok := strings.CutPrefix(rest, "error "); ok {
+		line = strings.TrimSuffix(line, "\n")
+		num, step, _ := strings.Cut(line, " ")
+		n, _ := strconv.Atoi(num)
+		if n == 0 {
+			return errors.New(step)
+		}
+		return fmt.Errorf("%s: %w", step, syscall.Errno(n))
+	}
+	if execd && rest == "" {
+		return nil
+	}
+	return fmt.Errorf("nsexec: the helper ended before executing the command (report %q)", rep)
+}
+
+// nsexecMain is the helper (see the top of this file). It returns only on
+// failure, with the exit status; on success execve replaced it.
+func nsexecMain() (code int) {
+	// Never unlocked: the mount namespace belongs to this thread, and the
+	// execve must happen on it.
+	runtime.LockOSThread()
+	unix.CloseOnExec(nsexecFD)
+	f := os.NewFile(nsexecFD, "nsexec")
+	fail := func(step string, err error) int {
+		var en syscall.Errno
+		if errors.As(err, &en) {
+			fmt.Fprintf(f, "error %d %s\n", int(en), oneLine(step))
+		} else {
+			fmt.Fprintf(f, "error 0 %s\n", oneLine(fmt.Sprintf("%s: %v", step, err)))
+		}
+		return nsexecExit
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			code = fail("nsexec helper", fmt.Errorf("panic: %v", r))
+		}
+	}()
+	var p nsexecParams
+	if err := json.NewDecoder(f).Decode(&p); err != nil {
+		return fail("nsexec: read parameters", err)
+	}
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fail("nsexec: unshare mount namespace", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+		return fail("nsexec: make mounts slave", err)
+	}
+	target, err := filepath.EvalSymlinks(resolvConf)
+	if err != nil {
+		return fail("nsexec: resolve "+resolvConf, err)
+	}
+	if err := unix.Mount(p.ResolvConf, target, "", unix.MS_BIND, ""); err != nil {
+		return fail(fmt.Sprintf("nsexec: bind-mount %s over %s", p.ResolvConf, target), err)
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(target, &sfs); err != nil {
+		return fail("nsexec: statfs "+target, err)
+	}
+	if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|keptFlags(int64(sfs.Flags)), ""); err != nil {
+		return fail("nsexec: remount "+target+" read-only", err)
+	}
+	if c := p.Cred; c != nil {
+		groups := make([]int, len(c.Groups))
+		for i, g := range c.Groups {
+			groups[i] = int(g)
+		}
+		if err := syscall.Setgroups(groups); err != nil {
+			return fail("nsexec: setgroups", err)
+		}
+		if err := syscall.Setgid(int(c.GID)); err != nil {
+			return fail("nsexec: setgid", err)
+		}
+		if err := syscall.Setuid(int(c.UID)); err != nil {
+			return fail("nsexec: setuid", err)
+		}
+	}
+	if p.Dir != "" {
+		if err := unix.Chdir(p.Dir); err != nil {
+			return fail("chdir "+p.Dir, err)
+		}
+	}
+	if _, err := f.WriteString("exec\n"); err != nil {
+		return nsexecExit // the shim is gone or gave up: do not run the command
+	}
+	err = syscall.Exec(p.Path, p.Argv, p.Env)
+	return fail("exec "+p.Path, err)
+}
+
+// keptFlags are the per-mount flags a read-only remount must repeat (the
+// kernel refuses to clear locked ones, and would clear the others).
+func keptFlags(st int64) uintptr {
+	var fl uintptr
+	for _, m := range []struct {
+		st int64
+		ms uintptr
+	}{
+		{unix.ST_NOSUID, unix.MS_NOSUID}, {unix.ST_NODEV, unix.MS_NODEV}, {unix.ST_NOEXEC, unix.MS_NOEXEC},
+		{unix.ST_NOATIME, unix.MS_NOATIME}, {unix.ST_NODIRATIME, unix.MS_NODIRATIME}, {unix.ST_RELATIME, unix.MS_RELATIME},
+	} {
+		if st&m.st != 0 {
+			fl |= m.ms
+		}
+	}
+	return fl
+}

@@ -1,0 +1,205 @@
+package shim
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Spec.ResolvConf tests. They need root (mount namespaces, setuid) and
+// change nothing outside the namespaces and files they create: the test
+// checks the host's /etc/resolv.conf and this process's mount table
+// before and after.
+
+// resolvFixture writes a resolv.conf with content unique to the test.
+func resolvFixture(t *testing.T) (path, content string) {
+	t.Helper()
+	content = fmt.Sprintf("# runner shim test %d\nnameserver 192.0.2.53\noptions edns0\n", time.Now().UnixNano())
+	path = filepath.Join(t.TempDir(), "resolv.conf")
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path, content
+}
+
+// hostMounts is the host's /etc/resolv.conf and this process's mount
+// table, to compare before and after.
+func hostMounts(t *testing.T) string {
+	t.Helper()
+	rc, err := os.ReadFile("/etc/resolv.conf")
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "resolv.conf:\n" + string(rc) + "mountinfo:\n" + string(mi)
+}
+
+func stdoutOf(t *testing.T, dir string) string {
+	t.Helper()
+	b, err := readStream(dir, "stdout")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestResolvConf(t *testing.T) {
+	needRoot(t)
+	nsPath, ino := newNetNS(t)
+	conf, content := resolvFixture(t)
+	before := hostMounts(t)
+	hostMnt := nsLink(t, "/proc/self/ns/mnt")
+	t.Cleanup(func() {
+		// Registered after newNetNS's unmount, so it runs before it.
+		if after := hostMounts(t); after != before {
+			t.Errorf("host's resolv.conf or mount table changed:\nbefore:\n%s\nafter:\n%s", before, after)
+		}
+	})
+
+	t.Run("root", func(t *testing.T) {
+		script := `echo $$; cat /etc/resolv.conf; readlink /proc/self/ns/net
+if echo x >>/etc/resolv.conf; then echo WRITABLE; fi; read x; exit 3`
+		dir, st := start(t, Spec{Argv: []string{"sh", "-c", script}, NetNS: nsPath, ResolvConf: conf})
+		want := fmt.Sprintf("%d\n%snet:[%d]\n", st.PID, content, ino)
+		waitOutput(t, dir, want)
+		// The reported pid is the command (sh), a session leader, in its
+		// own mount namespace; the shim stayed in the host's.
+		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", st.PID)); string(comm) != "sh\n" {
+			t.Errorf("pid %d runs %q, want sh", st.PID, comm)
+		}
+		if sid, err := unixGetsid(st.PID); err != nil || sid != st.PID {
+			t.Errorf("session of pid %d: got %d (%v), want the pid itself", st.PID, sid, err)
+		}
+		if m := nsLink(t, fmt.Sprintf("/proc/%d/ns/mnt", st.PID)); m == hostMnt {
+			t.Errorf("the command is in the host's mount namespace %s", m)
+		}
+		if m := nsLink(t, fmt.Sprintf("/proc/%d/ns/mnt", st.ShimPID)); m != hostMnt {
+			t.Errorf("the shim is in mount namespace %s, want the host's %s", m, hostMnt)
+		}
+		c := dial(t, dir)
+		if err := c.CloseStdin(ctxT(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if e := waitExit(t, dir); e.Code != 3 {
+			t.Fatalf("exit: got %+v, want 3", e)
+		}
+		if out := stdoutOf(t, dir); out != want {
+			t.Errorf("stdout: got %q, want %q (and /etc/resolv.conf read-only)", out, want)
+		}
+		if b, _ := readStream(dir, "stderr"); !strings.Contains(string(b), "Read-only file system") {
+			t.Errorf("stderr: got %q, want the write refused as read-only", b)
+		}
+	})
+
+	t.Run("tty", func(t *testing.T) {
+		dir, st := start(t, Spec{Argv: []string{"sh", "-c", `echo $$; cat /etc/resolv.conf; tty`}, TTY: true, NetNS: nsPath, ResolvConf: conf})
+		waitExit(t, dir)
+		out := strings.ReplaceAll(stdoutOf(t, dir), "\r\n", "\n")
+		if want := fmt.Sprintf("%d\n%s/dev/pts/", st.PID, content); !strings.HasPrefix(out, want) {
+			t.Errorf("stdout: got %q, want prefix %q", out, want)
+		}
+	})
+
+	// The helper must leave the command exactly as a direct start would:
+	// user, groups, signal state, descriptors, limits, directory and
+	// environment; only /etc/resolv.conf differs.
+	t.Run("nobody, same as a direct start", func(t *testing.T) {
+		probe := `id -u; id -g; id -G; cat /etc/resolv.conf; grep -E '^(Sig(Blk|Ign)|NoNewPrivs|Cap(Inh|Prm|Eff|Bnd|Amb)):' /proc/self/status
+ls /proc/self/fd; ulimit -n; pwd; env | sort`
+		spec := Spec{Argv: []string{"sh", "-c", probe}, User: "nobody", Dir: "/", NetNS: nsPath, Env: append([]string{"X=1", "X=2"}, testEnv...)}
+		direct, _ := start(t, spec)
+		waitExit(t, direct)
+		spec.ResolvConf = conf
+		helped, _ := start(t, spec)
+		if e := waitExit(t, helped); e.Code != 0 {
+			b, _ := readStream(helped, "stderr")
+			t.Fatalf("exit %+v, stderr %q", e, b)
+		}
+		got, base := stdoutOf(t, helped), stdoutOf(t, direct)
+		if !strings.HasPrefix(got, "65534\n") || !strings.Contains(got, content) {
+			t.Errorf("as nobody: got %q, want uid 65534 and the file's content", got)
+		}
+		hostRC, _ := os.ReadFile("/etc/resolv.conf")
+		if want := strings.Replace(base, string(hostRC), content, 1); got != want {
+			t.Errorf("through the helper:\n%s\nwant (a direct start, resolv.conf replaced):\n%s", got, want)
+		}
+	})
+
+	t.Run("start errors", func(t *testing.T) {
+		for _, tc := range []struct {
+			name string
+			spec Spec
+			want error
+			msg  string
+		}{
+			{"missing argv0", Spec{Argv: []string{"/nonexistent/bin"}, ResolvConf: conf}, fs.ErrNotExist, "/nonexistent/bin"},
+			{"missing argv0 on PATH", Spec{Argv: []string{"no-such-command-xyz"}, ResolvConf: conf, User: "nobody"}, fs.ErrNotExist, "no-such-command-xyz"},
+			{"missing resolv_conf", Spec{Argv: []string{"true"}, ResolvConf: "/nonexistent/resolv.conf", NetNS: nsPath}, fs.ErrNotExist, "bind-mount /nonexistent/resolv.conf"},
+			{"missing cwd", Spec{Argv: []string{"true"}, ResolvConf: conf, Dir: "/nonexistent-dir"}, fs.ErrNotExist, "chdir /nonexistent-dir"},
+			{"not executable", Spec{Argv: []string{conf}, ResolvConf: conf}, fs.ErrPermission, conf},
+			{"relative resolv_conf", Spec{Argv: []string{"true"}, ResolvConf: "resolv.conf"}, ErrInvalid, "not an absolute path"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				tc.spec.ID, tc.spec.Env = "x", testEnv
+				_, err := Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), tc.spec)
+				if !errors.Is(err, tc.want) || !strings.Contains(fmt.Sprint(err), tc.msg) {
+					t.Fatalf("got %v, want an error matching %v that names %q", err, tc.want, tc.msg)
+				}
+				var se *StartError
+				if errors.As(err, &se) {
+					waitGone(t, se.ShimPID)
+				} else if tc.want != ErrInvalid {
+					t.Fatalf("got %T, want a *StartError", err)
+				}
+			})
+		}
+	})
+}
+
+func unixGetsid(pid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the ")" of comm: state ppid pgrp session ...
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 4 {
+		return 0, syscall.EINVAL
+	}
+	return strconv.Atoi(f[3])
+}
+
+// TestNsexecReport pins the helper's report protocol.
+func TestNsexecReport(t *testing.T) {
+	for _, tc := range []struct {
+		rep   string
+		ok    bool
+		errno syscall.Errno
+	}{
+		{"exec\n", true, 0},
+		{"", false, 0},
+		{"exec\nerror 2 exec /x\n", false, syscall.ENOENT},
+		{"error 1 nsexec: unshare mount namespace\n", false, syscall.EPERM},
+		{"error 0 nsexec helper: panic: boom\n", false, 0},
+		{"garbage", false, 0},
+	} {
+		err := parseNsexecReport(tc.rep)
+		if (err == nil) != tc.ok {
+			t.Errorf("report %q: got %v, want ok=%v", tc.rep, err, tc.ok)
+			continue
+		}
+		if tc.errno != 0 && !errors.Is(err, tc.errno) {
+			t.Errorf("report %q: got %v, want errno %v", tc.rep, err, tc.errno)
+		}
+	}
+}
