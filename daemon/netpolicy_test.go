@@ -250,6 +250,25 @@ func TestNetworkPolicy(t *testing.T) {
 	})
 	run("allow one name", func(t *testing.T) {
 		a.putNetwork("deny", "allowed.test")
+		// Ordinary programs resolve through /etc/resolv.conf, which inside
+		// a contained sandbox names its gateway's resolver (shim
+		// Spec.ResolvConf), and connect by name.
+		res := a.exec("deny", wire.Exec{Argv: []string{"cat", "/etc/resolv.conf"}})
+		if !strings.Contains(string(res.Stdout), "nameserver 10.98.0.") {
+			t.Errorf("/etc/resolv.conf in the sandbox: got %q (exit %+v), want the gateway in %s as nameserver", res.Stdout, res.Exit, netlab.Pool)
+		}
+		res = a.exec("deny", wire.Exec{Argv: []string{"getent", "hosts", "other.test"}})
+		if res.Exit.Code == 0 {
+			t.Errorf("getent hosts other.test: got %q, want a failure (the resolver refuses it)", res.Stdout)
+		}
+		res = a.exec("deny", wire.Exec{Argv: []string{"getent", "hosts", "allowed.test"}})
+		if f := strings.Fields(string(res.Stdout)); res.Exit.Code != 0 || len(f) != 2 || f[0] != A || f[1] != "allowed.test" {
+			t.Errorf("getent hosts allowed.test: got %q, exit %+v, stderr %q; want %s allowed.test", res.Stdout, res.Exit, res.Stderr, A)
+		}
+		res = a.exec("deny", wire.Exec{Argv: netlab.ProbeArgv("allowed.test")})
+		if res.Exit.Code != 0 {
+			t.Errorf("bash /dev/tcp to allowed.test by name: exit %+v, stderr %q", res.Exit, res.Stderr)
+		}
 		a.wantNoReach("deny", "get", B)
 		a.wantNoReach("deny", "dns", C, "allowed.test")
 		a.wantNoReach("deny", "dns", "gw", "other.test")

@@ -213,7 +213,7 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession)
 		return fail(err)
 	}
 	if nsb != nil {
-		spec.NetNS = nsb.NetNSPath
+		spec.NetNS, spec.ResolvConf = nsb.NetNSPath, nsb.ResolvConfPath
 	}
 	st, err := shim.Start(sctx, s.cfg.ShimCommand, s.sessionDir(ss), spec)
 	if err != nil {
