@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -61,7 +62,7 @@ func (c *Client) Attach(ctx context.Context, sandbox, id string, cur Cursors) (*
 	h.Del("Accept")
 	dctx, dcancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
 	defer dcancel()
-	conn, resp, err := websocket.Dial(dctx, c.url(path, q), &websocket.DialOptions{
+	conn, resp, err := websocket.Dial(dctx, c.url(path, scopedQuery(ctx, path, q)), &websocket.DialOptions{
 		HTTPClient:      c.hc,
 		HTTPHeader:      h,
 		CompressionMode: websocket.CompressionDisabled,
@@ -79,9 +80,51 @@ func (c *Client) Attach(ctx context.Context, sandbox, id string, cur Cursors) (*
 	fr.next = func() (websocket.MessageType, []byte, error) {
 		nctx, ncancel := context.WithTimeout(rctx, hb)
 		defer ncancel()
-		return conn.Read(nctx)
+		typ, rd, err := conn.Reader(nctx)
+		if err != nil {
+			return 0, nil, err
+		}
+		b, err := readMessage(rd)
+		return typ, b, err
 	}
 	return fr, nil
+}
+
+// readMessage reads one WebSocket message that should hold one frame. It
+// sizes the buffer from the frame header, so a 64 KiB data frame costs one
+// allocation of exactly its size (the payload is handed to the caller),
+// where conn.Read grows a slice by doubling: about eighty allocations and
+// twice the garbage per frame, measured as the client's largest CPU cost
+// in docs/benchmarks.md. Validation is ParseFrame's: a message that is not
+// exactly one frame comes back whole or cut, and ParseFrame rejects it.
+func readMessage(rd io.Reader) ([]byte, error) {
+	var hdr [wire.FrameHeaderLen]byte
+	got, err := io.ReadFull(rd, hdr[:])
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		return hdr[:got], nil // too short to be a frame
+	}
+	if err != nil {
+		return nil, err
+	}
+	n := int(binary.BigEndian.Uint32(hdr[12:16])) // the payload length field
+	if n > wire.MaxFramePayload {
+		return hdr[:], nil // ParseFrame reports the oversized length
+	}
+	b := make([]byte, wire.FrameHeaderLen+n)
+	copy(b, hdr[:])
+	got, err = io.ReadFull(rd, b[wire.FrameHeaderLen:])
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		return b[:wire.FrameHeaderLen+got], nil // cut: ParseFrame says so
+	}
+	if err != nil {
+		return nil, err
+	}
+	// The message must end here; trailing bytes make it no frame at all.
+	var one [1]byte
+	if m, _ := io.ReadFull(rd, one[:]); m > 0 {
+		return append(b, one[0]), nil
+	}
+	return b, nil
 }
 
 // Next returns the next frame. After the terminal frame it returns io.EOF.
@@ -184,7 +227,7 @@ func (c *Client) Stream(ctx context.Context, sandbox, id, stream string, cursor 
 	if follow {
 		q.Set("follow", "1")
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url(path, q), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url(path, scopedQuery(ctx, path, q)), nil)
 	if err != nil {
 		return nil, invalidf("%s: %v", op, err)
 	}
@@ -240,7 +283,7 @@ func (b *StreamBody) End() (StreamEnd, error) {
 			if err != nil {
 				return end, unavailablef("%s: decode %s: %v", b.op, wire.HeaderExit, err)
 			}
-			end.Exit = &e.Exit
+			end.Exit = &e
 		}
 	case "more":
 	case "error":
