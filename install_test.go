@@ -1,11 +1,18 @@
 package runner
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestInstallScript stages images/install.sh into a temporary root, the way
@@ -39,7 +46,7 @@ func TestInstallScript(t *testing.T) {
 		t.Fatalf("unit not installed: %v", err)
 	}
 	for _, want := range []string{
-		"ExecStart=/opt/runner/bin/runnerd\n", // BINDIR is honoured
+		"ExecStart=/opt/runner/bin/runnerd --shim /opt/runner/bin/runner-shim\n", // BINDIR is honoured
 		"Type=notify\n",
 		"KillMode=process\n", // stopping runnerd must not kill the turns
 		"StateDirectory=runnerd\n",
@@ -47,5 +54,78 @@ func TestInstallScript(t *testing.T) {
 		if !strings.Contains(string(unit), want) {
 			t.Errorf("installed unit lacks %q", strings.TrimSpace(want))
 		}
+	}
+}
+
+// TestInstalledShim starts the installed runnerd the way the unit does
+// (--shim runner-shim) and checks that a session's supervisor is that
+// binary, not a re-executed runnerd.
+func TestInstalledShim(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds three binaries")
+	}
+	root := t.TempDir()
+	inst := exec.Command("bash", "images/install.sh", "--no-start")
+	inst.Env = append(os.Environ(), "DESTDIR="+root, "BINDIR=/bin")
+	if out, err := inst.CombinedOutput(); err != nil {
+		t.Fatalf("install.sh: %v\n%s", err, out)
+	}
+	bin := filepath.Join(root, "bin")
+	state := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	d := exec.Command(filepath.Join(bin, "runnerd"), "--state", state, "--listen", addr, "--socket", "none",
+		"--netpolicy", "off", "--shim", filepath.Join(bin, "runner-shim"))
+	d.Env = append(os.Environ(), "RUNNERD_TOKEN=install-test-token")
+	var logs bytes.Buffer
+	d.Stdout, d.Stderr = &logs, &logs
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Process.Signal(syscall.SIGTERM); d.Wait() })
+	call := func(method, path, body string, out any) int {
+		t.Helper()
+		req, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer install-test-token")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0
+		}
+		defer resp.Body.Close()
+		if out != nil {
+			json.NewDecoder(resp.Body).Decode(out)
+		}
+		return resp.StatusCode
+	}
+	for deadline := time.Now().Add(20 * time.Second); call("GET", "/healthz", "", nil) != 200; {
+		if time.Now().After(deadline) {
+			t.Fatalf("installed runnerd did not serve:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code := call("POST", "/v1/sandboxes", `{"name":"inst"}`, nil); code != 200 {
+		t.Fatalf("create sandbox: %d\n%s", code, logs.String())
+	}
+	var sess struct{ PID int }
+	if code := call("POST", "/v1/sandboxes/inst/sessions", `{"id":"s","argv":["sleep","60"]}`, &sess); code != 201 || sess.PID == 0 {
+		t.Fatalf("spawn: %d %+v\n%s", code, sess, logs.String())
+	}
+	t.Cleanup(func() { call("DELETE", "/v1/sandboxes/inst", "", nil) })
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", sess.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The parent pid is the 4th field, after "(comm)".
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	exe, err := os.Readlink("/proc/" + fields[1] + "/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(bin, "runner-shim"); exe != want {
+		t.Errorf("the session's supervisor runs %s, want %s", exe, want)
 	}
 }

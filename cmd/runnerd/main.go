@@ -50,6 +50,7 @@ Environment:
                      set both to advertise public_url
   RUNNERD_NETPOLICY, RUNNERD_NETPOLICY_STATE
                      network containment (flags --netpolicy, --netpolicy-state)
+  RUNNERD_SHIM       the runner-shim binary (flag --shim wins)
   RUNNERD_LOG_LEVEL  debug, info, warn, error (flag --log-level wins)
   NOTIFY_SOCKET      set by systemd (Type=notify): runnerd reports READY=1 there
 
@@ -91,6 +92,7 @@ func run(args []string) int {
 	var upstreams addrPorts
 	fs.Var(&upstreams, "dns-upstream", "DNS server (IP or IP:port) the sandboxes' resolvers forward allowed names to; repeatable (default: the nameservers of /etc/resolv.conf)")
 	hostNetNS := fs.String("netpolicy-host-netns", "", "TESTING: network namespace file that plays the host for containment (veths, rules, resolvers), so tests never change the real host's network; empty: runnerd's own")
+	shimBin := fs.String("shim", envOr("RUNNERD_SHIM", ""), `the per-session supervisor binary (runner-shim, run as "PATH serve"), built from the same source as this runnerd; empty: runnerd re-executes itself as "runnerd shim" (one binary, ~0.4 MiB more private memory per idle session)`)
 	logLevel := fs.String("log-level", envOr("RUNNERD_LOG_LEVEL", "info"), "log level: debug, info, warn, error")
 	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")
 	showVersion := fs.Bool("version", false, "print the version and exit")
@@ -138,12 +140,17 @@ func run(args []string) int {
 		}
 		stateDir = d
 	}
+	var shimCommand []string
+	if *shimBin != "" {
+		shimCommand = []string{*shimBin, "serve"}
+	}
 	cfg := daemon.Config{
-		StateDir: stateDir,
-		Listen:   *listen,
-		Socket:   *socket,
-		Token:    os.Getenv(daemon.EnvToken),
-		Version:  version,
+		ShimCommand: shimCommand,
+		StateDir:    stateDir,
+		Listen:      *listen,
+		Socket:      *socket,
+		Token:       os.Getenv(daemon.EnvToken),
+		Version:     version,
 
 		PreviewListen:      *previewListen,
 		PreviewURLTemplate: *previewURL,
