@@ -115,6 +115,11 @@ type Exit struct {
 	Detail  string           `json:"detail,omitempty"`
 	Lengths map[string]int64 `json:"lengths"` // final length of every stream (filled by Finish)
 	Time    time.Time        `json:"time"`
+	// Terminated says the command ended after its supervisor was asked to
+	// stop it (the shim's terminate: TerminateSession, suspend, destroy).
+	// Code and Signal stay the truth of how it ended. Records written
+	// before this field existed read as false.
+	Terminated bool `json:"terminated,omitempty"`
 }
 
 func segName(off int64) string { return fmt.Sprintf("%020d%s", off, segSuffix) }

@@ -63,6 +63,10 @@ type server struct {
 	exited chan struct{} // closed once the child is reaped
 	done   chan struct{} // closed once the exit record is published
 
+	// stopAsked is set by the terminate op before it signals the command:
+	// the exit record of a command that ends after it says Terminated.
+	stopAsked atomic.Bool
+
 	// mu guards the fields below.
 	mu       sync.Mutex
 	exit     *journal.Exit
@@ -238,6 +242,11 @@ func (s *server) run() {
 	drain.Stop()
 
 	rec := exitRecord(state, werr)
+	// Read after the reap: a terminate that asked before the command ended
+	// has set it by now (it sets it before signalling).
+	if s.stopAsked.Load() && rec.Reason != journal.ReasonLost {
+		rec.Terminated = true
+	}
 	s.finish(rec)
 
 	signal.Stop(sigs)
@@ -640,6 +649,7 @@ func (s *server) resize(rows, cols uint16) (byte, []byte) {
 // with the exit record once it is published.
 func (s *server) terminate(grace time.Duration) (byte, []byte) {
 	if !s.isExited() {
+		s.stopAsked.Store(true)
 		s.signalGroup(syscall.SIGTERM)
 		kill := time.AfterFunc(grace, func() {
 			select {
@@ -650,12 +660,42 @@ func (s *server) terminate(grace time.Duration) (byte, []byte) {
 		})
 		defer kill.Stop()
 	}
-	<-s.done
-	s.mu.Lock()
-	b, _ := json.Marshal(s.exit)
-	s.mu.Unlock()
-	return stOK, b
+	// Wait for the record, unless the command has ended and the record
+	// cannot be written (disk full): that answer is write_failed, at once
+	// rather than when the caller gives up. The shim keeps retrying; the
+	// record (with Terminated) is published once there is space.
+	tick := time.NewTicker(writeFailedPoll)
+	defer tick.Stop()
+	stuck := 0
+	for {
+		select {
+		case <-s.done:
+			s.mu.Lock()
+			b, _ := json.Marshal(s.exit)
+			s.mu.Unlock()
+			return stOK, b
+		case <-tick.C:
+		}
+		s.mu.Lock()
+		werr := s.writeErr
+		s.mu.Unlock()
+		if !s.isExited() || werr == "" {
+			stuck = 0
+			continue
+		}
+		if stuck++; stuck >= writeFailedAfter {
+			return stError, errorBody(codeWriteFailed, "the command has ended but its exit record cannot be written: "+werr)
+		}
+	}
 }
+
+// A terminate answers write_failed once the command has ended and the
+// journal has failed writes for writeFailedAfter polls in a row, so a
+// single transient failure does not turn into an error.
+const (
+	writeFailedPoll  = 50 * time.Millisecond
+	writeFailedAfter = 4
+)
 
 func (s *server) status() Status {
 	st := Status{ID: s.spec.ID, State: StateRunning, ShimPID: os.Getpid(), PID: s.pid, TTY: s.spec.TTY, StartedAt: s.at}
