@@ -73,16 +73,10 @@ type Adapter struct {
 	buffer  int
 	window  time.Duration // ReattachWindow
 
-	mu         sync.Mutex          // guards terminated and order
-	terminated map[string]struct{} // sessions the caller asked to stop, by markKey
-	order      []string            // insertion order of terminated, for eviction
-	closeOnce  sync.Once
+	closeOnce sync.Once
 }
 
 var _ adapter.Adapter = (*Adapter)(nil)
-
-// maxMarks bounds the client-side record of terminated sessions.
-const maxMarks = 1 << 16
 
 // NewAdapter returns the adapter for the one daemon c speaks to. It asks
 // the daemon for its capabilities now (they are stable for the adapter's
@@ -140,7 +134,7 @@ func newAdapter(opts AdapterOptions) *Adapter {
 	if b <= 0 {
 		b = 64
 	}
-	return &Adapter{buffer: b, window: opts.ReattachWindow, terminated: map[string]struct{}{}}
+	return &Adapter{buffer: b, window: opts.ReattachWindow}
 }
 
 // loadCaps sets caps to what every runner advertises.
@@ -266,32 +260,24 @@ func (a *Adapter) Get(ctx context.Context, name string) (adapter.Handle, error) 
 	return a.handle(sb), nil
 }
 
-// check resolves h to its runner and proves the incarnation is the live
-// one: a handle of a destroyed incarnation is adapter.ErrNotFound even when
-// a new sandbox of the same name exists. A handle with an empty ID skips
-// the incarnation check.
-func (a *Adapter) check(ctx context.Context, h adapter.Handle) (*runner, error) {
+// check resolves h to its runner and returns ctx scoped to h's
+// incarnation (WithIncarnation): runnerd checks it on every call, in the
+// same step as the call's act, so a handle of a destroyed incarnation is
+// adapter.ErrNotFound (and its Destroy a no-op) even when a new sandbox of
+// the same name exists, with no read-then-act window. A handle with an
+// empty ID names no incarnation. It makes no request.
+func (a *Adapter) check(ctx context.Context, h adapter.Handle) (*runner, context.Context, error) {
 	if h.Name == "" {
-		return nil, &adapter.InvalidError{Detail: "zero handle"}
+		return nil, ctx, &adapter.InvalidError{Detail: "zero handle"}
 	}
 	if h.Provider != "" && h.Provider != Provider {
-		return nil, &adapter.InvalidError{Detail: fmt.Sprintf("handle of provider %q", h.Provider)}
+		return nil, ctx, &adapter.InvalidError{Detail: fmt.Sprintf("handle of provider %q", h.Provider)}
 	}
 	r, err := a.route(h.Name)
 	if err != nil {
-		return nil, err
+		return nil, ctx, err
 	}
-	if h.ID == "" {
-		return r, nil
-	}
-	sb, err := r.c.GetSandbox(ctx, h.Name)
-	if err != nil {
-		return nil, err
-	}
-	if sb.Incarnation != h.ID {
-		return nil, fmt.Errorf("sandbox %s: incarnation %s is gone (now %s): %w", h.Name, h.ID, sb.Incarnation, adapter.ErrNotFound)
-	}
-	return r, nil
+	return r, WithIncarnation(ctx, h.ID), nil
 }
 
 // List implements adapter.Adapter. Page tokens are the adapter's own
@@ -361,58 +347,16 @@ func decodePageToken(s string, n int) (int, string, error) {
 // Destroy implements adapter.Adapter: absent (or a replaced incarnation)
 // is success and touches nothing.
 func (a *Adapter) Destroy(ctx context.Context, h adapter.Handle) error {
-	r, err := a.check(ctx, h)
-	if isNotFound(err) {
-		return nil
-	}
+	r, ctx, err := a.check(ctx, h)
 	if err != nil {
 		return err
 	}
-	if err := a.markRunning(ctx, r, h); err != nil && !isNotFound(err) {
+	// runnerd answers 204 for a name that is absent or lives as another
+	// incarnation than h's, and then touches nothing.
+	if err := r.c.DeleteSandbox(ctx, h.Name); err != nil && !isNotFound(err) {
 		return err
-	}
-	return r.c.DeleteSandbox(ctx, h.Name)
-}
-
-// markRunning marks every running session of h as terminated by the
-// caller, before a suspend or destroy stops them.
-func (a *Adapter) markRunning(ctx context.Context, r *runner, h adapter.Handle) error {
-	ss, err := r.c.Sessions(ctx, h.Name)
-	if err != nil {
-		return err
-	}
-	for _, s := range ss {
-		if s.State == wire.SessionRunning {
-			a.mark(r, h, s.ID)
-		}
 	}
 	return nil
-}
-
-func (a *Adapter) markKey(r *runner, h adapter.Handle, id string) string {
-	return r.name + "\x00" + h.Name + "\x00" + h.ID + "\x00" + id
-}
-
-func (a *Adapter) mark(r *runner, h adapter.Handle, id string) {
-	k := a.markKey(r, h, id)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if _, ok := a.terminated[k]; ok {
-		return
-	}
-	if len(a.order) >= maxMarks {
-		delete(a.terminated, a.order[0])
-		a.order = a.order[1:]
-	}
-	a.terminated[k] = struct{}{}
-	a.order = append(a.order, k)
-}
-
-func (a *Adapter) marked(r *runner, h adapter.Handle, id string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	_, ok := a.terminated[a.markKey(r, h, id)]
-	return ok
 }
 
 func argv(c adapter.Command) ([]string, error) {
@@ -435,7 +379,7 @@ func (a *Adapter) Exec(ctx context.Context, h adapter.Handle, c adapter.Command)
 	if err != nil {
 		return adapter.Result{}, err
 	}
-	r, err := a.check(ctx, h)
+	r, ctx, err := a.check(ctx, h)
 	if err != nil {
 		return adapter.Result{}, err
 	}
@@ -445,23 +389,25 @@ func (a *Adapter) Exec(ctx context.Context, h adapter.Handle, c adapter.Command)
 		if ctx.Err() != nil {
 			// Stop the command where we can; best effort, bounded.
 			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			a.mark(r, h, id)
 			_, _ = r.c.Terminate(tctx, h.Name, id, time.Second)
 			cancel()
 		}
 		return adapter.Result{}, err
 	}
-	ex, err := a.exit(r, h, id, exitRecord{Exit: res.Exit})
+	ex, err := exitOf(id, res.Exit)
 	if err != nil {
 		return adapter.Result{}, err
 	}
 	return adapter.Result{Stdout: res.Stdout, Stderr: res.Stderr, Exit: ex}, nil
 }
 
-// exit maps a wire exit record into the contract: exited keeps its code; a
-// signal death is Code -1 with the signal's name; a session the caller
-// stopped is ReasonTerminated; lost is adapter.ErrLost, never an exit.
-func (a *Adapter) exit(r *runner, h adapter.Handle, id string, e exitRecord) (adapter.Exit, error) {
+// exitOf maps a wire exit record into the contract: exited keeps its code;
+// a signal death is Code -1 with the signal's name; a record that says
+// terminated (the command ended after a terminate, suspend or destroy
+// asked it to stop; runnerd keeps that in the record, so it survives
+// restarts of both sides) is ReasonTerminated with the same Code and
+// Signal; lost is adapter.ErrLost, never an exit.
+func exitOf(id string, e wire.Exit) (adapter.Exit, error) {
 	var ex adapter.Exit
 	switch e.Reason {
 	case wire.ExitExited:
@@ -480,7 +426,7 @@ func (a *Adapter) exit(r *runner, h adapter.Handle, id string, e exitRecord) (ad
 	default:
 		return ex, &adapter.ProviderError{Provider: Provider, Detail: fmt.Sprintf("unknown exit reason %q", e.Reason)}
 	}
-	if e.Terminated || a.marked(r, h, id) {
+	if e.Terminated {
 		ex.Reason = adapter.ReasonTerminated
 	}
 	return ex, nil
@@ -506,7 +452,7 @@ func (a *Adapter) Spawn(ctx context.Context, h adapter.Handle, c adapter.Command
 		}
 		req.TTY, req.Rows, req.Cols = true, int(opts.TTY.Rows), int(opts.TTY.Cols)
 	}
-	r, err := a.check(ctx, h)
+	r, ctx, err := a.check(ctx, h)
 	if err != nil {
 		return nil, err
 	}
@@ -529,7 +475,7 @@ func (a *Adapter) Attach(ctx context.Context, h adapter.Handle, id string, from 
 	if from.Stdout < 0 || from.Stderr < 0 {
 		return nil, &adapter.InvalidError{Detail: "negative cursor"}
 	}
-	r, err := a.check(ctx, h)
+	r, ctx, err := a.check(ctx, h)
 	if err != nil {
 		return nil, err
 	}
@@ -588,7 +534,7 @@ func (s *stream) reattach(a *Adapter, r *runner, h adapter.Handle, id string, ca
 		case <-t.C:
 		}
 		wait = min(2*wait, 2*time.Second)
-		ctx, cancel := context.WithTimeout(context.Background(), r.c.opts.RequestTimeout)
+		ctx, cancel := context.WithTimeout(WithIncarnation(context.Background(), h.ID), r.c.opts.RequestTimeout)
 		go func() { // end the dial early when the consumer closes
 			select {
 			case <-s.Feed.Done():
@@ -668,7 +614,7 @@ func (s *stream) produce(a *Adapter, r *runner, h adapter.Handle, id string) {
 				out.Err = unavailablef("session %s: decode exit frame: %v", id, derr)
 				break
 			}
-			ex, xerr := a.exit(r, h, id, e)
+			ex, xerr := exitOf(id, e)
 			if xerr != nil {
 				out.Err = xerr
 			} else {
@@ -699,7 +645,7 @@ func (s *stream) produce(a *Adapter, r *runner, h adapter.Handle, id string) {
 
 // Sessions implements adapter.Adapter, in start order.
 func (a *Adapter) Sessions(ctx context.Context, h adapter.Handle) ([]adapter.SessionInfo, error) {
-	r, err := a.check(ctx, h)
+	r, ctx, err := a.check(ctx, h)
 	if err != nil {
 		return nil, err
 	}
@@ -713,12 +659,16 @@ func (a *Adapter) Sessions(ctx context.Context, h adapter.Handle) ([]adapter.Ses
 		if len(s.Argv) > 0 {
 			in.Command = adapter.Command{Path: s.Argv[0], Args: s.Argv[1:]}
 		}
-		if s.Exit != nil {
-			in.Stdout, in.Stderr = s.Exit.Lengths["stdout"], s.Exit.Lengths["stderr"]
-			if s.State == wire.SessionExited {
-				if ex, err := a.exit(r, h, s.ID, exitRecord{Exit: *s.Exit}); err == nil {
-					in.Exit = &ex
-				}
+		// The live lengths while it runs; the final ones once it ended
+		// (a daemon that predates live lengths sends only those).
+		lengths := s.Lengths
+		if s.Exit != nil && s.Exit.Lengths != nil {
+			lengths = s.Exit.Lengths
+		}
+		in.Stdout, in.Stderr = lengths["stdout"], lengths["stderr"]
+		if s.Exit != nil && s.State == wire.SessionExited {
+			if ex, err := exitOf(s.ID, *s.Exit); err == nil {
+				in.Exit = &ex
 			}
 		}
 		out = append(out, in)
@@ -727,10 +677,10 @@ func (a *Adapter) Sessions(ctx context.Context, h adapter.Handle) ([]adapter.Ses
 	return out, nil
 }
 
-// WriteStdin implements adapter.Adapter. It is the hot path of a turn, so
-// it skips the incarnation check (session ids are scoped to the sandbox).
+// WriteStdin implements adapter.Adapter. runnerd checks the handle's
+// incarnation in the same request (no extra round trip on this hot path).
 func (a *Adapter) WriteStdin(ctx context.Context, h adapter.Handle, id string, p []byte) error {
-	r, err := a.route(h.Name)
+	r, ctx, err := a.check(ctx, h)
 	if err != nil {
 		return err
 	}
@@ -739,7 +689,7 @@ func (a *Adapter) WriteStdin(ctx context.Context, h adapter.Handle, id string, p
 
 // CloseStdin implements adapter.Adapter.
 func (a *Adapter) CloseStdin(ctx context.Context, h adapter.Handle, id string) error {
-	r, err := a.check(ctx, h)
+	r, ctx, err := a.check(ctx, h)
 	if err != nil {
 		return err
 	}
@@ -754,7 +704,7 @@ func (a *Adapter) Resize(ctx context.Context, h adapter.Handle, id string, size 
 	if size.Rows == 0 || size.Cols == 0 {
 		return &adapter.InvalidError{Detail: "zero TTY size"}
 	}
-	r, err := a.check(ctx, h)
+	r, ctx, err := a.check(ctx, h)
 	if err != nil {
 		return err
 	}
@@ -769,22 +719,15 @@ func (a *Adapter) TerminateSession(ctx context.Context, h adapter.Handle, id str
 	if err := adapter.CheckGrace(grace); err != nil {
 		return adapter.Exit{}, err
 	}
-	r, err := a.check(ctx, h)
+	r, ctx, err := a.check(ctx, h)
 	if err != nil {
 		return adapter.Exit{}, err
-	}
-	s, err := r.c.Session(ctx, h.Name, id)
-	if err != nil {
-		return adapter.Exit{}, err
-	}
-	if s.State == wire.SessionRunning {
-		a.mark(r, h, id)
 	}
 	e, err := r.c.Terminate(ctx, h.Name, id, grace)
 	if err != nil {
 		return adapter.Exit{}, err
 	}
-	return a.exit(r, h, id, exitRecord{Exit: e})
+	return exitOf(id, e)
 }
 
 // Suspend implements adapter.Adapter.
@@ -792,11 +735,8 @@ func (a *Adapter) Suspend(ctx context.Context, h adapter.Handle) error {
 	if !a.caps.Has(adapter.CapSuspend) {
 		return adapter.ErrNotSupported
 	}
-	r, err := a.check(ctx, h)
+	r, ctx, err := a.check(ctx, h)
 	if err != nil {
-		return err
-	}
-	if err := a.markRunning(ctx, r, h); err != nil {
 		return err
 	}
 	_, err = r.c.Suspend(ctx, h.Name)
@@ -808,7 +748,7 @@ func (a *Adapter) Resume(ctx context.Context, h adapter.Handle) error {
 	if !a.caps.Has(adapter.CapSuspend) {
 		return adapter.ErrNotSupported
 	}
-	r, err := a.check(ctx, h)
+	r, ctx, err := a.check(ctx, h)
 	if err != nil {
 		return err
 	}
@@ -821,7 +761,7 @@ func (a *Adapter) SetNetworkPolicy(ctx context.Context, h adapter.Handle, p adap
 	if !a.caps.Has(adapter.CapNetworkPolicy) {
 		return adapter.ErrNotSupported
 	}
-	r, err := a.check(ctx, h)
+	r, ctx, err := a.check(ctx, h)
 	if err != nil {
 		return err
 	}
@@ -837,7 +777,7 @@ func (a *Adapter) PublicURL(ctx context.Context, h adapter.Handle, port int) (st
 	if port < 1 || port > 65535 {
 		return "", &adapter.InvalidError{Detail: fmt.Sprintf("port %d outside 1-65535", port)}
 	}
-	r, err := a.check(ctx, h)
+	r, ctx, err := a.check(ctx, h)
 	if err != nil {
 		return "", err
 	}

@@ -171,6 +171,34 @@ func apiPath(segs ...string) string {
 	return b.String()
 }
 
+type incarnationKey struct{}
+
+// WithIncarnation returns a context under which every call to a
+// /v1/sandboxes/{name}/... endpoint names incarnation inc (the query
+// parameter wire.QueryIncarnation): runnerd then answers not_found when
+// the live sandbox of that name is another incarnation (or none), and a
+// DeleteSandbox is a no-op success, so a call made with a stale handle
+// never acts on a newer sandbox of the same name. "" names none. The
+// Adapter uses it for every handle-scoped call.
+func WithIncarnation(ctx context.Context, inc string) context.Context {
+	return context.WithValue(ctx, incarnationKey{}, inc)
+}
+
+// scopedQuery adds ctx's incarnation (WithIncarnation) to q for a
+// sandbox-scoped path.
+func scopedQuery(ctx context.Context, path string, q url.Values) url.Values {
+	inc, _ := ctx.Value(incarnationKey{}).(string)
+	if inc == "" || !strings.HasPrefix(path, wire.APIVersion+"/sandboxes/") {
+		return q
+	}
+	out := url.Values{}
+	for k, v := range q {
+		out[k] = v
+	}
+	out.Set(wire.QueryIncarnation, inc)
+	return out
+}
+
 func (c *Client) url(path string, q url.Values) string {
 	u := *c.base
 	u.Path = path
@@ -220,7 +248,7 @@ func (c *Client) do(ctx context.Context, cl call, out any) error {
 		body = bytes.NewReader(b)
 		ctype = "application/json"
 	}
-	req, err := http.NewRequestWithContext(rctx, cl.method, c.url(cl.path, cl.query), body)
+	req, err := http.NewRequestWithContext(rctx, cl.method, c.url(cl.path, scopedQuery(ctx, cl.path, cl.query)), body)
 	if err != nil {
 		return invalidf("%s: %v", op, err)
 	}

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -8,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/agentrunner/runner/wire"
 )
 
 // Environment variables Discover reads. RUNNERD_STATE, RUNNERD_TOKEN and
@@ -21,6 +24,7 @@ const (
 )
 
 // DefaultEndpoint is runnerd's default TCP address as an endpoint.
+// Discover never falls back to it: another runnerd may listen there.
 const DefaultEndpoint = "http://127.0.0.1:7323"
 
 // Local is where the local daemon is, as [Discover] found it. Its token
@@ -72,11 +76,16 @@ func StateDirs() []string {
 
 // Discover finds the local daemon the way runnerd picks its defaults:
 //
-//   - the endpoint is $RUNNERD_URL; else the unix socket STATE/runnerd.sock
-//     when it exists; else http://$RUNNERD_LISTEN; else DefaultEndpoint.
+//   - the endpoint is $RUNNERD_URL; else what STATE/listen.json (written by
+//     the running daemon, wire.ListenFile) says: its unix socket when that
+//     exists, else its TCP address; else the unix socket STATE/runnerd.sock
+//     when it exists (a daemon that predates listen.json); else
+//     http://$RUNNERD_LISTEN when set. It never guesses an address: with
+//     none of these it returns an error (the daemon is not running, or
+//     runs elsewhere).
 //   - the token is $RUNNERD_TOKEN; else the content of STATE/token.
-//   - STATE is the first of [StateDirs] that holds a token file or a
-//     socket.
+//   - STATE is the first of [StateDirs] that holds a token file, a listen
+//     file or a socket.
 //
 // It returns an error naming the places it looked when it finds no token.
 func Discover() (Local, error) {
@@ -86,7 +95,7 @@ func Discover() (Local, error) {
 	}
 	var state string
 	for _, d := range StateDirs() {
-		if exists(filepath.Join(d, "token")) || exists(filepath.Join(d, "runnerd.sock")) {
+		if exists(filepath.Join(d, "token")) || exists(filepath.Join(d, wire.ListenFile)) || exists(filepath.Join(d, "runnerd.sock")) {
 			state = d
 			break
 		}
@@ -97,15 +106,11 @@ func Discover() (Local, error) {
 	}
 	l := Local{StateDir: state, Endpoint: url}
 	if l.Endpoint == "" {
-		sock := filepath.Join(state, "runnerd.sock")
-		switch {
-		case exists(sock):
-			l.Endpoint = "unix://" + sock
-		case os.Getenv(EnvListen) != "" && os.Getenv(EnvListen) != "none":
-			l.Endpoint = "http://" + os.Getenv(EnvListen)
-		default:
-			l.Endpoint = DefaultEndpoint
+		ep, err := endpointIn(state)
+		if err != nil {
+			return l, err
 		}
+		l.Endpoint = ep
 	}
 	if tok != "" {
 		l.token = secret(tok)
@@ -124,6 +129,36 @@ func Discover() (Local, error) {
 	}
 	l.token = secret(t)
 	return l, nil
+}
+
+// endpointIn returns the endpoint of the daemon of state, from what tells
+// it: the listen file, a socket, or $RUNNERD_LISTEN.
+func endpointIn(state string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(state, wire.ListenFile))
+	switch {
+	case err == nil:
+		var ln wire.Listen
+		if err := json.Unmarshal(b, &ln); err != nil {
+			return "", fmt.Errorf("discover runnerd: decode %s: %w", filepath.Join(state, wire.ListenFile), err)
+		}
+		if ln.Socket != "" && exists(ln.Socket) {
+			return "unix://" + ln.Socket, nil
+		}
+		if ln.TCP != "" {
+			return "http://" + ln.TCP, nil
+		}
+		return "", fmt.Errorf("discover runnerd: %s names no address that exists", filepath.Join(state, wire.ListenFile))
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", fmt.Errorf("discover runnerd: read listen file: %w", err)
+	}
+	if sock := filepath.Join(state, "runnerd.sock"); exists(sock) {
+		return "unix://" + sock, nil
+	}
+	if v := os.Getenv(EnvListen); v != "" && v != "none" {
+		return "http://" + v, nil
+	}
+	return "", fmt.Errorf("discover runnerd: nothing in %s says where runnerd listens (no %s, no runnerd.sock; is it running?); set %s",
+		state, wire.ListenFile, EnvURL)
 }
 
 func exists(path string) bool {

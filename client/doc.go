@@ -80,14 +80,25 @@
 //
 // # Terminated versus signaled
 //
-// The protocol's exit record says "signaled" whether a signal came from
-// the caller's TerminateSession, Suspend or Destroy or from elsewhere. The
-// contract wants adapter.ReasonTerminated for the former. The Adapter marks
-// a session as terminated before it asks runnerd to stop it (terminate,
-// suspend, destroy) and reports ReasonTerminated for marked sessions; it
-// also honours a "terminated": true field in the exit record, should
-// runnerd add one (then the answer survives a restart of the control
-// plane, which the client-side mark does not).
+// The contract wants adapter.ReasonTerminated for a command that ended
+// after TerminateSession, Suspend or Destroy asked it to stop. runnerd's
+// exit record carries "terminated": true exactly then (its shim knows a
+// stop was asked before the exit, and the record is durable), and the
+// Adapter maps it to ReasonTerminated with the record's Code and Signal: a
+// command that trapped TERM and exited 7 is terminated with Code 7, one
+// that was killed is Code -1 and the signal. A SIGTERM sent through
+// Client.Signal is not a terminate: ReasonSignaled. The answer survives
+// restarts of runnerd and of the control plane. The Adapter keeps no
+// record of its own: with a runnerd that predates the field, such ends
+// read as ReasonSignaled (or ReasonExited).
+//
+// # Incarnations
+//
+// Every handle-scoped call carries the handle's incarnation (see
+// [WithIncarnation]); runnerd refuses it with not_found when the live
+// sandbox of that name is another one, in the same step as the act, so a
+// stale handle never acts on a newer sandbox of the same name (its Destroy
+// is a no-op success). A runnerd that predates the check ignores it.
 //
 // # Many runners: the pool's naming rule
 //

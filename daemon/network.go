@@ -288,6 +288,9 @@ func (s *server) handleNetwork(w http.ResponseWriter, r *http.Request) {
 	unlock := s.locks.Lock(name)
 	defer unlock()
 	sb, err := s.sandbox(name)
+	if err == nil {
+		err = checkIncarnation(r.Context(), sb)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return

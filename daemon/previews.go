@@ -35,6 +35,9 @@ func (s *server) previewLookup(ctx context.Context, token string) (preview.Targe
 
 func (s *server) handleURLs(w http.ResponseWriter, r *http.Request) {
 	sb, err := s.sandbox(r.PathValue("name"))
+	if err == nil {
+		err = checkIncarnation(r.Context(), sb)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"github.com/agentrunner/runner/daemon/preview"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/netpolicy"
+	"github.com/agentrunner/runner/wire"
 )
 
 // Run serves runnerd until ctx ends, then stops serving gracefully: it
@@ -135,6 +137,19 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}()
 	}
 
+	socket := ""
+	if cfg.Socket != "none" {
+		socket = cfg.Socket
+	}
+	listenPath := filepath.Join(cfg.StateDir, wire.ListenFile)
+	if err := writeListen(listenPath, wire.Listen{TCP: tcpAddr, Socket: socket, PID: os.Getpid()}); err != nil {
+		closeListeners()
+		return err
+	}
+	// Removed only at a clean stop: the registry lock proves the file is
+	// this daemon's.
+	defer os.Remove(listenPath)
+
 	srv := &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -175,4 +190,26 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	wg.Wait()
 	s.streams.Wait()
 	return err
+}
+
+// writeListen writes the listen file (tmp+rename, 0600), so a client never
+// reads a half-written one.
+func writeListen(path string, l wire.Listen) error {
+	b, err := json.Marshal(l)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", wire.ListenFile, err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", wire.ListenFile, err)
+	}
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", wire.ListenFile, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", wire.ListenFile, err)
+	}
+	return nil
 }

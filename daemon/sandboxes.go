@@ -189,6 +189,12 @@ func (s *server) handleDeleteSandbox(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errUnavailable("read registry: %v", err))
 		return
 	}
+	if checkIncarnation(r.Context(), sb) != nil {
+		// The caller's incarnation is gone; the live sandbox is a newer
+		// one, which this call must not touch.
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	sessions, err := s.reg.ListSessions(name)
 	if err != nil {
 		s.writeError(w, r, errUnavailable("read registry: %v", err))
@@ -234,6 +240,9 @@ func (s *server) handleSuspend(w http.ResponseWriter, r *http.Request) {
 	unlock := s.locks.Lock(name)
 	defer unlock()
 	sb, err := s.sandbox(name)
+	if err == nil {
+		err = checkIncarnation(r.Context(), sb)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -274,6 +283,9 @@ func (s *server) handleResume(w http.ResponseWriter, r *http.Request) {
 	unlock := s.locks.Lock(name)
 	defer unlock()
 	sb, err := s.reg.UpdateSandbox(name, func(sb *registry.Sandbox) error {
+		if err := checkIncarnation(r.Context(), *sb); err != nil {
+			return err
+		}
 		if _, err := os.Stat(sb.Workspace); err != nil {
 			return &apiError{status: http.StatusInternalServerError, code: wire.CodeRestoreFailed,
 				detail: fmt.Sprintf("workspace: %v", err)}

@@ -74,25 +74,70 @@ func (s *server) routes() {
 
 	m.HandleFunc("POST /v1/sandboxes", s.handleCreateSandbox)
 	m.HandleFunc("GET /v1/sandboxes", s.handleListSandboxes)
-	m.HandleFunc("GET /v1/sandboxes/{name}", s.handleGetSandbox)
-	m.HandleFunc("DELETE /v1/sandboxes/{name}", s.handleDeleteSandbox)
-	m.HandleFunc("POST /v1/sandboxes/{name}/suspend", s.handleSuspend)
-	m.HandleFunc("POST /v1/sandboxes/{name}/resume", s.handleResume)
-	m.HandleFunc("PUT /v1/sandboxes/{name}/network", s.handleNetwork)
-	m.HandleFunc("POST /v1/sandboxes/{name}/urls", s.handleURLs)
+	m.HandleFunc("GET /v1/sandboxes/{name}", s.scoped(s.handleGetSandbox))
+	m.HandleFunc("DELETE /v1/sandboxes/{name}", s.scoped(s.handleDeleteSandbox))
+	m.HandleFunc("POST /v1/sandboxes/{name}/suspend", s.scoped(s.handleSuspend))
+	m.HandleFunc("POST /v1/sandboxes/{name}/resume", s.scoped(s.handleResume))
+	m.HandleFunc("PUT /v1/sandboxes/{name}/network", s.scoped(s.handleNetwork))
+	m.HandleFunc("POST /v1/sandboxes/{name}/urls", s.scoped(s.handleURLs))
 
-	m.HandleFunc("POST /v1/sandboxes/{name}/sessions", s.handleCreateSession)
-	m.HandleFunc("GET /v1/sandboxes/{name}/sessions", s.handleListSessions)
-	m.HandleFunc("GET /v1/sandboxes/{name}/sessions/{id}", s.handleGetSession)
-	m.HandleFunc("GET /v1/sandboxes/{name}/sessions/{id}/attach", s.handleAttach)
-	m.HandleFunc("GET /v1/sandboxes/{name}/sessions/{id}/streams/{stream}", s.handleStream)
-	m.HandleFunc("POST /v1/sandboxes/{name}/sessions/{id}/stdin", s.handleStdin)
-	m.HandleFunc("POST /v1/sandboxes/{name}/sessions/{id}/close-stdin", s.handleCloseStdin)
-	m.HandleFunc("POST /v1/sandboxes/{name}/sessions/{id}/resize", s.handleResize)
-	m.HandleFunc("POST /v1/sandboxes/{name}/sessions/{id}/signal", s.handleSignal)
-	m.HandleFunc("POST /v1/sandboxes/{name}/sessions/{id}/terminate", s.handleTerminate)
-	m.HandleFunc("POST /v1/sandboxes/{name}/exec", s.handleExec)
+	m.HandleFunc("POST /v1/sandboxes/{name}/sessions", s.scoped(s.handleCreateSession))
+	m.HandleFunc("GET /v1/sandboxes/{name}/sessions", s.scoped(s.handleListSessions))
+	m.HandleFunc("GET /v1/sandboxes/{name}/sessions/{id}", s.scoped(s.handleGetSession))
+	m.HandleFunc("GET /v1/sandboxes/{name}/sessions/{id}/attach", s.scoped(s.handleAttach))
+	m.HandleFunc("GET /v1/sandboxes/{name}/sessions/{id}/streams/{stream}", s.scoped(s.handleStream))
+	m.HandleFunc("POST /v1/sandboxes/{name}/sessions/{id}/stdin", s.scoped(s.handleStdin))
+	m.HandleFunc("POST /v1/sandboxes/{name}/sessions/{id}/close-stdin", s.scoped(s.handleCloseStdin))
+	m.HandleFunc("POST /v1/sandboxes/{name}/sessions/{id}/resize", s.scoped(s.handleResize))
+	m.HandleFunc("POST /v1/sandboxes/{name}/sessions/{id}/signal", s.scoped(s.handleSignal))
+	m.HandleFunc("POST /v1/sandboxes/{name}/sessions/{id}/terminate", s.scoped(s.handleTerminate))
+	m.HandleFunc("POST /v1/sandboxes/{name}/exec", s.scoped(s.handleExec))
 	s.mux = m
+}
+
+// scoped wraps a /v1/sandboxes/{name}/... handler with the incarnation
+// check: a request that names an incarnation (query "incarnation") that is
+// not the live sandbox's is answered 404 not_found, or 204 for a DELETE
+// (absent is success), and never reaches the handler. Handlers that act on
+// the sandbox check again where they hold its lock or its record
+// (checkIncarnation), so a destroy and re-create between this check and
+// the act still never touches the newer sandbox.
+func (s *server) scoped(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		inc := r.URL.Query().Get(wire.QueryIncarnation)
+		if inc == "" {
+			h(w, r)
+			return
+		}
+		ctx := context.WithValue(r.Context(), incarnationKey{}, inc)
+		r = r.WithContext(ctx)
+		sb, err := s.sandbox(r.PathValue("name"))
+		if err == nil {
+			err = checkIncarnation(ctx, sb)
+		}
+		if err != nil {
+			var ae *apiError
+			if r.Method == http.MethodDelete && errors.As(err, &ae) && ae.code == wire.CodeNotFound {
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
+			s.writeError(w, r, err)
+			return
+		}
+		h(w, r)
+	}
+}
+
+type incarnationKey struct{}
+
+// checkIncarnation returns not_found when the request named an incarnation
+// (see scoped) other than sb's.
+func checkIncarnation(ctx context.Context, sb registry.Sandbox) error {
+	want, _ := ctx.Value(incarnationKey{}).(string)
+	if want == "" || want == sb.Incarnation {
+		return nil
+	}
+	return errNotFound("sandbox %q: incarnation %s does not exist (the live one is %s)", sb.Name, want, sb.Incarnation)
 }
 
 var routeMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete}

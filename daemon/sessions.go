@@ -43,7 +43,7 @@ func streamsOf(tty bool) []string {
 }
 
 func toWireExit(e journal.Exit) wire.Exit {
-	return wire.Exit{Reason: e.Reason, Code: e.Code, Signal: e.Signal, Detail: e.Detail, Lengths: e.Lengths, Time: e.Time}
+	return wire.Exit{Reason: e.Reason, Code: e.Code, Signal: e.Signal, Detail: e.Detail, Lengths: e.Lengths, Time: e.Time, Terminated: e.Terminated}
 }
 
 func toWireSession(ss registry.Session) wire.Session {
@@ -62,6 +62,40 @@ func toWireSession(ss registry.Session) wire.Session {
 		Streams:   streamsOf(ss.Request.TTY),
 		Exit:      ss.Exit,
 	}
+}
+
+// wireSession is toWireSession plus what only the session's files and shim
+// know: the current length of each stream (the exit record's once it
+// ended) and, while it runs, the shim's journal write error. Both are best
+// effort: a journal or shim that does not answer leaves them out.
+func (s *server) wireSession(ctx context.Context, ss registry.Session) wire.Session {
+	out := toWireSession(ss)
+	if out.Exit != nil {
+		out.Lengths = out.Exit.Lengths
+		return out
+	}
+	dir := s.sessionDir(ss)
+	if j, err := journal.Open(journalDir(dir)); err == nil {
+		lengths := map[string]int64{}
+		for _, name := range j.Streams() {
+			if _, end, err := j.Bounds(name); err == nil {
+				lengths[name] = end
+			}
+		}
+		j.Close()
+		out.Lengths = lengths
+	}
+	if ss.State == wire.SessionRunning {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if c, err := shim.Dial(sctx, dir); err == nil {
+			if st, err := c.Status(sctx); err == nil {
+				out.WriteError = st.WriteError
+			}
+			c.Close()
+		}
+	}
+	return out
 }
 
 // session looks up the session in the path: 404 not_found only when the
@@ -83,6 +117,11 @@ func (s *server) session(r *http.Request) (registry.Session, error) {
 	}
 	if err != nil {
 		return ss, errUnavailable("read registry: %v", err)
+	}
+	// Session ids are scoped to an incarnation: a session recorded for
+	// another one than the caller names is not the caller's.
+	if want, _ := r.Context().Value(incarnationKey{}).(string); want != "" && ss.Incarnation != "" && ss.Incarnation != want {
+		return ss, errNotFound("sandbox %q: incarnation %s does not exist (the live one is %s)", name, want, ss.Incarnation)
 	}
 	return ss, nil
 }
@@ -152,6 +191,9 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession)
 	}
 	var sb registry.Sandbox
 	cur, err := s.reg.CreateSession(ss, func(rec registry.Sandbox) error {
+		if err := checkIncarnation(ctx, rec); err != nil {
+			return err
+		}
 		if rec.State == wire.SandboxSuspended {
 			return errConflict("sandbox suspended")
 		}
@@ -401,6 +443,12 @@ func (s *server) terminate(ctx context.Context, ss registry.Session, grace time.
 	}
 	defer c.Close()
 	e, err := c.Terminate(tctx, grace)
+	if errors.Is(err, shim.ErrWriteFailed) {
+		// The command has ended but its exit record cannot be written
+		// (disk full): say so now rather than wait out the deadline. The
+		// shim publishes the record once there is space.
+		return ss, err
+	}
 	if err != nil {
 		return uncertain(err)
 	}
@@ -486,7 +534,7 @@ func (s *server) handleCreateSession(w http.ResponseWriter, r *http.Request) {
 	if created {
 		status = http.StatusCreated
 	}
-	s.writeJSON(w, status, toWireSession(ss))
+	s.writeJSON(w, status, s.wireSession(r.Context(), ss))
 }
 
 func (s *server) handleListSessions(w http.ResponseWriter, r *http.Request) {
@@ -508,7 +556,7 @@ func (s *server) handleListSessions(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-		out.Sessions = append(out.Sessions, toWireSession(ss))
+		out.Sessions = append(out.Sessions, s.wireSession(r.Context(), ss))
 	}
 	s.writeJSON(w, http.StatusOK, out)
 }
@@ -522,7 +570,7 @@ func (s *server) handleGetSession(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.writeJSON(w, http.StatusOK, toWireSession(ss))
+	s.writeJSON(w, http.StatusOK, s.wireSession(r.Context(), ss))
 }
 
 // control runs fn against the session's shim. A session that ended (or

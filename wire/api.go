@@ -24,6 +24,12 @@ const (
 	HeaderStreamEnd = "Runner-Stream-End"
 )
 
+// QueryIncarnation is the optional query parameter of every
+// /v1/sandboxes/{name}/... route that names the incarnation the caller
+// holds: when the live sandbox of that name has another one (or none),
+// the answer is 404 not_found, and a DELETE is 204 and touches nothing.
+const QueryIncarnation = "incarnation"
+
 // Sandbox states.
 const (
 	SandboxRunning   = "running"
@@ -113,13 +119,18 @@ type URL struct {
 // 128+Signal, the shell convention); "lost" means the session's supervisor
 // died without recording an exit, and Code is then not an exit status.
 // Lengths is the final length in bytes of every stream of the session.
+// Terminated says the command ended after a stop was asked for through
+// terminate (POST .../terminate, suspend, destroy, an exec's timeout); Code
+// and Signal still say how it ended. Absent (false) in records of daemons
+// that predate it.
 type Exit struct {
-	Reason  string           `json:"reason"`
-	Code    int              `json:"code"`
-	Signal  int              `json:"signal,omitempty"`
-	Detail  string           `json:"detail,omitempty"`
-	Lengths map[string]int64 `json:"lengths,omitempty"`
-	Time    time.Time        `json:"time"`
+	Reason     string           `json:"reason"`
+	Code       int              `json:"code"`
+	Signal     int              `json:"signal,omitempty"`
+	Detail     string           `json:"detail,omitempty"`
+	Lengths    map[string]int64 `json:"lengths,omitempty"`
+	Time       time.Time        `json:"time"`
+	Terminated bool             `json:"terminated,omitempty"`
 }
 
 // CreateSession is the body of POST /v1/sandboxes/{name}/sessions.
@@ -135,17 +146,23 @@ type CreateSession struct {
 	Cols int      `json:"cols,omitempty"`
 }
 
-// Session describes one session.
+// Session describes one session. Lengths is the length in bytes of each
+// stream as the daemon answered (growing while the session runs; the exit
+// record's lengths once it ended). WriteError, when not empty, says the
+// session's journal cannot be written now (disk full): output and the
+// exit record wait for space.
 type Session struct {
-	ID        string    `json:"id"`
-	Sandbox   string    `json:"sandbox"`
-	Argv      []string  `json:"argv"`
-	TTY       bool      `json:"tty"`
-	State     string    `json:"state"`
-	PID       int       `json:"pid,omitempty"`
-	StartedAt time.Time `json:"started_at"`
-	Streams   []string  `json:"streams"`
-	Exit      *Exit     `json:"exit,omitempty"`
+	ID         string           `json:"id"`
+	Sandbox    string           `json:"sandbox"`
+	Argv       []string         `json:"argv"`
+	TTY        bool             `json:"tty"`
+	State      string           `json:"state"`
+	PID        int              `json:"pid,omitempty"`
+	StartedAt  time.Time        `json:"started_at"`
+	Streams    []string         `json:"streams"`
+	Lengths    map[string]int64 `json:"lengths,omitempty"`
+	WriteError string           `json:"write_error,omitempty"`
+	Exit       *Exit            `json:"exit,omitempty"`
 }
 
 // SessionList is the answer of GET /v1/sandboxes/{name}/sessions: every
@@ -226,4 +243,20 @@ type Capabilities struct {
 type Health struct {
 	Status  string `json:"status"`
 	Version string `json:"version,omitempty"`
+}
+
+// ListenFile is the name, in runnerd's state directory, of the file that
+// says where the running daemon listens (JSON [Listen]). runnerd writes it
+// (mode 0600) once its listeners are open, rewrites it at each start and
+// removes it when it stops cleanly; a daemon killed with -9 leaves it
+// behind, pointing at addresses nothing may answer.
+const ListenFile = "listen.json"
+
+// Listen is the content of [ListenFile]: the daemon's actual addresses.
+// TCP is host:port ("" without a TCP listener); Socket is the unix
+// socket's path ("" without one).
+type Listen struct {
+	TCP    string `json:"tcp,omitempty"`
+	Socket string `json:"socket,omitempty"`
+	PID    int    `json:"pid,omitempty"`
 }
