@@ -22,6 +22,7 @@ const module = "github.com/agentrunner/runner"
 // binaries are the executables a run builds.
 type binaries struct {
 	runnerd  string // cmd/runnerd
+	shim     string // cmd/runner-shim: the sessions' supervisor, as the installed unit runs it
 	writer   string // bench/internal/writer: the follow-latency command
 	profshim string // bench/internal/profshim (profile runs only)
 }
@@ -33,7 +34,7 @@ func build(ctx context.Context, dir string, profiling bool) (binaries, error) {
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		return binaries{}, err
 	}
-	pkgs := []string{module + "/cmd/runnerd", module + "/bench/internal/writer"}
+	pkgs := []string{module + "/cmd/runnerd", module + "/cmd/runner-shim", module + "/bench/internal/writer"}
 	if profiling {
 		pkgs = append(pkgs, module+"/bench/internal/profshim")
 	}
@@ -41,7 +42,7 @@ func build(ctx context.Context, dir string, profiling bool) (binaries, error) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return binaries{}, fmt.Errorf("build runnerd: %v\n%s", err, out)
 	}
-	b := binaries{runnerd: filepath.Join(bin, "runnerd"), writer: filepath.Join(bin, "writer")}
+	b := binaries{runnerd: filepath.Join(bin, "runnerd"), shim: filepath.Join(bin, "runner-shim"), writer: filepath.Join(bin, "writer")}
 	if profiling {
 		b.profshim = filepath.Join(bin, "profshim")
 	}
@@ -87,7 +88,11 @@ func startDaemon(ctx context.Context, dir string, bins binaries) (*daemonProc, e
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bins.runnerd, "-state", state, "-listen", addr, "-socket", "none", "-log-level", "warn")
+	// As installed (systemd/runnerd.service): sessions under runner-shim.
+	// Network containment off: as root it would set up nftables in the
+	// real host's namespace, and no figure here needs it.
+	cmd := exec.Command(bins.runnerd, "-state", state, "-listen", addr, "-socket", "none", "-log-level", "warn",
+		"-shim", bins.shim, "-netpolicy", "off")
 	cmd.Env = append(os.Environ(), "RUNNERD_TOKEN="+token)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

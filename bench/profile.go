@@ -98,6 +98,7 @@ func startInProcess(ctx context.Context, state string, shimCmd []string) (*daemo
 			TCPListener: l,
 			Token:       token,
 			ShimCommand: shimCmd,
+			NetPolicy:   daemon.NetPolicyOff, // never touch the real host's network
 			Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
 			Ready:       func(string) { close(ready) },
 		})
