@@ -381,8 +381,10 @@ Global flags (accepted before or after the command):
 Finding the daemon: with no --url and no RUNNERD_URL, runner looks for runnerd's
 state directory where runnerd itself would put it ($STATE_DIRECTORY,
 $RUNNERD_STATE, $XDG_STATE_HOME/runnerd, ~/.local/state/runnerd,
-/var/lib/runnerd), connects to STATE/runnerd.sock (else 127.0.0.1:7323) and
-reads the token from STATE/token. The token is never printed.
+/var/lib/runnerd), connects where STATE/listen.json says runnerd serves (its
+unix socket, else its TCP address; runnerd writes it at every start) and reads
+the token from STATE/token. It never guesses an address. The token is never
+printed.
 
 Errors print as "runner: <what failed>: <error code>: <detail>".
 
