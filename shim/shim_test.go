@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(launcherHelper())
 	}
+	if os.Getenv(poolHelperEnv) != "" {
+		os.Exit(poolHelper())
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

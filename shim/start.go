@@ -18,6 +18,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The readiness protocol on the pipe Start hands the shim (fd 3): exactly
@@ -66,6 +68,13 @@ func Start(ctx context.Context, exe []string, dir string, spec Spec) (Status, er
 	if len(exe) == 0 {
 		return Status{}, fmt.Errorf("start shim: %w: empty exe", ErrInvalid)
 	}
+	return startWith(ctx, dir, spec, func(dir string) (Status, error) { return launch(ctx, exe, dir) })
+}
+
+// startWith prepares the session directory for spec, runs launch (which
+// starts a shim on dir and returns its readiness), and cleans up after a
+// start error.
+func startWith(ctx context.Context, dir string, spec Spec, launch func(dir string) (Status, error)) (Status, error) {
 	if err := spec.validate(); err != nil {
 		return Status{}, fmt.Errorf("start shim: %w", err)
 	}
@@ -112,7 +121,7 @@ func Start(ctx context.Context, exe []string, dir string, spec Spec) (Status, er
 		}
 	}
 
-	st, err := launch(ctx, exe, dir)
+	st, err := launch(dir)
 	if err != nil {
 		var se *StartError
 		if errors.As(err, &se) {
@@ -141,6 +150,16 @@ func launch(ctx context.Context, exe []string, dir string) (Status, error) {
 	// The intermediate exits as soon as the real shim is started.
 	werr := cmd.Wait()
 
+	return awaitReady(ctx, r, werr)
+}
+
+// awaitReady reads the readiness line from r (a pipe or socket that
+// supports deadlines). werr is what is known of a process that exited on
+// the way, for the message when nothing was reported.
+func awaitReady(ctx context.Context, r interface {
+	io.Reader
+	SetReadDeadline(time.Time) error
+}, werr error) (Status, error) {
 	stop := context.AfterFunc(ctx, func() { r.SetReadDeadline(time.Now()) })
 	defer stop()
 	line, rerr := readLine(r, 4096)
@@ -193,10 +212,18 @@ func parseReady(line string) (Status, error) {
 // theirs). It returns the process exit status.
 //
 //	[--detach] [--ready-fd N] DIR
+//	[--detach] --warm-fd N
 //
 // --detach (used by Start) re-executes the same program without it in a
 // new session and returns at once. --ready-fd names the inherited pipe for
 // the readiness line. DIR is the session directory holding spec.json.
+//
+// --warm-fd (used by Pool) makes a warm shim: it names an inherited
+// socket on which the shim says "warm SHIMPID" once it is up, then waits
+// for one line, the session directory; from there it is the shim of that
+// directory and answers the readiness line on the same socket. EOF before
+// a complete line (its pool closed it, or the pool's process died) makes
+// it exit 0 at once, having touched nothing.
 //
 // Main is also the shim's internal helper for Spec.ResolvConf: with the
 // single argument "__runner_nsexec" it prepares a mount namespace and
@@ -210,8 +237,21 @@ func Main(args []string) int {
 	fset := flag.NewFlagSet("shim", flag.ContinueOnError)
 	detachFlag := fset.Bool("detach", false, "re-execute detached in a new session, then exit (used by Start)")
 	readyFD := fset.Int("ready-fd", -1, "inherited file descriptor for the readiness line")
+	warmFD := fset.Int("warm-fd", -1, "inherited socket: wait on it for the session directory (used by Pool)")
 	if err := fset.Parse(args); err != nil {
 		return 2
+	}
+	if *warmFD >= 0 {
+		if fset.NArg() != 0 || *readyFD >= 0 {
+			fmt.Fprintln(os.Stderr, "shim: --warm-fd takes no directory and no --ready-fd")
+			return 2
+		}
+		syscall.CloseOnExec(*warmFD)
+		sock := os.NewFile(uintptr(*warmFD), "warm")
+		if *detachFlag {
+			return detach(args, "", sock)
+		}
+		return warmMain(sock)
 	}
 	if fset.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "shim: want exactly one session directory")
@@ -227,12 +267,52 @@ func Main(args []string) int {
 		return detach(args, dir, ready)
 	}
 
-	// An idle shim should be small: one P, a collector that runs often on a
-	// tiny heap, and the memory limit as a backstop.
+	setSmall()
+	return serve(dir, ready)
+}
+
+// setSmall tunes the runtime for an idle shim: one P, a collector that
+// runs often on a tiny heap, and the memory limit as a backstop.
+func setSmall() {
 	runtime.GOMAXPROCS(1)
 	debug.SetGCPercent(50)
 	debug.SetMemoryLimit(8 << 20)
+}
 
+// warmMain is a warm shim's life: announce itself, wait for a session
+// directory, then serve it like a shim started for it.
+func warmMain(sock *os.File) int {
+	setSmall()
+	if _, err := fmt.Fprintf(sock, "warm %d\n", os.Getpid()); err != nil {
+		return 0
+	}
+	// One complete line; a partial one at EOF is the pool going away
+	// mid-write, and is ignored like EOF.
+	var buf []byte
+	b := make([]byte, 512)
+	for bytes.IndexByte(buf, '\n') < 0 {
+		n, err := sock.Read(b)
+		buf = append(buf, b[:n]...)
+		if err != nil && bytes.IndexByte(buf, '\n') < 0 || len(buf) > 4096 {
+			return 0
+		}
+	}
+	dir := string(buf[:bytes.IndexByte(buf, '\n')])
+	if !filepath.IsAbs(dir) {
+		return 0
+	}
+	// From here on this is dir's shim: its stderr goes to dir's log, as a
+	// cold start's does.
+	if log, err := os.OpenFile(filepath.Join(dir, LogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600); err == nil {
+		unix.Dup3(int(log.Fd()), 1, 0)
+		unix.Dup3(int(log.Fd()), 2, 0)
+		log.Close()
+	}
+	return serve(dir, sock)
+}
+
+// serve runs the shim of dir, reporting readiness on ready (if not nil).
+func serve(dir string, ready *os.File) int {
 	s, err := newServer(dir)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "shim %s: %v\n", dir, err)
@@ -265,6 +345,9 @@ func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
 // detach starts the real shim in a new session with the same arguments
 // minus --detach, its stderr in the session's shim.log, and returns without
 // waiting: this process exits and the shim is reparented away.
+//
+// For a warm shim (dir empty) stdout and stderr are /dev/null until it is
+// given a session.
 func detach(args []string, dir string, ready *os.File) int {
 	fail := func(err error) int {
 		report(ready, fmt.Sprintf("error %d %d %s", os.Getpid(), errnoOf(err), oneLine(err.Error())))
@@ -282,7 +365,11 @@ func detach(args []string, dir string, ready *os.File) int {
 			rest = append(rest, a)
 		}
 	}
-	log, err := os.OpenFile(filepath.Join(dir, LogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	logPath := os.DevNull
+	if dir != "" {
+		logPath = filepath.Join(dir, LogFile)
+	}
+	log, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return fail(fmt.Errorf("open shim log: %w", err))
 	}
@@ -291,8 +378,8 @@ func detach(args []string, dir string, ready *os.File) int {
 		Stdout: log, Stderr: log, SysProcAttr: &syscall.SysProcAttr{Setsid: true}}
 	if ready != nil {
 		cmd.ExtraFiles = []*os.File{ready} // fd 3 in the shim, as the flag says
-		if !strings.Contains(strings.Join(rest, " "), "--ready-fd=3") {
-			return fail(errors.New("detach: --ready-fd must be 3"))
+		if j := strings.Join(rest, " "); !strings.Contains(j, "--ready-fd=3") && !strings.Contains(j, "--warm-fd=3") {
+			return fail(errors.New("detach: --ready-fd or --warm-fd must be 3"))
 		}
 	}
 	if err := cmd.Start(); err != nil {

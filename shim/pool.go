@@ -1,0 +1,269 @@
+package shim
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Pool keeps warm shims: shim processes already started and detached, each
+// waiting on a socket for a session directory, so that a start through the
+// pool costs the command's fork/exec plus one round trip instead of two Go
+// process starts (docs/benchmarks.md has the figures).
+//
+// A warm shim is started like any shim, through the short-lived --detach
+// intermediate (its own session, reparented away, never a child of the
+// pool's process), but in the background: a taken shim is replaced after
+// the start that took it has its answer. It exits at once when its socket
+// reaches EOF, which happens when Close shuts it or when the process
+// holding the pool dies (the kernel closes the pool's end): a crashed or
+// stopped runnerd never leaves warm shims behind. A shim that was given a
+// session no longer reads that socket; it is the session's shim, detached
+// like one started by Start, and survives its launcher.
+//
+// Pool is safe for concurrent use. Whoever calls NewPool must call Close.
+type Pool struct {
+	exe  []string
+	size int
+
+	kick      chan struct{} // a refill is wanted; buffered 1
+	stop      chan struct{} // closed by Close
+	done      chan struct{} // closed when the refill goroutine returned
+	closeOnce sync.Once
+
+	// mu guards idle and closed.
+	mu     sync.Mutex
+	idle   []*warmShim
+	closed bool
+}
+
+// warmShim is one idle warm shim, owned by the pool until taken.
+type warmShim struct {
+	conn *net.UnixConn // our end of its socket
+	pid  int
+}
+
+// warmTimeout bounds how long a refill waits for a new warm shim to say it
+// is up.
+const warmTimeout = 30 * time.Second
+
+// NewPool starts a pool that keeps size warm shims of exe (the argv prefix
+// that runs [Main], as for [Start]) and returns at once; the shims start
+// in the background. A size below 1 keeps none: Start then starts every
+// shim cold.
+func NewPool(exe []string, size int) *Pool {
+	p := &Pool{exe: append([]string(nil), exe...), size: size,
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go p.refill()
+	p.wake()
+	return p
+}
+
+// Start is [Start] through a warm shim: the same directory handling,
+// readiness (after the command's execve), errors and detachment. With no
+// warm shim idle (the pool is empty, still filling, or closed) it starts
+// the shim cold, exactly as Start does.
+func (p *Pool) Start(ctx context.Context, dir string, spec Spec) (Status, error) {
+	if len(p.exe) == 0 {
+		return Status{}, fmt.Errorf("start shim: %w: empty exe", ErrInvalid)
+	}
+	return startWith(ctx, dir, spec, func(dir string) (Status, error) {
+		for {
+			w := p.take()
+			if w == nil {
+				return launch(ctx, p.exe, dir)
+			}
+			st, sent, err := w.give(ctx, dir)
+			if sent {
+				return st, err
+			}
+			// It died while idle (killed by someone): it never saw dir.
+		}
+	})
+}
+
+// Close stops refilling, makes every idle warm shim exit and waits until
+// each has closed its socket (it has exited), and waits for the refill
+// goroutine. Shims already given a session are not touched. Close is
+// idempotent; Start after Close starts shims cold.
+func (p *Pool) Close() error {
+	p.closeOnce.Do(func() {
+		p.mu.Lock()
+		p.closed = true
+		idle := p.idle
+		p.idle = nil
+		p.mu.Unlock()
+		close(p.stop)
+		<-p.done
+		var wg sync.WaitGroup
+		for _, w := range idle {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w.retire()
+			}()
+		}
+		wg.Wait()
+	})
+	return nil
+}
+
+func (p *Pool) wake() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// take removes one idle warm shim, or returns nil, and asks for a refill.
+func (p *Pool) take() *warmShim {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.idle) == 0 {
+		return nil
+	}
+	w := p.idle[0]
+	p.idle = p.idle[1:]
+	p.wake()
+	return w
+}
+
+// pids returns the pids of the idle warm shims.
+func (p *Pool) pids() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []int
+	for _, w := range p.idle {
+		out = append(out, w.pid)
+	}
+	return out
+}
+
+// refill keeps the pool at size until stop is closed. A failed start is
+// retried with backoff, so a broken shim binary costs a start a second at
+// most, not a busy loop.
+func (p *Pool) refill() {
+	defer close(p.done)
+	backoff := 100 * time.Millisecond
+	for {
+		for {
+			p.mu.Lock()
+			want := !p.closed && len(p.idle) < p.size
+			p.mu.Unlock()
+			if !want {
+				break
+			}
+			w, err := p.startWarm()
+			if err != nil {
+				select {
+				case <-p.stop:
+					return
+				case <-time.After(backoff):
+				}
+				backoff = min(2*backoff, 5*time.Second)
+				continue
+			}
+			backoff = 100 * time.Millisecond
+			p.mu.Lock()
+			if p.closed {
+				p.mu.Unlock()
+				w.retire()
+				return
+			}
+			p.idle = append(p.idle, w)
+			p.mu.Unlock()
+		}
+		select {
+		case <-p.stop:
+			return
+		case <-p.kick:
+		}
+	}
+}
+
+// startWarm starts one warm shim through the --detach intermediate and
+// waits for its "warm PID" line.
+func (p *Pool) startWarm() (*warmShim, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("start warm shim: %w", err)
+	}
+	child := os.NewFile(uintptr(fds[1]), "warm-child")
+	pf := os.NewFile(uintptr(fds[0]), "warm")
+	c, err := net.FileConn(pf)
+	pf.Close()
+	if err != nil {
+		child.Close()
+		return nil, fmt.Errorf("start warm shim: %w", err)
+	}
+	conn := c.(*net.UnixConn)
+	args := append(append([]string{}, p.exe[1:]...), "--detach", "--warm-fd=3")
+	cmd := exec.Command(p.exe[0], args...)
+	cmd.ExtraFiles = []*os.File{child}
+	err = cmd.Start()
+	child.Close()
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("start warm shim: %w", err)
+	}
+	cmd.Wait() // the intermediate exits once the shim is started
+
+	ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { conn.SetReadDeadline(time.Now()) })
+	defer stop()
+	go func() {
+		select {
+		case <-p.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	line, err := readLine(conn, 4096)
+	f := strings.Fields(line)
+	if err != nil || len(f) != 2 || f[0] != "warm" {
+		conn.Close()
+		return nil, fmt.Errorf("start warm shim: got %q (%v)", line, err)
+	}
+	pid, err := strconv.Atoi(f[1])
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("start warm shim: got %q", line)
+	}
+	conn.SetReadDeadline(time.Time{})
+	return &warmShim{conn: conn, pid: pid}, nil
+}
+
+// give hands dir to the warm shim and waits for its readiness line. sent
+// is false when the shim could not be reached (it died while idle), in
+// which case it never saw dir.
+func (w *warmShim) give(ctx context.Context, dir string) (st Status, sent bool, err error) {
+	defer w.conn.Close()
+	if _, err := w.conn.Write([]byte(dir + "\n")); err != nil {
+		return Status{}, false, err
+	}
+	st, err = awaitReady(ctx, w.conn, nil)
+	return st, true, err
+}
+
+// retire makes an idle warm shim exit and waits (bounded) until it has:
+// it sees EOF, returns, and its end of the socket closes with the process.
+func (w *warmShim) retire() {
+	w.conn.CloseWrite()
+	w.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var b [64]byte
+	for {
+		if _, err := w.conn.Read(b[:]); err != nil {
+			break
+		}
+	}
+	w.conn.Close()
+}
