@@ -9,7 +9,7 @@ import (
 	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/adapter/conformance"
 	"github.com/agentrunner/runner/client"
-	"github.com/agentrunner/runner/daemon/netlab"
+	"github.com/agentrunner/runner/netpolicy/netlab"
 )
 
 // conformanceOptions are short deadlines, so that a call during an induced
@@ -98,7 +98,7 @@ func TestConformanceKillRestart(t *testing.T) {
 // TestConformanceNetworkPolicy runs the network_policy subtest for real:
 // runnerd enforces policies (as root, with network namespaces and
 // nf_tables), but only inside a world of namespaces the test builds
-// (daemon/netlab), so the real host's network is never touched. The probe
+// (netpolicy/netlab), so the real host's network is never touched. The probe
 // connects to a test host in that world; nothing else is ever addressed.
 func TestConformanceNetworkPolicy(t *testing.T) {
 	lab := netlab.New(t) // skips, loudly, without root, netns or nf_tables

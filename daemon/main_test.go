@@ -19,7 +19,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/agentrunner/runner/daemon"
-	"github.com/agentrunner/runner/daemon/netlab"
+	"github.com/agentrunner/runner/netpolicy/netlab"
 	"github.com/agentrunner/runner/wire"
 )
 

@@ -20,7 +20,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/agentrunner/runner/daemon"
-	"github.com/agentrunner/runner/daemon/netlab"
+	"github.com/agentrunner/runner/netpolicy/netlab"
 	"github.com/agentrunner/runner/wire"
 )
 

@@ -1,4 +1,4 @@
-package netpolicy
+package netpolicy_test
 
 import (
 	"context"
@@ -13,6 +13,9 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/userdata"
 	"github.com/vishvananda/netlink"
+
+	"github.com/agentrunner/runner/netpolicy"
+	"github.com/agentrunner/runner/netpolicy/netlab"
 )
 
 func TestRawIPAndCIDREntries(t *testing.T) {
@@ -21,40 +24,40 @@ func TestRawIPAndCIDREntries(t *testing.T) {
 	sb := setup(t, m, "raw-ip")
 	ctx := context.Background()
 
-	if err := m.SetPolicy(ctx, sb.ID, Policy{Allow: []string{ipB.String()}}); err != nil {
+	if err := m.SetPolicy(ctx, sb.ID, netpolicy.Policy{Allow: []string{netlab.B.String()}}); err != nil {
 		t.Fatalf("SetPolicy: %v", err)
 	}
-	wantConnect(t, sb, ipB)
-	wantNoConnect(t, sb, ipA)
+	wantConnect(t, sb, netlab.B)
+	wantNoConnect(t, sb, netlab.A)
 	wantRefused(t, sb, "allowed.test")
 
 	// A CIDR admits everything inside it, nothing outside it.
-	if err := m.SetPolicy(ctx, sb.ID, Policy{Allow: []string{"10.99.0.2/31", "10.99.0.3"}}); err != nil {
+	if err := m.SetPolicy(ctx, sb.ID, netpolicy.Policy{Allow: []string{"10.99.0.2/31", "10.99.0.3"}}); err != nil {
 		t.Fatalf("SetPolicy(cidr): %v", err)
 	}
-	wantConnect(t, sb, ipA)
-	wantConnect(t, sb, ipB)
-	wantNoDNS(t, sb, ipC)
+	wantConnect(t, sb, netlab.A)
+	wantConnect(t, sb, netlab.B)
+	wantNoDNS(t, sb, netlab.C)
 
 	// A wildcard admits names below it, not the apex.
-	if err := m.SetPolicy(ctx, sb.ID, Policy{Allow: []string{"*.wild.test"}}); err != nil {
+	if err := m.SetPolicy(ctx, sb.ID, netpolicy.Policy{Allow: []string{"*.wild.test"}}); err != nil {
 		t.Fatalf("SetPolicy(wildcard): %v", err)
 	}
-	wantNoConnect(t, sb, ipA) // narrowing revoked the CIDR
+	wantNoConnect(t, sb, netlab.A) // narrowing revoked the CIDR
 	wantRefused(t, sb, "wild.test")
-	wantResolves(t, sb, "sub.wild.test", ipA)
-	wantConnect(t, sb, ipA)
-	wantNoConnect(t, sb, ipB)
+	wantResolves(t, sb, "sub.wild.test", netlab.A)
+	wantConnect(t, sb, netlab.A)
+	wantNoConnect(t, sb, netlab.B)
 
 	got, err := m.Policy(ctx, sb.ID)
 	if err != nil || !slices.Equal(got.Allow, []string{"*.wild.test"}) {
 		t.Fatalf("Policy: got %v, %v; want [*.wild.test]", got, err)
 	}
 	// An invalid policy changes nothing.
-	if err := m.SetPolicy(ctx, sb.ID, Policy{Allow: []string{"allowed.test:443"}}); !errors.Is(err, ErrInvalidPolicy) {
+	if err := m.SetPolicy(ctx, sb.ID, netpolicy.Policy{Allow: []string{"allowed.test:443"}}); !errors.Is(err, netpolicy.ErrInvalidPolicy) {
 		t.Fatalf("SetPolicy(host:port): got %v, want ErrInvalidPolicy", err)
 	}
-	wantConnect(t, sb, ipA)
+	wantConnect(t, sb, netlab.A)
 }
 
 // kernelState summarizes what the package holds in the host namespace.
@@ -65,9 +68,9 @@ type kernelState struct {
 	links    []string
 }
 
-func snapshot(t *testing.T, l *lab, m *Manager) kernelState {
+func snapshot(t *testing.T, l *lab, m *netpolicy.Manager) kernelState {
 	t.Helper()
-	c, err := nftables.New(nftables.WithNetNSFd(int(l.host)))
+	c, err := nftables.New(nftables.WithNetNSFd(int(l.Host)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +80,7 @@ func snapshot(t *testing.T, l *lab, m *Manager) kernelState {
 		t.Fatal(err)
 	}
 	for _, ch := range chains {
-		if ch.Table.Name != m.cfg.Table {
+		if ch.Table.Name != m.TableName() {
 			continue
 		}
 		rules, err := c.GetRules(ch.Table, ch)
@@ -91,14 +94,14 @@ func snapshot(t *testing.T, l *lab, m *Manager) kernelState {
 			}
 		}
 	}
-	sets, err := c.GetSets(&nftables.Table{Name: m.cfg.Table, Family: nftables.TableFamilyINet})
+	sets, err := c.GetSets(&nftables.Table{Name: m.TableName(), Family: nftables.TableFamilyINet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range sets {
 		ks.sets = append(ks.sets, s.Name)
 	}
-	h, err := netlink.NewHandleAt(l.host)
+	h, err := netlink.NewHandleAt(l.Host)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +134,7 @@ func TestSetupIdempotentAndTeardownRemovesEverything(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Setup: %v", err)
 	}
-	if err := m.SetPolicy(ctx, "idem", Policy{Allow: []string{"allowed.test", ipB.String()}}); err != nil {
+	if err := m.SetPolicy(ctx, "idem", netpolicy.Policy{Allow: []string{"allowed.test", netlab.B.String()}}); err != nil {
 		t.Fatalf("SetPolicy: %v", err)
 	}
 	once := snapshot(t, l, m)
@@ -149,9 +152,9 @@ func TestSetupIdempotentAndTeardownRemovesEverything(t *testing.T) {
 		t.Fatalf("dispatch rules: got %d, want 3", once.dispatch)
 	}
 	// Setup again keeps the policy.
-	wantConnect(t, sb2, ipB)
-	wantResolves(t, sb2, "allowed.test", ipA)
-	wantConnect(t, sb2, ipA)
+	wantConnect(t, sb2, netlab.B)
+	wantResolves(t, sb2, "allowed.test", netlab.A)
+	wantConnect(t, sb2, netlab.A)
 
 	// A second sandbox gets its own /30 and is isolated from the first.
 	other := setup(t, m, "idem-2")
@@ -174,15 +177,15 @@ func TestSetupIdempotentAndTeardownRemovesEverything(t *testing.T) {
 	if after := snapshot(t, l, m); !equalState(before, after) {
 		t.Fatalf("Teardown left state behind:\n got %+v\nwant %+v", after, before)
 	}
-	for _, p := range []string{sb1.NetNSPath, sb1.ResolvConfPath, m.recordPath("idem")} {
+	for _, p := range []string{sb1.NetNSPath, sb1.ResolvConfPath, m.RecordPath("idem")} {
 		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("Teardown left %s: %v", p, err)
 		}
 	}
-	if _, err := m.Policy(ctx, "idem"); !errors.Is(err, ErrUnknownSandbox) {
+	if _, err := m.Policy(ctx, "idem"); !errors.Is(err, netpolicy.ErrUnknownSandbox) {
 		t.Fatalf("Policy after Teardown: got %v, want ErrUnknownSandbox", err)
 	}
-	if err := m.SetPolicy(ctx, "idem", Policy{}); !errors.Is(err, ErrUnknownSandbox) {
+	if err := m.SetPolicy(ctx, "idem", netpolicy.Policy{}); !errors.Is(err, netpolicy.ErrUnknownSandbox) {
 		t.Fatalf("SetPolicy after Teardown: got %v, want ErrUnknownSandbox", err)
 	}
 }
@@ -190,7 +193,7 @@ func TestSetupIdempotentAndTeardownRemovesEverything(t *testing.T) {
 func TestReadoptAfterRestart(t *testing.T) {
 	l := newLab(t)
 	ctx := context.Background()
-	m1, err := New(ctx, l.cfg)
+	m1, err := netpolicy.New(ctx, l.cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -198,11 +201,11 @@ func TestReadoptAfterRestart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Setup: %v", err)
 	}
-	if err := m1.SetPolicy(ctx, sb1.ID, Policy{Allow: []string{"allowed.test"}}); err != nil {
+	if err := m1.SetPolicy(ctx, sb1.ID, netpolicy.Policy{Allow: []string{"allowed.test"}}); err != nil {
 		t.Fatalf("SetPolicy: %v", err)
 	}
-	wantResolves(t, sb1, "allowed.test", ipA)
-	wantConnect(t, sb1, ipA)
+	wantResolves(t, sb1, "allowed.test", netlab.A)
+	wantConnect(t, sb1, netlab.A)
 	state := snapshot(t, l, m1)
 	if err := m1.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -210,11 +213,11 @@ func TestReadoptAfterRestart(t *testing.T) {
 	if err := m1.Close(); err != nil {
 		t.Fatalf("Close again: %v", err)
 	}
-	if _, err := m1.Setup(ctx, "survivor"); !errors.Is(err, ErrClosed) {
+	if _, err := m1.Setup(ctx, "survivor"); !errors.Is(err, netpolicy.ErrClosed) {
 		t.Fatalf("Setup after Close: got %v, want ErrClosed", err)
 	}
 	// The daemon is down: the sandbox keeps its rules (still contained).
-	wantNoConnect(t, sb1, ipB)
+	wantNoConnect(t, sb1, netlab.B)
 	if _, _, err := resolveA(t, sb1, "allowed.test"); err == nil {
 		t.Fatalf("resolver answered after Close")
 	}
@@ -234,9 +237,9 @@ func TestReadoptAfterRestart(t *testing.T) {
 	if err != nil || !slices.Equal(p.Allow, []string{"allowed.test"}) {
 		t.Fatalf("Policy after re-adoption: got %v, %v; want [allowed.test]", p, err)
 	}
-	wantResolves(t, sb2, "allowed.test", ipA)
-	wantConnect(t, sb2, ipA)
-	wantNoConnect(t, sb2, ipB)
+	wantResolves(t, sb2, "allowed.test", netlab.A)
+	wantConnect(t, sb2, netlab.A)
+	wantNoConnect(t, sb2, netlab.B)
 	wantRefused(t, sb2, "other.test")
 }
 
@@ -245,22 +248,22 @@ func TestSetPolicyFailsClosed(t *testing.T) {
 	m := newManager(t, l)
 	sb := setup(t, m, "fail-closed")
 	ctx := context.Background()
-	if err := m.SetPolicy(ctx, sb.ID, Policy{Allow: []string{"allowed.test", ipB.String()}}); err != nil {
+	if err := m.SetPolicy(ctx, sb.ID, netpolicy.Policy{Allow: []string{"allowed.test", netlab.B.String()}}); err != nil {
 		t.Fatalf("SetPolicy: %v", err)
 	}
-	wantResolves(t, sb, "allowed.test", ipA)
-	wantConnect(t, sb, ipA)
+	wantResolves(t, sb, "allowed.test", netlab.A)
+	wantConnect(t, sb, netlab.A)
 
 	boom := errors.New("injected kernel failure")
-	m.failSetPolicy = boom
-	if err := m.SetPolicy(ctx, sb.ID, Policy{Allow: []string{"allowed.test", ipB.String(), "other.test"}}); !errors.Is(err, boom) {
+	m.FailSetPolicy(boom)
+	if err := m.SetPolicy(ctx, sb.ID, netpolicy.Policy{Allow: []string{"allowed.test", netlab.B.String(), "other.test"}}); !errors.Is(err, boom) {
 		t.Fatalf("SetPolicy with failure: got %v, want %v", err, boom)
 	}
-	m.failSetPolicy = nil
+	m.FailSetPolicy(nil)
 	// Everything is shut, including what the old policy allowed, and the
 	// reported policy says so.
-	wantNoConnect(t, sb, ipA)
-	wantNoConnect(t, sb, ipB)
+	wantNoConnect(t, sb, netlab.A)
+	wantNoConnect(t, sb, netlab.B)
 	wantRefused(t, sb, "allowed.test")
 	wantRefused(t, sb, "other.test")
 	if p, err := m.Policy(ctx, sb.ID); err != nil || len(p.Allow) != 0 {
@@ -273,16 +276,16 @@ func TestRunInNetNS(t *testing.T) {
 	m := newManager(t, l)
 	sb := setup(t, m, "spawn")
 	cmd := exec.Command("/bin/sleep", "30")
-	if err := RunInNetNS(sb.NetNSPath, cmd.Start); err != nil {
+	if err := netpolicy.RunInNetNS(sb.NetNSPath, cmd.Start); err != nil {
 		t.Fatalf("start in netns: %v", err)
 	}
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	in, err := ProcessInNetNS(cmd.Process.Pid, sb.NetNSPath)
+	in, err := netpolicy.ProcessInNetNS(cmd.Process.Pid, sb.NetNSPath)
 	if err != nil || !in {
-		t.Fatalf("ProcessInNetNS(child): got %v, %v; want true", in, err)
+		t.Fatalf("netpolicy.ProcessInNetNS(child): got %v, %v; want true", in, err)
 	}
-	in, err = ProcessInNetNS(os.Getpid(), sb.NetNSPath)
+	in, err = netpolicy.ProcessInNetNS(os.Getpid(), sb.NetNSPath)
 	if err != nil || in {
-		t.Fatalf("ProcessInNetNS(self): got %v, %v; want false", in, err)
+		t.Fatalf("netpolicy.ProcessInNetNS(self): got %v, %v; want false", in, err)
 	}
 }

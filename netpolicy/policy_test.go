@@ -11,9 +11,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-
-	"github.com/google/nftables"
-	"github.com/vishvananda/netlink"
 )
 
 func TestParsePolicy(t *testing.T) {
@@ -195,41 +192,4 @@ func TestNewRefusesWithoutPrivilege(t *testing.T) {
 	if !strings.Contains(string(out), "--- PASS: TestNewRefusesWithoutPrivilege") {
 		t.Fatalf("unprivileged child did not run the check:\n%s", out)
 	}
-}
-
-// TestMain checks that the kernel tests never touched the real host
-// namespace: its forwarding switch, its links and its nftables tables.
-func TestMain(m *testing.M) {
-	type hostView struct {
-		fwd    string
-		links  []string
-		tables []string
-	}
-	view := func() (v hostView) {
-		b, _ := os.ReadFile("/proc/sys/net/ipv4/ip_forward")
-		v.fwd = string(b)
-		if links, err := netlink.LinkList(); err == nil {
-			for _, l := range links {
-				v.links = append(v.links, l.Attrs().Name)
-			}
-		}
-		if c, err := nftables.New(); err == nil {
-			if ts, err := c.ListTables(); err == nil {
-				for _, t := range ts {
-					v.tables = append(v.tables, t.Name)
-				}
-			}
-		}
-		slices.Sort(v.links)
-		slices.Sort(v.tables)
-		return v
-	}
-	before := view()
-	code := m.Run()
-	after := view()
-	if before.fwd != after.fwd || !slices.Equal(before.links, after.links) || !slices.Equal(before.tables, after.tables) {
-		println("netpolicy tests modified the real host namespace:", before.fwd, after.fwd)
-		code = 1
-	}
-	os.Exit(code)
 }

@@ -1,23 +1,24 @@
-// Package netlab builds a private network world for tests of runnerd's
-// network policy, so that a test (of the daemon, or the client's
-// conformance run against a real runnerd) can prove egress containment
+// Package netlab builds a private network world for tests of network
+// policy: netpolicy's own kernel tests, and tests that run runnerd (the
+// daemon's, the client's conformance run) to prove egress containment
 // without ever touching the real host's network:
 //
 //	sandbox netns ──veth (Pool /30)── "host" netns ──up0/wan0 10.99.0.0/24── "net" netns
-//	 (made by runnerd)                 HostNetNS: rules,    10.99.0.1 / .2 (A) .3 (B) .4 (C)
-//	                                   resolvers, NAT       HTTP :80 on A and B; DNS :53 on C
+//	 (made by netpolicy)               HostNetNS: rules,    10.99.0.1 / .2 (A) .3 (B) .4 (C)
+//	                                   resolvers, NAT       HTTP :80 on A and B; DNS :53 on B and C
 //
 // Pass RunnerdArgs to runnerd: it then puts the host ends of its veths,
 // its nftables table, NAT and resolvers into the lab's "host" namespace,
-// forwards DNS to C (which answers allowed.test with A and other.test
-// with B), and carves sandbox addresses from Pool. Commands inside a
-// sandbox reach A or B only if the policy allows them; nothing else in the
-// lab is routed anywhere, and no packet leaves the lab's namespaces.
+// forwards DNS to C (which, like B, answers allowed.test and
+// sub.wild.test with A and other.test with B), and carves sandbox
+// addresses from Pool. Commands inside a sandbox reach A or B only if the
+// policy allows them; nothing else in the lab is routed anywhere, and no
+// packet leaves the lab's namespaces.
 //
-// A Lab needs root and a kernel with network namespaces and nf_tables;
-// New skips the test (saying why) otherwise. Everything it makes is
-// removed by the test's cleanup: the namespaces die when their handles
-// close, and the servers are stopped and waited for.
+// A Lab needs root and a kernel with network namespaces (and, for New,
+// nf_tables); New and Build skip the test (saying why) otherwise.
+// Everything it makes is removed by the test's cleanup: the namespaces die
+// when their handles close, and the servers are stopped and waited for.
 package netlab
 
 import (
@@ -33,6 +34,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
@@ -47,7 +49,7 @@ var (
 	Uplink = netip.MustParseAddr("10.99.0.1") // the "host" end of the uplink
 	A      = netip.MustParseAddr("10.99.0.2") // HTTP :80, answers "hello from 10.99.0.2"
 	B      = netip.MustParseAddr("10.99.0.3") // HTTP :80, answers "hello from 10.99.0.3"
-	C      = netip.MustParseAddr("10.99.0.4") // DNS :53 (UDP), the resolvers' upstream
+	C      = netip.MustParseAddr("10.99.0.4") // DNS :53 (UDP), the resolvers' upstream; B answers DNS too
 	// Pool is the sandboxes' address pool (--netpolicy-pool).
 	Pool = netip.MustParsePrefix("10.98.0.0/24")
 )
@@ -65,6 +67,26 @@ type Lab struct {
 // New builds a lab for t, or skips t when this machine cannot (not root,
 // no network namespaces, no nf_tables). It fails t if building fails.
 func New(t testing.TB) *Lab {
+	t.Helper()
+	l := Build(t)
+	// Can this kernel enforce (nf_tables, inet NAT)? Asked in the lab's
+	// host namespace, so the real host is untouched.
+	m, err := netpolicy.New(context.Background(), netpolicy.Config{StateDir: t.TempDir(), HostNetNS: l.HostNetNS,
+		Pool: Pool, Upstream: []netip.AddrPort{netip.AddrPortFrom(C, 53)}})
+	if errors.Is(err, netpolicy.ErrUnsupported) {
+		t.Skipf("SKIPPING network policy test: this kernel cannot enforce policies: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("netlab: netpolicy.New in the lab's host namespace: %v", err)
+	}
+	m.Close()
+	return l
+}
+
+// Build is New without asking whether netpolicy can enforce here: for
+// netpolicy's own tests, whose subject that is. It skips t only when this
+// machine cannot build the lab at all (not root, no network namespaces).
+func Build(t testing.TB) *Lab {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("SKIPPING network policy test: needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN) for network namespaces and nftables; CI runs it as root")
@@ -124,29 +146,29 @@ func New(t testing.TB) *Lab {
 		go func() { defer close(done); srv.Serve(ln) }()
 		t.Cleanup(func() { srv.Close(); <-done })
 	}
-	var pc net.PacketConn
-	if err := InNS(l.Net, func() error {
-		var err error
-		pc, err = net.ListenPacket("udp4", netip.AddrPortFrom(C, 53).String())
+	for _, ip := range []netip.Addr{B, C} {
+		var pc net.PacketConn
+		if err := InNS(l.Net, func() error {
+			var err error
+			pc, err = net.ListenPacket("udp4", netip.AddrPortFrom(ip, 53).String())
+			return err
+		}); err != nil {
+			t.Fatalf("netlab: listen in net ns: %v", err)
+		}
+		done := make(chan struct{})
+		go func() { defer close(done); serveDNS(pc) }()
+		t.Cleanup(func() { pc.Close(); <-done })
+	}
+	// The topology itself works: the host namespace reaches A.
+	if err := InNS(l.Host, func() error {
+		c, err := net.DialTimeout("tcp4", netip.AddrPortFrom(A, 80).String(), 2*time.Second)
+		if err == nil {
+			c.Close()
+		}
 		return err
 	}); err != nil {
-		t.Fatalf("netlab: listen in net ns: %v", err)
+		t.Fatalf("netlab: lab broken: host cannot reach A: %v", err)
 	}
-	done := make(chan struct{})
-	go func() { defer close(done); serveDNS(pc) }()
-	t.Cleanup(func() { pc.Close(); <-done })
-
-	// Can this kernel enforce (nf_tables, inet NAT)? Asked in the lab's
-	// host namespace, so the real host is untouched.
-	m, err := netpolicy.New(context.Background(), netpolicy.Config{StateDir: t.TempDir(), HostNetNS: l.HostNetNS,
-		Pool: Pool, Upstream: []netip.AddrPort{netip.AddrPortFrom(C, 53)}})
-	if errors.Is(err, netpolicy.ErrUnsupported) {
-		t.Skipf("SKIPPING network policy test: this kernel cannot enforce policies: %v", err)
-	}
-	if err != nil {
-		t.Fatalf("netlab: netpolicy.New in the lab's host namespace: %v", err)
-	}
-	m.Close()
 	return l
 }
 
@@ -243,8 +265,8 @@ func newNS(t testing.TB) netns.NsHandle {
 	return ns
 }
 
-// serveDNS answers allowed.test with A and other.test with B, every other
-// name NXDOMAIN, until pc is closed.
+// serveDNS answers allowed.test and sub.wild.test with A, other.test with
+// B, every other name NXDOMAIN, until pc is closed.
 func serveDNS(pc net.PacketConn) {
 	buf := make([]byte, 512)
 	for {
@@ -280,7 +302,7 @@ func dnsAnswer(q []byte) []byte {
 	qtype := uint16(q[i])<<8 | uint16(q[i+1])
 	question := q[12 : i+4]
 	name := strings.ToLower(strings.Join(labels, "."))
-	addrs := map[string]netip.Addr{"allowed.test": A, "other.test": B}
+	addrs := map[string]netip.Addr{"allowed.test": A, "other.test": B, "sub.wild.test": A}
 	a, ok := addrs[name]
 	resp := []byte{q[0], q[1], 0x81, 0x80, 0, 1, 0, 0, 0, 0, 0, 0}
 	switch {

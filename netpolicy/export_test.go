@@ -1,0 +1,14 @@
+package netpolicy
+
+// Test hooks for the kernel tests, which are in package netpolicy_test
+// because they build their world with netlab, and netlab imports this
+// package.
+
+// TableName is the nftables table m owns.
+func (m *Manager) TableName() string { return m.cfg.Table }
+
+// RecordPath is the file in which m keeps the record of sandbox id.
+func (m *Manager) RecordPath(id string) string { return m.recordPath(id) }
+
+// FailSetPolicy makes SetPolicy's kernel update fail with err; nil ends it.
+func (m *Manager) FailSetPolicy(err error) { m.failSetPolicy = err }
