@@ -203,32 +203,9 @@ func ProbeArgv(host string) []string {
 }
 
 // InNS runs fn on an OS thread that joined ns, and waits for it. Sockets
-// fn creates belong to ns.
+// fn creates belong to ns. It is netpolicy.RunInNetNS, given a handle.
 func InNS(ns netns.NsHandle, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(ns); err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- err // stay locked: the thread dies with the goroutine
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
+	return netpolicy.RunInNetNS(fmt.Sprintf("/proc/self/fd/%d", int(ns)), fn)
 }
 
 // newNS creates a network namespace held by the returned handle until the
