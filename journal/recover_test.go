@@ -119,39 +119,47 @@ func TestOffsetAt(t *testing.T) {
 	dir := t.TempDir()
 	const iv = 20 * time.Millisecond
 	w := mustCreate(t, dir, Options{Streams: []string{"stdout"}, MarkInterval: iv, SyncInterval: 30 * time.Millisecond})
+	// Each write is bracketed by the clock before and after it: the
+	// writer reads its own clock somewhere in between, and under -race or
+	// a busy machine that gap can be milliseconds, so the bounds below use
+	// the side of the bracket that makes them hold whatever the gap.
 	type wr struct {
-		at  time.Time
-		off int64
+		before, after time.Time
+		off           int64
 	}
 	var writes []wr
 	var off int64
 	for i := 0; i < 60; i++ {
-		now := time.Now()
-		writes = append(writes, wr{now, off})
+		before := time.Now()
 		n, _ := w.Write("stdout", patternBytes(0, off, 10))
+		writes = append(writes, wr{before, time.Now(), off})
 		off += int64(n)
 		time.Sleep(time.Duration(i%7) * time.Millisecond)
 	}
-	// exact: the offset of the first write at or after t.
-	exact := func(t time.Time) int64 {
+	// firstFrom returns the offset of the first write whose bracket side
+	// (chosen by at) is at or after t.
+	firstFrom := func(t time.Time, at func(wr) time.Time) int64 {
 		for _, x := range writes {
-			if !x.at.Before(t) {
+			if !at(x).Before(t) {
 				return x.off
 			}
 		}
 		return off
 	}
 	check := func(name string, lookup func(time.Time) (int64, error)) {
-		t0, t1 := writes[0].at.Add(-time.Second), writes[len(writes)-1].at.Add(time.Second)
+		t0, t1 := writes[0].before.Add(-time.Second), writes[len(writes)-1].after.Add(time.Second)
 		for tt := t0; tt.Before(t1); tt = tt.Add(time.Millisecond) {
 			got, err := lookup(tt)
 			if err != nil {
 				t.Fatalf("%s(%v): %v", name, tt, err)
 			}
-			// Never skips a byte written at/after t; includes at most
-			// MarkInterval's worth of earlier writes.
-			if got > exact(tt) || got < exact(tt.Add(-iv)) {
-				t.Fatalf("%s(t): got %d, want within [%d, %d]", name, got, exact(tt.Add(-iv)), exact(tt))
+			// Never skips a byte written at/after t: a write that began
+			// at or after t is included. Includes at most MarkInterval's
+			// worth of earlier writes: nothing that ended before t-iv.
+			hi := firstFrom(tt, func(x wr) time.Time { return x.before })
+			lo := firstFrom(tt.Add(-iv), func(x wr) time.Time { return x.after })
+			if got > hi || got < lo {
+				t.Fatalf("%s(t): got %d, want within [%d, %d]", name, got, lo, hi)
 			}
 		}
 	}
