@@ -168,6 +168,20 @@ func (a *Adapter) lockSandbox(ctx context.Context, h adapter.Handle) (*sandbox, 
 	return sb, nil
 }
 
+// lockSession is lockSandbox plus the lookup of session id in it.
+func (a *Adapter) lockSession(ctx context.Context, h adapter.Handle, id string) (*session, error) {
+	sb, err := a.lockSandbox(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	s, err := sb.session(id)
+	if err != nil {
+		a.mu.Unlock()
+		return nil, err
+	}
+	return s, nil
+}
+
 func (a *Adapter) requires(c adapter.Capability) error {
 	if !a.caps.Has(c) {
 		return fmt.Errorf("%s: %w", c, adapter.ErrNotSupported)
@@ -411,15 +425,11 @@ func (a *Adapter) Attach(ctx context.Context, h adapter.Handle, id string, from 
 	if err := a.requires(adapter.CapAttach); err != nil {
 		return nil, err
 	}
-	sb, err := a.lockSandbox(ctx, h)
+	s, err := a.lockSession(ctx, h, id)
 	if err != nil {
 		return nil, err
 	}
 	defer a.mu.Unlock()
-	s, err := sb.session(id)
-	if err != nil {
-		return nil, err
-	}
 	if from.Stdout < 0 || from.Stderr < 0 || from.Stdout > int64(len(s.out[0])) || from.Stderr > int64(len(s.out[1])) {
 		return nil, &adapter.InvalidError{Detail: fmt.Sprintf("cursor %+v beyond the end (%d, %d)", from, len(s.out[0]), len(s.out[1]))}
 	}
@@ -450,15 +460,11 @@ func (a *Adapter) Sessions(ctx context.Context, h adapter.Handle) ([]adapter.Ses
 
 // WriteStdin appends p to the session's stdin.
 func (a *Adapter) WriteStdin(ctx context.Context, h adapter.Handle, id string, p []byte) error {
-	sb, err := a.lockSandbox(ctx, h)
+	s, err := a.lockSession(ctx, h, id)
 	if err != nil {
 		return err
 	}
 	defer a.mu.Unlock()
-	s, err := sb.session(id)
-	if err != nil {
-		return err
-	}
 	switch {
 	case s.ended():
 		return fmt.Errorf("write stdin %s: %w", id, adapter.ErrCommandExited)
@@ -472,15 +478,11 @@ func (a *Adapter) WriteStdin(ctx context.Context, h adapter.Handle, id string, p
 
 // CloseStdin sends EOF once.
 func (a *Adapter) CloseStdin(ctx context.Context, h adapter.Handle, id string) error {
-	sb, err := a.lockSandbox(ctx, h)
+	s, err := a.lockSession(ctx, h, id)
 	if err != nil {
 		return err
 	}
 	defer a.mu.Unlock()
-	s, err := sb.session(id)
-	if err != nil {
-		return err
-	}
 	if s.ended() {
 		return fmt.Errorf("close stdin %s: %w", id, adapter.ErrCommandExited)
 	}
@@ -494,15 +496,11 @@ func (a *Adapter) Resize(ctx context.Context, h adapter.Handle, id string, size 
 	if err := a.requires(adapter.CapTTY); err != nil {
 		return err
 	}
-	sb, err := a.lockSandbox(ctx, h)
+	s, err := a.lockSession(ctx, h, id)
 	if err != nil {
 		return err
 	}
 	defer a.mu.Unlock()
-	s, err := sb.session(id)
-	if err != nil {
-		return err
-	}
 	switch {
 	case s.tty == nil:
 		return &adapter.InvalidError{Detail: "session " + id + " has no tty"}
@@ -524,13 +522,8 @@ func (a *Adapter) TerminateSession(ctx context.Context, h adapter.Handle, id str
 	if err := adapter.CheckGrace(grace); err != nil {
 		return adapter.Exit{}, err
 	}
-	sb, err := a.lockSandbox(ctx, h)
+	s, err := a.lockSession(ctx, h, id)
 	if err != nil {
-		return adapter.Exit{}, err
-	}
-	s, err := sb.session(id)
-	if err != nil {
-		a.mu.Unlock()
 		return adapter.Exit{}, err
 	}
 	if !s.ended() {
