@@ -102,6 +102,23 @@ func TestPreviewURL(t *testing.T) {
 	if status, body := get(); status != 200 || body != "app saw /hello" {
 		t.Errorf("preview: %d %q", status, body)
 	}
+
+	// runnerd's own ports are not the sandbox's: a URL for the preview
+	// listener would loop, one for the API would expose it.
+	_, apiPort, _ := net.SplitHostPort(l.Addr().String())
+	for _, port := range []string{previewPort, apiPort} {
+		a.wantError(a.do("POST", "/v1/sandboxes/web/urls", `{"port":`+port+`}`), 400, wire.CodeInvalid)
+	}
+
+	// Parked: nothing of the sandbox serves, but the preview is not gone.
+	a.must("POST", "/v1/sandboxes/web/suspend", nil, 200, nil)
+	if status, _ := get(); status != 503 {
+		t.Errorf("preview of a suspended sandbox: %d, want 503 (unavailable, never 404)", status)
+	}
+	a.must("POST", "/v1/sandboxes/web/resume", nil, 200, nil)
+	if status, body := get(); status != 200 || body != "app saw /hello" {
+		t.Errorf("preview after resume: %d %q", status, body)
+	}
 	a.must("DELETE", "/v1/sandboxes/web", nil, 204, nil)
 	if status, _ := get(); status != 404 {
 		t.Errorf("preview after destroy: %d, want 404", status)

@@ -31,6 +31,10 @@ var (
 		Title: "Preview temporarily unavailable",
 		Text:  "The runner could not look this preview up just now. Reload this page in a moment.",
 	}
+	pageLoop = page{
+		Title: "Preview loop",
+		Text:  "This request came back to the preview server through a preview: the sandbox's port forwards to a preview URL. The runner refuses to proxy it again.",
+	}
 	pageClosing = page{
 		Title: "Preview server stopping",
 		Text:  "The runner's preview server is stopping. Reload this page in a moment.",

@@ -195,6 +195,15 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.wg.Done()
 
+	// A request that already went through a preview proxy (this one or
+	// another runnerd's) is refused: a sandbox port that forwards to a
+	// preview URL, or a URL minted for the preview listener itself, would
+	// otherwise recurse until the process runs out of descriptors.
+	if r.Header.Get(HopHeader) != "" {
+		s.log.Warn("preview: refused a request that already passed a preview proxy", "host", r.Host)
+		writePage(w, http.StatusLoopDetected, pageLoop, nil)
+		return
+	}
 	token := s.tmpl.tokenFromHost(r.Host)
 	if token == "" {
 		writePage(w, http.StatusNotFound, pageNotFound, nil)
@@ -229,7 +238,13 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.Host = pr.In.Host
 	pr.SetXForwarded()
 	pr.Out.Header.Set("X-Forwarded-Proto", s.tmpl.scheme)
+	pr.Out.Header.Set(HopHeader, "1")
 }
+
+// HopHeader marks a request the preview proxy forwarded. The proxy refuses
+// a request that carries it (508 Loop Detected), so no chain of previews
+// can bring a request back to a preview listener.
+const HopHeader = "Runner-Preview-Hop"
 
 // proxyError answers a request whose Target could not be reached or answered
 // badly.
