@@ -93,29 +93,28 @@ func (s *server) handleStream(w http.ResponseWriter, r *http.Request) {
 	end, exit, code := "error", (*wire.Exit)(nil), wire.Code("")
 	switch {
 	case errors.Is(rerr, io.EOF):
+		// Liveness first, then the record: the shim may finish between the
+		// two looks, so whichever record is found, the body ends "exit"
+		// only if it reached that record's length of this stream.
 		e, ok, err := j.Exit()
-		switch {
-		case err != nil:
-			code = classify(err).code
-		case ok && rd.Offset() >= e.Lengths[stream]:
-			x := toWireExit(e)
-			exit = &x
-		case ok:
-			end = "more"
-		default:
-			alive, err := j.WriterAlive()
-			if err == nil && alive {
+		if err == nil && !ok {
+			alive, aerr := j.WriterAlive()
+			if aerr == nil && alive {
 				end = "more"
 				break
 			}
 			// The writer is gone without an exit record: lost, like a
-			// follow reader would find.
-			if e, err := finishLost(s.sessionDir(ss), "session supervisor died without an exit record"); err == nil {
-				x := toWireExit(e)
-				exit = &x
-			} else {
-				code = classify(err).code
-			}
+			// follow reader would find (or the record it wrote just now).
+			e, err = finishLost(s.sessionDir(ss), "session supervisor died without an exit record")
+		}
+		switch {
+		case err != nil:
+			code = classify(err).code
+		case rd.Offset() >= e.Lengths[stream]:
+			x := toWireExit(e)
+			exit = &x
+		default:
+			end = "more" // the record is known, this body stopped short of it
 		}
 	case errors.Is(rerr, journal.ErrLost):
 		x, err := s.finalExit(ss, j, true)
