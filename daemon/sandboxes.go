@@ -71,7 +71,14 @@ func (s *server) handleCreateSandbox(w http.ResponseWriter, r *http.Request) {
 	ws := s.workspace(req.Name)
 	// Create the directory before the record: a record always names a
 	// workspace that exists. A directory left by a failed create is reused.
-	if err := os.MkdirAll(ws, 0o755); err != nil {
+	// 0700 (and owned by the run-as user, below): the workspace is the
+	// agent's memory and may hold its credentials; no other local user,
+	// including another sandbox's run-as user, may read it.
+	if err := os.MkdirAll(ws, 0o700); err != nil {
+		s.writeError(w, r, errUnavailable("create workspace: %v", err))
+		return
+	}
+	if err := os.Chmod(ws, 0o700); err != nil { // a directory left by a failed create
 		s.writeError(w, r, errUnavailable("create workspace: %v", err))
 		return
 	}
