@@ -63,6 +63,21 @@
 // A sync point with nothing written costs nothing. Recover after a reboot
 // cuts each stream back to the last committed length, so what survives a
 // power loss is a prefix of what was written, never garbage.
+//
+// Create fsyncs the new directories, journal.json and index.db before it
+// returns, unless Options.DeferCreateSync is set (the shim sets it: those
+// fsyncs were most of a spawn's journal cost and sat before its
+// acknowledgement). Then the first sync point (at most one SyncInterval
+// later, or Sync, Finish, Close) makes them durable with the first bytes,
+// and a power loss before it can lose the whole journal, which is empty
+// but for at most one interval of output, exactly what a power loss loses
+// of any journal. What it can leave, and what Recover makes of it: no
+// journal directory or no index.db (Recover returns an error matching
+// fs.ErrNotExist and creates nothing; runnerd records the session as lost,
+// "never started"); an index.db that is empty or holds only bbolt's
+// initial pages (Recover recreates a clean empty journal with the streams
+// journal.json or the stream directories name, which runnerd then finishes
+// as lost); a torn index.db (ErrCorrupt; runnerd records lost).
 // docs/benchmarks.md measures the cost.
 //
 // # Memory

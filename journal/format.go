@@ -62,6 +62,12 @@ type Options struct {
 	// MarkInterval is the granularity of offset<->time marks. 0 means
 	// DefaultMarkInterval.
 	MarkInterval time.Duration
+	// DeferCreateSync makes Create skip its fsyncs (of the new
+	// directories, journal.json and index.db): the journal is made durable
+	// at its first sync point instead, with the first bytes. Until then a
+	// power loss can lose the whole (still empty) journal; see the package
+	// documentation. Used by Create only; not stored.
+	DeferCreateSync bool
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -202,6 +208,18 @@ func writeExit(dir string, b []byte) error {
 	return syncDir(dir)
 }
 
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", filepath.Base(path), err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", filepath.Base(path), err)
+	}
+	return nil
+}
+
 func syncDir(dir string) error {
 	f, err := os.Open(dir)
 	if err != nil {
@@ -311,6 +329,9 @@ func writeMeta(dir string, o Options) error {
 	tmp := filepath.Join(dir, metaTmpName)
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return err
+	}
+	if o.DeferCreateSync {
+		return os.Rename(tmp, filepath.Join(dir, metaName))
 	}
 	f, err := os.Open(tmp)
 	if err != nil {

@@ -24,7 +24,7 @@ func loadOptions(tx *bolt.Tx) (Options, error) {
 	if err := json.Unmarshal(meta.Get(keyOptions), &so); err != nil {
 		return Options{}, fmt.Errorf("%w: index options: %w", ErrCorrupt, err)
 	}
-	return Options{so.Streams, so.SegmentBytes, so.RetainBytes, so.SyncInterval, so.MarkInterval}.withDefaults()
+	return Options{Streams: so.Streams, SegmentBytes: so.SegmentBytes, RetainBytes: so.RetainBytes, SyncInterval: so.SyncInterval, MarkInterval: so.MarkInterval}.withDefaults()
 }
 
 // Recover reopens the journal in dir after its writer stopped without
@@ -43,17 +43,35 @@ func loadOptions(tx *bolt.Tx) (Options, error) {
 //     writer only commits after fsyncing the segments, so a torn or
 //     zero-filled tail is dropped.
 //
+//   - After a power loss before the first sync point of a journal made
+//     with Options.DeferCreateSync, index.db may be empty or hold no
+//     committed options: nothing of the journal was durable, so it is
+//     recreated as a clean empty journal with the streams journal.json
+//     (or the stream directories) name, and its segments are emptied.
+//
 // Segments that do not line up (a gap or an overlap) return ErrCorrupt.
-// Recover returns ErrBusy if a writer holds the journal and ErrFinished if
-// it already has an exit record (re-publishing exit.json if a crash came
-// between the index commit and the rename).
+// Recover returns an error matching fs.ErrNotExist if dir has no index.db
+// (it never creates one), ErrBusy if a writer holds the journal and
+// ErrFinished if it already has an exit record (re-publishing exit.json if
+// a crash came between the index commit and the rename).
 func Recover(dir string) (*Writer, error) {
-	db, err := bolt.Open(filepath.Join(dir, indexName), 0o600, &bolt.Options{Timeout: time.Second})
+	index := filepath.Join(dir, indexName)
+	if _, err := os.Lstat(index); err != nil {
+		return nil, fmt.Errorf("recover journal %s: %w", dir, err)
+	}
+	db, err := bolt.Open(index, 0o600, &bolt.Options{Timeout: time.Second})
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, fmt.Errorf("recover journal %s: %w", dir, ErrBusy)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("recover journal %s: %w", dir, err)
+		return nil, fmt.Errorf("recover journal %s: %w: %w", dir, ErrCorrupt, err)
+	}
+	if neverSynced(db) {
+		w, err := recreate(dir, db)
+		if err != nil {
+			return nil, fmt.Errorf("recover journal %s: %w", dir, err)
+		}
+		return w, nil
 	}
 	w, err := recoverDB(dir, db)
 	if err != nil {
@@ -61,6 +79,43 @@ func Recover(dir string) (*Writer, error) {
 		return nil, fmt.Errorf("recover journal %s: %w", dir, err)
 	}
 	return w, nil
+}
+
+// neverSynced reports whether the index holds nothing Create committed:
+// no meta bucket (bbolt's initial empty tree). On the same boot a visible
+// index.db always has it (Create renames the index in only after its
+// commit), so this is a power loss before the first sync point.
+func neverSynced(db *bolt.DB) bool {
+	empty := false
+	db.View(func(tx *bolt.Tx) error {
+		empty = tx.Bucket(bktMeta) == nil && tx.Bucket(bktStreams) == nil
+		return nil
+	})
+	return empty
+}
+
+// recreate replaces a never-synced journal by a clean empty one with the
+// same streams. It closes db.
+func recreate(dir string, db *bolt.DB) (*Writer, error) {
+	db.Close()
+	if _, ok, err := readExit(dir); err != nil || ok {
+		if err == nil {
+			err = ErrFinished
+		}
+		return nil, err
+	}
+	j, err := Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: empty index and no streams", ErrCorrupt)
+	}
+	segBytes := int64(0)
+	if m, err := readMeta(dir); err == nil {
+		segBytes = m.SegmentBytes
+	}
+	if err := os.Remove(filepath.Join(dir, indexName)); err != nil {
+		return nil, err
+	}
+	return Create(dir, Options{Streams: j.Streams(), SegmentBytes: segBytes})
 }
 
 func recoverDB(dir string, db *bolt.DB) (*Writer, error) {
