@@ -2,6 +2,7 @@ package shim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -90,9 +91,9 @@ func (p *Pool) Start(ctx context.Context, dir string, spec Spec) (Status, error)
 	})
 }
 
-// Close stops refilling, makes every idle warm shim exit and waits until
-// each has closed its socket (it has exited), and waits for the refill
-// goroutine. Shims already given a session are not touched. Close is
+// Close stops refilling, waits for the refill goroutine, and shuts every
+// idle warm shim's socket, so each exits at once (Close does not wait for
+// that). Shims already given a session are not touched. Close is
 // idempotent; Start after Close starts shims cold.
 func (p *Pool) Close() error {
 	p.closeOnce.Do(func() {
@@ -103,15 +104,9 @@ func (p *Pool) Close() error {
 		p.mu.Unlock()
 		close(p.stop)
 		<-p.done
-		var wg sync.WaitGroup
 		for _, w := range idle {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				w.retire()
-			}()
+			w.retire()
 		}
-		wg.Wait()
 	})
 	return nil
 }
@@ -214,7 +209,18 @@ func (p *Pool) startWarm() (*warmShim, error) {
 		conn.Close()
 		return nil, fmt.Errorf("start warm shim: %w", err)
 	}
-	cmd.Wait() // the intermediate exits once the shim is started
+	// The intermediate exits once the shim is started; Close does not
+	// wait out its exit (under -race every exit sleeps a second).
+	waited := make(chan struct{})
+	go func() { cmd.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-p.stop:
+		cmd.Process.Kill()
+		<-waited
+		conn.Close() // a shim it started sees EOF and exits
+		return nil, errors.New("start warm shim: pool closed")
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
 	defer cancel()
@@ -254,16 +260,7 @@ func (w *warmShim) give(ctx context.Context, dir string) (st Status, sent bool, 
 	return st, true, err
 }
 
-// retire makes an idle warm shim exit and waits (bounded) until it has:
-// it sees EOF, returns, and its end of the socket closes with the process.
+// retire makes an idle warm shim exit: it reads EOF and returns.
 func (w *warmShim) retire() {
-	w.conn.CloseWrite()
-	w.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	var b [64]byte
-	for {
-		if _, err := w.conn.Read(b[:]); err != nil {
-			break
-		}
-	}
 	w.conn.Close()
 }

@@ -111,7 +111,9 @@ func newServer(dir string) (_ *server, err error) {
 	closers = append(closers, func() { s.ln.Close(); os.Remove(s.sock) })
 
 	jdir := filepath.Join(dir, JournalDir)
-	jw, err := journal.Create(jdir, journal.Options{Streams: s.spec.Streams(), RetainBytes: s.spec.RetainBytes})
+	// DeferCreateSync: the journal's creation is made durable at its first
+	// sync point, not before the readiness report (see journal's doc).
+	jw, err := journal.Create(jdir, journal.Options{Streams: s.spec.Streams(), RetainBytes: s.spec.RetainBytes, DeferCreateSync: true})
 	if err != nil {
 		return nil, fmt.Errorf("create journal: %w", err)
 	}
