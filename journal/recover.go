@@ -33,11 +33,13 @@ func loadOptions(tx *bolt.Tx) (Options, error) {
 // journal instead.
 //
 // Recover checks the index against the segment files and repairs it:
+//
 //   - After a writer crash on the same boot the page cache holds every
 //     byte any write(2) put in, so the files are the truth: segments the
 //     index misses are added, ones retention removed are dropped, the
 //     length is the files' length (a write torn by the kill keeps the part
 //     the kernel took, which readers may already have seen).
+//
 //   - After a reboot (power loss) only fsynced bytes are trustworthy: each
 //     stream is cut back to the length the index committed, which the
 //     writer only commits after fsyncing the segments, so a torn or
