@@ -70,30 +70,13 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// start starts a session and registers a cleanup that kills it if the test
-// left it running and waits for its shim to exit.
+// start starts a session in a fresh session directory and registers a
+// cleanup that kills it if the test left it running and waits for its shim
+// to exit (startAt).
 func start(t *testing.T, spec Spec) (string, Status) {
 	t.Helper()
 	dir := sessionDir(t)
-	if spec.ID == "" {
-		spec.ID = "t1"
-	}
-	if spec.Env == nil {
-		spec.Env = testEnv
-	}
-	st, err := Start(ctxT(t, 10*time.Second), shimExe, dir, spec)
-	if err != nil {
-		t.Fatalf("start %q: %v", spec.Argv, err)
-	}
-	t.Cleanup(func() {
-		if c, err := Dial(context.Background(), dir); err == nil {
-			c.Terminate(ctxT(t, 10*time.Second), 100*time.Millisecond)
-			c.Close()
-		}
-		waitGone(t, st.ShimPID)
-		checkShimLog(t, dir)
-	})
-	return dir, st
+	return dir, startAt(t, dir, spec)
 }
 
 // waitGone waits until pid (a shim this test started) has exited. A
