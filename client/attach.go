@@ -41,6 +41,9 @@ type FrameReader struct {
 	once   sync.Once
 	done   bool  // a terminal frame was returned (Next's goroutine only)
 	err    error // sticky error (Next's goroutine only)
+	// next offset expected on each stream (Next's goroutine only): data
+	// must continue exactly where the cursor, or the previous frame, ended.
+	want map[wire.StreamID]int64
 }
 
 // Attach opens a WebSocket attach to session id of sandbox, replaying each
@@ -75,7 +78,8 @@ func (c *Client) Attach(ctx context.Context, sandbox, id string, cur Cursors) (*
 	}
 	conn.SetReadLimit(wire.FrameHeaderLen + wire.MaxFramePayload)
 	rctx, cancel := context.WithCancel(context.Background())
-	fr := &FrameReader{conn: conn, op: op, ctx: rctx, cancel: cancel}
+	fr := &FrameReader{conn: conn, op: op, ctx: rctx, cancel: cancel,
+		want: map[wire.StreamID]int64{wire.StreamStdout: cur.Stdout, wire.StreamStderr: cur.Stderr}}
 	hb := c.opts.HeartbeatTimeout
 	fr.next = func() (websocket.MessageType, []byte, error) {
 		nctx, ncancel := context.WithTimeout(rctx, hb)
@@ -157,6 +161,17 @@ func (r *FrameReader) Next() (wire.Frame, error) {
 		}
 		if f.Kind == wire.FrameHeartbeat {
 			continue
+		}
+		if f.Kind == wire.FrameData {
+			// A gap or an overlap (a proxy, a bug) would silently lose or
+			// repeat transcript bytes: it is a transport failure, and the
+			// caller reattaches from what it has.
+			if want := r.want[f.Stream]; f.Offset != want {
+				r.err = unavailablef("%s: %s data at offset %d, want %d: the stream is not contiguous", r.op, f.Stream.StreamName(), f.Offset, want)
+				r.conn.CloseNow()
+				return wire.Frame{}, r.err
+			}
+			r.want[f.Stream] = f.End()
 		}
 		if f.Kind.Terminal() {
 			r.done = true

@@ -185,6 +185,18 @@ func TestAttachTransportFailures(t *testing.T) {
 			case <-time.After(3 * time.Second):
 			}
 		}},
+		{"a gap in the stream", func(ctx context.Context, c *websocket.Conn) {
+			c.Write(ctx, websocket.MessageBinary, data)
+			gap, _ := wire.AppendData(nil, wire.StreamStdout, 7, []byte("lost a byte"))
+			c.Write(ctx, websocket.MessageBinary, gap)
+			time.Sleep(time.Second)
+		}},
+		{"an overlap in the stream", func(ctx context.Context, c *websocket.Conn) {
+			c.Write(ctx, websocket.MessageBinary, data)
+			again, _ := wire.AppendData(nil, wire.StreamStdout, 3, []byte("lo\nagain"))
+			c.Write(ctx, websocket.MessageBinary, again)
+			time.Sleep(time.Second)
+		}},
 		{"garbage message", func(ctx context.Context, c *websocket.Conn) {
 			c.Write(ctx, websocket.MessageBinary, data)
 			c.Write(ctx, websocket.MessageBinary, []byte("not a frame at all"))
