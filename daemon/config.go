@@ -9,10 +9,15 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/agentrunner/runner/shim"
 )
 
 // DefaultListen is the TCP address runnerd listens on when none is given.
 const DefaultListen = "127.0.0.1:7323"
+
+// DefaultWarmShims is Config.WarmShims when it is 0.
+const DefaultWarmShims = 2
 
 // Environment variables runnerd reads (cmd/runnerd documents them in --help).
 const (
@@ -61,6 +66,14 @@ type Config struct {
 	// to which the shim appends its own arguments. Default: this executable
 	// with the hidden "shim" subcommand.
 	ShimCommand []string
+	// WarmShims is how many pre-started shims runnerd keeps waiting for a
+	// session (shim.Pool), so that a spawn costs the command's fork/exec
+	// instead of two process starts. 0 means DefaultWarmShims; negative
+	// disables the pool (every spawn starts its shim cold). Each idle warm
+	// shim costs about what an idle session's shim does (~1.5 MiB private).
+	WarmShims int
+	// pool holds the warm shims; set by Run, nil when disabled.
+	pool *shim.Pool
 	// TerminateGrace is the grace of the SIGTERM before SIGKILL when destroy
 	// stops sessions. Suspend uses SuspendGrace.
 	TerminateGrace time.Duration
@@ -165,6 +178,12 @@ func (cfg Config) withDefaults() (Config, error) {
 			return cfg, fmt.Errorf("find own executable for the shim: %w", err)
 		}
 		cfg.ShimCommand = []string{exe, "shim"}
+	}
+	switch {
+	case cfg.WarmShims == 0:
+		cfg.WarmShims = DefaultWarmShims
+	case cfg.WarmShims < 0:
+		cfg.WarmShims = 0
 	}
 	if cfg.TerminateGrace <= 0 {
 		cfg.TerminateGrace = 5 * time.Second

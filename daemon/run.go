@@ -15,6 +15,7 @@ import (
 	"github.com/agentrunner/runner/daemon/preview"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/netpolicy"
+	"github.com/agentrunner/runner/shim"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -53,6 +54,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return fmt.Errorf("%w (is another runnerd using %s?)", err, cfg.StateDir)
 	}
 	defer reg.Close()
+	if cfg.WarmShims > 0 {
+		// Closed after the listeners and in-flight requests are done (the
+		// defers run in reverse): idle warm shims exit, taken ones are
+		// sessions and keep running.
+		cfg.pool = shim.NewPool(cfg.ShimCommand, cfg.WarmShims)
+		defer cfg.pool.Close()
+	}
 
 	s := &server{
 		cfg:     cfg,

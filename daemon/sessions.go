@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -257,7 +258,7 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession)
 	if nsb != nil {
 		spec.NetNS, spec.ResolvConf = nsb.NetNSPath, nsb.ResolvConfPath
 	}
-	st, err := shim.Start(sctx, s.cfg.ShimCommand, s.sessionDir(ss), spec)
+	st, err := s.startShim(sctx, s.sessionDir(ss), spec)
 	if err != nil {
 		return fail(classifyStart(err))
 	}
@@ -291,6 +292,15 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession)
 	s.log.Info("session started", "sandbox", name, "session", ss.ID, "pid", st.PID, "tty", req.TTY)
 	ss, err = s.refresh(ss)
 	return ss, true, err
+}
+
+// startShim starts the session's shim through a warm one when the pool
+// has one idle, cold otherwise: the same readiness, errors and detachment.
+func (s *server) startShim(ctx context.Context, dir string, spec shim.Spec) (shim.Status, error) {
+	if s.cfg.pool != nil {
+		return s.cfg.pool.Start(ctx, dir, spec)
+	}
+	return shim.Start(ctx, s.cfg.ShimCommand, dir, spec)
 }
 
 // refresh brings a running session's record up to date with its shim's
@@ -357,8 +367,14 @@ func finishLost(sessionDir, detail string) (journal.Exit, error) {
 		return journal.Exit{}, errUnavailable("session journal is busy")
 	case err != nil:
 		if _, serr := os.Stat(filepath.Join(jdir, "index.db")); errors.Is(serr, os.ErrNotExist) {
-			// The shim never created its journal: nothing ran.
+			// The shim never created its journal (or a power loss took
+			// it before its first sync point): nothing durable ran.
 			return journal.Exit{Reason: wire.ExitLost, Detail: "the session never started", Lengths: map[string]int64{}, Time: time.Now().UTC()}, nil
+		}
+		if errors.Is(err, journal.ErrCorrupt) {
+			// A torn index after a power loss: the session is lost, and
+			// saying so beats an unavailable answer forever.
+			return journal.Exit{Reason: wire.ExitLost, Detail: fmt.Sprintf("%s; journal unreadable: %v", detail, err), Lengths: map[string]int64{}, Time: time.Now().UTC()}, nil
 		}
 		return journal.Exit{}, errUnavailable("recover journal: %v", err)
 	default:
@@ -406,6 +422,18 @@ func (s *server) reconcile(ctx context.Context) error {
 		}
 		if ss.State != wire.SessionRunning {
 			continue
+		}
+		if _, err := shim.ReadStatus(s.sessionDir(ss)); errors.Is(err, shim.ErrNoSession) || errors.Is(err, fs.ErrNotExist) {
+			// A running record is written only after the shim's files
+			// exist; files that are gone at start were lost to a power
+			// loss (none is fsynced before the ack; see journal's fsync
+			// policy), and the session with them.
+			e, ferr := finishLost(s.sessionDir(ss), "the session's files were lost (power loss?)")
+			if ferr == nil {
+				s.recordExit(ss, toWireExit(e))
+				s.log.Warn("session lost with its files", "sandbox", ss.Sandbox, "session", ss.ID)
+				continue
+			}
 		}
 		out, err := s.refresh(ss)
 		if err != nil {
