@@ -273,12 +273,23 @@ func (a *Adapter) check(ctx context.Context, h adapter.Handle) (*runner, context
 	if h.Provider != "" && h.Provider != Provider {
 		return nil, ctx, &adapter.InvalidError{Detail: fmt.Sprintf("handle of provider %q", h.Provider)}
 	}
+	if on, ok := h.Private.Value().(listedOn); ok && a.pool {
+		// A handle from a listing addresses the runner that listed it,
+		// whatever its name says (a sandbox created there directly).
+		if r := a.byName[string(on)]; r != nil {
+			return r, WithIncarnation(ctx, h.ID), nil
+		}
+	}
 	r, err := a.route(h.Name)
 	if err != nil {
 		return nil, ctx, err
 	}
 	return r, WithIncarnation(ctx, h.ID), nil
 }
+
+// listedOn is a pool handle's private note of the runner whose listing
+// returned it.
+type listedOn string
 
 // List implements adapter.Adapter. Page tokens are the adapter's own
 // ("r1." + base64 of the runner index and that runner's token).
@@ -299,11 +310,18 @@ func (a *Adapter) List(ctx context.Context, opts adapter.ListOptions) (adapter.P
 	if err != nil {
 		return adapter.Page{}, err
 	}
+	// Every sandbox of the runner is listed, also one whose name routes
+	// elsewhere or nowhere (created on the runner directly, or before a
+	// pool rename): a listing that hides one is short, and honest listing
+	// forbids that. Its handle carries the runner that listed it, so calls
+	// on the handle reach it there.
 	var p adapter.Page
 	for _, sb := range l.Sandboxes {
-		if rr, err := a.route(sb.Name); err == nil && rr == r {
-			p.Handles = append(p.Handles, a.handle(sb))
+		h := a.handle(sb)
+		if a.pool {
+			h.Private = adapter.NewPrivate(listedOn(r.name))
 		}
+		p.Handles = append(p.Handles, h)
 	}
 	switch {
 	case l.NextPageToken != "":

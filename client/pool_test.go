@@ -12,6 +12,7 @@ import (
 	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/adapter/conformance"
 	"github.com/agentrunner/runner/client"
+	"github.com/agentrunner/runner/wire"
 )
 
 // TestPool drives two real daemons through one adapter: names carry their
@@ -74,6 +75,36 @@ func TestPool(t *testing.T) {
 	}
 	if !seen[n1] || !seen[n2] || len(all) != 2 {
 		t.Errorf("ListAll = %v, want %s and %s", all, n1, n2)
+	}
+	// A sandbox made on r2 directly, under a name that routes nowhere in
+	// this pool: the listing still shows it (a listing that hides one is
+	// short), and its listed handle addresses r2.
+	direct, err := client.New(d2.url(), d2.token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	if _, err := direct.CreateSandbox(ctx, wire.CreateSandbox{Name: "foreign"}); err != nil {
+		t.Fatal(err)
+	}
+	all, err = adapter.ListAll(ctx, pool, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var foreign *adapter.Handle
+	for i := range all {
+		if all[i].Name == "foreign" {
+			foreign = &all[i]
+		}
+	}
+	if foreign == nil || len(all) != 3 {
+		t.Fatalf("ListAll = %v, want %s, %s and foreign", all, n1, n2)
+	}
+	if err := pool.Destroy(ctx, *foreign); err != nil {
+		t.Errorf("Destroy(listed foreign) = %v", err)
+	}
+	if _, err := direct.GetSandbox(ctx, "foreign"); !errors.Is(err, adapter.ErrNotFound) {
+		t.Errorf("foreign after Destroy of its listed handle: %v, want not_found on r2", err)
 	}
 	for _, bad := range []string{"r3-agent", "agent", "r1"} {
 		if _, err := pool.Create(ctx, bad, adapter.CreateOptions{}); !errors.Is(err, adapter.ErrInvalid) {
