@@ -287,10 +287,7 @@ func (s *server) handleNetwork(w http.ResponseWriter, r *http.Request) {
 	}
 	unlock := s.locks.Lock(name)
 	defer unlock()
-	sb, err := s.sandbox(name)
-	if err == nil {
-		err = checkIncarnation(r.Context(), sb)
-	}
+	sb, err := s.scopedSandbox(r.Context(), name)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

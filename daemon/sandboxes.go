@@ -246,10 +246,7 @@ func (s *server) handleSuspend(w http.ResponseWriter, r *http.Request) {
 	}
 	unlock := s.locks.Lock(name)
 	defer unlock()
-	sb, err := s.sandbox(name)
-	if err == nil {
-		err = checkIncarnation(r.Context(), sb)
-	}
+	sb, err := s.scopedSandbox(r.Context(), name)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -111,11 +111,7 @@ func (s *server) scoped(h http.HandlerFunc) http.HandlerFunc {
 		}
 		ctx := context.WithValue(r.Context(), incarnationKey{}, inc)
 		r = r.WithContext(ctx)
-		sb, err := s.sandbox(r.PathValue("name"))
-		if err == nil {
-			err = checkIncarnation(ctx, sb)
-		}
-		if err != nil {
+		if _, err := s.scopedSandbox(ctx, r.PathValue("name")); err != nil {
 			var ae *apiError
 			if r.Method == http.MethodDelete && errors.As(err, &ae) && ae.code == wire.CodeNotFound {
 				w.WriteHeader(http.StatusNoContent)
@@ -241,6 +237,16 @@ func (s *server) sandbox(name string) (registry.Sandbox, error) {
 		return sb, errUnavailable("read registry: %v", err)
 	}
 	return sb, nil
+}
+
+// scopedSandbox is sandbox(name), refused with not_found when the request
+// named an incarnation that is not the live sandbox's (checkIncarnation).
+func (s *server) scopedSandbox(ctx context.Context, name string) (registry.Sandbox, error) {
+	sb, err := s.sandbox(name)
+	if err == nil {
+		err = checkIncarnation(ctx, sb)
+	}
+	return sb, err
 }
 
 func (s *server) handleHealth(w http.ResponseWriter, r *http.Request) {
