@@ -202,12 +202,8 @@ func (s *server) handleDeleteSandbox(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	sessions, err := s.reg.ListSessions(name)
+	sessions, err := s.stopSandboxSessions(r.Context(), name, s.cfg.TerminateGrace)
 	if err != nil {
-		s.writeError(w, r, errUnavailable("read registry: %v", err))
-		return
-	}
-	if err := s.stopSessions(r.Context(), sessions, s.cfg.TerminateGrace); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -238,6 +234,16 @@ func (s *server) handleDeleteSandbox(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// stopSandboxSessions terminates every session of sandbox name (see
+// stopSessions) and returns them.
+func (s *server) stopSandboxSessions(ctx context.Context, name string, grace time.Duration) ([]registry.Session, error) {
+	sessions, err := s.reg.ListSessions(name)
+	if err != nil {
+		return nil, errUnavailable("read registry: %v", err)
+	}
+	return sessions, s.stopSessions(ctx, sessions, grace)
+}
+
 func (s *server) handleSuspend(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if _, err := s.sandbox(name); err != nil {
@@ -255,12 +261,7 @@ func (s *server) handleSuspend(w http.ResponseWriter, r *http.Request) {
 		s.writeJSON(w, http.StatusOK, toWireSandbox(sb))
 		return
 	}
-	sessions, err := s.reg.ListSessions(name)
-	if err != nil {
-		s.writeError(w, r, errUnavailable("read registry: %v", err))
-		return
-	}
-	if err := s.stopSessions(r.Context(), sessions, s.cfg.SuspendGrace); err != nil {
+	if _, err := s.stopSandboxSessions(r.Context(), name, s.cfg.SuspendGrace); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
