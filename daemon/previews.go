@@ -73,10 +73,7 @@ func (s *server) ownPorts() map[int]bool {
 }
 
 func (s *server) handleURLs(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.sandbox(r.PathValue("name"))
-	if err == nil {
-		err = checkIncarnation(r.Context(), sb)
-	}
+	sb, err := s.scopedSandbox(r.Context(), r.PathValue("name"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
