@@ -259,9 +259,13 @@ func (c *Client) Signal(ctx context.Context, sig syscall.Signal) error {
 	return c.simple(ctx, &c.ctl, "signal", opSignal, b[:])
 }
 
-// Terminate sends SIGTERM to the command's process group and SIGKILL after
-// grace, and returns the exit record once it is in the journal. A session
-// that already ended answers its record at once. ErrLost when the shim is
+// Terminate stops every process the session started: SIGTERM to the
+// command's process group and to the group of every other process below
+// the shim, SIGKILL after grace to every one still alive. It returns the
+// exit record once it is in the journal and nothing is left (see
+// docs/frames.md). A session that already ended has its lingering
+// descendants (Status.Descendants) stopped the same way and answers its
+// unchanged record; with none, at once. ErrLost when the shim is
 // gone without a record; ErrUnavailable when the shim cannot be reached
 // and the session may still run (the end is uncertain: retry).
 func (c *Client) Terminate(ctx context.Context, grace time.Duration) (journal.Exit, error) {

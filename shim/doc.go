@@ -27,8 +27,20 @@
 //   - Exit order (conmon's): the child exits → its status is taken →
 //     output is drained to EOF (bounded by DrainGrace, see below) → the
 //     journal is synced and its exit record published → only then are
-//     Terminate and status waiters answered → the shim removes ctl.sock
-//     and exits.
+//     Terminate and status waiters answered → the shim lingers while any
+//     descendant lives (below) → the shim removes ctl.sock and exits.
+//   - Nothing escapes: the shim is a child subreaper, set before the
+//     command starts, so every process the session starts stays below it
+//     (an orphan is reparented to the shim, not init). The shim owns every
+//     wait (one wait4(-1) loop, reaper.go): the command's status is
+//     recorded, every other child is reaped at once (no zombies). After
+//     the exit record the shim stays alive while any process below it
+//     lives, serving the control socket; Status.Descendants counts them.
+//     Terminate stops them all: SIGTERM to the command's group and to the
+//     group of every process below the shim, SIGKILL after the grace to
+//     every one still alive, rescanning until none is left; on an ended
+//     session it does the same to the lingering ones. Only a kill -9 of
+//     the shim itself lets them go to init (the session is then lost).
 //   - Exit truth: a normal exit records reason "exited" and its code; a
 //     death by signal records reason "signaled", the signal number and
 //     Code 128+signal. Never 0, never -1. A shim that dies without the
@@ -43,6 +55,7 @@
 // terminal open (a backgrounded server) would hold the session open
 // forever, so reading stops DrainGrace (2 s) after the child's exit, with a
 // final non-blocking sweep of whatever is already buffered. The shim does
-// not kill such leftovers; once it has closed its read ends their writes
-// fail with EPIPE (pipes) or they see a hangup (PTY).
+// not kill such leftovers on its own (it keeps them, lingering, until
+// Terminate); once it has closed its read ends their writes fail with
+// EPIPE (pipes) or they see a hangup (PTY).
 package shim

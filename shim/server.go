@@ -60,8 +60,13 @@ type server struct {
 	stdinClosed bool
 	atLineStart bool // TTY: the last stdin byte was '\n' (or none yet)
 
-	exited chan struct{} // closed once the child is reaped
-	done   chan struct{} // closed once the exit record is published
+	exited  chan struct{} // closed once the child is reaped
+	done    chan struct{} // closed once the exit record is published
+	closing chan struct{} // closed when shutdown starts: no new connections
+
+	// reap owns every wait of the process (see reaper.go); it runs from
+	// run until no descendant is left.
+	reap *reaper
 
 	// stopAsked is set by the terminate op before it signals the command:
 	// the exit record of a command that ends after it says Terminated.
@@ -82,7 +87,7 @@ type server struct {
 // written. On failure nothing is left running and the files it created are
 // removed.
 func newServer(dir string) (_ *server, err error) {
-	s := &server{dir: dir, exited: make(chan struct{}), done: make(chan struct{}),
+	s := &server{dir: dir, exited: make(chan struct{}), done: make(chan struct{}), closing: make(chan struct{}),
 		conns: map[*net.UnixConn]struct{}{}, atLineStart: true}
 	if err := readJSON(filepath.Join(dir, SpecFile), &s.spec); err != nil {
 		return nil, fmt.Errorf("read spec: %w", err)
@@ -184,11 +189,17 @@ func newServer(dir string) (_ *server, err error) {
 		}
 	}()
 
+	// Before the command starts: every process it starts stays below the
+	// shim, even one whose parent has died (reaper.go).
+	if err := setSubreaper(); err != nil {
+		return nil, err
+	}
 	s.at = time.Now().UTC()
 	if err := startCommand(cmd, s.spec); err != nil {
 		return nil, fmt.Errorf("start %s: %w", s.spec.Argv[0], err)
 	}
 	s.cmd, s.pid = cmd, cmd.Process.Pid
+	s.reap = newReaper(s.pid)
 	b, _ := json.Marshal(started{ShimPID: os.Getpid(), PID: s.pid, StartedAt: s.at})
 	if err := writeFileAtomic(filepath.Join(dir, StartedFile), b, 0o600); err != nil {
 		syscall.Kill(-s.pid, syscall.SIGKILL)
@@ -198,9 +209,15 @@ func newServer(dir string) (_ *server, err error) {
 	return s, nil
 }
 
-// run supervises the command to its end and returns once the exit record
-// is published and every goroutine has stopped.
+// run supervises the command to its end, publishes the exit record, then
+// keeps serving while any descendant of the command is still alive (the
+// shim is their reaper), and returns once none is left and every
+// goroutine has stopped.
 func (s *server) run() {
+	// From here on the reaper is the process's only waiter: the command's
+	// status comes from it, never from exec.Cmd.Wait. Owned by run, which
+	// waits for allDone below.
+	go s.reap.loop()
 	for _, o := range s.outs {
 		s.pumps.Add(1)
 		go s.pump(o)
@@ -213,24 +230,32 @@ func (s *server) run() {
 	// by commands started later, a caught one is reset by execve.
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	fwdDone := make(chan struct{})
-	// Forwards SIGTERM/SIGINT sent to the shim to the command's group, so
-	// that stopping the shim politely stops the command and still records
-	// its exit. Owned by run: stopped below once the record is published.
+	// Forwards SIGTERM/SIGINT sent to the shim to the command's group and
+	// to the group of every other process below the shim, so that
+	// stopping the shim politely stops the session and still records its
+	// exit. Owned by run: stopped below once nothing is left below the
+	// shim.
 	go func() {
 		defer close(fwdDone)
 		for {
 			select {
 			case sig := <-sigs:
 				if sig != syscall.SIGHUP {
-					s.signalGroup(syscall.SIGTERM)
+					skip := 0
+					if !s.isExited() {
+						s.signalGroup(syscall.SIGTERM)
+						skip = s.pid // the command leads its own group
+					}
+					signalTree(syscall.SIGTERM, skip)
 				}
-			case <-s.done:
+			case <-s.reap.allDone:
 				return
 			}
 		}
 	}()
 
-	state, werr := s.cmd.Process.Wait()
+	<-s.reap.mainDone
+	s.cmd.Process.Release() // reaped by the reaper: only the handle is left
 	close(s.exited)
 	// A stdin write blocked on a child that will never read fails now.
 	s.stdin.SetWriteDeadline(time.Now())
@@ -243,7 +268,7 @@ func (s *server) run() {
 	s.pumps.Wait()
 	drain.Stop()
 
-	rec := exitRecord(state, werr)
+	rec := exitRecord(s.reap.status, s.reap.err)
 	// Read after the reap: a terminate that asked before the command ended
 	// has set it by now (it sets it before signalling).
 	if s.stopAsked.Load() && rec.Reason != journal.ReasonLost {
@@ -251,6 +276,11 @@ func (s *server) run() {
 	}
 	s.finish(rec)
 
+	// Linger: a descendant that outlived the command (a daemon it
+	// started, a double fork) is reparented to the shim, which stays its
+	// reaper, answers status (with the count) and terminate (which kills
+	// them) until the last one is gone.
+	<-s.reap.allDone
 	signal.Stop(sigs)
 	<-fwdDone
 	s.shutdown()
@@ -258,23 +288,22 @@ func (s *server) run() {
 
 // exitRecord converts a wait status into the exit record: the true code,
 // or the signal (with Code 128+signal), never an invented 0 or -1.
-func exitRecord(ps *os.ProcessState, werr error) journal.Exit {
-	if werr != nil || ps == nil {
+func exitRecord(ws syscall.WaitStatus, werr error) journal.Exit {
+	if werr != nil {
 		return journal.Exit{Reason: journal.ReasonLost, Detail: fmt.Sprintf("wait for command: %v", werr)}
 	}
-	ws, ok := ps.Sys().(syscall.WaitStatus)
 	switch {
-	case ok && ws.Signaled():
+	case ws.Signaled():
 		sig := int(ws.Signal())
 		d := ws.Signal().String()
 		if ws.CoreDump() {
 			d += " (core dumped)"
 		}
 		return journal.Exit{Reason: journal.ReasonSignaled, Signal: sig, Code: 128 + sig, Detail: d}
-	case ok && ws.Exited():
+	case ws.Exited():
 		return journal.Exit{Reason: journal.ReasonExited, Code: ws.ExitStatus()}
 	}
-	return journal.Exit{Reason: journal.ReasonLost, Detail: "unknown wait status " + ps.String()}
+	return journal.Exit{Reason: journal.ReasonLost, Detail: fmt.Sprintf("unknown wait status %#x", uint32(ws))}
 }
 
 // pump copies one output stream into the journal until EOF (or EIO, the
@@ -422,8 +451,9 @@ func probeSpace(jdir string) error {
 
 // shutdown stops serving: no new connections, idle connections end, and
 // in-flight requests get their answers (every one can complete now that
-// the exit record is published).
+// the exit record is published and nothing is left below the shim).
 func (s *server) shutdown() {
+	close(s.closing)
 	s.ln.Close()
 	os.Remove(s.sock)
 	s.mu.Lock()
@@ -462,7 +492,7 @@ func (s *server) accept() {
 		s.conns[c] = struct{}{}
 		s.mu.Unlock()
 		select {
-		case <-s.done:
+		case <-s.closing:
 			c.CloseRead()
 		default:
 		}
@@ -647,21 +677,20 @@ func (s *server) resize(rows, cols uint16) (byte, []byte) {
 	return stOK, nil
 }
 
-// terminate sends SIGTERM to the group, SIGKILL after grace, and answers
-// with the exit record once it is published.
+// terminate stops everything the session started: SIGTERM to the
+// command's group and to the group of every other process below the shim,
+// SIGKILL after grace to every one still alive, until none is left
+// (killTree). It answers with the exit record once it is published. On a
+// session whose command has already ended it stops the lingering
+// descendants the same way and answers the record.
 func (s *server) terminate(grace time.Duration) (byte, []byte) {
+	signalled := 0
 	if !s.isExited() {
 		s.stopAsked.Store(true)
 		s.signalGroup(syscall.SIGTERM)
-		kill := time.AfterFunc(grace, func() {
-			select {
-			case <-s.done:
-			default:
-				s.signalGroup(syscall.SIGKILL)
-			}
-		})
-		defer kill.Stop()
+		signalled = s.pid // the command leads its own group
 	}
+	s.killTree(grace, signalled)
 	// Wait for the record, unless the command has ended and the record
 	// cannot be written (disk full): that answer is write_failed, at once
 	// rather than when the caller gives up. The shim keeps retrying; the
@@ -701,6 +730,7 @@ const (
 
 func (s *server) status() Status {
 	st := Status{ID: s.spec.ID, State: StateRunning, ShimPID: os.Getpid(), PID: s.pid, TTY: s.spec.TTY, StartedAt: s.at}
+	st.Descendants = s.countDescendants()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.exit != nil {

@@ -122,6 +122,13 @@ type Status struct {
 	// command is then backpressured); the contract's code is write_failed.
 	WriteError string    `json:"write_error,omitempty"`
 	StartedAt  time.Time `json:"started_at"`
+	// Descendants is the number of live processes the session started
+	// besides the command itself (its children, and orphans the shim
+	// adopted as their subreaper). After the exit record the shim lingers
+	// while it is not 0, and terminate stops them. It is known only from
+	// a live shim: 0 when read from disk (a shim that is gone keeps none),
+	// -1 when the shim cannot read /proc.
+	Descendants int `json:"descendants,omitempty"`
 }
 
 // started is started.json.
