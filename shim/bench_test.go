@@ -41,6 +41,39 @@ func BenchmarkSpawnAck(b *testing.B) {
 	}
 }
 
+// BenchmarkPoolSpawnAck is BenchmarkSpawnAck through a warm shim: the
+// timer stops while the pool refills, so it measures the ack of a start
+// that found a warm shim idle (the refill's process starts are off the
+// ack path, not free: they cost CPU between spawns).
+func BenchmarkPoolSpawnAck(b *testing.B) {
+	exe := []string{buildShim(b), "serve"}
+	root, err := os.MkdirTemp("", "shb")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.RemoveAll(root)
+	p := NewPool(exe, 1)
+	defer p.Close()
+	ctx := context.Background()
+	i := 0
+	for b.Loop() {
+		b.StopTimer()
+		for len(p.pids()) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		b.StartTimer()
+		i++
+		dir := filepath.Join(root, strconv.Itoa(i))
+		st, err := p.Start(ctx, dir, Spec{ID: "b", Argv: []string{"/bin/true"}, Env: testEnv})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		waitShimExit(b, dir, st.ShimPID)
+		b.StartTimer()
+	}
+}
+
 // BenchmarkForkExecTrue is the baseline: fork/exec of /bin/true until
 // exec.Cmd.Start returns (execve done), plus its wait.
 func BenchmarkForkExecTrue(b *testing.B) {
