@@ -5,10 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/http"
-	"os/exec"
 	"strconv"
+	"syscall"
 
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/journal"
@@ -124,16 +123,22 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	w.Write(body)
 }
 
-// classifyStart maps a failure of shim.Start: a command that cannot be
-// started (no such file, not executable) is the caller's mistake (invalid);
-// anything else is transient.
+// classifyStart maps a failure of shim.Start. Only a failure of the
+// caller's command itself (the shim reports phase exec: no such
+// executable, not executable, a bad cwd, an unknown run-as user) is the
+// caller's mistake (invalid); a full disk is write_failed; anything else
+// (a fork the host refused, a shim that crashed, a journal, socket or
+// namespace that could not be set up) is transient (unavailable), even
+// when its errno is ENOENT or EACCES.
 func classifyStart(err error) error {
 	var se *shim.StartError
-	if errors.As(err, &se) || errors.Is(err, shim.ErrInvalid) {
+	switch {
+	case errors.As(err, &se) && se.Phase == shim.PhaseExec:
 		return errInvalid("start command: %v", err)
-	}
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, exec.ErrNotFound) {
+	case errors.Is(err, shim.ErrInvalid) && !errors.As(err, &se):
 		return errInvalid("start command: %v", err)
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return &apiError{status: http.StatusInsufficientStorage, code: wire.CodeWriteFailed, detail: fmt.Sprintf("start session: %v", err)}
 	}
 	return errUnavailable("start session: %v", err)
 }

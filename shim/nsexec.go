@@ -59,7 +59,8 @@ import (
 // close-on-exec by the helper at once, so the command never sees it): the
 // shim writes one JSON nsexecParams and shuts its write side; the helper
 // writes "exec\n" just before execve(2), and on any failure
-// "error ERRNO STEP\n" and exits 127. The shim reads to EOF: "exec" alone
+// "error ERRNO PHASE STEP\n" (PHASE as in the readiness line: exec for
+// the chdir and the execve, setup for the rest) and exits 127. The shim reads to EOF: "exec" alone
 // means the execve succeeded (the socket closed with it); an error line is
 // the start error, its errno preserved (so ENOENT still unwraps to
 // fs.ErrNotExist through StartError); EOF without "exec" means the helper
@@ -118,7 +119,7 @@ func isNsexec(args []string) bool { return len(args) == 1 && args[0] == nsexecAr
 // execve succeeded, with cmd.Process being the command.
 func startCommand(cmd *exec.Cmd, spec Spec) error {
 	if spec.ResolvConf == "" {
-		return startIn(cmd, spec.NetNS)
+		return asCommandError(startIn(cmd, spec.NetNS))
 	}
 	return startNsexec(cmd, spec)
 }
@@ -195,11 +196,16 @@ func parseNsexecReport(rep string) error {
 	if line, ok := strings.CutPrefix(rest, "error "); ok {
 		line = strings.TrimSuffix(line, "\n")
 		num, step, _ := strings.Cut(line, " ")
+		phase, step, _ := strings.Cut(step, " ")
 		n, _ := strconv.Atoi(num)
+		err := fmt.Errorf("%s: %w", step, syscall.Errno(n))
 		if n == 0 {
-			return errors.New(step)
+			err = errors.New(step)
 		}
-		return fmt.Errorf("%s: %w", step, syscall.Errno(n))
+		if phase == PhaseExec {
+			return &commandError{err}
+		}
+		return err
 	}
 	if execd && rest == "" {
 		return nil
@@ -215,12 +221,13 @@ func nsexecMain() (code int) {
 	runtime.LockOSThread()
 	unix.CloseOnExec(nsexecFD)
 	f := os.NewFile(nsexecFD, "nsexec")
+	phase := PhaseSetup
 	fail := func(step string, err error) int {
 		var en syscall.Errno
 		if errors.As(err, &en) {
-			fmt.Fprintf(f, "error %d %s\n", int(en), oneLine(step))
+			fmt.Fprintf(f, "error %d %s %s\n", int(en), phase, oneLine(step))
 		} else {
-			fmt.Fprintf(f, "error 0 %s\n", oneLine(fmt.Sprintf("%s: %v", step, err)))
+			fmt.Fprintf(f, "error 0 %s %s\n", phase, oneLine(fmt.Sprintf("%s: %v", step, err)))
 		}
 		return nsexecExit
 	}
@@ -268,6 +275,7 @@ func nsexecMain() (code int) {
 			return fail("nsexec: setuid", err)
 		}
 	}
+	phase = PhaseExec // from here on a failure is the command's own
 	if p.Dir != "" {
 		if err := unix.Chdir(p.Dir); err != nil {
 			return fail("chdir "+p.Dir, err)

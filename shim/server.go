@@ -132,7 +132,7 @@ func newServer(dir string) (_ *server, err error) {
 
 	path, err := lookPath(s.spec.Argv[0], s.spec.Env, s.spec.Dir)
 	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", s.spec.Argv[0], err)
+		return nil, fmt.Errorf("start %s: %w", s.spec.Argv[0], &commandError{err})
 	}
 	cmd := &exec.Cmd{Path: path, Args: s.spec.Argv, Env: s.spec.Env, Dir: s.spec.Dir}
 	if cmd.Env == nil {
@@ -141,7 +141,7 @@ func newServer(dir string) (_ *server, err error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if s.spec.User != "" {
 		if cmd.SysProcAttr.Credential, err = credential(s.spec.User); err != nil {
-			return nil, err
+			return nil, &commandError{err}
 		}
 	}
 	var childEnds []*os.File // closed in the shim once the child has them

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -26,18 +27,72 @@ import (
 // one line, then the shim closes its end.
 //
 //	ready PID SHIMPID STARTED_UNIX_NANOS
-//	error SHIMPID ERRNO MESSAGE
+//	error SHIMPID ERRNO PHASE MESSAGE
 //
 // ERRNO is the numeric errno of the start failure (0 if none), so ENOENT
-// for a missing argv[0] survives the process boundary.
+// for a missing argv[0] survives the process boundary. PHASE is
+// PhaseExec or PhaseSetup. A line without PHASE (`error SHIMPID ERRNO
+// MESSAGE`, from a shim before phases) still parses, with Phase "".
+
+// The phases of a start failure (StartError.Phase).
+const (
+	// PhaseExec is a failure of the caller's command itself: its
+	// executable (PATH lookup, execve), its working directory, or its
+	// run-as user's lookup. Retrying the same request fails the same way.
+	PhaseExec = "exec"
+	// PhaseSetup is any other failure: the shim's own start, its
+	// journal, control socket, network namespace, a fork that the host
+	// refused (EAGAIN, ENOMEM). It says nothing about the request.
+	PhaseSetup = "setup"
+)
 
 // StartError is returned by Start when the shim could not start the
 // command. It unwraps to the errno when there was one, so
 // errors.Is(err, fs.ErrNotExist) holds for a missing executable.
+//
+// Phase says whose failure it is; it is "" when no phase is known (an old
+// shim's line, or a shim that exited without reporting). A StartError
+// with ShimPID 0 and Phase "" came from no report at all: the shim may
+// have got anywhere before it died, even past starting the command.
 type StartError struct {
 	Msg     string
 	Errno   syscall.Errno // 0 if the failure had no errno
-	ShimPID int           // the shim that reported it (it has exited or is exiting)
+	ShimPID int           // the shim that reported it (it has exited or is exiting); 0 if none did
+	Phase   string        // PhaseExec, PhaseSetup, or "" if unknown
+}
+
+// commandError marks a start failure of the caller's command (see
+// PhaseExec); the shim reports it with that phase.
+type commandError struct{ err error }
+
+func (e *commandError) Error() string { return e.err.Error() }
+func (e *commandError) Unwrap() error { return e.err }
+
+// commandErrnos are the errnos of a fork/exec of the command that are its
+// own (a missing or unrunnable executable or working directory), as
+// opposed to the host's (EAGAIN, ENOMEM, EMFILE, ETXTBSY, EPERM of a
+// setuid).
+var commandErrnos = []syscall.Errno{syscall.ENOENT, syscall.EACCES, syscall.ENOEXEC, syscall.ENOTDIR,
+	syscall.EISDIR, syscall.ELOOP, syscall.ENAMETOOLONG, syscall.E2BIG, syscall.ELIBBAD}
+
+// asCommandError marks err as the command's when it is a fork/exec of the
+// command that failed with one of commandErrnos.
+func asCommandError(err error) error {
+	var pe *os.PathError
+	var en syscall.Errno
+	if errors.As(err, &pe) && pe.Op == "fork/exec" && errors.As(err, &en) && slices.Contains(commandErrnos, en) {
+		return &commandError{err}
+	}
+	return err
+}
+
+// phaseOf is the readiness line's PHASE for a start failure.
+func phaseOf(err error) string {
+	var ce *commandError
+	if errors.As(err, &ce) {
+		return PhaseExec
+	}
+	return PhaseSetup
 }
 
 func (e *StartError) Error() string { return e.Msg }
@@ -145,7 +200,7 @@ func launch(ctx context.Context, exe []string, dir string) (Status, error) {
 	err = cmd.Start()
 	w.Close()
 	if err != nil {
-		return Status{}, &StartError{Msg: fmt.Sprintf("start shim %s: %v", exe[0], err)}
+		return Status{}, &StartError{Msg: fmt.Sprintf("start shim %s: %v", exe[0], err), Phase: PhaseSetup}
 	}
 	// The intermediate exits as soon as the real shim is started.
 	werr := cmd.Wait()
@@ -202,7 +257,11 @@ func parseReady(line string) (Status, error) {
 	case f[0] == "error" && len(f) == 4:
 		spid, _ := strconv.Atoi(f[1])
 		errno, _ := strconv.Atoi(f[2])
-		return Status{}, &StartError{Msg: f[3], Errno: syscall.Errno(errno), ShimPID: spid}
+		se := &StartError{Msg: f[3], Errno: syscall.Errno(errno), ShimPID: spid}
+		if phase, msg, ok := strings.Cut(f[3], " "); ok && (phase == PhaseExec || phase == PhaseSetup) {
+			se.Phase, se.Msg = phase, msg
+		}
+		return Status{}, se
 	}
 	return Status{}, &StartError{Msg: fmt.Sprintf("start shim: bad readiness report %q", line)}
 }
@@ -316,7 +375,7 @@ func serve(dir string, ready *os.File) int {
 	s, err := newServer(dir)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "shim %s: %v\n", dir, err)
-		report(ready, fmt.Sprintf("error %d %d %s", os.Getpid(), errnoOf(err), oneLine(err.Error())))
+		report(ready, fmt.Sprintf("error %d %d %s %s", os.Getpid(), errnoOf(err), phaseOf(err), oneLine(err.Error())))
 		return 1
 	}
 	report(ready, fmt.Sprintf("ready %d %d %d", s.pid, os.Getpid(), s.at.UnixNano()))
@@ -350,7 +409,7 @@ func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
 // given a session.
 func detach(args []string, dir string, ready *os.File) int {
 	fail := func(err error) int {
-		report(ready, fmt.Sprintf("error %d %d %s", os.Getpid(), errnoOf(err), oneLine(err.Error())))
+		report(ready, fmt.Sprintf("error %d %d %s %s", os.Getpid(), errnoOf(err), PhaseSetup, oneLine(err.Error())))
 		return 1
 	}
 	exe, err := os.Executable()

@@ -1,0 +1,51 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"syscall"
+	"testing"
+
+	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/wire"
+)
+
+// TestClassifyStart: only a failure of the caller's command is invalid;
+// the host's failures (even with ENOENT or EACCES) are unavailable, and a
+// full disk is write_failed.
+func TestClassifyStart(t *testing.T) {
+	tests := []struct {
+		name       string
+		err        error
+		wantStatus int
+		wantCode   wire.Code
+	}{
+		{"missing executable", &shim.StartError{Msg: "start x: no such file", Errno: syscall.ENOENT, ShimPID: 7, Phase: shim.PhaseExec}, 400, wire.CodeInvalid},
+		{"unknown user", &shim.StartError{Msg: "look up user", ShimPID: 7, Phase: shim.PhaseExec}, 400, wire.CodeInvalid},
+		{"fork EAGAIN", &shim.StartError{Msg: "fork/exec x: resource temporarily unavailable", Errno: syscall.EAGAIN, ShimPID: 7, Phase: shim.PhaseSetup}, 503, wire.CodeUnavailable},
+		{"netns vanished", &shim.StartError{Msg: "open netns: no such file", Errno: syscall.ENOENT, ShimPID: 7, Phase: shim.PhaseSetup}, 503, wire.CodeUnavailable},
+		{"EMFILE", &shim.StartError{Msg: "listen", Errno: syscall.EMFILE, ShimPID: 7, Phase: shim.PhaseSetup}, 503, wire.CodeUnavailable},
+		{"socket EACCES", &shim.StartError{Msg: "listen", Errno: syscall.EACCES, ShimPID: 7, Phase: shim.PhaseSetup}, 503, wire.CodeUnavailable},
+		{"journal ENOSPC", &shim.StartError{Msg: "create journal", Errno: syscall.ENOSPC, ShimPID: 7, Phase: shim.PhaseSetup}, http.StatusInsufficientStorage, wire.CodeWriteFailed},
+		{"spec ENOSPC", fmt.Errorf("start shim: write spec: %w", syscall.ENOSPC), http.StatusInsufficientStorage, wire.CodeWriteFailed},
+		{"shim crashed", &shim.StartError{Msg: "start shim: it exited without reporting"}, 503, wire.CodeUnavailable},
+		{"shim binary missing", &shim.StartError{Msg: "start shim /x: no such file", Phase: shim.PhaseSetup}, 503, wire.CodeUnavailable},
+		{"old shim, no phase", &shim.StartError{Msg: "start x: no such file", Errno: syscall.ENOENT, ShimPID: 7}, 503, wire.CodeUnavailable},
+		{"plain ENOENT", fmt.Errorf("start shim: %w", syscall.ENOENT), 503, wire.CodeUnavailable},
+		{"deadline", fmt.Errorf("start shim: wait for ready: %w", context.DeadlineExceeded), 503, wire.CodeUnavailable},
+		{"invalid spec", fmt.Errorf("start shim: %w: bad", shim.ErrInvalid), 400, wire.CodeInvalid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var ae *apiError
+			if !errors.As(classifyStart(tt.err), &ae) {
+				t.Fatalf("got no apiError")
+			}
+			if ae.status != tt.wantStatus || ae.code != tt.wantCode {
+				t.Errorf("got %d %s, want %d %s", ae.status, ae.code, tt.wantStatus, tt.wantCode)
+			}
+		})
+	}
+}
