@@ -176,19 +176,21 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession)
 	} else if err := validSessionID(req.ID); err != nil {
 		return ss, false, err
 	}
-	if _, err := s.sandbox(name); err != nil {
+	live, err := s.sandbox(name)
+	if err != nil {
 		return ss, false, err
 	}
 	unlock := s.locks.Lock(name)
 	defer unlock()
 
 	ss = registry.Session{
-		Sandbox:   name,
-		ID:        req.ID,
-		Key:       registry.NewID(),
-		Request:   req,
-		State:     stateStarting,
-		StartedAt: time.Now().UTC(),
+		Sandbox:     name,
+		ID:          req.ID,
+		Incarnation: live.Incarnation, // stored with the record: the session routes check it
+		Key:         registry.NewID(),
+		Request:     req,
+		State:       stateStarting,
+		StartedAt:   time.Now().UTC(),
 	}
 	var sb registry.Sandbox
 	cur, err := s.reg.CreateSession(ss, func(rec registry.Sandbox) error {
@@ -197,6 +199,9 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession)
 		}
 		if rec.State == wire.SandboxSuspended {
 			return errConflict("sandbox suspended")
+		}
+		if rec.Incarnation != ss.Incarnation {
+			return errUnavailable("sandbox %q was re-created during the spawn; retry", name)
 		}
 		sb = rec
 		return nil
@@ -213,7 +218,6 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession)
 	case err != nil:
 		return ss, false, s.registryErr(err, name)
 	}
-	ss.Incarnation = sb.Incarnation
 
 	fail := func(err error) (registry.Session, bool, error) {
 		os.RemoveAll(s.sessionDir(ss))
