@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -226,6 +227,53 @@ func BenchmarkFollowLatency(b *testing.B) {
 			b.Fatal(err)
 		}
 		r, err := j.NewReader("stdout", 0, true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer r.Close()
+		run(b, func(p []byte) error { _, err := w.Write("stdout", p); return err }, r.Read)
+		if err := w.Finish(Exit{Reason: ReasonExited}); err != nil {
+			b.Fatal(err)
+		}
+	})
+	// The same through a shared Watcher, as runnerd reads, with 99 other
+	// idle followers on 33 other journals registered on it.
+	b.Run("journal-watcher", func(b *testing.B) {
+		wt := NewWatcher(WatcherOptions{})
+		defer wt.Close()
+		root := b.TempDir()
+		for i := range 33 {
+			dir := filepath.Join(root, strconv.Itoa(i))
+			w, err := Create(dir, Options{Streams: []string{"stdout", "stderr"}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer w.Close()
+			j, err := Open(dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, s := range []string{"stdout", "stderr", "stdout"} {
+				r, err := j.NewReaderWatched(wt, s, 0, true)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer r.Close()
+				ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+				r.ReadContext(ctx, make([]byte, 1)) // arm: registers with wt
+				cancel()
+			}
+		}
+		dir := filepath.Join(root, "j")
+		w, err := Create(dir, Options{Streams: []string{"stdout"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		j, err := Open(dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r, err := j.NewReaderWatched(wt, "stdout", 0, true)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -83,7 +83,21 @@
 // # Memory
 //
 // The writer keeps O(retained segments) offsets plus the marks of one sync
-// interval; marks live in index.db. A Reader keeps one open segment, an
-// inotify descriptor once it waits, and a 1 KiB event buffer, whatever the
-// stream's size.
+// interval; marks live in index.db. A Reader keeps one open segment and,
+// once it waits, either a registration with a shared Watcher or an inotify
+// descriptor of its own with a 1 KiB event buffer, whatever the stream's
+// size.
+//
+// # Waiting
+//
+// A follow Reader waits with inotify on its stream directory and the
+// journal directory, never a sleep loop, and registers before it checks
+// the files, so no change is missed. The kernel limits inotify instances
+// per user (fs.inotify.max_user_instances, 128 by default, shared by every
+// process of the user), so a process following many streams shares one
+// Watcher (one instance, one goroutine, one watch per directory) through
+// Journal.NewReaderWatched; NewReader gives a Reader its own instance. If
+// the kernel refuses an instance or a watch, the Reader polls every
+// DefaultPollInterval (or WatcherOptions.PollInterval): slower, never
+// wrong, and reported through WatcherOptions.OnPoll.
 package journal

@@ -15,10 +15,13 @@ import (
 )
 
 // Reader reads one stream from a cursor. It holds one segment file open
-// and, once a follow Reader first waits, one inotify descriptor; it starts
-// no goroutine (context cancellation of a wait uses context.AfterFunc,
-// which is stopped before ReadContext returns). Per-reader memory is a
-// small struct plus a 1 KiB event buffer.
+// and, once a follow Reader first waits, either a registration with a
+// shared Watcher (NewReaderWatched) or one inotify descriptor of its own
+// (NewReader); it starts no goroutine (context cancellation of a wait uses
+// context.AfterFunc, which is stopped before ReadContext returns).
+// Per-reader memory is a small struct plus, with its own descriptor, a
+// 1 KiB event buffer. If the kernel refuses the descriptor or the watches
+// (EMFILE, ENFILE, ENOSPC, ENOMEM), the Reader polls instead (see Watcher).
 //
 // A Reader is not safe for concurrent use (cancel a blocked ReadContext with
 // its context). The owner must call Close.
@@ -36,7 +39,11 @@ type Reader struct {
 	exitLen   int64 // final length of the stream once exitKnown
 	dead      bool  // writer found gone while no exit record was present
 
-	ino       *os.File // inotify, nil until the first wait
+	armed     bool          // the first wait registered for changes
+	w         *Watcher      // shared watcher; nil: an inotify instance of its own
+	sub       *subscription // registration with w while armed
+	poll      time.Duration // > 0: no inotify, re-check at this interval
+	ino       *os.File      // own inotify instance
 	wdJournal int32
 	needCheck bool // journal dir changed: re-check exit.json and liveness
 	evbuf     []byte
@@ -48,11 +55,18 @@ type Reader struct {
 // ErrInvalidCursor, both wrapped in a *CursorError. follow selects whether
 // ReadContext waits for more bytes at the end (see ReadContext).
 func (j *Journal) NewReader(stream string, cursor int64, follow bool) (*Reader, error) {
+	return j.NewReaderWatched(nil, stream, cursor, follow)
+}
+
+// NewReaderWatched is NewReader for a Reader woken by w, shared with any
+// number of other Readers, instead of an inotify instance of its own. A
+// nil w is NewReader. w must outlive the Reader.
+func (j *Journal) NewReaderWatched(w *Watcher, stream string, cursor int64, follow bool) (*Reader, error) {
 	sdir, err := j.streamDir(stream)
 	if err != nil {
 		return nil, err
 	}
-	r := &Reader{dir: j.dir, sdir: sdir, stream: stream, follow: follow, off: cursor}
+	r := &Reader{dir: j.dir, sdir: sdir, stream: stream, follow: follow, off: cursor, w: w}
 	if j.segBytes > 0 && cursor >= 0 {
 		// Fast path, independent of the journal's size: segments are
 		// aligned, so the one holding cursor is named cursor rounded down
@@ -138,9 +152,10 @@ func (r *Reader) ReadContext(ctx context.Context, p []byte) (int, error) {
 		if err := ctx.Err(); err != nil {
 			return 0, err
 		}
-		if r.ino == nil {
+		if !r.armed {
 			// Arm before the checks below, then read again: a change after
-			// the arm is queued on the descriptor, so no wake-up is lost.
+			// the arm is queued on the descriptor (or left as a pending
+			// wake-up by the Watcher), so no wake-up is lost.
 			if err := r.arm(); err != nil {
 				return 0, err
 			}
@@ -253,20 +268,48 @@ const (
 	journalEvents = unix.IN_CREATE | unix.IN_MOVED_TO | unix.IN_CLOSE_WRITE | unix.IN_DELETE
 )
 
+// inotifyInit is unix.InotifyInit1; tests inject failures.
+var inotifyInit = unix.InotifyInit1
+
 func (r *Reader) arm() error {
-	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if r.w != nil {
+		sub, err := r.w.subscribe(r.sdir, r.dir)
+		var pe *pollError
+		switch {
+		case errors.As(err, &pe):
+			r.w.fellBack(pe.dir, pe.err)
+			r.startPolling(r.w.opts.PollInterval)
+		case err != nil:
+			return err
+		default:
+			r.sub = sub
+		}
+		r.armed, r.needCheck = true, true
+		return nil
+	}
+	// Out of instances or watches: poll rather than fail the follower.
+	fail := func(err error) error {
+		if pollable(err) {
+			r.startPolling(DefaultPollInterval)
+			r.armed, r.needCheck = true, true
+			return nil
+		}
+		return err
+	}
+	fd, err := inotifyInit(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
-		return fmt.Errorf("inotify: %w", err)
+		return fail(fmt.Errorf("inotify: %w", err))
 	}
 	if _, err := unix.InotifyAddWatch(fd, r.sdir, streamEvents); err != nil {
 		unix.Close(fd)
-		return fmt.Errorf("watch %s: %w", r.sdir, err)
+		return fail(fmt.Errorf("watch %s: %w", r.sdir, err))
 	}
 	wd, err := unix.InotifyAddWatch(fd, r.dir, journalEvents)
 	if err != nil {
 		unix.Close(fd)
-		return fmt.Errorf("watch %s: %w", r.dir, err)
+		return fail(fmt.Errorf("watch %s: %w", r.dir, err))
 	}
+	r.armed = true
 	// A non-blocking descriptor joins the runtime poller, so Read parks the
 	// goroutine and honours deadlines.
 	r.ino = os.NewFile(uintptr(fd), "inotify")
@@ -276,8 +319,49 @@ func (r *Reader) arm() error {
 	return nil
 }
 
-// wait blocks until at least one inotify event or ctx is done.
+// startPolling makes the Reader re-check every d instead of waiting for
+// inotify: the kernel refused an instance or a watch, or the Watcher lost
+// it. Slower, never wrong.
+func (r *Reader) startPolling(d time.Duration) {
+	if r.sub != nil {
+		r.w.unsubscribe(r.sub)
+		r.sub = nil
+	}
+	r.poll = d
+}
+
+// wait blocks until at least one change may have happened or ctx is done.
 func (r *Reader) wait(ctx context.Context) error {
+	switch {
+	case r.poll > 0:
+		t := time.NewTimer(r.poll)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		// Nothing tells a poller what changed: look at everything.
+		r.needCheck = true
+		return nil
+	case r.sub != nil:
+		s := r.sub
+		select {
+		case <-s.c:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if s.journal.Swap(false) {
+			r.needCheck = true
+		}
+		if s.lost.Load() {
+			// The watch is gone (directory removed, Watcher closed): what
+			// changed since is unknown, so re-check and poll from now on.
+			r.startPolling(r.w.opts.PollInterval)
+			r.needCheck = true
+		}
+		return nil
+	}
 	for {
 		r.ino.SetReadDeadline(time.Time{})
 		stop := context.AfterFunc(ctx, func() { r.ino.SetReadDeadline(time.Unix(1, 0)) })
@@ -323,6 +407,10 @@ func (r *Reader) Close() error {
 		if cerr := r.ino.Close(); err == nil {
 			err = cerr
 		}
+	}
+	if r.sub != nil {
+		r.w.unsubscribe(r.sub)
+		r.sub = nil
 	}
 	return err
 }
