@@ -253,7 +253,7 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession)
 	}
 	// The shim outlives this request: a client that goes away must not
 	// cancel a start half-way. Bound it instead.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shimStartTimeout)
 	defer cancel()
 	nsb, err := s.netFor(sctx, sb)
 	if err != nil {
@@ -263,6 +263,13 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession)
 		spec.NetNS, spec.ResolvConf = nsb.NetNSPath, nsb.ResolvConfPath
 	}
 	st, err := s.startShim(sctx, s.sessionDir(ss), spec)
+	if err != nil && startMayRun(err) {
+		// Not removed: the record (starting) and directory stay, so
+		// refresh finds whatever comes up, and a retry of this id attaches
+		// to it instead of starting a second process.
+		s.log.Warn("session start uncertain", "sandbox", name, "session", ss.ID, "err", err)
+		return ss, false, errUnavailable("%s: the session may be starting; retry with the same id: %v", wire.DetailUncertain, err)
+	}
 	if err != nil {
 		return fail(classifyStart(err))
 	}
@@ -296,6 +303,23 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession)
 	s.log.Info("session started", "sandbox", name, "session", ss.ID, "pid", st.PID, "tty", req.TTY)
 	ss, err = s.refresh(ss)
 	return ss, true, err
+}
+
+// shimStartTimeout bounds a spawn's shim start (a variable for tests).
+var shimStartTimeout = 30 * time.Second
+
+// startMayRun reports whether a failed shim start may still leave a shim,
+// and so the command, running: the wait for its report ended (a context
+// error), or no shim reported at all (a StartError with neither a shim
+// pid nor a phase: it died, or garbled its line, at a point nobody
+// knows). A reported StartError is definite (the shim removed what it
+// created and exits), as is a failure before any shim was launched.
+func startMayRun(err error) bool {
+	var se *shim.StartError
+	if errors.As(err, &se) {
+		return se.ShimPID == 0 && se.Phase == ""
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
 // startShim starts the session's shim through a warm one when the pool
