@@ -32,7 +32,8 @@ import (
 //     it did, killing it otherwise: never a contained command uncontained.
 //   - A policy is never applied under running processes that would escape
 //     it: switching a sandbox from the host network to a namespace is
-//     refused while any of its sessions runs.
+//     refused while any of its sessions runs, or keeps processes that
+//     outlived its command.
 
 // errNoNetPolicy is the answer to any policy request on a host that does
 // not enforce policies.
@@ -303,6 +304,24 @@ func (s *server) handleNetwork(w http.ResponseWriter, r *http.Request) {
 		if n > 0 {
 			s.writeError(w, r, errConflict("sandbox %q has %d running session(s) on the host network that the policy could not contain: terminate or suspend them first", name, n))
 			return
+		}
+		// So would a process that outlived its command (a background
+		// server): its shim keeps it until it ends or is terminated.
+		list, err := s.reg.ListSessions(name)
+		if err != nil {
+			s.writeError(w, r, errUnavailable("read registry: %v", err))
+			return
+		}
+		for _, ss := range list {
+			n, err := lingering(r.Context(), s.sessionDir(ss))
+			if err != nil {
+				s.writeError(w, r, errUnavailable("%v", err))
+				return
+			}
+			if n > 0 {
+				s.writeError(w, r, errConflict("sandbox %q: session %s has %d process(es) on the host network that outlived its command and that the policy could not contain: terminate the session or suspend the sandbox first", name, ss.ID, n))
+				return
+			}
 		}
 	}
 	// The record first: from here on every spawn goes into the namespace

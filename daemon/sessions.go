@@ -473,15 +473,20 @@ func (s *server) reconcile(ctx context.Context) error {
 	return nil
 }
 
-// terminate stops a session (SIGTERM, SIGKILL after grace) and returns its
-// exit record once it is in the journal. An outcome it cannot confirm is
-// unavailable "uncertain".
+// terminate stops a session (SIGTERM, SIGKILL after grace) and every
+// process it started, also those that outlived an ended command, and
+// returns its exit record once it is in the journal. An outcome it cannot
+// confirm is unavailable "uncertain".
 func (s *server) terminate(ctx context.Context, ss registry.Session, grace time.Duration) (registry.Session, error) {
 	ss, err := s.refresh(ss)
 	if err != nil {
 		return ss, err
 	}
 	if ss.State != wire.SessionRunning {
+		if err := s.stopLingering(ctx, ss, grace); err != nil {
+			return ss, &apiError{status: http.StatusServiceUnavailable, code: wire.CodeUnavailable,
+				detail: fmt.Sprintf("%s: %v", wire.DetailUncertain, err)}
+		}
 		return ss, nil
 	}
 	uncertain := func(cause error) (registry.Session, error) {
@@ -508,17 +513,21 @@ func (s *server) terminate(ctx context.Context, ss registry.Session, grace time.
 	if err != nil {
 		return uncertain(err)
 	}
-	return s.recordExit(ss, toWireExit(e))
+	ss, err = s.recordExit(ss, toWireExit(e))
+	if err == nil {
+		if lerr := s.stopLingering(ctx, ss, grace); lerr != nil {
+			return uncertain(lerr)
+		}
+	}
+	return ss, err
 }
 
-// stopSessions terminates every running session in parallel.
+// stopSessions terminates every session in parallel: the running ones,
+// and the processes that outlived the command of an ended one (terminate).
 func (s *server) stopSessions(ctx context.Context, sessions []registry.Session, grace time.Duration) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(sessions))
 	for i, ss := range sessions {
-		if ss.State != wire.SessionRunning && ss.State != stateStarting {
-			continue
-		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -531,6 +540,58 @@ func (s *server) stopSessions(ctx context.Context, sessions []registry.Session, 
 			detail: fmt.Sprintf("%s: stop sessions: %v", wire.DetailUncertain, err)}
 	}
 	return nil
+}
+
+// stopLingering stops the processes a session started that outlived its
+// command (a shim keeps them, as their subreaper, until they are gone or
+// terminated) and confirms that none is left: an error when it cannot.
+func (s *server) stopLingering(ctx context.Context, ss registry.Session, grace time.Duration) error {
+	dir := s.sessionDir(ss)
+	n, err := lingering(ctx, dir)
+	if err != nil || n == 0 {
+		return err
+	}
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace+10*time.Second)
+	defer cancel()
+	c, err := shim.Dial(tctx, dir)
+	if err != nil {
+		return fmt.Errorf("session %s: %w", ss.ID, err)
+	}
+	defer c.Close()
+	if _, err := c.Terminate(tctx, grace); err != nil && !errors.Is(err, shim.ErrLost) {
+		return fmt.Errorf("session %s: stop lingering processes: %w", ss.ID, err)
+	}
+	if n, err = lingering(tctx, dir); err == nil && n != 0 {
+		err = fmt.Errorf("session %s: %d process(es) still alive after terminate", ss.ID, n)
+	}
+	return err
+}
+
+// lingering returns how many processes of the session in dir are alive
+// besides its command, as its shim counts them; 0 when the shim is gone
+// (a shim exits only once none is left).
+func lingering(ctx context.Context, dir string) (int, error) {
+	if _, err := os.Stat(filepath.Join(dir, shim.SocketFile)); errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := shim.Dial(ctx, dir)
+	if errors.Is(err, shim.ErrNoSession) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("ask the shim of %s: %w", filepath.Base(dir), err)
+	}
+	defer c.Close()
+	st, err := c.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("ask the shim of %s: %w", filepath.Base(dir), err)
+	}
+	if st.Descendants < 0 {
+		return 0, fmt.Errorf("the shim of %s cannot count its processes", filepath.Base(dir))
+	}
+	return st.Descendants, nil
 }
 
 type sessionStats struct {
