@@ -90,7 +90,7 @@ func (s *server) attachReaders(w http.ResponseWriter, r *http.Request, ss regist
 			closeAll()
 			return nil, err
 		}
-		rd, err := openReader(j, stream, cursor, true)
+		rd, err := s.openReader(j, stream, cursor, true)
 		if err != nil {
 			closeAll()
 			return nil, err

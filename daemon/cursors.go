@@ -1,9 +1,11 @@
 package daemon
 
 import (
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/journal"
@@ -35,12 +37,31 @@ func (s *server) openJournal(ss registry.Session) (*journal.Journal, error) {
 	return j, nil
 }
 
-// openReader opens one stream at cursor; cursor errors become truncated
-// (416) or invalid (400).
-func openReader(j *journal.Journal, stream string, cursor int64, follow bool) (*journal.Reader, error) {
-	rd, err := j.NewReader(stream, cursor, follow)
+// openReader opens one stream at cursor, woken by the server's shared
+// watcher; cursor errors become truncated (416) or invalid (400).
+func (s *server) openReader(j *journal.Journal, stream string, cursor int64, follow bool) (*journal.Reader, error) {
+	rd, err := j.NewReaderWatched(s.watcher, stream, cursor, follow)
 	if err != nil {
 		return nil, err
 	}
 	return rd, nil
+}
+
+// newWatcher makes the journal watcher every follow reader of this runnerd
+// shares. When the kernel refuses inotify (instances or watches exhausted
+// by other processes of the user), readers poll every
+// journal.DefaultPollInterval instead of failing the attach; that is
+// logged, at 1, 2, 4, 8... fallbacks so a degraded host does not flood
+// the log.
+func newWatcher(log *slog.Logger) *journal.Watcher {
+	var n atomic.Int64
+	w := journal.NewWatcher(journal.WatcherOptions{OnPoll: func(dir string, err error) {
+		if c := n.Add(1); c&(c-1) == 0 {
+			log.Warn("journal follow reader polls: inotify unavailable", "dir", dir, "err", err, "fallbacks", c, "interval", journal.DefaultPollInterval)
+		}
+	}})
+	if err := w.Stats().Unavailable; err != nil {
+		log.Warn("journal watcher has no inotify instance; follow readers poll", "err", err, "interval", journal.DefaultPollInterval)
+	}
+	return w
 }

@@ -122,7 +122,7 @@ func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
 	caps := make([]capture, len(streams))
 	var wg sync.WaitGroup
 	for i, stream := range streams {
-		rd, err := openReader(j, stream, 0, true)
+		rd, err := s.openReader(j, stream, 0, true)
 		if err != nil {
 			rcancel()
 			wg.Wait()

@@ -72,6 +72,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		stop:    make(chan struct{}),
 		nets:    map[string]*netpolicy.Sandbox{},
 	}
+	// One inotify instance for every follow reader: the kernel allows 128
+	// per user. Closed after the tracked handlers end (defers run after
+	// s.streams.Wait below).
+	s.watcher = newWatcher(log)
+	defer s.watcher.Close()
 	s.routes()
 	if err := s.reconcile(ctx); err != nil {
 		return fmt.Errorf("recover sessions: %w", err)

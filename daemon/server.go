@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentrunner/runner/daemon/preview"
 	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/journal"
 	"github.com/agentrunner/runner/netpolicy"
 	"github.com/agentrunner/runner/wire"
 )
@@ -31,6 +32,7 @@ type server struct {
 	mux     *http.ServeMux
 	preview *preview.Server    // nil without a preview listener
 	net     *netpolicy.Manager // nil when network policies are not enforced
+	watcher *journal.Watcher   // wakes every follow reader (openReader); closed by Run last
 
 	netMu sync.Mutex                    // guards nets
 	nets  map[string]*netpolicy.Sandbox // by netID: namespaces this runnerd set up

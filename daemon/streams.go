@@ -42,7 +42,7 @@ func (s *server) handleStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer j.Close()
-	rd, err := openReader(j, stream, cursor, following)
+	rd, err := s.openReader(j, stream, cursor, following)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
