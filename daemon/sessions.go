@@ -212,6 +212,9 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession)
 			return ss, false, errConflict("%s: session %q exists with a different request", wire.DetailConflict, req.ID)
 		}
 		cur, err = s.refresh(cur)
+		if err == nil && cur.State == stateStarting {
+			err = errUnavailable("%s: session %q is still starting; retry with the same id", wire.DetailUncertain, req.ID)
+		}
 		return cur, false, err
 	case errors.Is(err, registry.ErrNotFound):
 		return ss, false, errNotFound("sandbox %q does not exist", name)
@@ -335,6 +338,12 @@ func (s *server) startShim(ctx context.Context, dir string, spec shim.Spec) (shi
 // own status: exited (the exit record), lost (the shim died without one:
 // the journal is finished as lost so every reader agrees), or running.
 func (s *server) refresh(ss registry.Session) (registry.Session, error) {
+	if ss.State == stateStarting {
+		var err error
+		if ss, err = s.resolveStarting(ss); err != nil || ss.State != wire.SessionRunning {
+			return ss, err
+		}
+	}
 	if ss.State != wire.SessionRunning {
 		return ss, nil
 	}
@@ -360,6 +369,80 @@ func (s *server) refresh(ss registry.Session) (registry.Session, error) {
 		return ss, nil
 	}
 	return s.recordExit(ss, exit)
+}
+
+// resolveStarting settles a session recorded as starting from its shim's
+// own files: running (with the command's pid) once the shim wrote
+// started.json; lost, "never started", once its shim is provably gone
+// without having started the command; still starting otherwise.
+func (s *server) resolveStarting(ss registry.Session) (registry.Session, error) {
+	dir := s.sessionDir(ss)
+	st, err := shim.ReadStatus(dir)
+	if err == nil {
+		out, err := s.reg.UpdateSession(ss.Sandbox, ss.ID, func(rec *registry.Session) error {
+			if rec.State == stateStarting {
+				rec.State, rec.PID = wire.SessionRunning, st.PID
+				if !st.StartedAt.IsZero() {
+					rec.StartedAt = st.StartedAt.UTC()
+				}
+			}
+			return nil
+		})
+		if errors.Is(err, registry.ErrNotFound) {
+			ss.State, ss.PID = wire.SessionRunning, st.PID
+			return ss, nil // destroyed meanwhile
+		}
+		if err != nil {
+			return ss, errUnavailable("record session: %v", err)
+		}
+		return out, nil
+	}
+	if !errors.Is(err, shim.ErrNoSession) {
+		return ss, errUnavailable("read session status: %v", err)
+	}
+	if shimMayLive(dir, ss.StartedAt) {
+		return ss, nil
+	}
+	e, err := finishLost(dir, "the session never started: its supervisor is gone")
+	if err != nil {
+		return ss, err
+	}
+	return s.recordExit(ss, toWireExit(e))
+}
+
+// shimMayLive reports whether a shim of the session directory dir, which
+// has not started its command yet, may still be alive: while a spawn
+// begun at since may still be starting it, while shim.pid names a live
+// process, or while any process has dir's shim.log as its stdout or
+// stderr (every shim does from its detach on, before shim.pid). Only
+// false is a proof.
+func shimMayLive(dir string, since time.Time) bool {
+	if time.Since(since) < shimStartTimeout+5*time.Second {
+		return true
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, shim.PIDFile)); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
+			if err := unix.Kill(pid, 0); err == nil || errors.Is(err, unix.EPERM) {
+				return true
+			}
+		}
+	}
+	logPath := filepath.Join(dir, shim.LogFile)
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return true
+	}
+	for _, p := range procs {
+		if _, err := strconv.Atoi(p.Name()); err != nil {
+			continue
+		}
+		for _, fd := range []string{"1", "2"} {
+			if l, err := os.Readlink(filepath.Join("/proc", p.Name(), "fd", fd)); err == nil && l == logPath {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // recordExit stores a session's exit record.
@@ -431,22 +514,13 @@ func (s *server) reconcile(ctx context.Context) error {
 	}
 	for _, ss := range all {
 		if ss.State == stateStarting {
-			st, err := shim.ReadStatus(s.sessionDir(ss))
-			if err != nil {
-				// The shim never came up: nothing ran.
-				e, ferr := finishLost(s.sessionDir(ss), "runnerd stopped while starting the session")
-				if ferr != nil {
-					s.log.Warn("recover session", "sandbox", ss.Sandbox, "session", ss.ID, "err", ferr)
-					continue
-				}
-				s.recordExit(ss, toWireExit(e))
+			// Running once its shim started the command, lost once the
+			// shim is provably gone without, starting (and resolved by a
+			// later refresh) while it may still come up.
+			if ss, err = s.resolveStarting(ss); err != nil {
+				s.log.Warn("recover session", "sandbox", ss.Sandbox, "session", ss.ID, "err", err)
 				continue
 			}
-			ss, _ = s.reg.UpdateSession(ss.Sandbox, ss.ID, func(rec *registry.Session) error {
-				rec.State = wire.SessionRunning
-				rec.PID = st.PID
-				return nil
-			})
 		}
 		if ss.State != wire.SessionRunning {
 			continue
@@ -481,6 +555,11 @@ func (s *server) terminate(ctx context.Context, ss registry.Session, grace time.
 	ss, err := s.refresh(ss)
 	if err != nil {
 		return ss, err
+	}
+	if ss.State == stateStarting {
+		// Its shim may still start the command: never report it stopped.
+		return ss, &apiError{status: http.StatusServiceUnavailable, code: wire.CodeUnavailable,
+			detail: fmt.Sprintf("%s: session %s is still starting; retry", wire.DetailUncertain, ss.ID)}
 	}
 	if ss.State != wire.SessionRunning {
 		if err := s.stopLingering(ctx, ss, grace); err != nil {
@@ -667,11 +746,9 @@ func (s *server) handleListSessions(w http.ResponseWriter, r *http.Request) {
 	}
 	out := wire.SessionList{Sessions: make([]wire.Session, 0, len(list))}
 	for _, ss := range list {
-		if ss.State != stateStarting {
-			if ss, err = s.refresh(ss); err != nil {
-				s.writeError(w, r, err)
-				return
-			}
+		if ss, err = s.refresh(ss); err != nil {
+			s.writeError(w, r, err)
+			return
 		}
 		out.Sessions = append(out.Sessions, s.wireSession(r.Context(), ss))
 	}
@@ -680,7 +757,7 @@ func (s *server) handleListSessions(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) handleGetSession(w http.ResponseWriter, r *http.Request) {
 	ss, err := s.session(r)
-	if err == nil && ss.State != stateStarting {
+	if err == nil {
 		ss, err = s.refresh(ss)
 	}
 	if err != nil {
