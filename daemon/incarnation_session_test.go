@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/wire"
@@ -76,7 +77,13 @@ func TestSessionRoutesCheckIncarnation(t *testing.T) {
 	// Its stdin got nothing from the old handle: what it echoes is ours.
 	a.must("POST", base+"/stdin?incarnation="+cur.Incarnation, "new\n", 204, nil)
 	a.must("POST", base+"/close-stdin?incarnation="+cur.Incarnation, nil, 204, nil)
-	a.must("POST", base+"/terminate", wire.Terminate{GraceMS: 2000}, 200, nil)
+	// cat ends at EOF by itself (a terminate could beat its echo).
+	for deadline := time.Now().Add(20 * time.Second); got.State == wire.SessionRunning; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("cat did not exit at EOF")
+		}
+		a.must("GET", base, nil, 200, &got)
+	}
 	r := a.do("GET", "/v1/sandboxes/inc/sessions/s1/streams/stdout", nil)
 	if string(r.body) != "new\n" {
 		t.Fatalf("stdout: got %q, want %q", r.body, "new\n")
