@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/journal"
 	"github.com/agentrunner/runner/shim"
 	"github.com/agentrunner/runner/wire"
@@ -44,6 +45,42 @@ func captureStream(ctx context.Context, rd *journal.Reader) capture {
 	}
 }
 
+// execStdinTimeout bounds feeding an exec's stdin and closing it.
+const execStdinTimeout = 30 * time.Second
+
+// execStdin gives an exec's command its stdin and then EOF, so that it
+// never waits for input that will not come. It runs under its own bounded
+// context, not the request's: a client that leaves does not leave the
+// command without EOF. A retry of the same exec (created false) does not
+// send the bytes again (stdin is not idempotent: they may have arrived) but
+// closes stdin, which is idempotent, so a retry after runnerd died between
+// spawn and stdin cannot hang the command either. When the bytes or the EOF
+// cannot be delivered to a command that still runs, the command is
+// terminated and the exec answers unavailable: an exec whose input is
+// unknown has no trustworthy result.
+func (s *server) execStdin(ctx context.Context, ss registry.Session, stdin []byte, created bool) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), execStdinTimeout)
+	defer cancel()
+	c, err := shim.Dial(ctx, s.sessionDir(ss))
+	if err == nil {
+		if created && len(stdin) > 0 {
+			err = c.WriteStdin(ctx, stdin)
+		}
+		if err == nil {
+			err = c.CloseStdin(ctx)
+		}
+		c.Close()
+	}
+	if err == nil || errors.Is(err, shim.ErrExited) {
+		return nil // a command that exits before reading is not an error here
+	}
+	s.log.Warn("exec stdin not delivered; terminating the command", "sandbox", ss.Sandbox, "session", ss.ID, "err", err)
+	if _, terr := s.terminate(context.WithoutCancel(ctx), ss, execGrace); terr != nil {
+		return errUnavailable("uncertain: exec stdin not delivered (%v), and the command's end is not confirmed (%v)", err, terr)
+	}
+	return errUnavailable("exec stdin not delivered, the command was terminated: %v", err)
+}
+
 func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
 	var req wire.Exec
 	if err := decodeJSON(w, r, &req, false); err != nil {
@@ -70,22 +107,9 @@ func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if created {
-		// Feed stdin and close it: an exec's command always sees EOF. A
-		// command that exits before reading is not an error here.
-		c, err := shim.Dial(ctx, s.sessionDir(ss))
-		if err == nil {
-			if len(req.Stdin) > 0 {
-				err = c.WriteStdin(ctx, req.Stdin)
-			}
-			if err == nil {
-				err = c.CloseStdin(ctx)
-			}
-			c.Close()
-		}
-		if err != nil && !errors.Is(err, shim.ErrExited) {
-			s.log.Warn("exec stdin", "sandbox", ss.Sandbox, "session", ss.ID, "err", err)
-		}
+	if err := s.execStdin(ctx, ss, req.Stdin, created); err != nil {
+		s.writeError(w, r, err)
+		return
 	}
 	j, err := s.openJournal(ss)
 	if err != nil {
