@@ -93,6 +93,7 @@ func (s *server) routes() {
 	m.HandleFunc("POST /v1/sandboxes/{name}/sessions/{id}/resize", s.scoped(s.handleResize))
 	m.HandleFunc("POST /v1/sandboxes/{name}/sessions/{id}/signal", s.scoped(s.handleSignal))
 	m.HandleFunc("POST /v1/sandboxes/{name}/sessions/{id}/terminate", s.scoped(s.handleTerminate))
+	m.HandleFunc("DELETE /v1/sandboxes/{name}/sessions/{id}", s.scoped(s.handleDeleteSession))
 	m.HandleFunc("POST /v1/sandboxes/{name}/exec", s.scoped(s.handleExec))
 	s.mux = m
 }

@@ -900,3 +900,80 @@ func (s *server) handleTerminate(w http.ResponseWriter, r *http.Request) {
 	}
 	s.writeJSON(w, http.StatusOK, ss.Exit)
 }
+
+func (s *server) handleDeleteSession(w http.ResponseWriter, r *http.Request) {
+	ss, err := s.session(r)
+	if err == nil {
+		err = s.removeSession(r.Context(), ss)
+	}
+	var ae *apiError
+	if err != nil && !(errors.As(err, &ae) && ae.code == wire.CodeNotFound) {
+		// Absent is success, like a sandbox destroy: so is a sandbox, or
+		// an incarnation, that is gone, and every session with it.
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// errSessionLive is returned by removeSession's registry check when the
+// record changed to a live state under it.
+var errSessionLive = errors.New("session is live")
+
+// removeSession deletes an ended session: its record, then its directory
+// (journal included). A session that runs, is starting, or whose shim
+// still lives (processes it started outlived the command) is refused with
+// 409 invalid: terminate it first. The record goes first, so a crash in
+// between leaves an unreferenced directory, never a record without files.
+func (s *server) removeSession(ctx context.Context, ss registry.Session) error {
+	ss, err := s.refresh(ss)
+	if err != nil {
+		return err
+	}
+	if ss.State == wire.SessionRunning || ss.State == stateStarting {
+		return errConflict("session %s is running; terminate it first", ss.ID)
+	}
+	dir := s.sessionDir(ss)
+	if err := shimGone(ctx, dir, ss.ID); err != nil {
+		return err
+	}
+	err = s.reg.DeleteSessionIf(ss.Sandbox, ss.ID, func(cur registry.Session) error {
+		if cur.Key != ss.Key || cur.State == wire.SessionRunning || cur.State == stateStarting {
+			return errSessionLive
+		}
+		return nil
+	})
+	if errors.Is(err, errSessionLive) {
+		return errConflict("session %s changed during the delete; retry", ss.ID)
+	}
+	if err != nil {
+		return errUnavailable("delete session record: %v", err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return errUnavailable("remove session %s: %v", ss.ID, err)
+	}
+	s.log.Info("session deleted", "sandbox", ss.Sandbox, "session", ss.ID)
+	return nil
+}
+
+// shimGone returns nil once the shim of the ended session in dir is gone
+// (shimMayLive proves it), and 409 invalid while it lives because
+// processes the session started still run. A shim that lives with none
+// (it is exiting) is waited for briefly.
+func shimGone(ctx context.Context, dir, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
+		if !shimMayLive(dir, time.Time{}) {
+			return nil
+		}
+		if n, err := lingering(ctx, dir); err == nil && n != 0 {
+			return errConflict("session %s ended but %d process(es) it started still run; terminate it first", id, n)
+		}
+		select {
+		case <-ctx.Done():
+			return errConflict("session %s ended but its supervisor still runs; terminate it first", id)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

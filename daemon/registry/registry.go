@@ -316,6 +316,27 @@ func (r *Registry) DeleteSession(sandbox, id string) error {
 	})
 }
 
+// DeleteSessionIf removes one session record if check, called with the
+// stored record inside the transaction, returns nil; otherwise it returns
+// check's error and removes nothing. Absent is not an error (check is not
+// called).
+func (r *Registry) DeleteSessionIf(sandbox, id string, check func(Session) error) error {
+	return r.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSessions)
+		cur, err := get[Session](b, sessionKey(sandbox, id))
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := check(cur); err != nil {
+			return err
+		}
+		return b.Delete(sessionKey(sandbox, id))
+	})
+}
+
 // ListSessions returns every session of sandbox, ordered by id.
 func (r *Registry) ListSessions(sandbox string) ([]Session, error) {
 	var out []Session
