@@ -192,6 +192,14 @@ func (c *Client) Terminate(ctx context.Context, sandbox, id string, grace time.D
 	return e, err
 }
 
+// DeleteSession calls DELETE /v1/sandboxes/{name}/sessions/{id}: it removes
+// an ended session's record, directory and journal for good. Absent is
+// success. A session that runs, or whose processes outlived its command,
+// is refused with the invalid kind (409): terminate it first.
+func (c *Client) DeleteSession(ctx context.Context, sandbox, id string) error {
+	return c.do(ctx, call{method: http.MethodDelete, path: apiPath("sandboxes", sandbox, "sessions", id), extra: 5 * time.Second}, nil)
+}
+
 // Exec calls POST /v1/sandboxes/{name}/exec and waits for the exit. The
 // request is bounded by the caller's context, req.TimeoutMS (plus the
 // request timeout) when set, and a liveness check of the daemon every
