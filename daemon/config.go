@@ -19,6 +19,9 @@ const DefaultListen = "127.0.0.1:7323"
 // DefaultWarmShims is Config.WarmShims when it is 0.
 const DefaultWarmShims = 2
 
+// DefaultMaxExecs is Config.MaxExecs when it is 0.
+const DefaultMaxExecs = 32
+
 // Environment variables runnerd reads (cmd/runnerd documents them in --help).
 const (
 	EnvState  = "RUNNERD_STATE"
@@ -72,6 +75,11 @@ type Config struct {
 	// disables the pool (every spawn starts its shim cold). Each idle warm
 	// shim costs about what an idle session's shim does (~1.5 MiB private).
 	WarmShims int
+	// MaxExecs bounds the execs in flight: each buffers up to twice
+	// wire.MaxExecOutput plus its JSON answer, so the bound is runnerd's
+	// exec memory. An exec beyond it is answered 429 rate_limited. 0 means
+	// DefaultMaxExecs.
+	MaxExecs int
 	// pool holds the warm shims; set by Run, nil when disabled.
 	pool *shim.Pool
 	// TerminateGrace is the grace of the SIGTERM before SIGKILL when destroy
@@ -184,6 +192,9 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.WarmShims = DefaultWarmShims
 	case cfg.WarmShims < 0:
 		cfg.WarmShims = 0
+	}
+	if cfg.MaxExecs <= 0 {
+		cfg.MaxExecs = DefaultMaxExecs
 	}
 	if cfg.TerminateGrace <= 0 {
 		cfg.TerminateGrace = 5 * time.Second

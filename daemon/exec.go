@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -81,7 +82,34 @@ func (s *server) execStdin(ctx context.Context, ss registry.Session, stdin []byt
 	return errUnavailable("exec stdin not delivered, the command was terminated: %v", err)
 }
 
+// execRetryAfter is the wait a rate_limited exec answer asks for.
+const execRetryAfter = time.Second
+
+// acquireExec takes one of Config.MaxExecs exec slots, or answers
+// rate_limited at once: an exec holds up to twice wire.MaxExecOutput plus
+// its JSON answer, so the bound is what keeps runnerd's memory bounded.
+// The slot is taken before the body is read: a refused exec costs nothing.
+func (s *server) acquireExec() (release func(), err error) {
+	select {
+	case s.execs <- struct{}{}:
+		return func() { <-s.execs }, nil
+	default:
+		return nil, &apiError{
+			status:       http.StatusTooManyRequests,
+			code:         wire.CodeRateLimited,
+			detail:       fmt.Sprintf("%d execs in flight (runnerd --max-execs)", cap(s.execs)),
+			retryAfterMS: execRetryAfter.Milliseconds(),
+		}
+	}
+}
+
 func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
+	release, err := s.acquireExec()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer release()
 	var req wire.Exec
 	if err := decodeJSON(w, r, &req, false); err != nil {
 		s.writeError(w, r, err)

@@ -69,6 +69,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		reg:     reg,
 		metrics: newMetrics(),
 		locks:   newKeyedMutex(),
+		execs:   make(chan struct{}, cfg.MaxExecs),
 		stop:    make(chan struct{}),
 		nets:    map[string]*netpolicy.Sandbox{},
 	}

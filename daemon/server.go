@@ -33,6 +33,7 @@ type server struct {
 	preview *preview.Server    // nil without a preview listener
 	net     *netpolicy.Manager // nil when network policies are not enforced
 	watcher *journal.Watcher   // wakes every follow reader (openReader); closed by Run last
+	execs   chan struct{}      // one token per exec in flight; cap is Config.MaxExecs
 
 	netMu sync.Mutex                    // guards nets
 	nets  map[string]*netpolicy.Sandbox // by netID: namespaces this runnerd set up

@@ -803,6 +803,17 @@ func (s *server) control(w http.ResponseWriter, r *http.Request, fn func(ctx con
 }
 
 func (s *server) handleStdin(w http.ResponseWriter, r *http.Request) {
+	// The session is looked up (and its incarnation checked) before the
+	// body is read: a request for a session that is not there, not the
+	// caller's, or ended costs no MaxStdinBody buffer.
+	ss, err := s.session(r)
+	if err == nil && ss.State != wire.SessionRunning && ss.State != stateStarting {
+		err = errCommandExited()
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, wire.MaxStdinBody))
 	if err != nil {
 		s.writeError(w, r, err)

@@ -173,8 +173,9 @@ func TestLiveAttachAndStdinTotal(t *testing.T) {
 	a.wantError(a.do("POST", "/v1/sandboxes/box/sessions/cat-1/stdin", "late"), 409, wire.CodeCommandExited)
 	a.wantError(a.do("POST", "/v1/sandboxes/box/sessions/cat-1/close-stdin", nil), 409, wire.CodeCommandExited)
 	a.wantError(a.do("POST", "/v1/sandboxes/box/sessions/cat-1/signal", `{"signal":"TERM"}`), 409, wire.CodeCommandExited)
+	// The session is checked before the body is read (TestStdinLooksUpSessionFirst).
 	big := bytes.Repeat([]byte("x"), 8<<20+1)
-	a.wantError(a.do("POST", "/v1/sandboxes/box/sessions/cat-1/stdin", big), 413, wire.CodeInvalid)
+	a.wantError(a.do("POST", "/v1/sandboxes/box/sessions/cat-1/stdin", big), 409, wire.CodeCommandExited)
 }
 
 func TestSpawnRetryByID(t *testing.T) {

@@ -94,6 +94,7 @@ func run(args []string) int {
 	hostNetNS := fs.String("netpolicy-host-netns", "", "TESTING: network namespace file that plays the host for containment (veths, rules, resolvers), so tests never change the real host's network; empty: runnerd's own")
 	shimBin := fs.String("shim", envOr("RUNNERD_SHIM", ""), `the per-session supervisor binary (runner-shim, run as "PATH serve"), built from the same source as this runnerd; empty: runnerd re-executes itself as "runnerd shim" (one binary, ~0.4 MiB more private memory per idle session)`)
 	warmShims := fs.Int("warm-shims", daemon.DefaultWarmShims, "pre-started shims kept waiting for a session, so a spawn skips two process starts (~1.5 MiB private memory each while idle); 0 disables")
+	maxExecs := fs.Int("max-execs", daemon.DefaultMaxExecs, "execs in flight at once (each buffers up to 2x16 MiB of output); one more is answered 429 rate_limited")
 	logLevel := fs.String("log-level", envOr("RUNNERD_LOG_LEVEL", "info"), "log level: debug, info, warn, error")
 	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")
 	showVersion := fs.Bool("version", false, "print the version and exit")
@@ -152,7 +153,12 @@ func run(args []string) int {
 	if *warmShims == 0 {
 		*warmShims = -1 // Config: negative disables, 0 is the default
 	}
+	if *maxExecs < 1 {
+		fmt.Fprintf(os.Stderr, "runnerd: --max-execs %d: want 1 or more\n", *maxExecs)
+		return 2
+	}
 	cfg := daemon.Config{
+		MaxExecs:    *maxExecs,
 		ShimCommand: shimCommand,
 		WarmShims:   *warmShims,
 		StateDir:    stateDir,

@@ -1,0 +1,72 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/client"
+	"github.com/agentrunner/runner/wire"
+)
+
+// TestExecRateLimited: with --max-execs 1 and one exec in flight, a second
+// exec through the client fails as *adapter.RateLimitedError carrying
+// runnerd's delay, and runs once the first is done.
+func TestExecRateLimited(t *testing.T) {
+	d := startDaemon(t, "--netpolicy", "off", "--max-execs", "1")
+	t.Cleanup(d.stop)
+	ctx := context.Background()
+	c, err := client.New(d.url(), d.token, conformanceOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sb, err := c.CreateSandbox(ctx, wire.CreateSandbox{Name: "limited"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.DeleteSandbox(ctx, sb.Name)
+
+	held := make(chan error, 1)
+	go func() {
+		_, err := c.Exec(ctx, sb.Name, wire.Exec{Argv: []string{"sh", "-c", "touch started; while [ ! -e release ]; do sleep 0.05; done"}})
+		held <- err
+	}()
+	release := func() {
+		if err := os.WriteFile(filepath.Join(sb.Workspace, "release"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-held; err != nil {
+			t.Errorf("held exec: %v", err)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(sb.Workspace, "started")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			release()
+			t.Fatal("the held exec never started")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	_, err = c.Exec(ctx, sb.Name, wire.Exec{Argv: []string{"true"}})
+	var rl *adapter.RateLimitedError
+	if !errors.As(err, &rl) {
+		release()
+		t.Fatalf("second exec: got %v (%T), want *adapter.RateLimitedError", err, err)
+	}
+	if rl.RetryAfter != time.Second {
+		t.Errorf("RetryAfter: got %v, want 1s", rl.RetryAfter)
+	}
+	release()
+	if res, err := c.Exec(ctx, sb.Name, wire.Exec{Argv: []string{"echo", "ok"}}); err != nil || string(res.Stdout) != "ok\n" {
+		t.Errorf("exec after release: got %q, %v; want \"ok\\n\"", res.Stdout, err)
+	}
+}
