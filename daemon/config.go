@@ -89,6 +89,21 @@ type Config struct {
 	// ShutdownTimeout bounds how long Run waits for in-flight requests when
 	// its context ends. Attaches are closed at once (clients reattach).
 	ShutdownTimeout time.Duration
+	// SessionRetention, when positive, is how long an ended session is
+	// kept after its exit: a janitor then deletes it exactly as DELETE
+	// /v1/sandboxes/{name}/sessions/{id} does (record, directory,
+	// journal); one whose shim still lives is kept. 0 keeps every session
+	// until its sandbox is destroyed. A control plane must persist what it
+	// needs of a session before the retention removes it.
+	SessionRetention time.Duration
+	// JanitorInterval is how often the retention janitor looks; 0 means
+	// SessionRetention/10, at least 1s and at most 1 min. For tests.
+	JanitorInterval time.Duration
+	// JournalRetainBytes caps each stream's journal of the sessions
+	// started from now on (shim.Spec.RetainBytes): whole oldest segments
+	// are dropped while a stream holds more, and a reader behind them is
+	// answered truncated. 0 keeps everything.
+	JournalRetainBytes int64
 	// PreviewListen is the address of the preview listener and
 	// PreviewURLTemplate how its URLs look (package preview), e.g.
 	// "http://{token}.localhost:7324/". Both empty: no preview listener,
@@ -204,6 +219,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 10 * time.Second
+	}
+	if cfg.SessionRetention < 0 || cfg.JournalRetainBytes < 0 {
+		return cfg, errors.New("config: session retention and journal retain bytes must not be negative")
+	}
+	if cfg.SessionRetention > 0 && cfg.JanitorInterval <= 0 {
+		cfg.JanitorInterval = min(max(cfg.SessionRetention/10, time.Second), time.Minute)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

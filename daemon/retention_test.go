@@ -3,10 +3,12 @@ package daemon_test
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/daemon"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -97,3 +99,85 @@ func TestDeleteSessionLingering(t *testing.T) {
 	a.must("DELETE", "/v1/sandboxes/box/sessions/"+ss.ID, nil, 204, nil)
 }
 
+
+// sessionExists reports whether the session's record is still there.
+func sessionExists(t *testing.T, a *api, sandbox, id string) bool {
+	t.Helper()
+	r := a.do("GET", "/v1/sandboxes/"+sandbox+"/sessions/"+id, nil)
+	switch r.status {
+	case 200:
+		return true
+	case 404:
+		return false
+	}
+	t.Fatalf("get session %s: got %d %s", id, r.status, r.body)
+	return false
+}
+
+// TestRetentionJanitor: with --session-retention the janitor deletes an
+// ended session once its exit is older than the retention, and keeps a
+// younger one and a running one.
+func TestRetentionJanitor(t *testing.T) {
+	a := startDaemonCfg(t, daemon.Config{StateDir: t.TempDir(), Token: testToken, NetPolicy: daemon.NetPolicyOff,
+		SessionRetention: 2 * time.Second, JanitorInterval: 100 * time.Millisecond})
+	a.createSandbox("box")
+	old := a.spawn("box", wire.CreateSession{Argv: []string{"true"}})
+	live := a.spawn("box", wire.CreateSession{Argv: []string{"sleep", "30"}})
+	waitEnded(t, a, "box", old.ID)
+	time.Sleep(1200 * time.Millisecond)
+	young := a.spawn("box", wire.CreateSession{Argv: []string{"true"}})
+	waitEnded(t, a, "box", young.ID)
+
+	deadline := time.Now().Add(15 * time.Second)
+	for sessionExists(t, a, "box", old.ID) {
+		if time.Now().After(deadline) {
+			t.Fatalf("old session %s: still there after 15s, want it collected", old.ID)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !sessionExists(t, a, "box", young.ID) {
+		t.Fatalf("young session %s: collected before its retention", young.ID)
+	}
+	if !sessionExists(t, a, "box", live.ID) {
+		t.Fatalf("running session %s: collected", live.ID)
+	}
+	if got := len(sessionDirs(t, a)); got != 2 {
+		t.Fatalf("session directories after the collection: got %d, want 2", got)
+	}
+	for sessionExists(t, a, "box", young.ID) {
+		if time.Now().After(deadline) {
+			t.Fatalf("young session %s: never collected", young.ID)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var s wire.Session
+	a.must("GET", "/v1/sandboxes/box/sessions/"+live.ID, nil, 200, &s)
+	if s.State != wire.SessionRunning {
+		t.Fatalf("running session: got state %s, want running", s.State)
+	}
+}
+
+// TestJournalRetainBytes: with --journal-retain-bytes a session's oldest
+// whole segments go; an attach from 0 is answered 416 truncated (never a
+// silent skip), one from the retained start reads to the end. With the
+// default 64 MiB segments, 66 MiB of output drops the first segment.
+func TestJournalRetainBytes(t *testing.T) {
+	const seg, total = 64 << 20, 66 << 20
+	a := startDaemonCfg(t, daemon.Config{StateDir: t.TempDir(), Token: testToken, NetPolicy: daemon.NetPolicyOff,
+		JournalRetainBytes: 1})
+	a.createSandbox("box")
+	ss := a.spawn("box", wire.CreateSession{Argv: []string{"head", "-c", strconv.Itoa(total), "/dev/zero"}})
+	s := waitEnded(t, a, "box", ss.ID)
+	if s.Exit == nil || s.Exit.Code != 0 || s.Lengths["stdout"] != total {
+		t.Fatalf("session: got exit %+v lengths %v, want 0 and %d", s.Exit, s.Lengths, total)
+	}
+	base := "/v1/sandboxes/box/sessions/" + ss.ID + "/attach"
+	a.wantError(a.do("GET", base+"?stdout=0", nil), 416, wire.CodeTruncated)
+	res := a.attach(ctxFor(t, 30*time.Second), "box", ss.ID, "stdout="+strconv.Itoa(seg), nil)
+	if res.terminal == nil || res.terminal.Kind != wire.FrameExit {
+		t.Fatalf("attach from the retained start: got terminal %v (close %v), want exit", res.terminal, res.closeErr)
+	}
+	if got := len(res.streams["stdout"]); got != total-seg {
+		t.Fatalf("attach from the retained start: got %d bytes, want %d", got, total-seg)
+	}
+}

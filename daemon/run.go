@@ -82,6 +82,19 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := s.reconcile(ctx); err != nil {
 		return fmt.Errorf("recover sessions: %w", err)
 	}
+	if cfg.SessionRetention > 0 {
+		// Stopped and waited for before the registry closes (defers run
+		// in reverse).
+		stopJanitor, janitorDone := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(janitorDone)
+			s.janitor(stopJanitor)
+		}()
+		defer func() {
+			close(stopJanitor)
+			<-janitorDone
+		}()
+	}
 	s.startNetPolicy(ctx)
 	if s.net != nil {
 		// Sandboxes stay contained: Close stops only the resolvers.

@@ -253,6 +253,9 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession)
 		TTY:  req.TTY,
 		Rows: uint16(req.Rows),
 		Cols: uint16(req.Cols),
+		// Opt-in (--journal-retain-bytes): a reader behind the retained
+		// start is answered truncated, never silently skipped.
+		RetainBytes: s.cfg.JournalRetainBytes,
 	}
 	// The shim outlives this request: a client that goes away must not
 	// cancel a start half-way. Bound it instead.
@@ -985,6 +988,59 @@ func shimGone(ctx context.Context, dir, id string) error {
 		case <-ctx.Done():
 			return errConflict("session %s ended but its supervisor still runs; terminate it first", id)
 		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// janitor deletes, every cfg.JanitorInterval until stop is closed, the
+// ended sessions whose exit is older than cfg.SessionRetention, exactly as
+// DELETE does; a session it cannot delete yet (its shim lives) is tried
+// again at the next tick.
+func (s *server) janitor(stop <-chan struct{}) {
+	t := time.NewTicker(s.cfg.JanitorInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		s.collect(stop)
+	}
+}
+
+// collect is one janitor pass.
+func (s *server) collect(stop <-chan struct{}) {
+	all, err := s.reg.AllSessions()
+	if err != nil {
+		s.log.Warn("session janitor: read registry", "err", err)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for _, ss := range all {
+		if ctx.Err() != nil {
+			return
+		}
+		if ss, err = s.refresh(ss); err != nil || ss.Exit == nil {
+			continue
+		}
+		ended := ss.Exit.Time
+		if ended.IsZero() {
+			ended = ss.StartedAt
+		}
+		if time.Since(ended) < s.cfg.SessionRetention {
+			continue
+		}
+		if err := s.removeSession(ctx, ss); err != nil {
+			s.log.Debug("session janitor: keep session", "sandbox", ss.Sandbox, "session", ss.ID, "err", err)
 		}
 	}
 }

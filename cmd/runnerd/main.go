@@ -95,6 +95,8 @@ func run(args []string) int {
 	shimBin := fs.String("shim", envOr("RUNNERD_SHIM", ""), `the per-session supervisor binary (runner-shim, run as "PATH serve"), built from the same source as this runnerd; empty: runnerd re-executes itself as "runnerd shim" (one binary, ~0.4 MiB more private memory per idle session)`)
 	warmShims := fs.Int("warm-shims", daemon.DefaultWarmShims, "pre-started shims kept waiting for a session, so a spawn skips two process starts (~1.5 MiB private memory each while idle); 0 disables")
 	maxExecs := fs.Int("max-execs", daemon.DefaultMaxExecs, "execs in flight at once (each buffers up to 2x16 MiB of output); one more is answered 429 rate_limited")
+	retention := fs.Duration("session-retention", 0, "delete an ended session (record, directory, journal) this long after its exit, as DELETE .../sessions/{id} does; a control plane must persist what it needs before then; 0 keeps sessions until their sandbox is destroyed")
+	retainBytes := fs.Int64("journal-retain-bytes", 0, "cap each stream's journal of new sessions at about N bytes (plus one 64 MiB segment): the oldest whole segments are dropped, and a reader behind them is answered 416 truncated; 0 keeps everything")
 	logLevel := fs.String("log-level", envOr("RUNNERD_LOG_LEVEL", "info"), "log level: debug, info, warn, error")
 	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")
 	showVersion := fs.Bool("version", false, "print the version and exit")
@@ -176,7 +178,14 @@ func run(args []string) int {
 		DNSUpstream:        upstreams,
 		NetPolicyHostNetNS: *hostNetNS,
 
+		SessionRetention:   *retention,
+		JournalRetainBytes: *retainBytes,
+
 		Logger: log,
+	}
+	if *retention < 0 || *retainBytes < 0 {
+		fmt.Fprintln(os.Stderr, "runnerd: --session-retention and --journal-retain-bytes: want 0 or more")
+		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
