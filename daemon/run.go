@@ -127,15 +127,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			closeListeners()
 			return fmt.Errorf("remove stale socket: %w", err)
 		}
-		l, err := net.Listen("unix", cfg.Socket)
+		l, err := listenUnix(cfg.Socket)
 		if err != nil {
 			closeListeners()
-			return fmt.Errorf("listen %s: %w", cfg.Socket, err)
-		}
-		if err := os.Chmod(cfg.Socket, 0o600); err != nil {
-			l.Close()
-			closeListeners()
-			return fmt.Errorf("chmod socket: %w", err)
+			return err
 		}
 		listeners = append(listeners, l)
 	}
@@ -216,6 +211,48 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	wg.Wait()
 	s.streams.Wait()
+	return err
+}
+
+// listenUnix listens on a unix socket at path that is 0600 from the moment
+// anyone can reach it. bind(2) creates the socket with the umask's mode
+// and a chmod after it leaves a window, so it is bound in a fresh 0700
+// directory next to path (which no one else may enter), chmodded there, and
+// only then renamed into place. Closing the listener removes path.
+func listenUnix(path string) (net.Listener, error) {
+	dir, err := os.MkdirTemp(filepath.Dir(path), ".sock")
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	defer os.RemoveAll(dir)
+	tmp := filepath.Join(dir, "s")
+	l, err := net.Listen("unix", tmp)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	ul := l.(*net.UnixListener)
+	ul.SetUnlinkOnClose(false) // it is unlinked at path, not at tmp
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("chmod socket: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	return &unixListener{UnixListener: ul, path: path}, nil
+}
+
+// unixListener removes its socket file once, at the first Close.
+type unixListener struct {
+	*net.UnixListener
+	path string
+	once sync.Once
+}
+
+func (l *unixListener) Close() error {
+	err := l.UnixListener.Close()
+	l.once.Do(func() { os.Remove(l.path) })
 	return err
 }
 
