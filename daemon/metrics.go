@@ -2,18 +2,21 @@ package daemon
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net/http"
 	"strconv"
 	"sync/atomic"
 
+	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/shim"
 	"github.com/agentrunner/runner/wire"
 )
 
 // metrics are the counters runnerd keeps in memory. The gauges that
 // describe sessions are computed at scrape time from the registry and the
 // journals, so they are right after a restart too. Written by hand in the
-// Prometheus text format: five series do not justify client_golang's
+// Prometheus text format: a dozen series do not justify client_golang's
 // dependency tree.
 type metrics struct {
 	attaches        atomic.Int64
@@ -36,6 +39,68 @@ func (m *metrics) countError(c wire.Code) {
 	}
 }
 
+type sessionStats struct {
+	sandboxes int
+	running   int
+	bytes     int64
+}
+
+// sessionStats reads the registry without refreshing it: a scrape is a GET
+// and writes nothing, and an ended session's record already holds its
+// lengths. Only sessions the registry still calls running (or starting)
+// are looked at further, through the shim's status files (reads, no
+// registry write): one that has exited or lost its shim is not counted as
+// running, and the next request that touches it records that.
+func (s *server) sessionStats(ctx context.Context) (sessionStats, error) {
+	var st sessionStats
+	n, err := s.reg.CountSandboxes()
+	if err != nil {
+		return st, err
+	}
+	st.sandboxes = n
+	all, err := s.reg.AllSessions()
+	if err != nil {
+		return st, err
+	}
+	for _, ss := range all {
+		if ctx.Err() != nil {
+			return st, ctx.Err()
+		}
+		if ss.Exit != nil {
+			for _, n := range ss.Exit.Lengths {
+				st.bytes += n
+			}
+			continue
+		}
+		if ss.State != wire.SessionRunning && ss.State != stateStarting {
+			continue
+		}
+		dir := s.sessionDir(ss)
+		if ss.State == wire.SessionRunning {
+			if sh, err := shim.ReadStatus(dir); err == nil && sh.State == "exited" && sh.Exit != nil {
+				for _, n := range sh.Exit.Lengths {
+					st.bytes += n
+				}
+				continue
+			} else if err == nil && sh.State == "lost" {
+				continue
+			}
+		}
+		st.running++
+		j, err := journal.Open(journalDir(dir))
+		if err != nil {
+			continue
+		}
+		for _, name := range j.Streams() {
+			if _, end, err := j.Bounds(name); err == nil {
+				st.bytes += end
+			}
+		}
+		j.Close()
+	}
+	return st, nil
+}
+
 func (s *server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	st, err := s.sessionStats(r.Context())
 	if err != nil {
@@ -55,6 +120,16 @@ func (s *server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	gauge("runnerd_journal_bytes", "Sum of the stream lengths of every session in the registry.", st.bytes)
 	gauge("runnerd_attaches", "Attached WebSocket clients.", s.metrics.attaches.Load())
 	counter("runnerd_attaches_total", "WebSocket attaches served by this runnerd process.", s.metrics.attachesTotal.Load())
+	ws := s.watcher.Stats()
+	gauge("runnerd_journal_watches", "Inotify watches held by the shared journal watcher (one per watched directory).", int64(ws.Watches))
+	gauge("runnerd_journal_followers", "Follow readers (attaches, streams, execs) woken by the shared journal watcher.", int64(ws.Readers))
+	counter("runnerd_journal_watch_overflows_total", "Inotify queue overflows the journal watcher saw (every follower was woken).", int64(ws.Overflows))
+	counter("runnerd_journal_poll_fallbacks_total", "Follow readers that fell back to polling.", int64(ws.Fallbacks))
+	unavailable := int64(0)
+	if ws.Unavailable != nil {
+		unavailable = 1
+	}
+	gauge("runnerd_journal_inotify_unavailable", "1 when the journal watcher has no inotify instance and every follower polls.", unavailable)
 	fmt.Fprintf(&b, "# HELP runnerd_errors_total Error responses by code.\n# TYPE runnerd_errors_total counter\n")
 	for _, c := range wire.Codes {
 		fmt.Fprintf(&b, "runnerd_errors_total{code=%q} %d\n", string(c), s.metrics.errors[c].Load())

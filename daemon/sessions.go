@@ -676,48 +676,6 @@ func lingering(ctx context.Context, dir string) (int, error) {
 	return st.Descendants, nil
 }
 
-type sessionStats struct {
-	sandboxes int
-	running   int
-	bytes     int64
-}
-
-func (s *server) sessionStats(ctx context.Context) (sessionStats, error) {
-	var st sessionStats
-	n, err := s.reg.CountSandboxes()
-	if err != nil {
-		return st, err
-	}
-	st.sandboxes = n
-	all, err := s.reg.AllSessions()
-	if err != nil {
-		return st, err
-	}
-	for _, ss := range all {
-		if ss, err = s.refresh(ss); err != nil {
-			continue
-		}
-		if ss.Exit != nil {
-			for _, n := range ss.Exit.Lengths {
-				st.bytes += n
-			}
-			continue
-		}
-		st.running++
-		j, err := journal.Open(journalDir(s.sessionDir(ss)))
-		if err != nil {
-			continue
-		}
-		for _, name := range j.Streams() {
-			if _, end, err := j.Bounds(name); err == nil {
-				st.bytes += end
-			}
-		}
-		j.Close()
-	}
-	return st, nil
-}
-
 func (s *server) handleCreateSession(w http.ResponseWriter, r *http.Request) {
 	var req wire.CreateSession
 	if err := decodeJSON(w, r, &req, false); err != nil {
