@@ -400,11 +400,14 @@ func (s *server) resolveStarting(ss registry.Session) (registry.Session, error) 
 		}
 		return out, nil
 	}
+	if shimMayLive(dir, ss.StartedAt) {
+		// Not started yet, or mid-setup (its files half made): a shim
+		// that may still come up leaves the session starting, whatever
+		// its files say this instant.
+		return ss, nil
+	}
 	if !errors.Is(err, shim.ErrNoSession) {
 		return ss, errUnavailable("read session status: %v", err)
-	}
-	if shimMayLive(dir, ss.StartedAt) {
-		return ss, nil
 	}
 	e, err := finishLost(dir, "the session never started: its supervisor is gone")
 	if err != nil {
