@@ -394,7 +394,7 @@ Run "runner COMMAND --help" for a command's flags and examples.
 
 var groups = [][]string{
 	{"create", "ls", "get", "rm", "suspend", "resume", "policy", "url"},
-	{"exec", "spawn", "sessions", "attach", "logs", "write", "close-stdin", "signal", "terminate"},
+	{"exec", "spawn", "sessions", "attach", "logs", "write", "close-stdin", "signal", "terminate", "rm-session"},
 	{"caps"},
 }
 

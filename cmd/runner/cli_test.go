@@ -398,3 +398,46 @@ func TestExecInterrupt(t *testing.T) {
 		t.Errorf("exec after SIGINT: exit %d stdout %q; want 42 and ready, got-int", code, out.String())
 	}
 }
+
+// TestSessionsTableAndRm: the sessions table says how much output each
+// stream holds and whether a session ended because it was terminated; an
+// ended session can be deleted, a running one cannot.
+func TestSessionsTableAndRm(t *testing.T) {
+	d := sharedDaemon(t)
+	box := d.sandbox(t, "table-box")
+	done := strings.TrimSpace(d.ok(t, "spawn", box, "--", "sh", "-c", "printf abc; printf de >&2"))
+	d.ok(t, "logs", box, done, "-f")
+	stopped := strings.TrimSpace(d.ok(t, "spawn", box, "--", "sleep", "60"))
+	d.ok(t, "terminate", box, stopped, "--grace", "2s")
+	running := strings.TrimSpace(d.ok(t, "spawn", box, "--", "sleep", "60"))
+	defer d.cli(t, nil, "terminate", box, running, "--grace", "100ms")
+
+	table := d.ok(t, "sessions", box)
+	rowOf := func(id string) string {
+		for _, line := range strings.Split(table, "\n") {
+			if strings.HasPrefix(line, id+" ") {
+				return line
+			}
+		}
+		t.Fatalf("no row for %s in:\n%s", id, table)
+		return ""
+	}
+	if f := strings.Fields(rowOf(done)); len(f) < 5 || f[2] != "0" || f[4] != "3/2" {
+		t.Errorf("row of the finished session: %q, want exit 0 and output 3/2", rowOf(done))
+	}
+	if row := rowOf(stopped); !strings.Contains(row, "(SIGTERM), terminated") {
+		t.Errorf("row of the terminated session: %q, want it marked terminated", row)
+	}
+
+	_, stderr, code := d.cli(t, nil, "rm-session", box, running)
+	if code == 0 || !strings.Contains(stderr, "invalid") {
+		t.Errorf("rm-session of a running session: exit %d, %q; want refused as invalid", code, stderr)
+	}
+	if got := d.ok(t, "rm-session", box, done, stopped); got != "removed session "+done+"\nremoved session "+stopped+"\n" {
+		t.Errorf("rm-session: got %q", got)
+	}
+	if _, _, code := d.cli(t, nil, "sessions", box, done); code != 253 {
+		t.Errorf("sessions of a deleted session: exit %d, want 253 (not_found)", code)
+	}
+	d.ok(t, "rm-session", box, done) // absent is success
+}

@@ -81,6 +81,29 @@ Without -f runner prints what exists now and exits 0. With -f it prints until
 the session ends. A session that ended without an exit record (lost) exits 254;
 a cut connection exits 255 and says the cursor to resume from.`,
 			setup: logsCmd},
+		&command{name: "rm-session", args: "NAME ID...", min: 2, max: -1,
+			short: "delete ended sessions: their journals and records",
+			long: `Only a session that has ended (and left no process behind) can be deleted;
+a running one is refused (terminate it first). Deleting a session that does not
+exist succeeds. Its output cannot be replayed afterwards: save what you need.`,
+			setup: func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+				return func(ctx context.Context, e *env, pos, _ []string) error {
+					c, err := e.client()
+					if err != nil {
+						return err
+					}
+					for _, id := range pos[1:] {
+						cctx, cancel := context.WithTimeout(ctx, e.g.timeout)
+						err := c.DeleteSession(cctx, pos[0], id)
+						cancel()
+						if err != nil {
+							return fail("rm-session "+pos[0]+" "+id, err)
+						}
+						fmt.Fprintf(e.io.out, "removed session %s\n", id)
+					}
+					return nil
+				}
+			}},
 	)
 }
 
@@ -329,13 +352,19 @@ func sessionsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []strin
 			}
 		}
 		tw := tabwriter.NewWriter(e.io.out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tSTATE\tEXIT\tTTY\tSTARTED\tCOMMAND")
+		fmt.Fprintln(tw, "ID\tSTATE\tEXIT\tTTY\tOUTPUT\tSTARTED\tCOMMAND")
 		for _, s := range list {
 			tty := "-"
 			if s.TTY {
 				tty = "tty"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.State, exitColumn(s), tty, when(s.StartedAt), argvString(s.Argv))
+			state := s.State
+			if s.WriteError != "" {
+				// Output is waiting for the journal (disk full): the
+				// command is held, nothing is dropped.
+				state += " (write error: " + s.WriteError + ")"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, state, exitColumn(s), tty, outputColumn(s), when(s.StartedAt), argvString(s.Argv))
 		}
 		return tw.Flush()
 	}
@@ -345,13 +374,35 @@ func exitColumn(s wire.Session) string {
 	if s.Exit == nil {
 		return "-"
 	}
+	var col string
 	switch s.Exit.Reason {
 	case wire.ExitExited:
-		return fmt.Sprint(s.Exit.Code)
+		col = fmt.Sprint(s.Exit.Code)
 	case wire.ExitSignaled:
-		return fmt.Sprintf("%d (%s)", s.Exit.Code, sigName(s.Exit.Signal))
+		col = fmt.Sprintf("%d (%s)", s.Exit.Code, sigName(s.Exit.Signal))
+	default:
+		return "lost"
 	}
-	return "lost"
+	if s.Exit.Terminated {
+		col += ", terminated" // it ended after a terminate, suspend or destroy asked
+	}
+	return col
+}
+
+// outputColumn is how many bytes each stream holds so far ("stdout/stderr",
+// or one figure for a terminal session): how far behind a reader is.
+func outputColumn(s wire.Session) string {
+	lengths := s.Lengths
+	if s.Exit != nil && s.Exit.Lengths != nil {
+		lengths = s.Exit.Lengths
+	}
+	if lengths == nil {
+		return "-"
+	}
+	if s.TTY {
+		return fmt.Sprint(lengths["stdout"])
+	}
+	return fmt.Sprintf("%d/%d", lengths["stdout"], lengths["stderr"])
 }
 
 // argvString quotes argv for display when an argument needs it.
