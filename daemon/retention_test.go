@@ -99,7 +99,6 @@ func TestDeleteSessionLingering(t *testing.T) {
 	a.must("DELETE", "/v1/sandboxes/box/sessions/"+ss.ID, nil, 204, nil)
 }
 
-
 // sessionExists reports whether the session's record is still there.
 func sessionExists(t *testing.T, a *api, sandbox, id string) bool {
 	t.Helper()
