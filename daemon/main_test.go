@@ -265,6 +265,15 @@ func startDaemonIn(t *testing.T, state, token string) *api {
 // startDaemonCfg runs daemon.Run with cfg plus the test defaults.
 func startDaemonCfg(t *testing.T, cfg daemon.Config) *api {
 	t.Helper()
+	a, _ := startDaemonStoppable(t, cfg)
+	return a
+}
+
+// startDaemonStoppable is startDaemonCfg plus a stop that ends daemon.Run
+// (idempotent) and leaves its sessions running, as a restart does; once
+// stopped, Cleanup destroys nothing.
+func startDaemonStoppable(t *testing.T, cfg daemon.Config) (*api, func()) {
+	t.Helper()
 	state, token := cfg.StateDir, cfg.Token
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -299,15 +308,25 @@ func startDaemonCfg(t *testing.T, cfg daemon.Config) *api {
 		}
 		a.token = strings.TrimSpace(string(tok))
 	}
+	var once sync.Once
+	stopped := false
+	stop := func() {
+		once.Do(func() {
+			stopped = true
+			cancel()
+			if err := <-errc; err != nil {
+				t.Errorf("daemon.Run: %v", err)
+			}
+			a.hc.CloseIdleConnections()
+		})
+	}
 	t.Cleanup(func() {
-		a.destroyAll()
-		cancel()
-		if err := <-errc; err != nil {
-			t.Errorf("daemon.Run: %v", err)
+		if !stopped {
+			a.destroyAll()
 		}
-		a.hc.CloseIdleConnections()
+		stop()
 	})
-	return a
+	return a, stop
 }
 
 // destroyAll removes every sandbox, which terminates every session.

@@ -512,7 +512,8 @@ func finishLost(sessionDir, detail string) (journal.Exit, error) {
 }
 
 // reconcile runs once at start: every session the registry thinks is
-// running (or was starting when runnerd died) is checked against its shim.
+// running (or was starting when runnerd died) is checked against its shim,
+// then the session directories no record names are removed (removeOrphans).
 func (s *server) reconcile(ctx context.Context) error {
 	all, err := s.reg.AllSessions()
 	if err != nil {
@@ -550,7 +551,49 @@ func (s *server) reconcile(ctx context.Context) error {
 		}
 		s.log.Info("session found", "sandbox", ss.Sandbox, "session", ss.ID, "state", out.State)
 	}
+	s.removeOrphans(all)
 	return nil
+}
+
+// removeOrphans runs once at start, before serving, so no spawn can be
+// creating a directory meanwhile: it removes every directory under STATE/s
+// that no session record in known names (a delete or a destroy removes the
+// record first, a failed spawn forgets its record after its directory, and
+// a crash in between leaves one that nothing else collects), once its
+// shim is provably gone (shimMayLive, its age read from the directory's
+// mtime). One whose shim may live is logged and kept: the next start
+// tries again.
+func (s *server) removeOrphans(known []registry.Session) {
+	keys := make(map[string]bool, len(known))
+	for _, ss := range known {
+		keys[ss.Key] = true
+	}
+	root := filepath.Join(s.cfg.StateDir, "s")
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		s.log.Warn("collect orphan session directories", "err", err)
+		return
+	}
+	for _, e := range ents {
+		if keys[e.Name()] || !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(root, e.Name())
+		fi, err := e.Info()
+		if err != nil {
+			s.log.Warn("orphan session directory kept", "dir", dir, "err", err)
+			continue
+		}
+		if shimMayLive(dir, fi.ModTime()) {
+			s.log.Warn("orphan session directory kept: its supervisor may still live", "dir", dir)
+			continue
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			s.log.Warn("remove orphan session directory", "dir", dir, "err", err)
+			continue
+		}
+		s.log.Info("orphan session directory removed", "dir", dir)
+	}
 }
 
 // terminate stops a session (SIGTERM, SIGKILL after grace) and every
@@ -899,7 +942,8 @@ var errSessionLive = errors.New("session is live")
 // (journal included). A session that runs, is starting, or whose shim
 // still lives (processes it started outlived the command) is refused with
 // 409 invalid: terminate it first. The record goes first, so a crash in
-// between leaves an unreferenced directory, never a record without files.
+// between leaves an unreferenced directory (removed at the next start,
+// removeOrphans), never a record without files.
 func (s *server) removeSession(ctx context.Context, ss registry.Session) error {
 	ss, err := s.refresh(ss)
 	if err != nil {
