@@ -752,14 +752,30 @@ func (s *server) handleListSessions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := wire.SessionList{Sessions: make([]wire.Session, 0, len(list))}
-	for _, ss := range list {
-		if ss, err = s.refresh(ss); err != nil {
-			s.writeError(w, r, err)
-			return
+	for _, rec := range list {
+		ss, err := s.refresh(rec)
+		if err != nil {
+			// One unreadable session does not hide the others: it is
+			// listed as last recorded, and says so.
+			ws := toWireSession(rec)
+			ws.StatusError = statusDetail(err)
+			s.log.Warn("list sessions: refresh", "sandbox", rec.Sandbox, "session", rec.ID, "err", err)
+			out.Sessions = append(out.Sessions, ws)
+			continue
 		}
 		out.Sessions = append(out.Sessions, s.wireSession(r.Context(), ss))
 	}
 	s.writeJSON(w, http.StatusOK, out)
+}
+
+// statusDetail is what a listed session's status_error says: an API
+// error's detail, any other error's text.
+func statusDetail(err error) string {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae.detail
+	}
+	return err.Error()
 }
 
 func (s *server) handleGetSession(w http.ResponseWriter, r *http.Request) {

@@ -163,6 +163,10 @@ type Session struct {
 	Lengths    map[string]int64 `json:"lengths,omitempty"`
 	WriteError string           `json:"write_error,omitempty"`
 	Exit       *Exit            `json:"exit,omitempty"`
+	// StatusError, set only in a session list, says the daemon could not
+	// read this session's current status: State (and the rest) are as
+	// last recorded.
+	StatusError string `json:"status_error,omitempty"`
 }
 
 // SessionList is the answer of GET /v1/sandboxes/{name}/sessions: every
