@@ -2,7 +2,6 @@ package journal
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -376,19 +375,11 @@ func (r *Reader) wait(ctx context.Context) error {
 			}
 			return fmt.Errorf("inotify read: %w", err)
 		}
-		for b := r.evbuf[:n]; len(b) >= unix.SizeofInotifyEvent; {
-			wd := int32(binary.NativeEndian.Uint32(b[0:4]))
-			mask := binary.NativeEndian.Uint32(b[4:8])
-			nameLen := binary.NativeEndian.Uint32(b[12:16])
+		forEachEvent(r.evbuf[:n], func(wd int32, mask uint32) {
 			if wd == r.wdJournal || mask&unix.IN_Q_OVERFLOW != 0 {
 				r.needCheck = true
 			}
-			adv := unix.SizeofInotifyEvent + int(nameLen)
-			if adv > len(b) {
-				break
-			}
-			b = b[adv:]
-		}
+		})
 		return nil
 	}
 }

@@ -288,11 +288,17 @@ func (w *Watcher) run() {
 func (w *Watcher) dispatch(b []byte) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	forEachEvent(b, w.event)
+}
+
+// forEachEvent calls fn with the watch descriptor and mask of every
+// inotify event in b, a buffer filled by one read of an inotify instance.
+func forEachEvent(b []byte, fn func(wd int32, mask uint32)) {
 	for len(b) >= unix.SizeofInotifyEvent {
 		wd := int32(binary.NativeEndian.Uint32(b[0:4]))
 		mask := binary.NativeEndian.Uint32(b[4:8])
 		nameLen := binary.NativeEndian.Uint32(b[12:16])
-		w.event(wd, mask)
+		fn(wd, mask)
 		adv := unix.SizeofInotifyEvent + int(nameLen)
 		if adv > len(b) {
 			break
