@@ -733,11 +733,16 @@ func (s *server) handleCreateSession(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	status := http.StatusOK
 	if created {
-		status = http.StatusCreated
+		// The command started an instant ago: answer from the record the
+		// spawn already holds. Opening the journal for lengths that are
+		// about zero and asking the shim for a write error it cannot have
+		// yet cost a journal open and a socket round trip on every spawn
+		// (docs/benchmarks.md, the step-by-step spawn); GET has them.
+		s.writeJSON(w, http.StatusCreated, toWireSession(ss))
+		return
 	}
-	s.writeJSON(w, status, s.wireSession(r.Context(), ss))
+	s.writeJSON(w, http.StatusOK, s.wireSession(r.Context(), ss))
 }
 
 func (s *server) handleListSessions(w http.ResponseWriter, r *http.Request) {
@@ -1037,15 +1042,8 @@ func (s *server) collect(stop <-chan struct{}) {
 		s.log.Warn("session janitor: read registry", "err", err)
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := contextWithStop(context.Background(), stop)
 	defer cancel()
-	go func() {
-		select {
-		case <-stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	for _, ss := range all {
 		if ctx.Err() != nil {
 			return
