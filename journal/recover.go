@@ -68,6 +68,15 @@ func Recover(dir string) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("recover journal %s: %w: %w", dir, ErrCorrupt, err)
 	}
+	// Both paths below start here: an exit record (in exit.json, or only
+	// in the index, see recoverDB) means there is nothing to recover.
+	if _, ok, err := readExit(dir); err != nil || ok {
+		db.Close()
+		if err == nil {
+			err = ErrFinished
+		}
+		return nil, fmt.Errorf("recover journal %s: %w", dir, err)
+	}
 	if neverSynced(db) {
 		w, err := recreate(dir, db)
 		if err != nil {
@@ -100,33 +109,19 @@ func neverSynced(db *bolt.DB) bool {
 // same streams. It closes db.
 func recreate(dir string, db *bolt.DB) (*Writer, error) {
 	db.Close()
-	if _, ok, err := readExit(dir); err != nil || ok {
-		if err == nil {
-			err = ErrFinished
-		}
-		return nil, err
-	}
+	// Open reads journal.json (segBytes stays 0 without it, which Create
+	// takes as the default) or, failing that, the stream directories.
 	j, err := Open(dir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: empty index and no streams", ErrCorrupt)
 	}
-	segBytes := int64(0)
-	if m, err := readMeta(dir); err == nil {
-		segBytes = m.SegmentBytes
-	}
 	if err := os.Remove(filepath.Join(dir, indexName)); err != nil {
 		return nil, err
 	}
-	return Create(dir, Options{Streams: j.Streams(), SegmentBytes: segBytes})
+	return Create(dir, Options{Streams: j.streams, SegmentBytes: j.segBytes})
 }
 
 func recoverDB(dir string, db *bolt.DB) (*Writer, error) {
-	if _, ok, err := readExit(dir); err != nil || ok {
-		if err == nil {
-			err = ErrFinished
-		}
-		return nil, err
-	}
 	var (
 		opts     Options
 		exit     []byte
