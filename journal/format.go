@@ -330,17 +330,10 @@ func writeMeta(dir string, o Options) error {
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return err
 	}
-	if o.DeferCreateSync {
-		return os.Rename(tmp, filepath.Join(dir, metaName))
-	}
-	f, err := os.Open(tmp)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	f.Close()
-	if err != nil {
-		return err
+	if !o.DeferCreateSync {
+		if err := syncFile(tmp); err != nil {
+			return err
+		}
 	}
 	return os.Rename(tmp, filepath.Join(dir, metaName))
 }

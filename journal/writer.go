@@ -459,16 +459,15 @@ func (w *Writer) flushLocked(exit []byte) error {
 func pruneMarks(marks *bolt.Bucket, start int64) {
 	c := marks.Cursor()
 	var doomed [][]byte
-	k, v := c.First()
+	k, _ := c.First()
 	for k != nil {
 		nk, nv := c.Next()
 		if nk == nil || getU64(nv) > start {
 			break
 		}
 		doomed = append(doomed, k)
-		k, v = nk, nv
+		k = nk
 	}
-	_ = v
 	for _, k := range doomed {
 		marks.Delete(k)
 	}
