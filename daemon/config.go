@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/agentrunner/runner/shim"
@@ -148,9 +149,7 @@ type Config struct {
 func DefaultStateDir() (string, error) {
 	if d := os.Getenv("STATE_DIRECTORY"); d != "" {
 		// systemd may pass several, colon-separated; the first is ours.
-		if i := indexByte(d, ':'); i >= 0 {
-			d = d[:i]
-		}
+		d, _, _ = strings.Cut(d, ":")
 		return d, nil
 	}
 	if d := os.Getenv(EnvState); d != "" {
@@ -164,15 +163,6 @@ func DefaultStateDir() (string, error) {
 		return "", fmt.Errorf("find state directory: %w", err)
 	}
 	return filepath.Join(home, ".local", "state", "runnerd"), nil
-}
-
-func indexByte(s string, c byte) int {
-	for i := 0; i < len(s); i++ {
-		if s[i] == c {
-			return i
-		}
-	}
-	return -1
 }
 
 // withDefaults returns cfg with every unset field filled.
