@@ -375,7 +375,7 @@ func serve(dir string, ready *os.File) int {
 	s, err := newServer(dir)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "shim %s: %v\n", dir, err)
-		report(ready, fmt.Sprintf("error %d %d %s %s", os.Getpid(), errnoOf(err), phaseOf(err), oneLine(err.Error())))
+		reportError(ready, phaseOf(err), err)
 		return 1
 	}
 	report(ready, fmt.Sprintf("ready %d %d %d", s.pid, os.Getpid(), s.at.UnixNano()))
@@ -389,6 +389,11 @@ func report(ready *os.File, line string) {
 	}
 	ready.WriteString(line + "\n")
 	ready.Close()
+}
+
+// reportError reports a start failure: the readiness line's error form.
+func reportError(ready *os.File, phase string, err error) {
+	report(ready, fmt.Sprintf("error %d %d %s %s", os.Getpid(), errnoOf(err), phase, oneLine(err.Error())))
 }
 
 func errnoOf(err error) int {
@@ -409,15 +414,16 @@ func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
 // given a session.
 func detach(args []string, dir string, ready *os.File) int {
 	fail := func(err error) int {
-		report(ready, fmt.Sprintf("error %d %d %s %s", os.Getpid(), errnoOf(err), PhaseSetup, oneLine(err.Error())))
+		reportError(ready, PhaseSetup, err)
 		return 1
 	}
 	exe, err := os.Executable()
 	if err != nil {
 		return fail(fmt.Errorf("find own executable: %w", err))
 	}
-	// The prefix that led to Main (e.g. "serve", "shim") is kept.
-	prefix := os.Args[1 : len(os.Args)-len(args)]
+	// The prefix that led to Main (e.g. "serve", "shim"; recorded by Main)
+	// is kept.
+	prefix := mainPrefix
 	var rest []string
 	for _, a := range args {
 		if a != "--detach" && a != "-detach" {
