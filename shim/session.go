@@ -176,36 +176,46 @@ func (stdinClosedError) Is(target error) bool { return target == ErrExited }
 // otherwise. It returns ErrNoSession for a directory without a started
 // session.
 func ReadStatus(dir string) (Status, error) {
-	var spec Spec
-	if err := readJSON(filepath.Join(dir, SpecFile), &spec); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return Status{}, fmt.Errorf("read status %s: %w", dir, ErrNoSession)
-		}
-		return Status{}, fmt.Errorf("read status %s: %w", dir, err)
-	}
-	st := Status{ID: spec.ID, TTY: spec.TTY}
-	var sd started
-	if err := readJSON(filepath.Join(dir, StartedFile), &sd); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return Status{}, fmt.Errorf("read status %s: %w", dir, ErrNoSession)
-		}
-		return Status{}, fmt.Errorf("read status %s: %w", dir, err)
-	}
-	st.ShimPID, st.PID, st.StartedAt = sd.ShimPID, sd.PID, sd.StartedAt
-	j, err := journal.Open(filepath.Join(dir, JournalDir))
+	st, err := readStatus(dir)
 	if err != nil {
 		return Status{}, fmt.Errorf("read status %s: %w", dir, err)
+	}
+	return st, nil
+}
+
+func readStatus(dir string) (Status, error) {
+	// A session is started once both files exist (started.json is
+	// written after the command started).
+	read := func(name string, v any) error {
+		err := readJSON(filepath.Join(dir, name), v)
+		if errors.Is(err, fs.ErrNotExist) {
+			return ErrNoSession
+		}
+		return err
+	}
+	var spec Spec
+	if err := read(SpecFile, &spec); err != nil {
+		return Status{}, err
+	}
+	var sd started
+	if err := read(StartedFile, &sd); err != nil {
+		return Status{}, err
+	}
+	st := Status{ID: spec.ID, TTY: spec.TTY, ShimPID: sd.ShimPID, PID: sd.PID, StartedAt: sd.StartedAt}
+	j, err := journal.Open(filepath.Join(dir, JournalDir))
+	if err != nil {
+		return Status{}, err
 	}
 	defer j.Close()
 	// Liveness first, exit second: a writer that finishes between the two
 	// checks then reads as exited, never as lost.
 	alive, err := j.WriterAlive()
 	if err != nil {
-		return Status{}, fmt.Errorf("read status %s: %w", dir, err)
+		return Status{}, err
 	}
 	e, ok, err := j.Exit()
 	if err != nil {
-		return Status{}, fmt.Errorf("read status %s: %w", dir, err)
+		return Status{}, err
 	}
 	switch {
 	case ok:
