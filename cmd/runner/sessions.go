@@ -15,10 +15,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
 	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/client"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -128,20 +128,13 @@ func exitOf(what string, e wire.Exit) (int, string) {
 		if code == 0 {
 			code = 128 + e.Signal
 		}
-		return code, fmt.Sprintf("runner: %s: killed by signal %d (%s), exit code %d", what, e.Signal, sigName(e.Signal), code)
+		return code, fmt.Sprintf("runner: %s: killed by signal %d (%s), exit code %d", what, e.Signal, client.SignalName(e.Signal), code)
 	}
 	msg := fmt.Sprintf("runner: %s: lost: the session ended without an exit record; its exit code is unknown", what)
 	if e.Detail != "" {
 		msg += " (" + oneLine(e.Detail) + ")"
 	}
 	return exitLost, msg
-}
-
-func sigName(n int) string {
-	if s := unix.SignalName(syscall.Signal(n)); s != "" {
-		return s
-	}
-	return fmt.Sprintf("signal %d", n)
 }
 
 func execCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
@@ -379,7 +372,7 @@ func exitColumn(s wire.Session) string {
 	case wire.ExitExited:
 		col = fmt.Sprint(s.Exit.Code)
 	case wire.ExitSignaled:
-		col = fmt.Sprintf("%d (%s)", s.Exit.Code, sigName(s.Exit.Signal))
+		col = fmt.Sprintf("%d (%s)", s.Exit.Code, client.SignalName(s.Exit.Signal))
 	default:
 		return "lost"
 	}
@@ -522,7 +515,7 @@ func terminateCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []stri
 		case wire.ExitExited:
 			fmt.Fprintf(e.io.out, "%s exited with code %d\n", pos[1], x.Code)
 		case wire.ExitSignaled:
-			fmt.Fprintf(e.io.out, "%s killed by %s (code %d)\n", pos[1], sigName(x.Signal), x.Code)
+			fmt.Fprintf(e.io.out, "%s killed by %s (code %d)\n", pos[1], client.SignalName(x.Signal), x.Code)
 		default:
 			fmt.Fprintf(e.io.out, "%s lost: ended without an exit record\n", pos[1])
 		}
