@@ -357,6 +357,11 @@ func sessionsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []strin
 				// command is held, nothing is dropped.
 				state += " (write error: " + s.WriteError + ")"
 			}
+			if s.StatusError != "" {
+				// The daemon could not read its current status: what
+				// the row shows is as last recorded.
+				state += " (as last recorded; status unreadable: " + s.StatusError + ")"
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, state, exitColumn(s), tty, outputColumn(s), when(s.StartedAt), argvString(s.Argv))
 		}
 		return tw.Flush()
