@@ -597,10 +597,10 @@ func (s *stream) produce(a *Adapter, r *runner, h adapter.Handle, id string) {
 	defer close(s.done)
 	defer s.closeReader()
 	ctx := context.Background() // Send also ends when the consumer closes the Feed
+	// The producer is the only writer of s.fr (reattach, under mu), so it
+	// reads it without the lock, once per connection rather than per frame.
+	fr := s.fr
 	for {
-		s.mu.Lock()
-		fr := s.fr
-		s.mu.Unlock()
 		f, err := fr.Next()
 		if err != nil {
 			fr.Close()
@@ -611,6 +611,7 @@ func (s *stream) produce(a *Adapter, r *runner, h adapter.Handle, id string) {
 			default:
 			}
 			if err = s.reattach(a, r, h, id, err); err == nil {
+				fr = s.fr
 				continue
 			}
 			if errors.Is(err, errReaderClosed) {
@@ -626,9 +627,13 @@ func (s *stream) produce(a *Adapter, r *runner, h adapter.Handle, id string) {
 			name := adapter.StreamName(f.Stream.StreamName())
 			out = adapter.Frame{Stream: name, Offset: f.Offset, Data: f.Payload}
 			s.cur.Advance(out)
-		case wire.FrameExit:
-			e, derr := decodeExit(f.Payload)
-			if derr != nil {
+		case wire.FrameExit, wire.FrameLost:
+			e, derr := f.Exit()
+			if f.Kind == wire.FrameLost {
+				// Lost whatever its payload says: exitOf reports
+				// adapter.ErrLost (with the detail, if it decoded).
+				e.Reason = wire.ExitLost
+			} else if derr != nil {
 				out.Err = unavailablef("session %s: decode exit frame: %v", id, derr)
 				break
 			}
@@ -638,13 +643,6 @@ func (s *stream) produce(a *Adapter, r *runner, h adapter.Handle, id string) {
 			} else {
 				out.Exit = &ex
 			}
-		case wire.FrameLost:
-			e, _ := f.Exit()
-			d := "session " + id
-			if e.Detail != "" {
-				d += ": " + e.Detail
-			}
-			out.Err = fmt.Errorf("%s: %w", d, adapter.ErrLost)
 		case wire.FrameError:
 			we, derr := f.Err()
 			if derr != nil {
