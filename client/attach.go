@@ -41,9 +41,10 @@ type FrameReader struct {
 	once   sync.Once
 	done   bool  // a terminal frame was returned (Next's goroutine only)
 	err    error // sticky error (Next's goroutine only)
-	// next offset expected on each stream (Next's goroutine only): data
-	// must continue exactly where the cursor, or the previous frame, ended.
-	want map[wire.StreamID]int64
+	// next offset expected on each stream, indexed by wire.StreamID
+	// (Next's goroutine only): data must continue exactly where the
+	// cursor, or the previous frame, ended.
+	want [3]int64
 }
 
 // Attach opens a WebSocket attach to session id of sandbox, replaying each
@@ -79,7 +80,7 @@ func (c *Client) Attach(ctx context.Context, sandbox, id string, cur Cursors) (*
 	conn.SetReadLimit(wire.FrameHeaderLen + wire.MaxFramePayload)
 	rctx, cancel := context.WithCancel(context.Background())
 	fr := &FrameReader{conn: conn, op: op, ctx: rctx, cancel: cancel,
-		want: map[wire.StreamID]int64{wire.StreamStdout: cur.Stdout, wire.StreamStderr: cur.Stderr}}
+		want: [3]int64{wire.StreamStdout: cur.Stdout, wire.StreamStderr: cur.Stderr}}
 	hb := c.opts.HeartbeatTimeout
 	fr.next = func() (websocket.MessageType, []byte, error) {
 		nctx, ncancel := context.WithTimeout(rctx, hb)
