@@ -160,7 +160,7 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// path joins the versioned API path from escaped segments.
+// apiPath joins the versioned API path from escaped segments.
 func apiPath(segs ...string) string {
 	var b strings.Builder
 	b.WriteString(wire.APIVersion)
@@ -297,8 +297,8 @@ func (c *Client) header(h http.Header, noAuth bool) {
 // errBodyLimit bounds how much of an error body is read.
 const errBodyLimit = 64 << 10
 
-// errFromResponse reads resp's error body. It is shared by plain requests
-// and the WebSocket handshake.
+// decodeErrorBody reads resp's error body (bounded). It is shared by plain
+// requests and the WebSocket handshake.
 func decodeErrorBody(resp *http.Response) (*wire.Error, bool) {
 	if resp.Body == nil {
 		return nil, false
