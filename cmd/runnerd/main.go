@@ -3,7 +3,8 @@
 // wiring only: flags and environment into daemon.Config, then daemon.Run.
 //
 // "runnerd shim ..." is the hidden per-session supervisor (shim.Main):
-// runnerd re-executes itself that way, so one binary is the whole install.
+// without --shim runnerd re-executes itself that way, so one binary is the
+// whole install; with --shim it starts "runner-shim serve" instead.
 package main
 
 import (
@@ -135,15 +136,6 @@ func run(args []string) int {
 	}
 	log := slog.New(h)
 
-	stateDir := *state
-	if stateDir == "" {
-		d, err := daemon.DefaultStateDir()
-		if err != nil {
-			log.Error("runnerd", "err", err)
-			return 1
-		}
-		stateDir = d
-	}
 	var shimCommand []string
 	if *shimBin != "" {
 		shimCommand = []string{*shimBin, "serve"}
@@ -163,7 +155,7 @@ func run(args []string) int {
 		MaxExecs:    *maxExecs,
 		ShimCommand: shimCommand,
 		WarmShims:   *warmShims,
-		StateDir:    stateDir,
+		StateDir:    *state, // "": daemon.DefaultStateDir
 		Listen:      *listen,
 		Socket:      *socket,
 		Token:       os.Getenv(daemon.EnvToken),
