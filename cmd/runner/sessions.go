@@ -93,7 +93,7 @@ exist succeeds. Its output cannot be replayed afterwards: save what you need.`,
 						return err
 					}
 					for _, id := range pos[1:] {
-						cctx, cancel := context.WithTimeout(ctx, e.g.timeout)
+						cctx, cancel := e.callCtx(ctx) // not below the client's own bound (--timeout plus the delete's wait)
 						err := c.DeleteSession(cctx, pos[0], id)
 						cancel()
 						if err != nil {
