@@ -795,13 +795,11 @@ func (s *server) handleGetSession(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, http.StatusOK, s.wireSession(r.Context(), ss))
 }
 
-// control runs fn against the session's shim. A session that ended (or
+// control runs fn against the shim of ss, which the caller looked up with
+// s.session (one registry read per request). A session that ended (or
 // whose shim answers that it did) is command_exited.
-func (s *server) control(w http.ResponseWriter, r *http.Request, fn func(ctx context.Context, c *shim.Client) error) {
-	ss, err := s.session(r)
-	if err == nil {
-		ss, err = s.refresh(ss)
-	}
+func (s *server) control(w http.ResponseWriter, r *http.Request, ss registry.Session, fn func(ctx context.Context, c *shim.Client) error) {
+	ss, err := s.refresh(ss)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -847,7 +845,7 @@ func (s *server) handleStdin(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.control(w, r, func(ctx context.Context, c *shim.Client) error {
+	s.control(w, r, ss, func(ctx context.Context, c *shim.Client) error {
 		if len(body) == 0 {
 			return nil
 		}
@@ -856,7 +854,12 @@ func (s *server) handleStdin(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) handleCloseStdin(w http.ResponseWriter, r *http.Request) {
-	s.control(w, r, func(ctx context.Context, c *shim.Client) error { return c.CloseStdin(ctx) })
+	ss, err := s.session(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.control(w, r, ss, func(ctx context.Context, c *shim.Client) error { return c.CloseStdin(ctx) })
 }
 
 func (s *server) handleResize(w http.ResponseWriter, r *http.Request) {
@@ -878,7 +881,7 @@ func (s *server) handleResize(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errInvalid("resize applies to tty sessions only"))
 		return
 	}
-	s.control(w, r, func(ctx context.Context, c *shim.Client) error {
+	s.control(w, r, ss, func(ctx context.Context, c *shim.Client) error {
 		return c.Resize(ctx, uint16(req.Rows), uint16(req.Cols))
 	})
 }
@@ -913,7 +916,12 @@ func (s *server) handleSignal(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.control(w, r, func(ctx context.Context, c *shim.Client) error { return c.Signal(ctx, sig) })
+	ss, err := s.session(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.control(w, r, ss, func(ctx context.Context, c *shim.Client) error { return c.Signal(ctx, sig) })
 }
 
 func (s *server) handleTerminate(w http.ResponseWriter, r *http.Request) {
