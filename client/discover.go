@@ -88,8 +88,21 @@ func StateDirs() []string {
 //     file or a socket.
 //
 // It returns an error naming the places it looked when it finds no token.
-func Discover() (Local, error) {
-	url, tok := os.Getenv(EnvURL), os.Getenv(EnvToken)
+func Discover() (Local, error) { return DiscoverFor("", "") }
+
+// DiscoverFor is [Discover] for a caller that already has the endpoint or
+// the token (from its own flags): a non-empty endpoint or token is used as
+// is, ahead of the environment, and only what is missing is looked for in
+// the state directory. A known endpoint needs no listen file, and a known
+// token needs no readable STATE/token.
+func DiscoverFor(endpoint, token string) (Local, error) {
+	url, tok := endpoint, token
+	if url == "" {
+		url = os.Getenv(EnvURL)
+	}
+	if tok == "" {
+		tok = os.Getenv(EnvToken)
+	}
 	if url != "" && tok != "" {
 		return Local{Endpoint: url, token: secret(tok)}, nil
 	}

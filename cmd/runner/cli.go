@@ -284,17 +284,13 @@ func (e *env) client() (*client.Client, error) {
 		}
 	}
 	if endpoint == "" || token == "" {
-		l, err := client.Discover()
+		// Look only for what the flags and environment did not give.
+		l, err := client.DiscoverFor(endpoint, token)
 		if err != nil {
 			return nil, &cliError{what: "find runnerd", err: &adapter.UnavailableError{Detail: err.Error()},
 				hint: "is runnerd running? start it with `runnerd` (it writes its token into its state directory), or use --url and --token-file (RUNNERD_URL, RUNNERD_TOKEN)", code: exitUnavailable}
 		}
-		if endpoint == "" {
-			endpoint = l.Endpoint
-		}
-		if token == "" {
-			token = l.Token()
-		}
+		endpoint, token = l.Endpoint, l.Token()
 	}
 	c, err := client.New(endpoint, token, client.Options{RequestTimeout: e.g.timeout, UserAgent: "runner-cli"})
 	if err != nil {
