@@ -607,13 +607,11 @@ func (s *server) terminate(ctx context.Context, ss registry.Session, grace time.
 	}
 	if ss.State == stateStarting {
 		// Its shim may still start the command: never report it stopped.
-		return ss, &apiError{status: http.StatusServiceUnavailable, code: wire.CodeUnavailable,
-			detail: fmt.Sprintf("%s: session %s is still starting; retry", wire.DetailUncertain, ss.ID)}
+		return ss, errUnavailable("%s: session %s is still starting; retry", wire.DetailUncertain, ss.ID)
 	}
 	if ss.State != wire.SessionRunning {
 		if err := s.stopLingering(ctx, ss, grace); err != nil {
-			return ss, &apiError{status: http.StatusServiceUnavailable, code: wire.CodeUnavailable,
-				detail: fmt.Sprintf("%s: %v", wire.DetailUncertain, err)}
+			return ss, errUnavailable("%s: %v", wire.DetailUncertain, err)
 		}
 		return ss, nil
 	}
@@ -621,8 +619,7 @@ func (s *server) terminate(ctx context.Context, ss registry.Session, grace time.
 		if again, rerr := s.refresh(ss); rerr == nil && again.State != wire.SessionRunning {
 			return again, nil
 		}
-		return ss, &apiError{status: http.StatusServiceUnavailable, code: wire.CodeUnavailable,
-			detail: fmt.Sprintf("%s: %v", wire.DetailUncertain, cause)}
+		return ss, errUnavailable("%s: %v", wire.DetailUncertain, cause)
 	}
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace+5*time.Second)
 	defer cancel()
@@ -664,8 +661,7 @@ func (s *server) stopSessions(ctx context.Context, sessions []registry.Session, 
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return &apiError{status: http.StatusServiceUnavailable, code: wire.CodeUnavailable,
-			detail: fmt.Sprintf("%s: stop sessions: %v", wire.DetailUncertain, err)}
+		return errUnavailable("%s: stop sessions: %v", wire.DetailUncertain, err)
 	}
 	return nil
 }
