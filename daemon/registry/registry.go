@@ -1,5 +1,5 @@
-// Package registry is runnerd's durable record of sandboxes and sessions:
-// one bbolt file (STATE/registry.db) that only runnerd opens.
+// Package registry is runnerd's durable record of sandboxes, sessions and
+// preview tokens: one bbolt file (STATE/registry.db) that only runnerd opens.
 //
 // Invariants: a sandbox name maps to at most one record; its incarnation id
 // is minted once, at the create that made the record, and never changes
@@ -57,7 +57,7 @@ type Session struct {
 	Incarnation string             `json:"incarnation"` // of the sandbox it belongs to
 	Key         string             `json:"key"`         // session directory name under STATE/s
 	Request     wire.CreateSession `json:"request"`     // what was asked, for retry comparison
-	State       string             `json:"state"`       // running, exited, lost
+	State       string             `json:"state"`       // starting (runnerd's own), running, exited, lost
 	PID         int                `json:"pid,omitempty"`
 	StartedAt   time.Time          `json:"started_at"`
 	Exit        *wire.Exit         `json:"exit,omitempty"`
@@ -248,11 +248,12 @@ func sessionPrefix(sandbox string) []byte { return []byte(sandbox + "\x00") }
 
 func sessionKey(sandbox, id string) []byte { return []byte(sandbox + "\x00" + id) }
 
-// CreateSession stores s if its sandbox exists with s.Incarnation and in
-// state running, and the id is free. It returns ErrExists with the stored
-// record when the id is taken, ErrNotFound when the sandbox is gone, or
-// the error of check (called with the sandbox record inside the
-// transaction).
+// CreateSession stores s if its sandbox exists, check (called with the
+// sandbox record inside the transaction; nil accepts any) returns nil, and
+// the id is free. It returns ErrNotFound when the sandbox is gone, check's
+// error, or ErrExists with the stored record when the id is taken. The
+// registry itself looks at neither the incarnation nor the state: check
+// does.
 func (r *Registry) CreateSession(s Session, check func(Sandbox) error) (Session, error) {
 	var out Session
 	err := r.db.Update(func(tx *bolt.Tx) error {
