@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/wire"
 )
 
 // TestTerminatedMarker: the exit record says Terminated exactly when the
@@ -48,6 +49,10 @@ func TestTerminatedMarker(t *testing.T) {
 			e := waitExit(t, dir)
 			if e.Reason != tt.want.Reason || e.Code != tt.want.Code || e.Signal != tt.want.Signal || e.Terminated != tt.want.Terminated {
 				t.Fatalf("got %+v, want %+v", e, tt.want)
+			}
+			// Attach's exit frame carries the marker too.
+			if we := attachExit(t, dir); we.Terminated != tt.want.Terminated || we.Code != tt.want.Code {
+				t.Fatalf("attach exit frame: got %+v, want terminated %v code %d", we, tt.want.Terminated, tt.want.Code)
 			}
 			// A terminate of the ended session answers the same record and
 			// does not mark it after the fact.
@@ -92,4 +97,32 @@ func TestTerminateDiskFull(t *testing.T) {
 	if !e.Terminated || e.Reason != journal.ReasonSignaled {
 		t.Fatalf("exit after space came back: got %+v, want signaled, terminated", e)
 	}
+}
+
+// attachExit attaches to an ended session from the start and returns its
+// exit frame's record.
+func attachExit(t *testing.T, dir string) wire.Exit {
+	t.Helper()
+	var got *wire.Exit
+	err := Attach(ctxT(t, 10*time.Second), dir, AttachOptions{Heartbeat: -1}, func(b []byte) error {
+		f, err := wire.ParseFrame(b)
+		if err != nil {
+			return err
+		}
+		if f.Kind == wire.FrameExit {
+			e, err := f.Exit()
+			if err != nil {
+				return err
+			}
+			got = &e
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	if got == nil {
+		t.Fatal("attach ended without an exit frame")
+	}
+	return *got
 }
