@@ -68,13 +68,18 @@ func inotifyInstances(t testing.TB) int {
 	return n
 }
 
-// armed waits for r to register: a read that times out at the live end.
+// arm waits for r to register: a read that times out at the live end.
 func arm(t testing.TB, r *Reader) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
-	defer cancel()
-	if _, err := r.ReadContext(ctx, make([]byte, 1)); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("read at the live end: got %v, want %v", err, context.DeadlineExceeded)
+	// ReadContext checks ctx before it arms, so on a loaded machine a
+	// short deadline can pass first: read again until the Reader armed.
+	for !r.armed {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		_, err := r.ReadContext(ctx, make([]byte, 1))
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("read at the live end: got %v, want %v", err, context.DeadlineExceeded)
+		}
 	}
 }
 
