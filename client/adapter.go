@@ -508,7 +508,7 @@ func (a *Adapter) attach(ctx context.Context, r *runner, h adapter.Handle, id st
 	if buffer <= 0 {
 		buffer = a.buffer
 	}
-	s := &stream{done: make(chan struct{}), fr: fr, cur: from}
+	s := &stream{done: make(chan struct{}), fr: fr}
 	s.Feed = adapter.NewFeed(id, buffer, s.closeReader)
 	go s.produce(a, r, h, id)
 	return s, nil
@@ -523,8 +523,6 @@ type stream struct {
 
 	mu sync.Mutex   // guards fr
 	fr *FrameReader // the current connection; replaced on a reattach
-
-	cur adapter.Cursor // bytes delivered per stream (producer only)
 }
 
 // closeReader is the Feed's onClose: it unblocks the producer's Next.
@@ -541,6 +539,9 @@ func (s *stream) reattach(a *Adapter, r *runner, h adapter.Handle, id string, ca
 	if a.window <= 0 || !errors.Is(cause, adapter.ErrUnavailable) {
 		return cause
 	}
+	// Every frame the broken reader returned was sent on before it broke,
+	// so its cursors are what the consumer has.
+	cur := s.fr.Cursors()
 	deadline := time.Now().Add(a.window)
 	wait := 100 * time.Millisecond
 	for {
@@ -560,7 +561,7 @@ func (s *stream) reattach(a *Adapter, r *runner, h adapter.Handle, id string, ca
 			case <-ctx.Done():
 			}
 		}()
-		fr, err := r.c.Attach(ctx, h.Name, id, Cursors{Stdout: s.cur.Stdout, Stderr: s.cur.Stderr})
+		fr, err := r.c.Attach(ctx, h.Name, id, cur)
 		cancel()
 		switch {
 		case err == nil:
@@ -626,7 +627,6 @@ func (s *stream) produce(a *Adapter, r *runner, h adapter.Handle, id string) {
 		case wire.FrameData:
 			name := adapter.StreamName(f.Stream.StreamName())
 			out = adapter.Frame{Stream: name, Offset: f.Offset, Data: f.Payload}
-			s.cur.Advance(out)
 		case wire.FrameExit, wire.FrameLost:
 			e, derr := f.Exit()
 			if f.Kind == wire.FrameLost {

@@ -184,6 +184,14 @@ func (r *FrameReader) Next() (wire.Frame, error) {
 	}
 }
 
+// Cursors returns where each stream continues after the data frames Next
+// has returned: the cursors r was opened with, advanced by every frame.
+// Call it from Next's goroutine, or once Next is done; it is what to
+// attach again from after a transport failure.
+func (r *FrameReader) Cursors() Cursors {
+	return Cursors{Stdout: r.want[wire.StreamStdout], Stderr: r.want[wire.StreamStderr]}
+}
+
 func (r *FrameReader) readErr(err error) error {
 	if r.ctx.Err() != nil {
 		return fmt.Errorf("%s: %w", r.op, errReaderClosed)

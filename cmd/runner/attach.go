@@ -81,7 +81,7 @@ type attachRun struct {
 	ctx    context.Context // ends on stop: unblocks handshakes and backoff
 	cancel context.CancelFunc
 
-	cur client.Cursors // owned by the frame pump
+	cur client.Cursors // owned by the frame pump: where to attach (again) from
 }
 
 // setReader installs fr as the current reader, or closes it if the attach
@@ -128,6 +128,7 @@ func (a *attachRun) pump(out, errw io.Writer, notice func(string)) pumpResult {
 			}
 			err = a.read(fr, out, errw, &lostAt)
 			fr.Close()
+			a.cur = fr.Cursors() // read wrote out every frame it got (or the attach ends)
 			if err == nil {
 				return pumpResult{err: errStopped}
 			}
@@ -180,18 +181,16 @@ func (a *attachRun) read(fr *client.FrameReader, out, errw io.Writer, lostAt *ti
 		*lostAt = time.Time{} // connected again: a later loss gets a fresh budget
 		// FrameReader checks that data continues exactly at the cursors
 		// it was opened with (a gap is *adapter.UnavailableError from
-		// Next), so a frame here always starts at a.cur.
+		// Next) and keeps them; pump takes them from it.
 		switch {
 		case f.Kind == wire.FrameData && f.Stream == wire.StreamStdout:
 			if _, err := out.Write(f.Payload); err != nil {
 				return &exitError{code: exitOther, msg: fmt.Sprintf("runner: attach: write stdout: %v", err)}
 			}
-			a.cur.Stdout = f.End()
 		case f.Kind == wire.FrameData && f.Stream == wire.StreamStderr:
 			if _, err := errw.Write(f.Payload); err != nil {
 				return &exitError{code: exitOther, msg: fmt.Sprintf("runner: attach: write stderr: %v", err)}
 			}
-			a.cur.Stderr = f.End()
 		case f.Kind.Terminal():
 			return &terminalFrame{f: f}
 		}
