@@ -5,20 +5,22 @@
 //
 // The same code runs as runnerd's hidden `shim` subcommand and as the
 // standalone `runner-shim serve`; both call [Main]. [Start] launches it
-// detached, [Dial] talks to it, [ReadStatus] reads a session without it,
+// detached ([Pool] keeps warm ones started ahead), [Dial] talks to it, [ReadStatus] reads a session without it,
 // and [Attach] turns a session's journal into the frame stream of
 // docs/frames.md.
 //
 // Invariants:
 //
 //   - Detached: the shim runs in its own session (setsid), reparented to
-//     init (it is started through a short-lived intermediate process), so a
-//     kill -9 of whoever launched it never touches the command.
-//   - Spawn-ack: [Start] returns only once the command's execve succeeded
-//     (the shim reports "ready PID" on an inherited pipe after
-//     exec.Cmd.Start returned), or with the start error (an errno such as
-//     ENOENT survives the process boundary). The control socket and the
-//     journal exist before the command runs.
+//     init or the nearest subreaper (it is started through a short-lived
+//     intermediate process, a warm shim too), so a kill -9 of whoever
+//     launched it never touches the command.
+//   - Spawn-ack: [Start] and [Pool.Start] return only once the command's
+//     execve succeeded (the shim reports "ready PID SHIMPID STARTED" on an
+//     inherited pipe, or a warm shim's socket, after exec.Cmd.Start
+//     returned or the nsexec helper reported its execve), or with the
+//     start error (an errno such as ENOENT survives the process boundary).
+//     The control socket and the journal exist before the command runs.
 //   - One path for output: child → shim → journal segment files → readers.
 //     Readers read files, never the shim, so a slow reader never blocks the
 //     command. When the journal cannot be written (disk full) the shim
@@ -43,8 +45,9 @@
 //     the shim itself lets them go to init (the session is then lost).
 //   - Exit truth: a normal exit records reason "exited" and its code; a
 //     death by signal records reason "signaled", the signal number and
-//     Code 128+signal. Never 0, never -1. A shim that dies without the
-//     record leaves the session "lost", never exited.
+//     Code 128+signal. Never 0, never -1. A command that ended after a
+//     Terminate asked it to stop has Terminated set besides. A shim that
+//     dies without the record leaves the session "lost", never exited.
 //   - Stdin never blocks control: a stdin write that the child does not
 //     read holds only the stdin path; resize, signal, terminate and status
 //     are served concurrently.
