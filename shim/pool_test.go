@@ -322,3 +322,47 @@ func TestTakenShimSurvivesOwnerKill(t *testing.T) {
 		t.Fatalf("terminal: got %s %+v %v, want exit 42", term.Kind, e, err)
 	}
 }
+
+// TestWarmShimIgnoresPartialLine: a warm shim whose socket reaches EOF
+// before a complete line (the pool died mid-write) exits 0 having touched
+// nothing, whatever bytes it got.
+func TestWarmShimIgnoresPartialLine(t *testing.T) {
+	tests := []struct {
+		name string
+		sent string
+	}{
+		{"nothing", ""},
+		{"a directory without its newline", t.TempDir()},
+		{"a line too long", strings.Repeat("/x", 4096) + "\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ours, theirs := os.NewFile(uintptr(fds[0]), "ours"), os.NewFile(uintptr(fds[1]), "theirs")
+			defer ours.Close()
+			cmd := exec.Command(shimExe[0], append(slices.Clone(shimExe[1:]), "--warm-fd=3")...)
+			cmd.ExtraFiles = []*os.File{theirs}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			theirs.Close()
+			line, err := bufio.NewReader(ours).ReadString('\n')
+			if want := fmt.Sprintf("warm %d\n", cmd.Process.Pid); err != nil || line != want {
+				t.Fatalf("got %q, %v, want %q", line, err, want)
+			}
+			ours.WriteString(tt.sent)
+			unix.Shutdown(fds[0], unix.SHUT_WR)
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("warm shim: got %v, want exit 0", err)
+			}
+			if tt.sent != "" && !strings.HasSuffix(tt.sent, "\n") {
+				if ents, _ := os.ReadDir(tt.sent); len(ents) != 0 {
+					t.Fatalf("it touched %s: %d entries, want none", tt.sent, len(ents))
+				}
+			}
+		})
+	}
+}

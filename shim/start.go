@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -346,17 +347,13 @@ func warmMain(sock *os.File) int {
 		return 0
 	}
 	// One complete line; a partial one at EOF is the pool going away
-	// mid-write, and is ignored like EOF.
-	var buf []byte
-	b := make([]byte, 512)
-	for bytes.IndexByte(buf, '\n') < 0 {
-		n, err := sock.Read(b)
-		buf = append(buf, b[:n]...)
-		if err != nil && bytes.IndexByte(buf, '\n') < 0 || len(buf) > 4096 {
-			return 0
-		}
+	// mid-write, and is ignored like EOF, as is a line too long to be a
+	// directory. Nothing follows the line, so the buffer reads no further.
+	line, err := bufio.NewReaderSize(sock, 4096).ReadSlice('\n')
+	if err != nil {
+		return 0
 	}
-	dir := string(buf[:bytes.IndexByte(buf, '\n')])
+	dir := string(line[:len(line)-1])
 	if !filepath.IsAbs(dir) {
 		return 0
 	}
