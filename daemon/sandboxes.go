@@ -246,10 +246,6 @@ func (s *server) stopSandboxSessions(ctx context.Context, name string, grace tim
 
 func (s *server) handleSuspend(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	if _, err := s.sandbox(name); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	unlock := s.locks.Lock(name)
 	defer unlock()
 	sb, err := s.scopedSandbox(r.Context(), name)
