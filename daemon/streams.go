@@ -113,11 +113,14 @@ func (s *server) handleStream(w http.ResponseWriter, r *http.Request) {
 		case rd.Offset() >= e.Lengths[stream]:
 			x := toWireExit(e)
 			exit = &x
+			if ss.State == wire.SessionRunning {
+				s.recordExit(ss, x)
+			}
 		default:
 			end = "more" // the record is known, this body stopped short of it
 		}
 	case errors.Is(rerr, journal.ErrLost):
-		x, err := s.finalExit(ss, j, true)
+		x, err := s.finalExit(ss, j, true) // records the exit too
 		if err != nil {
 			code = classify(err).code
 		} else {
@@ -133,9 +136,6 @@ func (s *server) handleStream(w http.ResponseWriter, r *http.Request) {
 		}
 		b, _ := json.Marshal(exit)
 		h.Set(wire.HeaderExit, string(b))
-		if ss.State == wire.SessionRunning {
-			s.recordExit(ss, *exit)
-		}
 	}
 	if code != "" {
 		end = "error"
