@@ -38,13 +38,10 @@ func (s *server) openJournal(ss registry.Session) (*journal.Journal, error) {
 }
 
 // openReader opens one stream at cursor, woken by the server's shared
-// watcher; cursor errors become truncated (416) or invalid (400).
+// watcher. Its cursor errors (journal.CursorError) are answered truncated
+// (416) or invalid (400) by classify.
 func (s *server) openReader(j *journal.Journal, stream string, cursor int64, follow bool) (*journal.Reader, error) {
-	rd, err := j.NewReaderWatched(s.watcher, stream, cursor, follow)
-	if err != nil {
-		return nil, err
-	}
-	return rd, nil
+	return j.NewReaderWatched(s.watcher, stream, cursor, follow)
 }
 
 // newWatcher makes the journal watcher every follow reader of this runnerd
