@@ -54,8 +54,9 @@ const (
 // writable: a tmpfs, like the namespaces themselves, gone at reboot.
 const DefaultNetPolicyState = "/run/runnerd/netpolicy"
 
-// Config is everything Run needs. The zero value plus a StateDir is a
-// working configuration; Defaults fills the rest.
+// Config is everything Run needs. The zero value is a working
+// configuration: Run fills every unset field (StateDir from
+// DefaultStateDir).
 type Config struct {
 	// StateDir holds registry.db, token, runnerd.sock, sandboxes/ and s/.
 	StateDir string
