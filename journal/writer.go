@@ -42,6 +42,7 @@ type Writer struct {
 	// createSync is set by a Create with DeferCreateSync until the first
 	// flush has made the journal's directories and files durable.
 	createSync bool
+	index      os.FileInfo // index.db when the writer started (Relocate)
 }
 
 type mark struct {
@@ -190,7 +191,42 @@ func Create(dir string, opts Options) (*Writer, error) {
 	return w, nil
 }
 
+// Relocate tells w that its directory has been renamed to dir: it was
+// created in a staging place and moved (a warm shim prepares its journal
+// before it knows its session). Files w makes from then on go to dir. It
+// changes nothing and fails unless dir holds w's own index.db, so a wrong
+// path cannot split a journal in two.
+//
+// The rename is the caller's, and so is its durability: w's sync points
+// make dir's entries durable, not dir's own entry in its parent.
+func (w *Writer) Relocate(dir string) error {
+	w.syncMu.Lock()
+	defer w.syncMu.Unlock()
+	if w.state != nil {
+		return w.state
+	}
+	fi, err := os.Stat(filepath.Join(dir, indexName))
+	if err != nil {
+		return fmt.Errorf("relocate journal to %s: %w", dir, err)
+	}
+	if w.index == nil || !os.SameFile(fi, w.index) {
+		return fmt.Errorf("relocate journal to %s: it holds another journal's index", dir)
+	}
+	// Under every stream's lock too: a segment roll reads w.dir.
+	for _, s := range w.order {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+	}
+	w.dir = dir
+	for _, s := range w.order {
+		s.dir = filepath.Join(dir, s.name)
+	}
+	return nil
+}
+
 func (w *Writer) start() {
+	// Identifies index.db for Relocate; nil (refusing) if it cannot be read.
+	w.index, _ = os.Stat(filepath.Join(w.dir, indexName))
 	w.stop = make(chan struct{})
 	w.done = make(chan struct{})
 	go w.syncer()
