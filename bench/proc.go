@@ -95,7 +95,8 @@ func selfCPU() time.Duration {
 
 // shimPIDs maps session id to the pid of its live shim, from the session
 // directories under STATE/s (spec.json names the session; shim.pid its
-// shim). Only shims that are still running are returned.
+// shim). Only shims that are still running are returned; a warm shim's
+// staging directory (no spec.json yet) is no session.
 func shimPIDs(state string) (map[string]int, error) {
 	dirs, err := filepath.Glob(filepath.Join(state, "s", "*"))
 	if err != nil {
@@ -112,8 +113,9 @@ func shimPIDs(state string) (map[string]int, error) {
 			continue
 		}
 		var spec struct{ ID string }
-		if b, err := os.ReadFile(filepath.Join(d, "spec.json")); err == nil {
-			json.Unmarshal(b, &spec)
+		b, err = os.ReadFile(filepath.Join(d, "spec.json"))
+		if err != nil || json.Unmarshal(b, &spec) != nil {
+			continue
 		}
 		out[spec.ID] = pid
 	}

@@ -58,7 +58,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		// Closed after the listeners and in-flight requests are done (the
 		// defers run in reverse): idle warm shims exit, taken ones are
 		// sessions and keep running.
-		cfg.pool = shim.NewPool(cfg.ShimCommand, cfg.WarmShims)
+		cfg.pool = shim.NewPool(cfg.ShimCommand, shim.PoolOptions{Size: cfg.WarmShims,
+			Root: filepath.Join(cfg.StateDir, "s"), RetainBytes: cfg.JournalRetainBytes})
 		defer cfg.pool.Close()
 	}
 

@@ -345,8 +345,8 @@ func TestDestroyStopsSessions(t *testing.T) {
 	if _, err := os.Stat(sb.Workspace); !os.IsNotExist(err) {
 		t.Errorf("workspace remains: %v", err)
 	}
-	if ents, _ := os.ReadDir(filepath.Join(a.state, "s")); len(ents) != 0 {
-		t.Errorf("session dirs remain: %d", len(ents))
+	if dirs := sessionDirs(t, a); len(dirs) != 0 {
+		t.Errorf("session dirs remain: %q", dirs)
 	}
 	a.wantError(a.do("GET", "/v1/sandboxes/box/sessions/"+sess.ID, nil), 404, wire.CodeNotFound)
 }

@@ -52,7 +52,7 @@ func BenchmarkPoolSpawnAck(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer os.RemoveAll(root)
-	p := NewPool(exe, 1)
+	p := NewPool(exe, PoolOptions{Size: 1, Root: root})
 	defer p.Close()
 	ctx := context.Background()
 	i := 0

@@ -2,11 +2,14 @@ package shim
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,7 +36,7 @@ import (
 // Pool is safe for concurrent use. Whoever calls NewPool must call Close.
 type Pool struct {
 	exe  []string
-	size int
+	opts PoolOptions
 
 	kick      chan struct{} // a refill is wanted; buffered 1
 	stop      chan struct{} // closed by Close
@@ -56,12 +59,33 @@ type warmShim struct {
 // is up.
 const warmTimeout = 30 * time.Second
 
-// NewPool starts a pool that keeps size warm shims of exe (the argv prefix
-// that runs [Main], as for [Start]) and returns at once; the shims start
-// in the background. A size below 1 keeps none: Start then starts every
-// shim cold.
-func NewPool(exe []string, size int) *Pool {
-	p := &Pool{exe: append([]string(nil), exe...), size: size,
+// PoolOptions configures a [Pool].
+type PoolOptions struct {
+	// Size is how many warm shims are kept; below 1, none (every start
+	// is cold).
+	Size int
+	// Root is the absolute directory the session directories are made in.
+	// Warm shims prepare their session in a staging directory there
+	// (Root/.warm-*) and rename it into place; a start of a directory
+	// elsewhere is cold.
+	Root string
+	// RetainBytes is the staged journals' retention (Spec.RetainBytes); a
+	// spec asking for another, or for a TTY, gets its journal made on
+	// start instead.
+	RetainBytes int64
+}
+
+// NewPool starts a pool that keeps opts.Size warm shims of exe (the argv
+// prefix that runs [Main], as for [Start]) and returns at once; the shims
+// start in the background.
+func NewPool(exe []string, opts PoolOptions) *Pool {
+	if root, err := filepath.Abs(opts.Root); err == nil && opts.Root != "" {
+		opts.Root = root
+	} else {
+		opts.Root = "" // no warm shim can stage: every start is cold
+		opts.Size = 0
+	}
+	p := &Pool{exe: append([]string(nil), exe...), opts: opts,
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go p.refill()
 	p.wake()
@@ -76,19 +100,39 @@ func (p *Pool) Start(ctx context.Context, dir string, spec Spec) (Status, error)
 	if len(p.exe) == 0 {
 		return Status{}, fmt.Errorf("start shim: %w: empty exe", ErrInvalid)
 	}
-	return startWith(ctx, dir, spec, func(dir string) (Status, error) {
-		for {
-			w := p.take()
-			if w == nil {
-				return launch(ctx, p.exe, dir)
+	if err := spec.validate(); err != nil {
+		return Status{}, fmt.Errorf("start shim: %w", err)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return Status{}, fmt.Errorf("start shim: %w", err)
+	}
+	if _, err := socketPath(abs); err != nil {
+		return Status{}, fmt.Errorf("start shim: %w", err)
+	}
+	// A warm shim makes the directory itself (by renaming its staging
+	// directory), so it takes only a directory in Root that does not
+	// exist yet; anything else (a retry into an existing directory) is
+	// started cold, by Start's own rules.
+	if filepath.Dir(abs) == p.opts.Root {
+		if _, err := os.Lstat(abs); errors.Is(err, fs.ErrNotExist) {
+			b, err := json.Marshal(spec)
+			if err != nil {
+				return Status{}, fmt.Errorf("start shim: %w", err)
 			}
-			st, sent, err := w.give(ctx, dir)
-			if sent {
+			for w := p.take(); w != nil; w = p.take() {
+				st, sent, err := w.give(ctx, abs, b)
+				if !sent {
+					continue // it died while idle (killed by someone): it never saw dir
+				}
+				if err == nil {
+					st.ID, st.TTY = spec.ID, spec.TTY
+				}
 				return st, err
 			}
-			// It died while idle (killed by someone): it never saw dir.
 		}
-	})
+	}
+	return startWith(ctx, abs, spec, func(dir string) (Status, error) { return launch(ctx, p.exe, dir) })
 }
 
 // Close stops refilling, waits for the refill goroutine, and shuts every
@@ -151,7 +195,7 @@ func (p *Pool) refill() {
 	for {
 		for {
 			p.mu.Lock()
-			want := !p.closed && len(p.idle) < p.size
+			want := !p.closed && len(p.idle) < p.opts.Size
 			p.mu.Unlock()
 			if !want {
 				break
@@ -200,7 +244,8 @@ func (p *Pool) startWarm() (*warmShim, error) {
 		return nil, fmt.Errorf("start warm shim: %w", err)
 	}
 	conn := c.(*net.UnixConn)
-	args := append(append([]string{}, p.exe[1:]...), "--detach", "--warm-fd=3")
+	args := append(append([]string{}, p.exe[1:]...), "--detach", "--warm-fd=3",
+		"--warm-root="+p.opts.Root, "--warm-retain="+strconv.FormatInt(p.opts.RetainBytes, 10))
 	cmd := exec.Command(p.exe[0], args...)
 	cmd.ExtraFiles = []*os.File{child}
 	err = cmd.Start()
@@ -248,12 +293,14 @@ func (p *Pool) startWarm() (*warmShim, error) {
 	return &warmShim{conn: conn, pid: pid}, nil
 }
 
-// give hands dir to the warm shim and waits for its readiness line. sent
-// is false when the shim could not be reached (it died while idle), in
-// which case it never saw dir.
-func (w *warmShim) give(ctx context.Context, dir string) (st Status, sent bool, err error) {
+// give hands dir and the spec (JSON) to the warm shim and waits for its
+// readiness line. sent is false when the shim could not be reached (it
+// died while idle), in which case it never saw dir.
+func (w *warmShim) give(ctx context.Context, dir string, spec []byte) (st Status, sent bool, err error) {
 	defer w.conn.Close()
-	if _, err := w.conn.Write([]byte(dir + "\n")); err != nil {
+	msg := make([]byte, 0, len(dir)+len(spec)+2)
+	msg = append(append(append(append(msg, dir...), '\n'), spec...), '\n')
+	if _, err := w.conn.Write(msg); err != nil {
 		return Status{}, false, err
 	}
 	st, err = awaitReady(ctx, w.conn, nil)

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,10 +26,44 @@ import (
 // registered as cleanup.
 func newPool(t *testing.T, size int) *Pool {
 	t.Helper()
-	p := NewPool(shimExe, size)
+	p := NewPool(shimExe, PoolOptions{Size: size, Root: poolRoot(t)})
 	t.Cleanup(func() { p.Close() })
 	waitWarm(t, p, size)
 	return p
+}
+
+// poolRoot is a short root for a pool's session directories (a socket
+// path must fit in 107 bytes), removed after the test.
+func poolRoot(t *testing.T) string {
+	t.Helper()
+	root, err := os.MkdirTemp("", "shp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	return root
+}
+
+// poolDir returns a new session directory name in p's root.
+func poolDir(t *testing.T, p *Pool) string {
+	t.Helper()
+	f, err := os.CreateTemp(p.opts.Root, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	os.Remove(f.Name())
+	return f.Name()
+}
+
+// staged lists the staging directories left in root.
+func staged(t *testing.T, root string) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(root, ".warm-*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 func waitWarm(t *testing.T, p *Pool, n int) []int {
@@ -49,7 +84,7 @@ func waitWarm(t *testing.T, p *Pool, n int) []int {
 func poolStart(t *testing.T, p *Pool, spec Spec) (string, Status) {
 	t.Helper()
 	warm := waitWarm(t, p, 1)
-	dir := sessionDir(t)
+	dir := poolDir(t, p)
 	if spec.ID == "" {
 		spec.ID = "t1"
 	}
@@ -112,7 +147,7 @@ func TestPoolStart(t *testing.T) {
 
 	t.Run("missing binary", func(t *testing.T) {
 		warm := waitWarm(t, p, 1)
-		dir := sessionDir(t)
+		dir := poolDir(t, p)
 		_, err := p.Start(ctxT(t, 10*time.Second), dir, Spec{ID: "x", Argv: []string{"/nonexistent/bin"}, Env: testEnv})
 		var se *StartError
 		if !errors.As(err, &se) || !errors.Is(err, fs.ErrNotExist) {
@@ -164,12 +199,19 @@ func parentOf(t *testing.T, pid int) int {
 }
 
 func TestPoolCloseStopsWarmShims(t *testing.T) {
-	p := NewPool(shimExe, 3)
+	root := poolRoot(t)
+	p := NewPool(shimExe, PoolOptions{Size: 3, Root: root})
 	pids := waitWarm(t, p, 3)
+	if got := staged(t, root); len(got) != 3 {
+		t.Fatalf("staging directories: got %q, want one per warm shim", got)
+	}
 	p.Close()
 	p.Close() // idempotent
 	for _, pid := range pids {
 		waitGone(t, pid)
+	}
+	if got := staged(t, root); len(got) != 0 {
+		t.Errorf("staging directories left after the warm shims exited: %q", got)
 	}
 	// A closed pool still starts, cold.
 	dir := sessionDir(t)
@@ -216,10 +258,13 @@ func TestPoolSkipsDeadWarmShim(t *testing.T) {
 // It prints "warm PIDS" and, for take, "ok SHIMPID", then sleeps.
 const poolHelperEnv = "RUNNER_SHIM_TEST_POOL"
 
+// poolHelperRootEnv names the helper's pool root.
+const poolHelperRootEnv = "RUNNER_SHIM_TEST_POOL_ROOT"
+
 func poolHelper() int {
 	exe, _ := os.Executable()
 	os.Setenv(asShimEnv, "1")
-	p := NewPool([]string{exe}, 2)
+	p := NewPool([]string{exe}, PoolOptions{Size: 2, Root: os.Getenv(poolHelperRootEnv)})
 	deadline := time.Now().Add(15 * time.Second)
 	for len(p.pids()) < 2 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
@@ -242,11 +287,11 @@ func poolHelper() int {
 
 // runPoolHelper starts poolHelper with mode and returns it and its lines
 // once it printed want lines.
-func runPoolHelper(t *testing.T, mode string, want int) (*exec.Cmd, [][]string) {
+func runPoolHelper(t *testing.T, root, mode string, want int) (*exec.Cmd, [][]string) {
 	t.Helper()
 	exe, _ := os.Executable()
 	helper := exec.Command(exe)
-	helper.Env = append(os.Environ(), poolHelperEnv+"="+mode, asShimEnv+"=0")
+	helper.Env = append(os.Environ(), poolHelperEnv+"="+mode, poolHelperRootEnv+"="+root, asShimEnv+"=0")
 	stdout, _ := helper.StdoutPipe()
 	if err := helper.Start(); err != nil {
 		t.Fatal(err)
@@ -273,7 +318,8 @@ func atoi(t *testing.T, s string) int {
 }
 
 func TestWarmShimsExitWithTheirOwner(t *testing.T) {
-	helper, lines := runPoolHelper(t, "idle", 1)
+	root := poolRoot(t)
+	helper, lines := runPoolHelper(t, root, "idle", 1)
 	pids := []int{atoi(t, lines[0][1]), atoi(t, lines[0][2])}
 	for _, pid := range pids {
 		if err := syscall.Kill(pid, 0); err != nil {
@@ -285,11 +331,14 @@ func TestWarmShimsExitWithTheirOwner(t *testing.T) {
 	for _, pid := range pids {
 		waitGone(t, pid)
 	}
+	if got := staged(t, root); len(got) != 0 {
+		t.Errorf("staging directories left after the warm shims exited: %q", got)
+	}
 }
 
 func TestTakenShimSurvivesOwnerKill(t *testing.T) {
 	dir := sessionDir(t)
-	helper, lines := runPoolHelper(t, "take "+dir, 2)
+	helper, lines := runPoolHelper(t, filepath.Dir(dir), "take "+dir, 2)
 	warm := []int{atoi(t, lines[0][1]), atoi(t, lines[0][2])}
 	if lines[1][0] != "ok" {
 		t.Fatalf("helper: %q", lines[1])
@@ -324,15 +373,20 @@ func TestTakenShimSurvivesOwnerKill(t *testing.T) {
 }
 
 // TestWarmShimIgnoresPartialLine: a warm shim whose socket reaches EOF
-// before a complete line (the pool died mid-write) exits 0 having touched
-// nothing, whatever bytes it got.
+// before both of its lines are complete (the pool died mid-write) exits 0,
+// removes its staging directory and makes no session directory, whatever
+// bytes it got.
 func TestWarmShimIgnoresPartialLine(t *testing.T) {
+	root := poolRoot(t)
+	dir := filepath.Join(root, "s1")
 	tests := []struct {
 		name string
 		sent string
 	}{
 		{"nothing", ""},
-		{"a directory without its newline", t.TempDir()},
+		{"a directory without its newline", dir},
+		{"a directory line only", dir + "\n"},
+		{"a directory and part of the spec", dir + "\n" + `{"id":"x","argv":["true"]`},
 		{"a line too long", strings.Repeat("/x", 4096) + "\n"},
 	}
 	for _, tt := range tests {
@@ -343,7 +397,7 @@ func TestWarmShimIgnoresPartialLine(t *testing.T) {
 			}
 			ours, theirs := os.NewFile(uintptr(fds[0]), "ours"), os.NewFile(uintptr(fds[1]), "theirs")
 			defer ours.Close()
-			cmd := exec.Command(shimExe[0], append(slices.Clone(shimExe[1:]), "--warm-fd=3")...)
+			cmd := exec.Command(shimExe[0], append(slices.Clone(shimExe[1:]), "--warm-fd=3", "--warm-root="+root)...)
 			cmd.ExtraFiles = []*os.File{theirs}
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
@@ -353,16 +407,110 @@ func TestWarmShimIgnoresPartialLine(t *testing.T) {
 			if want := fmt.Sprintf("warm %d\n", cmd.Process.Pid); err != nil || line != want {
 				t.Fatalf("got %q, %v, want %q", line, err, want)
 			}
+			if got := staged(t, root); len(got) != 1 {
+				t.Fatalf("staging directories of a warm shim: got %q, want one", got)
+			}
 			ours.WriteString(tt.sent)
 			unix.Shutdown(fds[0], unix.SHUT_WR)
 			if err := cmd.Wait(); err != nil {
 				t.Fatalf("warm shim: got %v, want exit 0", err)
 			}
-			if tt.sent != "" && !strings.HasSuffix(tt.sent, "\n") {
-				if ents, _ := os.ReadDir(tt.sent); len(ents) != 0 {
-					t.Fatalf("it touched %s: %d entries, want none", tt.sent, len(ents))
-				}
+			if ents, _ := os.ReadDir(root); len(ents) != 0 {
+				t.Fatalf("it left %d entries in its root (%v), want none", len(ents), ents)
 			}
 		})
+	}
+}
+
+// TestPoolStagedSession: a start through a warm shim moves the staging
+// directory it prepared into place: the session directory holds the spec,
+// the shim's pid and a journal with the spec's streams (a TTY's journal
+// is made on start, having one stream), and only the refill's staging
+// directory is left in the root.
+func TestPoolStagedSession(t *testing.T) {
+	p := newPool(t, 1)
+	for _, tty := range []bool{false, true} {
+		dir, st := poolStart(t, p, Spec{ID: "st", TTY: tty, Argv: []string{"echo", "hi"}})
+		if e := waitExit(t, dir); e.Reason != journal.ReasonExited || e.Code != 0 {
+			t.Fatalf("tty %v: got %+v, want exited 0", tty, e)
+		}
+		var spec Spec
+		if err := readJSON(filepath.Join(dir, SpecFile), &spec); err != nil || spec.ID != "st" || spec.TTY != tty || !slices.Equal(spec.Argv, []string{"echo", "hi"}) {
+			t.Errorf("tty %v: spec.json: got %+v %v", tty, spec, err)
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, PIDFile)); err != nil || string(b) != fmt.Sprintf("%d\n", st.ShimPID) {
+			t.Errorf("tty %v: shim.pid: got %q %v, want %d", tty, b, err, st.ShimPID)
+		}
+		j, err := journal.Open(filepath.Join(dir, JournalDir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := j.Streams(); !slices.Equal(got, spec.Streams()) {
+			t.Errorf("tty %v: journal streams %q, want %q", tty, got, spec.Streams())
+		}
+		j.Close()
+		want := "hi\n"
+		if tty {
+			want = "hi\r\n"
+		}
+		if got := stdoutOf(t, dir); got != want {
+			t.Errorf("tty %v: stdout %q, want %q", tty, got, want)
+		}
+	}
+	waitWarm(t, p, 1)
+	if got := staged(t, p.opts.Root); len(got) != 1 {
+		t.Errorf("staging directories: got %q, want only the refill's", got)
+	}
+}
+
+// TestPoolExistingDirStartsCold: a warm shim makes its session directory
+// by rename, so a directory that exists is started cold, by Start's rules
+// (a second start of it is ErrExists), and the warm shim stays idle.
+func TestPoolExistingDirStartsCold(t *testing.T) {
+	p := newPool(t, 1)
+	warm := waitWarm(t, p, 1)
+	dir := poolDir(t, p)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	spec := Spec{ID: "c", Argv: []string{"true"}, Env: testEnv}
+	st, err := p.Start(ctxT(t, 10*time.Second), dir, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(warm, st.ShimPID) {
+		t.Errorf("warm shim %d took an existing directory", st.ShimPID)
+	}
+	waitExit(t, dir)
+	waitGone(t, st.ShimPID)
+	if _, err := p.Start(ctxT(t, 10*time.Second), dir, spec); !errors.Is(err, ErrExists) {
+		t.Errorf("second start: got %v, want ErrExists", err)
+	}
+	if got := p.pids(); !slices.Equal(got, warm) {
+		t.Errorf("idle warm shims: got %v, want %v", got, warm)
+	}
+}
+
+// TestWarmShimBadSpec: a warm shim given a spec it cannot decode reports
+// a setup error, removes its staging directory and exits, and no session
+// directory is made.
+func TestWarmShimBadSpec(t *testing.T) {
+	p := newPool(t, 1)
+	before := staged(t, p.opts.Root)
+	w := p.take()
+	dir := poolDir(t, p)
+	_, sent, err := w.give(ctxT(t, 10*time.Second), dir, []byte(`{"argv":`))
+	var se *StartError
+	if !sent || !errors.As(err, &se) || se.ShimPID != w.pid || se.Phase != PhaseSetup {
+		t.Fatalf("got sent %v, %#v, want a setup StartError from shim %d", sent, err, w.pid)
+	}
+	waitGone(t, w.pid)
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("session directory: %v, want none", err)
+	}
+	for _, d := range before {
+		if _, err := os.Stat(d); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("staging directory %s: %v, want it removed", d, err)
+		}
 	}
 }

@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -80,30 +83,59 @@ type server struct {
 
 	pumps    sync.WaitGroup // output pumps
 	handlers sync.WaitGroup // acceptor and connection handlers
+
+	// closers undo what prepare and start made, in reverse (undo); used
+	// only before the command runs.
+	closers []func()
+
+	// syncParent, if set, is a directory run fsyncs in the background:
+	// the parent a warm shim's staging directory was renamed in.
+	syncParent string
 }
 
-// newServer prepares everything and starts the command: on success the
-// command runs, the journal and control socket exist, and started.json is
-// written. On failure nothing is left running and the files it created are
-// removed.
-func newServer(dir string) (_ *server, err error) {
-	s := &server{dir: dir, exited: make(chan struct{}), done: make(chan struct{}), closing: make(chan struct{}),
-		conns: map[*net.UnixConn]struct{}{}, atLineStart: true}
-	if err := readJSON(filepath.Join(dir, SpecFile), &s.spec); err != nil {
+// newServer starts the session of dir, whose spec.json says what to run
+// (a cold start): on success the command runs, the journal and control
+// socket exist, and started.json is written. On failure nothing is left
+// running and the files it created are removed.
+func newServer(dir string) (*server, error) {
+	var spec Spec
+	if err := readJSON(filepath.Join(dir, SpecFile), &spec); err != nil {
 		return nil, fmt.Errorf("read spec: %w", err)
 	}
-	if err := s.spec.validate(); err != nil {
+	if err := spec.validate(); err != nil {
 		return nil, err
 	}
-	var closers []func()
+	// DeferCreateSync: the journal's creation is made durable at its first
+	// sync point, not before the readiness report (see journal's doc).
+	s, err := prepare(dir, journalOptions(spec, true))
+	if err != nil {
+		return nil, err
+	}
+	if err := s.start(spec); err != nil {
+		s.undo()
+		return nil, err
+	}
+	return s, nil
+}
+
+// journalOptions is the journal a session of spec needs.
+func journalOptions(spec Spec, deferSync bool) journal.Options {
+	return journal.Options{Streams: spec.Streams(), RetainBytes: spec.RetainBytes, DeferCreateSync: deferSync}
+}
+
+// prepare makes what a session needs before it knows its command, in dir:
+// the control socket (listening), the journal (opts) and the pid file.
+// A warm shim prepares a staging directory ahead of time (moveTo then
+// renames it into place); a cold start prepares the session directory.
+// On failure what it made is removed; on success undo removes it.
+func prepare(dir string, opts journal.Options) (_ *server, err error) {
+	s := &server{dir: dir, exited: make(chan struct{}), done: make(chan struct{}), closing: make(chan struct{}),
+		conns: map[*net.UnixConn]struct{}{}, atLineStart: true}
 	defer func() {
 		if err != nil {
-			for i := len(closers) - 1; i >= 0; i-- {
-				closers[i]()
-			}
+			s.undo()
 		}
 	}()
-
 	if s.sock, err = socketPath(dir); err != nil {
 		return nil, err
 	}
@@ -113,26 +145,120 @@ func newServer(dir string) (_ *server, err error) {
 		return nil, fmt.Errorf("listen on control socket: %w", err)
 	}
 	s.ln.SetUnlinkOnClose(false) // removed explicitly, after the exit record
-	closers = append(closers, func() { s.ln.Close(); os.Remove(s.sock) })
+	s.closers = append(s.closers, func() { s.ln.Close(); os.Remove(s.sock) })
 
-	jdir := filepath.Join(dir, JournalDir)
-	// DeferCreateSync: the journal's creation is made durable at its first
-	// sync point, not before the readiness report (see journal's doc).
-	jw, err := journal.Create(jdir, journal.Options{Streams: s.spec.Streams(), RetainBytes: s.spec.RetainBytes, DeferCreateSync: true})
-	if err != nil {
-		return nil, fmt.Errorf("create journal: %w", err)
+	if err := s.createJournal(opts); err != nil {
+		return nil, err
 	}
-	s.jw.Store(jw)
-	closers = append(closers, func() { jw.Close(); os.RemoveAll(jdir) })
-
-	if err := writeFileAtomic(filepath.Join(dir, PIDFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
+	pidFile := func() string { return filepath.Join(s.dir, PIDFile) }
+	if err := writeFileAtomic(pidFile(), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
 		return nil, fmt.Errorf("write pid file: %w", err)
 	}
-	closers = append(closers, func() { os.Remove(filepath.Join(dir, PIDFile)) })
+	s.closers = append(s.closers, func() { os.Remove(pidFile()) })
+	return s, nil
+}
+
+// createJournal creates the session's journal in s.dir; undo removes it.
+func (s *server) createJournal(opts journal.Options) error {
+	jw, err := journal.Create(filepath.Join(s.dir, JournalDir), opts)
+	if err != nil {
+		return fmt.Errorf("create journal: %w", err)
+	}
+	s.jw.Store(jw)
+	s.closers = append(s.closers, func() {
+		if jw := s.jw.Load(); jw != nil {
+			jw.Close()
+		}
+		os.RemoveAll(filepath.Join(s.dir, JournalDir))
+	})
+	return nil
+}
+
+// moveTo renames the prepared (staging) directory to dir, which must not
+// exist yet, and makes s the shim of dir: the listening socket, the
+// journal and the pid file move with it, by inode.
+func (s *server) moveTo(dir string) error {
+	sock, err := socketPath(dir)
+	if err != nil {
+		return err
+	}
+	if !filepath.IsAbs(dir) {
+		return fmt.Errorf("%w: session directory %q is not absolute", ErrInvalid, dir)
+	}
+	err = unix.Renameat2(unix.AT_FDCWD, s.dir, unix.AT_FDCWD, dir, unix.RENAME_NOREPLACE)
+	if errors.Is(err, unix.EINVAL) {
+		// A file system without RENAME_NOREPLACE: check, then rename.
+		if _, err = os.Lstat(dir); err == nil {
+			err = unix.EEXIST
+		} else if errors.Is(err, fs.ErrNotExist) {
+			err = os.Rename(s.dir, dir)
+		}
+	}
+	if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
+		return fmt.Errorf("start shim %s: %w", dir, ErrExists)
+	}
+	if err != nil {
+		return fmt.Errorf("move staged session to %s: %w", dir, err)
+	}
+	s.dir, s.sock = dir, sock
+	if err := s.jw.Load().Relocate(filepath.Join(dir, JournalDir)); err != nil {
+		return err
+	}
+	return nil
+}
+
+// adopt makes the moved directory spec's session: it writes spec.json
+// and, when spec needs another journal than the one staged (a TTY has one
+// stream; another retention), replaces the journal.
+func (s *server) adopt(spec Spec, staged journal.Options) error {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return fmt.Errorf("%w: encode spec: %v", ErrInvalid, err)
+	}
+	if err := writeFileAtomic(filepath.Join(s.dir, SpecFile), b, 0o600); err != nil {
+		return fmt.Errorf("write spec: %w", err)
+	}
+	want := journalOptions(spec, true)
+	if slices.Equal(want.Streams, staged.Streams) && want.RetainBytes == staged.RetainBytes {
+		return nil
+	}
+	s.jw.Load().Close()
+	jdir := filepath.Join(s.dir, JournalDir)
+	if err := os.RemoveAll(jdir); err != nil {
+		return fmt.Errorf("replace staged journal: %w", err)
+	}
+	jw, err := journal.Create(jdir, want)
+	if err != nil {
+		return fmt.Errorf("create journal: %w", err)
+	}
+	s.jw.Store(jw)
+	return nil
+}
+
+// undo removes what prepare and start made, last first. Only for a
+// server whose command never started (or was killed by start).
+func (s *server) undo() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.closers = nil
+}
+
+// start starts spec's command in the prepared s: on success the command
+// runs and started.json is written. On failure nothing is left running;
+// the caller undoes the rest.
+func (s *server) start(spec Spec) (err error) {
+	s.spec = spec
+	var childEnds []*os.File // closed in the shim once the child has them
+	defer func() {
+		for _, f := range childEnds {
+			f.Close()
+		}
+	}()
 
 	path, err := lookPath(s.spec.Argv[0], s.spec.Env, s.spec.Dir)
 	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", s.spec.Argv[0], &commandError{err})
+		return fmt.Errorf("start %s: %w", s.spec.Argv[0], &commandError{err})
 	}
 	cmd := &exec.Cmd{Path: path, Args: s.spec.Argv, Env: s.spec.Env, Dir: s.spec.Dir}
 	if cmd.Env == nil {
@@ -141,10 +267,9 @@ func newServer(dir string) (_ *server, err error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if s.spec.User != "" {
 		if cmd.SysProcAttr.Credential, err = credential(s.spec.User); err != nil {
-			return nil, &commandError{err}
+			return &commandError{err}
 		}
 	}
-	var childEnds []*os.File // closed in the shim once the child has them
 	if s.spec.TTY {
 		rows, cols := s.spec.Rows, s.spec.Cols
 		if rows == 0 {
@@ -155,9 +280,9 @@ func newServer(dir string) (_ *server, err error) {
 		}
 		master, slave, err := openPTY(rows, cols)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		closers = append(closers, func() { master.Close() })
+		s.closers = append(s.closers, func() { master.Close() })
 		childEnds = append(childEnds, slave)
 		s.master, s.stdin = master, master
 		s.outs = []output{{"stdout", master}}
@@ -169,44 +294,41 @@ func newServer(dir string) (_ *server, err error) {
 		for i := range pipes {
 			r, w, err := os.Pipe()
 			if err != nil {
-				return nil, fmt.Errorf("create pipe: %w", err)
+				return fmt.Errorf("create pipe: %w", err)
 			}
 			pipes[i] = [2]*os.File{r, w}
+			childEnds = append(childEnds, pipes[i][0], pipes[i][1])
 		}
 		s.stdin = pipes[0][1]
 		s.outs = []output{{"stdout", pipes[1][0]}, {"stderr", pipes[2][0]}}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = pipes[0][0], pipes[1][1], pipes[2][1]
-		childEnds = append(childEnds, pipes[0][0], pipes[1][1], pipes[2][1])
-		closers = append(closers, func() {
+		// Ours from here: the child's ends stay in childEnds.
+		childEnds = []*os.File{pipes[0][0], pipes[1][1], pipes[2][1]}
+		s.closers = append(s.closers, func() {
 			for _, f := range []*os.File{pipes[0][1], pipes[1][0], pipes[2][0]} {
 				f.Close()
 			}
 		})
 	}
-	defer func() {
-		for _, f := range childEnds {
-			f.Close()
-		}
-	}()
 
 	// Before the command starts: every process it starts stays below the
 	// shim, even one whose parent has died (reaper.go).
 	if err := setSubreaper(); err != nil {
-		return nil, err
+		return err
 	}
 	s.at = time.Now().UTC()
 	if err := startCommand(cmd, s.spec); err != nil {
-		return nil, fmt.Errorf("start %s: %w", s.spec.Argv[0], err)
+		return fmt.Errorf("start %s: %w", s.spec.Argv[0], err)
 	}
 	s.cmd, s.pid = cmd, cmd.Process.Pid
 	s.reap = newReaper(s.pid)
 	b, _ := json.Marshal(started{ShimPID: os.Getpid(), PID: s.pid, StartedAt: s.at})
-	if err := writeFileAtomic(filepath.Join(dir, StartedFile), b, 0o600); err != nil {
+	if err := writeFileAtomic(filepath.Join(s.dir, StartedFile), b, 0o600); err != nil {
 		syscall.Kill(-s.pid, syscall.SIGKILL)
 		cmd.Wait()
-		return nil, fmt.Errorf("write %s: %w", StartedFile, err)
+		return fmt.Errorf("write %s: %w", StartedFile, err)
 	}
-	return s, nil
+	return nil
 }
 
 // run supervises the command to its end, publishes the exit record, then
@@ -224,6 +346,18 @@ func (s *server) run() {
 	}
 	s.handlers.Add(1)
 	go s.accept()
+	synced := make(chan struct{})
+	// Owned by run, which waits for it below. Its error is only logged:
+	// the session's own durability is the journal's.
+	go func() {
+		defer close(synced)
+		if s.syncParent != "" {
+			if err := syncDir(s.syncParent); err != nil {
+				fmt.Fprintf(os.Stderr, "shim %s: sync %s: %v\n", s.dir, s.syncParent, err)
+			}
+		}
+	}()
+	defer func() { <-synced }()
 
 	sigs := make(chan os.Signal, 1)
 	// Caught rather than ignored: an ignored disposition would be inherited
@@ -284,6 +418,15 @@ func (s *server) run() {
 	signal.Stop(sigs)
 	<-fwdDone
 	s.shutdown()
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }
 
 // exitRecord converts a wait status into the exit record: the true code,

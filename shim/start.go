@@ -272,18 +272,20 @@ func parseReady(line string) (Status, error) {
 // theirs). It returns the process exit status.
 //
 //	[--detach] [--ready-fd N] DIR
-//	[--detach] --warm-fd N
+//	[--detach] --warm-fd N --warm-root ROOT [--warm-retain BYTES]
 //
 // --detach (used by Start) re-executes the same program without it in a
 // new session and returns at once. --ready-fd names the inherited pipe for
 // the readiness line. DIR is the session directory holding spec.json.
 //
-// --warm-fd (used by Pool) makes a warm shim: it names an inherited
-// socket on which the shim says "warm SHIMPID" once it is up, then waits
-// for one line, the session directory; from there it is the shim of that
-// directory and answers the readiness line on the same socket. EOF before
-// a complete line (its pool closed it, or the pool's process died) makes
-// it exit 0 at once, having touched nothing.
+// --warm-fd (used by Pool) makes a warm shim: it prepares a staging
+// directory ROOT/.warm-* (control socket, pipes journal retaining BYTES,
+// pid file, its log), says "warm SHIMPID" on the inherited socket, then
+// waits for two lines, the session directory (in ROOT, not existing yet)
+// and the spec as JSON; it renames the staging directory to the session
+// directory and from there is its shim, answering the readiness line on
+// the same socket. EOF before both lines (its pool closed it, or the
+// pool's process died) makes it remove the staging directory and exit 0.
 //
 // Main is also the shim's internal helper for Spec.ResolvConf: with the
 // single argument "__runner_nsexec" it prepares a mount namespace and
@@ -298,12 +300,14 @@ func Main(args []string) int {
 	detachFlag := fset.Bool("detach", false, "re-execute detached in a new session, then exit (used by Start)")
 	readyFD := fset.Int("ready-fd", -1, "inherited file descriptor for the readiness line")
 	warmFD := fset.Int("warm-fd", -1, "inherited socket: wait on it for the session directory (used by Pool)")
+	warmRoot := fset.String("warm-root", "", "with --warm-fd: where session directories are made, and staged")
+	warmRetain := fset.Int64("warm-retain", 0, "with --warm-fd: the staged journal's RetainBytes")
 	if err := fset.Parse(args); err != nil {
 		return 2
 	}
 	if *warmFD >= 0 {
-		if fset.NArg() != 0 || *readyFD >= 0 {
-			fmt.Fprintln(os.Stderr, "shim: --warm-fd takes no directory and no --ready-fd")
+		if fset.NArg() != 0 || *readyFD >= 0 || !filepath.IsAbs(*warmRoot) {
+			fmt.Fprintln(os.Stderr, "shim: --warm-fd takes an absolute --warm-root, no directory and no --ready-fd")
 			return 2
 		}
 		syscall.CloseOnExec(*warmFD)
@@ -311,7 +315,7 @@ func Main(args []string) int {
 		if *detachFlag {
 			return detach(args, "", sock)
 		}
-		return warmMain(sock)
+		return warmMain(sock, *warmRoot, *warmRetain)
 	}
 	if fset.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "shim: want exactly one session directory")
@@ -339,32 +343,122 @@ func setSmall() {
 	debug.SetMemoryLimit(8 << 20)
 }
 
-// warmMain is a warm shim's life: announce itself, wait for a session
-// directory, then serve it like a shim started for it.
-func warmMain(sock *os.File) int {
+// warmMain is a warm shim's life: prepare a staging directory in root
+// (control socket, journal for a pipes session retaining retain bytes, pid
+// file), announce itself, wait for a session, move the staging directory
+// into place and serve it like a shim started for it. Everything but the
+// command's own start is done before the session exists, off its path.
+func warmMain(sock *os.File, root string, retain int64) int {
 	setSmall()
-	if _, err := fmt.Fprintf(sock, "warm %d\n", os.Getpid()); err != nil {
-		return 0
-	}
-	// One complete line; a partial one at EOF is the pool going away
-	// mid-write, and is ignored like EOF, as is a line too long to be a
-	// directory. Nothing follows the line, so the buffer reads no further.
-	line, err := bufio.NewReaderSize(sock, 4096).ReadSlice('\n')
+	stage, err := os.MkdirTemp(root, ".warm-")
 	if err != nil {
-		return 0
+		fmt.Fprintf(sock, "error %d %d %s %s\n", os.Getpid(), errnoOf(err), PhaseSetup, oneLine(err.Error()))
+		return 1
 	}
-	dir := string(line[:len(line)-1])
-	if !filepath.IsAbs(dir) {
-		return 0
-	}
-	// From here on this is dir's shim: its stderr goes to dir's log, as a
-	// cold start's does.
-	if log, err := os.OpenFile(filepath.Join(dir, LogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600); err == nil {
+	// Its stderr goes to the staging directory's log, which becomes the
+	// session's shim.log when the directory is moved.
+	if log, err := os.OpenFile(filepath.Join(stage, LogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600); err == nil {
 		unix.Dup3(int(log.Fd()), 1, 0)
 		unix.Dup3(int(log.Fd()), 2, 0)
 		log.Close()
 	}
-	return serve(dir, sock)
+	// Durable now (no DeferCreateSync): this is not on any start's path.
+	staged := journalOptions(Spec{}, false)
+	staged.RetainBytes = retain
+	s, err := prepare(stage, staged)
+	if err != nil {
+		os.RemoveAll(stage)
+		fmt.Fprintf(sock, "error %d %d %s %s\n", os.Getpid(), errnoOf(err), PhaseSetup, oneLine(err.Error()))
+		return 1
+	}
+	discard := func() { s.undo(); os.RemoveAll(s.dir) }
+	prewarm()
+	if _, err := fmt.Fprintf(sock, "warm %d\n", os.Getpid()); err != nil {
+		discard()
+		return 0
+	}
+	// Two complete lines, the directory and the spec; EOF before them is
+	// the pool going away (or closing us), and is ignored like a partial
+	// line: the staging directory is removed and nothing else was touched.
+	r := bufio.NewReaderSize(sock, 64<<10)
+	dirLine, err := readFullLine(r, 4096)
+	if err != nil {
+		discard()
+		return 0
+	}
+	specLine, err := readFullLine(r, maxSpecBytes)
+	if err != nil {
+		discard()
+		return 0
+	}
+	fail := func(err error) int {
+		fmt.Fprintf(os.Stderr, "shim %s: %v\n", dirLine, err)
+		reportError(sock, phaseOf(err), err)
+		return 1
+	}
+	var spec Spec
+	if err := json.Unmarshal([]byte(specLine), &spec); err != nil {
+		discard()
+		return fail(fmt.Errorf("%w: decode spec: %v", ErrInvalid, err))
+	}
+	if err := spec.validate(); err != nil {
+		discard()
+		return fail(err)
+	}
+	if err := s.moveTo(dirLine); err != nil {
+		discard()
+		return fail(err)
+	}
+	// From here on this is dir's shim, and dir is ours: a failure removes
+	// it whole, as a cold start's failure leaves nothing behind.
+	if err := s.adopt(spec, staged); err != nil {
+		discard()
+		return fail(err)
+	}
+	if err := s.start(spec); err != nil {
+		discard()
+		return fail(err)
+	}
+	report(sock, fmt.Sprintf("ready %d %d %d", s.pid, os.Getpid(), s.at.UnixNano()))
+	// The move is made durable off the start's path, with the first
+	// bytes (run owns the goroutine).
+	s.syncParent = root
+	s.run()
+	return 0
+}
+
+// maxSpecBytes bounds the spec line a warm shim reads.
+const maxSpecBytes = 16 << 20
+
+// readFullLine reads one complete line of at most max bytes, without its
+// newline; a partial line at EOF is an error.
+func readFullLine(r *bufio.Reader, max int) (string, error) {
+	var b []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		b = append(b, chunk...)
+		if len(b) > max {
+			return "", fmt.Errorf("line longer than %d bytes", max)
+		}
+		switch {
+		case err == nil:
+			return string(b[:len(b)-1]), nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		default:
+			return "", err
+		}
+	}
+}
+
+// prewarm runs the code a start through a warm shim runs, on throwaway
+// values, so that its first real use does not pay for page faults and
+// type caches (about a millisecond in a fresh process).
+func prewarm() {
+	var spec Spec
+	json.Unmarshal([]byte(`{"id":"w","argv":["true"],"env":["PATH=/usr/bin:/bin"],"cwd":"/","tty":false,"rows":24}`), &spec)
+	json.Marshal(started{ShimPID: 1, PID: 1, StartedAt: time.Now()})
+	lookPath("true", spec.Env, "/")
 }
 
 // serve runs the shim of dir, reporting readiness on ready (if not nil).
