@@ -47,6 +47,12 @@ type server struct {
 
 	mu       sync.Mutex // guards stopping
 	stopping bool
+
+	// pendingMu guards pending: the spawns answered whose "running"
+	// commit has not landed yet (recordRunning), by session key, each
+	// channel closed when it has.
+	pendingMu sync.Mutex
+	pending   map[string]chan struct{}
 }
 
 // track registers a long-lived handler. It returns false once Run is

@@ -292,23 +292,74 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession)
 			return fail(errUnavailable("start session in the sandbox's network namespace: %v", verr))
 		}
 	}
-	ss, err = s.reg.UpdateSession(name, ss.ID, func(rec *registry.Session) error {
-		rec.State = wire.SessionRunning
-		rec.PID = st.PID
-		if !st.StartedAt.IsZero() {
-			rec.StartedAt = st.StartedAt.UTC()
-		}
-		return nil
-	})
-	if err != nil {
-		// The command runs; the record says starting, which the next
-		// refresh or restart resolves from the shim's own status.
-		return ss, false, errUnavailable("record session: %v", err)
+	ss.State, ss.PID = wire.SessionRunning, st.PID
+	if !st.StartedAt.IsZero() {
+		ss.StartedAt = st.StartedAt.UTC()
 	}
 	s.metrics.sessionsStarted.Add(1)
 	s.log.Info("session started", "sandbox", name, "session", ss.ID, "pid", st.PID, "tty", req.TTY)
-	ss, err = s.refresh(ss)
-	return ss, true, err
+	s.recordRunning(ss)
+	return ss, true, nil
+}
+
+// recordRunning records a started session as running, after its answer
+// rather than before: "starting" is durable already, so the
+// acknowledgement need not wait for a second fsync. Until the commit
+// lands, refresh waits for it (pendingCommit) instead of resolving the
+// record from the shim, so every reader sees what a synchronous commit
+// would have shown. Only a record still starting, of this spawn, is
+// changed.
+func (s *server) recordRunning(ss registry.Session) {
+	landed := make(chan struct{})
+	s.pendingMu.Lock()
+	s.pending[ss.Key] = landed
+	s.pendingMu.Unlock()
+	commit := func() {
+		defer func() {
+			s.pendingMu.Lock()
+			delete(s.pending, ss.Key)
+			s.pendingMu.Unlock()
+			close(landed)
+		}()
+		_, err := s.reg.UpdateSession(ss.Sandbox, ss.ID, func(rec *registry.Session) error {
+			if rec.Key == ss.Key && rec.State == stateStarting {
+				rec.State, rec.PID, rec.StartedAt = ss.State, ss.PID, ss.StartedAt
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, registry.ErrNotFound) {
+			s.log.Warn("record session running (the next read resolves it from its shim)", "sandbox", ss.Sandbox, "session", ss.ID, "err", err)
+		}
+	}
+	if done, ok := s.track(); ok {
+		go func() {
+			defer done()
+			commit()
+		}()
+		return
+	}
+	commit()
+}
+
+// pendingCommit waits (a bounded while) for the "running" commit of a
+// spawn answered moments ago, if one is pending, and returns the record as
+// the registry has it then: re-read in any case, because the commit may
+// have landed between the caller's read of ss and now.
+func (s *server) pendingCommit(ss registry.Session) registry.Session {
+	s.pendingMu.Lock()
+	landed := s.pending[ss.Key]
+	s.pendingMu.Unlock()
+	if landed != nil {
+		select {
+		case <-landed:
+		case <-time.After(5 * time.Second):
+			// A stuck registry: resolved from the shim as before.
+		}
+	}
+	if cur, err := s.reg.GetSession(ss.Sandbox, ss.ID); err == nil && cur.Key == ss.Key {
+		return cur
+	}
+	return ss
 }
 
 // shimStartTimeout bounds a spawn's shim start (a variable for tests).
@@ -341,6 +392,9 @@ func (s *server) startShim(ctx context.Context, dir string, spec shim.Spec) (shi
 // own status: exited (the exit record), lost (the shim died without one:
 // the journal is finished as lost so every reader agrees), or running.
 func (s *server) refresh(ss registry.Session) (registry.Session, error) {
+	if ss.State == stateStarting {
+		ss = s.pendingCommit(ss)
+	}
 	if ss.State == stateStarting {
 		var err error
 		if ss, err = s.resolveStarting(ss); err != nil || ss.State != wire.SessionRunning {
