@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -192,12 +193,40 @@ func (d *daemon) restart(tb testing.TB) {
 	}
 }
 
+// signal sends sig to the daemon; for SIGSTOP it returns once the
+// process is stopped (the kernel stops a thread busy on another CPU a
+// moment later, and a request sent in that moment would still be served).
 func (d *daemon) signal(sig syscall.Signal) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.cmd != nil {
-		_ = d.cmd.Process.Signal(sig)
+	if d.cmd == nil {
+		return
 	}
+	_ = d.cmd.Process.Signal(sig)
+	if sig != syscall.SIGSTOP {
+		return
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if allStopped(d.cmd.Process.Pid) {
+			return
+		}
+	}
+}
+
+// allStopped reports whether every thread of pid is stopped (state T), or
+// pid cannot be read.
+func allStopped(pid int) bool {
+	stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(stats) == 0 {
+		return true
+	}
+	for _, st := range stats {
+		b, err := os.ReadFile(st)
+		if i := bytes.LastIndexByte(b, ')'); err == nil && i > 0 && i+2 < len(b) && b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }
 
 // stop stops the daemon gracefully, then every shim it started, then
