@@ -207,44 +207,47 @@ func (r *Reader) readAvail(p []byte) (int, error) {
 		if err != nil && err != io.EOF {
 			return 0, fmt.Errorf("read segment: %w", err)
 		}
-		// The successor segment, if the writer rolled, is named r.off.
-		if r.off > r.base {
-			switched, err := r.openNext()
-			if err != nil {
-				return 0, err
-			}
-			if switched {
-				continue
-			}
-		}
-		// No successor. If our segment is still linked we are at the live
-		// end. Retention only removes sealed segments, whose successor
-		// exists, so an unlinked segment with no successor means the
-		// successor was removed too: the reader fell behind retention.
-		var st unix.Stat_t
-		if err := unix.Fstat(int(r.f.Fd()), &st); err != nil {
-			return 0, fmt.Errorf("stat segment: %w", err)
-		}
-		if st.Nlink > 0 {
-			return 0, nil
-		}
-		if r.off > r.base {
-			if switched, err := r.openNext(); err != nil || switched {
-				if err != nil {
-					return 0, err
-				}
-				continue
-			}
-		}
-		start, end, _, err := bounds(r.sdir)
-		if err != nil {
+		if moved, err := r.advance(); err != nil || !moved {
 			return 0, err
 		}
-		if start <= r.off {
-			return 0, fmt.Errorf("read %s at %d: %w: segment missing", r.stream, r.off, ErrCorrupt)
-		}
-		return 0, &CursorError{r.stream, r.off, start, end, ErrTruncated}
 	}
+}
+
+// advance is called when the current segment holds no byte at r.off. It
+// opens the successor segment and returns true if the writer rolled,
+// returns false at the live end, and ErrTruncated (in a *CursorError)
+// when retention removed the bytes at r.off.
+func (r *Reader) advance() (bool, error) {
+	// The successor segment, if the writer rolled, is named r.off.
+	if r.off > r.base {
+		if switched, err := r.openNext(); err != nil || switched {
+			return switched, err
+		}
+	}
+	// No successor. If our segment is still linked we are at the live
+	// end. Retention only removes sealed segments, whose successor
+	// exists, so an unlinked segment with no successor means the
+	// successor was removed too: the reader fell behind retention.
+	var st unix.Stat_t
+	if err := unix.Fstat(int(r.f.Fd()), &st); err != nil {
+		return false, fmt.Errorf("stat segment: %w", err)
+	}
+	if st.Nlink > 0 {
+		return false, nil
+	}
+	if r.off > r.base {
+		if switched, err := r.openNext(); err != nil || switched {
+			return switched, err
+		}
+	}
+	start, end, _, err := bounds(r.sdir)
+	if err != nil {
+		return false, err
+	}
+	if start <= r.off {
+		return false, fmt.Errorf("read %s at %d: %w: segment missing", r.stream, r.off, ErrCorrupt)
+	}
+	return false, &CursorError{r.stream, r.off, start, end, ErrTruncated}
 }
 
 func (r *Reader) openNext() (bool, error) {
