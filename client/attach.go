@@ -217,7 +217,8 @@ func (r *FrameReader) Close() error {
 	return nil
 }
 
-// StreamEnd is how a plain stream body ended (its trailers).
+// StreamEnd is how a plain stream body ended (its trailers, or the headers
+// of a session that had ended before the request).
 type StreamEnd struct {
 	// How is "exit", "lost", "more" or "error" (Runner-Stream-End).
 	How string
@@ -228,15 +229,20 @@ type StreamEnd struct {
 }
 
 // StreamBody is the body of GET .../streams/{stream}: the raw bytes of one
-// stream. Read it to io.EOF, then call End for the trailers. A body cut
-// before its trailers makes Read or End return *adapter.UnavailableError.
-// The caller must Close it.
+// stream. Read it to io.EOF, then call End for how it ended. It takes both
+// forms runnerd answers in (docs/protocol.md): a session that had ended
+// before the request gets a Content-Length body with its end in the
+// headers; a running one gets a chunked body with its end in trailers. A
+// body cut short of its Content-Length, or ending without the trailer,
+// makes Read or End return *adapter.UnavailableError: a transport
+// failure, never an exit. The caller must Close it.
 type StreamBody struct {
-	resp *http.Response
-	op   string
-	n    int64
-	eof  bool
-	once sync.Once
+	resp  *http.Response
+	op    string
+	ended bool // the ended form: end in the headers, a Content-Length body
+	n     int64
+	eof   bool
+	once  sync.Once
 }
 
 // Stream opens the plain byte stream of one stream ("stdout" or "stderr")
@@ -265,53 +271,83 @@ func (c *Client) Stream(ctx context.Context, sandbox, id, stream string, cursor 
 		defer resp.Body.Close()
 		return nil, responseErr(ctx, op, resp)
 	}
-	return &StreamBody{resp: resp, op: op}, nil
+	b := &StreamBody{resp: resp, op: op, ended: resp.Header.Get(wire.HeaderStreamEnd) != ""}
+	if b.ended && resp.ContentLength < 0 {
+		// The end is already known, so only the length can tell a whole
+		// body from a cut one; without it (a proxy re-framed the body)
+		// nothing received could be trusted to be the end.
+		resp.Body.Close()
+		return nil, unavailablef("%s: %s header without a Content-Length: cannot tell a whole body from a cut one", op, wire.HeaderStreamEnd)
+	}
+	return b, nil
 }
 
 // Read reads stream bytes.
 func (b *StreamBody) Read(p []byte) (int, error) {
+	if b.eof {
+		return 0, io.EOF
+	}
 	n, err := b.resp.Body.Read(p)
 	b.n += int64(n)
 	if err == io.EOF {
-		b.eof = true
-		if b.resp.Trailer.Get(wire.HeaderStreamEnd) == "" && b.resp.Header.Get(wire.HeaderStreamEnd) == "" {
-			return n, unavailablef("%s: body ended without the %s trailer: cut", b.op, wire.HeaderStreamEnd)
+		if cerr := b.cut(); cerr != nil {
+			return n, cerr
 		}
+		b.eof = true
 		return n, io.EOF
 	}
 	if err != nil {
+		// net/http reports a Content-Length body that ends short as
+		// io.ErrUnexpectedEOF, and a chunked one cut before its last
+		// chunk the same way: both land here.
 		return n, unavailablef("%s: read body: %v", b.op, err)
 	}
 	return n, nil
 }
 
+// cut says why a body that reached EOF is not whole, or nil.
+func (b *StreamBody) cut() error {
+	if b.ended {
+		if b.n != b.resp.ContentLength {
+			return unavailablef("%s: body ended after %d of its %d bytes: cut", b.op, b.n, b.resp.ContentLength)
+		}
+		return nil
+	}
+	if b.resp.Trailer.Get(wire.HeaderStreamEnd) == "" {
+		return unavailablef("%s: body ended without the %s trailer: cut", b.op, wire.HeaderStreamEnd)
+	}
+	return nil
+}
+
 // N returns the bytes read so far: cursor + N is where to continue.
 func (b *StreamBody) N() int64 { return b.n }
 
-// End returns the trailers once Read returned io.EOF.
+// End returns how the body ended once Read returned io.EOF: from the
+// headers of the ended form, or from the trailers of the running form
+// (never a mix: a running form's headers do not say how its body ended).
 func (b *StreamBody) End() (StreamEnd, error) {
 	if !b.eof {
 		return StreamEnd{}, invalidf("%s: End before the body was read to EOF", b.op)
 	}
-	get := func(k string) string {
-		if v := b.resp.Trailer.Get(k); v != "" {
-			return v
-		}
-		return b.resp.Header.Get(k)
+	src := b.resp.Trailer
+	if b.ended {
+		src = b.resp.Header
 	}
-	end := StreamEnd{How: get(wire.HeaderStreamEnd)}
+	end := StreamEnd{How: src.Get(wire.HeaderStreamEnd)}
 	switch end.How {
 	case "exit", "lost":
-		if raw := get(wire.HeaderExit); raw != "" {
-			e, err := decodeExit([]byte(raw))
-			if err != nil {
-				return end, unavailablef("%s: decode %s: %v", b.op, wire.HeaderExit, err)
-			}
-			end.Exit = &e
+		raw := src.Get(wire.HeaderExit)
+		if raw == "" {
+			return end, unavailablef("%s: %s %q without %s", b.op, wire.HeaderStreamEnd, end.How, wire.HeaderExit)
 		}
+		e, err := decodeExit([]byte(raw))
+		if err != nil {
+			return end, unavailablef("%s: decode %s: %v", b.op, wire.HeaderExit, err)
+		}
+		end.Exit = &e
 	case "more":
 	case "error":
-		code := wire.Code(get(wire.HeaderError))
+		code := wire.Code(src.Get(wire.HeaderError))
 		end.Err = wireErr(b.op, &wire.Error{Code: code})
 	case "":
 		return end, unavailablef("%s: body ended without the %s trailer: cut", b.op, wire.HeaderStreamEnd)
