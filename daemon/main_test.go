@@ -275,9 +275,12 @@ func startDaemonCfg(t *testing.T, cfg daemon.Config) *api {
 func startDaemonStoppable(t *testing.T, cfg daemon.Config) (*api, func()) {
 	t.Helper()
 	state, token := cfg.StateDir, cfg.Token
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	l := cfg.TCPListener // a test's own loopback listener, or a new one
+	if l == nil {
+		var err error
+		if l, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})

@@ -259,13 +259,17 @@ func TestTTYSession(t *testing.T) {
 func TestStreamEndpoint(t *testing.T) {
 	a := startDaemon(t)
 	a.createSandbox("box")
-	sess := a.spawn("box", wire.CreateSession{Argv: []string{"sh", "-c", "printf 0123456789; sleep 0.3; printf abc; exit 4"}})
+	// The session waits for stdin, so it is running when the request
+	// arrives and the body is the running form: chunked, with trailers
+	// (streams_test.go has the ended form).
+	sess := a.spawn("box", wire.CreateSession{Argv: []string{"sh", "-c", "printf 0123456789; read _; printf abc; exit 4"}})
 	req, _ := http.NewRequest("GET", a.base+"/v1/sandboxes/box/sessions/"+sess.ID+"/streams/stdout?cursor=3&follow=1", nil)
 	req.Header.Set("Authorization", "Bearer "+a.token)
 	resp, err := a.hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
+	a.must("POST", "/v1/sandboxes/box/sessions/"+sess.ID+"/stdin", "go\n", 204, nil)
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if err != nil || string(body) != "3456789abc" {

@@ -6,14 +6,18 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 
+	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/journal"
 	"github.com/agentrunner/runner/wire"
 )
 
-// handleStream serves one stream as plain bytes, ending with trailers that
-// say how it ended (docs/protocol.md). A body without the
-// Runner-Stream-End trailer was cut.
+// handleStream serves one stream as plain bytes (docs/protocol.md). A
+// session that had ended when the request arrived gets the ended form
+// (serveEnded): a Content-Length body and how it ends in the headers. A
+// running one gets a chunked body ending with trailers that say how it
+// ended; a body without the Runner-Stream-End trailer was cut.
 func (s *server) handleStream(w http.ResponseWriter, r *http.Request) {
 	ss, err := s.session(r)
 	if err != nil {
@@ -54,6 +58,9 @@ func (s *server) handleStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer done()
+	if e, ended, err := j.Exit(); err == nil && ended && s.serveEnded(w, r, ss, j, rd, stream, e) {
+		return
+	}
 
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
@@ -142,4 +149,71 @@ func (s *server) handleStream(w http.ResponseWriter, r *http.Request) {
 		h.Set(wire.HeaderError, string(code))
 	}
 	h.Set(wire.HeaderStreamEnd, end)
+}
+
+// endedSlice bounds one SendTo of serveEnded, so a stopping runnerd cuts a
+// long replay within one slice instead of after the whole stream.
+const endedSlice = 16 << 20
+
+// serveEnded serves the rest of a stream whose session had ended (its
+// exit record present) when the request arrived: the final length is
+// known, so the body has a Content-Length and how it ends goes in the
+// headers. Reader.SendTo hands the segment files to the ResponseWriter as
+// file ranges, and net/http's ReadFrom passes them to the TCP connection,
+// which sends them with sendfile(2): a finished replay costs no copy
+// through user space (docs/benchmarks.md). That holds only while nothing
+// wraps the ResponseWriter without passing ReadFrom through, and only with
+// a Content-Length (net/http copies a chunked body through a buffer).
+//
+// It returns false, having written nothing, when the segment files do not
+// reach the final length (the chunked form then reports what it finds).
+func (s *server) serveEnded(w http.ResponseWriter, r *http.Request, ss registry.Session, j *journal.Journal, rd *journal.Reader, stream string, e journal.Exit) bool {
+	final := e.Lengths[stream]
+	if _, end, err := j.Bounds(stream); err != nil || end < final || rd.Offset() > final {
+		return false
+	}
+	x := toWireExit(e)
+	exit, err := json.Marshal(x)
+	if err != nil {
+		return false
+	}
+	if ss.State == wire.SessionRunning {
+		s.recordExit(ss, x)
+	}
+	how := "exit"
+	if x.Reason == wire.ExitLost {
+		how = "lost"
+	}
+	n := final - rd.Offset()
+	h := w.Header()
+	// A set Content-Type also keeps net/http from sniffing the body, which
+	// would copy its first 512 bytes through a buffer for nothing.
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Content-Length", strconv.FormatInt(n, 10))
+	h.Set(wire.HeaderStreamEnd, how)
+	h.Set(wire.HeaderExit, string(exit))
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return true
+	}
+	ctx, cancel := contextWithStop(r.Context(), s.stop)
+	defer cancel()
+	for sent := int64(0); sent < n; {
+		if ctx.Err() != nil {
+			// Cut the connection: the client sees a body shorter than its
+			// Content-Length, a transport failure, never the end.
+			panic(http.ErrAbortHandler)
+		}
+		k, err := rd.SendTo(ctx, w, min(n-sent, endedSlice))
+		sent += k
+		if err != nil {
+			// A client that goes away is routine; the journal failing
+			// under a finished stream is not.
+			if errors.Is(err, journal.ErrCorrupt) || errors.Is(err, journal.ErrTruncated) || errors.Is(err, io.ErrUnexpectedEOF) {
+				s.log.Warn("stream replay cut: journal", "session", ss.ID, "stream", stream, "at", rd.Offset(), "err", err)
+			}
+			panic(http.ErrAbortHandler)
+		}
+	}
+	return true
 }
