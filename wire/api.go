@@ -19,8 +19,11 @@ const (
 	// the body starts, the header) of the plain stream endpoint: the session's
 	// exit record as compact JSON.
 	HeaderExit = "Runner-Exit"
-	// HeaderStreamEnd is the trailer of the plain stream endpoint that says how
-	// the body ended: "exit", "lost", or "error" (see docs/protocol.md).
+	// HeaderStreamEnd says how a plain stream body ended: "exit", "lost",
+	// "more" or "error". It is a trailer of the running form and a header
+	// of the ended form (a session that had ended before the request, whose
+	// body has a Content-Length); its presence as a header is what marks
+	// the ended form (see docs/protocol.md).
 	HeaderStreamEnd = "Runner-Stream-End"
 )
 
