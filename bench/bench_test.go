@@ -31,7 +31,7 @@ func TestHarnessTiny(t *testing.T) {
 		t.Fatalf("Run: %v\nlog:\n%s", err, log.String())
 	}
 	want := []string{
-		"stream throughput", "stream throughput, raw WebSocket reader", "attach replay", "attach replay, raw WebSocket reader", "plain stream replay", "fan-out aggregate",
+		"stream throughput", "stream throughput, raw WebSocket reader", "attach replay", "attach replay, WebSocket", "attach replay, raw WebSocket reader", "fan-out aggregate",
 		"exec round trip p50", "exec round trip p99", "spawn ack p50", "spawn ack p99",
 		"seek: time to first byte p50", "follow latency p50", "follow latency p99",
 		"idle cost per session, Pss, 5 sessions", "idle cost per session, Private_Dirty, 5 sessions",
