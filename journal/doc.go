@@ -19,7 +19,8 @@
 //	DIR/exit.json                        exit record (type Exit), published last
 //
 // A segment file holds exactly the stream's bytes from its first offset, so
-// cat of a stream's segments in name order is the stream. A segment is
+// cat of a stream's segments in name order is the stream, and
+// Reader.SendTo can hand a range of it to sendfile(2) segment by segment. A segment is
 // sealed when it reaches Options.SegmentBytes; its successor is named by the
 // offset at which it ends. Segments are aligned (each starts at a multiple
 // of SegmentBytes, also after Recover), so a reader maps a cursor to its
