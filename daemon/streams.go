@@ -186,8 +186,9 @@ func (s *server) serveEnded(w http.ResponseWriter, r *http.Request, ss registry.
 	}
 	n := final - rd.Offset()
 	h := w.Header()
-	// A set Content-Type also keeps net/http from sniffing the body, which
-	// would copy its first 512 bytes through a buffer for nothing.
+	// A set Content-Type keeps net/http from sniffing a type from the body.
+	// It still writes the first 512 bytes (its sniffing window) itself, with
+	// the headers, and hands the connection only the rest.
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Content-Length", strconv.FormatInt(n, 10))
 	h.Set(wire.HeaderStreamEnd, how)
