@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -136,9 +137,11 @@ func (p *Pool) Start(ctx context.Context, dir string, spec Spec) (Status, error)
 }
 
 // Close stops refilling, waits for the refill goroutine, and shuts every
-// idle warm shim's socket, so each exits at once (Close does not wait for
-// that). Shims already given a session are not touched. Close is
-// idempotent; Start after Close starts shims cold.
+// idle warm shim's socket, so each removes its staging directory and exits;
+// it waits (up to retireTimeout) until they have closed their ends, so
+// that no staging directory is left when it returns. Shims already given
+// a session are not touched. Close is idempotent; Start after Close starts
+// shims cold.
 func (p *Pool) Close() error {
 	p.closeOnce.Do(func() {
 		p.mu.Lock()
@@ -148,9 +151,15 @@ func (p *Pool) Close() error {
 		p.mu.Unlock()
 		close(p.stop)
 		<-p.done
+		var wg sync.WaitGroup
 		for _, w := range idle {
-			w.retire()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w.retire()
+			}()
 		}
+		wg.Wait()
 	})
 	return nil
 }
@@ -263,7 +272,9 @@ func (p *Pool) startWarm() (*warmShim, error) {
 	case <-p.stop:
 		cmd.Process.Kill()
 		<-waited
-		conn.Close() // a shim it started sees EOF and exits
+		// A shim it started sees EOF, removes its staging directory and
+		// exits; retire waits for that.
+		(&warmShim{conn: conn}).retire()
 		return nil, errors.New("start warm shim: pool closed")
 	}
 
@@ -281,7 +292,7 @@ func (p *Pool) startWarm() (*warmShim, error) {
 	line, err := readLine(conn, 4096)
 	f := strings.Fields(line)
 	if err != nil || len(f) != 2 || f[0] != "warm" {
-		conn.Close()
+		(&warmShim{conn: conn}).retire() // one still preparing cleans up first
 		return nil, fmt.Errorf("start warm shim: got %q (%v)", line, err)
 	}
 	pid, err := strconv.Atoi(f[1])
@@ -307,7 +318,16 @@ func (w *warmShim) give(ctx context.Context, dir string, spec []byte) (st Status
 	return st, true, err
 }
 
-// retire makes an idle warm shim exit: it reads EOF and returns.
+// retire makes an idle warm shim exit: it reads EOF, removes its staging
+// directory and closes its end, which retire waits for.
 func (w *warmShim) retire() {
-	w.conn.Close()
+	defer w.conn.Close()
+	if w.conn.CloseWrite() != nil {
+		return
+	}
+	w.conn.SetReadDeadline(time.Now().Add(retireTimeout))
+	io.Copy(io.Discard, w.conn) // until the shim closes its end: EOF
 }
+
+// retireTimeout bounds how long retire waits for a warm shim to clean up.
+const retireTimeout = 2 * time.Second

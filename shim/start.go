@@ -372,10 +372,12 @@ func warmMain(sock *os.File, root string, retain int64) int {
 		return 1
 	}
 	discard := func() { s.undo(); os.RemoveAll(s.dir) }
+	// The socket is closed only once the staging directory is gone, so a
+	// pool that waits for EOF (Pool.Close) knows it is.
+	unused := func() int { discard(); sock.Close(); return 0 }
 	prewarm()
 	if _, err := fmt.Fprintf(sock, "warm %d\n", os.Getpid()); err != nil {
-		discard()
-		return 0
+		return unused()
 	}
 	// Two complete lines, the directory and the spec; EOF before them is
 	// the pool going away (or closing us), and is ignored like a partial
@@ -383,13 +385,11 @@ func warmMain(sock *os.File, root string, retain int64) int {
 	r := bufio.NewReaderSize(sock, 64<<10)
 	dirLine, err := readFullLine(r, 4096)
 	if err != nil {
-		discard()
-		return 0
+		return unused()
 	}
 	specLine, err := readFullLine(r, maxSpecBytes)
 	if err != nil {
-		discard()
-		return 0
+		return unused()
 	}
 	fail := func(err error) int {
 		fmt.Fprintf(os.Stderr, "shim %s: %v\n", dirLine, err)
