@@ -88,6 +88,10 @@ type server struct {
 	// only before the command runs.
 	closers []func()
 
+	// startedFile is started.json, created by prepare; specFile is
+	// spec.json, created by a warm shim (stage) before it has a spec.
+	startedFile, specFile *pendingFile
+
 	// syncParent, if set, is a directory run fsyncs in the background:
 	// the parent a warm shim's staging directory was renamed in.
 	syncParent string
@@ -150,6 +154,10 @@ func prepare(dir string, opts journal.Options) (_ *server, err error) {
 	if err := s.createJournal(opts); err != nil {
 		return nil, err
 	}
+	if s.startedFile, err = createPending(dir, StartedFile); err != nil {
+		return nil, fmt.Errorf("create %s: %w", StartedFile, err)
+	}
+	s.closers = append(s.closers, func() { s.startedFile.discard(s.dir) })
 	pidFile := func() string { return filepath.Join(s.dir, PIDFile) }
 	if err := writeFileAtomic(pidFile(), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
 		return nil, fmt.Errorf("write pid file: %w", err)
@@ -171,6 +179,16 @@ func (s *server) createJournal(opts journal.Options) error {
 		}
 		os.RemoveAll(filepath.Join(s.dir, JournalDir))
 	})
+	return nil
+}
+
+// stage makes what a warm shim prepares beyond prepare: spec.json,
+// created empty under its temporary name, for adopt to fill.
+func (s *server) stage() (err error) {
+	if s.specFile, err = createPending(s.dir, SpecFile); err != nil {
+		return fmt.Errorf("create %s: %w", SpecFile, err)
+	}
+	s.closers = append(s.closers, func() { s.specFile.discard(s.dir) })
 	return nil
 }
 
@@ -215,7 +233,7 @@ func (s *server) adopt(spec Spec, staged journal.Options) error {
 	if err != nil {
 		return fmt.Errorf("%w: encode spec: %v", ErrInvalid, err)
 	}
-	if err := writeFileAtomic(filepath.Join(s.dir, SpecFile), b, 0o600); err != nil {
+	if err := s.specFile.publish(s.dir, b); err != nil {
 		return fmt.Errorf("write spec: %w", err)
 	}
 	want := journalOptions(spec, true)
@@ -323,7 +341,7 @@ func (s *server) start(spec Spec) (err error) {
 	s.cmd, s.pid = cmd, cmd.Process.Pid
 	s.reap = newReaper(s.pid)
 	b, _ := json.Marshal(started{ShimPID: os.Getpid(), PID: s.pid, StartedAt: s.at})
-	if err := writeFileAtomic(filepath.Join(s.dir, StartedFile), b, 0o600); err != nil {
+	if err := s.startedFile.publish(s.dir, b); err != nil {
 		syscall.Kill(-s.pid, syscall.SIGKILL)
 		cmd.Wait()
 		return fmt.Errorf("write %s: %w", StartedFile, err)

@@ -362,10 +362,17 @@ func warmMain(sock *os.File, root string, retain int64) int {
 		unix.Dup3(int(log.Fd()), 2, 0)
 		log.Close()
 	}
-	// Durable now (no DeferCreateSync): this is not on any start's path.
-	staged := journalOptions(Spec{}, false)
+	// Made durable at the first sync point after the session starts, as
+	// a cold start's: durable now, its fsyncs would queue in front of
+	// the fsyncs of the starts that run meanwhile.
+	staged := journalOptions(Spec{}, true)
 	staged.RetainBytes = retain
 	s, err := prepare(stage, staged)
+	if err == nil {
+		if err = s.stage(); err != nil {
+			s.undo()
+		}
+	}
 	if err != nil {
 		os.RemoveAll(stage)
 		fmt.Fprintf(sock, "error %d %d %s %s\n", os.Getpid(), errnoOf(err), PhaseSetup, oneLine(err.Error()))
