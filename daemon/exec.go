@@ -128,16 +128,21 @@ func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := contextWithStop(r.Context(), s.stop)
 	defer cancel()
 
+	// With no stdin to send, the command starts with stdin at EOF; a
+	// session that was there already (a retried id) is closed as before.
+	noStdin := len(req.Stdin) == 0
 	ss, created, err := s.spawn(ctx, r.PathValue("name"), wire.CreateSession{
 		ID: req.ID, Argv: req.Argv, Env: req.Env, Cwd: req.Cwd,
-	})
+	}, spawnOptions{stdinClosed: noStdin})
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	if err := s.execStdin(ctx, ss, req.Stdin, created); err != nil {
-		s.writeError(w, r, err)
-		return
+	if !created || !noStdin {
+		if err := s.execStdin(ctx, ss, req.Stdin, created); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
 	}
 	j, err := s.openJournal(ss)
 	if err != nil {

@@ -167,7 +167,15 @@ func envWith(env []string, key, value string) []string {
 
 // spawn starts a session and returns it once its command runs. created is
 // false when id named an existing session started by the same request.
-func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession) (ss registry.Session, created bool, err error) {
+// spawnOptions are what a spawn's caller inside runnerd may add to the
+// request.
+type spawnOptions struct {
+	// stdinClosed starts the command with stdin at EOF (an exec with no
+	// stdin): no close-stdin round trip after the start.
+	stdinClosed bool
+}
+
+func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession, opts spawnOptions) (ss registry.Session, created bool, err error) {
 	if err := normalize(&req); err != nil {
 		return ss, false, err
 	}
@@ -256,6 +264,7 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession)
 		// Opt-in (--journal-retain-bytes): a reader behind the retained
 		// start is answered truncated, never silently skipped.
 		RetainBytes: s.cfg.JournalRetainBytes,
+		StdinClosed: opts.stdinClosed && !req.TTY,
 	}
 	// The shim outlives this request: a client that goes away must not
 	// cancel a start half-way. Bound it instead.
@@ -778,7 +787,7 @@ func (s *server) handleCreateSession(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	ss, created, err := s.spawn(r.Context(), r.PathValue("name"), req)
+	ss, created, err := s.spawn(r.Context(), r.PathValue("name"), req, spawnOptions{})
 	if err != nil {
 		s.writeError(w, r, err)
 		return

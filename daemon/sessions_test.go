@@ -58,6 +58,11 @@ func TestExecStdinCwdEnvAndWorkspace(t *testing.T) {
 	if string(res.Stdout) != "hello\x00world" || res.Exit.Code != 0 {
 		t.Errorf("cat: %q %+v", res.Stdout, res.Exit)
 	}
+	// No stdin: the command reads EOF at once (it starts with stdin closed).
+	res = a.exec("box", wire.Exec{Argv: []string{"sh", "-c", "cat; echo eof"}, TimeoutMS: 20000})
+	if string(res.Stdout) != "eof\n" || res.Exit.Code != 0 || res.TimedOut {
+		t.Errorf("exec without stdin: %q %+v timed out %v", res.Stdout, res.Exit, res.TimedOut)
+	}
 	res = a.exec("box", wire.Exec{Argv: []string{"sh", "-c", "pwd; echo $FOO; echo $RUNNERD_TOKEN"}, Cwd: "sub", Env: []string{"FOO=bar"}})
 	want := filepath.Join(sb.Workspace, "sub") + "\nbar\n\n"
 	if string(res.Stdout) != want {

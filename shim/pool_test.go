@@ -516,3 +516,34 @@ func TestWarmShimBadSpec(t *testing.T) {
 		}
 	}
 }
+
+// TestStdinClosedSpec: a spec with StdinClosed runs its command with stdin
+// at EOF (cold or through a warm shim), and a write is refused as after
+// close-stdin; with a TTY it is invalid.
+func TestStdinClosedSpec(t *testing.T) {
+	p := newPool(t, 1)
+	spec := Spec{StdinClosed: true, Argv: []string{"sh", "-c", "cat; echo done; sleep 0.3"}}
+	for _, warm := range []bool{true, false} {
+		var dir string
+		if warm {
+			dir, _ = poolStart(t, p, spec)
+		} else {
+			spec.ID, spec.Env = "cold", testEnv
+			dir, _ = start(t, spec)
+		}
+		c := dial(t, dir)
+		if err := c.WriteStdin(ctxT(t, 5*time.Second), []byte("x\n")); !errors.Is(err, ErrStdinClosed) {
+			t.Errorf("warm %v: write: got %v, want ErrStdinClosed", warm, err)
+		}
+		if e := waitExit(t, dir); e.Code != 0 {
+			t.Fatalf("warm %v: got %+v, want exit 0", warm, e)
+		}
+		if got := stdoutOf(t, dir); got != "done\n" {
+			t.Errorf("warm %v: stdout %q, want %q", warm, got, "done\n")
+		}
+	}
+	_, err := p.Start(ctxT(t, 5*time.Second), poolDir(t, p), Spec{ID: "t", TTY: true, StdinClosed: true, Argv: []string{"true"}, Env: testEnv})
+	if !errors.Is(err, ErrInvalid) {
+		t.Errorf("tty with stdin_closed: got %v, want ErrInvalid", err)
+	}
+}

@@ -340,6 +340,10 @@ func (s *server) start(spec Spec) (err error) {
 	}
 	s.cmd, s.pid = cmd, cmd.Process.Pid
 	s.reap = newReaper(s.pid)
+	if s.spec.StdinClosed {
+		s.stdin.Close() // the command reads EOF, as after close-stdin
+		s.stdinClosed = true
+	}
 	b, _ := json.Marshal(started{ShimPID: os.Getpid(), PID: s.pid, StartedAt: s.at})
 	if err := s.startedFile.publish(s.dir, b); err != nil {
 		syscall.Kill(-s.pid, syscall.SIGKILL)

@@ -67,6 +67,11 @@ type Spec struct {
 	ResolvConf string `json:"resolv_conf,omitempty"`
 	// RetainBytes caps each stream's journal (0 keeps everything).
 	RetainBytes int64 `json:"retain_bytes,omitempty"`
+	// StdinClosed starts the command with its stdin at EOF: the shim
+	// closes its end as soon as the command runs, as close-stdin would,
+	// sparing a caller with nothing to send that round trip (runnerd's
+	// exec). Not with TTY.
+	StdinClosed bool `json:"stdin_closed,omitempty"`
 }
 
 // Streams returns the journal streams of a session with this spec.
@@ -89,6 +94,9 @@ func (s Spec) validate() error {
 	}
 	if s.RetainBytes < 0 {
 		return fmt.Errorf("%w: negative retain_bytes", ErrInvalid)
+	}
+	if s.StdinClosed && s.TTY {
+		return fmt.Errorf("%w: stdin_closed with a tty", ErrInvalid)
 	}
 	return nil
 }
