@@ -290,8 +290,8 @@ func (s *server) finalExit(ss registry.Session, j *journal.Journal, lost bool) (
 		}
 	}
 	exit := toWireExit(e)
-	if ss.State == wire.SessionRunning {
-		s.recordExit(ss, exit)
+	if ss.State == wire.SessionRunning || ss.State == stateStarting {
+		s.recordExitLater(ss, exit)
 	}
 	return exit, nil
 }

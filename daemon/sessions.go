@@ -340,14 +340,45 @@ func (s *server) recordRunning(ss registry.Session) {
 			s.log.Warn("record session running (the next read resolves it from its shim)", "sandbox", ss.Sandbox, "session", ss.ID, "err", err)
 		}
 	}
+	s.later(commit)
+}
+
+// later runs fn in a goroutine the server tracks (Run waits for it), or
+// at once when Run is stopping: work that must be done but need not be
+// waited for by the answer in hand.
+func (s *server) later(fn func()) {
 	if done, ok := s.track(); ok {
 		go func() {
 			defer done()
-			commit()
+			fn()
 		}()
 		return
 	}
-	commit()
+	fn()
+}
+
+// recordExitLater records exit, already in the session's journal, after
+// the answer that reports it (attach's terminal frame, exec's result, a
+// stream's end): a reader before the commit lands reads the exit from the
+// journal (refresh) and records it itself, so no answer waits for the
+// registry's fsync. Only a record of the same spawn that has not ended is
+// changed.
+func (s *server) recordExitLater(ss registry.Session, exit wire.Exit) {
+	state := wire.SessionExited
+	if exit.Reason == wire.ExitLost {
+		state = wire.SessionLost
+	}
+	s.later(func() {
+		_, err := s.reg.UpdateSession(ss.Sandbox, ss.ID, func(rec *registry.Session) error {
+			if rec.Key == ss.Key && (rec.State == wire.SessionRunning || rec.State == stateStarting) {
+				rec.State, rec.Exit = state, &exit
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, registry.ErrNotFound) {
+			s.log.Warn("record session exit (the next read records it from the journal)", "sandbox", ss.Sandbox, "session", ss.ID, "err", err)
+		}
+	})
 }
 
 // pendingCommit waits (a bounded while) for the "running" commit of a
