@@ -362,9 +362,8 @@ func warmMain(sock *os.File, root string, retain int64) int {
 		unix.Dup3(int(log.Fd()), 2, 0)
 		log.Close()
 	}
-	// Made durable at the first sync point after the session starts, as
-	// a cold start's: durable now, its fsyncs would queue in front of
-	// the fsyncs of the starts that run meanwhile.
+	// Created without its fsyncs, which the Sync below does once the rest
+	// is prepared (still before the shim says it is warm).
 	staged := journalOptions(Spec{}, true)
 	staged.RetainBytes = retain
 	s, err := prepare(stage, staged)
@@ -383,6 +382,14 @@ func warmMain(sock *os.File, root string, retain int64) int {
 	// pool that waits for EOF (Pool.Close) knows it is.
 	unused := func() int { discard(); sock.Close(); return 0 }
 	prewarm()
+	// The journal's creation made durable now, off any start's path:
+	// otherwise the session's first sync point pays for it, which for a
+	// short command is its Finish, on exec's path (~1 ms).
+	if err := s.jw.Load().Sync(); err != nil {
+		discard()
+		fmt.Fprintf(sock, "error %d %d %s %s\n", os.Getpid(), errnoOf(err), PhaseSetup, oneLine(err.Error()))
+		return 1
+	}
 	if _, err := fmt.Fprintf(sock, "warm %d\n", os.Getpid()); err != nil {
 		return unused()
 	}
