@@ -26,8 +26,12 @@ type Config struct {
 	// SeekProbes is the number of first-byte probes per journal per round.
 	SeekProbes int
 	// Calls is the number of exec and of spawn calls per round (and of
-	// fork/execs of the baseline).
+	// fork/execs of the baseline), back to back.
 	Calls int
+	// PacedCalls more of each are made with CallPace before every call
+	// and every baseline (0: none).
+	PacedCalls int
+	CallPace   time.Duration
 	// FollowWrites is the number of timestamped writes per follow round,
 	// FollowInterval the pause before each (so the reader is blocked).
 	FollowWrites   int
@@ -66,6 +70,8 @@ func Full() Config {
 		SeekSmallCursor: 1 << 20,
 		SeekProbes:      200,
 		Calls:           500,
+		PacedCalls:      100,
+		CallPace:        25 * time.Millisecond,
 		FollowWrites:    500,
 		FollowInterval:  time.Millisecond,
 		FanOut:          16,
@@ -84,6 +90,8 @@ func Tiny() Config {
 		SeekSmallCursor: 1 << 20,
 		SeekProbes:      5,
 		Calls:           5,
+		PacedCalls:      3,
+		CallPace:        time.Millisecond,
 		FollowWrites:    20,
 		FollowInterval:  time.Millisecond,
 		FanOut:          4,

@@ -33,6 +33,7 @@ func TestHarnessTiny(t *testing.T) {
 	want := []string{
 		"stream throughput", "stream throughput, raw WebSocket reader", "attach replay", "attach replay, WebSocket", "attach replay, raw WebSocket reader", "fan-out aggregate",
 		"exec round trip p50", "exec round trip p99", "spawn ack p50", "spawn ack p99",
+		"exec round trip p50, paced", "spawn ack p50, paced",
 		"seek: time to first byte p50", "follow latency p50", "follow latency p99",
 		"idle cost per session, Pss, 5 sessions", "idle cost per session, Private_Dirty, 5 sessions",
 	}

@@ -26,7 +26,8 @@ func main() {
 	only := flag.String("only", "", "comma-separated groups to run: stream, calls, seek, follow, idle (default all)")
 	repeat := flag.Int("repeat", 0, "rounds of every figure (default 3)")
 	profile := flag.String("profile", "", "directory for CPU profiles of an extra, in-process throughput run")
-	calls := flag.Int("calls", 0, "exec and spawn calls per round (default 500)")
+	calls := flag.Int("calls", 0, "exec and spawn calls per round, back to back (default 500)")
+	paced := flag.Int("paced", -1, "exec and spawn calls per round, one per 25 ms (default 100; 0: none)")
 	tmp := flag.String("tmp", "", "directory for the run's files (journals, baseline files; default $TMPDIR)")
 	flag.Parse()
 	if *tiny {
@@ -37,6 +38,9 @@ func main() {
 	}
 	if *calls > 0 {
 		cfg.Calls = *calls
+	}
+	if *paced >= 0 {
+		cfg.PacedCalls = *paced
 	}
 	if *only != "" {
 		cfg.Only = strings.Split(*only, ",")
