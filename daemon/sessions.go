@@ -19,6 +19,7 @@ import (
 
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/netpolicy"
 	"github.com/agentrunner/runner/shim"
 	"github.com/agentrunner/runner/wire"
 )
@@ -175,6 +176,62 @@ type spawnOptions struct {
 	stdinClosed bool
 }
 
+// specFor is what the shim of session ss in sandbox sb runs; nsb is the
+// sandbox's network namespace, if contained. A cwd that is not a directory
+// is the caller's error.
+func (s *server) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolicy.Sandbox, opts spawnOptions) (shim.Spec, error) {
+	req := ss.Request
+	cwd := sb.Workspace
+	if req.Cwd != "" {
+		cwd = req.Cwd
+		if !filepath.IsAbs(cwd) {
+			cwd = filepath.Join(sb.Workspace, cwd)
+		}
+	}
+	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
+		return shim.Spec{}, errInvalid("cwd %q is not a directory", req.Cwd)
+	}
+	env := envWith(slices.Clone(req.Env), "PATH", defaultPath)
+	env = envWith(env, "HOME", sb.Workspace)
+	if req.TTY {
+		env = envWith(env, "TERM", "xterm-256color")
+	}
+	spec := shim.Spec{
+		ID:   ss.ID,
+		Argv: req.Argv,
+		Env:  env,
+		Dir:  cwd,
+		User: sb.User,
+		TTY:  req.TTY,
+		Rows: uint16(req.Rows),
+		Cols: uint16(req.Cols),
+		// Opt-in (--journal-retain-bytes): a reader behind the retained
+		// start is answered truncated, never silently skipped.
+		RetainBytes: s.cfg.JournalRetainBytes,
+		StdinClosed: opts.stdinClosed && !req.TTY,
+	}
+	if nsb != nil {
+		spec.NetNS, spec.ResolvConf = nsb.NetNSPath, nsb.ResolvConfPath
+	}
+	return spec, nil
+}
+
+// netReady returns sb's network namespace when it needs nothing set up:
+// none (not contained), or one this runnerd has already made. ok is
+// false when netFor would have work to do.
+func (s *server) netReady(sb registry.Sandbox) (nsb *netpolicy.Sandbox, ok bool) {
+	if sb.Network == nil {
+		return nil, true
+	}
+	if s.net == nil {
+		return nil, false
+	}
+	s.netMu.Lock()
+	defer s.netMu.Unlock()
+	nsb = s.nets[netID(sb.Name, sb.Incarnation)]
+	return nsb, nsb != nil
+}
+
 func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession, opts spawnOptions) (ss registry.Session, created bool, err error) {
 	if err := normalize(&req); err != nil {
 		return ss, false, err
@@ -200,6 +257,24 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 		State:       stateStarting,
 		StartedAt:   time.Now().UTC(),
 	}
+	// With a warm shim idle, the shim prepares the session (makes its
+	// directory, journal and spec.json, opens the command's pipes) while
+	// the record's fsync runs, and starts the command only after it
+	// (Prepared.Start): a record is durable before its command runs, and
+	// the spawn waits for the longer of the two, not both. Anything this
+	// cannot settle from the sandbox as read (a cwd to report, a network
+	// namespace to set up) takes the path below, in order.
+	var pre *shim.Prepared
+	var preNet *netpolicy.Sandbox
+	if s.cfg.pool != nil && live.State != wire.SandboxSuspended {
+		if nsb, ok := s.netReady(live); ok {
+			if spec, err := s.specFor(live, ss, nsb, opts); err == nil {
+				if pre, _ = s.cfg.pool.Prepare(s.sessionDir(ss), spec); pre != nil {
+					preNet = nsb
+				}
+			}
+		}
+	}
 	var sb registry.Sandbox
 	cur, err := s.reg.CreateSession(ss, func(rec registry.Sandbox) error {
 		if err := checkIncarnation(ctx, rec); err != nil {
@@ -214,6 +289,9 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 		sb = rec
 		return nil
 	})
+	if err != nil && pre != nil {
+		pre.Cancel() // its directory is removed, its command never runs
+	}
 	switch {
 	case errors.Is(err, registry.ErrExists):
 		if !sameRequest(cur.Request, req) {
@@ -237,47 +315,27 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 		}
 		return ss, false, err
 	}
-	cwd := sb.Workspace
-	if req.Cwd != "" {
-		cwd = req.Cwd
-		if !filepath.IsAbs(cwd) {
-			cwd = filepath.Join(sb.Workspace, cwd)
-		}
-	}
-	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
-		return fail(errInvalid("cwd %q is not a directory", req.Cwd))
-	}
-	env := envWith(slices.Clone(req.Env), "PATH", defaultPath)
-	env = envWith(env, "HOME", sb.Workspace)
-	if req.TTY {
-		env = envWith(env, "TERM", "xterm-256color")
-	}
-	spec := shim.Spec{
-		ID:   ss.ID,
-		Argv: req.Argv,
-		Env:  env,
-		Dir:  cwd,
-		User: sb.User,
-		TTY:  req.TTY,
-		Rows: uint16(req.Rows),
-		Cols: uint16(req.Cols),
-		// Opt-in (--journal-retain-bytes): a reader behind the retained
-		// start is answered truncated, never silently skipped.
-		RetainBytes: s.cfg.JournalRetainBytes,
-		StdinClosed: opts.stdinClosed && !req.TTY,
-	}
 	// The shim outlives this request: a client that goes away must not
 	// cancel a start half-way. Bound it instead.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shimStartTimeout)
 	defer cancel()
-	nsb, err := s.netFor(sctx, sb)
-	if err != nil {
-		return fail(err)
+	var (
+		st  shim.Status
+		nsb *netpolicy.Sandbox
+	)
+	if pre != nil {
+		nsb = preNet
+		st, err = pre.Start(sctx)
+	} else {
+		if nsb, err = s.netFor(sctx, sb); err != nil {
+			return fail(err)
+		}
+		var spec shim.Spec
+		if spec, err = s.specFor(sb, ss, nsb, opts); err != nil {
+			return fail(err)
+		}
+		st, err = s.startShim(sctx, s.sessionDir(ss), spec)
 	}
-	if nsb != nil {
-		spec.NetNS, spec.ResolvConf = nsb.NetNSPath, nsb.ResolvConfPath
-	}
-	st, err := s.startShim(sctx, s.sessionDir(ss), spec)
 	if err != nil && startMayRun(err) {
 		// Not removed: the record (starting) and directory stay, so
 		// refresh finds whatever comes up, and a retry of this id attaches

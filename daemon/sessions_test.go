@@ -396,3 +396,29 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestSpawnRetryRunsOnce: a spawn of an id that exists hands the warm shim
+// it prepared back (cancelled: its command never runs, its directory is
+// removed), whether the request is the same (the existing session is the
+// answer) or not (409).
+func TestSpawnRetryRunsOnce(t *testing.T) {
+	a := startDaemon(t)
+	sb := a.createSandbox("box")
+	req := wire.CreateSession{ID: "once", Argv: []string{"sh", "-c", "echo ran >> runs; exec sleep 30"}}
+	first := a.spawn("box", req)
+	var again wire.Session
+	a.must("POST", "/v1/sandboxes/box/sessions", req, 200, &again)
+	if again.PID != first.PID {
+		t.Errorf("retry: pid %d, want the first spawn's %d", again.PID, first.PID)
+	}
+	other := req
+	other.Argv = []string{"sh", "-c", "echo other >> runs"}
+	a.wantError(a.do("POST", "/v1/sandboxes/box/sessions", other), 409, wire.CodeInvalid)
+	time.Sleep(200 * time.Millisecond) // a command started by mistake would have written by now
+	if b, err := os.ReadFile(filepath.Join(sb.Workspace, "runs")); err != nil || string(b) != "ran\n" {
+		t.Errorf("runs: got %q %v, want one run", b, err)
+	}
+	if dirs := sessionDirs(t, a); len(dirs) != 1 {
+		t.Errorf("session directories: got %q, want the one session's", dirs)
+	}
+}

@@ -96,45 +96,89 @@ func NewPool(exe []string, opts PoolOptions) *Pool {
 
 // Start is [Start] through a warm shim: the same directory handling,
 // readiness (after the command's execve), errors and detachment. With no
-// warm shim idle (the pool is empty, still filling, or closed) it starts
-// the shim cold, exactly as Start does.
+// warm shim idle (the pool is empty, still filling, or closed), or a
+// directory a warm shim cannot take (see Prepare), it starts the shim
+// cold, exactly as Start does.
 func (p *Pool) Start(ctx context.Context, dir string, spec Spec) (Status, error) {
+	pr, err := p.Prepare(dir, spec)
+	if err != nil {
+		return Status{}, err
+	}
+	if pr != nil {
+		return pr.Start(ctx)
+	}
+	abs, _ := filepath.Abs(dir) // Prepare checked it
+	return startWith(ctx, abs, spec, func(dir string) (Status, error) { return launch(ctx, p.exe, dir) })
+}
+
+// Prepared is a session handed to a warm shim whose command has not
+// started: the shim has made the session directory (with its journal,
+// control socket and spec.json) and waits for Start or Cancel. Exactly
+// one of them must be called.
+type Prepared struct {
+	w    *warmShim
+	spec Spec
+}
+
+// Prepare hands dir and spec to an idle warm shim, which makes dir and
+// readies everything but the command's start, and returns at once: the
+// caller can do other work (runnerd commits its record) while the shim
+// prepares. It returns nil, nil when no warm shim is idle or dir is not
+// one a warm shim can take: a warm shim makes the directory itself (by
+// renaming its staging directory), so only a directory directly in Root
+// that does not exist yet.
+func (p *Pool) Prepare(dir string, spec Spec) (*Prepared, error) {
 	if len(p.exe) == 0 {
-		return Status{}, fmt.Errorf("start shim: %w: empty exe", ErrInvalid)
+		return nil, fmt.Errorf("start shim: %w: empty exe", ErrInvalid)
 	}
 	if err := spec.validate(); err != nil {
-		return Status{}, fmt.Errorf("start shim: %w", err)
+		return nil, fmt.Errorf("start shim: %w", err)
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return Status{}, fmt.Errorf("start shim: %w", err)
+		return nil, fmt.Errorf("start shim: %w", err)
 	}
 	if _, err := socketPath(abs); err != nil {
-		return Status{}, fmt.Errorf("start shim: %w", err)
+		return nil, fmt.Errorf("start shim: %w", err)
 	}
-	// A warm shim makes the directory itself (by renaming its staging
-	// directory), so it takes only a directory in Root that does not
-	// exist yet; anything else (a retry into an existing directory) is
-	// started cold, by Start's own rules.
-	if filepath.Dir(abs) == p.opts.Root {
-		if _, err := os.Lstat(abs); errors.Is(err, fs.ErrNotExist) {
-			b, err := json.Marshal(spec)
-			if err != nil {
-				return Status{}, fmt.Errorf("start shim: %w", err)
-			}
-			for w := p.take(); w != nil; w = p.take() {
-				st, sent, err := w.give(ctx, abs, b)
-				if !sent {
-					continue // it died while idle (killed by someone): it never saw dir
-				}
-				if err == nil {
-					st.ID, st.TTY = spec.ID, spec.TTY
-				}
-				return st, err
-			}
+	if filepath.Dir(abs) != p.opts.Root {
+		return nil, nil
+	}
+	if _, err := os.Lstat(abs); !errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("start shim: %w", err)
+	}
+	for w := p.take(); w != nil; w = p.take() {
+		if w.give(abs, b) {
+			return &Prepared{w: w, spec: spec}, nil
 		}
+		// It died while idle (killed by someone): it never saw dir.
 	}
-	return startWith(ctx, abs, spec, func(dir string) (Status, error) { return launch(ctx, p.exe, dir) })
+	return nil, nil
+}
+
+// Start lets the prepared command start and waits for the readiness line,
+// as [Start] does.
+func (pr *Prepared) Start(ctx context.Context) (Status, error) {
+	defer pr.w.conn.Close()
+	// A shim that failed while preparing has reported and closed its end:
+	// the write fails, and its report is read below.
+	pr.w.conn.Write([]byte("go\n"))
+	st, err := awaitReady(ctx, pr.w.conn, nil)
+	if err == nil {
+		st.ID, st.TTY = pr.spec.ID, pr.spec.TTY
+	}
+	return st, err
+}
+
+// Cancel calls the start off: the shim removes the session directory and
+// exits without starting the command. Cancel waits (up to retireTimeout)
+// until it has.
+func (pr *Prepared) Cancel() {
+	pr.w.retire()
 }
 
 // Close stops refilling, waits for the refill goroutine, and shuts every
@@ -335,18 +379,17 @@ func (p *Pool) startWarm() (*warmShim, error) {
 	return &warmShim{conn: conn, pid: pid}, nil
 }
 
-// give hands dir and the spec (JSON) to the warm shim and waits for its
-// readiness line. sent is false when the shim could not be reached (it
-// died while idle), in which case it never saw dir.
-func (w *warmShim) give(ctx context.Context, dir string, spec []byte) (st Status, sent bool, err error) {
-	defer w.conn.Close()
+// give hands dir and the spec (JSON) to the warm shim. It reports false
+// when the shim could not be reached (it died while idle), in which case
+// it never saw dir.
+func (w *warmShim) give(dir string, spec []byte) bool {
 	msg := make([]byte, 0, len(dir)+len(spec)+2)
 	msg = append(append(append(append(msg, dir...), '\n'), spec...), '\n')
 	if _, err := w.conn.Write(msg); err != nil {
-		return Status{}, false, err
+		w.conn.Close()
+		return false
 	}
-	st, err = awaitReady(ctx, w.conn, nil)
-	return st, true, err
+	return true
 }
 
 // retire makes an idle warm shim exit: it reads EOF, removes its staging

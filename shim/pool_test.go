@@ -501,10 +501,13 @@ func TestWarmShimBadSpec(t *testing.T) {
 	before := staged(t, p.opts.Root)
 	w := p.take()
 	dir := poolDir(t, p)
-	_, sent, err := w.give(ctxT(t, 10*time.Second), dir, []byte(`{"argv":`))
+	if !w.give(dir, []byte(`{"argv":`)) {
+		t.Fatal("give: the warm shim could not be reached")
+	}
+	_, err := (&Prepared{w: w}).Start(ctxT(t, 10*time.Second))
 	var se *StartError
-	if !sent || !errors.As(err, &se) || se.ShimPID != w.pid || se.Phase != PhaseSetup {
-		t.Fatalf("got sent %v, %#v, want a setup StartError from shim %d", sent, err, w.pid)
+	if !errors.As(err, &se) || se.ShimPID != w.pid || se.Phase != PhaseSetup {
+		t.Fatalf("got %#v, want a setup StartError from shim %d", err, w.pid)
 	}
 	waitGone(t, w.pid)
 	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
@@ -546,4 +549,48 @@ func TestStdinClosedSpec(t *testing.T) {
 	if !errors.Is(err, ErrInvalid) {
 		t.Errorf("tty with stdin_closed: got %v, want ErrInvalid", err)
 	}
+}
+
+// TestPreparedCancel: a prepared start that is cancelled never runs its
+// command: the shim removes the session directory and exits, and Cancel
+// returns once it has. One started after a while runs normally.
+func TestPreparedCancel(t *testing.T) {
+	p := newPool(t, 2)
+	marker := filepath.Join(t.TempDir(), "ran")
+	spec := Spec{ID: "c", Env: testEnv, Argv: []string{"sh", "-c", "echo > " + marker}}
+	dir := poolDir(t, p)
+	pr, err := p.Prepare(dir, spec)
+	if err != nil || pr == nil {
+		t.Fatalf("Prepare: %v, %v", pr, err)
+	}
+	pid := pr.w.pid
+	pr.Cancel()
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("session directory after Cancel: %v, want none", err)
+	}
+	waitGone(t, pid)
+	if _, err := os.Stat(marker); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the cancelled command ran: %v", err)
+	}
+
+	dir = poolDir(t, p)
+	pr, err = p.Prepare(dir, spec)
+	if err != nil || pr == nil {
+		t.Fatalf("Prepare: %v, %v", pr, err)
+	}
+	time.Sleep(50 * time.Millisecond) // prepared, waiting for go
+	if _, err := os.Stat(marker); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the command ran before Start: %v", err)
+	}
+	st, err := pr.Start(ctxT(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := waitExit(t, dir); e.Code != 0 {
+		t.Fatalf("got %+v, want exit 0", e)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Errorf("the started command did not run: %v", err)
+	}
+	waitGone(t, st.ShimPID)
 }

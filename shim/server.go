@@ -115,7 +115,7 @@ func newServer(dir string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.start(spec); err != nil {
+	if err := s.start(spec, nil); err != nil {
 		s.undo()
 		return nil, err
 	}
@@ -263,9 +263,11 @@ func (s *server) undo() {
 }
 
 // start starts spec's command in the prepared s: on success the command
-// runs and started.json is written. On failure nothing is left running;
-// the caller undoes the rest.
-func (s *server) start(spec Spec) (err error) {
+// runs and started.json is written. gate, if not nil, is called once all
+// but the command's fork/exec is done; an error from it starts nothing and
+// is returned. On failure nothing is left running; the caller undoes the
+// rest.
+func (s *server) start(spec Spec, gate func() error) (err error) {
 	s.spec = spec
 	var childEnds []*os.File // closed in the shim once the child has them
 	defer func() {
@@ -333,6 +335,11 @@ func (s *server) start(spec Spec) (err error) {
 	// shim, even one whose parent has died (reaper.go).
 	if err := setSubreaper(); err != nil {
 		return err
+	}
+	if gate != nil {
+		if err := gate(); err != nil {
+			return err
+		}
 	}
 	s.at = time.Now().UTC()
 	if err := startCommand(cmd, s.spec); err != nil {

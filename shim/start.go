@@ -429,7 +429,17 @@ func warmMain(sock *os.File, root string, retain int64) int {
 		discard()
 		return fail(err)
 	}
-	if err := s.start(spec); err != nil {
+	// The command starts only on "go": the pool's owner records the
+	// session durably meanwhile, and may instead cancel (EOF).
+	gate := func() error {
+		if line, err := readFullLine(r, 16); err != nil || line != "go" {
+			return errCancelled
+		}
+		return nil
+	}
+	if err := s.start(spec, gate); errors.Is(err, errCancelled) {
+		return unused()
+	} else if err != nil {
 		discard()
 		return fail(err)
 	}
@@ -440,6 +450,10 @@ func warmMain(sock *os.File, root string, retain int64) int {
 	s.run()
 	return 0
 }
+
+// errCancelled is a warm start its pool called off before the command
+// started (Prepared.Cancel).
+var errCancelled = errors.New("start cancelled")
 
 // maxSpecBytes bounds the spec line a warm shim reads.
 const maxSpecBytes = 16 << 20
