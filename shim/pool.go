@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -312,8 +311,8 @@ func (p *Pool) refill() {
 	}
 }
 
-// startWarm starts one warm shim through the --detach intermediate and
-// waits for its "warm PID" line.
+// startWarm starts one warm shim, detached (detachedCmd), and waits for
+// its "warm PID" line.
 func (p *Pool) startWarm() (*warmShim, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -328,9 +327,7 @@ func (p *Pool) startWarm() (*warmShim, error) {
 		return nil, fmt.Errorf("start warm shim: %w", err)
 	}
 	conn := c.(*net.UnixConn)
-	args := append(append([]string{}, p.exe[1:]...), "--detach", "--warm-fd=3",
-		"--warm-root="+p.opts.Root, "--warm-retain="+strconv.FormatInt(p.opts.RetainBytes, 10))
-	cmd := exec.Command(p.exe[0], args...)
+	cmd := detachedCmd(p.exe, "--warm-fd=3", "--warm-root="+p.opts.Root, "--warm-retain="+strconv.FormatInt(p.opts.RetainBytes, 10))
 	cmd.ExtraFiles = []*os.File{child}
 	err = cmd.Start()
 	child.Close()

@@ -594,3 +594,36 @@ func TestPreparedCancel(t *testing.T) {
 	}
 	waitGone(t, st.ShimPID)
 }
+
+// TestDetachWithoutSetsid: without a setsid(1) that forks, shims are
+// detached by their own --detach intermediate, cold and warm alike: each
+// in its own session, not a child of the starting process, and working.
+func TestDetachWithoutSetsid(t *testing.T) {
+	if detacher() == "" {
+		t.Log("no setsid --fork on this machine: every test here uses the --detach intermediate")
+	}
+	orig := detacher
+	detacher = func() string { return "" }
+	t.Cleanup(func() { detacher = orig })
+
+	p := newPool(t, 1)
+	dir, st := poolStart(t, p, Spec{Argv: []string{"sh", "-c", "echo warm"}})
+	cdir, cst := start(t, Spec{ID: "cold", Env: testEnv, Argv: []string{"sh", "-c", "echo cold"}})
+	for _, c := range []struct {
+		dir, want string
+		st        Status
+	}{{dir, "warm\n", st}, {cdir, "cold\n", cst}} {
+		if sid, _ := unix.Getsid(c.st.ShimPID); sid != c.st.ShimPID {
+			t.Errorf("shim %d: session %d, want its own", c.st.ShimPID, sid)
+		}
+		if ppid := parentOf(t, c.st.ShimPID); ppid == os.Getpid() {
+			t.Errorf("shim %d is a child of the test process", c.st.ShimPID)
+		}
+		if e := waitExit(t, c.dir); e.Code != 0 {
+			t.Fatalf("%s: got %+v, want exit 0", c.dir, e)
+		}
+		if got := stdoutOf(t, c.dir); got != c.want {
+			t.Errorf("stdout %q, want %q", got, c.want)
+		}
+	}
+}

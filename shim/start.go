@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -195,8 +196,14 @@ func launch(ctx context.Context, exe []string, dir string) (Status, error) {
 		return Status{}, fmt.Errorf("start shim: %w", err)
 	}
 	defer r.Close()
-	args := append(append([]string{}, exe[1:]...), "--detach", "--ready-fd=3", dir)
-	cmd := exec.Command(exe[0], args...)
+	log, err := os.OpenFile(filepath.Join(dir, LogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		w.Close()
+		return Status{}, &StartError{Msg: fmt.Sprintf("start shim: open shim log: %v", err), Phase: PhaseSetup}
+	}
+	defer log.Close()
+	cmd := detachedCmd(exe, "--ready-fd=3", dir)
+	cmd.Stdout, cmd.Stderr = log, log
 	cmd.ExtraFiles = []*os.File{w}
 	err = cmd.Start()
 	w.Close()
@@ -208,6 +215,35 @@ func launch(ctx context.Context, exe []string, dir string) (Status, error) {
 
 	return awaitReady(ctx, r, werr)
 }
+
+// detachedCmd is the command that starts exe (the argv prefix that runs
+// [Main]) with args as a detached shim: in a new session, through a
+// short-lived intermediate that exits at once, so the shim is reparented
+// away from the caller (to init, or the nearest subreaper) and outlives
+// it. The intermediate is util-linux's setsid --fork when there is one (a
+// C process start: about 1 ms of CPU on the CI VM, where a Go process
+// start is about 4 ms, 390 page faults), else the shim's own --detach.
+// Files the caller passes (ExtraFiles, Stdout, Stderr) reach the shim.
+func detachedCmd(exe []string, args ...string) *exec.Cmd {
+	if setsid := detacher(); setsid != "" {
+		return exec.Command(setsid, append(append([]string{"--fork"}, exe...), args...)...)
+	}
+	return exec.Command(exe[0], append(append(append([]string{}, exe[1:]...), "--detach"), args...)...)
+}
+
+// detacher returns the path of a setsid(1) that takes --fork, or "".
+// A variable for tests.
+var detacher = sync.OnceValue(func() string {
+	p, err := exec.LookPath("setsid")
+	if err != nil {
+		return ""
+	}
+	out, _ := exec.Command(p, "--help").CombinedOutput()
+	if !bytes.Contains(out, []byte("--fork")) {
+		return ""
+	}
+	return p
+})
 
 // awaitReady reads the readiness line from r (a pipe or socket that
 // supports deadlines). werr is what is known of a process that exited on
