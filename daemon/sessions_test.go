@@ -268,6 +268,19 @@ func TestStreamEndpoint(t *testing.T) {
 	// arrives and the body is the running form: chunked, with trailers
 	// (streams_test.go has the ended form).
 	sess := a.spawn("box", wire.CreateSession{Argv: []string{"sh", "-c", "printf 0123456789; read _; printf abc; exit 4"}})
+	// Cursor 3 must exist when the request arrives (a cursor beyond the
+	// end is invalid): the spawn answers once the command runs, not once
+	// it has printed.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var s wire.Session
+		a.must("GET", "/v1/sandboxes/box/sessions/"+sess.ID, nil, 200, &s)
+		if s.Lengths["stdout"] >= 10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stdout length %d, want 10", s.Lengths["stdout"])
+		}
+	}
 	req, _ := http.NewRequest("GET", a.base+"/v1/sandboxes/box/sessions/"+sess.ID+"/streams/stdout?cursor=3&follow=1", nil)
 	req.Header.Set("Authorization", "Bearer "+a.token)
 	resp, err := a.hc.Do(req)
