@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -241,12 +242,15 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 	} else if err := validSessionID(req.ID); err != nil {
 		return ss, false, err
 	}
+	// Locked first: the warm path below builds the command's spec (its
+	// network namespace too) from live, and a policy change holds this
+	// lock while it commits and sets up the namespace.
+	unlock := s.locks.Lock(name)
+	defer unlock()
 	live, err := s.sandbox(name)
 	if err != nil {
 		return ss, false, err
 	}
-	unlock := s.locks.Lock(name)
-	defer unlock()
 
 	ss = registry.Session{
 		Sandbox:     name,
@@ -289,8 +293,14 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 		sb = rec
 		return nil
 	})
-	if err != nil && pre != nil {
-		pre.Cancel() // its directory is removed, its command never runs
+	if pre != nil && (err != nil || !reflect.DeepEqual(sb.Network, live.Network)) {
+		// Its directory is removed, its command never runs. A sandbox
+		// whose network changed since live was read (the lock makes it
+		// impossible; checked all the same, since a command outside its
+		// policy is the one thing a spawn must never do) starts below,
+		// from the committed record.
+		pre.Cancel()
+		pre = nil
 	}
 	switch {
 	case errors.Is(err, registry.ErrExists):
@@ -737,7 +747,11 @@ func (s *server) removeOrphans(known []registry.Session) {
 			continue
 		}
 		if shimMayLive(dir, fi.ModTime()) {
-			s.log.Warn("orphan session directory kept: its supervisor may still live", "dir", dir)
+			// A warm shim's staging directory (this runnerd's pool has
+			// started before this scan) is no session: kept in silence.
+			if !strings.HasPrefix(e.Name(), ".warm-") {
+				s.log.Warn("orphan session directory kept: its supervisor may still live", "dir", dir)
+			}
 			continue
 		}
 		if err := os.RemoveAll(dir); err != nil {
