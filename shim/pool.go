@@ -52,8 +52,9 @@ type Pool struct {
 
 // warmShim is one idle warm shim, owned by the pool until taken.
 type warmShim struct {
-	conn *net.UnixConn // our end of its socket
-	pid  int
+	conn  *net.UnixConn // our end of its socket
+	pid   int
+	stage string // its staging directory, ROOT/.warm-*
 }
 
 // warmTimeout bounds how long a refill waits for a new warm shim to say it
@@ -327,7 +328,12 @@ func (p *Pool) startWarm() (*warmShim, error) {
 		return nil, fmt.Errorf("start warm shim: %w", err)
 	}
 	conn := c.(*net.UnixConn)
-	cmd := detachedCmd(p.exe, "--warm-fd=3", "--warm-root="+p.opts.Root, "--warm-retain="+strconv.FormatInt(p.opts.RetainBytes, 10))
+	cmd, err := detachedCmd(p.exe, "--warm-fd=3", "--warm-root="+p.opts.Root, "--warm-retain="+strconv.FormatInt(p.opts.RetainBytes, 10))
+	if err != nil {
+		child.Close()
+		conn.Close()
+		return nil, fmt.Errorf("start warm shim: %w", err)
+	}
 	cmd.ExtraFiles = []*os.File{child}
 	err = cmd.Start()
 	child.Close()
@@ -361,19 +367,20 @@ func (p *Pool) startWarm() (*warmShim, error) {
 		case <-ctx.Done():
 		}
 	}()
+	// "warm PID STAGE"; the staging directory's path may hold spaces.
 	line, err := readLine(conn, 4096)
-	f := strings.Fields(line)
-	if err != nil || len(f) != 2 || f[0] != "warm" {
+	f := strings.SplitN(line, " ", 3)
+	if err != nil || len(f) != 3 || f[0] != "warm" {
 		(&warmShim{conn: conn}).retire() // one still preparing cleans up first
 		return nil, fmt.Errorf("start warm shim: got %q (%v)", line, err)
 	}
 	pid, err := strconv.Atoi(f[1])
-	if err != nil {
-		conn.Close()
+	if err != nil || filepath.Dir(f[2]) != p.opts.Root || !strings.HasPrefix(filepath.Base(f[2]), ".warm-") {
+		(&warmShim{conn: conn}).retire()
 		return nil, fmt.Errorf("start warm shim: got %q", line)
 	}
 	conn.SetReadDeadline(time.Time{})
-	return &warmShim{conn: conn, pid: pid}, nil
+	return &warmShim{conn: conn, pid: pid, stage: f[2]}, nil
 }
 
 // give hands dir and the spec (JSON) to the warm shim. It reports false
@@ -384,6 +391,10 @@ func (w *warmShim) give(dir string, spec []byte) bool {
 	msg = append(append(append(append(msg, dir...), '\n'), spec...), '\n')
 	if _, err := w.conn.Write(msg); err != nil {
 		w.conn.Close()
+		// It died while idle (killed): what it staged is nobody's now.
+		if w.stage != "" {
+			os.RemoveAll(w.stage)
+		}
 		return false
 	}
 	return true

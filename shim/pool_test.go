@@ -246,11 +246,17 @@ func TestPoolRefills(t *testing.T) {
 func TestPoolSkipsDeadWarmShim(t *testing.T) {
 	p := newPool(t, 2)
 	pids := p.pids()
+	p.mu.Lock()
+	deadStage := p.idle[0].stage
+	p.mu.Unlock()
 	syscall.Kill(pids[0], syscall.SIGKILL)
 	waitGone(t, pids[0])
 	dir, st := poolStart(t, p, Spec{Argv: []string{"true"}})
 	if st.ShimPID != pids[1] {
 		t.Errorf("shim pid %d: want the live warm shim %d", st.ShimPID, pids[1])
+	}
+	if _, err := os.Stat(deadStage); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the dead warm shim's staging directory %s: %v, want it removed", deadStage, err)
 	}
 	waitExit(t, dir)
 }
@@ -406,11 +412,12 @@ func TestWarmShimIgnoresPartialLine(t *testing.T) {
 			}
 			theirs.Close()
 			line, err := bufio.NewReader(ours).ReadString('\n')
-			if want := fmt.Sprintf("warm %d\n", cmd.Process.Pid); err != nil || line != want {
-				t.Fatalf("got %q, %v, want %q", line, err, want)
-			}
-			if got := staged(t, root); len(got) != 1 {
+			got := staged(t, root)
+			if len(got) != 1 {
 				t.Fatalf("staging directories of a warm shim: got %q, want one", got)
+			}
+			if want := fmt.Sprintf("warm %d %s\n", cmd.Process.Pid, got[0]); err != nil || line != want {
+				t.Fatalf("got %q, %v, want %q", line, err, want)
 			}
 			ours.WriteString(tt.sent)
 			unix.Shutdown(fds[0], unix.SHUT_WR)
@@ -625,5 +632,20 @@ func TestDetachWithoutSetsid(t *testing.T) {
 		if got := stdoutOf(t, c.dir); got != c.want {
 			t.Errorf("stdout %q, want %q", got, c.want)
 		}
+	}
+}
+
+// TestMissingShimProgram: a shim program that cannot be executed fails a
+// start definitely (phase setup, nothing left behind), with setsid as the
+// intermediate too, never as a start that may still come up.
+func TestMissingShimProgram(t *testing.T) {
+	dir := sessionDir(t)
+	_, err := Start(ctxT(t, 10*time.Second), []string{"/nonexistent/runner-shim", "serve"}, dir, Spec{ID: "x", Argv: []string{"true"}, Env: testEnv})
+	var se *StartError
+	if !errors.As(err, &se) || se.Phase != PhaseSetup {
+		t.Fatalf("got %#v, want a StartError of phase setup", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("session directory left: %v", err)
 	}
 }

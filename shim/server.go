@@ -601,10 +601,15 @@ func (s *server) finish(rec journal.Exit) {
 // few index pages and a small exit.json).
 const finishSpace = 256 << 10
 
+// finishInodes is the free inodes probeSpace asks for.
+const finishInodes = 8
+
 // probeSpace reports whether the journal's filesystem has finishSpace
-// bytes free for this process (root may use the reserved blocks). It asks
-// statfs(2) rather than writing a scratch file: that cost 0.7 ms of every
-// command's end (docs/benchmarks.md), and a full disk shows in both.
+// bytes and finishInodes inodes free for this process (root may use the
+// reserved blocks). It asks statfs(2) rather than writing a scratch file:
+// that cost 0.7 ms of every command's end (docs/benchmarks.md). A user or
+// group quota does not show in statfs; the shim runs as root, which
+// quotas do not limit unless configured to.
 func probeSpace(jdir string) error {
 	var st unix.Statfs_t
 	if err := unix.Statfs(jdir, &st); err != nil {
@@ -616,6 +621,11 @@ func probeSpace(jdir string) error {
 	}
 	if free*uint64(st.Bsize) < finishSpace {
 		return fmt.Errorf("probe free space: %w: %d bytes free, finishing needs %d", unix.ENOSPC, free*uint64(st.Bsize), finishSpace)
+	}
+	// Finishing creates files (exit.json's temporary name): inodes count
+	// too, where the filesystem has a fixed number (Files 0: it has not).
+	if st.Files > 0 && st.Ffree < finishInodes {
+		return fmt.Errorf("probe free space: %w: %d inodes free, finishing needs %d", unix.ENOSPC, st.Ffree, finishInodes)
 	}
 	return nil
 }

@@ -202,7 +202,11 @@ func launch(ctx context.Context, exe []string, dir string) (Status, error) {
 		return Status{}, &StartError{Msg: fmt.Sprintf("start shim: open shim log: %v", err), Phase: PhaseSetup}
 	}
 	defer log.Close()
-	cmd := detachedCmd(exe, "--ready-fd=3", dir)
+	cmd, err := detachedCmd(exe, "--ready-fd=3", dir)
+	if err != nil {
+		w.Close()
+		return Status{}, &StartError{Msg: fmt.Sprintf("start shim %s: %v", exe[0], err), Phase: PhaseSetup}
+	}
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.ExtraFiles = []*os.File{w}
 	err = cmd.Start()
@@ -224,11 +228,19 @@ func launch(ctx context.Context, exe []string, dir string) (Status, error) {
 // C process start: about 1 ms of CPU on the CI VM, where a Go process
 // start is about 4 ms, 390 page faults), else the shim's own --detach.
 // Files the caller passes (ExtraFiles, Stdout, Stderr) reach the shim.
-func detachedCmd(exe []string, args ...string) *exec.Cmd {
-	if setsid := detacher(); setsid != "" {
-		return exec.Command(setsid, append(append([]string{"--fork"}, exe...), args...)...)
+//
+// A shim program that cannot be executed is an error here, before
+// anything starts: through setsid its execve would fail in a child nobody
+// waits for, and the caller could not tell that from a shim that died
+// half-way through a start.
+func detachedCmd(exe []string, args ...string) (*exec.Cmd, error) {
+	if _, err := exec.LookPath(exe[0]); err != nil {
+		return nil, err
 	}
-	return exec.Command(exe[0], append(append(append([]string{}, exe[1:]...), "--detach"), args...)...)
+	if setsid := detacher(); setsid != "" {
+		return exec.Command(setsid, append(append([]string{"--fork"}, exe...), args...)...), nil
+	}
+	return exec.Command(exe[0], append(append(append([]string{}, exe[1:]...), "--detach"), args...)...), nil
 }
 
 // detacher returns the path of a setsid(1) that takes --fork, or "".
@@ -316,12 +328,14 @@ func parseReady(line string) (Status, error) {
 //
 // --warm-fd (used by Pool) makes a warm shim: it prepares a staging
 // directory ROOT/.warm-* (control socket, pipes journal retaining BYTES,
-// pid file, its log), says "warm SHIMPID" on the inherited socket, then
-// waits for two lines, the session directory (in ROOT, not existing yet)
-// and the spec as JSON; it renames the staging directory to the session
-// directory and from there is its shim, answering the readiness line on
-// the same socket. EOF before both lines (its pool closed it, or the
-// pool's process died) makes it remove the staging directory and exit 0.
+// pid file, its log), says "warm SHIMPID STAGE" on the inherited socket,
+// then waits for two lines, the session directory (in ROOT, not existing
+// yet) and the spec as JSON; it renames the staging directory to the
+// session directory, prepares the command, and starts it on a third line,
+// "go", answering the readiness line on the same socket (docs/frames.md,
+// "Warm shims"). EOF before that (its pool closed it or cancelled the
+// start, or the pool's process died) makes it remove what it made and
+// exit 0.
 //
 // Main is also the shim's internal helper for Spec.ResolvConf: with the
 // single argument "__runner_nsexec" it prepares a mount namespace and
@@ -426,7 +440,7 @@ func warmMain(sock *os.File, root string, retain int64) int {
 		fmt.Fprintf(sock, "error %d %d %s %s\n", os.Getpid(), errnoOf(err), PhaseSetup, oneLine(err.Error()))
 		return 1
 	}
-	if _, err := fmt.Fprintf(sock, "warm %d\n", os.Getpid()); err != nil {
+	if _, err := fmt.Fprintf(sock, "warm %d %s\n", os.Getpid(), stage); err != nil {
 		return unused()
 	}
 	// Two complete lines, the directory and the spec; EOF before them is
