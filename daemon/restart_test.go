@@ -34,7 +34,16 @@ func startProcess(t *testing.T, state string) (*api, *proc) {
 	}
 	p := &proc{cmd: cmd, done: make(chan error, 1)}
 	go func() { p.done <- cmd.Wait() }()
-	t.Cleanup(func() { p.kill(syscall.SIGKILL) })
+	t.Cleanup(func() {
+		p.kill(syscall.SIGKILL)
+		// Its idle warm shims see EOF and remove their staging
+		// directories on their own; before TempDir's RemoveAll does.
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if m, _ := filepath.Glob(filepath.Join(state, "s", ".warm-*")); len(m) == 0 {
+				return
+			}
+		}
+	})
 	hc := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
