@@ -73,7 +73,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		execs:   make(chan struct{}, cfg.MaxExecs),
 		stop:    make(chan struct{}),
 		nets:    map[string]*netpolicy.Sandbox{},
-		pending: map[string]chan struct{}{},
+		pending: map[string][]chan struct{}{},
 	}
 	// One inotify instance for every follow reader: the kernel allows 128
 	// per user. Closed after the tracked handlers end (defers run after

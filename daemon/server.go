@@ -48,11 +48,11 @@ type server struct {
 	mu       sync.Mutex // guards stopping
 	stopping bool
 
-	// pendingMu guards pending: the spawns answered whose "running"
-	// commit has not landed yet (recordRunning), by session key, each
-	// channel closed when it has.
+	// pendingMu guards pending: the registry commits made after their
+	// answer (commitLater) that have not landed yet, by sandbox/id, each
+	// channel closed when its commit has.
 	pendingMu sync.Mutex
-	pending   map[string]chan struct{}
+	pending   map[string][]chan struct{}
 }
 
 // track registers a long-lived handler. It returns false once Run is

@@ -381,34 +381,64 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 
 // recordRunning records a started session as running, after its answer
 // rather than before: "starting" is durable already, so the
-// acknowledgement need not wait for a second fsync. Until the commit
-// lands, refresh waits for it (pendingCommit) instead of resolving the
-// record from the shim, so every reader sees what a synchronous commit
-// would have shown. Only a record still starting, of this spawn, is
-// changed.
+// acknowledgement need not wait for a second fsync. Only a record still
+// starting, of this spawn, is changed.
 func (s *server) recordRunning(ss registry.Session) {
+	s.commitLater(ss, "record session running", func(rec *registry.Session) {
+		if rec.State == stateStarting {
+			rec.State, rec.PID, rec.StartedAt = ss.State, ss.PID, ss.StartedAt
+		}
+	})
+}
+
+// recordExitLater records exit, already in the session's journal, after
+// the answer that reports it (attach's terminal frame, exec's result, a
+// stream's end), so that no answer waits for the registry's fsync. Only a
+// record of the same spawn that has not ended is changed.
+func (s *server) recordExitLater(ss registry.Session, exit wire.Exit) {
+	state := wire.SessionExited
+	if exit.Reason == wire.ExitLost {
+		state = wire.SessionLost
+	}
+	s.commitLater(ss, "record session exit", func(rec *registry.Session) {
+		if rec.State == wire.SessionRunning || rec.State == stateStarting {
+			rec.State, rec.Exit = state, &exit
+		}
+	})
+}
+
+// commitLater updates ss's record with change after the answer in hand,
+// in a goroutine the server tracks, and only if the record is still ss's
+// spawn (same key). Until it lands, readers that must see what a
+// synchronous commit would have shown wait for it (settled); others read
+// the truth from the shim and journal anyway (refresh).
+func (s *server) commitLater(ss registry.Session, what string, change func(*registry.Session)) {
+	k := pendingKey(ss.Sandbox, ss.ID)
 	landed := make(chan struct{})
 	s.pendingMu.Lock()
-	s.pending[ss.Key] = landed
+	s.pending[k] = append(s.pending[k], landed)
 	s.pendingMu.Unlock()
-	commit := func() {
+	s.later(func() {
 		defer func() {
 			s.pendingMu.Lock()
-			delete(s.pending, ss.Key)
+			if rest := slices.DeleteFunc(s.pending[k], func(c chan struct{}) bool { return c == landed }); len(rest) > 0 {
+				s.pending[k] = rest
+			} else {
+				delete(s.pending, k)
+			}
 			s.pendingMu.Unlock()
 			close(landed)
 		}()
 		_, err := s.reg.UpdateSession(ss.Sandbox, ss.ID, func(rec *registry.Session) error {
-			if rec.Key == ss.Key && rec.State == stateStarting {
-				rec.State, rec.PID, rec.StartedAt = ss.State, ss.PID, ss.StartedAt
+			if rec.Key == ss.Key {
+				change(rec)
 			}
 			return nil
 		})
 		if err != nil && !errors.Is(err, registry.ErrNotFound) {
-			s.log.Warn("record session running (the next read resolves it from its shim)", "sandbox", ss.Sandbox, "session", ss.ID, "err", err)
+			s.log.Warn(what+" (the next read settles it from the shim)", "sandbox", ss.Sandbox, "session", ss.ID, "err", err)
 		}
-	}
-	s.later(commit)
+	})
 }
 
 // later runs fn in a goroutine the server tracks (Run waits for it), or
@@ -425,45 +455,40 @@ func (s *server) later(fn func()) {
 	fn()
 }
 
-// recordExitLater records exit, already in the session's journal, after
-// the answer that reports it (attach's terminal frame, exec's result, a
-// stream's end): a reader before the commit lands reads the exit from the
-// journal (refresh) and records it itself, so no answer waits for the
-// registry's fsync. Only a record of the same spawn that has not ended is
-// changed.
-func (s *server) recordExitLater(ss registry.Session, exit wire.Exit) {
-	state := wire.SessionExited
-	if exit.Reason == wire.ExitLost {
-		state = wire.SessionLost
-	}
-	s.later(func() {
-		_, err := s.reg.UpdateSession(ss.Sandbox, ss.ID, func(rec *registry.Session) error {
-			if rec.Key == ss.Key && (rec.State == wire.SessionRunning || rec.State == stateStarting) {
-				rec.State, rec.Exit = state, &exit
-			}
-			return nil
-		})
-		if err != nil && !errors.Is(err, registry.ErrNotFound) {
-			s.log.Warn("record session exit (the next read records it from the journal)", "sandbox", ss.Sandbox, "session", ss.ID, "err", err)
-		}
-	})
+func pendingKey(sandbox, id string) string { return sandbox + "/" + id }
+
+// pendingFor returns the deferred commits of a session pending now. Taken
+// before a registry read, it closes the window in which a commit lands
+// between that read and the check.
+func (s *server) pendingFor(sandbox, id string) []chan struct{} {
+	s.pendingMu.Lock()
+	defer s.pendingMu.Unlock()
+	return slices.Clone(s.pending[pendingKey(sandbox, id)])
 }
 
-// pendingCommit waits (a bounded while) for the "running" commit of a
-// spawn answered moments ago, if one is pending, and returns the record as
-// the registry has it then: re-read in any case, because the commit may
-// have landed between the caller's read of ss and now.
-func (s *server) pendingCommit(ss registry.Session) registry.Session {
-	s.pendingMu.Lock()
-	landed := s.pending[ss.Key]
-	s.pendingMu.Unlock()
-	if landed != nil {
+// awaitLanded waits, a bounded while, for the commits in pend (a stuck
+// registry is read as it is: refresh settles from the shim).
+func awaitLanded(pend []chan struct{}) {
+	if len(pend) == 0 {
+		return
+	}
+	t := time.NewTimer(5 * time.Second)
+	defer t.Stop()
+	for _, c := range pend {
 		select {
-		case <-landed:
-		case <-time.After(5 * time.Second):
-			// A stuck registry: resolved from the shim as before.
+		case <-c:
+		case <-t.C:
+			return
 		}
 	}
+}
+
+// settled returns ss's record once the deferred commits pending for it
+// have landed, re-read in any case: one may have landed between the
+// caller's read of ss and now. For a record still starting, which refresh
+// would otherwise resolve from the shim's files.
+func (s *server) settled(ss registry.Session) registry.Session {
+	awaitLanded(s.pendingFor(ss.Sandbox, ss.ID))
 	if cur, err := s.reg.GetSession(ss.Sandbox, ss.ID); err == nil && cur.Key == ss.Key {
 		return cur
 	}
@@ -501,7 +526,7 @@ func (s *server) startShim(ctx context.Context, dir string, spec shim.Spec) (shi
 // the journal is finished as lost so every reader agrees), or running.
 func (s *server) refresh(ss registry.Session) (registry.Session, error) {
 	if ss.State == stateStarting {
-		ss = s.pendingCommit(ss)
+		ss = s.settled(ss)
 	}
 	if ss.State == stateStarting {
 		var err error
@@ -994,7 +1019,14 @@ func (s *server) handleStdin(w http.ResponseWriter, r *http.Request) {
 	// The session is looked up (and its incarnation checked) before the
 	// body is read: a request for a session that is not there, not the
 	// caller's, or ended costs no MaxStdinBody buffer.
+	// An exit recorded after the answer that reported it (commitLater)
+	// is waited for: a client that saw the exit gets command_exited.
+	pend := s.pendingFor(r.PathValue("name"), r.PathValue("id"))
 	ss, err := s.session(r)
+	if err == nil && len(pend) > 0 && ss.State == wire.SessionRunning {
+		awaitLanded(pend)
+		ss, err = s.session(r)
+	}
 	if err == nil && ss.State != wire.SessionRunning && ss.State != stateStarting {
 		err = errCommandExited()
 	}
