@@ -35,9 +35,10 @@ func startProcess(t *testing.T, state string) (*api, *proc) {
 	p := &proc{cmd: cmd, done: make(chan error, 1)}
 	go func() { p.done <- cmd.Wait() }()
 	t.Cleanup(func() {
-		p.kill(syscall.SIGKILL)
-		// Its idle warm shims see EOF and remove their staging
-		// directories on their own; before TempDir's RemoveAll does.
+		// A clean stop: runnerd waits for its warm shims, idle or being
+		// started, to remove their staging directories (killed, they do
+		// it on their own, racing TempDir's RemoveAll).
+		p.kill(syscall.SIGTERM)
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 			if m, _ := filepath.Glob(filepath.Join(state, "s", ".warm-*")); len(m) == 0 {
 				return
