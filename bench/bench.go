@@ -210,7 +210,8 @@ func (r *Report) Markdown(w io.Writer) {
 		if f.Note != "" {
 			name += " (" + f.Note + ")"
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", name, res, base, ratio, target)
+		cell := strings.NewReplacer("|", `\|`).Replace // "head | tee" must not end a cell
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", cell(name), cell(res), cell(base), cell(ratio), cell(target))
 	}
 	if len(r.CPU) > 0 {
 		var parts []string
