@@ -163,14 +163,7 @@ func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
 			}
 			j.Close()
 		}
-		if cdone, ok := s.track(); ok {
-			go func() {
-				defer cdone()
-				closeAll()
-			}()
-			return
-		}
-		closeAll()
+		s.later(closeAll)
 	}()
 
 	rctx, rcancel := context.WithCancel(ctx)

@@ -36,12 +36,22 @@ func newPool(t *testing.T, size int) *Pool {
 // path must fit in 107 bytes), removed after the test.
 func poolRoot(t *testing.T) string {
 	t.Helper()
-	root, err := os.MkdirTemp("", "shp")
+	return filepath.Dir(sessionDir(t))
+}
+
+// startCold starts spec in dir through p and checks that no warm shim of
+// warm took it; it waits for the command's end and the shim's exit.
+func startCold(t *testing.T, p *Pool, dir string, spec Spec, warm []int) {
+	t.Helper()
+	st, err := p.Start(ctxT(t, 10*time.Second), dir, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(root) })
-	return root
+	if slices.Contains(warm, st.ShimPID) {
+		t.Errorf("warm shim %d took a start that must be cold", st.ShimPID)
+	}
+	waitExit(t, dir)
+	waitGone(t, st.ShimPID)
 }
 
 // poolDir returns a new session directory name in p's root.
@@ -216,16 +226,7 @@ func TestPoolCloseStopsWarmShims(t *testing.T) {
 		waitGone(t, pid)
 	}
 	// A closed pool still starts, cold.
-	dir := sessionDir(t)
-	st, err := p.Start(ctxT(t, 10*time.Second), dir, Spec{ID: "c", Argv: []string{"true"}, Env: testEnv})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if slices.Contains(pids, st.ShimPID) {
-		t.Errorf("a closed pool used warm shim %d", st.ShimPID)
-	}
-	waitExit(t, dir)
-	waitGone(t, st.ShimPID)
+	startCold(t, p, sessionDir(t), Spec{ID: "c", Argv: []string{"true"}, Env: testEnv}, pids)
 }
 
 func TestPoolRefills(t *testing.T) {
@@ -483,15 +484,7 @@ func TestPoolExistingDirStartsCold(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := Spec{ID: "c", Argv: []string{"true"}, Env: testEnv}
-	st, err := p.Start(ctxT(t, 10*time.Second), dir, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if slices.Contains(warm, st.ShimPID) {
-		t.Errorf("warm shim %d took an existing directory", st.ShimPID)
-	}
-	waitExit(t, dir)
-	waitGone(t, st.ShimPID)
+	startCold(t, p, dir, spec, warm)
 	if _, err := p.Start(ctxT(t, 10*time.Second), dir, spec); !errors.Is(err, ErrExists) {
 		t.Errorf("second start: got %v, want ErrExists", err)
 	}
