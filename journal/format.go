@@ -186,6 +186,15 @@ func readExit(dir string) (e Exit, ok bool, err error) {
 // writeExit publishes dir/exit.json atomically and durably: tmp file,
 // fsync, rename, fsync of the directory.
 func writeExit(dir string, b []byte) error {
+	if err := publishExit(dir, b); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+// publishExit writes exit.json (fsynced) and renames it into place; the
+// directory entry is durable once dir is fsynced, which the caller does.
+func publishExit(dir string, b []byte) error {
 	tmp := filepath.Join(dir, exitTmpName)
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
@@ -205,7 +214,7 @@ func writeExit(dir string, b []byte) error {
 	if err := os.Rename(tmp, filepath.Join(dir, exitName)); err != nil {
 		return fmt.Errorf("publish exit record: %w", err)
 	}
-	return syncDir(dir)
+	return nil
 }
 
 func syncFile(path string) error {

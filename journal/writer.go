@@ -542,11 +542,22 @@ func (w *Writer) Finish(e Exit) error {
 	if err == nil {
 		err = w.flushLocked(b)
 	}
+	published := false
 	if err == nil {
-		err = writeExit(w.dir, b)
+		err = publishExit(w.dir, b)
+		published = err == nil
 	}
+	// index.db released before the directory's fsync: a follower ends as
+	// soon as it sees exit.json and the writer gone, and the fsync (which
+	// only a power loss could tell from its absence, and which Recover
+	// repairs from the index then) is not on its path.
 	if cerr := w.closeFilesLocked(); err == nil {
 		err = cerr
+	}
+	if published {
+		if serr := syncDir(w.dir); err == nil {
+			err = serr
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("finish journal %s: %w", w.dir, err)
