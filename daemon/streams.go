@@ -1,12 +1,14 @@
 package daemon
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/journal"
@@ -168,7 +170,10 @@ const endedSlice = 16 << 20
 // It returns false, having written nothing, when the segment files do not
 // reach the final length (the chunked form then reports what it finds).
 func (s *server) serveEnded(w http.ResponseWriter, r *http.Request, ss registry.Session, j *journal.Journal, rd *journal.Reader, stream string, e journal.Exit) bool {
-	final := e.Lengths[stream]
+	final, ok := e.Lengths[stream]
+	if !ok {
+		return false // a record without this stream: the chunked form reports it
+	}
 	if _, end, err := j.Bounds(stream); err != nil || end < final || rd.Offset() > final {
 		return false
 	}
@@ -178,7 +183,7 @@ func (s *server) serveEnded(w http.ResponseWriter, r *http.Request, ss registry.
 		return false
 	}
 	if ss.State == wire.SessionRunning {
-		s.recordExit(ss, x)
+		s.recordExitLater(ss, x)
 	}
 	how := "exit"
 	if x.Reason == wire.ExitLost {
@@ -199,6 +204,11 @@ func (s *server) serveEnded(w http.ResponseWriter, r *http.Request, ss registry.
 	}
 	ctx, cancel := contextWithStop(r.Context(), s.stop)
 	defer cancel()
+	// A slice can take long to a slow client, and sendfile does not look
+	// at ctx: a stopping runnerd (or a client gone) cuts the write at once
+	// through its deadline, so Shutdown is not held for a slice.
+	rc := http.NewResponseController(w)
+	defer context.AfterFunc(ctx, func() { rc.SetWriteDeadline(time.Now()) })()
 	for sent := int64(0); sent < n; {
 		if ctx.Err() != nil {
 			// Cut the connection: the client sees a body shorter than its

@@ -145,3 +145,44 @@ func TestStreamEndedForm(t *testing.T) {
 			body, resp.ContentLength, resp.Header.Get(wire.HeaderStreamEnd), resp.Trailer.Get(wire.HeaderStreamEnd))
 	}
 }
+
+// TestStreamEndedStalledClientDoesNotHoldStop: a replay to a client that
+// stopped reading is cut when runnerd stops (its write deadline), instead
+// of holding Shutdown for a whole sendfile slice, or until the forced
+// close after ShutdownTimeout.
+func TestStreamEndedStalledClientDoesNotHoldStop(t *testing.T) {
+	a, stop := startDaemonStoppable(t, daemon.Config{StateDir: t.TempDir(), Token: testToken,
+		NetPolicy: daemon.NetPolicyOff, ShutdownTimeout: 30 * time.Second})
+	a.createSandbox("box")
+	res := a.exec("box", wire.Exec{Argv: []string{"sh", "-c", "head -c 67108864 /dev/zero"}})
+	if res.Exit.Code != 0 {
+		t.Fatalf("exec: %+v", res.Exit)
+	}
+	// The exec's answer carries at most its output cap; the journal has all.
+	var sess wire.SessionList
+	a.must("GET", "/v1/sandboxes/box/sessions", nil, 200, &sess)
+	req, _ := http.NewRequest("GET", a.base+"/v1/sandboxes/box/sessions/"+sess.Sessions[0].ID+"/streams/stdout", nil)
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.ContentLength != 64<<20 {
+		t.Fatalf("Content-Length %d, want the ended form's %d", resp.ContentLength, 64<<20)
+	}
+	// Read a little, then stall: the socket buffers fill and the daemon's
+	// sendfile blocks.
+	if _, err := io.ReadFull(resp.Body, make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	t0 := time.Now()
+	stop()
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Errorf("stop took %v with a stalled replay, want it cut at once", d)
+	}
+	if _, err := io.Copy(io.Discard, resp.Body); err == nil {
+		t.Error("the stalled body ended cleanly, want it cut (short of its Content-Length)")
+	}
+}

@@ -71,8 +71,11 @@ func (r *Reader) SendTo(ctx context.Context, w io.Writer, n int64) (int64, error
 		if err != nil {
 			return sent, fmt.Errorf("send %s: %w", r.stream, err)
 		}
-		// c < k without an error cannot happen (bytes are only appended);
-		// if it did, avail looks again and ReadContext ends it.
+		if c == 0 {
+			// The file says it has k bytes here and yields none: never
+			// loop on it.
+			return sent, fmt.Errorf("%w: segment of %s at %d reads short of its size", ErrCorrupt, r.stream, r.off)
+		}
 	}
 	return sent, nil
 }
