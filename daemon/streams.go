@@ -167,15 +167,24 @@ const endedSlice = 16 << 20
 // wraps the ResponseWriter without passing ReadFrom through, and only with
 // a Content-Length (net/http copies a chunked body through a buffer).
 //
-// It returns false, having written nothing, when the segment files do not
-// reach the final length (the chunked form then reports what it finds).
+// It returns false, having written nothing, when the exit record has no
+// length for stream; a journal whose files miss bytes up to the final
+// length is answered unavailable.
 func (s *server) serveEnded(w http.ResponseWriter, r *http.Request, ss registry.Session, j *journal.Journal, rd *journal.Reader, stream string, e journal.Exit) bool {
 	final, ok := e.Lengths[stream]
 	if !ok {
 		return false // a record without this stream: the chunked form reports it
 	}
-	if _, end, err := j.Bounds(stream); err != nil || end < final || rd.Offset() > final {
+	if rd.Offset() > final {
 		return false
+	}
+	// Checked before any header: a journal missing bytes of an ended
+	// stream gets an answer, not a body cut at the hole that a client
+	// would resume into the same hole forever.
+	if err := j.Complete(stream, rd.Offset(), final); err != nil {
+		s.log.Warn("stream replay refused: journal", "session", ss.ID, "stream", stream, "err", err)
+		s.writeError(w, r, errUnavailable("the journal of session %s is missing bytes of its ended stream %s: %v", ss.ID, stream, err))
+		return true
 	}
 	x := toWireExit(e)
 	exit, err := json.Marshal(x)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -185,4 +186,28 @@ func TestStreamEndedStalledClientDoesNotHoldStop(t *testing.T) {
 	if _, err := io.Copy(io.Discard, resp.Body); err == nil {
 		t.Error("the stalled body ended cleanly, want it cut (short of its Content-Length)")
 	}
+}
+
+// TestStreamEndedMissingBytes: a finished stream whose journal files miss
+// bytes (a segment cut short by something other than its writer) is
+// answered unavailable before any body, not with a body cut at the hole
+// that a client would resume into again and again.
+func TestStreamEndedMissingBytes(t *testing.T) {
+	a := startDaemon(t)
+	a.createSandbox("box")
+	res := a.exec("box", wire.Exec{ID: "short", Argv: []string{"printf", "hello world"}})
+	if res.Exit.Code != 0 || string(res.Stdout) != "hello world" {
+		t.Fatalf("exec: %q %+v", res.Stdout, res.Exit)
+	}
+	segs, _ := filepath.Glob(filepath.Join(sessionDirOf(t, a.state, "short"), "journal", "stdout", "*.seg"))
+	if len(segs) != 1 {
+		t.Fatalf("segments: %v", segs)
+	}
+	if err := os.Truncate(segs[0], 5); err != nil {
+		t.Fatal(err)
+	}
+	a.wantError(a.do("GET", "/v1/sandboxes/box/sessions/short/streams/stdout", nil), 503, wire.CodeUnavailable)
+	// From a cursor before the hole too: the body would end at the
+	// exit record's length, which the files no longer reach.
+	a.wantError(a.do("GET", "/v1/sandboxes/box/sessions/short/streams/stdout?cursor=2", nil), 503, wire.CodeUnavailable)
 }

@@ -122,6 +122,49 @@ func bounds(sdir string) (start, end int64, segs []int64, err error) {
 	return 0, 0, nil, fmt.Errorf("list segments %s: unstable directory", sdir)
 }
 
+// Complete reports whether stream's files hold every byte of [from, to):
+// the segments from the one holding from on follow each other without a
+// gap and the last reaches to. A journal that misses some (a segment lost
+// or cut short by something other than its writer) is ErrCorrupt; from
+// before the first retained offset is ErrTruncated. One stat per segment.
+func (j *Journal) Complete(stream string, from, to int64) error {
+	sdir, err := j.streamDir(stream)
+	if err != nil {
+		return err
+	}
+	segs, err := listSegments(sdir)
+	if err != nil {
+		return fmt.Errorf("list segments: %w", err)
+	}
+	if len(segs) == 0 || from < segs[0] {
+		if from >= to {
+			return nil
+		}
+		if len(segs) == 0 {
+			return fmt.Errorf("%s: %w: no segments", stream, ErrCorrupt)
+		}
+		return fmt.Errorf("%s at %d: %w", stream, from, ErrTruncated)
+	}
+	pos := from
+	for _, off := range segs {
+		if pos >= to {
+			return nil
+		}
+		if off > pos {
+			return fmt.Errorf("%s: %w: no bytes from %d to %d", stream, ErrCorrupt, pos, off)
+		}
+		st, err := os.Stat(filepath.Join(sdir, segName(off)))
+		if err != nil {
+			return fmt.Errorf("stat segment: %w", err)
+		}
+		pos = max(pos, off+st.Size())
+	}
+	if pos < to {
+		return fmt.Errorf("%s: %w: ends at %d, want %d", stream, ErrCorrupt, pos, to)
+	}
+	return nil
+}
+
 // OffsetAt returns the first offset of stream written at or after t (within
 // MarkInterval, never skipping a later byte), from the index. It returns
 // ErrBusy while a writer lives: ask the writer (Writer.OffsetAt) instead.
