@@ -596,7 +596,11 @@ func (s *server) resolveStarting(ss registry.Session) (registry.Session, error) 
 	if !errors.Is(err, shim.ErrNoSession) {
 		return ss, errUnavailable("read session status: %v", err)
 	}
-	e, err := finishLost(dir, "the session never started: its supervisor is gone")
+	// Either it never started, or it started and its files went with a
+	// power loss before they were durable (the record's "running" commit
+	// comes after the answer, so a record can still say starting): the
+	// detail says both, never only the first.
+	e, err := finishLost(dir, "the session never started, or its files were lost (power loss?): its supervisor is gone")
 	if err != nil {
 		return ss, err
 	}
