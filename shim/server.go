@@ -458,6 +458,24 @@ func syncDir(dir string) error {
 	return f.Sync()
 }
 
+// awaitReadable returns once f has something to read, is at EOF, or its
+// read deadline passed (what a Read would then return, Read says), without
+// a buffer; at once for a file the runtime's poller does not handle.
+func awaitReadable(f *os.File) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Read(func(fd uintptr) bool {
+		// Asked, not assumed: the poller is edge-triggered and RawConn
+		// forgets a readiness it saw before, so bytes already buffered
+		// must be found here or they would wait for the next write.
+		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(p, 0)
+		return n > 0 || err != nil
+	})
+}
+
 // exitRecord converts a wait status into the exit record: the true code,
 // or the signal (with Code 128+signal), never an invented 0 or -1.
 func exitRecord(ws syscall.WaitStatus, werr error) journal.Exit {
@@ -487,6 +505,10 @@ func (s *server) pump(o output) {
 		// with EPIPE. The master stays open until shutdown: it is stdin too.
 		defer o.f.Close()
 	}
+	// The buffer is made once there is something to read (or EOF, or the
+	// drain deadline): an idle session's shim never holds it, which is a
+	// tenth of its private memory (docs/benchmarks.md, idle cost).
+	awaitReadable(o.f)
 	buf := make([]byte, pumpBuf)
 	sweeping, swept := false, 0
 	for {
