@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
-	"github.com/agentrunner/runner/client"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -15,11 +14,7 @@ import (
 // answers nil for one that is already gone.
 func TestDeleteSession(t *testing.T) {
 	d := startDaemon(t)
-	c, err := client.New(d.url(), d.token, conformanceOptions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := newClient(t, d, d.url())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := c.CreateSandbox(ctx, wire.CreateSandbox{Name: "del"}); err != nil {

@@ -23,17 +23,24 @@ import (
 
 func newAdapter(t *testing.T, d *daemon, endpoint string) (*client.Client, *client.Adapter) {
 	t.Helper()
-	c, err := client.New(endpoint, d.token, conformanceOptions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := newClient(t, d, endpoint)
 	a, err := client.NewAdapter(context.Background(), c, client.AdapterOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
 	return c, a
+}
+
+// newClient is a client of d at endpoint, closed after the test.
+func newClient(t *testing.T, d *daemon, endpoint string) *client.Client {
+	t.Helper()
+	c, err := client.New(endpoint, d.token, conformanceOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // TestTerminatedAcrossRestarts: the terminated reason comes from runnerd's

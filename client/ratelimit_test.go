@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
-	"github.com/agentrunner/runner/client"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -20,11 +19,7 @@ func TestExecRateLimited(t *testing.T) {
 	d := startDaemon(t, "--netpolicy", "off", "--max-execs", "1")
 	t.Cleanup(d.stop)
 	ctx := context.Background()
-	c, err := client.New(d.url(), d.token, conformanceOptions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newClient(t, d, d.url())
 	sb, err := c.CreateSandbox(ctx, wire.CreateSandbox{Name: "limited"})
 	if err != nil {
 		t.Fatal(err)

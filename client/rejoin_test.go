@@ -50,11 +50,7 @@ func TestRejoinAcrossDaemonKill(t *testing.T) {
 	d := startDaemon(t)
 	t.Cleanup(d.stop)
 	ctx := context.Background()
-	c, err := client.New(d.url(), d.token, conformanceOptions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newClient(t, d, d.url())
 	plain, err := client.NewAdapter(ctx, c, client.AdapterOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -137,11 +133,7 @@ func TestTerminatedReason(t *testing.T) {
 	d := startDaemon(t)
 	t.Cleanup(d.stop)
 	ctx := context.Background()
-	c, err := client.New(d.url(), d.token, conformanceOptions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newClient(t, d, d.url())
 	a, err := client.NewAdapter(ctx, c, client.AdapterOptions{})
 	if err != nil {
 		t.Fatal(err)
