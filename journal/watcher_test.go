@@ -35,6 +35,36 @@ func followAll(ctx context.Context, r *Reader) ([]byte, error) {
 	}
 }
 
+// followStdout creates a journal of one stream, stdout, and a follow
+// Reader of it from 0 woken by w (nil: its own inotify instance). The
+// Reader is closed at cleanup.
+func followStdout(t *testing.T, w *Watcher) (*Writer, *Reader) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "j")
+	wr := mustCreate(t, dir, Options{Streams: []string{"stdout"}})
+	r, err := mustOpen(t, dir).NewReaderWatched(w, "stdout", 0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return wr, r
+}
+
+// mustFollow reads r to its end under a 10 s deadline and fails unless it
+// read exactly want.
+func mustFollow(t *testing.T, r *Reader, want []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got, err := followAll(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("got %d bytes, want %d", len(got), len(want))
+	}
+}
+
 // inotifyWatches counts the live watches of the inotify instance fd, from
 // /proc/self/fdinfo: the kernel's view, not the Watcher's bookkeeping.
 func inotifyWatches(t testing.TB, fd int) int {
@@ -323,14 +353,7 @@ func TestWatcherOverflowReal(t *testing.T) {
 	}
 	w := NewWatcher(WatcherOptions{})
 	defer w.Close()
-	dir := filepath.Join(t.TempDir(), "j")
-	wr := mustCreate(t, dir, Options{Streams: []string{"stdout"}})
-	j := mustOpen(t, dir)
-	r, err := j.NewReaderWatched(w, "stdout", 0, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	wr, r := followStdout(t, w)
 	arm(t, r)
 	noise := t.TempDir()
 	ns, err := w.subscribe(noise, noise)
@@ -359,15 +382,7 @@ func TestWatcherOverflowReal(t *testing.T) {
 	if werr != nil || ferr != nil {
 		t.Fatal(werr, ferr)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	got, err := followAll(ctx, r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("got %d bytes, want %d", len(got), len(want))
-	}
+	mustFollow(t, r, want)
 	if n := w.Stats().Overflows; n == 0 {
 		t.Errorf("overflows: got 0, want at least 1")
 	}
@@ -378,14 +393,7 @@ func TestWatcherOverflowReal(t *testing.T) {
 func TestWatcherIgnored(t *testing.T) {
 	w := NewWatcher(WatcherOptions{PollInterval: 5 * time.Millisecond})
 	defer w.Close()
-	dir := filepath.Join(t.TempDir(), "j")
-	wr := mustCreate(t, dir, Options{Streams: []string{"stdout"}})
-	j := mustOpen(t, dir)
-	r, err := j.NewReaderWatched(w, "stdout", 0, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	wr, r := followStdout(t, w)
 	arm(t, r)
 	var wd int32
 	w.mu.Lock()
@@ -404,15 +412,7 @@ func TestWatcherIgnored(t *testing.T) {
 		}
 		wr.Finish(Exit{Reason: ReasonExited})
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	got, err := followAll(ctx, r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("got %d bytes, want %d", len(got), len(want))
-	}
+	mustFollow(t, r, want)
 	if r.poll == 0 {
 		t.Error("reader does not poll after IN_IGNORED")
 	}
@@ -425,14 +425,7 @@ func TestWatcherIgnored(t *testing.T) {
 // Closing the Watcher under a waiting Reader leaves it polling, not hung.
 func TestWatcherCloseUnderReader(t *testing.T) {
 	w := NewWatcher(WatcherOptions{PollInterval: 5 * time.Millisecond})
-	dir := filepath.Join(t.TempDir(), "j")
-	wr := mustCreate(t, dir, Options{Streams: []string{"stdout"}})
-	j := mustOpen(t, dir)
-	r, err := j.NewReaderWatched(w, "stdout", 0, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	wr, r := followStdout(t, w)
 	arm(t, r)
 	want := patternBytes(0, 0, 200)
 	go func() {
@@ -442,29 +435,14 @@ func TestWatcherCloseUnderReader(t *testing.T) {
 		wr.Write("stdout", want)
 		wr.Finish(Exit{Reason: ReasonExited})
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	got, err := followAll(ctx, r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("got %d bytes, want %d", len(got), len(want))
-	}
+	mustFollow(t, r, want)
 }
 
 // A live stream followed by a Reader armed after Close: ErrClosed.
 func TestWatcherClosedSubscribe(t *testing.T) {
 	w := NewWatcher(WatcherOptions{})
 	w.Close()
-	dir := filepath.Join(t.TempDir(), "j")
-	mustCreate(t, dir, Options{Streams: []string{"stdout"}})
-	j := mustOpen(t, dir)
-	r, err := j.NewReaderWatched(w, "stdout", 0, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	_, r := followStdout(t, w)
 	if _, err := r.Read(make([]byte, 1)); !errors.Is(err, ErrClosed) {
 		t.Fatalf("read: got %v, want ErrClosed", err)
 	}
@@ -525,14 +503,7 @@ func TestWatcherFallbackPoll(t *testing.T) {
 				inotifyInit = tt.own
 				defer func() { inotifyInit = unix.InotifyInit1 }()
 			}
-			dir := filepath.Join(t.TempDir(), "j")
-			wr := mustCreate(t, dir, Options{Streams: []string{"stdout"}})
-			j := mustOpen(t, dir)
-			r, err := j.NewReaderWatched(w, "stdout", 0, true)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
+			wr, r := followStdout(t, w)
 			want := patternBytes(0, 0, 3000)
 			wrote := make(chan struct{})
 			defer func() { <-wrote }()
@@ -544,11 +515,10 @@ func TestWatcherFallbackPoll(t *testing.T) {
 				}
 				wr.Finish(Exit{Reason: ReasonExited})
 			}()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			got, err := followAll(ctx, r)
 			if tt.wantErr != nil {
-				if !errors.Is(err, tt.wantErr) {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if _, err := followAll(ctx, r); !errors.Is(err, tt.wantErr) {
 					t.Fatalf("read: got %v, want %v", err, tt.wantErr)
 				}
 				if polls.Load() != 0 {
@@ -556,12 +526,7 @@ func TestWatcherFallbackPoll(t *testing.T) {
 				}
 				return
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Fatalf("got %d bytes, want %d", len(got), len(want))
-			}
+			mustFollow(t, r, want)
 			if r.poll == 0 {
 				t.Error("reader does not poll")
 			}
