@@ -31,6 +31,7 @@ const (
 	sweepWindow  = 20 * time.Millisecond // final non-blocking sweep after DrainGrace
 	sweepMax     = 1 << 20               // bytes the final sweep reads at most
 	pumpBuf      = 32 << 10              // read buffer per output stream
+	minBackoff   = 10 * time.Millisecond // first wait between journal write retries
 	maxBackoff   = 2 * time.Second       // between journal write retries
 	closeTimeout = 2 * time.Second       // for handlers to answer at shutdown
 )
@@ -541,7 +542,7 @@ func (s *server) pump(o output) {
 // failure (disk full) it records the error and retries with backoff, so the
 // pump stops reading and the command blocks on its full pipe.
 func (s *server) writeJournal(stream string, p []byte) {
-	backoff := 10 * time.Millisecond
+	backoff := minBackoff
 	failed := false
 	for len(p) > 0 {
 		n, err := s.jw.Load().Write(stream, p)
@@ -550,9 +551,7 @@ func (s *server) writeJournal(stream string, p []byte) {
 			continue
 		}
 		failed = true
-		s.setWriteErr(fmt.Sprintf("write journal %s: %v", stream, err))
-		time.Sleep(backoff)
-		backoff = min(2*backoff, maxBackoff)
+		s.retryWait(fmt.Sprintf("write journal %s: %v", stream, err), &backoff)
 	}
 	if failed {
 		s.setWriteErr("")
@@ -565,12 +564,21 @@ func (s *server) setWriteErr(msg string) {
 	s.mu.Unlock()
 }
 
+// retryWait records msg, a failed journal write, as the session's write
+// error and sleeps out *backoff before the next attempt, doubling *backoff
+// up to maxBackoff.
+func (s *server) retryWait(msg string, backoff *time.Duration) {
+	s.setWriteErr(msg)
+	time.Sleep(*backoff)
+	*backoff = min(2**backoff, maxBackoff)
+}
+
 // finish publishes the exit record. When the journal cannot be finished
 // (disk full), it retries, recovering the journal each time, until it can:
 // an exit record is never skipped and never invented.
 func (s *server) finish(rec journal.Exit) {
 	jdir := filepath.Join(s.dir, JournalDir)
-	backoff := 10 * time.Millisecond
+	backoff := minBackoff
 	// A failed Finish closes the writer, which releases the journal's
 	// lock: until Recover takes it again, readers see a dead writer without
 	// an exit record and report the session lost. So wait for space with
@@ -580,11 +588,9 @@ func (s *server) finish(rec journal.Exit) {
 		if err == nil {
 			break
 		}
-		s.setWriteErr(fmt.Sprintf("finish journal: %v", err))
-		time.Sleep(backoff)
-		backoff = min(2*backoff, maxBackoff)
+		s.retryWait(fmt.Sprintf("finish journal: %v", err), &backoff)
 	}
-	backoff = 10 * time.Millisecond
+	backoff = minBackoff
 	for {
 		jw := s.jw.Load()
 		rec.Lengths = map[string]int64{}
@@ -596,9 +602,7 @@ func (s *server) finish(rec journal.Exit) {
 		if err == nil {
 			break
 		}
-		s.setWriteErr(fmt.Sprintf("finish journal: %v", err))
-		time.Sleep(backoff)
-		backoff = min(2*backoff, maxBackoff)
+		s.retryWait(fmt.Sprintf("finish journal: %v", err), &backoff)
 		nw, rerr := journal.Recover(jdir)
 		if errors.Is(rerr, journal.ErrFinished) {
 			if j, oerr := journal.Open(jdir); oerr == nil {
