@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -111,7 +110,7 @@ func readMessage(rd io.Reader) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := int(binary.BigEndian.Uint32(hdr[12:16])) // the payload length field
+	n := wire.PayloadLen(hdr[:])
 	if n > wire.MaxFramePayload {
 		return hdr[:], nil // ParseFrame reports the oversized length
 	}

@@ -258,6 +258,11 @@ func checkHeader(k FrameKind, s StreamID, off uint64, n int) error {
 	return nil
 }
 
+// PayloadLen is the payload length the frame header h (at least
+// FrameHeaderLen bytes) announces, unchecked: for a reader that sizes its
+// buffer before ParseFrame validates the whole frame.
+func PayloadLen(h []byte) int { return int(binary.BigEndian.Uint32(h[12:16])) }
+
 func parseHeader(h []byte) (Frame, int, error) {
 	if h[0] != FrameMagic {
 		return Frame{}, 0, fmt.Errorf("decode frame header: %w (0x%02x)", ErrBadMagic, h[0])
@@ -267,14 +272,14 @@ func parseHeader(h []byte) (Frame, int, error) {
 	}
 	k, s := FrameKind(h[2]), StreamID(h[3])
 	off := binary.BigEndian.Uint64(h[4:12])
-	n := binary.BigEndian.Uint32(h[12:16])
+	n := PayloadLen(h)
 	if n > MaxFramePayload {
 		return Frame{}, 0, fmt.Errorf("decode frame header: %w (%d bytes)", ErrFrameTooLarge, n)
 	}
-	if err := checkHeader(k, s, off, int(n)); err != nil {
+	if err := checkHeader(k, s, off, n); err != nil {
 		return Frame{}, 0, fmt.Errorf("decode %s frame header: %w", k, err)
 	}
-	return Frame{Kind: k, Stream: s, Offset: int64(off)}, int(n), nil
+	return Frame{Kind: k, Stream: s, Offset: int64(off)}, n, nil
 }
 
 // ParseFrame decodes exactly one frame from b, for transports that carry
