@@ -1,7 +1,6 @@
 package journal
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -216,17 +215,11 @@ func BenchmarkFollowLatency(b *testing.B) {
 		run(b, func(p []byte) error { _, err := pw.Write(p); return err }, pr.Read)
 		pw.Close()
 	})
-	b.Run("journal", func(b *testing.B) {
-		dir := filepath.Join(b.TempDir(), "j")
-		w, err := Create(dir, Options{Streams: []string{"stdout"}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		j, err := Open(dir)
-		if err != nil {
-			b.Fatal(err)
-		}
-		r, err := j.NewReader("stdout", 0, true)
+	// follow runs over a new one-stream journal in dir, read by a follow
+	// Reader woken by wt (nil: an inotify instance of its own).
+	follow := func(b *testing.B, dir string, wt *Watcher) {
+		w := mustCreate(b, dir, Options{Streams: []string{"stdout"}})
+		r, err := mustOpen(b, dir).NewReaderWatched(wt, "stdout", 0, true)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -235,6 +228,9 @@ func BenchmarkFollowLatency(b *testing.B) {
 		if err := w.Finish(Exit{Reason: ReasonExited}); err != nil {
 			b.Fatal(err)
 		}
+	}
+	b.Run("journal", func(b *testing.B) {
+		follow(b, filepath.Join(b.TempDir(), "j"), nil)
 	})
 	// The same through a shared Watcher, as runnerd reads, with 99 other
 	// idle followers on 33 other journals registered on it.
@@ -244,44 +240,18 @@ func BenchmarkFollowLatency(b *testing.B) {
 		root := b.TempDir()
 		for i := range 33 {
 			dir := filepath.Join(root, strconv.Itoa(i))
-			w, err := Create(dir, Options{Streams: []string{"stdout", "stderr"}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer w.Close()
-			j, err := Open(dir)
-			if err != nil {
-				b.Fatal(err)
-			}
+			mustCreate(b, dir, Options{Streams: []string{"stdout", "stderr"}})
+			j := mustOpen(b, dir)
 			for _, s := range []string{"stdout", "stderr", "stdout"} {
 				r, err := j.NewReaderWatched(wt, s, 0, true)
 				if err != nil {
 					b.Fatal(err)
 				}
 				defer r.Close()
-				ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-				r.ReadContext(ctx, make([]byte, 1)) // arm: registers with wt
-				cancel()
+				arm(b, r) // registers with wt
 			}
 		}
-		dir := filepath.Join(root, "j")
-		w, err := Create(dir, Options{Streams: []string{"stdout"}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		j, err := Open(dir)
-		if err != nil {
-			b.Fatal(err)
-		}
-		r, err := j.NewReaderWatched(wt, "stdout", 0, true)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer r.Close()
-		run(b, func(p []byte) error { _, err := w.Write("stdout", p); return err }, r.Read)
-		if err := w.Finish(Exit{Reason: ReasonExited}); err != nil {
-			b.Fatal(err)
-		}
+		follow(b, filepath.Join(root, "j"), wt)
 	})
 }
 
