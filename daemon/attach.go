@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/shim"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -289,7 +290,7 @@ func (s *server) finalExit(ss registry.Session, j *journal.Journal, lost bool) (
 			return wire.Exit{}, err
 		}
 	}
-	exit := toWireExit(e)
+	exit := shim.WireExit(e)
 	if ss.State == wire.SessionRunning || ss.State == stateStarting {
 		s.recordExitLater(ss, exit)
 	}

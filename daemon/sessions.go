@@ -45,10 +45,6 @@ func streamsOf(tty bool) []string {
 	return []string{"stdout", "stderr"}
 }
 
-func toWireExit(e journal.Exit) wire.Exit {
-	return wire.Exit{Reason: e.Reason, Code: e.Code, Signal: e.Signal, Detail: e.Detail, Lengths: e.Lengths, Time: e.Time, Terminated: e.Terminated}
-}
-
 func toWireSession(ss registry.Session) wire.Session {
 	st := ss.State
 	if st == stateStarting {
@@ -548,13 +544,13 @@ func (s *server) refresh(ss registry.Session) (registry.Session, error) {
 		if st.Exit == nil {
 			return ss, nil
 		}
-		exit = toWireExit(*st.Exit)
+		exit = shim.WireExit(*st.Exit)
 	case "lost":
 		e, err := finishLost(dir, "session supervisor died without an exit record")
 		if err != nil {
 			return ss, err
 		}
-		exit = toWireExit(e)
+		exit = shim.WireExit(e)
 	default:
 		return ss, nil
 	}
@@ -604,7 +600,7 @@ func (s *server) resolveStarting(ss registry.Session) (registry.Session, error) 
 	if err != nil {
 		return ss, err
 	}
-	return s.recordExit(ss, toWireExit(e))
+	return s.recordExit(ss, shim.WireExit(e))
 }
 
 // shimMayLive reports whether a shim of the session directory dir, which
@@ -730,7 +726,7 @@ func (s *server) reconcile(ctx context.Context) error {
 			// policy), and the session with them.
 			e, ferr := finishLost(s.sessionDir(ss), "the session's files were lost (power loss?)")
 			if ferr == nil {
-				s.recordExit(ss, toWireExit(e))
+				s.recordExit(ss, shim.WireExit(e))
 				s.log.Warn("session lost with its files", "sandbox", ss.Sandbox, "session", ss.ID)
 				continue
 			}
@@ -833,7 +829,7 @@ func (s *server) terminate(ctx context.Context, ss registry.Session, grace time.
 	if err != nil {
 		return uncertain(err)
 	}
-	ss, err = s.recordExit(ss, toWireExit(e))
+	ss, err = s.recordExit(ss, shim.WireExit(e))
 	if err == nil {
 		if lerr := s.stopLingering(ctx, ss, grace); lerr != nil {
 			return uncertain(lerr)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/shim"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -68,7 +69,7 @@ func (s *server) handleStream(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Trailer", wire.HeaderStreamEnd+", "+wire.HeaderExit+", "+wire.HeaderError)
 	if e, ok, _ := j.Exit(); ok {
-		if b, err := json.Marshal(toWireExit(e)); err == nil {
+		if b, err := json.Marshal(shim.WireExit(e)); err == nil {
 			h.Set(wire.HeaderExit, string(b))
 		}
 	}
@@ -120,7 +121,7 @@ func (s *server) handleStream(w http.ResponseWriter, r *http.Request) {
 		case err != nil:
 			code = classify(err).code
 		case rd.Offset() >= e.Lengths[stream]:
-			x := toWireExit(e)
+			x := shim.WireExit(e)
 			exit = &x
 			if ss.State == wire.SessionRunning {
 				s.recordExit(ss, x)
@@ -186,7 +187,7 @@ func (s *server) serveEnded(w http.ResponseWriter, r *http.Request, ss registry.
 		s.writeError(w, r, errUnavailable("the journal of session %s is missing bytes of its ended stream %s: %v", ss.ID, stream, err))
 		return true
 	}
-	x := toWireExit(e)
+	x := shim.WireExit(e)
 	exit, err := json.Marshal(x)
 	if err != nil {
 		return false
