@@ -100,15 +100,14 @@ func NewPool(exe []string, opts PoolOptions) *Pool {
 // directory a warm shim cannot take (see Prepare), it starts the shim
 // cold, exactly as Start does.
 func (p *Pool) Start(ctx context.Context, dir string, spec Spec) (Status, error) {
-	pr, err := p.Prepare(dir, spec)
+	pr, abs, err := p.prepare(dir, spec)
 	if err != nil {
 		return Status{}, err
 	}
 	if pr != nil {
 		return pr.Start(ctx)
 	}
-	abs, _ := filepath.Abs(dir) // Prepare checked it
-	return startWith(ctx, abs, spec, func(dir string) (Status, error) { return launch(ctx, p.exe, dir) })
+	return startWith(ctx, p.exe, abs, spec)
 }
 
 // Prepared is a session handed to a warm shim whose command has not
@@ -128,36 +127,37 @@ type Prepared struct {
 // renaming its staging directory), so only a directory directly in Root
 // that does not exist yet.
 func (p *Pool) Prepare(dir string, spec Spec) (*Prepared, error) {
+	pr, _, err := p.prepare(dir, spec)
+	return pr, err
+}
+
+// prepare is Prepare, and also returns dir made absolute (checkStart) for
+// a cold start.
+func (p *Pool) prepare(dir string, spec Spec) (*Prepared, string, error) {
 	if len(p.exe) == 0 {
-		return nil, fmt.Errorf("start shim: %w: empty exe", ErrInvalid)
+		return nil, "", fmt.Errorf("start shim: %w: empty exe", ErrInvalid)
 	}
-	if err := spec.validate(); err != nil {
-		return nil, fmt.Errorf("start shim: %w", err)
-	}
-	abs, err := filepath.Abs(dir)
+	abs, err := checkStart(dir, spec)
 	if err != nil {
-		return nil, fmt.Errorf("start shim: %w", err)
-	}
-	if _, err := socketPath(abs); err != nil {
-		return nil, fmt.Errorf("start shim: %w", err)
+		return nil, "", err
 	}
 	if filepath.Dir(abs) != p.opts.Root {
-		return nil, nil
+		return nil, abs, nil
 	}
 	if _, err := os.Lstat(abs); !errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, abs, nil
 	}
 	b, err := json.Marshal(spec)
 	if err != nil {
-		return nil, fmt.Errorf("start shim: %w", err)
+		return nil, "", fmt.Errorf("start shim: %w", err)
 	}
 	for w := p.take(); w != nil; w = p.take() {
 		if w.give(abs, b) {
-			return &Prepared{w: w, spec: spec}, nil
+			return &Prepared{w: w, spec: spec}, abs, nil
 		}
 		// It died while idle (killed by someone): it never saw dir.
 	}
-	return nil, nil
+	return nil, abs, nil
 }
 
 // Start lets the prepared command start and waits for the readiness line,

@@ -125,23 +125,33 @@ func Start(ctx context.Context, exe []string, dir string, spec Spec) (Status, er
 	if len(exe) == 0 {
 		return Status{}, fmt.Errorf("start shim: %w: empty exe", ErrInvalid)
 	}
-	return startWith(ctx, dir, spec, func(dir string) (Status, error) { return launch(ctx, exe, dir) })
+	dir, err := checkStart(dir, spec)
+	if err != nil {
+		return Status{}, err
+	}
+	return startWith(ctx, exe, dir, spec)
 }
 
-// startWith prepares the session directory for spec, runs launch (which
-// starts a shim on dir and returns its readiness), and cleans up after a
-// start error.
-func startWith(ctx context.Context, dir string, spec Spec, launch func(dir string) (Status, error)) (Status, error) {
+// checkStart checks a start request, spec and dir, and returns dir made
+// absolute.
+func checkStart(dir string, spec Spec) (string, error) {
 	if err := spec.validate(); err != nil {
-		return Status{}, fmt.Errorf("start shim: %w", err)
+		return "", fmt.Errorf("start shim: %w", err)
 	}
 	dir, err := filepath.Abs(dir)
 	if err != nil {
-		return Status{}, fmt.Errorf("start shim: %w", err)
+		return "", fmt.Errorf("start shim: %w", err)
 	}
 	if _, err := socketPath(dir); err != nil {
-		return Status{}, fmt.Errorf("start shim: %w", err)
+		return "", fmt.Errorf("start shim: %w", err)
 	}
+	return dir, nil
+}
+
+// startWith prepares the session directory dir (checked by checkStart)
+// for spec, launches a shim of exe on it, and cleans up after a start
+// error.
+func startWith(ctx context.Context, exe []string, dir string, spec Spec) (Status, error) {
 	created := false
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		created = true
@@ -178,7 +188,7 @@ func startWith(ctx context.Context, dir string, spec Spec, launch func(dir strin
 		}
 	}
 
-	st, err := launch(dir)
+	st, err := launch(ctx, exe, dir)
 	if err != nil {
 		var se *StartError
 		if errors.As(err, &se) {
