@@ -136,13 +136,13 @@ func (j *Journal) Complete(stream string, from, to int64) error {
 	if err != nil {
 		return fmt.Errorf("list segments: %w", err)
 	}
-	if len(segs) == 0 || from < segs[0] {
-		if from >= to {
-			return nil
-		}
-		if len(segs) == 0 {
-			return fmt.Errorf("%s: %w: no segments", stream, ErrCorrupt)
-		}
+	if from >= to {
+		return nil
+	}
+	if len(segs) == 0 {
+		return fmt.Errorf("%s: %w: no segments", stream, ErrCorrupt)
+	}
+	if from < segs[0] {
 		return fmt.Errorf("%s at %d: %w", stream, from, ErrTruncated)
 	}
 	pos := from
