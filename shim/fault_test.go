@@ -115,6 +115,18 @@ func pattern(n int) []byte {
 	return b
 }
 
+// patternFile writes pattern(n) to a file and returns the bytes and the
+// file's path.
+func patternFile(t *testing.T, n int) ([]byte, string) {
+	t.Helper()
+	b := pattern(n)
+	path := filepath.Join(t.TempDir(), "pattern")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return b, path
+}
+
 // waitStatus polls the shim's status until cond holds.
 func waitStatus(t *testing.T, c *Client, what string, cond func(Status) bool) Status {
 	t.Helper()
@@ -176,11 +188,7 @@ func TestDiskFullBackpressure(t *testing.T) {
 	needRoot(t)
 	t.Parallel()
 	const size = 8 << 20
-	want := pattern(size)
-	src := filepath.Join(t.TempDir(), "pattern")
-	if err := os.WriteFile(src, want, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	want, src := patternFile(t, size)
 	mnt := tmpfsDir(t, "2m")
 	dir := filepath.Join(mnt, "s")
 	// "done" goes to stderr only after cat wrote every byte: while it is
@@ -384,11 +392,7 @@ func TestDiskFullPastDrainWindow(t *testing.T) {
 
 func testDiskFullPastDrainWindow(t *testing.T, trickle bool) {
 	const size = 512 << 10 // fits in the command's enlarged pipe: it exits at once
-	want := pattern(size)
-	src := filepath.Join(t.TempDir(), "pattern")
-	if err := os.WriteFile(src, want, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	want, src := patternFile(t, size)
 	mnt := tmpfsDir(t, "2m")
 	dir := filepath.Join(mnt, "s")
 	startAt(t, dir, Spec{Argv: []string{shimExe[0]}, Dir: "/",

@@ -133,26 +133,13 @@ func TestPoolStart(t *testing.T) {
 
 	t.Run("runs before return", func(t *testing.T) {
 		dir, st := poolStart(t, p, Spec{Argv: []string{"cat"}})
-		if err := syscall.Kill(st.PID, 0); err != nil {
-			t.Fatalf("command pid %d: %v", st.PID, err)
-		}
 		if sid, _ := unix.Getsid(st.ShimPID); sid != st.ShimPID {
 			t.Errorf("shim %d: session %d, want its own", st.ShimPID, sid)
 		}
 		if ppid := parentOf(t, st.ShimPID); ppid == os.Getpid() {
 			t.Errorf("shim %d is a child of the test process", st.ShimPID)
 		}
-		c := dial(t, dir)
-		ctx := ctxT(t, 10*time.Second)
-		if err := c.WriteStdin(ctx, []byte("hi\n")); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.CloseStdin(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if e := waitExit(t, dir); e.Code != 0 || e.Lengths["stdout"] != 3 {
-			t.Fatalf("got %+v, want exit 0 with 3 bytes", e)
-		}
+		checkCat(t, dir, st)
 	})
 
 	t.Run("missing binary", func(t *testing.T) {

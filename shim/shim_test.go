@@ -280,6 +280,13 @@ func TestStartRunsBeforeReturn(t *testing.T) {
 	// The spawn-ack trap: a write right after Start must reach a running
 	// command, and the pid must be the command's.
 	dir, st := start(t, Spec{Argv: []string{"cat"}})
+	checkCat(t, dir, st)
+}
+
+// checkCat checks a session started on cat: its command runs (st.PID),
+// takes stdin at once, and ends on close-stdin with the bytes echoed.
+func checkCat(t *testing.T, dir string, st Status) {
+	t.Helper()
 	if err := syscall.Kill(st.PID, 0); err != nil {
 		t.Fatalf("command pid %d: %v", st.PID, err)
 	}
