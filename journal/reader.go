@@ -273,6 +273,8 @@ const (
 // inotifyInit is unix.InotifyInit1; tests inject failures.
 var inotifyInit = unix.InotifyInit1
 
+// arm registers the Reader for changes: with its Watcher, else with an
+// inotify instance of its own; it polls if the kernel refuses either.
 func (r *Reader) arm() error {
 	if r.w != nil {
 		sub, err := r.w.subscribe(r.sdir, r.dir)
@@ -286,37 +288,35 @@ func (r *Reader) arm() error {
 		default:
 			r.sub = sub
 		}
-		r.armed, r.needCheck = true, true
-		return nil
-	}
-	// Out of instances or watches: poll rather than fail the follower.
-	fail := func(err error) error {
-		if pollable(err) {
-			r.startPolling(DefaultPollInterval)
-			r.armed, r.needCheck = true, true
-			return nil
-		}
+	} else if err := r.watchOwn(); pollable(err) {
+		// Out of instances or watches: poll rather than fail the follower.
+		r.startPolling(DefaultPollInterval)
+	} else if err != nil {
 		return err
 	}
+	r.armed, r.needCheck = true, true
+	return nil
+}
+
+// watchOwn sets up the Reader's own inotify instance on its two directories.
+func (r *Reader) watchOwn() error {
 	fd, err := inotifyInit(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
-		return fail(fmt.Errorf("inotify: %w", err))
+		return fmt.Errorf("inotify: %w", err)
 	}
 	if _, err := unix.InotifyAddWatch(fd, r.sdir, streamEvents); err != nil {
 		unix.Close(fd)
-		return fail(fmt.Errorf("watch %s: %w", r.sdir, err))
+		return fmt.Errorf("watch %s: %w", r.sdir, err)
 	}
 	wd, err := unix.InotifyAddWatch(fd, r.dir, journalEvents)
 	if err != nil {
 		unix.Close(fd)
-		return fail(fmt.Errorf("watch %s: %w", r.dir, err))
+		return fmt.Errorf("watch %s: %w", r.dir, err)
 	}
-	r.armed = true
 	// A non-blocking descriptor joins the runtime poller, so Read parks the
 	// goroutine and honours deadlines.
 	r.ino = os.NewFile(uintptr(fd), "inotify")
 	r.wdJournal = int32(wd)
-	r.needCheck = true
 	r.evbuf = make([]byte, 1024)
 	return nil
 }
