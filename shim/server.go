@@ -220,10 +220,7 @@ func (s *server) moveTo(dir string) error {
 		return fmt.Errorf("move staged session to %s: %w", dir, err)
 	}
 	s.dir, s.sock = dir, sock
-	if err := s.jw.Load().Relocate(filepath.Join(dir, JournalDir)); err != nil {
-		return err
-	}
-	return nil
+	return s.jw.Load().Relocate(filepath.Join(dir, JournalDir))
 }
 
 // adopt makes the moved directory spec's session: it writes spec.json

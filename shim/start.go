@@ -412,7 +412,7 @@ func warmMain(sock *os.File, root string, retain int64) int {
 	setSmall()
 	stage, err := os.MkdirTemp(root, ".warm-")
 	if err != nil {
-		fmt.Fprintf(sock, "error %d %d %s %s\n", os.Getpid(), errnoOf(err), PhaseSetup, oneLine(err.Error()))
+		reportError(sock, PhaseSetup, err)
 		return 1
 	}
 	// Its stderr goes to the staging directory's log, which becomes the
@@ -434,7 +434,7 @@ func warmMain(sock *os.File, root string, retain int64) int {
 	}
 	if err != nil {
 		os.RemoveAll(stage)
-		fmt.Fprintf(sock, "error %d %d %s %s\n", os.Getpid(), errnoOf(err), PhaseSetup, oneLine(err.Error()))
+		reportError(sock, PhaseSetup, err)
 		return 1
 	}
 	discard := func() { s.undo(); os.RemoveAll(s.dir) }
@@ -447,7 +447,7 @@ func warmMain(sock *os.File, root string, retain int64) int {
 	// short command is its Finish, on exec's path (~1 ms).
 	if err := s.jw.Load().Sync(); err != nil {
 		discard()
-		fmt.Fprintf(sock, "error %d %d %s %s\n", os.Getpid(), errnoOf(err), PhaseSetup, oneLine(err.Error()))
+		reportError(sock, PhaseSetup, err)
 		return 1
 	}
 	if _, err := fmt.Fprintf(sock, "warm %d %s\n", os.Getpid(), stage); err != nil {
