@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"sync/atomic"
 
-	"github.com/agentrunner/runner/journal"
 	"github.com/agentrunner/runner/shim"
 	"github.com/agentrunner/runner/wire"
 )
@@ -67,9 +66,7 @@ func (s *server) sessionStats(ctx context.Context) (sessionStats, error) {
 			return st, ctx.Err()
 		}
 		if ss.Exit != nil {
-			for _, n := range ss.Exit.Lengths {
-				st.bytes += n
-			}
+			st.bytes += total(ss.Exit.Lengths)
 			continue
 		}
 		if ss.State != wire.SessionRunning && ss.State != stateStarting {
@@ -78,27 +75,26 @@ func (s *server) sessionStats(ctx context.Context) (sessionStats, error) {
 		dir := s.sessionDir(ss)
 		if ss.State == wire.SessionRunning {
 			if sh, err := shim.ReadStatus(dir); err == nil && sh.State == "exited" && sh.Exit != nil {
-				for _, n := range sh.Exit.Lengths {
-					st.bytes += n
-				}
+				st.bytes += total(sh.Exit.Lengths)
 				continue
 			} else if err == nil && sh.State == "lost" {
 				continue
 			}
 		}
 		st.running++
-		j, err := journal.Open(journalDir(dir))
-		if err != nil {
-			continue
-		}
-		for _, name := range j.Streams() {
-			if _, end, err := j.Bounds(name); err == nil {
-				st.bytes += end
-			}
-		}
-		j.Close()
+		lengths, _ := journalLengths(dir)
+		st.bytes += total(lengths)
 	}
 	return st, nil
+}
+
+// total is the sum of a session's stream lengths.
+func total(lengths map[string]int64) int64 {
+	var n int64
+	for _, l := range lengths {
+		n += l
+	}
+	return n
 }
 
 func (s *server) handleMetrics(w http.ResponseWriter, r *http.Request) {

@@ -74,14 +74,7 @@ func (s *server) wireSession(ctx context.Context, ss registry.Session) wire.Sess
 		return out
 	}
 	dir := s.sessionDir(ss)
-	if j, err := journal.Open(journalDir(dir)); err == nil {
-		lengths := map[string]int64{}
-		for _, name := range j.Streams() {
-			if _, end, err := j.Bounds(name); err == nil {
-				lengths[name] = end
-			}
-		}
-		j.Close()
+	if lengths, err := journalLengths(dir); err == nil {
 		out.Lengths = lengths
 	}
 	if ss.State == wire.SessionRunning {
@@ -95,6 +88,23 @@ func (s *server) wireSession(ctx context.Context, ss registry.Session) wire.Sess
 		}
 	}
 	return out
+}
+
+// journalLengths is the end offset of each stream in the journal of the
+// session at dir; a stream whose bounds cannot be read is left out.
+func journalLengths(dir string) (map[string]int64, error) {
+	j, err := journal.Open(journalDir(dir))
+	if err != nil {
+		return nil, err
+	}
+	defer j.Close()
+	lengths := map[string]int64{}
+	for _, name := range j.Streams() {
+		if _, end, err := j.Bounds(name); err == nil {
+			lengths[name] = end
+		}
+	}
+	return lengths, nil
 }
 
 // session looks up the session in the path: 404 not_found only when the
