@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -134,20 +133,12 @@ func startNsexec(cmd *exec.Cmd, spec Spec) error {
 		p.Cred = &nsexecCred{UID: c.Uid, GID: c.Gid, Groups: c.Groups}
 		attr.Credential = nil // the helper must stay root to mount
 	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	uc, child, err := socketPair("nsexec")
 	if err != nil {
 		return fmt.Errorf("nsexec: create socket pair: %w", err)
 	}
-	child := os.NewFile(uintptr(fds[1]), "nsexec-child")
 	defer child.Close()
-	pf := os.NewFile(uintptr(fds[0]), "nsexec")
-	conn, err := net.FileConn(pf) // dups: deadlines and CloseWrite
-	pf.Close()
-	if err != nil {
-		return fmt.Errorf("nsexec: %w", err)
-	}
-	defer conn.Close()
-	uc := conn.(*net.UnixConn)
+	defer uc.Close()
 
 	cmd.Path = "/proc/self/exe" // this program, even if its file was replaced since
 	cmd.Args = append(append([]string{os.Args[0]}, mainPrefix...), nsexecArg)
