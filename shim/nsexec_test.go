@@ -6,11 +6,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Spec.ResolvConf tests. They need root (mount namespaces, setuid) and
@@ -89,7 +90,7 @@ if echo x >>/etc/resolv.conf; then echo WRITABLE; fi; read x; exit 3`
 		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", st.PID)); string(comm) != "sh\n" {
 			t.Errorf("pid %d runs %q, want sh", st.PID, comm)
 		}
-		if sid, err := unixGetsid(st.PID); err != nil || sid != st.PID {
+		if sid, err := unix.Getsid(st.PID); err != nil || sid != st.PID {
 			t.Errorf("session of pid %d: got %d (%v), want the pid itself", st.PID, sid, err)
 		}
 		if m := nsLink(t, fmt.Sprintf("/proc/%d/ns/mnt", st.PID)); m == hostMnt {
@@ -176,19 +177,6 @@ ls /proc/self/fd; ulimit -n; pwd; env | sort`
 			})
 		}
 	})
-}
-
-func unixGetsid(pid int) (int, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// Fields after the ")" of comm: state ppid pgrp session ...
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	if len(f) < 4 {
-		return 0, syscall.EINVAL
-	}
-	return strconv.Atoi(f[3])
 }
 
 // TestNsexecReport pins the helper's report protocol.
