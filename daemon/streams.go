@@ -61,14 +61,16 @@ func (s *server) handleStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer done()
-	if e, ended, err := j.Exit(); err == nil && ended && s.serveEnded(w, r, ss, j, rd, stream, e) {
+	e, ended, err := j.Exit()
+	ended = ended && err == nil
+	if ended && s.serveEnded(w, r, ss, j, rd, stream, e) {
 		return
 	}
 
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Trailer", wire.HeaderStreamEnd+", "+wire.HeaderExit+", "+wire.HeaderError)
-	if e, ok, _ := j.Exit(); ok {
+	if ended {
 		if b, err := json.Marshal(shim.WireExit(e)); err == nil {
 			h.Set(wire.HeaderExit, string(b))
 		}
