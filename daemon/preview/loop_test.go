@@ -42,10 +42,7 @@ func TestProxyMarksForwardedRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	res.Body.Close()
-	in, _ := got.last()
-	if in == nil {
-		t.Fatal("target saw no request")
-	}
+	in, _ := got.mustLast(t)
 	if in.Header.Get(HopHeader) == "" {
 		t.Errorf("forwarded request lacks %s", HopHeader)
 	}

@@ -36,6 +36,16 @@ func (s *seen) last() (*http.Request, []byte) {
 	return s.req, s.body
 }
 
+// mustLast is last, failing the test when the target saw no request.
+func (s *seen) mustLast(t *testing.T) (*http.Request, []byte) {
+	t.Helper()
+	in, body := s.last()
+	if in == nil {
+		t.Fatal("target saw no request")
+	}
+	return in, body
+}
+
 func allBytes() []byte {
 	b := make([]byte, 0, 3*256)
 	for i := 0; i < 3*256; i++ {
@@ -83,10 +93,7 @@ func TestProxyPassesExactBytesAndStatus(t *testing.T) {
 		t.Errorf("X-App = %q, want the target's header", res.Header.Get("X-App"))
 	}
 
-	in, inBody := got.last()
-	if in == nil {
-		t.Fatal("target saw no request")
-	}
+	in, inBody := got.mustLast(t)
 	checks := []struct{ name, got, want string }{
 		{"method", in.Method, http.MethodPost},
 		{"path", in.URL.Path, "/some/path"},
@@ -125,10 +132,7 @@ func TestProxyForwardsAppCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	res.Body.Close()
-	in, _ := got.last()
-	if in == nil {
-		t.Fatal("target saw no request")
-	}
+	in, _ := got.mustLast(t)
 	if g := in.Header.Get("Authorization"); g != "Basic YXBwOnNlY3JldA==" {
 		t.Errorf("Authorization = %q, want the app's own header unchanged", g)
 	}
