@@ -16,7 +16,13 @@ import (
 // waitEnded polls GET session until the session is no longer running.
 func (a *api) waitEnded(sandbox, id string) wire.Session {
 	a.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	return a.waitEndedWithin(sandbox, id, 15*time.Second)
+}
+
+// waitEndedWithin is waitEnded failing the test after d.
+func (a *api) waitEndedWithin(sandbox, id string, d time.Duration) wire.Session {
+	a.t.Helper()
+	deadline := time.Now().Add(d)
 	for {
 		var s wire.Session
 		a.must("GET", "/v1/sandboxes/"+sandbox+"/sessions/"+id, nil, 200, &s)

@@ -32,18 +32,7 @@ func sessionDirs(t *testing.T, a *api) []string {
 // waitEnded waits until the session's record says it ended.
 func waitEnded(t *testing.T, a *api, sandbox, id string) wire.Session {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var s wire.Session
-		a.must("GET", "/v1/sandboxes/"+sandbox+"/sessions/"+id, nil, 200, &s)
-		if s.State != wire.SessionRunning {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("session %s: still running", id)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return a.waitEndedWithin(sandbox, id, 20*time.Second)
 }
 
 // TestDeleteSession: an ended session's record and directory go, a second
