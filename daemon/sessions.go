@@ -397,15 +397,20 @@ func (s *server) recordRunning(ss registry.Session) {
 	})
 }
 
+// endedState is the state of a session that ended with exit.
+func endedState(exit wire.Exit) string {
+	if exit.Reason == wire.ExitLost {
+		return wire.SessionLost
+	}
+	return wire.SessionExited
+}
+
 // recordExitLater records exit, already in the session's journal, after
 // the answer that reports it (attach's terminal frame, exec's result, a
 // stream's end), so that no answer waits for the registry's fsync. Only a
 // record of the same spawn that has not ended is changed.
 func (s *server) recordExitLater(ss registry.Session, exit wire.Exit) {
-	state := wire.SessionExited
-	if exit.Reason == wire.ExitLost {
-		state = wire.SessionLost
-	}
+	state := endedState(exit)
 	s.commitLater(ss, "record session exit", func(rec *registry.Session) {
 		if rec.State == wire.SessionRunning || rec.State == stateStarting {
 			rec.State, rec.Exit = state, &exit
@@ -650,10 +655,7 @@ func shimMayLive(dir string, since time.Time) bool {
 
 // recordExit stores a session's exit record.
 func (s *server) recordExit(ss registry.Session, exit wire.Exit) (registry.Session, error) {
-	state := wire.SessionExited
-	if exit.Reason == wire.ExitLost {
-		state = wire.SessionLost
-	}
+	state := endedState(exit)
 	out, err := s.reg.UpdateSession(ss.Sandbox, ss.ID, func(rec *registry.Session) error {
 		rec.State = state
 		rec.Exit = &exit

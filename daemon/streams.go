@@ -142,10 +142,7 @@ func (s *server) handleStream(w http.ResponseWriter, r *http.Request) {
 		code = classify(rerr).code
 	}
 	if exit != nil {
-		end = "exit"
-		if exit.Reason == wire.ExitLost {
-			end = "lost"
-		}
+		end = streamEnd(*exit)
 		b, _ := json.Marshal(exit)
 		h.Set(wire.HeaderExit, string(b))
 	}
@@ -154,6 +151,14 @@ func (s *server) handleStream(w http.ResponseWriter, r *http.Request) {
 		h.Set(wire.HeaderError, string(code))
 	}
 	h.Set(wire.HeaderStreamEnd, end)
+}
+
+// streamEnd is the Runner-Stream-End of a body that reached exit.
+func streamEnd(exit wire.Exit) string {
+	if exit.Reason == wire.ExitLost {
+		return "lost"
+	}
+	return "exit"
 }
 
 // endedSlice bounds one SendTo of serveEnded, so a stopping runnerd cuts a
@@ -197,10 +202,7 @@ func (s *server) serveEnded(w http.ResponseWriter, r *http.Request, ss registry.
 	if ss.State == wire.SessionRunning {
 		s.recordExitLater(ss, x)
 	}
-	how := "exit"
-	if x.Reason == wire.ExitLost {
-		how = "lost"
-	}
+	how := streamEnd(x)
 	n := final - rd.Offset()
 	h := w.Header()
 	// A set Content-Type keeps net/http from sniffing a type from the body.
