@@ -156,15 +156,12 @@ func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
 	// should pay that (bench: exec round trip went from spawn + 15 ms to
 	// spawn + 1.5 ms). The closer is tracked, so Run waits for it.
 	var readers []*journal.Reader
-	defer func() {
-		closeAll := func() {
-			for _, rd := range readers {
-				rd.Close()
-			}
-			j.Close()
+	defer s.later(func() {
+		for _, rd := range readers {
+			rd.Close()
 		}
-		s.later(closeAll)
-	}()
+		j.Close()
+	})
 
 	rctx, rcancel := context.WithCancel(ctx)
 	defer rcancel()
