@@ -126,7 +126,7 @@ func (s *server) handleStream(w http.ResponseWriter, r *http.Request) {
 			x := shim.WireExit(e)
 			exit = &x
 			if ss.State == wire.SessionRunning {
-				s.recordExit(ss, x)
+				s.recordExitLater(ss, x) // as serveEnded and finalExit: not before the trailers
 			}
 		default:
 			end = "more" // the record is known, this body stopped short of it
