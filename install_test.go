@@ -57,6 +57,54 @@ func TestInstallScript(t *testing.T) {
 	}
 }
 
+// TestInstallFromForeignCheckout runs install.sh as root from a checkout
+// owned by another user, the usual `sudo images/install.sh` case, where Go's
+// own VCS stamping fails on git's safe.directory check. The binaries must
+// build and carry the checkout's `git describe` as their version.
+func TestInstallFromForeignCheckout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds three binaries")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the checkout is chowned to another user and installed from as root")
+	}
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("needs git")
+	}
+	if _, err := os.Stat(".git"); err != nil {
+		t.Skip("not run from a git checkout")
+	}
+	src := filepath.Join(t.TempDir(), "runner")
+	if out, err := exec.Command("git", "clone", "-q", "--no-hardlinks", ".", src).CombinedOutput(); err != nil {
+		t.Fatalf("git clone: %v\n%s", err, out)
+	}
+	if out, err := exec.Command("chown", "-R", "65534:65534", src).CombinedOutput(); err != nil {
+		t.Fatalf("chown: %v\n%s", err, out)
+	}
+	want, err := exec.Command("git", "-c", "safe.directory="+src, "-C", src, "describe", "--tags", "--always", "--dirty").Output()
+	if err != nil {
+		t.Fatalf("git describe: %v", err)
+	}
+	root := t.TempDir()
+	cmd := exec.Command("bash", filepath.Join(src, "images/install.sh"), "--no-start")
+	cmd.Env = append(os.Environ(), "DESTDIR="+root, "GOFLAGS=-buildvcs=auto") // a host whose Go env sets -buildvcs=false would hide the bug
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("install.sh from a checkout owned by uid 65534: %v\n%s", err, out)
+	}
+	for _, b := range []string{"runnerd"} {
+		out, err := exec.Command(filepath.Join(root, "usr/local/bin", b), "--version").Output()
+		if err != nil {
+			t.Fatalf("%s --version: %v", b, err)
+		}
+		if got := strings.TrimSpace(string(out)); got != strings.TrimSpace(string(want)) {
+			t.Errorf("%s --version = %q, want %q (git describe)", b, got, strings.TrimSpace(string(want)))
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, "usr/local/share/doc/runner/operations.md")); err != nil {
+		t.Errorf("the unit's Documentation= page is not installed: %v", err)
+	}
+}
+
 // TestInstalledShim starts the installed runnerd the way the unit does
 // (--shim runner-shim) and checks that a session's supervisor is that
 // binary, not a re-executed runnerd.

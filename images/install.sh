@@ -8,13 +8,17 @@
 # An upgrade replaces the binaries and restarts runnerd only: the unit's
 # KillMode=process leaves every session shim running, and the new runnerd
 # adopts them from its registry (docs/operations.md).
+#
+# The binaries carry one version (runnerd --version, /healthz, runner
+# version): `git describe` of the checkout, or VERSION=... from the caller.
+
 set -euo pipefail
 
 start=1
 for arg in "$@"; do
   case "$arg" in
     --no-start) start=0 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^$/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     *) echo "install.sh: unknown argument $arg" >&2; exit 2 ;;
   esac
 done
@@ -23,26 +27,40 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 destdir=${DESTDIR:-}
 bindir=${BINDIR:-/usr/local/bin}
 unitdir=${UNITDIR:-/etc/systemd/system}
+docdir=${DOCDIR:-/usr/local/share/doc/runner}
 
 command -v go >/dev/null 2>&1 || PATH="$PATH:/usr/local/go/bin"
 build=$(mktemp -d)
 trap 'rm -rf "$build"' EXIT
-(cd "$src" && CGO_ENABLED=0 go build -trimpath -o "$build/" ./cmd/runnerd ./cmd/runner ./cmd/runner-shim)
+# Go's own VCS stamping asks git, which refuses a checkout owned by another
+# user (the usual `sudo images/install.sh` case: "error obtaining VCS
+# status"). So the version is asked of git here, with this one checkout
+# marked safe for this one command, and stamped with -ldflags; -buildvcs=false
+# keeps go build from asking again.
+version=${VERSION:-$(git -c safe.directory="$src" -C "$src" describe --tags --always --dirty 2>/dev/null || echo dev)}
+(cd "$src" && CGO_ENABLED=0 go build -buildvcs=false -trimpath \
+  -ldflags "-X github.com/agentrunner/runner/version.Version=$version" \
+  -o "$build/" ./cmd/runnerd ./cmd/runner ./cmd/runner-shim)
 
-install -d -m 0755 "$destdir$bindir" "$destdir$unitdir"
+install -d -m 0755 "$destdir$bindir" "$destdir$unitdir" "$destdir$docdir"
 for b in runnerd runner runner-shim; do
   # install(1) writes a new inode and renames it into place, so a shim that
   # runs from the old binary keeps its mapping and the next spawn gets the new one.
   install -m 0755 "$build/$b" "$destdir$bindir/$b"
 done
-sed "s#/usr/local/bin#$bindir#g" "$src/systemd/runnerd.service" > "$build/runnerd.service"
+# The unit's Documentation= names these pages.
+for d in "$src"/docs/*.md "$src/README.md"; do
+  install -m 0644 "$d" "$destdir$docdir/$(basename "$d")"
+done
+sed -e "s#/usr/local/bin#$bindir#g" -e "s#/usr/local/share/doc/runner#$docdir#g" \
+  "$src/systemd/runnerd.service" > "$build/runnerd.service"
 install -m 0644 "$build/runnerd.service" "$destdir$unitdir/runnerd.service"
 
 if [ "$start" = 1 ] && [ -z "$destdir" ] && command -v systemctl >/dev/null 2>&1; then
   systemctl daemon-reload
   systemctl enable runnerd.service
   systemctl restart runnerd.service
-  echo "runnerd is running; the token is in /var/lib/runnerd/token"
+  echo "runnerd $version is running; the token is in /var/lib/runnerd/token"
 else
-  echo "installed into ${destdir:-/}; start with: systemctl enable --now runnerd"
+  echo "runner $version installed into ${destdir:-/}; start with: systemctl enable --now runnerd"
 fi

@@ -20,10 +20,8 @@ import (
 
 	"github.com/agentrunner/runner/daemon"
 	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/version"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
 
 const usage = `runnerd: the runner daemon (docs/protocol.md, docs/operations.md)
 
@@ -112,7 +110,7 @@ func run(args []string) int {
 		return 2
 	}
 	if *showVersion {
-		fmt.Println(version)
+		fmt.Println(version.String())
 		return 0
 	}
 	var pool netip.Prefix
@@ -159,7 +157,7 @@ func run(args []string) int {
 		Listen:      *listen,
 		Socket:      *socket,
 		Token:       os.Getenv(daemon.EnvToken),
-		Version:     version,
+		Version:     version.String(),
 
 		PreviewListen:      *previewListen,
 		PreviewURLTemplate: *previewURL,
