@@ -84,7 +84,7 @@ func (s Spec) Streams() []string {
 
 func (s Spec) validate() error {
 	if !ValidID(s.ID) {
-		return fmt.Errorf("%w: id %q (want 1-64 of [A-Za-z0-9._-], not starting with a dot)", ErrInvalid, s.ID)
+		return fmt.Errorf("%w: id %q (want 1-64 of [A-Za-z0-9._-], starting with a letter or digit)", ErrInvalid, s.ID)
 	}
 	if len(s.Argv) == 0 || s.Argv[0] == "" {
 		return fmt.Errorf("%w: empty argv", ErrInvalid)
@@ -102,17 +102,22 @@ func (s Spec) validate() error {
 }
 
 // ValidID reports whether id is a usable session id: 1-64 bytes of
-// [A-Za-z0-9._-], not starting with a dot.
+// [A-Za-z0-9._-], the first a letter or a digit (runnerd's rule too, so an
+// id never reads as an option, a hidden file or a staging directory).
 func ValidID(id string) bool {
-	if len(id) == 0 || len(id) > 64 || id[0] == '.' {
+	if len(id) == 0 || len(id) > 64 || !isAlnum(id[0]) {
 		return false
 	}
 	for _, c := range []byte(id) {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+		if !isAlnum(c) && c != '.' && c != '_' && c != '-' {
 			return false
 		}
 	}
 	return true
+}
+
+func isAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
 // Status describes a session.
@@ -245,29 +250,6 @@ func readJSON(path string, v any) error {
 		return fmt.Errorf("decode %s: %w", filepath.Base(path), err)
 	}
 	return nil
-}
-
-// writeFileAtomic writes b to path through a temporary file and a rename,
-// so a reader sees the old content or the new, never a part. It does not
-// fsync: these files matter only while the session's processes exist, and
-// a power loss ends those (the journal makes its own durability promise).
-func writeFileAtomic(path string, b []byte, perm fs.FileMode) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
 }
 
 // pendingFile is a file created before its content is known, under a
