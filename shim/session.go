@@ -65,6 +65,25 @@ type Spec struct {
 	// execs the command, so the command's pid is still the one reported
 	// (see nsexec.go); a failure fails the start.
 	ResolvConf string `json:"resolv_conf,omitempty"`
+	// Isolate runs the command with no way back up: PR_SET_NO_NEW_PRIVS,
+	// an empty capability bounding set and empty ambient and inheritable
+	// sets, so a setuid binary or one with file capabilities gains
+	// nothing. It needs a User that is not root (root without
+	// capabilities still owns root's files): an Isolate spec whose User is
+	// empty or resolves to uid 0 is refused with ErrInvalid. The steps run
+	// in the nsexec helper (exec.go).
+	Isolate bool `json:"isolate,omitempty"`
+	// Cgroups optionally names the cgroup directories (absolute, clean,
+	// existing) the command is placed in before it executes anything:
+	// with cgroup v2 one directory of the unified hierarchy (the command
+	// is cloned into it, CLONE_INTO_CGROUP); with cgroup v1 or a hybrid
+	// layout one directory per controller hierarchy (the nsexec helper
+	// writes its pid into each cgroup.procs before it execs the
+	// command), plus at most one v2 directory. The shim itself is never in
+	// them, and a directory that holds the shim is refused (ErrInvalid):
+	// the shim must survive the command's OOM and must not count against
+	// its pids limit. Creating and removing them is the caller's.
+	Cgroups []string `json:"cgroups,omitempty"`
 	// RetainBytes caps each stream's journal (0 keeps everything).
 	RetainBytes int64 `json:"retain_bytes,omitempty"`
 	// StdinClosed starts the command with its stdin at EOF: the shim
@@ -91,6 +110,36 @@ func (s Spec) validate() error {
 	}
 	if s.ResolvConf != "" && !filepath.IsAbs(s.ResolvConf) {
 		return fmt.Errorf("%w: resolv_conf %q is not an absolute path", ErrInvalid, s.ResolvConf)
+	}
+	if s.Isolate {
+		if s.User == "" {
+			return fmt.Errorf("%w: isolate needs a user that is not root, and none is set", ErrInvalid)
+		}
+		// A lookup failure is the start's to report (PhaseExec), as
+		// without Isolate; a user that is root is refused here.
+		if c, err := credential(s.User); err == nil && c.Uid == 0 {
+			return fmt.Errorf("%w: isolate: user %q is uid 0, which owns root's files even without capabilities", ErrInvalid, s.User)
+		}
+	}
+	v2 := 0
+	for _, dir := range s.Cgroups {
+		if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
+			return fmt.Errorf("%w: cgroup %q is not an absolute clean path", ErrInvalid, dir)
+		}
+		isV2, err := cgroupKind(dir)
+		if err != nil {
+			return err
+		}
+		if isV2 {
+			if v2++; v2 > 1 {
+				return fmt.Errorf("%w: more than one cgroup v2 directory", ErrInvalid)
+			}
+		}
+		// The shim starts in its launcher's cgroups (and checks again for
+		// itself before the command starts).
+		if err := notOurs(dir); err != nil {
+			return err
+		}
 	}
 	if s.RetainBytes < 0 {
 		return fmt.Errorf("%w: negative retain_bytes", ErrInvalid)
