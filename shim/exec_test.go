@@ -387,19 +387,22 @@ func TestCgroupsPlaceCommand(t *testing.T) {
 // cgroup directory, at most one of them v2, and not hold the shim.
 func TestCgroupsValidate(t *testing.T) {
 	needRoot(t)
-	cgs := makeCgroups(t, false, true)
-	v2root := filepath.Dir(cgs[0].Dir)
+	cgs := makeCgroups(t, true, true) // memory, pids, cpu, v2
+	v2root := filepath.Dir(cgs[3].Dir)
+	pidsRoot := filepath.Dir(cgs[1].Dir)
 	for _, tc := range []struct {
 		name string
 		dirs []string
 		msg  string
 	}{
 		{"relative", []string{"sys/fs/cgroup/pids"}, "absolute clean"},
-		{"unclean", []string{cgs[0].Dir + "/../" + filepath.Base(cgs[0].Dir)}, "absolute clean"},
-		{"missing", []string{cgs[0].Dir + "-missing"}, "no such file"},
+		{"unclean", []string{cgs[3].Dir + "/../" + filepath.Base(cgs[3].Dir)}, "absolute clean"},
+		{"missing", []string{cgs[3].Dir + "-missing"}, "no such file"},
 		{"not a cgroup", []string{t.TempDir()}, "not on a cgroup file system"},
-		{"two v2", []string{cgs[0].Dir, v2root}, "more than one cgroup v2"},
+		{"two v2", []string{cgs[3].Dir, v2root}, "more than one cgroup v2"},
+		{"two in one v1 hierarchy", []string{cgs[1].Dir, cgs[0].Dir, pidsRoot}, "in one hierarchy"},
 		{"holds the shim", []string{v2root}, "holds the shim"},
+		{"holds the shim, v1", []string{pidsRoot}, "holds the shim"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), Spec{ID: "x", Argv: []string{"true"}, Env: testEnv, Cgroups: tc.dirs})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/journal"
+	"golang.org/x/sys/unix"
 )
 
 // Files of a session directory.
@@ -122,6 +123,7 @@ func (s Spec) validate() error {
 		}
 	}
 	v2 := 0
+	hierarchies := map[uint64]string{} // device of each hierarchy (one superblock each) → the dir in it
 	for _, dir := range s.Cgroups {
 		if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
 			return fmt.Errorf("%w: cgroup %q is not an absolute clean path", ErrInvalid, dir)
@@ -135,6 +137,14 @@ func (s Spec) validate() error {
 				return fmt.Errorf("%w: more than one cgroup v2 directory", ErrInvalid)
 			}
 		}
+		var st unix.Stat_t
+		if err := unix.Stat(dir, &st); err != nil {
+			return fmt.Errorf("%w: cgroup %q: %w", ErrInvalid, dir, err)
+		}
+		if other, ok := hierarchies[st.Dev]; ok {
+			return fmt.Errorf("%w: cgroups %q and %q are in one hierarchy (a process is in one directory of each)", ErrInvalid, other, dir)
+		}
+		hierarchies[st.Dev] = dir
 		// The shim starts in its launcher's cgroups (and checks again for
 		// itself before the command starts).
 		if err := notOurs(dir); err != nil {
