@@ -473,3 +473,34 @@ func BenchmarkStartCommand(b *testing.B) {
 		})
 	}
 }
+
+// TestPoolIsolateCgroups: a warm shim given an Isolate spec with Cgroups
+// (the spec travels as JSON to a shim started before it) takes the same
+// exec path as a cold start.
+func TestPoolIsolateCgroups(t *testing.T) {
+	needRoot(t)
+	cgs := makeCgroups(t, true, true)
+	p := newPool(t, 1)
+	dir := poolDir(t, p)
+	st, err := p.Start(ctxT(t, 10*time.Second), dir, Spec{ID: "t1", Env: testEnv, User: "nobody", Isolate: true,
+		Cgroups: dirsOf(cgs), Argv: []string{"sh", "-c", "grep -E '^(NoNewPrivs|CapBnd):' /proc/self/status; cat /proc/self/cgroup"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { waitGone(t, st.ShimPID) })
+	if e := waitExit(t, dir); e.Code != 0 {
+		t.Fatalf("exit %+v", e)
+	}
+	out := stdoutOf(t, dir)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for _, want := range []string{"NoNewPrivs:\t1", "CapBnd:\t0000000000000000"} {
+		if !slices.Contains(lines, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, c := range cgs {
+		if !slices.Contains(lines, c.Line) {
+			t.Errorf("output lacks %q:\n%s", c.Line, out)
+		}
+	}
+}
