@@ -21,6 +21,7 @@ var rules = []struct {
 	{pkg: "adapter/fake", stdlibOnly: true, allowed: []string{"adapter"}},
 	{pkg: "adapter/conformance", stdlibOnly: true, allowed: []string{"adapter"}},
 	{pkg: "wire", stdlibOnly: true},
+	{pkg: "internal/atomicfile", stdlibOnly: true},
 	{pkg: "client", forbidden: []string{
 		module + "/daemon", module + "/journal", module + "/shim", module + "/netpolicy",
 		"go.etcd.io/bbolt", "github.com/google/nftables", "github.com/vishvananda/",

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentrunner/runner/internal/atomicfile"
 	"golang.org/x/sys/unix"
 )
 
@@ -189,7 +190,7 @@ func writeExit(dir string, b []byte) error {
 	if err := publishExit(dir, b); err != nil {
 		return err
 	}
-	return syncDir(dir)
+	return atomicfile.SyncDir(dir)
 }
 
 // publishExit writes exit.json (fsynced) and renames it into place; the
@@ -225,18 +226,6 @@ func syncFile(path string) error {
 	defer f.Close()
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("sync %s: %w", filepath.Base(path), err)
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync dir: %w", err)
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync dir %s: %w", dir, err)
 	}
 	return nil
 }

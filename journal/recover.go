@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/agentrunner/runner/internal/atomicfile"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -272,7 +273,7 @@ func recoverStream(dir, name string, synced int64, sameBoot bool) (*wstream, err
 	if err != nil {
 		return nil, err
 	}
-	if err := syncDir(sdir); err != nil {
+	if err := atomicfile.SyncDir(sdir); err != nil {
 		f.Close()
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentrunner/runner/internal/atomicfile"
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
 )
@@ -124,7 +125,7 @@ func Create(dir string, opts Options) (*Writer, error) {
 		w.streams[name] = s
 		w.order = append(w.order, s)
 		if !opts.DeferCreateSync {
-			if err := syncDir(sdir); err != nil {
+			if err := atomicfile.SyncDir(sdir); err != nil {
 				return fail(err)
 			}
 		}
@@ -184,7 +185,7 @@ func Create(dir string, opts Options) (*Writer, error) {
 	w.db.NoSync = false
 	if opts.DeferCreateSync {
 		w.createSync = true
-	} else if err := syncDir(dir); err != nil {
+	} else if err := atomicfile.SyncDir(dir); err != nil {
 		return fail(err)
 	}
 	w.start()
@@ -435,10 +436,10 @@ func (w *Writer) flushLocked(exit []byte) error {
 		// index.db is fdatasynced by the commit below; its entry by the
 		// journal directory's sync.
 		for _, s := range w.order {
-			keep(syncDir(s.dir))
+			keep(atomicfile.SyncDir(s.dir))
 		}
 		keep(syncFile(filepath.Join(w.dir, metaName)))
-		keep(syncDir(w.dir))
+		keep(atomicfile.SyncDir(w.dir))
 	}
 	for _, sn := range snaps {
 		for _, f := range sn.sealed {
@@ -451,7 +452,7 @@ func (w *Writer) flushLocked(exit []byte) error {
 			keep(sn.f.Sync())
 		}
 		if len(sn.created) > 0 || len(sn.removed) > 0 {
-			keep(syncDir(sn.s.dir))
+			keep(atomicfile.SyncDir(sn.s.dir))
 		}
 	}
 	if firstErr != nil {
@@ -555,7 +556,7 @@ func (w *Writer) Finish(e Exit) error {
 		err = cerr
 	}
 	if published {
-		if serr := syncDir(w.dir); err == nil {
+		if serr := atomicfile.SyncDir(w.dir); err == nil {
 			err = serr
 		}
 	}

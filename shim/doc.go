@@ -51,6 +51,23 @@
 //   - Stdin never blocks control: a stdin write that the child does not
 //     read holds only the stdin path; resize, signal, terminate and status
 //     are served concurrently.
+//   - One exec path (exec.go): every step between the shim's fork and the
+//     command's first instruction (cgroup placement, namespaces, the
+//     capability bounding set, setgroups/setgid/setuid, ambient and
+//     inheritable capabilities, no_new_privs, chdir) is listed once, in
+//     one order, and done at the fork or in the nsexec helper; an
+//     ordinary session (no Cgroups v1, ResolvConf or Isolate) takes the
+//     direct path. The shim itself is never in a command's cgroups.
+//   - Isolate: a command of an Isolate spec runs as a user that is not
+//     root, with no_new_privs and empty bounding, ambient and inheritable
+//     sets, so no setuid binary or file capability lifts it back up.
+//
+// Files, by side and role: launch.go is the launcher (what runnerd calls:
+// Start and the readiness line); main.go the shim process's own entry
+// (Main, warm shims, detach); server.go the per-session server type,
+// stage.go its staging (prepare, moveTo, adopt, undo), supervise.go its
+// supervision (start, run, pump, finish), control.go its control socket;
+// exec.go, nsexec.go and proc.go the exec path; reaper.go the subreaper.
 //
 // Drain window: after the child exits, the shim keeps reading until every
 // output stream reaches EOF (pipe EOF, or EIO on the PTY master once every

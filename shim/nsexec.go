@@ -17,12 +17,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A command with Spec.ResolvConf runs in its own mount namespace, where
-// that file is bind-mounted read-only over /etc/resolv.conf. Go runs no
-// code of ours in a child between fork and execve, so the shim starts
-// itself as a small helper (the nsexec helper) that prepares the
-// namespace and then execve(2)s the command in its own process: the pid
-// the shim reports, waits for and signals is the command's.
+// The nsexec helper runs the exec path's steps (exec.go) that Go's fork
+// cannot: a mount namespace for Spec.ResolvConf, joining cgroup v1
+// directories, and Spec.Isolate's capability and no_new_privs steps. Go
+// runs no code of ours in a child between fork and execve, so the shim
+// starts itself as a small helper that does those steps on its locked
+// thread and then execve(2)s the command in its own process: the pid the
+// shim reports, waits for and signals is the command's.
 //
 // Dispatch: the helper is the shim's own executable (/proc/self/exe) run
 // with the argument prefix that led to Main (e.g. "serve" for
@@ -34,8 +35,10 @@ import (
 //
 // The helper is forked like the command would be (same SysProcAttr:
 // setsid, controlling terminal; from the thread inside Spec.NetNS, so it
-// is in the network namespace), but without Credential, Dir or the
-// command's environment: as root it
+// is in the network namespace; cloned into the cgroup v2 directory), but
+// without Credential, Dir or the command's environment. As root it then
+// runs, in execSteps' order, each of the plan's steps that has a helper
+// side; the mount namespace step
 //
 //  1. unshare(CLONE_NEWNS) on its locked thread;
 //  2. makes every mount a slave (MS_REC|MS_SLAVE on "/"), so nothing it
@@ -48,15 +51,16 @@ import (
 //     start;
 //  4. remounts that bind read-only (keeping the mount's nosuid, nodev,
 //     noexec and atime flags, which the kernel may insist on);
-//  5. switches to Spec.User: setgroups, setgid, setuid (all threads),
-//     after the mounts because an unprivileged user cannot mount;
-//  6. chdir(Spec.Dir), as the user, as exec.Cmd does;
-//  7. execve(2) of the path the shim looked up (PATH lookup is the
-//     shim's, unchanged), with the command's argv and environment.
+//
+// and the user switch (setgroups, setgid, setuid, all threads) comes
+// after the mounts because an unprivileged user cannot mount. Last come
+// chdir(Spec.Dir), as the user, and execve(2) of the path the shim looked
+// up (PATH lookup is the shim's, unchanged), with the command's argv and
+// environment.
 //
 // Protocol, on a socket pair whose helper end is the helper's fd 3 (made
 // close-on-exec by the helper at once, so the command never sees it): the
-// shim writes one JSON nsexecParams and shuts its write side; the helper
+// shim writes one JSON execPlan and shuts its write side; the helper
 // writes "exec\n" just before execve(2), and on any failure
 // "error ERRNO PHASE STEP\n" (PHASE as in the readiness line: exec for
 // the chdir and the execve, setup for the rest) and exits 127. The shim reads to EOF: "exec" alone
@@ -81,23 +85,6 @@ const (
 	resolvConf    = "/etc/resolv.conf"
 )
 
-// nsexecParams is what the shim sends the helper.
-type nsexecParams struct {
-	ResolvConf string   `json:"resolv_conf"`
-	Path       string   `json:"path"` // as looked up by the shim
-	Argv       []string `json:"argv"`
-	Env        []string `json:"env"`
-	Dir        string   `json:"dir,omitempty"`
-	// Cred is Spec.User resolved; nil keeps the shim's own (root).
-	Cred *nsexecCred `json:"cred,omitempty"`
-}
-
-type nsexecCred struct {
-	UID    uint32   `json:"uid"`
-	GID    uint32   `json:"gid"`
-	Groups []uint32 `json:"groups"`
-}
-
 // mainPrefix is the part of os.Args between the program name and the
 // arguments Main was given ("serve", "shim", or nothing), recorded by Main
 // so the helper is reached the same way the shim was.
@@ -112,27 +99,15 @@ func setMainPrefix(args []string) {
 // isNsexec reports whether Main's arguments ask for the helper mode.
 func isNsexec(args []string) bool { return len(args) == 1 && args[0] == nsexecArg }
 
-// startCommand starts the command: directly (startIn) when spec has no
-// ResolvConf, which is the path every ordinary session takes, else
-// through the nsexec helper. Either way it returns once the command's
-// execve succeeded, with cmd.Process being the command.
-func startCommand(cmd *exec.Cmd, spec Spec) error {
-	if spec.ResolvConf == "" {
-		return asCommandError(startIn(cmd, spec.NetNS))
-	}
-	return startNsexec(cmd, spec)
-}
-
-func startNsexec(cmd *exec.Cmd, spec Spec) error {
-	p := nsexecParams{ResolvConf: spec.ResolvConf, Path: cmd.Path, Argv: cmd.Args, Env: cmd.Environ(), Dir: cmd.Dir}
+// startNsexec starts the command through the helper, which does the
+// plan's helper steps (exec.go) and execs it.
+func startNsexec(cmd *exec.Cmd, p *execPlan) error {
 	var attr syscall.SysProcAttr
 	if cmd.SysProcAttr != nil {
 		attr = *cmd.SysProcAttr
 	}
-	if c := attr.Credential; c != nil {
-		p.Cred = &nsexecCred{UID: c.Uid, GID: c.Gid, Groups: c.Groups}
-		attr.Credential = nil // the helper must stay root to mount
-	}
+	attr.Credential = nil // the helper stays root until its own "switch user"
+	p.Path, p.Argv, p.Env = cmd.Path, cmd.Args, cmd.Environ()
 	uc, child, err := socketPair("nsexec")
 	if err != nil {
 		return fmt.Errorf("nsexec: create socket pair: %w", err)
@@ -146,7 +121,13 @@ func startNsexec(cmd *exec.Cmd, spec Spec) error {
 	cmd.Dir = ""
 	cmd.SysProcAttr = &attr
 	cmd.ExtraFiles = []*os.File{child} // fd 3 = nsexecFD
-	if err := startIn(cmd, spec.NetNS); err != nil {
+	f, err := forkSteps(cmd, p, true)
+	if err != nil {
+		return err
+	}
+	err = startIn(cmd, f.netNS)
+	f.close()
+	if err != nil {
 		return err
 	}
 	child.Close()
@@ -227,56 +208,51 @@ func nsexecMain() (code int) {
 			code = fail("nsexec helper", fmt.Errorf("panic: %v", r))
 		}
 	}()
-	var p nsexecParams
+	var p execPlan
 	if err := json.NewDecoder(f).Decode(&p); err != nil {
 		return fail("nsexec: read parameters", err)
 	}
-	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-		return fail("nsexec: unshare mount namespace", err)
-	}
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
-		return fail("nsexec: make mounts slave", err)
-	}
-	target, err := filepath.EvalSymlinks(resolvConf)
-	if err != nil {
-		return fail("nsexec: resolve "+resolvConf, err)
-	}
-	if err := unix.Mount(p.ResolvConf, target, "", unix.MS_BIND, ""); err != nil {
-		return fail(fmt.Sprintf("nsexec: bind-mount %s over %s", p.ResolvConf, target), err)
-	}
-	var sfs unix.Statfs_t
-	if err := unix.Statfs(target, &sfs); err != nil {
-		return fail("nsexec: statfs "+target, err)
-	}
-	if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|keptFlags(int64(sfs.Flags)), ""); err != nil {
-		return fail("nsexec: remount "+target+" read-only", err)
-	}
-	if c := p.Cred; c != nil {
-		groups := make([]int, len(c.Groups))
-		for i, g := range c.Groups {
-			groups[i] = int(g)
+	for _, st := range execSteps {
+		if st.helper == nil || !st.active(&p) {
+			continue
 		}
-		if err := syscall.Setgroups(groups); err != nil {
-			return fail("nsexec: setgroups", err)
-		}
-		if err := syscall.Setgid(int(c.GID)); err != nil {
-			return fail("nsexec: setgid", err)
-		}
-		if err := syscall.Setuid(int(c.UID)); err != nil {
-			return fail("nsexec: setuid", err)
+		phase = st.phase
+		if what, err := st.helper(&p); err != nil {
+			return fail(what, err)
 		}
 	}
 	phase = PhaseExec // from here on a failure is the command's own
-	if p.Dir != "" {
-		if err := unix.Chdir(p.Dir); err != nil {
-			return fail("chdir "+p.Dir, err)
-		}
-	}
 	if _, err := f.WriteString("exec\n"); err != nil {
 		return nsexecExit // the shim is gone or gave up: do not run the command
 	}
-	err = syscall.Exec(p.Path, p.Argv, p.Env)
+	err := syscall.Exec(p.Path, p.Argv, p.Env)
 	return fail("exec "+p.Path, err)
+}
+
+// mountResolvConf is the helper's mount namespace step (steps 1-4 of the
+// helper's description at the top of this file).
+func mountResolvConf(p *execPlan) (string, error) {
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return "nsexec: unshare mount namespace", err
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+		return "nsexec: make mounts slave", err
+	}
+	target, err := filepath.EvalSymlinks(resolvConf)
+	if err != nil {
+		return "nsexec: resolve " + resolvConf, err
+	}
+	if err := unix.Mount(p.ResolvConf, target, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Sprintf("nsexec: bind-mount %s over %s", p.ResolvConf, target), err
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(target, &sfs); err != nil {
+		return "nsexec: statfs " + target, err
+	}
+	if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|keptFlags(int64(sfs.Flags)), ""); err != nil {
+		return "nsexec: remount " + target + " read-only", err
+	}
+	return "", nil
 }
 
 // keptFlags are the per-mount flags a read-only remount must repeat (the

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/journal"
+	"golang.org/x/sys/unix"
 )
 
 // Files of a session directory.
@@ -65,6 +66,25 @@ type Spec struct {
 	// execs the command, so the command's pid is still the one reported
 	// (see nsexec.go); a failure fails the start.
 	ResolvConf string `json:"resolv_conf,omitempty"`
+	// Isolate runs the command with no way back up: PR_SET_NO_NEW_PRIVS,
+	// an empty capability bounding set and empty ambient and inheritable
+	// sets, so a setuid binary or one with file capabilities gains
+	// nothing. It needs a User that is not root (root without
+	// capabilities still owns root's files): an Isolate spec whose User is
+	// empty or resolves to uid 0 is refused with ErrInvalid. The steps run
+	// in the nsexec helper (exec.go).
+	Isolate bool `json:"isolate,omitempty"`
+	// Cgroups optionally names the cgroup directories (absolute, clean,
+	// existing) the command is placed in before it executes anything:
+	// with cgroup v2 one directory of the unified hierarchy (the command
+	// is cloned into it, CLONE_INTO_CGROUP); with cgroup v1 or a hybrid
+	// layout one directory per controller hierarchy (the nsexec helper
+	// writes its pid into each cgroup.procs before it execs the
+	// command), plus at most one v2 directory. The shim itself is never in
+	// them, and a directory that holds the shim is refused (ErrInvalid):
+	// the shim must survive the command's OOM and must not count against
+	// its pids limit. Creating and removing them is the caller's.
+	Cgroups []string `json:"cgroups,omitempty"`
 	// RetainBytes caps each stream's journal (0 keeps everything).
 	RetainBytes int64 `json:"retain_bytes,omitempty"`
 	// StdinClosed starts the command with its stdin at EOF: the shim
@@ -84,13 +104,52 @@ func (s Spec) Streams() []string {
 
 func (s Spec) validate() error {
 	if !ValidID(s.ID) {
-		return fmt.Errorf("%w: id %q (want 1-64 of [A-Za-z0-9._-], not starting with a dot)", ErrInvalid, s.ID)
+		return fmt.Errorf("%w: id %q (want 1-64 of [A-Za-z0-9._-], starting with a letter or digit)", ErrInvalid, s.ID)
 	}
 	if len(s.Argv) == 0 || s.Argv[0] == "" {
 		return fmt.Errorf("%w: empty argv", ErrInvalid)
 	}
 	if s.ResolvConf != "" && !filepath.IsAbs(s.ResolvConf) {
 		return fmt.Errorf("%w: resolv_conf %q is not an absolute path", ErrInvalid, s.ResolvConf)
+	}
+	if s.Isolate {
+		if s.User == "" {
+			return fmt.Errorf("%w: isolate needs a user that is not root, and none is set", ErrInvalid)
+		}
+		// A lookup failure is the start's to report (PhaseExec), as
+		// without Isolate; a user that is root is refused here.
+		if c, err := credential(s.User); err == nil && c.Uid == 0 {
+			return fmt.Errorf("%w: isolate: user %q is uid 0, which owns root's files even without capabilities", ErrInvalid, s.User)
+		}
+	}
+	v2 := 0
+	hierarchies := map[uint64]string{} // device of each hierarchy (one superblock each) → the dir in it
+	for _, dir := range s.Cgroups {
+		if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
+			return fmt.Errorf("%w: cgroup %q is not an absolute clean path", ErrInvalid, dir)
+		}
+		isV2, err := cgroupKind(dir)
+		if err != nil {
+			return err
+		}
+		if isV2 {
+			if v2++; v2 > 1 {
+				return fmt.Errorf("%w: more than one cgroup v2 directory", ErrInvalid)
+			}
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(dir, &st); err != nil {
+			return fmt.Errorf("%w: cgroup %q: %w", ErrInvalid, dir, err)
+		}
+		if other, ok := hierarchies[st.Dev]; ok {
+			return fmt.Errorf("%w: cgroups %q and %q are in one hierarchy (a process is in one directory of each)", ErrInvalid, other, dir)
+		}
+		hierarchies[st.Dev] = dir
+		// The shim starts in its launcher's cgroups (and checks again for
+		// itself before the command starts).
+		if err := notOurs(dir); err != nil {
+			return err
+		}
 	}
 	if s.RetainBytes < 0 {
 		return fmt.Errorf("%w: negative retain_bytes", ErrInvalid)
@@ -102,17 +161,22 @@ func (s Spec) validate() error {
 }
 
 // ValidID reports whether id is a usable session id: 1-64 bytes of
-// [A-Za-z0-9._-], not starting with a dot.
+// [A-Za-z0-9._-], the first a letter or a digit (runnerd's rule too, so an
+// id never reads as an option, a hidden file or a staging directory).
 func ValidID(id string) bool {
-	if len(id) == 0 || len(id) > 64 || id[0] == '.' {
+	if len(id) == 0 || len(id) > 64 || !isAlnum(id[0]) {
 		return false
 	}
 	for _, c := range []byte(id) {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+		if !isAlnum(c) && c != '.' && c != '_' && c != '-' {
 			return false
 		}
 	}
 	return true
+}
+
+func isAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
 // Status describes a session.
@@ -245,29 +309,6 @@ func readJSON(path string, v any) error {
 		return fmt.Errorf("decode %s: %w", filepath.Base(path), err)
 	}
 	return nil
-}
-
-// writeFileAtomic writes b to path through a temporary file and a rename,
-// so a reader sees the old content or the new, never a part. It does not
-// fsync: these files matter only while the session's processes exist, and
-// a power loss ends those (the journal makes its own durability promise).
-func writeFileAtomic(path string, b []byte, perm fs.FileMode) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
 }
 
 // pendingFile is a file created before its content is known, under a

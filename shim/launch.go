@@ -1,20 +1,16 @@
 package shim
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/agentrunner/runner/internal/atomicfile"
 )
 
 // The readiness protocol on the pipe Start hands the shim (fd 3): exactly
@@ -169,7 +165,7 @@ func startWith(ctx context.Context, exe []string, dir string, spec Spec) (Status
 	}
 	// Written to a temporary name and linked into place: the link fails if
 	// a session is already there, even under a concurrent Start.
-	if err := writeFileAtomic(specPath+".new", b, 0o600); err != nil {
+	if err := atomicfile.WriteFile(specPath+".new", b, 0o600); err != nil {
 		return Status{}, fmt.Errorf("start shim: write spec: %w", err)
 	}
 	err = os.Link(specPath+".new", specPath)
@@ -323,312 +319,4 @@ func parseReady(line string) (Status, error) {
 		return Status{}, se
 	}
 	return Status{}, &StartError{Msg: fmt.Sprintf("start shim: bad readiness report %q", line)}
-}
-
-// Main is the shim process's entry point (`runner-shim serve` and
-// runnerd's hidden `shim` subcommand call it with the arguments after
-// theirs). It returns the process exit status.
-//
-//	[--detach] [--ready-fd N] DIR
-//	[--detach] --warm-fd N --warm-root ROOT [--warm-retain BYTES]
-//
-// --detach (used by Start) re-executes the same program without it in a
-// new session and returns at once. --ready-fd names the inherited pipe for
-// the readiness line. DIR is the session directory holding spec.json.
-//
-// --warm-fd (used by Pool) makes a warm shim: it prepares a staging
-// directory ROOT/.warm-* (control socket, pipes journal retaining BYTES,
-// pid file, its log), says "warm SHIMPID STAGE" on the inherited socket,
-// then waits for two lines, the session directory (in ROOT, not existing
-// yet) and the spec as JSON; it renames the staging directory to the
-// session directory, prepares the command, and starts it on a third line,
-// "go", answering the readiness line on the same socket (docs/frames.md,
-// "Warm shims"). EOF before that (its pool closed it or cancelled the
-// start, or the pool's process died) makes it remove what it made and
-// exit 0.
-//
-// Main is also the shim's internal helper for Spec.ResolvConf: with the
-// single argument "__runner_nsexec" it prepares a mount namespace and
-// execs the command (see nsexec.go). It checks for that before parsing
-// flags, so every program that calls Main first thing reaches the helper.
-func Main(args []string) int {
-	if isNsexec(args) {
-		return nsexecMain()
-	}
-	setMainPrefix(args)
-	fset := flag.NewFlagSet("shim", flag.ContinueOnError)
-	detachFlag := fset.Bool("detach", false, "re-execute detached in a new session, then exit (used by Start)")
-	readyFD := fset.Int("ready-fd", -1, "inherited file descriptor for the readiness line")
-	warmFD := fset.Int("warm-fd", -1, "inherited socket: wait on it for the session directory (used by Pool)")
-	warmRoot := fset.String("warm-root", "", "with --warm-fd: where session directories are made, and staged")
-	warmRetain := fset.Int64("warm-retain", 0, "with --warm-fd: the staged journal's RetainBytes")
-	if err := fset.Parse(args); err != nil {
-		return 2
-	}
-	if *warmFD >= 0 {
-		if fset.NArg() != 0 || *readyFD >= 0 || !filepath.IsAbs(*warmRoot) {
-			fmt.Fprintln(os.Stderr, "shim: --warm-fd takes an absolute --warm-root, no directory and no --ready-fd")
-			return 2
-		}
-		syscall.CloseOnExec(*warmFD)
-		sock := os.NewFile(uintptr(*warmFD), "warm")
-		if *detachFlag {
-			return detach(args, "", sock)
-		}
-		return warmMain(sock, *warmRoot, *warmRetain)
-	}
-	if fset.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "shim: want exactly one session directory")
-		return 2
-	}
-	dir := fset.Arg(0)
-	var ready *os.File
-	if *readyFD >= 0 {
-		syscall.CloseOnExec(*readyFD) // never leak it into the command
-		ready = os.NewFile(uintptr(*readyFD), "ready")
-	}
-	if *detachFlag {
-		return detach(args, dir, ready)
-	}
-
-	setSmall()
-	return serve(dir, ready)
-}
-
-// setSmall tunes the runtime for an idle shim: one P, a collector that
-// runs often on a tiny heap, and the memory limit as a backstop.
-func setSmall() {
-	runtime.GOMAXPROCS(1)
-	debug.SetGCPercent(50)
-	debug.SetMemoryLimit(8 << 20)
-}
-
-// warmMain is a warm shim's life: prepare a staging directory in root
-// (control socket, journal for a pipes session retaining retain bytes, pid
-// file), announce itself, wait for a session, move the staging directory
-// into place and serve it like a shim started for it. Everything but the
-// command's own start is done before the session exists, off its path.
-func warmMain(sock *os.File, root string, retain int64) int {
-	setSmall()
-	stage, err := os.MkdirTemp(root, ".warm-")
-	if err != nil {
-		reportError(sock, PhaseSetup, err)
-		return 1
-	}
-	// Its stderr goes to the staging directory's log, which becomes the
-	// session's shim.log when the directory is moved.
-	if log, err := os.OpenFile(filepath.Join(stage, LogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600); err == nil {
-		unix.Dup3(int(log.Fd()), 1, 0)
-		unix.Dup3(int(log.Fd()), 2, 0)
-		log.Close()
-	}
-	// Created without its fsyncs, which the Sync below does once the rest
-	// is prepared (still before the shim says it is warm).
-	staged := journalOptions(Spec{}, true)
-	staged.RetainBytes = retain
-	s, err := prepare(stage, staged)
-	if err == nil {
-		if err = s.stage(); err != nil {
-			s.undo()
-		}
-	}
-	if err != nil {
-		os.RemoveAll(stage)
-		reportError(sock, PhaseSetup, err)
-		return 1
-	}
-	discard := func() { s.undo(); os.RemoveAll(s.dir) }
-	// The socket is closed only once the staging directory is gone, so a
-	// pool that waits for EOF (Pool.Close) knows it is.
-	unused := func() int { discard(); sock.Close(); return 0 }
-	prewarm()
-	// The journal's creation made durable now, off any start's path:
-	// otherwise the session's first sync point pays for it, which for a
-	// short command is its Finish, on exec's path (~1 ms).
-	if err := s.jw.Load().Sync(); err != nil {
-		discard()
-		reportError(sock, PhaseSetup, err)
-		return 1
-	}
-	if _, err := fmt.Fprintf(sock, "warm %d %s\n", os.Getpid(), stage); err != nil {
-		return unused()
-	}
-	// Two complete lines, the directory and the spec; EOF before them is
-	// the pool going away (or closing us), and is ignored like a partial
-	// line: the staging directory is removed and nothing else was touched.
-	r := bufio.NewReaderSize(sock, 64<<10)
-	dirLine, err := readFullLine(r, 4096)
-	if err != nil {
-		return unused()
-	}
-	specLine, err := readFullLine(r, maxSpecBytes)
-	if err != nil {
-		return unused()
-	}
-	fail := func(err error) int {
-		fmt.Fprintf(os.Stderr, "shim %s: %v\n", dirLine, err)
-		reportError(sock, phaseOf(err), err)
-		return 1
-	}
-	var spec Spec
-	if err := json.Unmarshal([]byte(specLine), &spec); err != nil {
-		discard()
-		return fail(fmt.Errorf("%w: decode spec: %v", ErrInvalid, err))
-	}
-	if err := spec.validate(); err != nil {
-		discard()
-		return fail(err)
-	}
-	if err := s.moveTo(dirLine); err != nil {
-		discard()
-		return fail(err)
-	}
-	// From here on this is dir's shim, and dir is ours: a failure removes
-	// it whole, as a cold start's failure leaves nothing behind.
-	if err := s.adopt(spec, staged); err != nil {
-		discard()
-		return fail(err)
-	}
-	// The command starts only on "go": the pool's owner records the
-	// session durably meanwhile, and may instead cancel (EOF).
-	gate := func() error {
-		if line, err := readFullLine(r, 16); err != nil || line != "go" {
-			return errCancelled
-		}
-		return nil
-	}
-	if err := s.start(spec, gate); errors.Is(err, errCancelled) {
-		return unused()
-	} else if err != nil {
-		discard()
-		return fail(err)
-	}
-	report(sock, fmt.Sprintf("ready %d %d %d", s.pid, os.Getpid(), s.at.UnixNano()))
-	// The move is made durable off the start's path, with the first
-	// bytes (run owns the goroutine).
-	s.syncParent = root
-	s.run()
-	return 0
-}
-
-// errCancelled is a warm start its pool called off before the command
-// started (Prepared.Cancel).
-var errCancelled = errors.New("start cancelled")
-
-// maxSpecBytes bounds the spec line a warm shim reads.
-const maxSpecBytes = 16 << 20
-
-// readFullLine reads one complete line of at most max bytes, without its
-// newline; a partial line at EOF is an error.
-func readFullLine(r *bufio.Reader, max int) (string, error) {
-	var b []byte
-	for {
-		chunk, err := r.ReadSlice('\n')
-		b = append(b, chunk...)
-		if len(b) > max {
-			return "", fmt.Errorf("line longer than %d bytes", max)
-		}
-		switch {
-		case err == nil:
-			return string(b[:len(b)-1]), nil
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue
-		default:
-			return "", err
-		}
-	}
-}
-
-// prewarm runs the code a start through a warm shim runs, on throwaway
-// values, so that its first real use does not pay for page faults and
-// type caches (about a millisecond in a fresh process).
-func prewarm() {
-	var spec Spec
-	json.Unmarshal([]byte(`{"id":"w","argv":["true"],"env":["PATH=/usr/bin:/bin"],"cwd":"/","tty":false,"rows":24}`), &spec)
-	json.Marshal(started{ShimPID: 1, PID: 1, StartedAt: time.Now()})
-	lookPath("true", spec.Env, "/")
-}
-
-// serve runs the shim of dir, reporting readiness on ready (if not nil).
-func serve(dir string, ready *os.File) int {
-	s, err := newServer(dir)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "shim %s: %v\n", dir, err)
-		reportError(ready, phaseOf(err), err)
-		return 1
-	}
-	report(ready, fmt.Sprintf("ready %d %d %d", s.pid, os.Getpid(), s.at.UnixNano()))
-	s.run()
-	return 0
-}
-
-func report(ready *os.File, line string) {
-	if ready == nil {
-		return
-	}
-	ready.WriteString(line + "\n")
-	ready.Close()
-}
-
-// reportError reports a start failure: the readiness line's error form.
-func reportError(ready *os.File, phase string, err error) {
-	report(ready, fmt.Sprintf("error %d %d %s %s", os.Getpid(), errnoOf(err), phase, oneLine(err.Error())))
-}
-
-func errnoOf(err error) int {
-	var en syscall.Errno
-	if errors.As(err, &en) {
-		return int(en)
-	}
-	return 0
-}
-
-func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
-
-// detach starts the real shim in a new session with the same arguments
-// minus --detach, its stderr in the session's shim.log, and returns without
-// waiting: this process exits and the shim is reparented away.
-//
-// For a warm shim (dir empty) stdout and stderr are /dev/null until it is
-// given a session.
-func detach(args []string, dir string, ready *os.File) int {
-	fail := func(err error) int {
-		reportError(ready, PhaseSetup, err)
-		return 1
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return fail(fmt.Errorf("find own executable: %w", err))
-	}
-	// The prefix that led to Main (e.g. "serve", "shim"; recorded by Main)
-	// is kept.
-	prefix := mainPrefix
-	var rest []string
-	for _, a := range args {
-		if a != "--detach" && a != "-detach" {
-			rest = append(rest, a)
-		}
-	}
-	logPath := os.DevNull
-	if dir != "" {
-		logPath = filepath.Join(dir, LogFile)
-	}
-	log, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return fail(fmt.Errorf("open shim log: %w", err))
-	}
-	defer log.Close()
-	cmd := &exec.Cmd{Path: exe, Args: append(append([]string{os.Args[0]}, prefix...), rest...),
-		Stdout: log, Stderr: log, SysProcAttr: &syscall.SysProcAttr{Setsid: true}}
-	if ready != nil {
-		cmd.ExtraFiles = []*os.File{ready} // fd 3 in the shim, as the flag says
-		if j := strings.Join(rest, " "); !strings.Contains(j, "--ready-fd=3") && !strings.Contains(j, "--warm-fd=3") {
-			return fail(errors.New("detach: --ready-fd or --warm-fd must be 3"))
-		}
-	}
-	if err := cmd.Start(); err != nil {
-		return fail(fmt.Errorf("start shim: %w", err))
-	}
-	cmd.Process.Release()
-	return 0
 }

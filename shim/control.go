@@ -1,0 +1,346 @@
+package shim
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/agentrunner/runner/journal"
+)
+
+// shutdown stops serving: no new connections, idle connections end, and
+// in-flight requests get their answers (every one can complete now that
+// the exit record is published and nothing is left below the shim).
+func (s *server) shutdown() {
+	close(s.closing)
+	s.ln.Close()
+	os.Remove(s.sock)
+	s.mu.Lock()
+	for c := range s.conns {
+		c.CloseRead() // an idle handler sees EOF; a busy one answers first
+	}
+	s.mu.Unlock()
+	waited := make(chan struct{})
+	// Owned by shutdown: it ends when every handler has returned.
+	go func() { s.handlers.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(closeTimeout):
+		s.mu.Lock()
+		for c := range s.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
+		<-waited
+	}
+	s.stdinMu.Lock()
+	if s.master != nil || !s.stdinClosed {
+		s.stdin.Close()
+	}
+	s.stdinMu.Unlock()
+}
+
+func (s *server) accept() {
+	defer s.handlers.Done()
+	for {
+		c, err := s.ln.AcceptUnix()
+		if err != nil {
+			return // listener closed by shutdown
+		}
+		s.mu.Lock()
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		select {
+		case <-s.closing:
+			c.CloseRead()
+		default:
+		}
+		s.handlers.Add(1)
+		go s.serveConn(c)
+	}
+}
+
+func (s *server) serveConn(c *net.UnixConn) {
+	defer s.handlers.Done()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		c.Close()
+	}()
+	var hdr [ctlHdrLen]byte
+	var in, out []byte
+	for {
+		op, body, err := readMsg(c, &hdr, in)
+		if err != nil {
+			if errors.Is(err, errProto) {
+				writeMsg(c, out, stError, errorBody(codeInvalid, err.Error()))
+			}
+			return
+		}
+		if cap(body) <= 64<<10 {
+			in = body // keep small buffers only: an idle connection stays small
+		}
+		st, resp := s.handle(op, body)
+		if out, err = writeMsg(c, out, st, resp); err != nil {
+			return
+		}
+		if cap(out) > 64<<10 {
+			out = nil
+		}
+	}
+}
+
+func (s *server) isExited() bool {
+	select {
+	case <-s.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *server) handle(op byte, body []byte) (byte, []byte) {
+	switch op {
+	case opWrite:
+		if len(body) == 0 {
+			return stOK, nil
+		}
+		return s.writeStdin(body)
+	case opCloseStdin:
+		return s.closeStdin()
+	case opResize:
+		if len(body) != 4 {
+			return stError, errorBody(codeInvalid, "resize wants rows and cols")
+		}
+		return s.resize(binary.BigEndian.Uint16(body), binary.BigEndian.Uint16(body[2:]))
+	case opSignal:
+		if len(body) != 4 {
+			return stError, errorBody(codeInvalid, "signal wants a number")
+		}
+		sig := binary.BigEndian.Uint32(body)
+		if sig == 0 || sig > 64 {
+			return stError, errorBody(codeInvalid, fmt.Sprintf("no signal %d", sig))
+		}
+		if s.isExited() {
+			return stExited, nil
+		}
+		if err := s.signalGroup(syscall.Signal(sig)); err != nil {
+			if errors.Is(err, syscall.ESRCH) {
+				return stExited, nil
+			}
+			return stError, errorBody(codeInternal, err.Error())
+		}
+		return stOK, nil
+	case opTerminate:
+		if len(body) != 8 {
+			return stError, errorBody(codeInvalid, "terminate wants a grace")
+		}
+		return s.terminate(time.Duration(binary.BigEndian.Uint64(body)) * time.Millisecond)
+	case opStatus:
+		b, _ := json.Marshal(s.status())
+		return stOK, b
+	case opOffsetAt:
+		return s.offsetAt(body)
+	}
+	return stError, errorBody(codeInvalid, fmt.Sprintf("unknown op %d", op))
+}
+
+// signalGroup signals the command's process group (the command is its
+// session and group leader).
+func (s *server) signalGroup(sig syscall.Signal) error {
+	return syscall.Kill(-s.pid, sig)
+}
+
+func (s *server) writeStdin(p []byte) (byte, []byte) {
+	if s.isExited() {
+		return stExited, nil
+	}
+	s.stdinMu.Lock()
+	defer s.stdinMu.Unlock()
+	if s.stdinClosed {
+		return stExited, []byte(codeClosed)
+	}
+	_, err := s.stdin.Write(p)
+	if err == nil {
+		if s.master != nil {
+			s.atLineStart = p[len(p)-1] == '\n' || p[len(p)-1] == '\r'
+		}
+		return stOK, nil
+	}
+	if s.isExited() || errors.Is(err, os.ErrDeadlineExceeded) {
+		return stExited, nil
+	}
+	if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.EIO) {
+		// The command closed its stdin. It is about to exit, usually.
+		select {
+		case <-s.exited:
+			return stExited, nil
+		case <-time.After(200 * time.Millisecond):
+			return stExited, []byte(codeClosed)
+		}
+	}
+	return stError, errorBody(codeInternal, err.Error())
+}
+
+// closeStdin delivers a real EOF once. Pipes: the write end is closed.
+// TTY: the terminal's VEOF character (^D) is written at the start of a
+// line, so the line discipline turns it into an end of file for the
+// reader: once when the last byte written was a newline (or nothing was
+// written), twice otherwise (the first ^D only ends the pending partial
+// line). A terminal in raw mode has no EOF; the ^D is then a plain byte.
+func (s *server) closeStdin() (byte, []byte) {
+	if s.isExited() {
+		return stExited, nil
+	}
+	s.stdinMu.Lock()
+	defer s.stdinMu.Unlock()
+	if s.stdinClosed {
+		return stOK, nil
+	}
+	var err error
+	if s.master != nil {
+		c, _ := veofChar(s.master)
+		eof := []byte{c}
+		if !s.atLineStart {
+			eof = append(eof, c)
+		}
+		_, err = s.master.Write(eof)
+	} else {
+		err = s.stdin.Close()
+	}
+	if err != nil && s.isExited() {
+		return stExited, nil
+	}
+	s.stdinClosed = true
+	if err != nil {
+		return stError, errorBody(codeInternal, err.Error())
+	}
+	return stOK, nil
+}
+
+func (s *server) resize(rows, cols uint16) (byte, []byte) {
+	if s.master == nil {
+		return stError, errorBody(codeInvalid, "not a TTY session")
+	}
+	if rows == 0 || cols == 0 {
+		return stError, errorBody(codeInvalid, "rows and cols must be at least 1")
+	}
+	if s.isExited() {
+		return stExited, nil
+	}
+	// TIOCSWINSZ on the master also sends SIGWINCH to the foreground group.
+	if err := withFd(s.master, func(fd int) error { return setWinsize(fd, rows, cols) }); err != nil {
+		return stError, errorBody(codeInternal, err.Error())
+	}
+	return stOK, nil
+}
+
+// terminate stops everything the session started: SIGTERM to the
+// command's group and to the group of every other process below the shim,
+// SIGKILL after grace to every one still alive, until none is left
+// (killTree). It answers with the exit record once it is published. On a
+// session whose command has already ended it stops the lingering
+// descendants the same way and answers the record.
+func (s *server) terminate(grace time.Duration) (byte, []byte) {
+	signalled := 0
+	if !s.isExited() {
+		s.stopAsked.Store(true)
+		s.signalGroup(syscall.SIGTERM)
+		signalled = s.pid // the command leads its own group
+	}
+	s.killTree(grace, signalled)
+	// Wait for the record, unless the command has ended and the record
+	// cannot be written (disk full): that answer is write_failed, at once
+	// rather than when the caller gives up. The shim keeps retrying; the
+	// record (with Terminated) is published once there is space.
+	tick := time.NewTicker(writeFailedPoll)
+	defer tick.Stop()
+	stuck := 0
+	for {
+		select {
+		case <-s.done:
+			s.mu.Lock()
+			b, _ := json.Marshal(s.exit)
+			s.mu.Unlock()
+			return stOK, b
+		case <-tick.C:
+		}
+		s.mu.Lock()
+		werr := s.writeErr
+		s.mu.Unlock()
+		if !s.isExited() || werr == "" {
+			stuck = 0
+			continue
+		}
+		if stuck++; stuck >= writeFailedAfter {
+			return stError, errorBody(codeWriteFailed, "the command has ended but its exit record cannot be written: "+werr)
+		}
+	}
+}
+
+// A terminate answers write_failed once the command has ended and the
+// journal has failed writes for writeFailedAfter polls in a row, so a
+// single transient failure does not turn into an error.
+const (
+	writeFailedPoll  = 50 * time.Millisecond
+	writeFailedAfter = 4
+)
+
+func (s *server) status() Status {
+	st := Status{ID: s.spec.ID, State: StateRunning, ShimPID: os.Getpid(), PID: s.pid, TTY: s.spec.TTY, StartedAt: s.at}
+	st.Descendants = s.countDescendants()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.exit != nil {
+		e := *s.exit
+		st.State, st.Exit = StateExited, &e
+	}
+	st.WriteError = s.writeErr
+	return st
+}
+
+func (s *server) offsetAt(body []byte) (byte, []byte) {
+	var req offsetReq
+	if err := json.Unmarshal(body, &req); err != nil {
+		return stError, errorBody(codeInvalid, "offset_at: "+err.Error())
+	}
+	t, err := time.Parse(time.RFC3339Nano, req.Time)
+	if err != nil {
+		return stError, errorBody(codeInvalid, "offset_at: "+err.Error())
+	}
+	var off int64
+	select {
+	case <-s.done:
+		off, err = offsetFromDisk(s.dir, req.Stream, t)
+	default:
+		off, err = s.jw.Load().OffsetAt(req.Stream, t)
+		if errors.Is(err, journal.ErrFinished) || errors.Is(err, journal.ErrClosed) {
+			<-s.done
+			off, err = offsetFromDisk(s.dir, req.Stream, t)
+		}
+	}
+	if err != nil {
+		code := codeInternal
+		if errors.Is(err, journal.ErrUnknownStream) {
+			code = codeInvalid
+		}
+		return stError, errorBody(code, err.Error())
+	}
+	return stOK, binary.BigEndian.AppendUint64(nil, uint64(off))
+}
+
+func offsetFromDisk(dir, stream string, t time.Time) (int64, error) {
+	j, err := journal.Open(filepath.Join(dir, JournalDir))
+	if err != nil {
+		return 0, err
+	}
+	defer j.Close()
+	return j.OffsetAt(stream, t)
+}

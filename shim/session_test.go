@@ -1,0 +1,48 @@
+package shim
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestValidID pins the session-id rule shared with runnerd: 1-64 of
+// [A-Za-z0-9._-], starting with a letter or a digit.
+func TestValidID(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		id   string
+		ok   bool
+	}{
+		{"letter", "a", true},
+		{"digit", "7", true},
+		{"mixed", "Turn-1_a.b", true},
+		{"64 bytes", strings.Repeat("a", 64), true},
+		{"empty", "", false},
+		{"65 bytes", strings.Repeat("a", 65), false},
+		{"leading dot", ".warm-1", false},
+		{"leading dash", "-rf", false},
+		{"leading underscore", "_x", false},
+		{"slash", "a/b", false},
+		{"space", "a b", false},
+		{"non-ascii", "é", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ValidID(tc.id); got != tc.ok {
+				t.Fatalf("ValidID(%q) = %v, want %v", tc.id, got, tc.ok)
+			}
+		})
+	}
+}
+
+// TestStartRefusesBadID shows Start applies the rule before it starts
+// anything: a leading '-' or '_' is refused with ErrInvalid.
+func TestStartRefusesBadID(t *testing.T) {
+	for _, id := range []string{"-x", "_x", ".x", ""} {
+		_, err := Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), Spec{ID: id, Argv: []string{"true"}, Env: testEnv})
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("id %q: got %v, want ErrInvalid", id, err)
+		}
+	}
+}
