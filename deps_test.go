@@ -35,6 +35,7 @@ var rules = []struct {
 	{pkg: "netpolicy", forbidden: []string{
 		module + "/daemon", module + "/client", module + "/journal", module + "/shim", module + "/adapter",
 	}},
+	{pkg: "cgroup/oom", stdlibOnly: true},
 	{pkg: "cgroup", forbidden: []string{
 		module + "/daemon", module + "/client", module + "/shim", module + "/netpolicy", module + "/adapter", module + "/journal",
 	}},

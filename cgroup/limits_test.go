@@ -2,10 +2,10 @@ package cgroup
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/agentrunner/runner/cgroup/oom"
 )
 
 func TestValidate(t *testing.T) {
@@ -53,48 +53,9 @@ func TestShares(t *testing.T) {
 	}
 }
 
-func TestOOMKillsFiles(t *testing.T) {
-	write := func(t *testing.T, dir, name, content string) {
-		t.Helper()
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
+func TestOOMKillsWrapsNotSupported(t *testing.T) {
+	n, err := OOMKills([]string{t.TempDir()})
+	if !errors.Is(err, ErrNotSupported) || !errors.Is(err, oom.ErrNotSupported) {
+		t.Fatalf("OOMKills of a directory without memory files = %d, %v; want cgroup.ErrNotSupported and oom.ErrNotSupported", n, err)
 	}
-	t.Run("v2", func(t *testing.T) {
-		d := t.TempDir()
-		write(t, d, "memory.events", "low 0\nhigh 0\nmax 12\noom 3\noom_kill 2\noom_group_kill 0\n")
-		got, err := OOMKills([]string{d})
-		if err != nil || got != 2 {
-			t.Fatalf("OOMKills = %d, %v; want 2, nil", got, err)
-		}
-	})
-	t.Run("v1 among other hierarchies", func(t *testing.T) {
-		pids, mem, cpu := t.TempDir(), t.TempDir(), t.TempDir()
-		write(t, pids, "pids.max", "max\n")
-		write(t, mem, "memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 7\n")
-		got, err := OOMKills([]string{pids, mem, cpu})
-		if err != nil || got != 7 {
-			t.Fatalf("OOMKills = %d, %v; want 7, nil", got, err)
-		}
-	})
-	t.Run("no memory controller", func(t *testing.T) {
-		got, err := OOMKills([]string{t.TempDir()})
-		if !errors.Is(err, ErrNotSupported) {
-			t.Fatalf("OOMKills = %d, %v; want ErrNotSupported", got, err)
-		}
-	})
-	t.Run("counter missing", func(t *testing.T) {
-		d := t.TempDir()
-		write(t, d, "memory.oom_control", "oom_kill_disable 0\nunder_oom 0\n")
-		if got, err := OOMKills([]string{d}); err == nil {
-			t.Fatalf("OOMKills = %d, nil; want an error for a file without oom_kill", got)
-		}
-	})
-	t.Run("garbage", func(t *testing.T) {
-		d := t.TempDir()
-		write(t, d, "memory.events", "oom_kill many\n")
-		if got, err := OOMKills([]string{d}); err == nil {
-			t.Fatalf("OOMKills = %d, nil; want a parse error", got)
-		}
-	})
 }

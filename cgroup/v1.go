@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentrunner/runner/cgroup/oom"
 	"github.com/containerd/cgroups/v3/cgroup1"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -280,7 +281,7 @@ func (b *v1) usage(name string) (Usage, error) {
 		return Usage{}, err
 	}
 	for _, leaf := range leaves {
-		n, err := readKey(filepath.Join(memDir, leaf, "memory.oom_control"), "oom_kill")
+		n, err := oom.ReadKey(filepath.Join(memDir, leaf, "memory.oom_control"), "oom_kill")
 		if errors.Is(err, os.ErrNotExist) {
 			continue // removed meanwhile
 		}
