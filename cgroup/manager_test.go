@@ -656,3 +656,44 @@ func TestV2OnThisHost(t *testing.T) {
 		t.Fatalf("Remove of an absent cgroup = %v, want nil", err)
 	}
 }
+
+// TestKillSparesProcessesOutside is the pid-reuse attack on Remove: a pid
+// read from cgroup.procs that, by the time it is signalled, names a
+// process outside the sandbox (here listed on purpose) must not be killed.
+func TestKillSparesProcessesOutside(t *testing.T) {
+	m := newTestManager(t, ModeV1)
+	if err := m.Ensure("sb", Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	dirs, err := m.SessionDirs("sb", "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inside := startIn(t, dirs, "sleep", "60")
+	outside := startIn(t, nil, "sleep", "60")
+	member, err := m.b.(*v1).member("sb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !member(inside.cmd.Process.Pid) || member(outside.cmd.Process.Pid) {
+		t.Fatalf("member(inside) = %v, member(outside) = %v; want true, false", member(inside.cmd.Process.Pid), member(outside.cmd.Process.Pid))
+	}
+	procs := func() ([]int, error) {
+		if !inside.alive() {
+			return nil, nil
+		}
+		return []int{outside.cmd.Process.Pid, inside.cmd.Process.Pid}, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := killAll(ctx, procs, member); err != nil {
+		t.Fatal(err)
+	}
+	if ps := inside.wait(t, 10*time.Second); signalOf(ps) != syscall.SIGKILL {
+		t.Fatalf("inside ended %v, want SIGKILL", ps)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if !outside.alive() {
+		t.Fatalf("a process outside the cgroup was killed: %v", outside.state)
+	}
+}

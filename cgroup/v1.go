@@ -316,11 +316,9 @@ func (b *v1) removeTree(ctx context.Context, elems ...string) error {
 	if err != nil {
 		return err
 	}
-	rels := map[cgroup1.Name]string{}
-	for _, s := range b.subs {
-		if rels[s.Name()], err = b.path(elems...)(s.Name()); err != nil {
-			return err
-		}
+	member, err := b.member(elems...)
+	if err != nil {
+		return err
 	}
 	procs := func() ([]int, error) {
 		seen := map[int]bool{}
@@ -338,14 +336,6 @@ func (b *v1) removeTree(ctx context.Context, elems ...string) error {
 		sort.Ints(pids)
 		return pids, nil
 	}
-	member := func(pid int) bool {
-		for n, rel := range rels {
-			if p, ok := procCgroup(pid, string(n)); ok && under(p, rel) {
-				return true
-			}
-		}
-		return false
-	}
 	if err := killAll(ctx, procs, member); err != nil {
 		return err
 	}
@@ -355,6 +345,27 @@ func (b *v1) removeTree(ctx context.Context, elems ...string) error {
 		}
 	}
 	return nil
+}
+
+// member reports whether a process is, in any of the hierarchies, in the
+// cgroup at elems or below it.
+func (b *v1) member(elems ...string) (func(pid int) bool, error) {
+	rels := map[cgroup1.Name]string{}
+	for _, s := range b.subs {
+		rel, err := b.path(elems...)(s.Name())
+		if err != nil {
+			return nil, err
+		}
+		rels[s.Name()] = rel
+	}
+	return func(pid int) bool {
+		for n, rel := range rels {
+			if p, ok := procCgroup(pid, string(n)); ok && under(p, rel) {
+				return true
+			}
+		}
+		return false
+	}, nil
 }
 
 func (b *v1) list() ([]string, error) {
