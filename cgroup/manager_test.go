@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/containerd/cgroups/v3"
+	"github.com/containerd/cgroups/v3/cgroup1"
 )
 
 // newTestManager returns a Manager whose Root is a fresh cgroup inside the
@@ -68,6 +69,7 @@ func newTestManager(t *testing.T, mode Mode) *Manager {
 // proc is a started test process; done closes once it has been waited for.
 type proc struct {
 	cmd    *exec.Cmd
+	stdout string // file holding its stdout
 	stderr string // file holding its stderr
 	done   chan struct{}
 	state  *os.ProcessState
@@ -79,13 +81,26 @@ type proc struct {
 // goes to a file, so no pipe held by a surviving grandchild delays Wait.
 func startIn(t *testing.T, dirs []string, argv ...string) *proc {
 	t.Helper()
+	return startAs(t, dirs, nil, argv...)
+}
+
+// startAs is startIn with the process's credentials set to cred.
+func startAs(t *testing.T, dirs []string, cred *syscall.Credential, argv ...string) *proc {
+	t.Helper()
 	cmd := exec.Command("sh", append([]string{"-c", `read x; exec "$@"`, "sh"}, argv...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	errFile, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer errFile.Close()
 	cmd.Stderr = errFile
+	outFile, err := os.Create(filepath.Join(t.TempDir(), "stdout"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outFile.Close()
+	cmd.Stdout = outFile
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +108,7 @@ func startIn(t *testing.T, dirs []string, argv ...string) *proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{cmd: cmd, stderr: errFile.Name(), done: make(chan struct{})}
+	p := &proc{cmd: cmd, stdout: outFile.Name(), stderr: errFile.Name(), done: make(chan struct{})}
 	go func() {
 		cmd.Wait()
 		p.state = cmd.ProcessState
@@ -695,5 +710,56 @@ func TestKillSparesProcessesOutside(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	if !outside.alive() {
 		t.Fatalf("a process outside the cgroup was killed: %v", outside.state)
+	}
+}
+
+// TestUnprivilegedCommandCannotLeaveOrLift is a hostile command running as
+// a sandbox's unprivileged identity: it tries to move itself out of its
+// leaf (to the sandbox, to Root, to the hierarchy root), to lift its
+// sandbox's limits, and to make a cgroup of its own. Every attempt must
+// fail: the directories and files are root's and not writable by others.
+func TestUnprivilegedCommandCannotLeaveOrLift(t *testing.T) {
+	m := newTestManager(t, ModeV1)
+	if err := m.Ensure("sb", Limits{MemoryBytes: 64 << 20, Pids: 50}); err != nil {
+		t.Fatal(err)
+	}
+	dirs, err := m.SessionDirs("sb", "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := dirOf(t, dirs, "memory")
+	targets := []string{
+		filepath.Join(sandboxDir(t, m, "sb", "memory"), "cgroup.procs"),
+		filepath.Join(m.b.rootDirs()[0], "cgroup.procs"),
+		"/sys/fs/cgroup/memory/cgroup.procs",
+		filepath.Join(sandboxDir(t, m, "sb", "pids"), "cgroup.procs"),
+	}
+	lifts := []string{
+		filepath.Join(sandboxDir(t, m, "sb", "memory"), "memory.limit_in_bytes"),
+		filepath.Join(sandboxDir(t, m, "sb", "pids"), "pids.max"),
+		filepath.Join(mem, "memory.limit_in_bytes"),
+	}
+	script := `
+for f in ` + strings.Join(targets, " ") + `; do echo $$ 2>/dev/null > "$f" && echo "ESCAPED $f"; done
+for f in ` + strings.Join(lifts, " ") + `; do for v in -1 max; do echo $v 2>/dev/null > "$f" && echo "LIFTED $f"; done; done
+mkdir ` + filepath.Join(mem, "mine") + ` 2>/dev/null && echo "MKDIR"
+cat /proc/self/cgroup
+exit 0`
+	p := startAs(t, dirs, &syscall.Credential{Uid: 65534, Gid: 65534}, "sh", "-c", script)
+	if ps := p.wait(t, 10*time.Second); !ps.Success() {
+		t.Fatalf("hostile script ended %v (stderr %q)", ps, readFile(t, p.stderr))
+	}
+	got := readFile(t, p.stdout) + "\n"
+	for _, bad := range []string{"ESCAPED", "LIFTED", "MKDIR"} {
+		if strings.Contains(got, bad) {
+			t.Fatalf("an unprivileged command got out:\n%s", got)
+		}
+	}
+	rel, err := m.b.(*v1).path("sb", "s1")(cgroup1.Memory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(got, ":memory:"+rel+"\n") {
+		t.Fatalf("the command's /proc/self/cgroup:\n%s\nwant it still in memory:%s", got, rel)
 	}
 }
