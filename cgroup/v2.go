@@ -122,12 +122,13 @@ func (b *v2) resources(l Limits) *cgroup2.Resources {
 	}
 	memory := &cgroup2.Memory{Max: &mem}
 	if b.swap {
-		// No swap beyond the memory limit: v2 counts swap separately.
-		zero := int64(0)
+		// No swap beyond the memory limit (v2 counts swap separately):
+		// none for a limited sandbox, no limit for an unlimited one.
+		swap := int64(0)
 		if l.MemoryBytes == 0 {
-			zero = math.MaxInt64
+			swap = math.MaxInt64
 		}
-		memory.Swap = &zero
+		memory.Swap = &swap
 	}
 	pids := int64(-1) // "max"
 	if l.Pids > 0 {
