@@ -28,8 +28,9 @@
 //     deletes a sandbox's cgroup, so a restarted runnerd finds every
 //     sandbox (and its limits) where it left them ([Manager.List]).
 //   - [Manager.Remove] leaves no process behind: whatever still runs in
-//     the sandbox is killed (v2 cgroup.kill; v1 freeze, SIGKILL through a
-//     pidfd, thaw) before the directories are removed.
+//     the sandbox is killed (v2 cgroup.kill; v1 SIGKILL of every listed
+//     pid, through a pidfd and only once the pinned process is confirmed
+//     inside, until none is left) before the directories are removed.
 //   - The shims are never in a sandbox cgroup: they must outlive an OOM
 //     kill of their command to report it.
 //
@@ -41,4 +42,7 @@
 // A Manager is safe for concurrent use. Operations on the same sandbox
 // name are not ordered against each other (an Ensure racing a Remove may
 // leave either outcome): the daemon serialises them per sandbox.
+//
+// docs/cgroups.md says where the cgroups live under v1 and v2, what a
+// restart of runnerd does to them (nothing), and how each was tested.
 package cgroup
