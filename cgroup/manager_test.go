@@ -593,8 +593,12 @@ func TestInvalidRefused(t *testing.T) {
 	if names, _ := m.List(); !slices.Equal(names, []string{"sb"}) {
 		t.Fatalf("List = %v, want [sb]: a refused Ensure created something", names)
 	}
-	if _, err := New(Config{Mode: ModeV1, Root: "../../x"}); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("New with root ../../x = %v, want ErrInvalid", err)
+	// A root of "/" would make every cgroup of the host a "sandbox" that
+	// List reports and Remove kills.
+	for _, root := range []string{"../../x", "/", "/../..", ".", "a/../b"} {
+		if _, err := New(Config{Mode: ModeV1, Root: root}); !errors.Is(err, ErrInvalid) {
+			t.Errorf("New with root %q = %v, want ErrInvalid", root, err)
+		}
 	}
 }
 
@@ -761,5 +765,35 @@ exit 0`
 	}
 	if !strings.Contains(got, ":memory:"+rel+"\n") {
 		t.Fatalf("the command's /proc/self/cgroup:\n%s\nwant it still in memory:%s", got, rel)
+	}
+}
+
+// TestV1AvailableNamesMissingControllers: a v1 layout with only a memory
+// hierarchy (a directory tree standing in for the mounts) cannot enforce
+// pids or cpu, says so, and refuses limits.
+func TestV1AvailableNamesMissingControllers(t *testing.T) {
+	mount := t.TempDir()
+	if err := os.Mkdir(filepath.Join(mount, "memory"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Config{Mode: ModeV1, Mountpoint: mount, Root: "/runner"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = m.Available()
+	if !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "[pids cpu cpuacct]") {
+		t.Fatalf("Available = %v, want ErrNotSupported naming pids, cpu, cpuacct", err)
+	}
+	if err := m.Ensure("sb", Limits{Pids: 10}); !errors.Is(err, ErrNotSupported) {
+		t.Fatalf("Ensure with limits = %v, want ErrNotSupported", err)
+	}
+	if _, err := m.Usage("sb"); !errors.Is(err, ErrNotSupported) {
+		t.Fatalf("Usage = %v, want ErrNotSupported", err)
+	}
+	if _, err := os.Stat(filepath.Join(mount, "memory", "runner", "sb")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused Ensure created the sandbox (%v)", err)
+	}
+	if _, err := New(Config{Mode: ModeV1, Mountpoint: t.TempDir()}); !errors.Is(err, ErrNotSupported) {
+		t.Fatalf("New on a tree with no v1 controller = %v, want ErrNotSupported", err)
 	}
 }
