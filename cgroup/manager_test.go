@@ -797,3 +797,33 @@ func TestV1AvailableNamesMissingControllers(t *testing.T) {
 		t.Fatalf("New on a tree with no v1 controller = %v, want ErrNotSupported", err)
 	}
 }
+
+// TestV1CPUQuotaThrottles: a busy loop under a 5 ms per 100 ms quota gets
+// about a twentieth of a CPU, not a whole one.
+func TestV1CPUQuotaThrottles(t *testing.T) {
+	m := newTestManager(t, ModeV1)
+	if err := m.Ensure("sb", Limits{CPUQuota: 5 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	dirs, err := m.SessionDirs("sb", "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	startIn(t, dirs, "sh", "-c", "while :; do :; done")
+	const wall = time.Second
+	time.Sleep(wall)
+	u, err := m.Usage("sb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 5% of one second is 50 ms; allow a period's worth of slack at each
+	// end of the window. Unthrottled, the loop gets a whole core (or on a
+	// loaded host at least a third of one, measured: 350 ms).
+	if u.CPUTime > 150*time.Millisecond {
+		t.Fatalf("CPUTime = %v in %v under a 5%% quota, want <= 150ms", u.CPUTime, wall)
+	}
+	stat := readFile(t, filepath.Join(sandboxDir(t, m, "sb", "cpu"), "cpu.stat")) + "\n"
+	if !strings.Contains(stat, "nr_throttled ") || strings.Contains(stat, "nr_throttled 0\n") {
+		t.Fatalf("cpu.stat = %q, want nr_throttled > 0", stat)
+	}
+}
