@@ -36,6 +36,10 @@ var rules = []struct {
 	{pkg: "netpolicy", forbidden: []string{
 		module + "/daemon", module + "/client", module + "/journal", module + "/shim", module + "/adapter",
 	}},
+	{pkg: "cgroup/oom", stdlibOnly: true},
+	{pkg: "cgroup", forbidden: []string{
+		module + "/daemon", module + "/client", module + "/shim", module + "/netpolicy", module + "/adapter", module + "/journal",
+	}},
 	{pkg: "daemon", forbidden: []string{module + "/client", module + "/adapter"}},
 }
 
