@@ -91,6 +91,9 @@ func New(cfg Config) (*Client, error) {
 // String names the client without its key.
 func (c *Client) String() string { return "e2b.Client{" + c.apiURL + "}" }
 
+// GoString is String: %#v must not dump the key.
+func (c *Client) GoString() string { return c.String() }
+
 // NewSandbox is the body of POST /sandboxes (schema NewSandbox).
 type NewSandbox struct {
 	// TemplateID names the template (an id or alias).

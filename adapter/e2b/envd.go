@@ -36,6 +36,9 @@ type Envd struct {
 // String names the sandbox without its token.
 func (e *Envd) String() string { return "e2b.Envd{" + e.sandboxID + "}" }
 
+// GoString is String: %#v must not dump the token.
+func (e *Envd) GoString() string { return e.String() }
+
 // ProcessConfig is the process to run (message ProcessConfig). Cmd is run
 // directly with Args, no shell.
 type ProcessConfig struct {

@@ -228,8 +228,8 @@ type redactor []Secret
 
 func (r redactor) clean(s string) string {
 	for _, sec := range r {
-		if sec.v != "" {
-			s = strings.ReplaceAll(s, sec.v, redacted)
+		if v := sec.Reveal(); v != "" {
+			s = strings.ReplaceAll(s, v, redacted)
 		}
 	}
 	return s

@@ -12,16 +12,31 @@ const redacted = "[redacted]"
 // rendering of it — fmt with any verb, JSON, text, slog — is "[redacted]";
 // only [Secret.Reveal] gives the value, and this package calls it only to
 // set a request header. The zero value is the empty secret.
-type Secret struct{ v string }
+//
+// The value is held by a closure: reflection (fmt's %#v of a struct that
+// holds a Secret in an unexported field, where no method is called, or a
+// bad verb's fallback dump) prints a func as an address, never what it
+// captured. Secrets are not comparable with ==; compare Reveal.
+type Secret struct{ reveal func() string }
 
 // NewSecret wraps a credential.
-func NewSecret(v string) Secret { return Secret{v: v} }
+func NewSecret(v string) Secret {
+	if v == "" {
+		return Secret{}
+	}
+	return Secret{reveal: func() string { return v }}
+}
 
 // Reveal returns the credential. Call it only to put it on the wire.
-func (s Secret) Reveal() string { return s.v }
+func (s Secret) Reveal() string {
+	if s.reveal == nil {
+		return ""
+	}
+	return s.reveal()
+}
 
 // IsZero reports whether the secret is empty.
-func (s Secret) IsZero() bool { return s.v == "" }
+func (s Secret) IsZero() bool { return s.reveal == nil }
 
 // String returns "[redacted]".
 func (s Secret) String() string { return redacted }
@@ -48,9 +63,9 @@ func (s *Secret) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
 	}
-	s.v = ""
+	*s = Secret{}
 	if v != nil {
-		s.v = *v
+		*s = NewSecret(*v)
 	}
 	return nil
 }
