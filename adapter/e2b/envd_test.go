@@ -202,6 +202,25 @@ func TestStdinNULsAndRealClose(t *testing.T) {
 	}
 }
 
+// TestStartWaitsForRegistration is the seeds' first trap: the caller
+// writes stdin the moment Start returns, by tag, while envd registers the
+// process slowly. Start must not return before envd's start event.
+func TestStartWaitsForRegistration(t *testing.T) {
+	s := newSandbox(t, e2btest.Options{RegisterDelay: 300 * time.Millisecond})
+	ctx := ctxFor(t)
+	st, err := s.envd.Start(ctx, e2b.StartRequest{Process: e2b.ProcessConfig{Cmd: "head", Args: []string{"-c", "5"}}, Tag: "early"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.envd.SendInput(ctx, e2b.Selector{Tag: "early"}, []byte("hello"), false); err != nil {
+		t.Fatalf("write right after Start returned: %v", err)
+	}
+	out, err := st.Drain()
+	if err != nil || string(out.Stdout) != "hello" || out.End.ExitCode != 0 {
+		t.Errorf("got %q, %+v, %v; want hello and exit 0", out.Stdout, out.End, err)
+	}
+}
+
 func TestStreamInputKeepsOrder(t *testing.T) {
 	s := newSandbox(t, e2btest.Options{})
 	ctx := ctxFor(t)

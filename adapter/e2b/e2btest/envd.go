@@ -312,6 +312,13 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, sb *sandbox, gone
 			size = req.PTY.Size
 		}
 	}
+	// The answer's headers go out before the process exists, as a
+	// streaming handler may send them: only the start event says the
+	// process is registered.
+	w.WriteHeader(http.StatusOK)
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
 	// Subscribe before the process starts: its first bytes are not lost.
 	me := p.subscribeLocked()
 	if e := p.launch(sb, size, req.Stdin == nil || *req.Stdin, lifetime); e != nil {
@@ -611,6 +618,14 @@ func (p *proc) launch(sb *sandbox, size *ptySize, stdin bool, lifetime time.Dura
 	closeAll(childEnds)
 	p.cmd = cmd
 	p.pid = uint32(cmd.Process.Pid)
+	if d := s.opts.RegisterDelay; d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-s.closing:
+			t.Stop()
+		}
+	}
 
 	s.mu.Lock()
 	alive := sb.procs != nil && s.sandboxes[sb.id] == sb

@@ -57,6 +57,12 @@ type Options struct {
 	// KeepaliveInterval, when positive, overrides the client's
 	// Keepalive-Ping-Interval header (seconds) for stream keepalives.
 	KeepaliveInterval time.Duration
+	// RegisterDelay holds a started process back this long before envd
+	// registers it (List, SendInput and the other selectors find it) and
+	// sends the start event: a client that returns from Start before the
+	// start event then races a process envd does not know yet (the seeds'
+	// E2B adapter lost that race by about 300 ms).
+	RegisterDelay time.Duration
 }
 
 // Server is the stand-in. Its methods are safe for concurrent use. New
