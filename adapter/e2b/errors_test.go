@@ -51,7 +51,9 @@ func canned(t *testing.T, a answer) (*e2b.Client, e2b.Sandbox) {
 
 func jsonBody(v any) []byte { b, _ := json.Marshal(v); return b }
 
-func apiErr(code int, msg string) []byte { return jsonBody(map[string]any{"code": code, "message": msg}) }
+func apiErr(code int, msg string) []byte {
+	return jsonBody(map[string]any{"code": code, "message": msg})
+}
 
 var jsonType = map[string]string{"Content-Type": "application/json"}
 
