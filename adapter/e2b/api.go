@@ -41,8 +41,9 @@ type Config struct {
 	// shared sandbox host and the stand-in both route on them). Empty means
 	// https://<EnvdPort>-<sandboxID>.<domain>.
 	SandboxURL string
-	// HTTPClient is used for every request; nil means a client with no
-	// overall timeout (streams are long), bounded by each call's context.
+	// HTTPClient is used for every request (a copy that refuses
+	// redirects); nil means a client with no overall timeout (streams are
+	// long), bounded by each call's context.
 	HTTPClient *http.Client
 	// User, when set, is the sandbox user envd runs processes as (HTTP
 	// Basic with an empty password, as the SDKs send it).
@@ -66,7 +67,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.APIKey.IsZero() {
 		return nil, &Error{Op: "configure e2b", kind: invalid("no API key")}
 	}
-	c := &Client{domain: cfg.Domain, sandboxURL: strings.TrimRight(cfg.SandboxURL, "/"), user: cfg.User, key: cfg.APIKey, hc: cfg.HTTPClient}
+	c := &Client{domain: cfg.Domain, sandboxURL: strings.TrimRight(cfg.SandboxURL, "/"), user: cfg.User, key: cfg.APIKey}
 	if c.domain == "" {
 		c.domain = DefaultDomain
 	}
@@ -82,9 +83,16 @@ func New(cfg Config) (*Client, error) {
 			return nil, &Error{Op: "configure e2b", kind: invalid("bad URL " + strconv.Quote(u))}
 		}
 	}
-	if c.hc == nil {
-		c.hc = &http.Client{}
+	// A copy, so the caller's client is left as it was, that never
+	// follows a redirect: Go re-sends custom headers such as X-API-Key and
+	// X-Access-Token to wherever a redirect points (it strips only
+	// Authorization and cookies across hosts). A 3xx is an answer here.
+	hc := http.Client{}
+	if cfg.HTTPClient != nil {
+		hc = *cfg.HTTPClient
 	}
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	c.hc = &hc
 	return c, nil
 }
 

@@ -263,6 +263,42 @@ func TestStreamInputKeepsOrder(t *testing.T) {
 	}
 }
 
+// TestStreamInputToAnExitedProcess: writes into a process that exited end
+// the input stream with envd's error; nothing hangs.
+func TestStreamInputToAnExitedProcess(t *testing.T) {
+	s := newSandbox(t, e2btest.Options{})
+	ctx := ctxFor(t)
+	st, err := s.envd.Start(ctx, argv("head", "-c", "1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := s.envd.StreamInput(ctx, e2b.Selector{PID: st.PID()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Write([]byte("x"), false); err != nil {
+		t.Fatalf("first write: %v", err)
+	}
+	out, err := st.Drain()
+	if err != nil || string(out.Stdout) != "x" || out.End.ExitCode != 0 {
+		t.Fatalf("head: %q %+v %v", out.Stdout, out.End, err)
+	}
+	var werr error
+	for i := 0; i < 1000 && werr == nil; i++ {
+		werr = in.Write([]byte("more"), false)
+	}
+	cerr := in.Close()
+	if adapter.KindOf(cerr) != adapter.KindProvider {
+		t.Errorf("close after writing past the exit: got %v, want envd's error (kind provider)", cerr)
+	}
+	if werr != nil && adapter.KindOf(werr) != adapter.KindProvider {
+		t.Errorf("write past the exit: got %v (kind %s), want envd's error, kind provider", werr, adapter.KindOf(werr))
+	}
+	if again := in.Close(); again != cerr {
+		t.Errorf("second close: %v, want the first's %v", again, cerr)
+	}
+}
+
 func TestStdinDisabled(t *testing.T) {
 	s := newSandbox(t, e2btest.Options{})
 	no := false

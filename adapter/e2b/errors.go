@@ -34,13 +34,7 @@ type Error struct {
 	kind    error
 }
 
-func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString(e.Op)
-	b.WriteString(": ")
-	b.WriteString(e.kind.Error())
-	return b.String()
-}
+func (e *Error) Error() string { return e.Op + ": " + e.kind.Error() }
 
 // Unwrap returns the taxonomy error.
 func (e *Error) Unwrap() error { return e.kind }

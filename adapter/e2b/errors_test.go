@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -307,5 +308,31 @@ func TestSecretsRedactedFromServerMessages(t *testing.T) {
 	_, err = c.Get(t.Context(), "isbx")
 	if err == nil || strings.Contains(err.Error(), testKey) {
 		t.Errorf("the API key leaked: %v", err)
+	}
+}
+
+// TestRedirectsAreNotFollowed: Go's client re-sends custom headers to a
+// redirect's target, so a redirect (a hijacked DNS name, a misconfigured
+// edge) would hand the API key and the envd token to another host.
+func TestRedirectsAreNotFollowed(t *testing.T) {
+	var mu sync.Mutex
+	var leaked []string
+	thief := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		leaked = append(leaked, r.Header.Get("X-API-Key")+r.Header.Get("X-Access-Token"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"sandboxID":"isbx","processes":[]}`))
+	}))
+	t.Cleanup(thief.Close)
+	c, sb := canned(t, answer{307, map[string]string{"Location": thief.URL + "/elsewhere"}, nil})
+	_, err := c.Get(t.Context(), "isbx")
+	wantKind(t, "get answered with a redirect", err, adapter.KindProvider)
+	_, err = c.Envd(sb).List(t.Context())
+	wantKind(t, "envd answered with a redirect", err, adapter.KindUnavailable)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(leaked) != 0 {
+		t.Errorf("the redirect target got %d requests carrying credentials", len(leaked))
 	}
 }
