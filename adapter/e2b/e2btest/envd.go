@@ -15,6 +15,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 const (
@@ -483,9 +484,10 @@ type proc struct {
 	deadline chan struct{} // closed when the lifetime elapsed; nil without one
 	done     chan struct{} // closed after the end event went out
 
-	mu    sync.Mutex // guards subs and ended
-	subs  map[*sub]struct{}
-	ended bool
+	mu     sync.Mutex // guards subs, ended and reaped
+	subs   map[*sub]struct{}
+	ended  bool
+	reaped bool
 }
 
 type sub struct {
@@ -692,6 +694,13 @@ func (p *proc) read(f *os.File, field string) {
 // wait reaps the process and sends the end event, as envd reports it from
 // os.ProcessState (protojson leaves out zero fields).
 func (p *proc) wait() {
+	// Wait for the exit without reaping, mark the process reaped, then
+	// reap: group signals (kill, pause) check the mark under p.mu, so none
+	// is ever sent to a process group whose id the kernel may reuse.
+	waitNoReap(p.pid)
+	p.mu.Lock()
+	p.reaped = true
+	p.mu.Unlock()
 	err := p.cmd.Wait()
 	if p.timer != nil {
 		p.timer.Stop()
@@ -789,11 +798,7 @@ func (p *proc) signal(v any) *connectErr {
 }
 
 // kill ends the process's whole group (its own session for a PTY).
-func (p *proc) kill() {
-	if p.cmd != nil && p.cmd.Process != nil {
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	}
-}
+func (p *proc) kill() { p.signalGroup(syscall.SIGKILL) }
 
 // abort kills the group and closes the output read ends, so the readers
 // finish even when a descendant outside the group still holds the pipes.
@@ -804,8 +809,25 @@ func (p *proc) abort() {
 	}
 }
 
+// signalGroup signals the process's group while its leader is not yet
+// reaped (its id cannot have been reused).
 func (p *proc) signalGroup(sig syscall.Signal) {
-	if p.cmd != nil && p.cmd.Process != nil {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil && p.cmd.Process != nil && !p.reaped {
 		_ = syscall.Kill(-p.cmd.Process.Pid, sig)
+	}
+}
+
+// waitNoReap blocks until pid exits, leaving it a zombie (waitid with
+// WNOWAIT; the syscall package has no wrapper).
+func waitNoReap(pid uint32) {
+	const pPID, wExited, wNoWait = 1, 0x4, 0x1000000
+	var info [128]byte // siginfo_t
+	for {
+		_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(pid), uintptr(unsafe.Pointer(&info[0])), wExited|wNoWait, 0, 0)
+		if errno != syscall.EINTR {
+			return
+		}
 	}
 }
