@@ -275,6 +275,14 @@ func (c *Client) Connect(ctx context.Context, sandboxID string, timeout int32) (
 	return s, status == http.StatusCreated, err
 }
 
+// SetTimeout sets a running sandbox's time to live to seconds from now:
+// POST /sandboxes/{id}/timeout, 204. With NewSandbox.AutoPause the sandbox
+// pauses, not dies, when it elapses.
+func (c *Client) SetTimeout(ctx context.Context, sandboxID string, seconds int32) error {
+	body := map[string]int32{"timeout": seconds}
+	return c.do(ctx, "set timeout of sandbox "+sandboxID, opOther, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/timeout", nil, body, []int{http.StatusNoContent}, nil, nil)
+}
+
 func (c *Client) do(ctx context.Context, op string, kind apiOp, method, path string, q url.Values, in any, ok []int, out any, hdr *http.Header) error {
 	return c.doStatus(ctx, op, kind, method, path, q, in, ok, out, hdr, nil)
 }

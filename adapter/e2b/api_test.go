@@ -78,7 +78,7 @@ func TestSandboxLifecycle(t *testing.T) {
 	f := newFixture(t, e2btest.Options{})
 	ctx := ctxFor(t)
 
-	sb, err := f.c.Create(ctx, e2b.NewSandbox{TemplateID: "runner", Metadata: map[string]string{"runner-name": "alpha"}})
+	sb, err := f.c.Create(ctx, e2b.NewSandbox{TemplateID: "runner", Timeout: 600, AutoPause: true, Metadata: map[string]string{"runner-name": "alpha"}})
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
@@ -93,6 +93,17 @@ func TestSandboxLifecycle(t *testing.T) {
 		got.EnvdAccessToken.Reveal() != sb.EnvdAccessToken.Reveal() || got.StartedAt.IsZero() {
 		t.Errorf("get answered %+v, want the created sandbox, running, with its metadata and token", got)
 	}
+
+	if ttl, _ := f.srv.Timeout(sb.SandboxID); ttl != 600 {
+		t.Errorf("time to live after create: %d, want the 600 asked for", ttl)
+	}
+	if err := f.c.SetTimeout(ctx, sb.SandboxID, 3600); err != nil {
+		t.Fatalf("set timeout: %v", err)
+	}
+	if ttl, _ := f.srv.Timeout(sb.SandboxID); ttl != 3600 {
+		t.Errorf("time to live after SetTimeout: %d, want 3600", ttl)
+	}
+	wantKind(t, "set timeout of an unknown sandbox", f.c.SetTimeout(ctx, "nope", 60), adapter.KindProvider)
 
 	if err := f.c.Pause(ctx, sb.SandboxID); err != nil {
 		t.Fatalf("pause: %v", err)

@@ -61,3 +61,23 @@ func TestEnvelopeDefects(t *testing.T) {
 		t.Errorf("writing an oversized message: %v, want errFrame", err)
 	}
 }
+
+func TestSandboxHosts(t *testing.T) {
+	c, err := New(Config{APIKey: NewSecret("k"), Domain: "example.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.apiURL != "https://api.example.test" {
+		t.Errorf("api URL %q, want https://api.example.test", c.apiURL)
+	}
+	if got := c.Envd(Sandbox{SandboxID: "isb"}).base; got != "https://49983-isb.example.test" {
+		t.Errorf("envd URL %q, want https://49983-isb.example.test", got)
+	}
+	if got := c.Envd(Sandbox{SandboxID: "isb", Domain: "eu.example.test"}).base; got != "https://49983-isb.eu.example.test" {
+		t.Errorf("envd URL %q, want the sandbox's own domain", got)
+	}
+	d, _ := New(Config{APIKey: NewSecret("k")})
+	if d.apiURL != "https://api.e2b.app" {
+		t.Errorf("default api URL %q, want https://api.e2b.app", d.apiURL)
+	}
+}

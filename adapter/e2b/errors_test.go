@@ -336,3 +336,14 @@ func TestRedirectsAreNotFollowed(t *testing.T) {
 		t.Errorf("the redirect target got %d requests carrying credentials", len(leaked))
 	}
 }
+
+// TestListAllStopsOnARepeatedCursor: a listing terminates even when the
+// server hands back the same cursor forever.
+func TestListAllStopsOnARepeatedCursor(t *testing.T) {
+	c, _ := canned(t, answer{200, map[string]string{"Content-Type": "application/json", "X-Next-Token": "again"}, []byte(`[{"sandboxID":"isbx"}]`)})
+	all, err := c.ListAll(t.Context(), e2b.ListOptions{})
+	wantKind(t, "list all with a cursor that repeats", err, adapter.KindUnavailable)
+	if all != nil {
+		t.Errorf("got %d sandboxes, want none", len(all))
+	}
+}

@@ -94,6 +94,7 @@ type Server struct {
 type sandbox struct {
 	id, template, token string
 	seq                 uint64
+	timeout             int32 // seconds; recorded, not enforced
 	metadata            map[string]string
 	envVars             map[string]string
 	state               string
@@ -226,6 +227,7 @@ func (s *Server) apiMux() http.Handler {
 	mux.HandleFunc("POST /sandboxes/{id}/pause", s.pause)
 	mux.HandleFunc("POST /sandboxes/{id}/resume", s.resume)
 	mux.HandleFunc("POST /sandboxes/{id}/connect", s.connect)
+	mux.HandleFunc("POST /sandboxes/{id}/timeout", s.setTimeout)
 	mux.HandleFunc("GET /v2/sandboxes", s.list)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-API-Key") != s.APIKey {
@@ -284,7 +286,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	sb := &sandbox{
 		id: id, template: *req.TemplateID, token: randHex(16), seq: s.seq,
 		metadata: req.Metadata, envVars: req.EnvVars, state: "running", dir: dir,
-		started: time.Now().UTC(), procs: map[uint32]*proc{}, gone: make(chan struct{}),
+		started: time.Now().UTC(), procs: map[uint32]*proc{}, gone: make(chan struct{}), timeout: 15,
+	}
+	if req.Timeout != nil {
+		sb.timeout = *req.Timeout
 	}
 	s.sandboxes[id] = sb
 	writeJSON(w, http.StatusCreated, sb.created())
@@ -391,6 +396,39 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 		sb.wake()
 		writeJSON(w, http.StatusCreated, sb.created())
 	}
+}
+
+// setTimeout validates and records the time to live (the stand-in does
+// not expire sandboxes; Timeout reports the last value set).
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Timeout *int32 `json:"timeout"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Timeout == nil || *req.Timeout < 0 {
+		apiError(w, http.StatusBadRequest, "timeout is required")
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.sandboxes[r.PathValue("id")]
+	if !ok {
+		notFound(w, r.PathValue("id"))
+		return
+	}
+	sb.timeout = *req.Timeout
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// Timeout returns the time to live last set for a sandbox, in seconds
+// (at create or through the timeout call), and whether it exists.
+func (s *Server) Timeout(sandboxID string) (int32, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.sandboxes[sandboxID]
+	if !ok {
+		return 0, false
+	}
+	return sb.timeout, true
 }
 
 func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
