@@ -149,6 +149,10 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request) {
 		writeUnaryError(w, cerr("unauthenticated", "invalid access token"))
 		return
 	}
+	if r.URL.Path == "/files" {
+		s.files(w, r, sb)
+		return
+	}
 	if r.Method != http.MethodPost || r.Header.Get("Connect-Protocol-Version") != "1" {
 		writeUnaryError(w, cerr("invalid_argument", "missing Connect-Protocol-Version"))
 		return
