@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
@@ -330,6 +331,7 @@ type Stream struct {
 	red    redactor
 
 	closeOnce sync.Once
+	closed    atomic.Bool
 	done      bool // guarded by Recv's single caller
 }
 
@@ -366,6 +368,10 @@ func (s *Stream) next() (*Event, uint32, error) {
 		s.done = true
 		if errors.Is(err, errFrame) {
 			return nil, 0, &Error{Op: s.op, kind: providerErr(err.Error())}
+		}
+		if s.closed.Load() {
+			// The caller's own Close, like cancelling its context.
+			return nil, 0, fmt.Errorf("%s: stream closed: %w", s.op, context.Canceled)
 		}
 		if err == io.EOF {
 			err = errors.New("stream ended without an end-stream message")
@@ -415,9 +421,11 @@ func (s *Stream) next() (*Event, uint32, error) {
 	return nil, 0, nil
 }
 
-// Close ends the stream (not the process).
+// Close ends the stream (not the process). A Recv blocked in another
+// goroutine returns an error wrapping context.Canceled.
 func (s *Stream) Close() error {
 	s.closeOnce.Do(func() {
+		s.closed.Store(true)
 		s.cancel()
 		s.body.Close()
 	})

@@ -408,6 +408,34 @@ func TestLifetimeKillsProcess(t *testing.T) {
 	}
 }
 
+// TestCloseUnblocksRecv: Close from another goroutine ends a blocked Recv
+// as a cancellation (never as a provider failure or an end), and the
+// process lives on.
+func TestCloseUnblocksRecv(t *testing.T) {
+	s := newSandbox(t, e2btest.Options{})
+	ctx := ctxFor(t)
+	st, err := s.envd.Start(ctx, argv("sleep", "60"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := st.Recv()
+		got <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	st.Close()
+	if err := <-got; !errors.Is(err, context.Canceled) {
+		t.Errorf("recv after close: got %v, want context.Canceled", err)
+	}
+	if !alive(st.PID()) {
+		t.Errorf("closing the stream killed the process")
+	}
+	if err := s.envd.SendSignal(ctx, e2b.Selector{PID: st.PID()}, e2b.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func alive(pid uint32) bool {
 	// A zombie still answers kill 0; the stand-in reaps at once, so a
 	// killed process vanishes quickly.
