@@ -347,3 +347,46 @@ func TestListAllStopsOnARepeatedCursor(t *testing.T) {
 		t.Errorf("got %d sandboxes, want none", len(all))
 	}
 }
+
+// TestWireHeaders pins what goes on the wire for envd and the API.
+func TestWireHeaders(t *testing.T) {
+	var mu sync.Mutex
+	var got []http.Header
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Clone())
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/connect+json")
+		_, _ = w.Write(frame(2, []byte(`{"error":{"code":"internal"}}`)))
+	}))
+	t.Cleanup(srv.Close)
+	c, err := e2b.New(e2b.Config{APIKey: e2b.NewSecret(testKey), APIURL: srv.URL, SandboxURL: srv.URL, User: "root"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	envd := c.Envd(e2b.Sandbox{SandboxID: "isbx", EnvdAccessToken: e2b.NewSecret(testToken)})
+	_, _ = envd.Start(t.Context(), argv("true"))
+	req := argv("true")
+	req.Lifetime = 1500 * time.Millisecond
+	_, _ = envd.Start(t.Context(), req)
+	_, _ = c.Get(t.Context(), "isbx")
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 3 {
+		t.Fatalf("server saw %d requests, want 3", len(got))
+	}
+	for i, want := range []map[string]string{
+		{"Connect-Protocol-Version": "1", "Content-Type": "application/connect+json", "E2b-Sandbox-Id": "isbx",
+			"E2b-Sandbox-Port": "49983", "X-Access-Token": testToken, "Keepalive-Ping-Interval": "50",
+			"Authorization": "Basic cm9vdDo=", "Connect-Timeout-Ms": "", "X-Api-Key": ""},
+		{"Connect-Timeout-Ms": "1500"},
+		{"X-Api-Key": testKey, "X-Access-Token": "", "Connect-Protocol-Version": ""},
+	} {
+		for k, v := range want {
+			if g := got[i].Get(k); g != v {
+				t.Errorf("request %d header %s = %q, want %q", i, k, g, v)
+			}
+		}
+	}
+}
