@@ -69,8 +69,8 @@ type Options struct {
 // registers its shutdown with t.Cleanup: every process it started is
 // killed and waited for, every goroutine stopped.
 type Server struct {
-	// API is the control plane; SandboxURL is where envd requests go,
-	// routed on the E2b-Sandbox-Id header.
+	// api is the control plane (URL); envd is where envd requests go
+	// (SandboxURL), routed on the E2b-Sandbox-Id header.
 	api, envd *httptest.Server
 	// APIKey is the only key the control plane accepts.
 	APIKey string
