@@ -20,6 +20,8 @@ var rules = []struct {
 	{pkg: "adapter", stdlibOnly: true},
 	{pkg: "adapter/fake", stdlibOnly: true, allowed: []string{"adapter"}},
 	{pkg: "adapter/conformance", stdlibOnly: true, allowed: []string{"adapter"}},
+	{pkg: "adapter/e2b", stdlibOnly: true, allowed: []string{"adapter", "wire"}},
+	{pkg: "adapter/e2b/e2btest", stdlibOnly: true, allowed: []string{"adapter", "adapter/e2b", "wire"}},
 	{pkg: "wire", stdlibOnly: true},
 	{pkg: "internal/atomicfile", stdlibOnly: true},
 	{pkg: "client", forbidden: []string{

@@ -1,0 +1,32 @@
+// Package e2b is the E2B-specific layer beneath the shim transport: a
+// client for E2B's control-plane REST API (sandboxes: create, get, paged
+// list, delete, pause, resume, connect, timeout) and for envd, the daemon
+// inside every sandbox: its process service, which speaks the Connect
+// protocol, and its files endpoint.
+//
+// It is written from the public sources: e2b-dev/infra spec/openapi.yml
+// (paths, schemas, the X-API-Key scheme, the X-Next-Token list cursor),
+// e2b-dev/infra packages/envd/spec/process/process.proto (service
+// process.Process), packages/envd/spec/envd.yaml (/files) and the E2B SDKs (e2b-dev/E2B packages/js-sdk and
+// python-sdk: the envd port 49983, the sandbox host scheme, the
+// X-Access-Token, E2b-Sandbox-Id and E2b-Sandbox-Port headers).
+//
+// # Invariants
+//
+//   - Every error this package returns carries, after errors.Is / errors.As,
+//     exactly one kind of the adapter taxonomy (see errors.go), or a context
+//     error when the caller's context ended first. [adapter.ErrNotFound] is
+//     given only for a 404 with E2B's own error body on GET of a sandbox.
+//   - Secrets (the API key, envd access tokens) travel only in request
+//     headers, and never across a redirect (none is followed). They never
+//     appear in URLs, errors, logs or in any fmt / JSON / slog rendering of
+//     this package's values ([Secret] redacts itself).
+//   - [Envd.Start] returns only after envd acknowledged the process with its
+//     start event (pid): a caller may write stdin at once.
+//   - The Connect envelope framing is written here (stdlib only); the codec
+//     is Connect's JSON codec (protojson field names), which envd's
+//     connect-go handlers serve beside the binary proto codec.
+//
+// This package is the client only: the contract policy (names kept in
+// metadata and adopted on list, what is advertised) lives above it.
+package e2b

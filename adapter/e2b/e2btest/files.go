@@ -1,0 +1,97 @@
+package e2btest
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// fileError writes envd's Error schema ({code, message}).
+func fileError(w http.ResponseWriter, status int, msg string) {
+	b, _ := json.Marshal(map[string]any{"code": status, "message": msg})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// files serves envd's GET and POST /files inside the sandbox's directory,
+// which stands for the user's home. Paths are confined with os.Root, so
+// neither "..", an absolute path outside the directory nor a symlink
+// reaches the host: an absolute path must lie inside the sandbox
+// directory (a stand-in limit; real envd sees the guest's whole tree).
+func (s *Server) files(w http.ResponseWriter, r *http.Request, sb *sandbox) {
+	path := r.URL.Query().Get("path")
+	if path == "" {
+		fileError(w, http.StatusBadRequest, "path is required")
+		return
+	}
+	rel := path
+	if filepath.IsAbs(path) {
+		var err error
+		if rel, err = filepath.Rel(sb.dir, path); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+			fileError(w, http.StatusBadRequest, "path outside the sandbox: "+path)
+			return
+		}
+	}
+	root, err := os.OpenRoot(sb.dir)
+	if err != nil {
+		fileError(w, http.StatusInternalServerError, "open sandbox directory")
+		return
+	}
+	defer root.Close()
+	switch r.Method {
+	case http.MethodGet:
+		f, err := root.Open(rel)
+		if errors.Is(err, fs.ErrNotExist) {
+			fileError(w, http.StatusNotFound, "file not found: "+path)
+			return
+		}
+		if err != nil {
+			fileError(w, http.StatusBadRequest, "invalid path: "+path)
+			return
+		}
+		defer f.Close()
+		w.Header().Set("Content-Type", "application/octet-stream")
+		_, _ = io.Copy(w, f)
+	case http.MethodPost:
+		mr, err := r.MultipartReader()
+		if err != nil {
+			fileError(w, http.StatusBadRequest, "expected multipart/form-data")
+			return
+		}
+		part, err := mr.NextPart()
+		if err != nil || part.FormName() != "file" {
+			fileError(w, http.StatusBadRequest, "expected a file part")
+			return
+		}
+		if dir := filepath.Dir(rel); dir != "." {
+			if err := root.MkdirAll(dir, 0o755); err != nil {
+				fileError(w, http.StatusBadRequest, "invalid path: "+path)
+				return
+			}
+		}
+		f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			fileError(w, http.StatusBadRequest, "invalid path: "+path)
+			return
+		}
+		_, cerr := io.Copy(f, part)
+		if err := f.Close(); cerr == nil {
+			cerr = err
+		}
+		if cerr != nil {
+			fileError(w, http.StatusInternalServerError, "write file: "+cerr.Error())
+			return
+		}
+		b, _ := json.Marshal([]map[string]string{{"path": filepath.Join(sb.dir, rel), "name": filepath.Base(rel), "type": "file"}})
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(b)
+	default:
+		w.WriteHeader(http.StatusMethodNotAllowed)
+	}
+}

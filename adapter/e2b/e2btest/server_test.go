@@ -1,0 +1,169 @@
+package e2btest_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/agentrunner/runner/adapter/e2b/e2btest"
+)
+
+// These tests speak raw HTTP to the stand-in, independently of package
+// e2b, so the stand-in's shapes are pinned on their own.
+
+func do(t *testing.T, method, url string, h map[string]string, body []byte) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range h {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, b
+}
+
+func TestControlPlaneShapes(t *testing.T) {
+	s := e2btest.New(t, e2btest.Options{})
+	key := map[string]string{"X-API-Key": s.APIKey, "Content-Type": "application/json"}
+
+	resp, body := do(t, "POST", s.URL()+"/sandboxes", map[string]string{"X-API-Key": "e2b_wrong"}, []byte(`{"templateID":"t"}`))
+	if resp.StatusCode != 401 || !strings.Contains(string(body), `"code":401`) {
+		t.Errorf("wrong key: %d %s, want 401 with the Error schema", resp.StatusCode, body)
+	}
+	var ids []string
+	for range 3 {
+		resp, body = do(t, "POST", s.URL()+"/sandboxes", key, []byte(`{"templateID":"t","metadata":{"k":"v"}}`))
+		var sb struct {
+			SandboxID, EnvdAccessToken, EnvdVersion string
+		}
+		if resp.StatusCode != 201 || json.Unmarshal(body, &sb) != nil || sb.SandboxID == "" || sb.EnvdAccessToken == "" || sb.EnvdVersion != e2btest.EnvdVersion {
+			t.Fatalf("create: %d %s", resp.StatusCode, body)
+		}
+		ids = append(ids, sb.SandboxID)
+	}
+	resp, body = do(t, "GET", s.URL()+"/sandboxes/nope", key, nil)
+	if resp.StatusCode != 404 || !strings.Contains(string(body), `"code":404`) {
+		t.Errorf("get unknown: %d %s, want 404 with the Error schema", resp.StatusCode, body)
+	}
+	resp, body = do(t, "GET", s.URL()+"/v2/sandboxes?limit=2&metadata=k%3Dv", key, nil)
+	next := resp.Header.Get("X-Next-Token")
+	if resp.StatusCode != 200 || next == "" || strings.Count(string(body), "sandboxID") != 2 {
+		t.Fatalf("first page: %d next=%q %s", resp.StatusCode, next, body)
+	}
+	resp, body = do(t, "GET", s.URL()+"/v2/sandboxes?limit=2&nextToken="+next, key, nil)
+	if resp.StatusCode != 200 || resp.Header.Get("X-Next-Token") != "" || !strings.Contains(string(body), ids[2]) {
+		t.Errorf("last page: %d next=%q %s; want only %s and no cursor", resp.StatusCode, resp.Header.Get("X-Next-Token"), body, ids[2])
+	}
+	resp, _ = do(t, "GET", s.URL()+"/v2/sandboxes?limit=101", key, nil)
+	if resp.StatusCode != 400 {
+		t.Errorf("limit 101: %d, want 400", resp.StatusCode)
+	}
+	s.SetOutage(true)
+	resp, _ = do(t, "GET", s.URL()+"/sandboxes/"+ids[0], key, nil)
+	if resp.StatusCode != 503 {
+		t.Errorf("outage: %d, want 503", resp.StatusCode)
+	}
+	s.SetOutage(false)
+	if n := s.Requests("GET /v2/sandboxes"); n != 3 {
+		t.Errorf("Requests counted %d lists, want 3", n)
+	}
+}
+
+func frames(t *testing.T, b []byte) (msgs [][]byte, end []byte) {
+	t.Helper()
+	for len(b) > 0 {
+		if len(b) < 5 {
+			t.Fatalf("%d bytes left, less than a header", len(b))
+		}
+		n := binary.BigEndian.Uint32(b[1:5])
+		msg := b[5 : 5+n]
+		if b[0] == 2 {
+			return msgs, msg
+		}
+		msgs = append(msgs, msg)
+		b = b[5+n:]
+	}
+	t.Fatal("no end-stream message")
+	return nil, nil
+}
+
+func TestEnvdStartRaw(t *testing.T) {
+	s := e2btest.New(t, e2btest.Options{})
+	_, body := do(t, "POST", s.URL()+"/sandboxes", map[string]string{"X-API-Key": s.APIKey}, []byte(`{"templateID":"t"}`))
+	var sb struct{ SandboxID, EnvdAccessToken string }
+	if err := json.Unmarshal(body, &sb); err != nil {
+		t.Fatal(err)
+	}
+	h := map[string]string{
+		"E2b-Sandbox-Id": sb.SandboxID, "E2b-Sandbox-Port": "49983", "X-Access-Token": sb.EnvdAccessToken,
+		"Connect-Protocol-Version": "1", "Content-Type": "application/connect+json",
+	}
+	req := []byte(`{"process":{"cmd":"head","args":["-c","100000","/dev/zero"]}}`)
+	env := append([]byte{0, 0, 0, 0, byte(len(req))}, req...)
+	resp, body := do(t, "POST", s.SandboxURL()+"/process.Process/Start", h, env)
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/connect+json" {
+		t.Fatalf("start: %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	msgs, end := frames(t, body)
+	if string(end) != "{}" {
+		t.Errorf("end-stream %s, want {}", end)
+	}
+	var total int
+	for i, m := range msgs {
+		var ev struct {
+			Event struct {
+				Start *struct{ Pid uint32 }
+				Data  *struct{ Stdout []byte }
+				End   map[string]any
+			}
+		}
+		if err := json.Unmarshal(m, &ev); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		switch {
+		case i == 0:
+			if ev.Event.Start == nil || ev.Event.Start.Pid == 0 {
+				t.Errorf("first message %s, want start with a pid", m)
+			}
+		case i == len(msgs)-1:
+			// protojson leaves the zero exit code and false out.
+			if ev.Event.End == nil || ev.Event.End["status"] != "exit status 0" || ev.Event.End["exited"] != true || ev.Event.End["exitCode"] != nil {
+				t.Errorf("last message %s, want end with status exit status 0 and no exitCode", m)
+			}
+		default:
+			if ev.Event.Data == nil || len(ev.Event.Data.Stdout) > 32<<10 {
+				t.Errorf("message %d: %d bytes of stdout, want a data event of at most 32 KiB", i, len(ev.Event.Data.Stdout))
+			}
+			total += len(ev.Event.Data.Stdout)
+		}
+	}
+	if total != 100000 {
+		t.Errorf("stdout totals %d bytes, want 100000", total)
+	}
+
+	delete(h, "X-Access-Token")
+	resp, body = do(t, "POST", s.SandboxURL()+"/process.Process/List", map[string]string{
+		"E2b-Sandbox-Id": sb.SandboxID, "E2b-Sandbox-Port": "49983", "Connect-Protocol-Version": "1", "Content-Type": "application/json",
+	}, []byte(`{}`))
+	if resp.StatusCode != 401 || !strings.Contains(string(body), `"unauthenticated"`) {
+		t.Errorf("list without the token: %d %s, want 401 unauthenticated", resp.StatusCode, body)
+	}
+	resp, _ = do(t, "POST", s.SandboxURL()+"/process.Process/List", map[string]string{"E2b-Sandbox-Id": "nope", "E2b-Sandbox-Port": "49983"}, nil)
+	if resp.StatusCode != 502 {
+		t.Errorf("unknown sandbox: %d, want the proxy's 502", resp.StatusCode)
+	}
+}

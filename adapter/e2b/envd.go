@@ -1,0 +1,677 @@
+package e2b
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentrunner/runner/adapter"
+)
+
+// KeepalivePingInterval is what the SDKs ask envd for in the
+// Keepalive-Ping-Interval header (seconds between keepalive events on a
+// stream), so that idle streams survive proxies.
+const KeepalivePingInterval = 50
+
+// Envd is the client of one sandbox's envd process service
+// (process.Process). It is safe for concurrent use and holds no goroutines;
+// streams it opens are closed by their own Close.
+type Envd struct {
+	base      string
+	sandboxID string
+	token     Secret
+	user      string
+	hc        *http.Client
+}
+
+// String names the sandbox without its token.
+func (e *Envd) String() string { return "e2b.Envd{" + e.sandboxID + "}" }
+
+// GoString is String: %#v must not dump the token.
+func (e *Envd) GoString() string { return e.String() }
+
+// ProcessConfig is the process to run (message ProcessConfig). Cmd is run
+// directly with Args, no shell.
+type ProcessConfig struct {
+	Cmd  string            `json:"cmd"`
+	Args []string          `json:"args,omitempty"`
+	Envs map[string]string `json:"envs,omitempty"`
+	Cwd  string            `json:"cwd,omitempty"`
+}
+
+// PTYSize is a terminal size.
+type PTYSize struct {
+	Cols uint32 `json:"cols"`
+	Rows uint32 `json:"rows"`
+}
+
+// StartRequest starts a process.
+type StartRequest struct {
+	Process ProcessConfig
+	// PTY, when set, runs the process on a terminal of this size; its
+	// output then arrives as Event.PTY and stdin cannot be closed (send
+	// ^D, 0x04, instead).
+	PTY *PTYSize
+	// Tag names the process for a Selector.
+	Tag string
+	// Stdin opens the process's stdin pipe; nil leaves envd's default
+	// (open). With false, stdin is /dev/null.
+	Stdin *bool
+	// Lifetime, when positive, is sent as Connect-Timeout-Ms: envd kills
+	// the process when it elapses, whether or not anyone listens. Zero
+	// means no bound. The context's deadline is deliberately NOT sent: it
+	// would become the process's lifetime.
+	Lifetime time.Duration
+}
+
+// Selector names a process by pid or by tag (exactly one).
+type Selector struct {
+	PID uint32
+	Tag string
+}
+
+func (s Selector) wire() (map[string]any, error) {
+	switch {
+	case s.PID != 0 && s.Tag == "":
+		return map[string]any{"pid": s.PID}, nil
+	case s.PID == 0 && s.Tag != "":
+		return map[string]any{"tag": s.Tag}, nil
+	}
+	return nil, invalid("a process selector names a pid or a tag, exactly one")
+}
+
+// Signal is envd's Signal enum.
+type Signal int32
+
+// The signals envd delivers.
+const (
+	SIGTERM Signal = 15
+	SIGKILL Signal = 9
+)
+
+func (s Signal) wire() (string, error) {
+	switch s {
+	case SIGTERM:
+		return "SIGNAL_SIGTERM", nil
+	case SIGKILL:
+		return "SIGNAL_SIGKILL", nil
+	}
+	return "", invalid("envd delivers only SIGTERM and SIGKILL")
+}
+
+// EndEvent is the process's end (message ProcessEvent.EndEvent), as envd
+// reports it from Go's os.ProcessState: ExitCode is -1 for a process a
+// signal ended, Exited is false then, and Status reads "signal: killed".
+type EndEvent struct {
+	ExitCode int32
+	Exited   bool
+	Status   string
+	Error    string
+}
+
+// Event is one event of a process stream. Exactly one of Stdout, Stderr,
+// PTY (non-empty) or End (non-nil) is set. Keepalives are not events.
+type Event struct {
+	Stdout, Stderr, PTY []byte
+	End                 *EndEvent
+}
+
+// ProcessInfo is one entry of List.
+type ProcessInfo struct {
+	Config ProcessConfig
+	PID    uint32
+	Tag    string
+}
+
+// wireEvent decodes ProcessEvent in protojson form. protojson emits
+// lowerCamelCase names and parsers accept the proto names too, so both
+// spellings of exit_code are read.
+type wireEvent struct {
+	Event *struct {
+		Start *struct {
+			PID uint32 `json:"pid"`
+		} `json:"start"`
+		Data *struct {
+			Stdout []byte `json:"stdout"`
+			Stderr []byte `json:"stderr"`
+			PTY    []byte `json:"pty"`
+		} `json:"data"`
+		End *struct {
+			ExitCode      *int32  `json:"exitCode"`
+			ExitCodeProto *int32  `json:"exit_code"`
+			Exited        bool    `json:"exited"`
+			Status        string  `json:"status"`
+			Error         *string `json:"error"`
+		} `json:"end"`
+		Keepalive *struct{} `json:"keepalive"`
+	} `json:"event"`
+}
+
+func (e *Envd) headers(h http.Header) {
+	h.Set("Connect-Protocol-Version", "1")
+	h.Set("E2b-Sandbox-Id", e.sandboxID)
+	h.Set("E2b-Sandbox-Port", strconv.Itoa(EnvdPort))
+	if !e.token.IsZero() {
+		h.Set("X-Access-Token", e.token.Reveal())
+	}
+	if e.user != "" {
+		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(e.user+":")))
+	}
+}
+
+func (e *Envd) red() redactor { return redactor{e.token} }
+
+// unary calls one unary procedure of process.Process with the JSON codec.
+func (e *Envd) unary(ctx context.Context, op, method string, in, out any) error {
+	op = "envd " + op
+	b, err := json.Marshal(in)
+	if err != nil {
+		return &Error{Op: op, kind: invalid("encode request: " + err.Error())}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.base+"/process.Process/"+method, bytes.NewReader(b))
+	if err != nil {
+		return &Error{Op: op, kind: invalid("build request: " + e.red().clean(err.Error()))}
+	}
+	e.headers(req.Header)
+	req.Header.Set("Content-Type", contentTypeUnary)
+	if dl, ok := ctx.Deadline(); ok {
+		// A unary call's deadline only bounds the call itself.
+		if ms := time.Until(dl).Milliseconds(); ms > 0 {
+			req.Header.Set("Connect-Timeout-Ms", strconv.FormatInt(ms, 10))
+		}
+	}
+	resp, err := e.hc.Do(req)
+	if err != nil {
+		return transportError(ctx, op, err, e.red())
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, MaxMessageSize))
+	if err != nil {
+		return transportError(ctx, op, fmt.Errorf("read body: %w", err), e.red())
+	}
+	if resp.StatusCode != http.StatusOK {
+		return e.httpError(op, resp, raw)
+	}
+	if !isContentType(resp.Header, contentTypeUnary) {
+		return &Error{Op: op, Status: resp.StatusCode, kind: unavailable("answer is not " + contentTypeUnary)}
+	}
+	if out == nil {
+		out = &struct{}{}
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return &Error{Op: op, Status: resp.StatusCode, kind: unavailable("decode answer: " + err.Error())}
+	}
+	return nil
+}
+
+// httpError maps a non-200 answer: a Connect error body means envd spoke;
+// anything else is a proxy's answer.
+func (e *Envd) httpError(op string, resp *http.Response, raw []byte) error {
+	var we wireError
+	if isContentType(resp.Header, contentTypeUnary) && json.Unmarshal(raw, &we) == nil && we.Code != "" {
+		return connectError(op, resp.StatusCode, resp.Header, we.Code, we.Message, true, e.red())
+	}
+	return connectError(op, resp.StatusCode, resp.Header, connectStatusCode(resp.StatusCode), "", false, e.red())
+}
+
+func isContentType(h http.Header, want string) bool {
+	mt, _, err := mime.ParseMediaType(h.Get("Content-Type"))
+	return err == nil && mt == want
+}
+
+// Start starts a process and returns its stream once envd has acknowledged
+// it with the start event: the process exists and its pid is known, so a
+// caller may write stdin at once (returning earlier lost a race in the
+// seeds' E2B adapter). ctx bounds the stream, not the process: envd keeps
+// the process running when the stream ends (see StartRequest.Lifetime).
+func (e *Envd) Start(ctx context.Context, req StartRequest) (*Stream, error) {
+	msg := map[string]any{"process": req.Process}
+	if req.PTY != nil {
+		msg["pty"] = map[string]any{"size": req.PTY}
+	}
+	if req.Tag != "" {
+		msg["tag"] = req.Tag
+	}
+	if req.Stdin != nil {
+		msg["stdin"] = *req.Stdin
+	}
+	var lifetime string
+	if req.Lifetime > 0 {
+		lifetime = strconv.FormatInt(max(req.Lifetime.Milliseconds(), 1), 10)
+	}
+	return e.openStream(ctx, "start "+req.Process.Cmd, "Start", msg, lifetime)
+}
+
+// Connect attaches to a running process (rpc Connect): the stream starts
+// with the process's start event and carries only output produced from now
+// on (envd keeps no backlog).
+func (e *Envd) Connect(ctx context.Context, sel Selector) (*Stream, error) {
+	ws, err := sel.wire()
+	if err != nil {
+		return nil, &Error{Op: "envd connect", kind: err}
+	}
+	return e.openStream(ctx, "connect", "Connect", map[string]any{"process": ws}, "")
+}
+
+func (e *Envd) openStream(ctx context.Context, op, method string, in any, timeoutMs string) (*Stream, error) {
+	op = "envd " + op
+	b, err := json.Marshal(in)
+	if err != nil {
+		return nil, &Error{Op: op, kind: invalid("encode request: " + err.Error())}
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	req, err := http.NewRequestWithContext(sctx, http.MethodPost, e.base+"/process.Process/"+method, bytes.NewReader(appendEnvelope(nil, 0, b)))
+	if err != nil {
+		cancel()
+		return nil, &Error{Op: op, kind: invalid("build request: " + e.red().clean(err.Error()))}
+	}
+	e.headers(req.Header)
+	req.Header.Set("Content-Type", contentTypeStream)
+	req.Header.Set("Keepalive-Ping-Interval", strconv.Itoa(KeepalivePingInterval))
+	if timeoutMs != "" {
+		req.Header.Set("Connect-Timeout-Ms", timeoutMs)
+	}
+	resp, err := e.hc.Do(req)
+	if err != nil {
+		cancel()
+		return nil, transportError(ctx, op, err, e.red())
+	}
+	if resp.StatusCode != http.StatusOK {
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, MaxMessageSize))
+		resp.Body.Close()
+		cancel()
+		return nil, e.httpError(op, resp, raw)
+	}
+	if !isContentType(resp.Header, contentTypeStream) {
+		resp.Body.Close()
+		cancel()
+		return nil, &Error{Op: op, Status: resp.StatusCode, kind: unavailable("answer is not " + contentTypeStream)}
+	}
+	s := &Stream{ctx: ctx, cancel: cancel, body: resp.Body, op: op, red: e.red()}
+	// Block on envd's acknowledgement: the first event must be start{pid}.
+	for {
+		ev, start, err := s.next()
+		if err != nil {
+			s.Close()
+			if err == io.EOF {
+				return nil, &Error{Op: op, kind: unavailable("stream ended before the start event")}
+			}
+			return nil, err
+		}
+		if start != 0 {
+			s.pid = start
+			return s, nil
+		}
+		if ev != nil {
+			s.Close()
+			return nil, &Error{Op: op, kind: unavailable("output before the start event")}
+		}
+	}
+}
+
+// Stream is a server stream of process events. Recv must be called from
+// one goroutine at a time; Close may be called from any goroutine, any
+// number of times. Closing it never stops the process.
+type Stream struct {
+	pid    uint32
+	ctx    context.Context
+	cancel context.CancelFunc
+	body   io.ReadCloser
+	op     string
+	red    redactor
+
+	closeOnce sync.Once
+	closed    atomic.Bool
+	done      bool // guarded by Recv's single caller
+}
+
+// PID is the process's pid, from envd's start event.
+func (s *Stream) PID() uint32 { return s.pid }
+
+// Recv returns the next data or end event, skipping keepalives. After the
+// stream ended cleanly it returns io.EOF; a stream cut before envd's
+// end-stream message is *adapter.UnavailableError; envd's error is mapped
+// into the taxonomy (a Lifetime elapsing is deadline_exceeded, unavailable).
+func (s *Stream) Recv() (Event, error) {
+	for {
+		ev, start, err := s.next()
+		if err != nil {
+			return Event{}, err
+		}
+		if start != 0 {
+			return Event{}, &Error{Op: s.op, kind: unavailable("a second start event")}
+		}
+		if ev != nil {
+			return *ev, nil
+		}
+	}
+}
+
+// next reads one message: an event, a start pid, (nil, 0, nil) for a
+// keepalive, or an error (io.EOF at a clean end).
+func (s *Stream) next() (*Event, uint32, error) {
+	if s.done {
+		return nil, 0, io.EOF
+	}
+	flags, msg, err := readEnvelope(s.body)
+	if err != nil {
+		s.done = true
+		if errors.Is(err, errFrame) {
+			return nil, 0, &Error{Op: s.op, kind: providerErr(err.Error())}
+		}
+		if s.closed.Load() {
+			// The caller's own Close, like cancelling its context.
+			return nil, 0, fmt.Errorf("%s: stream closed: %w", s.op, context.Canceled)
+		}
+		if err == io.EOF {
+			err = errors.New("stream ended without an end-stream message")
+		}
+		return nil, 0, transportError(s.ctx, s.op, err, s.red)
+	}
+	if flags&flagEndStream != 0 {
+		s.done = true
+		es, err := parseEndStream(msg)
+		if err != nil {
+			return nil, 0, &Error{Op: s.op, kind: providerErr(err.Error())}
+		}
+		if es.Error != nil {
+			if s.ctx.Err() != nil {
+				return nil, 0, fmt.Errorf("%s: %w", s.op, s.ctx.Err())
+			}
+			return nil, 0, connectError(s.op, 0, nil, es.Error.Code, es.Error.Message, true, s.red)
+		}
+		return nil, 0, io.EOF
+	}
+	var we wireEvent
+	if err := json.Unmarshal(msg, &we); err != nil || we.Event == nil {
+		s.done = true
+		return nil, 0, &Error{Op: s.op, kind: providerErr("undecodable process event")}
+	}
+	ev := we.Event
+	switch {
+	case ev.Start != nil:
+		return nil, ev.Start.PID, nil
+	case ev.Data != nil:
+		return &Event{Stdout: ev.Data.Stdout, Stderr: ev.Data.Stderr, PTY: ev.Data.PTY}, 0, nil
+	case ev.End != nil:
+		end := &EndEvent{Exited: ev.End.Exited, Status: ev.End.Status}
+		switch {
+		case ev.End.ExitCode != nil:
+			end.ExitCode = *ev.End.ExitCode
+		case ev.End.ExitCodeProto != nil:
+			end.ExitCode = *ev.End.ExitCodeProto
+		}
+		if ev.End.Error != nil {
+			end.Error = *ev.End.Error
+		}
+		return &Event{End: end}, 0, nil
+	}
+	// A keepalive, or an event of a newer envd this client does not know:
+	// both carry nothing for us.
+	return nil, 0, nil
+}
+
+// Close ends the stream (not the process). A Recv blocked in another
+// goroutine returns an error wrapping context.Canceled.
+func (s *Stream) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		s.cancel()
+		s.body.Close()
+	})
+	return nil
+}
+
+// Output is what Drain collected.
+type Output struct {
+	Stdout, Stderr, PTY []byte
+	End                 EndEvent
+}
+
+// Drain reads the stream to its end and closes it. It fails when the
+// stream ends without an end event: an exit is never invented.
+func (s *Stream) Drain() (Output, error) {
+	defer s.Close()
+	var out Output
+	var end *EndEvent
+	for {
+		ev, err := s.Recv()
+		if err == io.EOF {
+			if end == nil {
+				return out, &Error{Op: s.op, kind: unavailable("stream ended without an end event")}
+			}
+			out.End = *end
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		out.Stdout = append(out.Stdout, ev.Stdout...)
+		out.Stderr = append(out.Stderr, ev.Stderr...)
+		out.PTY = append(out.PTY, ev.PTY...)
+		if ev.End != nil {
+			end = ev.End
+		}
+	}
+}
+
+func providerErr(detail string) error {
+	return &adapter.ProviderError{Provider: provider, Detail: detail}
+}
+
+// SendInput writes data to the process's stdin, or to its terminal when
+// pty is set (rpc SendInput). Order between calls is the caller's: use
+// StreamInput when writes must not reorder.
+func (e *Envd) SendInput(ctx context.Context, sel Selector, data []byte, pty bool) error {
+	ws, err := sel.wire()
+	if err != nil {
+		return &Error{Op: "envd send input", kind: err}
+	}
+	return e.unary(ctx, "send input", "SendInput", map[string]any{"process": ws, "input": inputMsg(data, pty)}, nil)
+}
+
+func inputMsg(data []byte, pty bool) map[string]any {
+	if data == nil {
+		data = []byte{}
+	}
+	if pty {
+		return map[string]any{"pty": data}
+	}
+	return map[string]any{"stdin": data}
+}
+
+// CloseStdin closes the process's stdin (rpc CloseStdin): the process reads
+// EOF. envd refuses it for a PTY process.
+func (e *Envd) CloseStdin(ctx context.Context, sel Selector) error {
+	ws, err := sel.wire()
+	if err != nil {
+		return &Error{Op: "envd close stdin", kind: err}
+	}
+	return e.unary(ctx, "close stdin", "CloseStdin", map[string]any{"process": ws}, nil)
+}
+
+// SendSignal delivers SIGTERM or SIGKILL to the process (rpc SendSignal).
+func (e *Envd) SendSignal(ctx context.Context, sel Selector, sig Signal) error {
+	ws, err := sel.wire()
+	if err != nil {
+		return &Error{Op: "envd send signal", kind: err}
+	}
+	name, err := sig.wire()
+	if err != nil {
+		return &Error{Op: "envd send signal", kind: err}
+	}
+	return e.unary(ctx, "send signal", "SendSignal", map[string]any{"process": ws, "signal": name}, nil)
+}
+
+// Resize changes a PTY process's terminal size (rpc Update).
+func (e *Envd) Resize(ctx context.Context, sel Selector, size PTYSize) error {
+	ws, err := sel.wire()
+	if err != nil {
+		return &Error{Op: "envd resize", kind: err}
+	}
+	return e.unary(ctx, "resize", "Update", map[string]any{"process": ws, "pty": map[string]any{"size": size}}, nil)
+}
+
+// List returns the processes envd runs (rpc List).
+func (e *Envd) List(ctx context.Context) ([]ProcessInfo, error) {
+	var out struct {
+		Processes []struct {
+			Config ProcessConfig `json:"config"`
+			PID    uint32        `json:"pid"`
+			Tag    *string       `json:"tag"`
+		} `json:"processes"`
+	}
+	if err := e.unary(ctx, "list processes", "List", struct{}{}, &out); err != nil {
+		return nil, err
+	}
+	ps := make([]ProcessInfo, 0, len(out.Processes))
+	for _, p := range out.Processes {
+		pi := ProcessInfo{Config: p.Config, PID: p.PID}
+		if p.Tag != nil {
+			pi.Tag = *p.Tag
+		}
+		ps = append(ps, pi)
+	}
+	return ps, nil
+}
+
+// StreamInput opens a client stream of stdin writes to one process (rpc
+// StreamInput): writes arrive in order. It owns one goroutine, the HTTP
+// exchange, which Close stops and waits for.
+func (e *Envd) StreamInput(ctx context.Context, sel Selector) (*InputStream, error) {
+	ws, err := sel.wire()
+	if err != nil {
+		return nil, &Error{Op: "envd stream input", kind: err}
+	}
+	first, err := json.Marshal(map[string]any{"start": map[string]any{"process": ws}})
+	if err != nil {
+		return nil, &Error{Op: "envd stream input", kind: invalid(err.Error())}
+	}
+	pr, pw := io.Pipe()
+	sctx, cancel := context.WithCancel(ctx)
+	req, err := http.NewRequestWithContext(sctx, http.MethodPost, e.base+"/process.Process/StreamInput", pr)
+	if err != nil {
+		cancel()
+		return nil, &Error{Op: "envd stream input", kind: invalid("build request: " + e.red().clean(err.Error()))}
+	}
+	e.headers(req.Header)
+	req.Header.Set("Content-Type", contentTypeStream)
+	in := &InputStream{ctx: ctx, cancel: cancel, pw: pw, done: make(chan struct{}), red: e.red()}
+	go in.exchange(e, req)
+	if err := in.send(first); err != nil {
+		in.Close()
+		return nil, err
+	}
+	return in, nil
+}
+
+// InputStream is an open StreamInput call. Write and Close may not be
+// called concurrently with each other; Close is idempotent and returns the
+// call's result.
+type InputStream struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	pw     *io.PipeWriter
+	red    redactor
+	done   chan struct{}
+	err    error // set before done closes
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+const opStreamInput = "envd stream input"
+
+func (in *InputStream) exchange(e *Envd, req *http.Request) {
+	defer close(in.done)
+	resp, err := e.hc.Do(req)
+	if err != nil {
+		in.err = transportError(in.ctx, opStreamInput, err, in.red)
+		in.unblock(in.err)
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, MaxMessageSize))
+		in.err = e.httpError(opStreamInput, resp, raw)
+		in.unblock(in.err)
+		return
+	}
+	// The answer is one StreamInputResponse and the end-stream message.
+	for {
+		flags, msg, err := readEnvelope(resp.Body)
+		if err != nil {
+			if err == io.EOF {
+				err = errors.New("stream ended without an end-stream message")
+			}
+			in.err = transportError(in.ctx, opStreamInput, err, in.red)
+			in.unblock(in.err)
+			return
+		}
+		if flags&flagEndStream == 0 {
+			continue
+		}
+		es, perr := parseEndStream(msg)
+		switch {
+		case perr != nil:
+			in.err = &Error{Op: opStreamInput, kind: providerErr(perr.Error())}
+		case es.Error != nil:
+			in.err = connectError(opStreamInput, 0, nil, es.Error.Code, es.Error.Message, true, in.red)
+		}
+		in.unblock(in.err)
+		return
+	}
+}
+
+// pr unblocks a Write waiting on the pipe once the exchange ended.
+func (in *InputStream) unblock(err error) {
+	if err == nil {
+		err = io.ErrClosedPipe
+	}
+	in.pw.CloseWithError(err)
+}
+
+func (in *InputStream) send(msg []byte) error {
+	if err := writeEnvelope(in.pw, 0, msg); err != nil {
+		select {
+		case <-in.done:
+			if in.err != nil {
+				return in.err
+			}
+		default:
+		}
+		return transportError(in.ctx, opStreamInput, err, in.red)
+	}
+	return nil
+}
+
+// Write sends data to the process's stdin (or terminal when pty).
+func (in *InputStream) Write(data []byte, pty bool) error {
+	b, err := json.Marshal(map[string]any{"data": map[string]any{"input": inputMsg(data, pty)}})
+	if err != nil {
+		return &Error{Op: opStreamInput, kind: invalid(err.Error())}
+	}
+	return in.send(b)
+}
+
+// Close ends the request stream and waits for envd's answer. It does not
+// close the process's stdin (that is CloseStdin).
+func (in *InputStream) Close() error {
+	in.closeOnce.Do(func() {
+		in.pw.Close()
+		<-in.done
+		in.cancel()
+		in.closeErr = in.err
+	})
+	return in.closeErr
+}
