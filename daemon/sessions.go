@@ -106,8 +106,8 @@ func (s *server) handleResize(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if req.Rows < 1 || req.Rows > 65535 || req.Cols < 1 || req.Cols > 65535 {
-		s.writeError(w, r, errInvalid("rows and cols: want 1..65535"))
+	if err := validTermSize(req.Rows, req.Cols); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	ss, err := s.session(r)

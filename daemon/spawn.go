@@ -36,11 +36,20 @@ func normalize(req *wire.CreateSession) error {
 		if req.Rows == 0 && req.Cols == 0 {
 			req.Rows, req.Cols = 24, 80
 		}
-		if req.Rows < 1 || req.Rows > 65535 || req.Cols < 1 || req.Cols > 65535 {
-			return errInvalid("rows and cols: want 1..65535")
+		if err := validTermSize(req.Rows, req.Cols); err != nil {
+			return err
 		}
 	} else if req.Rows != 0 || req.Cols != 0 {
 		return errInvalid("rows and cols apply to tty sessions only")
+	}
+	return nil
+}
+
+// validTermSize checks a terminal size: each side fits the uint16 of
+// TIOCSWINSZ and is at least 1.
+func validTermSize(rows, cols int) error {
+	if rows < 1 || rows > 65535 || cols < 1 || cols > 65535 {
+		return errInvalid("rows and cols: want 1..65535")
 	}
 	return nil
 }
