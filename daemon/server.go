@@ -184,11 +184,17 @@ type incarnationKey struct{}
 // checkIncarnation returns not_found when the request named an incarnation
 // (see scoped) other than sb's.
 func checkIncarnation(ctx context.Context, sb registry.Sandbox) error {
+	return incarnationIs(ctx, sb.Name, sb.Incarnation)
+}
+
+// incarnationIs returns not_found when the request named an incarnation
+// other than incarnation, that of sandbox name; nil when it named none.
+func incarnationIs(ctx context.Context, name, incarnation string) error {
 	want, _ := ctx.Value(incarnationKey{}).(string)
-	if want == "" || want == sb.Incarnation {
+	if want == "" || want == incarnation {
 		return nil
 	}
-	return errNotFound("sandbox %q: incarnation %s does not exist (the live one is %s)", sb.Name, want, sb.Incarnation)
+	return errNotFound("sandbox %q: incarnation %s does not exist (the live one is %s)", name, want, incarnation)
 }
 
 var routeMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete}

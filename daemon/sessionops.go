@@ -116,10 +116,11 @@ func (s *server) lookupSession(ctx context.Context, name, id string) (registry.S
 	}
 	// Session ids are scoped to an incarnation: a session recorded for
 	// another one than the caller names is not the caller's.
-	if want, _ := ctx.Value(incarnationKey{}).(string); want != "" && ss.Incarnation != "" && ss.Incarnation != want {
-		return ss, errNotFound("sandbox %q: incarnation %s does not exist (the live one is %s)", name, want, ss.Incarnation)
+	// A session recorded without one is not refused on this ground.
+	if ss.Incarnation == "" {
+		return ss, nil
 	}
-	return ss, nil
+	return ss, incarnationIs(ctx, name, ss.Incarnation)
 }
 
 // listSessions describes every session of sandbox name, each refreshed
