@@ -230,10 +230,8 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 			err = errUnavailable("%s: session %q is still starting; retry with the same id", wire.DetailUncertain, req.ID)
 		}
 		return cur, false, err
-	case errors.Is(err, registry.ErrNotFound):
-		return ss, false, errNotFound("sandbox %q does not exist", name)
 	case err != nil:
-		return ss, false, s.registryErr(err, name)
+		return ss, false, s.registryErr(err, name) // not_found for a sandbox gone meanwhile
 	}
 
 	fail := func(err error) (registry.Session, bool, error) {
