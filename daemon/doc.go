@@ -19,4 +19,18 @@
 //     destroy.
 //   - Capabilities are advertised only when delivered; everything else
 //     answers not_supported.
+//   - A session's record may trail its shim (a commit made after the answer,
+//     deferredCommits, or a crash): whoever reads a live session brings it
+//     up to date from the shim's own files first (refresh).
+//
+// Layout: the sandbox and session handlers (sandboxes.go, sessions.go)
+// only decode, call one lifecycle function and encode; the streaming ones
+// (attach.go, streams.go, exec.go) drive a session through the same
+// functions. The lifecycle takes a context and plain arguments:
+// sandboxlife.go (create, suspend, resume, destroy of a sandbox), spawn.go
+// (starting a session), sessionops.go (looking up and driving one),
+// sessionstate.go (repairing its record from its shim), stopping.go
+// (terminate and delete), recovery.go (what runnerd repairs at start and
+// the retention janitor), commits.go (registry commits made after the
+// answer). A sandbox's network policy is network.go's.
 package daemon

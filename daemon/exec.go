@@ -125,7 +125,7 @@ func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer done()
-	ctx, cancel := contextWithStop(r.Context(), s.stop)
+	ctx, cancel := s.untilStop(r.Context())
 	defer cancel()
 
 	// With no stdin to send, the command starts with stdin at EOF; a

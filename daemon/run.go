@@ -14,7 +14,6 @@ import (
 
 	"github.com/agentrunner/runner/daemon/preview"
 	"github.com/agentrunner/runner/daemon/registry"
-	"github.com/agentrunner/runner/netpolicy"
 	"github.com/agentrunner/runner/shim"
 	"github.com/agentrunner/runner/wire"
 )
@@ -63,18 +62,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		defer cfg.pool.Close()
 	}
 
-	s := &server{
-		cfg:     cfg,
-		log:     log,
-		token:   token,
-		reg:     reg,
-		metrics: newMetrics(),
-		locks:   newKeyedMutex(),
-		execs:   make(chan struct{}, cfg.MaxExecs),
-		stop:    make(chan struct{}),
-		nets:    map[string]*netpolicy.Sandbox{},
-		pending: map[string][]chan struct{}{},
-	}
+	s := newServer(cfg, reg)
+	s.token = token
+	defer s.endLife() // beginStop ends it on a clean stop; this on an early return
+	// Deferred registry commits land before the registry closes (defers
+	// run in reverse; this one after s.streams.Wait below).
+	defer s.commits.close()
 	// One inotify instance for every follow reader: the kernel allows 128
 	// per user. Closed after the tracked handlers end (defers run after
 	// s.streams.Wait below).
@@ -85,15 +78,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return fmt.Errorf("recover sessions: %w", err)
 	}
 	if cfg.SessionRetention > 0 {
-		// Stopped and waited for before the registry closes (defers run
-		// in reverse).
-		stopJanitor, janitorDone := make(chan struct{}), make(chan struct{})
+		// It ends when Run begins stopping (s.life) and is waited for
+		// before the registry closes (defers run in reverse).
+		janitorDone := make(chan struct{})
 		go func() {
 			defer close(janitorDone)
-			s.janitor(stopJanitor)
+			s.janitor(s.life)
 		}()
 		defer func() {
-			close(stopJanitor)
+			s.endLife() // on an early return too
 			<-janitorDone
 		}()
 	}

@@ -38,21 +38,41 @@ type server struct {
 	netMu sync.Mutex                    // guards nets
 	nets  map[string]*netpolicy.Sandbox // by netID: namespaces this runnerd set up
 
-	// stop is closed when Run begins shutting down; long-lived handlers
-	// (attach, follow, exec) end on it. Owned by Run.
-	stop chan struct{}
-	// streams counts the long-lived handlers so Run can wait for them;
-	// Add happens only under mu while !stopping.
+	// life ends when Run begins shutting down (beginStop cancels it);
+	// stop is its Done channel. Long-lived handlers (attach, follow,
+	// exec) and the janitor end on it (untilStop). Owned by Run.
+	life    context.Context
+	endLife context.CancelFunc
+	stop    <-chan struct{}
+	// streams counts the long-lived handlers and the work run later, so
+	// Run can wait for them; Add happens only under mu while !stopping.
 	streams sync.WaitGroup
 
 	mu       sync.Mutex // guards stopping
 	stopping bool
 
-	// pendingMu guards pending: the registry commits made after their
-	// answer (commitLater) that have not landed yet, by sandbox/id, each
-	// channel closed when its commit has.
-	pendingMu sync.Mutex
-	pending   map[string][]chan struct{}
+	// commits are the registry updates made after their answer; Run
+	// closes it once streams are done.
+	commits *deferredCommits
+}
+
+// newServer returns a server with its lifetime begun and its
+// per-server state made; Run sets the rest.
+func newServer(cfg Config, reg *registry.Registry) *server {
+	life, endLife := context.WithCancel(context.Background())
+	return &server{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		reg:     reg,
+		metrics: newMetrics(),
+		locks:   newKeyedMutex(),
+		execs:   make(chan struct{}, cfg.MaxExecs),
+		life:    life,
+		endLife: endLife,
+		stop:    life.Done(),
+		nets:    map[string]*netpolicy.Sandbox{},
+		commits: newDeferredCommits(reg, cfg.Logger),
+	}
 }
 
 // track registers a long-lived handler. It returns false once Run is
@@ -72,7 +92,32 @@ func (s *server) beginStop() {
 	s.mu.Lock()
 	s.stopping = true
 	s.mu.Unlock()
-	close(s.stop)
+	s.endLife()
+}
+
+// untilStop returns a context that also ends when Run begins shutting
+// down. The caller must call its cancel.
+func (s *server) untilStop(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	unhook := context.AfterFunc(s.life, cancel)
+	return ctx, func() {
+		unhook()
+		cancel()
+	}
+}
+
+// later runs fn in a goroutine the server tracks (Run waits for it), or
+// at once when Run is stopping: work that must be done but need not be
+// waited for by the answer in hand.
+func (s *server) later(fn func()) {
+	if done, ok := s.track(); ok {
+		go func() {
+			defer done()
+			fn()
+		}()
+		return
+	}
+	fn()
 }
 
 func (s *server) routes() {
@@ -139,11 +184,17 @@ type incarnationKey struct{}
 // checkIncarnation returns not_found when the request named an incarnation
 // (see scoped) other than sb's.
 func checkIncarnation(ctx context.Context, sb registry.Sandbox) error {
+	return incarnationIs(ctx, sb.Name, sb.Incarnation)
+}
+
+// incarnationIs returns not_found when the request named an incarnation
+// other than incarnation, that of sandbox name; nil when it named none.
+func incarnationIs(ctx context.Context, name, incarnation string) error {
 	want, _ := ctx.Value(incarnationKey{}).(string)
-	if want == "" || want == sb.Incarnation {
+	if want == "" || want == incarnation {
 		return nil
 	}
-	return errNotFound("sandbox %q: incarnation %s does not exist (the live one is %s)", sb.Name, want, sb.Incarnation)
+	return errNotFound("sandbox %q: incarnation %s does not exist (the live one is %s)", name, want, incarnation)
 }
 
 var routeMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete}
@@ -311,18 +362,4 @@ func (k *keyedMutex) Lock(key string) func() {
 		}
 		k.mu.Unlock()
 	}
-}
-
-// contextWithStop returns a context that also ends when stop is closed.
-// Its goroutine ends when the returned cancel is called (the caller must).
-func contextWithStop(ctx context.Context, stop <-chan struct{}) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
-	go func() {
-		select {
-		case <-stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, cancel
 }

@@ -79,7 +79,7 @@ func (s *server) handleStream(w http.ResponseWriter, r *http.Request) {
 	flusher, _ := w.(http.Flusher)
 
 	ctx := r.Context()
-	stopCtx, cancel := contextWithStop(ctx, s.stop)
+	stopCtx, cancel := s.untilStop(ctx)
 	defer cancel()
 	buf := make([]byte, chunkSize)
 	var rerr error
@@ -216,7 +216,7 @@ func (s *server) serveEnded(w http.ResponseWriter, r *http.Request, ss registry.
 	if r.Method == http.MethodHead {
 		return true
 	}
-	ctx, cancel := contextWithStop(r.Context(), s.stop)
+	ctx, cancel := s.untilStop(r.Context())
 	defer cancel()
 	// A slice can take long to a slow client, and sendfile does not look
 	// at ctx: a stopping runnerd (or a client gone) cuts the write at once

@@ -20,9 +20,10 @@ import (
 // ships "chromium" (apt-get install chromium).
 var chromiumNames = []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"}
 
-// TestBrowserOpensReportedURL is seed 000's url-or-nothing acceptance test:
-// serve on a port "inside the sandbox", then open the URL the Server reports
-// in a real browser with a fresh, empty profile (no account, no cookie, no
+// TestBrowserOpensReportedURL is the preview listener's url-or-nothing
+// acceptance test (a reported preview URL works in a plain browser): serve
+// on a port "inside the sandbox", then open the URL the Server reports in a
+// real browser with a fresh, empty profile (no account, no cookie, no
 // credential). The page runs a script that fetches /api from its own origin
 // through the proxy and writes the answer into the DOM, so the rendered DOM
 // proves the page and a same-origin request both reached the sandbox port.

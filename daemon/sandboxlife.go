@@ -1,0 +1,244 @@
+package daemon
+
+// The sandbox lifecycle: create, suspend, resume and destroy, each under
+// the sandbox's lock. The HTTP surface is in sandboxes.go; what happens to
+// a sandbox's sessions is in spawn.go and stopping.go, to its network in
+// network.go.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/wire"
+)
+
+func (s *server) workspace(name string) string {
+	return filepath.Join(s.cfg.StateDir, "sandboxes", name)
+}
+
+// createSandbox creates sandbox req.Name, or returns the existing one when
+// it was created with the same user (and, when req asks for one, the same
+// network policy): a create is idempotent. The order:
+//
+//  1. validate: the name, the network policy (refused where policies are
+//     not enforced), the run-as user (must exist on the host);
+//  2. take the sandbox's lock;
+//  3. make the workspace, 0700, before the record, so a record always names
+//     a workspace that exists (a directory a failed create left is reused);
+//  4. commit the record (registry.CreateSandbox), or find the existing one
+//     and refuse a different user or policy (conflict);
+//  5. set up the network namespace of a contained sandbox (ensureNet), so
+//     no command can run outside it; a failure leaves the record, denying
+//     all, and a retry sets it up;
+//  6. a new sandbox's workspace is chowned to its run-as user.
+func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (registry.Sandbox, error) {
+	if err := validName(req.Name); err != nil {
+		return registry.Sandbox{}, err
+	}
+	var network *wire.Network
+	if req.Network != nil {
+		if s.net == nil {
+			return registry.Sandbox{}, errNoNetPolicy()
+		}
+		var err error
+		if network, err = parseNetwork(*req.Network); err != nil {
+			return registry.Sandbox{}, err
+		}
+	}
+	var uid, gid = -1, -1
+	if req.User != "" {
+		u, err := user.Lookup(req.User)
+		if err != nil {
+			return registry.Sandbox{}, errInvalid("user %q: %v", req.User, err)
+		}
+		uid, _ = strconv.Atoi(u.Uid)
+		gid, _ = strconv.Atoi(u.Gid)
+	}
+	unlock := s.locks.Lock(req.Name)
+	defer unlock()
+	ws := s.workspace(req.Name)
+	// 0700 (and owned by the run-as user, below): the workspace is the
+	// agent's memory and may hold its credentials; no other local user,
+	// including another sandbox's run-as user, may read it.
+	if err := os.MkdirAll(ws, 0o700); err != nil {
+		return registry.Sandbox{}, errUnavailable("create workspace: %v", err)
+	}
+	if err := os.Chmod(ws, 0o700); err != nil { // a directory left by a failed create
+		return registry.Sandbox{}, errUnavailable("create workspace: %v", err)
+	}
+	sb, created, err := s.reg.CreateSandbox(registry.Sandbox{
+		Name:      req.Name,
+		State:     wire.SandboxRunning,
+		CreatedAt: time.Now().UTC(),
+		Workspace: ws,
+		User:      req.User,
+		Network:   network,
+	})
+	if err != nil {
+		return sb, errUnavailable("write registry: %v", err)
+	}
+	if !created && sb.User != req.User {
+		return sb, errConflict("%s: sandbox %q exists with user %q", wire.DetailConflict, sb.Name, sb.User)
+	}
+	// A create that asks for containment never gets a sandbox contained
+	// less (or differently) than asked; one that does not ask gets the
+	// sandbox as it is.
+	if !created && network != nil && !sameNetwork(sb.Network, network) {
+		return sb, errConflict("%s: sandbox %q exists with a different network policy (change it with PUT /v1/sandboxes/%s/network)", wire.DetailConflict, sb.Name, sb.Name)
+	}
+	if sb.Network != nil && (created || network != nil) {
+		// Contained before create returns, so no command can run outside.
+		// The namespace outlives this request: a client that goes away
+		// must not cancel its setup half-way. Bound it instead.
+		nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if _, err := s.ensureNet(nctx, sb); err != nil {
+			return sb, err
+		}
+	}
+	if created {
+		if uid >= 0 {
+			if err := os.Chown(ws, uid, gid); err != nil {
+				s.log.Warn("chown workspace", "sandbox", sb.Name, "err", err)
+			}
+		}
+		s.log.Info("sandbox created", "sandbox", sb.Name, "incarnation", sb.Incarnation, "contained", sb.Network != nil)
+		if sb.Network != nil {
+			s.warnRootContained(sb)
+		}
+	}
+	return sb, nil
+}
+
+// destroySandbox destroys sandbox name and everything it holds. Absent is
+// success (nil): also a sandbox whose incarnation is not the one ctx names
+// (scoped), which this call must not touch. The order, under the
+// sandbox's lock, each step only once the one before succeeded, so a
+// failure leaves a sandbox a retry can destroy:
+//
+//  1. read the record; absent: sweep a workspace a failed create left,
+//     and succeed;
+//  2. terminate every session and every process a session started
+//     (stopSandboxSessions, cfg.TerminateGrace): after it no process of
+//     the sandbox runs;
+//  3. tear down its network namespace (teardownNet): nothing is in it;
+//  4. remove each session's directory (journal included);
+//  5. remove the workspace;
+//  6. delete its preview tokens, then its record (sessions with it): the
+//     record goes last, so a crash before leaves a sandbox to destroy
+//     again, never files without a record.
+func (s *server) destroySandbox(ctx context.Context, name string) error {
+	if err := validName(name); err != nil {
+		return err
+	}
+	unlock := s.locks.Lock(name)
+	defer unlock()
+	sb, err := s.reg.GetSandbox(name)
+	if errors.Is(err, registry.ErrNotFound) {
+		os.RemoveAll(s.workspace(name))
+		return nil
+	}
+	if err != nil {
+		return errUnavailable("read registry: %v", err)
+	}
+	if checkIncarnation(ctx, sb) != nil {
+		// The caller's incarnation is gone; the live sandbox is a newer
+		// one.
+		return nil
+	}
+	sessions, err := s.stopSandboxSessions(ctx, name, s.cfg.TerminateGrace)
+	if err != nil {
+		return err
+	}
+	if err := s.teardownNet(ctx, sb); err != nil {
+		return err
+	}
+	for _, ss := range sessions {
+		if err := os.RemoveAll(s.sessionDir(ss)); err != nil {
+			return errUnavailable("remove session %s: %v", ss.ID, err)
+		}
+	}
+	if err := os.RemoveAll(s.workspace(name)); err != nil {
+		return errUnavailable("remove workspace: %v", err)
+	}
+	if err := s.reg.DeletePreviews(name); err != nil {
+		return errUnavailable("write registry: %v", err)
+	}
+	if err := s.reg.DeleteSandbox(name); err != nil {
+		return errUnavailable("write registry: %v", err)
+	}
+	s.log.Info("sandbox destroyed", "sandbox", name)
+	return nil
+}
+
+// suspendSandbox stops every process of sandbox name (stopSandboxSessions,
+// cfg.SuspendGrace), then records it suspended: no session starts until
+// it is resumed. Suspending a suspended sandbox returns it as it is.
+func (s *server) suspendSandbox(ctx context.Context, name string) (registry.Sandbox, error) {
+	unlock := s.locks.Lock(name)
+	defer unlock()
+	sb, err := s.scopedSandbox(ctx, name)
+	if err != nil || sb.State == wire.SandboxSuspended {
+		return sb, err
+	}
+	if _, err := s.stopSandboxSessions(ctx, name, s.cfg.SuspendGrace); err != nil {
+		return sb, err
+	}
+	sb, err = s.reg.UpdateSandbox(name, func(sb *registry.Sandbox) error {
+		now := time.Now().UTC()
+		sb.State = wire.SandboxSuspended
+		sb.ParkedAt = &now
+		return nil
+	})
+	if err != nil {
+		return sb, s.registryErr(err, name)
+	}
+	s.log.Info("sandbox suspended", "sandbox", name)
+	return sb, nil
+}
+
+// resumeSandbox records sandbox name running again, once its workspace is
+// still there (restore_failed when it is not).
+func (s *server) resumeSandbox(ctx context.Context, name string) (registry.Sandbox, error) {
+	if err := validName(name); err != nil {
+		return registry.Sandbox{}, err
+	}
+	unlock := s.locks.Lock(name)
+	defer unlock()
+	sb, err := s.reg.UpdateSandbox(name, func(sb *registry.Sandbox) error {
+		if err := checkIncarnation(ctx, *sb); err != nil {
+			return err
+		}
+		if _, err := os.Stat(sb.Workspace); err != nil {
+			return &apiError{status: http.StatusInternalServerError, code: wire.CodeRestoreFailed,
+				detail: fmt.Sprintf("workspace: %v", err)}
+		}
+		sb.State = wire.SandboxRunning
+		sb.ParkedAt = nil
+		return nil
+	})
+	if err != nil {
+		return sb, s.registryErr(err, name)
+	}
+	return sb, nil
+}
+
+// registryErr scopes a registry error about sandbox name.
+func (s *server) registryErr(err error, name string) error {
+	var ae *apiError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.Is(err, registry.ErrNotFound):
+		return errNotFound("sandbox %q does not exist", name)
+	}
+	return errUnavailable("registry: %v", err)
+}

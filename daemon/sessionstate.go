@@ -1,0 +1,226 @@
+package daemon
+
+// Session state repair: a session's record is brought up to date from its
+// shim's own files (refresh), so every reader agrees with the shim and the
+// journal whatever runnerd missed (a crash, a commit not landed yet).
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/wire"
+)
+
+// stateStarting marks a session record written before its shim was
+// started, so a crash between the two is found again at the next start.
+// It never crosses the wire (it reads as running).
+const stateStarting = "starting"
+
+// endedState is the state of a session that ended with exit.
+func endedState(exit wire.Exit) string {
+	if exit.Reason == wire.ExitLost {
+		return wire.SessionLost
+	}
+	return wire.SessionExited
+}
+
+// recordExitLater records exit, already in the session's journal, after
+// the answer that reports it (attach's terminal frame, exec's result, a
+// stream's end), so that no answer waits for the registry's fsync. Only a
+// record of the same spawn that has not ended is changed.
+func (s *server) recordExitLater(ss registry.Session, exit wire.Exit) {
+	state := endedState(exit)
+	s.commits.commit(ss, "record session exit", func(rec *registry.Session) {
+		if rec.State == wire.SessionRunning || rec.State == stateStarting {
+			rec.State, rec.Exit = state, &exit
+		}
+	})
+}
+
+// refresh brings a running session's record up to date with its shim's
+// own status: exited (the exit record), lost (the shim died without one:
+// the journal is finished as lost so every reader agrees), or running.
+func (s *server) refresh(ss registry.Session) (registry.Session, error) {
+	if ss.State == stateStarting {
+		ss = s.commits.settled(ss)
+	}
+	if ss.State == stateStarting {
+		var err error
+		if ss, err = s.resolveStarting(ss); err != nil || ss.State != wire.SessionRunning {
+			return ss, err
+		}
+	}
+	if ss.State != wire.SessionRunning {
+		return ss, nil
+	}
+	dir := s.sessionDir(ss)
+	st, err := shim.ReadStatus(dir)
+	if err != nil {
+		return ss, errUnavailable("read session status: %v", err)
+	}
+	var exit wire.Exit
+	switch st.State {
+	case "exited":
+		if st.Exit == nil {
+			return ss, nil
+		}
+		exit = shim.WireExit(*st.Exit)
+	case "lost":
+		e, err := finishLost(dir, "session supervisor died without an exit record")
+		if err != nil {
+			return ss, err
+		}
+		exit = shim.WireExit(e)
+	default:
+		return ss, nil
+	}
+	return s.recordExit(ss, exit)
+}
+
+// resolveStarting settles a session recorded as starting from its shim's
+// own files: running (with the command's pid) once the shim wrote
+// started.json; lost, "never started", once its shim is provably gone
+// without having started the command; still starting otherwise.
+func (s *server) resolveStarting(ss registry.Session) (registry.Session, error) {
+	dir := s.sessionDir(ss)
+	st, err := shim.ReadStatus(dir)
+	if err == nil {
+		out, err := s.reg.UpdateSession(ss.Sandbox, ss.ID, func(rec *registry.Session) error {
+			if rec.State == stateStarting {
+				rec.State, rec.PID = wire.SessionRunning, st.PID
+				if !st.StartedAt.IsZero() {
+					rec.StartedAt = st.StartedAt.UTC()
+				}
+			}
+			return nil
+		})
+		if errors.Is(err, registry.ErrNotFound) {
+			ss.State, ss.PID = wire.SessionRunning, st.PID
+			return ss, nil // destroyed meanwhile
+		}
+		if err != nil {
+			return ss, errUnavailable("record session: %v", err)
+		}
+		return out, nil
+	}
+	if shimMayLive(dir, ss.StartedAt) {
+		// Not started yet, or mid-setup (its files half made): a shim
+		// that may still come up leaves the session starting, whatever
+		// its files say this instant.
+		return ss, nil
+	}
+	if !errors.Is(err, shim.ErrNoSession) {
+		return ss, errUnavailable("read session status: %v", err)
+	}
+	// Either it never started, or it started and its files went with a
+	// power loss before they were durable (the record's "running" commit
+	// comes after the answer, so a record can still say starting): the
+	// detail says both, never only the first.
+	e, err := finishLost(dir, "the session never started, or its files were lost (power loss?): its supervisor is gone")
+	if err != nil {
+		return ss, err
+	}
+	return s.recordExit(ss, shim.WireExit(e))
+}
+
+// shimMayLive reports whether a shim of the session directory dir, which
+// has not started its command yet, may still be alive: while a spawn
+// begun at since may still be starting it, while shim.pid names a live
+// process, or while any process has dir's shim.log as its stdout or
+// stderr (every shim does from its detach on, before shim.pid). Only
+// false is a proof.
+func shimMayLive(dir string, since time.Time) bool {
+	if time.Since(since) < shimStartTimeout+5*time.Second {
+		return true
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, shim.PIDFile)); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
+			if err := unix.Kill(pid, 0); err == nil || errors.Is(err, unix.EPERM) {
+				return true
+			}
+		}
+	}
+	logPath := filepath.Join(dir, shim.LogFile)
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return true
+	}
+	for _, p := range procs {
+		if _, err := strconv.Atoi(p.Name()); err != nil {
+			continue
+		}
+		for _, fd := range []string{"1", "2"} {
+			if l, err := os.Readlink(filepath.Join("/proc", p.Name(), "fd", fd)); err == nil && l == logPath {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// recordExit stores a session's exit record.
+func (s *server) recordExit(ss registry.Session, exit wire.Exit) (registry.Session, error) {
+	state := endedState(exit)
+	out, err := s.reg.UpdateSession(ss.Sandbox, ss.ID, func(rec *registry.Session) error {
+		rec.State = state
+		rec.Exit = &exit
+		return nil
+	})
+	if errors.Is(err, registry.ErrNotFound) {
+		ss.State, ss.Exit = state, &exit
+		return ss, nil // destroyed meanwhile; the answer is still true
+	}
+	if err != nil {
+		return ss, errUnavailable("record exit: %v", err)
+	}
+	return out, nil
+}
+
+// finishLost writes the "lost" exit record into a journal whose writer is
+// gone without one, so every later reader ends the same way. If another
+// party finished it first, that record is returned.
+func finishLost(sessionDir, detail string) (journal.Exit, error) {
+	jdir := journalDir(sessionDir)
+	w, err := journal.Recover(jdir)
+	switch {
+	case errors.Is(err, journal.ErrFinished):
+	case errors.Is(err, journal.ErrBusy):
+		return journal.Exit{}, errUnavailable("session journal is busy")
+	case err != nil:
+		if _, serr := os.Stat(filepath.Join(jdir, "index.db")); errors.Is(serr, os.ErrNotExist) {
+			// The shim never created its journal (or a power loss took
+			// it before its first sync point): nothing durable ran.
+			return journal.Exit{Reason: wire.ExitLost, Detail: "the session never started", Lengths: map[string]int64{}, Time: time.Now().UTC()}, nil
+		}
+		if errors.Is(err, journal.ErrCorrupt) {
+			// A torn index after a power loss: the session is lost, and
+			// saying so beats an unavailable answer forever.
+			return journal.Exit{Reason: wire.ExitLost, Detail: fmt.Sprintf("%s; journal unreadable: %v", detail, err), Lengths: map[string]int64{}, Time: time.Now().UTC()}, nil
+		}
+		return journal.Exit{}, errUnavailable("recover journal: %v", err)
+	default:
+		if err := w.Finish(journal.Exit{Reason: wire.ExitLost, Detail: detail}); err != nil && !errors.Is(err, journal.ErrFinished) {
+			return journal.Exit{}, errUnavailable("finish lost journal: %v", err)
+		}
+	}
+	j, err := journal.Open(jdir)
+	if err != nil {
+		return journal.Exit{}, errUnavailable("open journal: %v", err)
+	}
+	defer j.Close()
+	e, ok, err := j.Exit()
+	if err != nil || !ok {
+		return journal.Exit{}, errUnavailable("read exit record: ok=%v err=%v", ok, err)
+	}
+	return e, nil
+}

@@ -1,0 +1,334 @@
+package daemon
+
+// The spawn path: from a validated request to a running command under its
+// own shim. The HTTP surface is in sessions.go and exec.go.
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/netpolicy"
+	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/wire"
+)
+
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// normalize validates a spawn request and fills its defaults, so that two
+// requests that mean the same compare equal.
+func normalize(req *wire.CreateSession) error {
+	if len(req.Argv) == 0 || req.Argv[0] == "" {
+		return errInvalid("argv must name a command")
+	}
+	for _, kv := range req.Env {
+		if i := strings.IndexByte(kv, '='); i <= 0 {
+			return errInvalid("env entry %q: want KEY=VALUE", kv)
+		}
+	}
+	if req.TTY {
+		if req.Rows == 0 && req.Cols == 0 {
+			req.Rows, req.Cols = 24, 80
+		}
+		if err := validTermSize(req.Rows, req.Cols); err != nil {
+			return err
+		}
+	} else if req.Rows != 0 || req.Cols != 0 {
+		return errInvalid("rows and cols apply to tty sessions only")
+	}
+	return nil
+}
+
+// validTermSize checks a terminal size: each side fits the uint16 of
+// TIOCSWINSZ and is at least 1.
+func validTermSize(rows, cols int) error {
+	if rows < 1 || rows > 65535 || cols < 1 || cols > 65535 {
+		return errInvalid("rows and cols: want 1..65535")
+	}
+	return nil
+}
+
+func sameRequest(a, b wire.CreateSession) bool {
+	return slices.Equal(a.Argv, b.Argv) && slices.Equal(a.Env, b.Env) && a.Cwd == b.Cwd &&
+		a.TTY == b.TTY && a.Rows == b.Rows && a.Cols == b.Cols
+}
+
+func envWith(env []string, key, value string) []string {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, key+"=") {
+			return env
+		}
+	}
+	return append(env, key+"="+value)
+}
+
+// spawnOptions are what a spawn's caller inside runnerd may add to the
+// request.
+type spawnOptions struct {
+	// stdinClosed starts the command with stdin at EOF (an exec with no
+	// stdin): no close-stdin round trip after the start.
+	stdinClosed bool
+}
+
+// specFor is what the shim of session ss in sandbox sb runs; nsb is the
+// sandbox's network namespace, if contained. A cwd that is not a directory
+// is the caller's error.
+func (s *server) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolicy.Sandbox, opts spawnOptions) (shim.Spec, error) {
+	req := ss.Request
+	cwd := sb.Workspace
+	if req.Cwd != "" {
+		cwd = req.Cwd
+		if !filepath.IsAbs(cwd) {
+			cwd = filepath.Join(sb.Workspace, cwd)
+		}
+	}
+	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
+		return shim.Spec{}, errInvalid("cwd %q is not a directory", req.Cwd)
+	}
+	env := envWith(slices.Clone(req.Env), "PATH", defaultPath)
+	env = envWith(env, "HOME", sb.Workspace)
+	if req.TTY {
+		env = envWith(env, "TERM", "xterm-256color")
+	}
+	spec := shim.Spec{
+		ID:   ss.ID,
+		Argv: req.Argv,
+		Env:  env,
+		Dir:  cwd,
+		User: sb.User,
+		TTY:  req.TTY,
+		Rows: uint16(req.Rows),
+		Cols: uint16(req.Cols),
+		// Opt-in (--journal-retain-bytes): a reader behind the retained
+		// start is answered truncated, never silently skipped.
+		RetainBytes: s.cfg.JournalRetainBytes,
+		StdinClosed: opts.stdinClosed && !req.TTY,
+	}
+	if nsb != nil {
+		spec.NetNS, spec.ResolvConf = nsb.NetNSPath, nsb.ResolvConfPath
+	}
+	return spec, nil
+}
+
+// netReady returns sb's network namespace when it needs nothing set up:
+// none (not contained), or one this runnerd has already made. ok is
+// false when netFor would have work to do.
+func (s *server) netReady(sb registry.Sandbox) (nsb *netpolicy.Sandbox, ok bool) {
+	if sb.Network == nil {
+		return nil, true
+	}
+	if s.net == nil {
+		return nil, false
+	}
+	s.netMu.Lock()
+	defer s.netMu.Unlock()
+	nsb = s.nets[netID(sb.Name, sb.Incarnation)]
+	return nsb, nsb != nil
+}
+
+// spawn starts a session in sandbox name and returns it once its command
+// runs. created is false when req.ID named an existing session started by
+// the same request (which is returned as it is now). It holds the
+// sandbox's lock throughout, so a spawn never races a destroy or a
+// suspend. The order:
+//
+//  1. normalize the request; lock the sandbox; read it;
+//  2. with a warm shim idle and nothing to set up, prepare the session in
+//     it (directory, journal, pipes) while step 3's fsync runs;
+//  3. commit the record as starting (durable before the command runs);
+//  4. set up the sandbox's network namespace if needed (netFor), build the
+//     shim's spec (specFor) and start the shim (startShim), or start the
+//     prepared one;
+//  5. verify a contained command is in its namespace (else kill it);
+//  6. answer, and record it running after the answer (recordRunning).
+//
+// A start that fails definitely removes the directory and the record; one
+// that may still come up leaves both (startMayRun) and answers
+// unavailable "uncertain".
+func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession, opts spawnOptions) (ss registry.Session, created bool, err error) {
+	if err := normalize(&req); err != nil {
+		return ss, false, err
+	}
+	if req.ID == "" {
+		req.ID = registry.NewID()
+	} else if err := validSessionID(req.ID); err != nil {
+		return ss, false, err
+	}
+	// Locked first: the warm path below builds the command's spec (its
+	// network namespace too) from live, and a policy change holds this
+	// lock while it commits and sets up the namespace.
+	unlock := s.locks.Lock(name)
+	defer unlock()
+	live, err := s.sandbox(name)
+	if err != nil {
+		return ss, false, err
+	}
+
+	ss = registry.Session{
+		Sandbox:     name,
+		ID:          req.ID,
+		Incarnation: live.Incarnation, // stored with the record: the session routes check it
+		Key:         registry.NewID(),
+		Request:     req,
+		State:       stateStarting,
+		StartedAt:   time.Now().UTC(),
+	}
+	// With a warm shim idle, the shim prepares the session (makes its
+	// directory, journal and spec.json, opens the command's pipes) while
+	// the record's fsync runs, and starts the command only after it
+	// (Prepared.Start): a record is durable before its command runs, and
+	// the spawn waits for the longer of the two, not both. Anything this
+	// cannot settle from the sandbox as read (a cwd to report, a network
+	// namespace to set up) takes the path below, in order.
+	var pre *shim.Prepared
+	var preNet *netpolicy.Sandbox
+	if s.cfg.pool != nil && live.State != wire.SandboxSuspended {
+		if nsb, ok := s.netReady(live); ok {
+			if spec, err := s.specFor(live, ss, nsb, opts); err == nil {
+				if pre, _ = s.cfg.pool.Prepare(s.sessionDir(ss), spec); pre != nil {
+					preNet = nsb
+				}
+			}
+		}
+	}
+	var sb registry.Sandbox
+	cur, err := s.reg.CreateSession(ss, func(rec registry.Sandbox) error {
+		if err := checkIncarnation(ctx, rec); err != nil {
+			return err
+		}
+		if rec.State == wire.SandboxSuspended {
+			return errConflict("sandbox suspended")
+		}
+		if rec.Incarnation != ss.Incarnation {
+			return errUnavailable("sandbox %q was re-created during the spawn; retry", name)
+		}
+		sb = rec
+		return nil
+	})
+	if pre != nil && (err != nil || !reflect.DeepEqual(sb.Network, live.Network)) {
+		// Its directory is removed, its command never runs. A sandbox
+		// whose network changed since live was read (the lock makes it
+		// impossible; checked all the same, since a command outside its
+		// policy is the one thing a spawn must never do) starts below,
+		// from the committed record.
+		pre.Cancel()
+		pre = nil
+	}
+	switch {
+	case errors.Is(err, registry.ErrExists):
+		if !sameRequest(cur.Request, req) {
+			return ss, false, errConflict("%s: session %q exists with a different request", wire.DetailConflict, req.ID)
+		}
+		cur, err = s.refresh(cur)
+		if err == nil && cur.State == stateStarting {
+			err = errUnavailable("%s: session %q is still starting; retry with the same id", wire.DetailUncertain, req.ID)
+		}
+		return cur, false, err
+	case err != nil:
+		return ss, false, s.registryErr(err, name) // not_found for a sandbox gone meanwhile
+	}
+
+	fail := func(err error) (registry.Session, bool, error) {
+		os.RemoveAll(s.sessionDir(ss))
+		if derr := s.reg.DeleteSession(name, ss.ID); derr != nil {
+			s.log.Error("forget failed session", "sandbox", name, "session", ss.ID, "err", derr)
+		}
+		return ss, false, err
+	}
+	// The shim outlives this request: a client that goes away must not
+	// cancel a start half-way. Bound it instead.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shimStartTimeout)
+	defer cancel()
+	var (
+		st  shim.Status
+		nsb *netpolicy.Sandbox
+	)
+	if pre != nil {
+		nsb = preNet
+		st, err = pre.Start(sctx)
+	} else {
+		if nsb, err = s.netFor(sctx, sb); err != nil {
+			return fail(err)
+		}
+		var spec shim.Spec
+		if spec, err = s.specFor(sb, ss, nsb, opts); err != nil {
+			return fail(err)
+		}
+		st, err = s.startShim(sctx, s.sessionDir(ss), spec)
+	}
+	if err != nil && startMayRun(err) {
+		// Not removed: the record (starting) and directory stay, so
+		// refresh finds whatever comes up, and a retry of this id attaches
+		// to it instead of starting a second process.
+		s.log.Warn("session start uncertain", "sandbox", name, "session", ss.ID, "err", err)
+		return ss, false, errUnavailable("%s: the session may be starting; retry with the same id: %v", wire.DetailUncertain, err)
+	}
+	if err != nil {
+		return fail(classifyStart(err))
+	}
+	if nsb != nil {
+		// Advertise or refuse, never pretend: a contained sandbox's command
+		// that is not in the namespace is killed, and the spawn fails.
+		if verr := verifyNetNS(st.PID, nsb.NetNSPath, s.sessionDir(ss)); verr != nil {
+			s.log.Error("session escaped its sandbox's network namespace; killing it", "sandbox", name, "session", ss.ID, "err", verr)
+			if kerr := s.killUnverified(sctx, s.sessionDir(ss)); kerr != nil {
+				// Not removed: the record (starting) and directory stay, so
+				// the next refresh or restart finds what still runs.
+				return ss, false, errUnavailable("%s: session %s is not contained (%v) and could not be stopped: %v", wire.DetailUncertain, ss.ID, verr, kerr)
+			}
+			return fail(errUnavailable("start session in the sandbox's network namespace: %v", verr))
+		}
+	}
+	ss.State, ss.PID = wire.SessionRunning, st.PID
+	if !st.StartedAt.IsZero() {
+		ss.StartedAt = st.StartedAt.UTC()
+	}
+	s.metrics.sessionsStarted.Add(1)
+	s.log.Info("session started", "sandbox", name, "session", ss.ID, "pid", st.PID, "tty", req.TTY)
+	s.recordRunning(ss)
+	return ss, true, nil
+}
+
+// recordRunning records a started session as running, after its answer
+// rather than before: "starting" is durable already, so the
+// acknowledgement need not wait for a second fsync. Only a record still
+// starting, of this spawn, is changed.
+func (s *server) recordRunning(ss registry.Session) {
+	s.commits.commit(ss, "record session running", func(rec *registry.Session) {
+		if rec.State == stateStarting {
+			rec.State, rec.PID, rec.StartedAt = ss.State, ss.PID, ss.StartedAt
+		}
+	})
+}
+
+// shimStartTimeout bounds a spawn's shim start (a variable for tests).
+var shimStartTimeout = 30 * time.Second
+
+// startMayRun reports whether a failed shim start may still leave a shim,
+// and so the command, running: the wait for its report ended (a context
+// error), or no shim reported at all (a StartError with neither a shim
+// pid nor a phase: it died, or garbled its line, at a point nobody
+// knows). A reported StartError is definite (the shim removed what it
+// created and exits), as is a failure before any shim was launched.
+func startMayRun(err error) bool {
+	var se *shim.StartError
+	if errors.As(err, &se) {
+		return se.ShimPID == 0 && se.Phase == ""
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}
+
+// startShim starts the session's shim through a warm one when the pool
+// has one idle, cold otherwise: the same readiness, errors and detachment.
+func (s *server) startShim(ctx context.Context, dir string, spec shim.Spec) (shim.Status, error) {
+	if s.cfg.pool != nil {
+		return s.cfg.pool.Start(ctx, dir, spec)
+	}
+	return shim.Start(ctx, s.cfg.ShimCommand, dir, spec)
+}

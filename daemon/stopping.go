@@ -1,0 +1,215 @@
+package daemon
+
+// Stopping: ending sessions (terminate, the processes that outlive a
+// command) and removing ended ones. A stop that cannot be confirmed is
+// unavailable "uncertain", never reported done.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/wire"
+)
+
+// terminate stops a session (SIGTERM, SIGKILL after grace) and every
+// process it started, also those that outlived an ended command, and
+// returns its exit record once it is in the journal. An outcome it cannot
+// confirm is unavailable "uncertain".
+func (s *server) terminate(ctx context.Context, ss registry.Session, grace time.Duration) (registry.Session, error) {
+	ss, err := s.refresh(ss)
+	if err != nil {
+		return ss, err
+	}
+	if ss.State == stateStarting {
+		// Its shim may still start the command: never report it stopped.
+		return ss, errUnavailable("%s: session %s is still starting; retry", wire.DetailUncertain, ss.ID)
+	}
+	if ss.State != wire.SessionRunning {
+		if err := s.stopLingering(ctx, ss, grace); err != nil {
+			return ss, errUnavailable("%s: %v", wire.DetailUncertain, err)
+		}
+		return ss, nil
+	}
+	uncertain := func(cause error) (registry.Session, error) {
+		if again, rerr := s.refresh(ss); rerr == nil && again.State != wire.SessionRunning {
+			return again, nil
+		}
+		return ss, errUnavailable("%s: %v", wire.DetailUncertain, cause)
+	}
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace+5*time.Second)
+	defer cancel()
+	c, err := shim.Dial(tctx, s.sessionDir(ss))
+	if err != nil {
+		return uncertain(err)
+	}
+	defer c.Close()
+	e, err := c.Terminate(tctx, grace)
+	if errors.Is(err, shim.ErrWriteFailed) {
+		// The command has ended but its exit record cannot be written
+		// (disk full): say so now rather than wait out the deadline. The
+		// shim publishes the record once there is space.
+		return ss, err
+	}
+	if err != nil {
+		return uncertain(err)
+	}
+	ss, err = s.recordExit(ss, shim.WireExit(e))
+	if err == nil {
+		if lerr := s.stopLingering(ctx, ss, grace); lerr != nil {
+			return uncertain(lerr)
+		}
+	}
+	return ss, err
+}
+
+// stopSessions terminates every session in parallel: the running ones,
+// and the processes that outlived the command of an ended one (terminate).
+func (s *server) stopSessions(ctx context.Context, sessions []registry.Session, grace time.Duration) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(sessions))
+	for i, ss := range sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = s.terminate(ctx, ss, grace)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return errUnavailable("%s: stop sessions: %v", wire.DetailUncertain, err)
+	}
+	return nil
+}
+
+// stopLingering stops the processes a session started that outlived its
+// command (a shim keeps them, as their subreaper, until they are gone or
+// terminated) and confirms that none is left: an error when it cannot.
+func (s *server) stopLingering(ctx context.Context, ss registry.Session, grace time.Duration) error {
+	dir := s.sessionDir(ss)
+	n, err := lingering(ctx, dir)
+	if err != nil || n == 0 {
+		return err
+	}
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace+10*time.Second)
+	defer cancel()
+	c, err := shim.Dial(tctx, dir)
+	if err != nil {
+		return fmt.Errorf("session %s: %w", ss.ID, err)
+	}
+	defer c.Close()
+	if _, err := c.Terminate(tctx, grace); err != nil && !errors.Is(err, shim.ErrLost) {
+		return fmt.Errorf("session %s: stop lingering processes: %w", ss.ID, err)
+	}
+	if n, err = lingering(tctx, dir); err == nil && n != 0 {
+		err = fmt.Errorf("session %s: %d process(es) still alive after terminate", ss.ID, n)
+	}
+	return err
+}
+
+// lingering returns how many processes of the session in dir are alive
+// besides its command, as its shim counts them; 0 when the shim is gone
+// (a shim exits only once none is left).
+func lingering(ctx context.Context, dir string) (int, error) {
+	if _, err := os.Stat(filepath.Join(dir, shim.SocketFile)); errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := shim.Dial(ctx, dir)
+	if errors.Is(err, shim.ErrNoSession) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("ask the shim of %s: %w", filepath.Base(dir), err)
+	}
+	defer c.Close()
+	st, err := c.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("ask the shim of %s: %w", filepath.Base(dir), err)
+	}
+	if st.Descendants < 0 {
+		return 0, fmt.Errorf("the shim of %s cannot count its processes", filepath.Base(dir))
+	}
+	return st.Descendants, nil
+}
+
+// errSessionLive is returned by removeSession's registry check when the
+// record changed to a live state under it.
+var errSessionLive = errors.New("session is live")
+
+// removeSession deletes an ended session: its record, then its directory
+// (journal included). A session that runs, is starting, or whose shim
+// still lives (processes it started outlived the command) is refused with
+// 409 invalid: terminate it first. The record goes first, so a crash in
+// between leaves an unreferenced directory (removed at the next start,
+// removeOrphans), never a record without files.
+func (s *server) removeSession(ctx context.Context, ss registry.Session) error {
+	ss, err := s.refresh(ss)
+	if err != nil {
+		return err
+	}
+	if ss.State == wire.SessionRunning || ss.State == stateStarting {
+		return errConflict("session %s is running; terminate it first", ss.ID)
+	}
+	dir := s.sessionDir(ss)
+	if err := shimGone(ctx, dir, ss.ID); err != nil {
+		return err
+	}
+	err = s.reg.DeleteSessionIf(ss.Sandbox, ss.ID, func(cur registry.Session) error {
+		if cur.Key != ss.Key || cur.State == wire.SessionRunning || cur.State == stateStarting {
+			return errSessionLive
+		}
+		return nil
+	})
+	if errors.Is(err, errSessionLive) {
+		return errConflict("session %s changed during the delete; retry", ss.ID)
+	}
+	if err != nil {
+		return errUnavailable("delete session record: %v", err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return errUnavailable("remove session %s: %v", ss.ID, err)
+	}
+	s.log.Info("session deleted", "sandbox", ss.Sandbox, "session", ss.ID)
+	return nil
+}
+
+// shimGone returns nil once the shim of the ended session in dir is gone
+// (shimMayLive proves it), and 409 invalid while it lives because
+// processes the session started still run. A shim that lives with none
+// (it is exiting) is waited for briefly.
+func shimGone(ctx context.Context, dir, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
+		if !shimMayLive(dir, time.Time{}) {
+			return nil
+		}
+		if n, err := lingering(ctx, dir); err == nil && n != 0 {
+			return errConflict("session %s ended but %d process(es) it started still run; terminate it first", id, n)
+		}
+		select {
+		case <-ctx.Done():
+			return errConflict("session %s ended but its supervisor still runs; terminate it first", id)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// stopSandboxSessions terminates every session of sandbox name (see
+// stopSessions) and returns them.
+func (s *server) stopSandboxSessions(ctx context.Context, name string, grace time.Duration) ([]registry.Session, error) {
+	sessions, err := s.reg.ListSessions(name)
+	if err != nil {
+		return nil, errUnavailable("read registry: %v", err)
+	}
+	return sessions, s.stopSessions(ctx, sessions, grace)
+}
