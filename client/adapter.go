@@ -508,16 +508,16 @@ func (a *Adapter) attach(ctx context.Context, r *runner, h adapter.Handle, id st
 	if buffer <= 0 {
 		buffer = a.buffer
 	}
-	s := &stream{done: make(chan struct{}), fr: fr}
+	s := &attachStream{done: make(chan struct{}), fr: fr}
 	s.Feed = adapter.NewFeed(id, buffer, s.closeReader)
 	go s.produce(a, r, h, id)
 	return s, nil
 }
 
-// stream is a Stream fed by one FrameReader. Its producer goroutine is
+// attachStream is a Stream fed by one FrameReader. Its producer goroutine is
 // owned by the stream: it ends after the terminal frame, or when Close
 // closes the reader, and Close waits for it.
-type stream struct {
+type attachStream struct {
 	*adapter.Feed
 	done chan struct{} // closed when produce returns
 
@@ -526,7 +526,7 @@ type stream struct {
 }
 
 // closeReader is the Feed's onClose: it unblocks the producer's Next.
-func (s *stream) closeReader() {
+func (s *attachStream) closeReader() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.fr.Close()
@@ -535,7 +535,7 @@ func (s *stream) closeReader() {
 // reattach dials the session again from the cursor until it works, the
 // window passes, or the consumer closes. It returns the error to end the
 // stream with, or nil with a new reader in place.
-func (s *stream) reattach(a *Adapter, r *runner, h adapter.Handle, id string, cause error) error {
+func (s *attachStream) reattach(a *Adapter, r *runner, h adapter.Handle, id string, cause error) error {
 	if a.window <= 0 || !errors.Is(cause, adapter.ErrUnavailable) {
 		return cause
 	}
@@ -588,13 +588,13 @@ func (s *stream) reattach(a *Adapter, r *runner, h adapter.Handle, id string, ca
 
 // Close detaches the local transport and waits for the producer. The
 // session keeps running. It is idempotent.
-func (s *stream) Close() error {
+func (s *attachStream) Close() error {
 	_ = s.Feed.Close()
 	<-s.done
 	return nil
 }
 
-func (s *stream) produce(a *Adapter, r *runner, h adapter.Handle, id string) {
+func (s *attachStream) produce(a *Adapter, r *runner, h adapter.Handle, id string) {
 	defer close(s.done)
 	defer s.closeReader()
 	ctx := context.Background() // Send also ends when the consumer closes the Feed

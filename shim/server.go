@@ -774,7 +774,7 @@ func (s *server) handle(op byte, body []byte) (byte, []byte) {
 			if errors.Is(err, syscall.ESRCH) {
 				return stExited, nil
 			}
-			return stError, errorBody(codeInternal, err.Error())
+			return stError, errorBody(codeProvider, err.Error())
 		}
 		return stOK, nil
 	case opTerminate:
@@ -825,7 +825,7 @@ func (s *server) writeStdin(p []byte) (byte, []byte) {
 			return stExited, []byte(codeClosed)
 		}
 	}
-	return stError, errorBody(codeInternal, err.Error())
+	return stError, errorBody(codeProvider, err.Error())
 }
 
 // closeStdin delivers a real EOF once. Pipes: the write end is closed.
@@ -859,7 +859,7 @@ func (s *server) closeStdin() (byte, []byte) {
 	}
 	s.stdinClosed = true
 	if err != nil {
-		return stError, errorBody(codeInternal, err.Error())
+		return stError, errorBody(codeProvider, err.Error())
 	}
 	return stOK, nil
 }
@@ -876,7 +876,7 @@ func (s *server) resize(rows, cols uint16) (byte, []byte) {
 	}
 	// TIOCSWINSZ on the master also sends SIGWINCH to the foreground group.
 	if err := withFd(s.master, func(fd int) error { return setWinsize(fd, rows, cols) }); err != nil {
-		return stError, errorBody(codeInternal, err.Error())
+		return stError, errorBody(codeProvider, err.Error())
 	}
 	return stOK, nil
 }
@@ -966,7 +966,7 @@ func (s *server) offsetAt(body []byte) (byte, []byte) {
 		}
 	}
 	if err != nil {
-		code := codeInternal
+		code := codeProvider
 		if errors.Is(err, journal.ErrUnknownStream) {
 			code = codeInvalid
 		}
