@@ -130,8 +130,5 @@ func responseErr(ctx context.Context, op string, resp *http.Response) error {
 	return e
 }
 
-// wireErr converts an error frame's payload into the taxonomy.
-func wireErr(op string, we *wire.Error) error { return stream.FrameError(Provider, op, we) }
-
 // isNotFound reports a definitive absence.
 func isNotFound(err error) bool { return errors.Is(err, adapter.ErrNotFound) }

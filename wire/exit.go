@@ -39,3 +39,10 @@ const (
 	// ShimExitLost: the session's shim is gone without an exit record.
 	ShimExitLost = 4
 )
+
+// Exit statuses of runner-shim attach --text for ends that are not the
+// command's own exit (which it passes through, 128+N for signal N).
+const (
+	ShimTextExitError = 254 // the stream ended with an error frame
+	ShimTextExitLost  = 255 // the session was lost: no exit code exists
+)

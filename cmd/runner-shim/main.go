@@ -22,7 +22,6 @@ import (
 
 	"github.com/agentrunner/runner/shim"
 	"github.com/agentrunner/runner/wire"
-	"golang.org/x/sys/unix"
 )
 
 const usage = `runner-shim: run commands as detached, journaled sessions.
@@ -271,13 +270,8 @@ func randomID() string {
 }
 
 func parseSignal(s string) (syscall.Signal, error) {
-	if n, err := strconv.Atoi(s); err == nil && n > 0 && n < 65 {
-		return syscall.Signal(n), nil
-	}
-	if sig := unix.SignalNum("SIG" + strings.TrimPrefix(strings.ToUpper(s), "SIG")); sig != 0 {
-		return sig, nil
-	}
-	return 0, fmt.Errorf("unknown signal %q", s)
+	n, err := wire.ParseSignal(s)
+	return syscall.Signal(n), err
 }
 
 // multi is a repeatable string flag.
