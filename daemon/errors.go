@@ -109,10 +109,11 @@ func classify(err error) *apiError {
 	var mbe *http.MaxBytesError
 	var ce *journal.CursorError
 	switch {
-	case errors.As(err, &ce) && errors.Is(err, journal.ErrTruncated):
-		return errTruncated(ce.Error())
 	case errors.As(err, &ce):
-		return errInvalid("%v", ce)
+		// A cursor behind the retained data or beyond the end; the code
+		// is shim.JournalCode's, the one journal mapping attach frames use.
+		c := shim.JournalCode(err)
+		return &apiError{status: c.Status(), code: c, detail: ce.Error()}
 	case errors.Is(err, journal.ErrUnknownStream):
 		return errInvalid("%v", err)
 	case errors.Is(err, shim.ErrExited):

@@ -200,11 +200,13 @@ func (c *Client) fromDisk(cause error) (Status, error) {
 	if err != nil {
 		return st, fmt.Errorf("%w: %v; %v", ErrUnavailable, cause, err)
 	}
-	switch st.State {
-	case StateExited:
-		return st, ErrExited
-	case StateLost:
+	switch {
+	case st.State == StateLost, st.Exit != nil && st.Exit.Reason == wire.ExitLost:
+		// A lost record (written by FinishLost, after an attach or
+		// runnerd saw the shim gone) is still lost, never an exit.
 		return st, ErrLost
+	case st.State == StateExited:
+		return st, ErrExited
 	}
 	return st, fmt.Errorf("%w: %v", ErrUnavailable, cause)
 }
