@@ -5,6 +5,11 @@
 // into an adapter.Stream that reattaches from its cursors after a
 // transport failure.
 //
+// API: Kind, Code, KindError and FrameError map wire error codes;
+// Exit and Frame map exit records and frames; New makes an adapter.Stream
+// from a Conn and a Dialer; NewDecoderConn is the Conn for a raw frame
+// byte stream (runner-shim attach's stdout).
+//
 // The client package drives runnerd with it; hosted adapters that run
 // runner-shim inside a provider's sandbox (over the provider's exec or
 // file API) reuse it unchanged, so a lost session, a truncated cursor or a

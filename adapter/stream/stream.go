@@ -18,7 +18,8 @@ type Conn interface {
 	// Next returns the next frame. A transport failure (a cut, a
 	// heartbeat timeout, a gap in the data) is an error of the adapter
 	// taxonomy; an *adapter.UnavailableError is worth reattaching from.
-	// After Close it returns an error.
+	// After Close it returns an error. The frame's payload belongs to
+	// the caller.
 	Next() (wire.Frame, error)
 	// Close ends the connection and unblocks Next. It must not block, may
 	// be called from any goroutine, and is idempotent.
