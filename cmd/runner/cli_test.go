@@ -459,3 +459,21 @@ func TestExitStatusFromErrorTable(t *testing.T) {
 		}
 	}
 }
+
+// TestExitTableText: runner --help's exit table prints the statuses
+// wire.ErrorTable assigns, so the text cannot drift from the code.
+func TestExitTableText(t *testing.T) {
+	for _, row := range wire.ErrorTable {
+		want := fmt.Sprintf("%d  %s", row.Exit, row.Code)
+		if row.Exit == wire.RunnerExitOther {
+			want = fmt.Sprintf("%d  ", row.Exit)
+			if !strings.Contains(exitTable, want) || !strings.Contains(exitTable, string(row.Code)) {
+				t.Errorf("exit table does not list %s under %d", row.Code, row.Exit)
+			}
+			continue
+		}
+		if !strings.Contains(exitTable, want) {
+			t.Errorf("exit table has no line %q", want)
+		}
+	}
+}
