@@ -183,4 +183,3 @@ func (s *server) recordExit(ss registry.Session, exit wire.Exit) (registry.Sessi
 	}
 	return out, nil
 }
-
