@@ -1,5 +1,7 @@
 package netpolicy
 
+import "time"
+
 // Test hooks for the kernel tests, which are in package netpolicy_test
 // because they build their world with netlab, and netlab imports this
 // package.
@@ -12,3 +14,10 @@ func (m *Manager) RecordPath(id string) string { return m.recordPath(id) }
 
 // FailSetPolicy makes SetPolicy's kernel update fail with err; nil ends it.
 func (m *Manager) FailSetPolicy(err error) { m.failSetPolicy = err }
+
+// SkipCut makes SetPolicy leave conntrack alone (on) or cut revoked flows
+// again (off), to show that the cut is what ends them.
+func (m *Manager) SkipCut(on bool) { m.skipCut = on }
+
+// SetAdmitTTL makes every resolver-admitted address live exactly d.
+func (m *Manager) SetAdmitTTL(d time.Duration) { m.minAdmitTTL, m.maxAdmitTTL = d, d }
