@@ -78,6 +78,7 @@ func TestGoldenNetlink(t *testing.T) {
 			return m.admit(n, []netip.Addr{netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("198.51.100.2")}, time.Hour)
 		}},
 		{"teardown", func(m *Manager) error { return m.removeSandboxRules(n) }},
+		{"teardown-partial", func(m *Manager) error { return m.deleteSandboxObjects(n, true) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recorder{}

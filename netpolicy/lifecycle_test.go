@@ -319,10 +319,22 @@ func TestNewRemovesStale(t *testing.T) {
 	if err := os.Remove(m1.RecordPath("stale")); err != nil {
 		t.Fatal(err)
 	}
+	// An earlier version's per-sandbox chain towards a sandbox goes too.
+	c, err := nftables.New(nftables.WithNetNSFd(int(l.Host)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.AddChain(&nftables.Chain{Name: "in-kept", Table: &nftables.Table{Name: m1.TableName(), Family: nftables.TableFamilyINet}})
+	if err := c.Flush(); err != nil {
+		t.Fatalf("add legacy chain: %v", err)
+	}
 	m2 := newManager(t, l)
 	got := snapshot(t, l, m2)
 	if got.dispatch != 2 || slices.Contains(got.sets, "allow-stale") || slices.Contains(got.sets, "dns-stale") ||
-		slices.ContainsFunc(got.chains, func(c string) bool { return strings.HasSuffix(strings.Split(c, ":")[0], "-stale") }) {
+		slices.ContainsFunc(got.chains, func(c string) bool {
+			name := strings.Split(c, ":")[0]
+			return strings.HasSuffix(name, "-stale") || strings.HasPrefix(name, "in-")
+		}) {
 		t.Fatalf("New left the stale sandbox's objects: %+v", got)
 	}
 	if !slices.Contains(got.sets, "allow-kept") {

@@ -191,6 +191,9 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 // in the kernel but have no record (their Teardown did not finish).
 // Sandboxes with a record keep everything until Setup re-adopts them.
 func (m *Manager) removeStale() error {
+	if err := m.removeLegacyChains(); err != nil {
+		return err
+	}
 	stale, err := m.staleSandboxes()
 	if err != nil {
 		return fmt.Errorf("find stale sandboxes: %w", err)

@@ -28,21 +28,17 @@ type sbNames struct {
 	host   string // chain: traffic from the sandbox to the host itself
 	static string // set: addresses and CIDRs from the policy (interval)
 	dyn    string // set: addresses admitted by the resolver (timeouts)
-	// legacyIn is the per-sandbox chain for forwarded traffic towards the
-	// sandbox that earlier versions made; Teardown still removes it.
-	legacyIn string
 }
 
 func namesFor(id string) sbNames {
 	sum := sha256.Sum256([]byte(id))
 	return sbNames{
-		id:       id,
-		hostIf:   hostIfPrefix + hex.EncodeToString(sum[:])[:13],
-		out:      "out-" + id,
-		host:     "host-" + id,
-		static:   "allow-" + id,
-		dyn:      "dns-" + id,
-		legacyIn: "in-" + id,
+		id:     id,
+		hostIf: hostIfPrefix + hex.EncodeToString(sum[:])[:13],
+		out:    "out-" + id,
+		host:   "host-" + id,
+		static: "allow-" + id,
+		dyn:    "dns-" + id,
 	}
 }
 
@@ -130,7 +126,8 @@ func sandboxSets(t *nftables.Table, n sbNames) (static, dyn *nftables.Set) {
 // one atomic batch. It is idempotent: running it again changes nothing.
 // The maps keep their elements, so sandboxes stay dispatched throughout;
 // the dispatch rules of earlier versions (one per sandbox) go, and a
-// sandbox they served is denied (the rn* drop) until Setup re-adopts it.
+// sandbox they served is denied (the rn* drop) until Setup re-adopts it
+// (New then deletes the legacy chains those rules jumped to).
 func (m *Manager) ensureTable() error {
 	c, err := m.nft()
 	if err != nil {
@@ -410,46 +407,100 @@ func (m *Manager) tableExists() (bool, error) {
 }
 
 // removeSandboxRules deletes the dispatch elements, chains and sets of
-// one sandbox in one batch, without listing anything: each object is
-// first added (a no-op when it exists, identical to what Setup makes)
-// and then deleted, so the batch succeeds whether or not it existed.
-// Idempotent, and its cost does not depend on how many sandboxes exist.
-// The caller checks that the table exists.
+// one sandbox in one batch, without listing anything, so its cost does
+// not depend on how many sandboxes exist. Idempotent; the caller checks
+// that the table exists.
+//
+// The usual case, everything present, is one batch of deletes. If that
+// batch fails (something is already gone: a Teardown that stopped half
+// way), a second batch first adds each object (a no-op when it exists,
+// identical to what Setup makes) and then deletes it, so it succeeds
+// whatever is left. The first batch is not always the second: adding an
+// element that jumps makes the kernel validate the whole table's jump
+// graph on commit, which costs in proportion to the number of sandboxes.
 func (m *Manager) removeSandboxRules(n sbNames) error {
+	if err := m.deleteSandboxObjects(n, false); err == nil {
+		return nil
+	}
+	return m.deleteSandboxObjects(n, true)
+}
+
+func (m *Manager) deleteSandboxObjects(n sbNames, addFirst bool) error {
 	c, err := m.nft()
 	if err != nil {
 		return err
 	}
 	t := m.table()
-	out := c.AddChain(&nftables.Chain{Name: n.out, Table: t})
-	host := c.AddChain(&nftables.Chain{Name: n.host, Table: t})
-	legacyIn := c.AddChain(&nftables.Chain{Name: n.legacyIn, Table: t})
+	out := &nftables.Chain{Name: n.out, Table: t}
+	host := &nftables.Chain{Name: n.host, Table: t}
+	if addFirst {
+		c.AddChain(out)
+		c.AddChain(host)
+	}
 	outMap, hostMap := m.dispatchMaps(t)
 	for _, d := range []struct {
 		m     *nftables.Set
 		chain string
 	}{{outMap, n.out}, {hostMap, n.host}} {
 		e := []nftables.SetElement{dispatchElem(n.hostIf, d.chain)}
-		if err := c.SetAddElements(d.m, e); err != nil {
-			return fmt.Errorf("delete dispatch to %s: %w", d.chain, err)
+		if addFirst {
+			if err := c.SetAddElements(d.m, e); err != nil {
+				return fmt.Errorf("delete dispatch to %s: %w", d.chain, err)
+			}
 		}
 		if err := c.SetDeleteElements(d.m, e); err != nil {
 			return fmt.Errorf("delete dispatch to %s: %w", d.chain, err)
 		}
 	}
-	for _, ch := range []*nftables.Chain{out, host, legacyIn} {
+	for _, ch := range []*nftables.Chain{out, host} {
 		c.FlushChain(ch)
 		c.DelChain(ch)
 	}
 	static, dyn := sandboxSets(t, n)
 	for _, s := range []*nftables.Set{static, dyn} {
-		if err := c.AddSet(s, nil); err != nil {
-			return fmt.Errorf("delete set %s: %w", s.Name, err)
+		if addFirst {
+			if err := c.AddSet(s, nil); err != nil {
+				return fmt.Errorf("delete set %s: %w", s.Name, err)
+			}
 		}
 		c.DelSet(s)
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("delete rules of %s: %w", n.id, err)
+	}
+	return nil
+}
+
+// legacyInPrefix names the per-sandbox chains for forwarded traffic
+// towards a sandbox that earlier versions made (two shared rules replace
+// them). New deletes them: after its rewrite of the base chains nothing
+// jumps to them.
+const legacyInPrefix = "in-"
+
+// removeLegacyChains deletes every legacy in-ID chain of the table in one
+// batch. It lists the table's chains: once per New, never per sandbox.
+func (m *Manager) removeLegacyChains() error {
+	c, err := m.nft()
+	if err != nil {
+		return err
+	}
+	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return fmt.Errorf("list chains: %w", err)
+	}
+	found := false
+	for _, ch := range chains {
+		if ch.Table.Name == m.cfg.Table && strings.HasPrefix(ch.Name, legacyInPrefix) {
+			c.FlushChain(ch)
+			c.DelChain(ch)
+			found = true
+		}
+	}
+	if !found {
+		return nil
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("delete legacy chains: %w", err)
 	}
 	return nil
 }
