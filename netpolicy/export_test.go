@@ -1,6 +1,9 @@
 package netpolicy
 
-import "time"
+import (
+	"net/netip"
+	"time"
+)
 
 // Test hooks for the kernel tests, which are in package netpolicy_test
 // because they build their world with netlab, and netlab imports this
@@ -37,7 +40,7 @@ func (m *Manager) RulesRoundTrip(id string) error {
 	if err := m.setStatic(n, nil, false); err != nil {
 		return err
 	}
-	return m.removeSandboxRules(n)
+	return m.removeSandboxRules(n, []netip.Addr{gw})
 }
 
 // InstallRules installs the nftables objects of a sandbox id at slot

@@ -77,8 +77,8 @@ func TestGoldenNetlink(t *testing.T) {
 		{"admit", func(m *Manager) error {
 			return m.admit(n, []netip.Addr{netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("198.51.100.2")}, time.Hour)
 		}},
-		{"teardown", func(m *Manager) error { return m.removeSandboxRules(n) }},
-		{"teardown-partial", func(m *Manager) error { return m.deleteSandboxObjects(n, true) }},
+		{"teardown", func(m *Manager) error { return m.removeSandboxRules(n, []netip.Addr{gw}) }},
+		{"teardown-partial", func(m *Manager) error { return m.deleteSandboxObjects(n, []netip.Addr{gw}, true) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recorder{}

@@ -94,7 +94,7 @@ func snapshot(t *testing.T, l *lab, m *netpolicy.Manager) kernelState {
 	}
 	for _, s := range sets {
 		ks.sets = append(ks.sets, s.Name)
-		if s.IsMap && strings.HasPrefix(s.Name, "sandbox-") {
+		if strings.HasPrefix(s.Name, "sandbox-") {
 			elems, err := c.GetSetElements(s)
 			if err != nil {
 				t.Fatal(err)

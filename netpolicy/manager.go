@@ -199,7 +199,12 @@ func (m *Manager) removeStale() error {
 		return fmt.Errorf("find stale sandboxes: %w", err)
 	}
 	for _, id := range stale {
-		if err := m.removeSandboxRules(namesFor(id)); err != nil {
+		n := namesFor(id)
+		gws, err := m.gatewaysOf(n.hostIf)
+		if err != nil {
+			return fmt.Errorf("remove stale sandbox %s: %w", id, err)
+		}
+		if err := m.removeSandboxRules(n, gws); err != nil {
 			return fmt.Errorf("remove stale sandbox %s: %w", id, err)
 		}
 	}
@@ -503,7 +508,7 @@ func (m *Manager) Teardown(ctx context.Context, id string) error {
 	if ok, err := m.tableExists(); err != nil {
 		errs = append(errs, err)
 	} else if ok {
-		if err := m.removeSandboxRules(n); err != nil {
+		if err := m.removeRulesOf(n); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -521,6 +526,22 @@ func (m *Manager) Teardown(ctx context.Context, id string) error {
 		return fmt.Errorf("tear down %s: %w", id, err)
 	}
 	return nil
+}
+
+// removeRulesOf removes the kernel objects of sandbox n, its gateway
+// taken from its record, or found in the kernel when there is none.
+func (m *Manager) removeRulesOf(n sbNames) error {
+	var gws []netip.Addr
+	if rec, ok := m.records[n.id]; ok {
+		_, gw, _ := slotAddrs(m.cfg.Pool, rec.Slot)
+		gws = []netip.Addr{gw}
+	} else {
+		var err error
+		if gws, err = m.gatewaysOf(n.hostIf); err != nil {
+			return err
+		}
+	}
+	return m.removeSandboxRules(n, gws)
 }
 
 // Close stops every resolver and releases the Manager's handles. It does

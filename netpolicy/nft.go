@@ -1,6 +1,7 @@
 package netpolicy
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -25,7 +26,6 @@ type sbNames struct {
 	id     string
 	hostIf string // host end of the veth (IFNAMSIZ: at most 15 bytes)
 	out    string // chain: forwarded traffic from the sandbox
-	host   string // chain: traffic from the sandbox to the host itself
 	static string // set: addresses and CIDRs from the policy (interval)
 	dyn    string // set: addresses admitted by the resolver (timeouts)
 }
@@ -36,7 +36,6 @@ func namesFor(id string) sbNames {
 		id:     id,
 		hostIf: hostIfPrefix + hex.EncodeToString(sum[:])[:13],
 		out:    "out-" + id,
-		host:   "host-" + id,
 		static: "allow-" + id,
 		dyn:    "dns-" + id,
 	}
@@ -57,8 +56,8 @@ const (
 	chainForward     = "forward"
 	chainInput       = "input"
 	chainPostrouting = "postrouting"
-	mapOut           = "sandbox-out"  // iifname → jump out-ID (forward)
-	mapHost          = "sandbox-host" // iifname → jump host-ID (input)
+	mapOut           = "sandbox-out" // iifname → jump out-ID (forward)
+	setGateway       = "sandbox-gw"  // iifname . gateway address (input)
 )
 
 // dynamic set element lifetimes, clamped from DNS TTLs: a short TTL must
@@ -104,15 +103,27 @@ func (m *Manager) baseChains(t *nftables.Table) (fwd, in, post *nftables.Chain) 
 // bytes depend only on its content (see the golden tests).
 const (
 	idMapOut  = 1
-	idMapHost = 2
+	idGateway = 2
 	idStatic  = 3
 	idDyn     = 4
+	// idLegacyHostMap is the ID of an earlier layout's map, deleted by New.
+	idLegacyHostMap = 5
 )
 
-func (m *Manager) dispatchMaps(t *nftables.Table) (out, host *nftables.Set) {
+// dispatchSets returns the verdict map that dispatches a sandbox's
+// forwarded egress, and the set of (veth, gateway) pairs the shared input
+// rules admit DNS for.
+func (m *Manager) dispatchSets(t *nftables.Table) (out, gws *nftables.Set) {
 	out = &nftables.Set{Table: t, Name: mapOut, ID: idMapOut, IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict}
-	host = &nftables.Set{Table: t, Name: mapHost, ID: idMapHost, IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict}
-	return out, host
+	gws = &nftables.Set{Table: t, Name: setGateway, ID: idGateway, Concatenation: true,
+		KeyType: nftables.MustConcatSetType(nftables.TypeIFName, nftables.TypeIPAddr)}
+	return out, gws
+}
+
+// gatewayElem is the sandbox-gw element of a sandbox: its veth's name
+// (16 bytes, NUL-padded) followed by its gateway address.
+func gatewayElem(ifName string, gw netip.Addr) nftables.SetElement {
+	return nftables.SetElement{Key: append(ifname(ifName), gw.AsSlice()...)}
 }
 
 func sandboxSets(t *nftables.Table, n sbNames) (static, dyn *nftables.Set) {
@@ -138,16 +149,23 @@ func (m *Manager) ensureTable() error {
 	c.AddChain(fwd)
 	c.AddChain(in)
 	c.AddChain(post)
-	outMap, hostMap := m.dispatchMaps(t)
+	outMap, gws := m.dispatchSets(t)
 	if err := c.AddSet(outMap, nil); err != nil {
 		return fmt.Errorf("add map %s: %w", mapOut, err)
 	}
-	if err := c.AddSet(hostMap, nil); err != nil {
-		return fmt.Errorf("add map %s: %w", mapHost, err)
+	if err := c.AddSet(gws, nil); err != nil {
+		return fmt.Errorf("add set %s: %w", setGateway, err)
 	}
 	c.FlushChain(fwd)
 	c.FlushChain(in)
 	c.FlushChain(post)
+	// An earlier layout's input dispatch map: add (a no-op if it exists)
+	// and delete; nothing refers to it once the input chain is flushed.
+	legacy := &nftables.Set{Table: t, Name: legacyHostMap, ID: idLegacyHostMap, IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict}
+	if err := c.AddSet(legacy, nil); err != nil {
+		return fmt.Errorf("delete map %s: %w", legacyHostMap, err)
+	}
+	c.DelSet(legacy)
 	add := func(ch *nftables.Chain, exprs ...[]expr.Any) {
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: concat(exprs...)})
 	}
@@ -159,9 +177,16 @@ func (m *Manager) ensureTable() error {
 	add(fwd, matchIfPrefix(expr.MetaKeyIIFNAME), verdict(expr.VerdictDrop))
 	add(fwd, matchIfPrefix(expr.MetaKeyOIFNAME), matchCtEstablished(), verdict(expr.VerdictAccept))
 	add(fwd, matchIfPrefix(expr.MetaKeyOIFNAME), verdict(expr.VerdictDrop))
-	// input: a sandbox talking to any address of the host itself.
-	add(in, dispatchVMap(expr.MetaKeyIIFNAME, hostMap))
-	add(in, matchIfPrefix(expr.MetaKeyIIFNAME), verdict(expr.VerdictDrop))
+	// input: a sandbox talking to the host itself (any of its addresses,
+	// found by the input hook, not by address). Shared rules, no jump:
+	// replies to connections the host opened, DNS to the sandbox's own
+	// gateway (the pair veth . daddr is in sandbox-gw), otherwise reject.
+	// The allowlist is never consulted, so no CIDR opens a host service.
+	add(in, matchIfPrefix(expr.MetaKeyIIFNAME), matchCtEstablished(), verdict(expr.VerdictAccept))
+	add(in, matchIfPrefix(expr.MetaKeyIIFNAME), matchIPv4(), matchL4Port(unix.IPPROTO_UDP, 53), matchOwnGateway(gws), verdict(expr.VerdictAccept))
+	add(in, matchIfPrefix(expr.MetaKeyIIFNAME), matchIPv4(), matchL4Port(unix.IPPROTO_TCP, 53), matchOwnGateway(gws), verdict(expr.VerdictAccept))
+	add(in, matchIfPrefix(expr.MetaKeyIIFNAME), rejectTCP())
+	add(in, matchIfPrefix(expr.MetaKeyIIFNAME), rejectAny())
 	// postrouting: masquerade what leaves the pool.
 	pool := m.cfg.Pool
 	mask := net4Mask(pool.Bits())
@@ -206,15 +231,13 @@ func (m *Manager) ensureSandboxRules(n sbNames, addr, gw netip.Addr) error {
 		return fmt.Errorf("add set %s: %w", n.dyn, err)
 	}
 	out := c.AddChain(&nftables.Chain{Name: n.out, Table: t})
-	host := c.AddChain(&nftables.Chain{Name: n.host, Table: t})
 	c.FlushChain(out)
-	c.FlushChain(host)
 
 	add := func(ch *nftables.Chain, exprs ...[]expr.Any) {
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: concat(exprs...)})
 	}
 	// out: the sandbox's forwarded egress. The host's own addresses never
-	// get here (they take the input path, host-ID below); the pool's do:
+	// get here (they take the input path, see ensureTable); the pool's do:
 	// another sandbox is refused before the allowlist is read, so a CIDR
 	// that covers the pool opens no sandbox. An invalid packet (a TCP
 	// segment whose conntrack entry was deleted, with
@@ -230,25 +253,16 @@ func (m *Manager) ensureSandboxRules(n sbNames, addr, gw netip.Addr) error {
 	add(out, matchIPv4(), matchSet(16, dyn), verdict(expr.VerdictAccept))
 	add(out, rejectTCP())
 	add(out, rejectAny())
-	// host: the sandbox talking to the host itself (any of its addresses,
-	// found by the input hook, not by address). Only replies and DNS to
-	// its own gateway resolver; the allowlist is never consulted, so no
-	// CIDR opens a host service.
-	add(host, matchCtEstablished(), verdict(expr.VerdictAccept))
-	add(host, matchIPv4(), matchAddr(16, gw, expr.CmpOpEq), matchL4Port(unix.IPPROTO_UDP, 53), verdict(expr.VerdictAccept))
-	add(host, matchIPv4(), matchAddr(16, gw, expr.CmpOpEq), matchL4Port(unix.IPPROTO_TCP, 53), verdict(expr.VerdictAccept))
-	add(host, rejectTCP())
-	add(host, rejectAny())
 
 	// Dispatch last, so the element points at complete chains. Adding an
 	// element that exists with the same verdict is a no-op (no
 	// NLM_F_EXCL), which is what makes re-adoption converge.
-	outMap, hostMap := m.dispatchMaps(t)
+	outMap, gws := m.dispatchSets(t)
 	if err := c.SetAddElements(outMap, []nftables.SetElement{dispatchElem(n.hostIf, n.out)}); err != nil {
 		return fmt.Errorf("add dispatch to %s: %w", n.out, err)
 	}
-	if err := c.SetAddElements(hostMap, []nftables.SetElement{dispatchElem(n.hostIf, n.host)}); err != nil {
-		return fmt.Errorf("add dispatch to %s: %w", n.host, err)
+	if err := c.SetAddElements(gws, []nftables.SetElement{gatewayElem(n.hostIf, gw)}); err != nil {
+		return fmt.Errorf("add gateway of %s: %w", n.id, err)
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("install rules for %s: %w", n.id, err)
@@ -406,8 +420,8 @@ func (m *Manager) tableExists() (bool, error) {
 	return slices.ContainsFunc(tables, func(x *nftables.Table) bool { return x.Name == m.cfg.Table }), nil
 }
 
-// removeSandboxRules deletes the dispatch elements, chains and sets of
-// one sandbox in one batch, without listing anything, so its cost does
+// removeSandboxRules deletes the dispatch elements (with the gateway
+// elements of gws), chain and sets of one sandbox in one batch, without listing anything, so its cost does
 // not depend on how many sandboxes exist. Idempotent; the caller checks
 // that the table exists.
 //
@@ -418,44 +432,47 @@ func (m *Manager) tableExists() (bool, error) {
 // whatever is left. The first batch is not always the second: adding an
 // element that jumps makes the kernel validate the whole table's jump
 // graph on commit, which costs in proportion to the number of sandboxes.
-func (m *Manager) removeSandboxRules(n sbNames) error {
-	if err := m.deleteSandboxObjects(n, false); err == nil {
+func (m *Manager) removeSandboxRules(n sbNames, gws []netip.Addr) error {
+	if err := m.deleteSandboxObjects(n, gws, false); err == nil {
 		return nil
 	}
-	return m.deleteSandboxObjects(n, true)
+	return m.deleteSandboxObjects(n, gws, true)
 }
 
-func (m *Manager) deleteSandboxObjects(n sbNames, addFirst bool) error {
+func (m *Manager) deleteSandboxObjects(n sbNames, gws []netip.Addr, addFirst bool) error {
 	c, err := m.nft()
 	if err != nil {
 		return err
 	}
 	t := m.table()
 	out := &nftables.Chain{Name: n.out, Table: t}
-	host := &nftables.Chain{Name: n.host, Table: t}
 	if addFirst {
 		c.AddChain(out)
-		c.AddChain(host)
 	}
-	outMap, hostMap := m.dispatchMaps(t)
-	for _, d := range []struct {
-		m     *nftables.Set
-		chain string
-	}{{outMap, n.out}, {hostMap, n.host}} {
-		e := []nftables.SetElement{dispatchElem(n.hostIf, d.chain)}
+	outMap, gwSet := m.dispatchSets(t)
+	elems := []struct {
+		s *nftables.Set
+		e nftables.SetElement
+	}{{outMap, dispatchElem(n.hostIf, n.out)}}
+	for _, gw := range gws {
+		elems = append(elems, struct {
+			s *nftables.Set
+			e nftables.SetElement
+		}{gwSet, gatewayElem(n.hostIf, gw)})
+	}
+	for _, d := range elems {
+		e := []nftables.SetElement{d.e}
 		if addFirst {
-			if err := c.SetAddElements(d.m, e); err != nil {
-				return fmt.Errorf("delete dispatch to %s: %w", d.chain, err)
+			if err := c.SetAddElements(d.s, e); err != nil {
+				return fmt.Errorf("delete element of %s from %s: %w", n.id, d.s.Name, err)
 			}
 		}
-		if err := c.SetDeleteElements(d.m, e); err != nil {
-			return fmt.Errorf("delete dispatch to %s: %w", d.chain, err)
+		if err := c.SetDeleteElements(d.s, e); err != nil {
+			return fmt.Errorf("delete element of %s from %s: %w", n.id, d.s.Name, err)
 		}
 	}
-	for _, ch := range []*nftables.Chain{out, host} {
-		c.FlushChain(ch)
-		c.DelChain(ch)
-	}
+	c.FlushChain(out)
+	c.DelChain(out)
 	static, dyn := sandboxSets(t, n)
 	for _, s := range []*nftables.Set{static, dyn} {
 		if addFirst {
@@ -471,11 +488,42 @@ func (m *Manager) deleteSandboxObjects(n sbNames, addFirst bool) error {
 	return nil
 }
 
+// gatewaysOf lists the sandbox-gw elements of the veth ifName, for a
+// Teardown that has no record to compute the gateway from. It reads the
+// whole set: only on that rare path and for stale sandboxes in New.
+func (m *Manager) gatewaysOf(ifName string) ([]netip.Addr, error) {
+	c, err := m.nft()
+	if err != nil {
+		return nil, err
+	}
+	_, gwSet := m.dispatchSets(m.table())
+	elems, err := c.GetSetElements(gwSet)
+	if err != nil {
+		return nil, fmt.Errorf("list set %s: %w", setGateway, err)
+	}
+	key := ifname(ifName)
+	var out []netip.Addr
+	for _, e := range elems {
+		if len(e.Key) == len(key)+4 && bytes.Equal(e.Key[:len(key)], key) {
+			out = append(out, netip.AddrFrom4([4]byte(e.Key[len(key):])))
+		}
+	}
+	return out, nil
+}
+
 // legacyInPrefix names the per-sandbox chains for forwarded traffic
 // towards a sandbox that earlier versions made (two shared rules replace
 // them). New deletes them: after its rewrite of the base chains nothing
 // jumps to them.
 const legacyInPrefix = "in-"
+
+// legacyHostPrefix names the per-sandbox chains for traffic to the host
+// that earlier versions made (shared input rules replace them), and
+// legacyHostMap the verdict map that jumped to them in one of them.
+const (
+	legacyHostPrefix = "host-"
+	legacyHostMap    = "sandbox-host"
+)
 
 // removeLegacyChains deletes every legacy in-ID chain of the table in one
 // batch. It lists the table's chains: once per New, never per sandbox.
@@ -490,7 +538,7 @@ func (m *Manager) removeLegacyChains() error {
 	}
 	found := false
 	for _, ch := range chains {
-		if ch.Table.Name == m.cfg.Table && strings.HasPrefix(ch.Name, legacyInPrefix) {
+		if ch.Table.Name == m.cfg.Table && (strings.HasPrefix(ch.Name, legacyInPrefix) || strings.HasPrefix(ch.Name, legacyHostPrefix)) {
 			c.FlushChain(ch)
 			c.DelChain(ch)
 			found = true
@@ -518,20 +566,15 @@ func (m *Manager) staleSandboxes() ([]string, error) {
 		known[id] = true
 	}
 	var stale []string
-	outMap, hostMap := m.dispatchMaps(m.table())
-	for _, d := range []struct {
-		m      *nftables.Set
-		prefix string
-	}{{outMap, "out-"}, {hostMap, "host-"}} {
-		elems, err := c.GetSetElements(d.m)
-		if err != nil {
-			return nil, fmt.Errorf("list map %s: %w", d.m.Name, err)
-		}
-		for _, e := range elems {
-			id, ok := strings.CutPrefix(verdictChain(e.Val), d.prefix)
-			if ok && checkID(id) == nil && !known[id] && !slices.Contains(stale, id) {
-				stale = append(stale, id)
-			}
+	outMap, _ := m.dispatchSets(m.table())
+	elems, err := c.GetSetElements(outMap)
+	if err != nil {
+		return nil, fmt.Errorf("list map %s: %w", outMap.Name, err)
+	}
+	for _, e := range elems {
+		id, ok := strings.CutPrefix(verdictChain(e.Val), "out-")
+		if ok && checkID(id) == nil && !known[id] && !slices.Contains(stale, id) {
+			stale = append(stale, id)
 		}
 	}
 	return stale, nil
@@ -621,6 +664,18 @@ func dispatchVMap(key expr.MetaKey, m *nftables.Set) []expr.Any {
 	return []expr.Any{
 		&expr.Meta{Key: key, Register: 1},
 		&expr.Lookup{SourceRegister: 1, DestRegister: 0, IsDestRegSet: true, SetName: m.Name, SetID: m.ID},
+	}
+}
+
+// matchOwnGateway matches a packet whose pair (input interface,
+// destination address) is in gws: `iifname . ip daddr @sandbox-gw`. The
+// key is built in the 32-bit registers: the name in 8-11, the address in
+// 12.
+func matchOwnGateway(gws *nftables.Set) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 8},
+		&expr.Payload{DestRegister: 12, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Lookup{SourceRegister: 8, SetName: gws.Name, SetID: gws.ID},
 	}
 }
 
