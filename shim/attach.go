@@ -200,5 +200,5 @@ func Attach(ctx context.Context, dir string, opts AttachOptions, emit func(frame
 // WireExit converts a journal exit record to its wire form (the same JSON
 // shape).
 func WireExit(e journal.Exit) wire.Exit {
-	return wire.Exit{Reason: e.Reason, Code: e.Code, Signal: e.Signal, Detail: e.Detail, Lengths: e.Lengths, Time: e.Time, Terminated: e.Terminated}
+	return wire.Exit{Reason: e.Reason, Code: e.Code, Signal: e.Signal, Detail: e.Detail, Lengths: e.Lengths, Time: e.Time, Terminated: e.Terminated, OOMKilled: e.OOMKilled}
 }
