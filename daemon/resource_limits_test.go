@@ -120,6 +120,18 @@ func needV1Cgroups(t *testing.T) {
 	}
 }
 
+// hostHasLimits reports whether a default runnerd here advertises
+// resource_limits: root and the v1 memory, pids and cpu controllers.
+func hostHasLimits() bool {
+	h := cgroupHierarchies()
+	for _, c := range []string{"memory", "pids", "cpu"} {
+		if _, ok := h[c]; !ok {
+			return false
+		}
+	}
+	return os.Geteuid() == 0
+}
+
 // sbCgroup is the directory of sandbox name's cgroup in controller's
 // hierarchy under root.
 func sbCgroup(root, controller, name string) string {
@@ -194,6 +206,13 @@ func TestLimitsOOMKillIsHonest(t *testing.T) {
 	}
 	if sb.Limits == nil || sb.Limits.MemoryBytes != 32<<20 {
 		t.Fatalf("hog's limits: got %+v", sb.Limits)
+	}
+	// /metrics has the same, per sandbox.
+	m := string(a.do("GET", "/metrics", nil).body)
+	for _, want := range []string{`runnerd_sandbox_oom_kills_total{sandbox="hog"} 1` + "\n", `runnerd_sandbox_pids{sandbox="other"} `, "runnerd_sandbox_usage_omitted 0\n"} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, m)
+		}
 	}
 	// The other sandbox never noticed.
 	before := a.streamLen("other", ticker.ID)
