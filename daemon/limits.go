@@ -60,7 +60,7 @@ func (s *server) startCgroups() {
 		err = m.Available()
 	}
 	if err != nil {
-		s.log.Warn("resource limits not enforced: resource_limits is not advertised and limits are refused with not_supported", "err", err)
+		s.log.Warn("resource limits not enforced: resource_limits is not advertised, limits are refused with not_supported and the default limits are not applied", "err", err)
 		return
 	}
 	s.cg = m
