@@ -233,6 +233,10 @@ func (s *server) setLimits(ctx context.Context, name string, req wire.Limits) (r
 		return registry.Sandbox{}, err
 	}
 	if s.cg == nil {
+		// not_found first, as PUT .../network answers.
+		if sb, err := s.scopedSandbox(ctx, name); err != nil {
+			return sb, err
+		}
 		return registry.Sandbox{}, errNoLimits()
 	}
 	l, err := s.parseLimits(&req)

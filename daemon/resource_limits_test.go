@@ -402,6 +402,7 @@ func TestLimitsRefusedWithoutCgroups(t *testing.T) {
 		t.Fatalf("plain sandbox: limits %+v usage %+v, want none", sb.Limits, sb.Usage)
 	}
 	a.wantError(a.do("PUT", "/v1/sandboxes/plain/limits", wire.Limits{Pids: 10}), 501, wire.CodeNotSupported)
+	a.wantError(a.do("PUT", "/v1/sandboxes/nosuch/limits", wire.Limits{Pids: 10}), 404, wire.CodeNotFound)
 	// And a config asking for default limits without cgroups is refused.
 	err := daemon.Run(context.Background(), daemon.Config{StateDir: t.TempDir(), Cgroups: daemon.CgroupsOff, DefaultLimits: wire.Limits{Pids: 10}})
 	if err == nil {
