@@ -367,7 +367,19 @@ func TestLimitsParkResume(t *testing.T) {
 	a, root := limitsDaemon(t)
 	a.createLimited("park", wire.Limits{MemoryBytes: 48 << 20, Pids: 30})
 	a.spawn("park", wire.CreateSession{Argv: []string{"sleep", "60"}})
+	if m := string(a.do("GET", "/metrics", nil).body); !strings.Contains(m, `runnerd_sandbox_pids{sandbox="park"} 1`+"\n") {
+		t.Fatalf("/metrics of a running sandbox with one sleeper lacks its pids series:\n%s", m)
+	}
 	a.must("POST", "/v1/sandboxes/park/suspend", nil, 200, nil)
+	// Cardinality: a suspended sandbox has no series (only running ones do).
+	if m := string(a.do("GET", "/metrics", nil).body); strings.Contains(m, `sandbox="park"`) {
+		t.Fatalf("/metrics has series of a suspended sandbox:\n%s", m)
+	}
+	var parked wire.Sandbox
+	a.must("GET", "/v1/sandboxes/park", nil, 200, &parked)
+	if parked.Usage != nil || parked.Limits == nil || parked.Limits.Pids != 30 {
+		t.Fatalf("suspended sandbox: usage %+v limits %+v, want no usage and its limits kept", parked.Usage, parked.Limits)
+	}
 	for _, c := range []string{"memory", "pids", "cpu", "cpuacct"} {
 		if _, err := os.Stat(sbCgroup(root, c, "park")); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("%s cgroup of a suspended sandbox: %v, want gone", c, err)
