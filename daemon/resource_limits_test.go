@@ -515,3 +515,34 @@ func TestLimitsSessionLeafRemovedWithSession(t *testing.T) {
 		t.Fatalf("sandbox cgroup after the session's DELETE: %v", err)
 	}
 }
+
+// TestLimitsSessionLeafRemovedByRetention: the retention janitor's delete
+// removes the session's leaf as DELETE does.
+func TestLimitsSessionLeafRemovedByRetention(t *testing.T) {
+	needV1Cgroups(t)
+	root := testCgroupRoot(t)
+	a := startDaemonCfg(t, daemon.Config{StateDir: t.TempDir(), Token: testToken, NetPolicy: daemon.NetPolicyOff, CgroupRoot: root,
+		SessionRetention: 300 * time.Millisecond, JanitorInterval: 50 * time.Millisecond})
+	a.createLimited("ret", wire.Limits{Pids: 10})
+	s := a.spawn("ret", wire.CreateSession{Argv: []string{"true"}})
+	leaf := filepath.Join(sbCgroup(root, "pids", "ret"), s.ID)
+	if _, err := os.Stat(leaf); err != nil {
+		t.Fatalf("leaf of a new session: %v", err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if _, err := os.Stat(leaf); errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("leaf still there after the retention")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if r := a.do("GET", "/v1/sandboxes/ret/sessions/"+s.ID, nil); r.status != 404 {
+		t.Fatalf("session after the retention: %d, want 404", r.status)
+	}
+	if _, err := os.Stat(sbCgroup(root, "pids", "ret")); err != nil {
+		t.Fatalf("sandbox cgroup after the retention: %v", err)
+	}
+}
