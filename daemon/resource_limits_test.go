@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentrunner/runner/cgroup"
 	"github.com/agentrunner/runner/daemon"
+	"github.com/agentrunner/runner/internal/testcap"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -110,7 +111,7 @@ func cgroupRootDirs(root string) []string {
 func needV1Cgroups(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("SKIP: resource limits need root to write cgroups")
+		testcap.Skip(t, "root", "resource limits need root to write cgroups")
 	}
 	h := cgroupHierarchies()
 	for _, c := range []string{"memory", "pids", "cpu"} {
