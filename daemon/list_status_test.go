@@ -9,26 +9,23 @@ import (
 	"github.com/agentrunner/runner/wire"
 )
 
-// TestListSessionsUnreadableSession: a session whose status cannot be read
-// (its spec.json is malformed) does not fail the listing: the list is 200
+// TestListSessionsUnreadableSession: a session whose journal cannot be
+// read (its index.db is gone) does not fail the listing: the list is 200
 // with every session, the broken one as last recorded and carrying
-// status_error, the others without it.
+// status_error, the others without it. (A listing reads the registry and
+// the journal's files, not the session's status files.)
 func TestListSessionsUnreadableSession(t *testing.T) {
 	a := startDaemon(t)
 	a.createSandbox("box")
 	a.spawn("box", wire.CreateSession{ID: "a-good", Argv: []string{"sleep", "30"}})
 	a.spawn("box", wire.CreateSession{ID: "b-broken", Argv: []string{"sleep", "30"}})
 
-	spec := filepath.Join(sessionDirOf(t, a.state, "b-broken"), shim.SpecFile)
-	orig, err := os.ReadFile(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(spec, []byte("{not json"), 0o600); err != nil {
+	index := filepath.Join(sessionDirOf(t, a.state, "b-broken"), shim.JournalDir, "index.db")
+	if err := os.Rename(index, index+".away"); err != nil {
 		t.Fatal(err)
 	}
 	// Restored before Cleanup's destroy, which must read it to terminate.
-	t.Cleanup(func() { os.WriteFile(spec, orig, 0o600) })
+	t.Cleanup(func() { os.Rename(index+".away", index) })
 
 	var list wire.SessionList
 	a.must("GET", "/v1/sandboxes/box/sessions", nil, 200, &list)

@@ -24,8 +24,16 @@ type proc struct {
 
 func startProcess(t *testing.T, state string) (*api, *proc) {
 	t.Helper()
+	return startProcessWrapped(t, state, nil)
+}
+
+// startProcessWrapped is startProcess with runnerd run by wrapper (e.g.
+// prlimit ... --), which must exec it in its own process.
+func startProcessWrapped(t *testing.T, state string, wrapper []string) (*api, *proc) {
+	t.Helper()
 	sock := filepath.Join(state, "runnerd.sock")
-	cmd := exec.Command(runnerdBin, "--state", state, "--listen", "none", "--socket", sock, "--netpolicy", "off")
+	argv := append(append([]string{}, wrapper...), runnerdBin, "--state", state, "--listen", "none", "--socket", sock, "--netpolicy", "off")
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), "RUNNERD_TOKEN="+testToken)
 	cmd.Stdout = os.Stderr
 	cmd.Stderr = &logWriterIO{t: t}

@@ -6,9 +6,14 @@ package daemon
 // incarnation, if it named one, travels in the context (scoped).
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"net/url"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -123,42 +128,162 @@ func (s *server) lookupSession(ctx context.Context, name, id string) (registry.S
 	return ss, incarnationIs(ctx, name, ss.Incarnation)
 }
 
-// listSessions describes every session of sandbox name, each refreshed
-// from its shim. One that cannot be refreshed is listed as last recorded,
-// with a status_error.
-func (s *server) listSessions(ctx context.Context, name string) (wire.SessionList, error) {
-	if _, err := s.sandbox(name); err != nil {
+// listSessions is one page of the sessions of sandbox name, in start
+// order, as query (limit, page_token) asks. It reads the registry and, for
+// a session recorded as running, a few file metadata of its journal
+// (listedSession): never a shim, so a shim that does not answer never
+// stalls a listing, and the cost is O(records). An interrupted registry
+// read is an error, never a short page.
+func (s *server) listSessions(ctx context.Context, name, rawQuery string) (wire.SessionList, error) {
+	if err := validName(name); err != nil {
 		return wire.SessionList{}, err
 	}
-	list, err := s.reg.ListSessions(name)
+	limit, tok, err := parseListQuery(rawQuery)
+	if err != nil {
+		return wire.SessionList{}, err
+	}
+	var after *registry.SessionCursor
+	var tokInc string
+	if tok != "" {
+		c, inc, err := decodeSessionToken(tok)
+		if err != nil {
+			return wire.SessionList{}, err
+		}
+		after, tokInc = &c, inc
+	}
+	sb, list, more, err := s.reg.ListSessionsPage(name, after, limit)
+	if errors.Is(err, registry.ErrNotFound) {
+		return wire.SessionList{}, errNotFound("sandbox %q does not exist", name)
+	}
 	if err != nil {
 		return wire.SessionList{}, errUnavailable("read registry: %v", err)
 	}
+	if after != nil && tokInc != sb.Incarnation {
+		// A position in another sandbox's (or an earlier incarnation's)
+		// listing means nothing here: skipping by it could hide sessions.
+		return wire.SessionList{}, errInvalid("page_token is from another sandbox or incarnation")
+	}
 	out := wire.SessionList{Sessions: make([]wire.Session, 0, len(list))}
 	for _, rec := range list {
-		ss, err := s.refresh(rec)
-		if err != nil {
-			// One unreadable session does not hide the others: it is
-			// listed as last recorded, and says so.
-			ws := toWireSession(rec)
-			ws.StatusError = statusDetail(err)
-			s.log.Warn("list sessions: refresh", "sandbox", rec.Sandbox, "session", rec.ID, "err", err)
-			out.Sessions = append(out.Sessions, ws)
-			continue
-		}
-		out.Sessions = append(out.Sessions, s.wireSession(ctx, ss))
+		out.Sessions = append(out.Sessions, s.listedSession(rec))
+	}
+	if more && len(list) > 0 {
+		out.NextPageToken = encodeSessionToken(sb.Incarnation, list[len(list)-1])
 	}
 	return out, nil
 }
 
-// statusDetail is what a listed session's status_error says: an API
-// error's detail, any other error's text.
-func statusDetail(err error) string {
-	var ae *apiError
-	if errors.As(err, &ae) {
-		return ae.detail
+// listedSession describes rec for a listing: the record, and for a
+// session recorded as running what its journal's files say (one journal
+// open: file metadata, never index.db, never the shim): the length of each
+// stream and, when the journal already published one, the exit. The exit
+// is committed after the answer, once per session (no second commit while
+// one is pending); the caller never writes the registry. A journal that
+// cannot be read leaves the entry as recorded, with status_error.
+func (s *server) listedSession(rec registry.Session) wire.Session {
+	out := toWireSession(rec)
+	if out.Exit != nil {
+		out.Lengths = out.Exit.Lengths
+		return out
 	}
-	return err.Error()
+	if rec.State != wire.SessionRunning && rec.State != stateStarting {
+		return out
+	}
+	j, err := journal.Open(journalDir(s.sessionDir(rec)))
+	if err != nil {
+		if rec.State == wire.SessionRunning || s.startedSince(rec) {
+			out.StatusError = err.Error()
+		}
+		return out
+	}
+	defer j.Close()
+	if e, ok, err := j.Exit(); err == nil && ok {
+		exit := shim.WireExit(e)
+		out.State, out.Exit, out.Lengths = endedState(exit), &exit, exit.Lengths
+		if !s.commitPending(rec) {
+			s.recordExitLater(rec, exit)
+		}
+		return out
+	}
+	out.Lengths = map[string]int64{}
+	for _, name := range j.Streams() {
+		if _, end, err := j.Bounds(name); err == nil {
+			out.Lengths[name] = end
+		}
+	}
+	return out
+}
+
+// commitPending reports whether a deferred commit for rec's session has
+// not landed yet.
+func (s *server) commitPending(rec registry.Session) bool {
+	return len(s.commits.pendingFor(rec.Sandbox, rec.ID)) > 0
+}
+
+// startedSince reports whether the session of rec, read as starting, has
+// been reported started since: its "running" commit is pending, or landed
+// (checked in that order, so one landing in between is seen). Its shim
+// then made its journal, so a journal that cannot be read is news; a
+// session merely starting may have none yet. Called only when the
+// journal could not be opened, so the registry read is rare.
+func (s *server) startedSince(rec registry.Session) bool {
+	if s.commitPending(rec) {
+		return true
+	}
+	cur, err := s.reg.GetSession(rec.Sandbox, rec.ID)
+	return err == nil && cur.Key == rec.Key && cur.State != stateStarting
+}
+
+// parseListQuery reads a listing's limit (wire.DefaultListLimit when
+// absent) and page_token.
+func parseListQuery(rawQuery string) (int, string, error) {
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return 0, "", errInvalid("query: %v", err)
+	}
+	limit := wire.DefaultListLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > wire.MaxListLimit {
+			return 0, "", errInvalid("limit %q: want 1..%d", v, wire.MaxListLimit)
+		}
+		limit = n
+	}
+	return limit, q.Get("page_token"), nil
+}
+
+// sessionToken is what a session listing's page token encodes: the
+// incarnation of the sandbox it lists and the last listed session's place
+// in start order.
+type sessionToken struct {
+	Incarnation string `json:"i"`
+	CreatedAt   int64  `json:"t"` // Unix nanoseconds
+	ID          string `json:"s"`
+}
+
+func encodeSessionToken(incarnation string, last registry.Session) string {
+	var at int64 // the registry orders times before 1970 (a zero time) as 0
+	if last.CreatedAt.After(time.Unix(0, 0)) {
+		at = last.CreatedAt.UnixNano()
+	}
+	raw, _ := json.Marshal(sessionToken{Incarnation: incarnation, CreatedAt: at, ID: last.ID})
+	return base64.RawURLEncoding.EncodeToString(raw)
+}
+
+// decodeSessionToken returns the position and incarnation tok names, or
+// invalid for anything this runnerd did not make.
+func decodeSessionToken(tok string) (registry.SessionCursor, string, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(tok)
+	var t sessionToken
+	if err == nil {
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(&t)
+	}
+	if err != nil || t.Incarnation == "" || validSessionID(t.ID) != nil {
+		return registry.SessionCursor{}, "", errInvalid("malformed page_token")
+	}
+	return registry.SessionCursor{CreatedAt: time.Unix(0, t.CreatedAt).UTC(), ID: t.ID}, t.Incarnation, nil
 }
 
 // stdinSession looks up session id of sandbox name for a stdin write. An
