@@ -9,23 +9,29 @@ import (
 	"github.com/agentrunner/runner/wire"
 )
 
-// TestListSessionsUnreadableSession: a session whose journal cannot be
-// read (its index.db is gone) does not fail the listing: the list is 200
-// with every session, the broken one as last recorded and carrying
-// status_error, the others without it. (A listing reads the registry and
-// the journal's files, not the session's status files.)
+// TestListSessionsUnreadableSession: a session whose files cannot be read
+// (its journal directory is replaced by a file, so even the listing's one
+// stat fails) does not fail the listing: the list is 200 with every
+// session, the broken one as last recorded and carrying status_error, the
+// others without it.
 func TestListSessionsUnreadableSession(t *testing.T) {
 	a := startDaemon(t)
 	a.createSandbox("box")
 	a.spawn("box", wire.CreateSession{ID: "a-good", Argv: []string{"sleep", "30"}})
 	a.spawn("box", wire.CreateSession{ID: "b-broken", Argv: []string{"sleep", "30"}})
 
-	index := filepath.Join(sessionDirOf(t, a.state, "b-broken"), shim.JournalDir, "index.db")
-	if err := os.Rename(index, index+".away"); err != nil {
+	jdir := filepath.Join(sessionDirOf(t, a.state, "b-broken"), shim.JournalDir)
+	if err := os.Rename(jdir, jdir+".away"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(jdir, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// Restored before Cleanup's destroy, which must read it to terminate.
-	t.Cleanup(func() { os.Rename(index+".away", index) })
+	t.Cleanup(func() {
+		os.Remove(jdir)
+		os.Rename(jdir+".away", jdir)
+	})
 
 	var list wire.SessionList
 	a.must("GET", "/v1/sandboxes/box/sessions", nil, 200, &list)

@@ -121,9 +121,8 @@ func TestListSessionsPaging(t *testing.T) {
 
 // TestListSessionsStoppedShims: a listing while shims are SIGSTOPped (they
 // accept a connection and never answer) answers promptly and complete,
-// the stopped sessions as the registry and their journals say: running,
-// with their lengths, no status_error. A GET of one of them may still ask
-// its shim; the listing never does.
+// the stopped sessions as the registry says: running, no status_error. A
+// GET of one of them may still ask its shim; the listing never does.
 func TestListSessionsStoppedShims(t *testing.T) {
 	a := startDaemon(t)
 	a.createSandbox("box")
@@ -177,9 +176,6 @@ func TestListSessionsStoppedShims(t *testing.T) {
 	for i, s := range list.Sessions {
 		if s.ID != fmt.Sprintf("s%d", i) || s.State != wire.SessionRunning || s.StatusError != "" {
 			t.Errorf("entry %d: got id %s state %s status_error %q, want s%d running and none", i, s.ID, s.State, s.StatusError, i)
-		}
-		if i%2 == 0 && s.Lengths["stdout"] != 3 {
-			t.Errorf("stopped session %s: lengths %v, want stdout 3 from its journal", s.ID, s.Lengths)
 		}
 	}
 }

@@ -11,7 +11,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -130,10 +132,10 @@ func (s *server) lookupSession(ctx context.Context, name, id string) (registry.S
 
 // listSessions is one page of the sessions of sandbox name, in start
 // order, as query (limit, page_token) asks. It reads the registry and, for
-// a session recorded as running, a few file metadata of its journal
-// (listedSession): never a shim, so a shim that does not answer never
-// stalls a listing, and the cost is O(records). An interrupted registry
-// read is an error, never a short page.
+// a session recorded as running, stats one file (listedSession): never a
+// shim, so a shim that does not answer never stalls a listing, and the
+// cost is O(records). An interrupted registry read is an error, never a
+// short page.
 func (s *server) listSessions(ctx context.Context, name, rawQuery string) (wire.SessionList, error) {
 	if err := validName(name); err != nil {
 		return wire.SessionList{}, err
@@ -174,12 +176,16 @@ func (s *server) listSessions(ctx context.Context, name, rawQuery string) (wire.
 }
 
 // listedSession describes rec for a listing: the record, and for a
-// session recorded as running what its journal's files say (one journal
-// open: file metadata, never index.db, never the shim): the length of each
-// stream and, when the journal already published one, the exit. The exit
-// is committed after the answer, once per session (no second commit while
-// one is pending); the caller never writes the registry. A journal that
-// cannot be read leaves the entry as recorded, with status_error.
+// session recorded as running (or starting) one stat of its journal's
+// exit.json, which the journal publishes last. No shim, no index.db, no
+// status file: a listing costs the registry read plus O(1) file metadata
+// per session. When exit.json is there (the session ended and its record
+// lags) its exit is read and listed, and committed after the answer, once
+// per session (no second commit while one is pending); the caller never
+// writes the registry. Lengths are listed for ended sessions only (those
+// of the exit record); GET of one session reads a running one's. A stat
+// that fails otherwise than "not there" lists the entry as recorded, with
+// status_error.
 func (s *server) listedSession(rec registry.Session) wire.Session {
 	out := toWireSession(rec)
 	if out.Exit != nil {
@@ -189,30 +195,44 @@ func (s *server) listedSession(rec registry.Session) wire.Session {
 	if rec.State != wire.SessionRunning && rec.State != stateStarting {
 		return out
 	}
-	j, err := journal.Open(journalDir(s.sessionDir(rec)))
-	if err != nil {
-		if rec.State == wire.SessionRunning || s.startedSince(rec) {
-			out.StatusError = err.Error()
-		}
+	jdir := journalDir(s.sessionDir(rec))
+	_, err := os.Stat(filepath.Join(jdir, journalExitFile))
+	if errors.Is(err, fs.ErrNotExist) {
 		return out
 	}
-	defer j.Close()
-	if e, ok, err := j.Exit(); err == nil && ok {
-		exit := shim.WireExit(e)
-		out.State, out.Exit, out.Lengths = endedState(exit), &exit, exit.Lengths
-		if !s.commitPending(rec) {
-			s.recordExitLater(rec, exit)
-		}
-		return out
+	if err == nil {
+		err = s.listExit(rec, jdir, &out)
 	}
-	out.Lengths = map[string]int64{}
-	for _, name := range j.Streams() {
-		if _, end, err := j.Bounds(name); err == nil {
-			out.Lengths[name] = end
-		}
+	if err != nil && (rec.State == wire.SessionRunning || s.startedSince(rec)) {
+		out.StatusError = err.Error()
 	}
 	return out
 }
+
+// listExit sets out's state, exit and lengths from the exit record the
+// journal at jdir published, and commits it after the answer.
+func (s *server) listExit(rec registry.Session, jdir string, out *wire.Session) error {
+	j, err := journal.Open(jdir)
+	if err != nil {
+		return err
+	}
+	defer j.Close()
+	e, ok, err := j.Exit()
+	if err != nil || !ok {
+		return err
+	}
+	exit := shim.WireExit(e)
+	out.State, out.Exit, out.Lengths = endedState(exit), &exit, exit.Lengths
+	if !s.commitPending(rec) {
+		s.recordExitLater(rec, exit)
+	}
+	return nil
+}
+
+// journalExitFile is the file a journal publishes its exit record in, last
+// (package journal's on-disk format): its presence says the session
+// ended.
+const journalExitFile = "exit.json"
 
 // commitPending reports whether a deferred commit for rec's session has
 // not landed yet.
