@@ -121,8 +121,9 @@ func TestListSessionsPaging(t *testing.T) {
 
 // TestListSessionsStoppedShims: a listing while shims are SIGSTOPped (they
 // accept a connection and never answer) answers promptly and complete,
-// the stopped sessions as the registry says: running, no status_error. A
-// GET of one of them may still ask its shim; the listing never does.
+// the stopped sessions as the registry and their journal files say:
+// running, with their lengths, no status_error. A GET of one of them may
+// still ask its shim; the listing never does.
 func TestListSessionsStoppedShims(t *testing.T) {
 	a := startDaemon(t)
 	a.createSandbox("box")
@@ -135,9 +136,6 @@ func TestListSessionsStoppedShims(t *testing.T) {
 	for i := range 5 {
 		id := fmt.Sprintf("s%d", i)
 		a.spawn("box", wire.CreateSession{ID: id, Argv: []string{"sh", "-c", "printf abc; exec sleep 600"}})
-		if i%2 == 1 {
-			continue
-		}
 		b, err := os.ReadFile(filepath.Join(sessionDirOf(t, a.state, id), shim.PIDFile))
 		if err != nil {
 			t.Fatal(err)
@@ -156,6 +154,9 @@ func TestListSessionsStoppedShims(t *testing.T) {
 			if time.Now().After(deadline) {
 				t.Fatalf("session %s: lengths %v", id, s.Lengths)
 			}
+		}
+		if i%2 == 1 {
+			continue
 		}
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
@@ -176,6 +177,9 @@ func TestListSessionsStoppedShims(t *testing.T) {
 	for i, s := range list.Sessions {
 		if s.ID != fmt.Sprintf("s%d", i) || s.State != wire.SessionRunning || s.StatusError != "" {
 			t.Errorf("entry %d: got id %s state %s status_error %q, want s%d running and none", i, s.ID, s.State, s.StatusError, i)
+		}
+		if s.Lengths["stdout"] != 3 {
+			t.Errorf("session %s: lengths %v, want stdout 3 from its journal", s.ID, s.Lengths)
 		}
 	}
 }

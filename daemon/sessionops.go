@@ -176,15 +176,16 @@ func (s *server) listSessions(ctx context.Context, name, rawQuery string) (wire.
 }
 
 // listedSession describes rec for a listing: the record, and for a
-// session recorded as running (or starting) one stat of its journal's
-// exit.json, which the journal publishes last. No shim, no index.db, no
-// status file: a listing costs the registry read plus O(1) file metadata
-// per session. When exit.json is there (the session ended and its record
-// lags) its exit is read and listed, and committed after the answer, once
-// per session (no second commit while one is pending); the caller never
-// writes the registry. Lengths are listed for ended sessions only (those
-// of the exit record); GET of one session reads a running one's. A stat
-// that fails otherwise than "not there" lists the entry as recorded, with
+// session recorded as running (or starting) what its journal's files say,
+// by their metadata alone: a stat of exit.json, which the journal
+// publishes last, and the length of each stream (a directory listing and
+// a stat of its last segment). No shim, no index.db, no status file: a
+// listing costs the registry read plus a constant number of metadata
+// reads per session, and a shim that does not answer costs nothing. When
+// exit.json is there (the session ended and its record lags) its exit is
+// read and listed, and committed after the answer, once per session (no
+// second commit while one is pending); the caller never writes the
+// registry. Files that cannot be read list the entry as recorded, with
 // status_error.
 func (s *server) listedSession(rec registry.Session) wire.Session {
 	out := toWireSession(rec)
@@ -197,16 +198,32 @@ func (s *server) listedSession(rec registry.Session) wire.Session {
 	}
 	jdir := journalDir(s.sessionDir(rec))
 	_, err := os.Stat(filepath.Join(jdir, journalExitFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		return out
-	}
-	if err == nil {
+	switch {
+	case err == nil:
 		err = s.listExit(rec, jdir, &out)
+	case errors.Is(err, fs.ErrNotExist):
+		err = listLengths(jdir, &out)
 	}
 	if err != nil && (rec.State == wire.SessionRunning || s.startedSince(rec)) {
 		out.StatusError = err.Error()
 	}
 	return out
+}
+
+// listLengths sets out's lengths from the journal at jdir's segment files.
+func listLengths(jdir string, out *wire.Session) error {
+	j, err := journal.Open(jdir)
+	if err != nil {
+		return err
+	}
+	defer j.Close()
+	out.Lengths = map[string]int64{}
+	for _, name := range j.Streams() {
+		if _, end, err := j.Bounds(name); err == nil {
+			out.Lengths[name] = end
+		}
+	}
+	return nil
 }
 
 // listExit sets out's state, exit and lengths from the exit record the
