@@ -1,11 +1,13 @@
 // Command runnerbench runs runner's end-to-end benchmark harness (package
 // bench) and prints the report as the Markdown table docs/benchmarks.md
 // quotes. With no flags it runs the full configuration (1 GiB streams, a
-// 4 GiB seek journal, 500 calls, 100 and 1,000 idle sessions, 3 rounds):
+// 4 GiB seek journal, 500 calls, 100 and 1,000 idle sessions, a busy host
+// of 1,000 sessions and 10,000 sandboxes, 3 rounds):
 //
 //	go run ./bench/cmd/runnerbench
 //	go run ./bench/cmd/runnerbench -profile /tmp/prof   # also CPU profiles of the throughput run
 //	go run ./bench/cmd/runnerbench -tiny                # every figure at a tiny size, seconds
+//	go run ./bench/cmd/runnerbench -only scale          # the busy-host figures alone
 package main
 
 import (
