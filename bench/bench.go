@@ -43,10 +43,16 @@ type Config struct {
 	// Idle lists the idle-session counts at which memory is measured,
 	// ascending (100 and 1000 in the full run).
 	Idle []int
+	// ScaleSessions is the number of running sessions in one sandbox for
+	// the busy-host figures (list, spawn under load, destroy), and
+	// ScaleSandboxes the number of sandboxes listed paged to the end.
+	// ScaleProbes is the number of list calls (and raw scans) per round
+	// and of spawns for each spawn p50.
+	ScaleSessions, ScaleSandboxes, ScaleProbes int
 	// Repeat is the number of rounds of every figure but idle memory.
 	Repeat int
 	// Only, when not empty, limits the run to figures whose group is
-	// listed: "stream", "calls", "seek", "follow", "idle", "limits".
+	// listed: "stream", "calls", "seek", "follow", "idle", "limits", "scale".
 	Only []string
 	// TempDir is where the run's temporary directory is made ("" = the
 	// system default). The journals and the baseline files live there, so
@@ -77,6 +83,9 @@ func Full() Config {
 		FanOut:          16,
 		FanOutRounds:    1,
 		Idle:            []int{100, 1000},
+		ScaleSessions:   1000,
+		ScaleSandboxes:  10000,
+		ScaleProbes:     20,
 		Repeat:          3,
 	}
 }
@@ -96,6 +105,9 @@ func Tiny() Config {
 		FollowInterval:  time.Millisecond,
 		FanOut:          4,
 		Idle:            []int{5},
+		ScaleSessions:   8,
+		ScaleSandboxes:  12,
+		ScaleProbes:     3,
 		Repeat:          1,
 	}
 }
@@ -275,6 +287,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		{"follow", h.follow},
 		{"idle", h.idle},
 		{"limits", h.limits},
+		{"scale", h.scale},
 	}
 	for _, s := range steps {
 		if !cfg.wants(s.group) {

@@ -5,8 +5,11 @@
 // run: stream throughput against head|tee, attach replay against cat, exec
 // and spawn against fork/exec of /bin/true from Go, seek against the same
 // seek in a small journal, follow latency against a pipe between two
-// processes, fan-out against one client, and the private memory of idle
-// sessions. docs/benchmarks.md ("End to end") holds the figures and the
+// processes, fan-out against one client, the private memory of idle
+// sessions, and a busy host (group "scale", scale.go): listing 1,000
+// running sessions of one sandbox and 10,000 sandboxes against a raw bbolt
+// scan of the same registry records, spawn with 1,000 live sessions
+// against an idle daemon, and destroying a sandbox of 1,000 sessions. docs/benchmarks.md ("End to end") holds the figures and the
 // command that reproduces them:
 //
 //	go run ./bench/cmd/runnerbench

@@ -130,12 +130,29 @@ func (c *Client) CreateSession(ctx context.Context, sandbox string, req wire.Cre
 	return s, status == http.StatusCreated, err
 }
 
-// Sessions calls GET /v1/sandboxes/{name}/sessions: every session, ordered
-// by id.
+// Sessions calls GET /v1/sandboxes/{name}/sessions page by page to its
+// end: every session, in start order, or an error, never a short set.
 func (c *Client) Sessions(ctx context.Context, sandbox string) ([]wire.Session, error) {
-	var l wire.SessionList
-	err := c.do(ctx, call{method: http.MethodGet, path: apiPath("sandboxes", sandbox, "sessions")}, &l)
-	return l.Sessions, err
+	var all []wire.Session
+	token := ""
+	for {
+		q := url.Values{"limit": {strconv.Itoa(wire.MaxListLimit)}}
+		if token != "" {
+			q.Set("page_token", token)
+		}
+		var l wire.SessionList
+		if err := c.do(ctx, call{method: http.MethodGet, path: apiPath("sandboxes", sandbox, "sessions"), query: q}, &l); err != nil {
+			return nil, err
+		}
+		all = append(all, l.Sessions...)
+		if l.NextPageToken == "" {
+			return all, nil
+		}
+		if l.NextPageToken == token {
+			return nil, unavailablef("list sessions: the daemon returned the same page token twice")
+		}
+		token = l.NextPageToken
+	}
 }
 
 // Session calls GET /v1/sandboxes/{name}/sessions/{id}.

@@ -59,6 +59,9 @@ func (s *server) attachReaders(w http.ResponseWriter, r *http.Request, ss regist
 }
 
 func (s *server) handleAttach(w http.ResponseWriter, r *http.Request) {
+	if s.refuseWithoutDescriptors(w, r) { // descriptors.go; before the upgrade
+		return
+	}
 	ss, err := s.session(r)
 	if err != nil {
 		s.writeError(w, r, err)

@@ -9,26 +9,29 @@ import (
 	"github.com/agentrunner/runner/wire"
 )
 
-// TestListSessionsUnreadableSession: a session whose status cannot be read
-// (its spec.json is malformed) does not fail the listing: the list is 200
-// with every session, the broken one as last recorded and carrying
-// status_error, the others without it.
+// TestListSessionsUnreadableSession: a session whose files cannot be read
+// (its journal directory is replaced by a file, so even the listing's one
+// stat fails) does not fail the listing: the list is 200 with every
+// session, the broken one as last recorded and carrying status_error, the
+// others without it.
 func TestListSessionsUnreadableSession(t *testing.T) {
 	a := startDaemon(t)
 	a.createSandbox("box")
 	a.spawn("box", wire.CreateSession{ID: "a-good", Argv: []string{"sleep", "30"}})
 	a.spawn("box", wire.CreateSession{ID: "b-broken", Argv: []string{"sleep", "30"}})
 
-	spec := filepath.Join(sessionDirOf(t, a.state, "b-broken"), shim.SpecFile)
-	orig, err := os.ReadFile(spec)
-	if err != nil {
+	jdir := filepath.Join(sessionDirOf(t, a.state, "b-broken"), shim.JournalDir)
+	if err := os.Rename(jdir, jdir+".away"); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(spec, []byte("{not json"), 0o600); err != nil {
+	if err := os.WriteFile(jdir, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// Restored before Cleanup's destroy, which must read it to terminate.
-	t.Cleanup(func() { os.WriteFile(spec, orig, 0o600) })
+	t.Cleanup(func() {
+		os.Remove(jdir)
+		os.Rename(jdir+".away", jdir)
+	})
 
 	var list wire.SessionList
 	a.must("GET", "/v1/sandboxes/box/sessions", nil, 200, &list)

@@ -25,12 +25,20 @@ type proc struct {
 
 func startProcess(t *testing.T, state string, extra ...string) (*api, *proc) {
 	t.Helper()
+	return startProcessWrapped(t, state, nil, extra...)
+}
+
+// startProcessWrapped is startProcess with runnerd run by wrapper (e.g.
+// prlimit ... --), which must exec it in its own process.
+func startProcessWrapped(t *testing.T, state string, wrapper []string, extra ...string) (*api, *proc) {
+	t.Helper()
 	sock := filepath.Join(state, "runnerd.sock")
 	args := []string{"--state", state, "--listen", "none", "--socket", sock, "--netpolicy", "off"}
 	if !slices.Contains(extra, "--cgroup-root") {
 		args = append(args, "--cgroup-root", testCgroupRoot(t)) // see startDaemonStoppable
 	}
-	cmd := exec.Command(runnerdBin, append(args, extra...)...)
+	argv := append(append(append([]string{}, wrapper...), runnerdBin), append(args, extra...)...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), "RUNNERD_TOKEN="+testToken)
 	cmd.Stdout = os.Stderr
 	cmd.Stderr = &logWriterIO{t: t}

@@ -30,6 +30,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	log := cfg.Logger
+	// Thousands of sessions hold a descriptor each for every connection,
+	// journal reader and shim socket: take all the kernel allows.
+	if lim, err := raiseNoFile(); err != nil {
+		log.Warn("cannot raise the descriptor limit", "err", err, "soft", lim.Cur, "hard", lim.Max)
+	} else {
+		log.Info("descriptor limit", "soft", lim.Cur, "hard", lim.Max)
+	}
 	for _, d := range []string{cfg.StateDir, filepath.Join(cfg.StateDir, "sandboxes"), filepath.Join(cfg.StateDir, "s")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("create state directory: %w", err)

@@ -44,7 +44,7 @@ func (s *server) handleCreateSession(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) handleListSessions(w http.ResponseWriter, r *http.Request) {
-	out, err := s.listSessions(r.Context(), r.PathValue("name"))
+	out, err := s.listSessions(r.Context(), r.PathValue("name"), r.URL.RawQuery)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

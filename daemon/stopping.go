@@ -24,6 +24,15 @@ import (
 // returns its exit record once it is in the journal. An outcome it cannot
 // confirm is unavailable "uncertain".
 func (s *server) terminate(ctx context.Context, ss registry.Session, grace time.Duration) (registry.Session, error) {
+	return s.endSession(ctx, ss, grace, s.recordExit)
+}
+
+// endSession is terminate with the exit record stored by record, which
+// returns the session as recorded: recordExit for one session, a
+// collector for a stop of many (stopSessions), which stores every exit in
+// one registry transaction afterwards.
+func (s *server) endSession(ctx context.Context, ss registry.Session, grace time.Duration,
+	record func(registry.Session, wire.Exit) (registry.Session, error)) (registry.Session, error) {
 	ss, err := s.refresh(ss)
 	if err != nil {
 		return ss, err
@@ -61,7 +70,7 @@ func (s *server) terminate(ctx context.Context, ss registry.Session, grace time.
 	if err != nil {
 		return uncertain(err)
 	}
-	ss, err = s.recordExit(ss, shim.WireExit(e))
+	ss, err = record(ss, shim.WireExit(e))
 	if err == nil {
 		if lerr := s.stopLingering(ctx, ss, grace); lerr != nil {
 			return uncertain(lerr)
@@ -70,19 +79,69 @@ func (s *server) terminate(ctx context.Context, ss registry.Session, grace time.
 	return ss, err
 }
 
-// stopSessions terminates every session in parallel: the running ones,
-// and the processes that outlived the command of an ended one (terminate).
+// stopParallelism bounds how many sessions a stop of many (destroy,
+// suspend) ends at once. Ending one is mostly waiting (for the command to
+// exit and the shim to sync its journal), so many overlap well; the bound
+// keeps a sandbox of thousands from opening thousands of shim connections
+// and goroutines at once, which starved the shims themselves and turned
+// load into "uncertain".
+const stopParallelism = 64
+
+// stopSessions terminates every session, at most stopParallelism at a
+// time: the running ones, and the processes that outlived the command of
+// an ended one (terminate). Each session's deadlines start when its turn
+// does, so waiting in line never reads as a shim that does not answer.
+// The exits are stored in one registry transaction at the end, not one
+// fsync per session; each is already in its journal, so a crash before
+// that is repaired from the journal (refresh).
 func (s *server) stopSessions(ctx context.Context, sessions []registry.Session, grace time.Duration) error {
+	var mu sync.Mutex // guards exits
+	exits := map[string]wire.Exit{}
+	collect := func(ss registry.Session, exit wire.Exit) (registry.Session, error) {
+		mu.Lock()
+		exits[ss.ID] = exit
+		mu.Unlock()
+		ss.State, ss.Exit = endedState(exit), &exit
+		return ss, nil
+	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(sessions))
-	for i, ss := range sessions {
+	next := make(chan int)
+	for range min(stopParallelism, len(sessions)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = s.terminate(ctx, ss, grace)
+			for i := range next {
+				_, errs[i] = s.endSession(ctx, sessions[i], grace, collect)
+			}
 		}()
 	}
+	for i := range sessions {
+		next <- i
+	}
+	close(next)
 	wg.Wait()
+	if len(exits) > 0 && len(sessions) > 0 {
+		ids := make([]string, 0, len(exits))
+		for id := range exits {
+			ids = append(ids, id)
+		}
+		keys := map[string]string{}
+		for _, ss := range sessions {
+			keys[ss.ID] = ss.Key
+		}
+		err := s.reg.UpdateSessions(sessions[0].Sandbox, ids, func(rec *registry.Session) {
+			if rec.Key == keys[rec.ID] { // the same spawn, not a successor under its id
+				exit := exits[rec.ID]
+				rec.State, rec.Exit = endedState(exit), &exit
+			}
+		})
+		if err != nil {
+			// Every command has ended (its exit is in its journal); only
+			// the registry lags, and any read repairs it.
+			return errUnavailable("record exits: %v", err)
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return errUnavailable("%s: stop sessions: %v", wire.DetailUncertain, err)
 	}

@@ -22,6 +22,9 @@ import (
 // running one gets a chunked body ending with trailers that say how it
 // ended; a body without the Runner-Stream-End trailer was cut.
 func (s *server) handleStream(w http.ResponseWriter, r *http.Request) {
+	if s.refuseWithoutDescriptors(w, r) { // descriptors.go
+		return
+	}
 	ss, err := s.session(r)
 	if err != nil {
 		s.writeError(w, r, err)

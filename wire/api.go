@@ -220,10 +220,11 @@ type Session struct {
 	StatusError string `json:"status_error,omitempty"`
 }
 
-// SessionList is the answer of GET /v1/sandboxes/{name}/sessions: every
-// session of the sandbox, ordered by ID, complete.
+// SessionList is one page of GET /v1/sandboxes/{name}/sessions, in start
+// order. An empty NextPageToken means the listing is complete.
 type SessionList struct {
-	Sessions []Session `json:"sessions"`
+	Sessions      []Session `json:"sessions"`
+	NextPageToken string    `json:"next_page_token"`
 }
 
 // Resize is the body of POST .../resize.

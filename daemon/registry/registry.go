@@ -4,7 +4,11 @@
 // Invariants: a sandbox name maps to at most one record; its incarnation id
 // is minted once, at the create that made the record, and never changes
 // until the record is deleted. A session record belongs to exactly one
-// sandbox record and is deleted with it. Every method is one bbolt
+// sandbox record and is deleted with it. Every session record has exactly
+// one entry in the start-order index (sandbox, CreatedAt, id), written and
+// deleted in the same transaction as the record; CreatedAt never changes,
+// so a session's place in a listing never moves between pages. A registry
+// written before the index existed gets it built at Open. Every method is one bbolt
 // transaction, so concurrent callers serialize on the database: two creates
 // of one name see each other.
 //
@@ -14,6 +18,7 @@ package registry
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -36,6 +41,9 @@ var ErrExists = errors.New("already exists")
 var (
 	bucketSandboxes = []byte("sandboxes")
 	bucketSessions  = []byte("sessions")
+	// bucketSessionOrder indexes sessions by start: key sandbox NUL
+	// CreatedAt (8 bytes, big-endian Unix nanoseconds) id, empty value.
+	bucketSessionOrder = []byte("sessions_by_start")
 )
 
 // Sandbox is the registry's record of one sandbox.
@@ -64,6 +72,10 @@ type Session struct {
 	PID         int                `json:"pid,omitempty"`
 	StartedAt   time.Time          `json:"started_at"`
 	Exit        *wire.Exit         `json:"exit,omitempty"`
+	// CreatedAt is when runnerd recorded the spawn: the listing order
+	// key. CreateSession sets it (StartedAt when zero); it never changes
+	// afterwards, while StartedAt may move to the shim's own start time.
+	CreatedAt time.Time `json:"created_at,omitempty"`
 }
 
 // Registry is the open registry file.
@@ -81,12 +93,12 @@ func Open(path string) (*Registry, error) {
 		return nil, fmt.Errorf("open registry %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketSandboxes, bucketSessions} {
+		for _, b := range [][]byte{bucketSandboxes, bucketSessions, bucketSessionOrder} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
 		}
-		return nil
+		return indexSessions(tx)
 	})
 	if err != nil {
 		db.Close()
@@ -243,11 +255,88 @@ func (r *Registry) DeleteSandbox(name string) error {
 				return err
 			}
 		}
-		return nil
+		return deletePrefix(tx.Bucket(bucketSessionOrder), prefix)
 	})
 }
 
+// deletePrefix deletes every key of b that starts with prefix.
+func deletePrefix(b *bolt.Bucket, prefix []byte) error {
+	var keys [][]byte
+	c := b.Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		keys = append(keys, bytes.Clone(k))
+	}
+	for _, k := range keys {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func sessionPrefix(sandbox string) []byte { return []byte(sandbox + "\x00") }
+
+// orderKey is a session's key in bucketSessionOrder.
+func orderKey(sandbox string, at time.Time, id string) []byte {
+	k := make([]byte, 0, len(sandbox)+1+8+len(id))
+	k = append(k, sandbox...)
+	k = append(k, 0)
+	k = binary.BigEndian.AppendUint64(k, orderNanos(at))
+	return append(k, id...)
+}
+
+// orderNanos is at as the index's unsigned nanoseconds; times before 1970
+// (a zero time) sort first.
+func orderNanos(at time.Time) uint64 {
+	if at.Before(time.Unix(0, 0)) {
+		return 0
+	}
+	return uint64(at.UnixNano())
+}
+
+// indexSessions (re)builds the start-order index when it does not hold
+// exactly one entry per session record: a registry written by a runnerd
+// that had no index (or an older one that wrote sessions without it). A
+// record without CreatedAt gets its StartedAt, stored, so its place stays
+// put from then on.
+func indexSessions(tx *bolt.Tx) error {
+	sessions, order := tx.Bucket(bucketSessions), tx.Bucket(bucketSessionOrder)
+	if sessions.Stats().KeyN == order.Stats().KeyN {
+		return nil
+	}
+	if err := tx.DeleteBucket(bucketSessionOrder); err != nil {
+		return fmt.Errorf("drop session index: %w", err)
+	}
+	order, err := tx.CreateBucket(bucketSessionOrder)
+	if err != nil {
+		return fmt.Errorf("create session index: %w", err)
+	}
+	type fix struct {
+		key []byte
+		rec Session
+	}
+	var fixes []fix
+	err = sessions.ForEach(func(k, v []byte) error {
+		var s Session
+		if err := json.Unmarshal(v, &s); err != nil {
+			return fmt.Errorf("decode session %q: %w", k, err)
+		}
+		if s.CreatedAt.IsZero() {
+			s.CreatedAt = s.StartedAt
+			fixes = append(fixes, fix{bytes.Clone(k), s})
+		}
+		return order.Put(orderKey(s.Sandbox, s.CreatedAt, s.ID), nil)
+	})
+	if err != nil {
+		return fmt.Errorf("index sessions: %w", err)
+	}
+	for _, f := range fixes {
+		if err := put(sessions, f.key, f.rec); err != nil {
+			return fmt.Errorf("index sessions: %w", err)
+		}
+	}
+	return nil
+}
 
 func sessionKey(sandbox, id string) []byte { return []byte(sandbox + "\x00" + id) }
 
@@ -278,7 +367,13 @@ func (r *Registry) CreateSession(s Session, check func(Sandbox) error) (Session,
 		if !errors.Is(err, ErrNotFound) {
 			return err
 		}
+		if s.CreatedAt.IsZero() {
+			s.CreatedAt = s.StartedAt
+		}
 		out = s
+		if err := tx.Bucket(bucketSessionOrder).Put(orderKey(s.Sandbox, s.CreatedAt, s.ID), nil); err != nil {
+			return err
+		}
 		return put(b, sessionKey(s.Sandbox, s.ID), s)
 	})
 	return out, err
@@ -304,20 +399,62 @@ func (r *Registry) UpdateSession(sandbox, id string, fn func(*Session) error) (S
 		if err != nil {
 			return err
 		}
+		created := cur.CreatedAt
 		if err := fn(&cur); err != nil {
 			return err
 		}
+		cur.CreatedAt = created // the index key never moves
 		out = cur
 		return put(b, sessionKey(sandbox, id), cur)
 	})
 	return out, err
 }
 
+// UpdateSessions applies fn to the stored record of each session of
+// sandbox named in ids and stores the results, all in one transaction (one
+// fsync for any number of sessions). An id without a record is skipped.
+func (r *Registry) UpdateSessions(sandbox string, ids []string, fn func(*Session)) error {
+	return r.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSessions)
+		for _, id := range ids {
+			cur, err := get[Session](b, sessionKey(sandbox, id))
+			if errors.Is(err, ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			created := cur.CreatedAt
+			fn(&cur)
+			cur.CreatedAt = created // the index key never moves
+			if err := put(b, sessionKey(sandbox, id), cur); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // DeleteSession removes one session record. Absent is not an error.
 func (r *Registry) DeleteSession(sandbox, id string) error {
 	return r.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketSessions).Delete(sessionKey(sandbox, id))
+		cur, err := get[Session](tx.Bucket(bucketSessions), sessionKey(sandbox, id))
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return deleteSession(tx, cur)
 	})
+}
+
+// deleteSession removes the record s and its index entry.
+func deleteSession(tx *bolt.Tx, s Session) error {
+	if err := tx.Bucket(bucketSessionOrder).Delete(orderKey(s.Sandbox, s.CreatedAt, s.ID)); err != nil {
+		return err
+	}
+	return tx.Bucket(bucketSessions).Delete(sessionKey(s.Sandbox, s.ID))
 }
 
 // DeleteSessionIf removes one session record if check, called with the
@@ -337,7 +474,7 @@ func (r *Registry) DeleteSessionIf(sandbox, id string, check func(Session) error
 		if err := check(cur); err != nil {
 			return err
 		}
-		return b.Delete(sessionKey(sandbox, id))
+		return deleteSession(tx, cur)
 	})
 }
 
@@ -358,6 +495,69 @@ func (r *Registry) ListSessions(sandbox string) ([]Session, error) {
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, err
+}
+
+// SessionCursor is a position in a sandbox's start-ordered session
+// listing: the listing goes on after the session created at CreatedAt
+// with id ID.
+type SessionCursor struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// ListSessionsPage returns, in one transaction, the record of sandbox and
+// up to limit of its sessions in start order (CreatedAt, then ID), from
+// the first or after *after, and whether more follow. It reads only the
+// registry: one index step and one record per session. ErrNotFound when
+// the sandbox does not exist.
+func (r *Registry) ListSessionsPage(sandbox string, after *SessionCursor, limit int) (Sandbox, []Session, bool, error) {
+	var sb Sandbox
+	var out []Session
+	var more bool
+	err := r.db.View(func(tx *bolt.Tx) error {
+		var err error
+		if sb, err = get[Sandbox](tx.Bucket(bucketSandboxes), []byte(sandbox)); err != nil {
+			return err
+		}
+		prefix := sessionPrefix(sandbox)
+		records := tx.Bucket(bucketSessions)
+		c := tx.Bucket(bucketSessionOrder).Cursor()
+		var k []byte
+		if after == nil {
+			k, _ = c.Seek(prefix)
+		} else {
+			from := orderKey(sandbox, after.CreatedAt, after.ID)
+			if k, _ = c.Seek(from); k != nil && bytes.Equal(k, from) {
+				k, _ = c.Next()
+			}
+		}
+		for ; k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			if len(out) == limit {
+				more = true
+				return nil
+			}
+			if len(k) < len(prefix)+8 {
+				return fmt.Errorf("session index key %q: too short", k)
+			}
+			id := string(k[len(prefix)+8:])
+			s, err := get[Session](records, sessionKey(sandbox, id))
+			if errors.Is(err, ErrNotFound) {
+				// The index and the records change in one transaction:
+				// a dangling entry is damage, not a session to skip
+				// (and not the sandbox's ErrNotFound).
+				return fmt.Errorf("session index names %q, which has no record", id)
+			}
+			if err != nil {
+				return err
+			}
+			out = append(out, s)
+		}
+		return nil
+	})
+	if err != nil {
+		return Sandbox{}, nil, false, err
+	}
+	return sb, out, more, nil
 }
 
 // AllSessions returns every session of every sandbox.
