@@ -69,6 +69,7 @@ func TestClassifyStartExecError(t *testing.T) {
 		{"ENOENT exec", &shim.StartError{Errno: syscall.ENOENT, ShimPID: 7, Phase: shim.PhaseExec}, wire.ExecErrorNotFound},
 		{"EACCES exec", &shim.StartError{Errno: syscall.EACCES, ShimPID: 7, Phase: shim.PhaseExec}, wire.ExecErrorNotExecutable},
 		{"ENOEXEC exec", &shim.StartError{Errno: syscall.ENOEXEC, ShimPID: 7, Phase: shim.PhaseExec}, wire.ExecErrorNotExecutable},
+		{"EISDIR exec", &shim.StartError{Errno: syscall.EISDIR, ShimPID: 7, Phase: shim.PhaseExec}, wire.ExecErrorNotExecutable},
 		{"E2BIG exec", &shim.StartError{Errno: syscall.E2BIG, ShimPID: 7, Phase: shim.PhaseExec}, ""},
 		{"unknown user", &shim.StartError{ShimPID: 7, Phase: shim.PhaseExec}, ""},
 		{"ENOENT setup", &shim.StartError{Errno: syscall.ENOENT, ShimPID: 7, Phase: shim.PhaseSetup}, ""},

@@ -166,7 +166,7 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 // when its errno is ENOENT or EACCES.
 //
 // A missing executable (ENOENT) or one that cannot be run (EACCES,
-// ENOEXEC) also carries wire.Error.ExecError, so that a client can answer
+// ENOEXEC, EISDIR) also carries wire.Error.ExecError, so that a client can answer
 // as a shell does (127, 126) without reading the detail. The daemon
 // checks the working directory before the start (specFor), so ENOENT in
 // the exec phase is the executable's.
@@ -191,7 +191,7 @@ func execErrorOf(errno syscall.Errno) wire.ExecError {
 	switch errno {
 	case syscall.ENOENT:
 		return wire.ExecErrorNotFound
-	case syscall.EACCES, syscall.ENOEXEC:
+	case syscall.EACCES, syscall.ENOEXEC, syscall.EISDIR:
 		return wire.ExecErrorNotExecutable
 	}
 	return ""

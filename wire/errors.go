@@ -168,8 +168,8 @@ const (
 	// not on PATH, or a path that names nothing: ENOENT).
 	ExecErrorNotFound ExecError = "not_found"
 	// ExecErrorNotExecutable: the executable exists but cannot be run
-	// (EACCES: no execute permission or a directory; ENOEXEC: not an
-	// executable format).
+	// (EACCES: no execute permission; EISDIR: a directory; ENOEXEC: not
+	// an executable format).
 	ExecErrorNotExecutable ExecError = "not_executable"
 )
 
