@@ -242,12 +242,6 @@ func report(w io.Writer, err error, where string, asJSON bool) int {
 		return xe.code
 	}
 	code, kind := codeOf(err)
-	var api *client.APIError
-	if kind == "invalid" && !errors.As(err, &api) {
-		// runner's client refused to send the request (it never reached
-		// runnerd): a mistake in the command line, so a usage error.
-		code = exitUsage
-	}
 	what := ""
 	var ce *cliError
 	if errors.As(err, &ce) {

@@ -217,8 +217,9 @@ func TestExecRejoinsAfterRestart(t *testing.T) {
 	if got, want := out.String(), "before\nafter\n"; got != want {
 		t.Errorf("stdout: got %q, want %q (every byte once)", got, want)
 	}
-	if got := errOut.String(); !strings.HasSuffix(got, "err1err2") || strings.Count(got, "err1") != 1 {
-		t.Errorf("stderr: got %q, want the notice, then err1err2 once", got)
+	if got, notice := errOut.String(), "runner: connection to runnerd lost; rejoining session rejoin (the command keeps running)...\n"; !strings.HasPrefix(got, notice) ||
+		!strings.HasSuffix(got, "err1err2") || strings.Count(got, "err1") != 1 {
+		t.Errorf("stderr: got %q, want %q, then err1err2 once", got, notice)
 	}
 }
 
@@ -293,6 +294,12 @@ func TestJSONEverywhere(t *testing.T) {
 	_ = json.Unmarshal(x["stderr_base64"], &stderr)
 	if string(stdout) != "o\xff" || string(stderr) != "e" {
 		t.Errorf("exec --json: stdout %q stderr %q, want o\\xff and e", stdout, stderr)
+	}
+
+	// A timeout in --json mode: the object says it, stderr stays empty.
+	xout, xerr, code = d.cli(t, nil, "exec", box, "--json", "--max-time", "200ms", "--", "sleep", "30")
+	if tx := decode[execJSON](t, xout); code != 143 || xerr != "" || !tx.TimedOut || tx.Exit.Signal != 15 {
+		t.Errorf("exec --json --max-time: exit %d stderr %q object %+v; want 143, nothing, timed_out and SIGTERM", code, xerr, tx)
 	}
 
 	id1 := strings.TrimSpace(d.ok(t, "spawn", box, "--", "true"))

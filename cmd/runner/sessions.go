@@ -246,7 +246,12 @@ func execRejoin(ctx context.Context, e *env, c *client.Client, name string, req 
 		}
 		if lostAt.IsZero() {
 			lostAt = time.Now()
-			fmt.Fprintf(e.io.err, "runner: connection to runnerd lost; rejoining session %s (the command keeps running)...\n", req.ID)
+			msg := fmt.Sprintf("connection to runnerd lost; rejoining session %s (the command keeps running)...", req.ID)
+			if e.g.json {
+				writeJSONWarning(e, msg)
+			} else {
+				fmt.Fprintf(e.io.err, "runner: %s\n", msg)
+			}
 		} else if time.Since(lostAt) > reconnectFor {
 			return r, err
 		}
@@ -383,16 +388,18 @@ func execCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) e
 				return err
 			}
 		}
+		// In --json mode the object says all this (stdout_truncated,
+		// stderr_truncated, timed_out, exit) and stderr stays JSON-only.
 		for _, t := range []struct {
 			trunc  bool
 			stream string
 		}{{r.StdoutTruncated, "stdout"}, {r.StderrTruncated, "stderr"}} {
-			if t.trunc {
+			if t.trunc && !e.g.json {
 				fmt.Fprintf(e.io.err, "runner: %s: %s was cut at %d MiB; the rest: runner logs %s %s --stream %s --cursor %d\n",
 					what, t.stream, wire.MaxExecOutput>>20, name, r.Session, t.stream, wire.MaxExecOutput)
 			}
 		}
-		if r.TimedOut {
+		if r.TimedOut && !e.g.json {
 			fmt.Fprintf(e.io.err, "runner: %s: terminated after --max-time %s\n", what, *maxTime)
 		}
 		return exitErrorOf(what, r.Exit)
