@@ -20,6 +20,7 @@ func toWireSandbox(sb registry.Sandbox) wire.Sandbox {
 		Workspace:   sb.Workspace,
 		User:        sb.User,
 		Network:     sb.Network,
+		Limits:      sb.Limits,
 	}
 }
 
@@ -43,7 +44,11 @@ func (s *server) handleGetSandbox(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.writeJSON(w, http.StatusOK, toWireSandbox(sb))
+	out := toWireSandbox(sb)
+	// Usage only here: a few file reads per sandbox, which a listing of
+	// a thousand would multiply (/metrics has it for every sandbox).
+	out.Usage = s.usage(sb)
+	s.writeJSON(w, http.StatusOK, out)
 }
 
 func (s *server) handleListSandboxes(w http.ResponseWriter, r *http.Request) {

@@ -113,6 +113,10 @@ func (s *server) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolic
 	if nsb != nil {
 		spec.NetNS, spec.ResolvConf = nsb.NetNSPath, nsb.ResolvConfPath
 	}
+	var err error
+	if spec.Cgroups, err = s.sessionCgroups(sb, ss); err != nil { // limits.go
+		return shim.Spec{}, err
+	}
 	return spec, nil
 }
 

@@ -48,6 +48,9 @@ type Sandbox struct {
 	Workspace   string        `json:"workspace"`
 	User        string        `json:"user,omitempty"`
 	Network     *wire.Network `json:"network,omitempty"`
+	// Limits are the sandbox's resource limits (the host's defaults
+	// filled in); nil: none. The cgroup is converged to them.
+	Limits *wire.Limits `json:"limits,omitempty"`
 }
 
 // Session is the registry's record of one session.
