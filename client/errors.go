@@ -38,6 +38,10 @@ type APIError struct {
 	// could not confirm (the body's uncertain field, or an older daemon's
 	// detail prefix wire.DetailUncertain): the call may have taken effect.
 	Uncertain bool
+	// ExecError is the body's exec_error: with the invalid kind, why the
+	// command of a spawn or exec could not be started
+	// (wire.ExecErrorNotFound, wire.ExecErrorNotExecutable), else "".
+	ExecError wire.ExecError
 
 	kind error // the adapter kind: a sentinel or a typed error
 }
@@ -78,7 +82,7 @@ func responseErr(ctx context.Context, op string, resp *http.Response) error {
 	body, decoded := decodeErrorBody(resp)
 	e := &APIError{Op: op, Status: resp.StatusCode}
 	if decoded {
-		e.Code, e.Detail = body.Code, body.Detail
+		e.Code, e.Detail, e.ExecError = body.Code, body.Detail, body.ExecError
 		if body.RetryAfterMS > 0 {
 			e.RetryAfter = time.Duration(body.RetryAfterMS) * time.Millisecond
 		}

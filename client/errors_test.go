@@ -265,3 +265,26 @@ func TestStreamCutIsOneTransportTerminal(t *testing.T) {
 		t.Fatalf("terminal frame = %v, want an unavailable error, never an exit", last)
 	}
 }
+
+// TestExecErrorField: the body's exec_error reaches APIError.ExecError,
+// with the invalid kind, so a caller can tell a missing command from a
+// malformed request without reading the detail.
+func TestExecErrorField(t *testing.T) {
+	for _, want := range []wire.ExecError{wire.ExecErrorNotFound, wire.ExecErrorNotExecutable, ""} {
+		t.Run(string(want)+"-", func(t *testing.T) {
+			c := newTestClient(t, serve(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set(wire.HeaderError, string(wire.CodeInvalid))
+				w.WriteHeader(400)
+				fmt.Fprintf(w, `{"error":{"code":"invalid","detail":"start command: x","exec_error":%q}}`, want)
+			}))
+			_, _, err := c.CreateSession(context.Background(), "web-1", wire.CreateSession{Argv: []string{"x"}})
+			var api *client.APIError
+			if !errors.As(err, &api) {
+				t.Fatalf("CreateSession = %v, want an *APIError", err)
+			}
+			if api.ExecError != want || adapter.KindOf(err) != adapter.KindInvalid {
+				t.Errorf("got exec_error %q kind %s, want %q invalid", api.ExecError, adapter.KindOf(err), want)
+			}
+		})
+	}
+}

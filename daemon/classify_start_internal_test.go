@@ -2,9 +2,12 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"syscall"
 	"testing"
 
@@ -23,6 +26,9 @@ func TestClassifyStart(t *testing.T) {
 		wantCode   wire.Code
 	}{
 		{"missing executable", &shim.StartError{Msg: "start x: no such file", Errno: syscall.ENOENT, ShimPID: 7, Phase: shim.PhaseExec}, 400, wire.CodeInvalid},
+		{"not executable", &shim.StartError{Msg: "start x: permission denied", Errno: syscall.EACCES, ShimPID: 7, Phase: shim.PhaseExec}, 400, wire.CodeInvalid},
+		{"exec format error", &shim.StartError{Msg: "start x: exec format error", Errno: syscall.ENOEXEC, ShimPID: 7, Phase: shim.PhaseExec}, 400, wire.CodeInvalid},
+		{"exec E2BIG", &shim.StartError{Msg: "start x: argument list too long", Errno: syscall.E2BIG, ShimPID: 7, Phase: shim.PhaseExec}, 400, wire.CodeInvalid},
 		{"unknown user", &shim.StartError{Msg: "look up user", ShimPID: 7, Phase: shim.PhaseExec}, 400, wire.CodeInvalid},
 		{"fork EAGAIN", &shim.StartError{Msg: "fork/exec x: resource temporarily unavailable", Errno: syscall.EAGAIN, ShimPID: 7, Phase: shim.PhaseSetup}, 503, wire.CodeUnavailable},
 		{"netns vanished", &shim.StartError{Msg: "open netns: no such file", Errno: syscall.ENOENT, ShimPID: 7, Phase: shim.PhaseSetup}, 503, wire.CodeUnavailable},
@@ -45,6 +51,45 @@ func TestClassifyStart(t *testing.T) {
 			}
 			if ae.status != tt.wantStatus || ae.code != tt.wantCode {
 				t.Errorf("got %d %s, want %d %s", ae.status, ae.code, tt.wantStatus, tt.wantCode)
+			}
+		})
+	}
+}
+
+// TestClassifyStartExecError: a missing executable (ENOENT) and one that
+// cannot be run (EACCES, ENOEXEC), in the exec phase only, carry
+// exec_error in the error body, so that a client can exit 127 or 126; the
+// same errnos in the setup phase, and other exec-phase errnos, do not.
+func TestClassifyStartExecError(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want wire.ExecError
+	}{
+		{"ENOENT exec", &shim.StartError{Errno: syscall.ENOENT, ShimPID: 7, Phase: shim.PhaseExec}, wire.ExecErrorNotFound},
+		{"EACCES exec", &shim.StartError{Errno: syscall.EACCES, ShimPID: 7, Phase: shim.PhaseExec}, wire.ExecErrorNotExecutable},
+		{"ENOEXEC exec", &shim.StartError{Errno: syscall.ENOEXEC, ShimPID: 7, Phase: shim.PhaseExec}, wire.ExecErrorNotExecutable},
+		{"EISDIR exec", &shim.StartError{Errno: syscall.EISDIR, ShimPID: 7, Phase: shim.PhaseExec}, wire.ExecErrorNotExecutable},
+		{"E2BIG exec", &shim.StartError{Errno: syscall.E2BIG, ShimPID: 7, Phase: shim.PhaseExec}, ""},
+		{"unknown user", &shim.StartError{ShimPID: 7, Phase: shim.PhaseExec}, ""},
+		{"ENOENT setup", &shim.StartError{Errno: syscall.ENOENT, ShimPID: 7, Phase: shim.PhaseSetup}, ""},
+		{"EACCES setup", &shim.StartError{Errno: syscall.EACCES, ShimPID: 7, Phase: shim.PhaseSetup}, ""},
+		{"ENOENT old shim", &shim.StartError{Errno: syscall.ENOENT, ShimPID: 7}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &server{metrics: newMetrics(), log: slog.New(slog.DiscardHandler)}
+			rec := httptest.NewRecorder()
+			s.writeError(rec, httptest.NewRequest(http.MethodPost, "/v1/sandboxes/x/exec", nil), classifyStart(tt.err))
+			var body wire.ErrorBody
+			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+				t.Fatalf("decode %q: %v", rec.Body.String(), err)
+			}
+			if body.Error.ExecError != tt.want {
+				t.Errorf("exec_error: got %q, want %q (body %s)", body.Error.ExecError, tt.want, rec.Body.String())
+			}
+			if tt.want != "" && (rec.Code != 400 || body.Error.Code != wire.CodeInvalid) {
+				t.Errorf("got %d %s, want 400 invalid", rec.Code, body.Error.Code)
 			}
 		})
 	}

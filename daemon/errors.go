@@ -31,6 +31,9 @@ type apiError struct {
 	detail       string
 	retryAfterMS int64
 	uncertain    bool // unavailable whose outcome is unknown (errUncertain)
+	// execError refines invalid for a command that could not be started
+	// (wire.Error.ExecError); set only by classifyStart.
+	execError wire.ExecError
 }
 
 func (e *apiError) Error() string { return fmt.Sprintf("%s (%d): %s", e.code, e.status, e.detail) }
@@ -147,7 +150,7 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if ae.retryAfterMS > 0 {
 		h.Set("Retry-After", strconv.FormatInt((ae.retryAfterMS+999)/1000, 10))
 	}
-	body, _ := json.Marshal(wire.ErrorBody{Error: wire.Error{Code: ae.code, Detail: ae.detail, RetryAfterMS: ae.retryAfterMS, Uncertain: ae.uncertain}})
+	body, _ := json.Marshal(wire.ErrorBody{Error: wire.Error{Code: ae.code, Detail: ae.detail, RetryAfterMS: ae.retryAfterMS, Uncertain: ae.uncertain, ExecError: ae.execError}})
 	body = append(body, '\n')
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(ae.status)
@@ -161,15 +164,35 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 // (a fork the host refused, a shim that crashed, a journal, socket or
 // namespace that could not be set up) is transient (unavailable), even
 // when its errno is ENOENT or EACCES.
+//
+// A missing executable (ENOENT) or one that cannot be run (EACCES,
+// ENOEXEC, EISDIR) also carries wire.Error.ExecError, so that a client can answer
+// as a shell does (127, 126) without reading the detail. The daemon
+// checks the working directory before the start (specFor), so ENOENT in
+// the exec phase is the executable's.
 func classifyStart(err error) error {
 	var se *shim.StartError
 	switch {
 	case errors.As(err, &se) && se.Phase == shim.PhaseExec:
-		return errInvalid("start command: %v", err)
+		ae := errInvalid("start command: %v", err)
+		ae.execError = execErrorOf(se.Errno)
+		return ae
 	case errors.Is(err, shim.ErrInvalid) && !errors.As(err, &se):
 		return errInvalid("start command: %v", err)
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		return errWriteFailed("start session: %v", err)
 	}
 	return errUnavailable("start session: %v", err)
+}
+
+// execErrorOf is the wire.ExecError of an exec-phase start failure's
+// errno, or "" when it is neither a missing nor an unrunnable executable.
+func execErrorOf(errno syscall.Errno) wire.ExecError {
+	switch errno {
+	case syscall.ENOENT:
+		return wire.ExecErrorNotFound
+	case syscall.EACCES, syscall.ENOEXEC, syscall.EISDIR:
+		return wire.ExecErrorNotExecutable
+	}
+	return ""
 }

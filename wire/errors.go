@@ -150,7 +150,28 @@ type Error struct {
 	// have taken effect (a terminate that could not confirm the end, a
 	// start that may be running): retry with the same id, never assume.
 	Uncertain bool `json:"uncertain,omitempty"`
+	// ExecError is set with CodeInvalid when a spawn or exec failed
+	// because the command itself could not be started: ExecErrorNotFound
+	// or ExecErrorNotExecutable. It refines invalid for clients that
+	// report the command's failure as a shell would (runner exits 127 and
+	// 126); it is not a code of its own, so a client that ignores it still
+	// sees invalid.
+	ExecError ExecError `json:"exec_error,omitempty"`
 }
+
+// ExecError says why a command could not be started (Error.ExecError).
+type ExecError string
+
+// The values of Error.ExecError.
+const (
+	// ExecErrorNotFound: the command's executable does not exist (argv[0]
+	// not on PATH, or a path that names nothing: ENOENT).
+	ExecErrorNotFound ExecError = "not_found"
+	// ExecErrorNotExecutable: the executable exists but cannot be run
+	// (EACCES: no execute permission; EISDIR: a directory; ENOEXEC: not
+	// an executable format).
+	ExecErrorNotExecutable ExecError = "not_executable"
+)
 
 // IsUncertain reports whether e says its outcome is unknown: the
 // Uncertain field, or (from a daemon that predates it) a detail that

@@ -9,10 +9,19 @@ package wire
 // otherwise exit with the command's own status). ErrorTable assigns the
 // per-kind ones.
 const (
-	RunnerExitOK          = 0
-	RunnerExitUsage       = 2   // bad flags or arguments
-	RunnerExitInterrupted = 130 // Ctrl-C: runner stopped waiting; the command may still run
-	RunnerExitDetached    = 245 // attach: detached on purpose; the session still runs
+	RunnerExitOK    = 0
+	RunnerExitUsage = 2 // bad flags or arguments
+	// RunnerExitNotExecutable: exec or spawn named a command that exists
+	// but cannot be run (permission, not an executable format), as sh,
+	// docker exec and kubectl exec exit (Error.ExecError
+	// ExecErrorNotExecutable).
+	RunnerExitNotExecutable = 126
+	// RunnerExitCommandNotFound: exec or spawn named a command that does
+	// not exist in the sandbox, as sh exits (Error.ExecError
+	// ExecErrorNotFound).
+	RunnerExitCommandNotFound = 127
+	RunnerExitInterrupted     = 130 // Ctrl-C: runner stopped waiting; the command may still run
+	RunnerExitDetached        = 245 // attach: detached on purpose; the session still runs
 	// RunnerExitOther is provider, restore_failed and write_failed.
 	RunnerExitOther         = 246
 	RunnerExitRateLimited   = 247
@@ -41,8 +50,12 @@ const (
 )
 
 // Exit statuses of runner-shim attach --text for ends that are not the
-// command's own exit (which it passes through, 128+N for signal N).
+// command's own exit (which it passes through, 128+N for signal N). They
+// agree with runner's: a lost session is RunnerExitLost in both tools, and
+// a stream that ended with an error frame (no exit code is known) is
+// RunnerExitUnavailable's "outcome unknown". (Before, runner-shim had
+// them the other way round: 255 lost, 254 error.)
 const (
-	ShimTextExitError = 254 // the stream ended with an error frame
-	ShimTextExitLost  = 255 // the session was lost: no exit code exists
+	ShimTextExitError = RunnerExitUnavailable // 255: the stream ended with an error frame
+	ShimTextExitLost  = RunnerExitLost        // 254: the session was lost: no exit code exists
 )

@@ -22,7 +22,7 @@ import (
 )
 
 func init() {
-	commands = append(commands, &command{name: "attach", args: "NAME ID [--cursor N]", min: 2, max: 2,
+	commands = append(commands, &command{name: "attach", args: "NAME ID [--cursor N | --tail N]", min: 2, max: 2,
 		short: "attach this terminal to a session: see its output live, type into it",
 		long: `A TTY session (spawn --tty) takes over this terminal: it is put in raw mode,
 every key goes to the session, and the session follows this terminal's size.
@@ -33,7 +33,9 @@ A pipes session prints its stdout to stdout and its stderr to stderr; with -i
 runner also sends its own stdin (and closes the session's stdin at EOF).
 Ctrl-C there detaches.
 Output is replayed from --cursor (default: the start, so a reattach shows what
-happened while you were away). If the connection to runnerd drops, runner
+happened while you were away), or with --tail N from N bytes before the end of
+each stream (a terminal stream may then start in the middle of an escape
+sequence or a UTF-8 character). If the connection to runnerd drops, runner
 reconnects from where it was, byte-exactly, for up to 30 s; then it exits 255.
 Examples:
   runner spawn web-1 --tty --id sh -- bash && runner attach web-1 sh
@@ -185,11 +187,11 @@ func (a *attachRun) read(fr *client.FrameReader, out, errw io.Writer, lostAt *ti
 		switch {
 		case f.Kind == wire.FrameData && f.Stream == wire.StreamStdout:
 			if _, err := out.Write(f.Payload); err != nil {
-				return &exitError{code: exitOther, msg: fmt.Sprintf("runner: attach: write stdout: %v", err)}
+				return &exitError{code: exitOther, kind: "io", msg: fmt.Sprintf("runner: attach: write stdout: %v", err)}
 			}
 		case f.Kind == wire.FrameData && f.Stream == wire.StreamStderr:
 			if _, err := errw.Write(f.Payload); err != nil {
-				return &exitError{code: exitOther, msg: fmt.Sprintf("runner: attach: write stderr: %v", err)}
+				return &exitError{code: exitOther, kind: "io", msg: fmt.Sprintf("runner: attach: write stderr: %v", err)}
 			}
 		case f.Kind.Terminal():
 			return &terminalFrame{f: f}
@@ -202,6 +204,7 @@ func attachCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 	stderrCursor := fs.Int64("stderr-cursor", 0, "stderr byte offset to replay from (pipes sessions)")
 	detach := fs.String("detach-key", "ctrl-]", `key that detaches, leaving the session running: ctrl-X, or "none"`)
 	sendStdin := fs.Bool("i", false, "pipes session: send this stdin to the session, close its stdin at EOF")
+	tail := fs.Int64("tail", -1, "start N bytes before the end of each stream instead of at a cursor")
 	return func(ctx context.Context, e *env, pos, _ []string) error {
 		name, id := pos[0], pos[1]
 		what := "attach " + name + " " + id
@@ -211,6 +214,9 @@ func attachCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 		}
 		if *cursor < 0 || *stderrCursor < 0 {
 			return usagef("attach", "cursors are byte offsets >= 0")
+		}
+		if *tail < -1 {
+			return usagef("attach", "--tail %d: want a byte count >= 0", *tail)
 		}
 		c, err := e.client()
 		if err != nil {
@@ -224,6 +230,13 @@ func attachCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 		}
 		if s.TTY && *stderrCursor != 0 {
 			return usagef("attach", "a TTY session has only stdout: drop --stderr-cursor")
+		}
+		if *tail >= 0 {
+			if *cursor != 0 || *stderrCursor != 0 {
+				return usagef("attach", "--tail and --cursor/--stderr-cursor exclude each other")
+			}
+			*cursor = tailCursor(s, "stdout", *tail)
+			*stderrCursor = tailCursor(s, "stderr", *tail)
 		}
 		running := s.State == wire.SessionRunning
 		inFd := int(e.io.in.Fd())
@@ -242,7 +255,7 @@ func attachCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 		if interactive {
 			old, err := term.MakeRaw(inFd)
 			if err != nil {
-				return &exitError{code: exitOther, msg: fmt.Sprintf("runner: %s: put the terminal in raw mode: %v", what, err)}
+				return &exitError{code: exitOther, kind: "io", what: what, msg: fmt.Sprintf("runner: %s: put the terminal in raw mode: %v", what, err)}
 			}
 			var once sync.Once
 			restore = func() { once.Do(func() { _ = term.Restore(inFd, old) }) }
@@ -368,7 +381,11 @@ func attachCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 				}
 				msg := fmt.Sprintf("\r\nrunner: detached from %s %s; it keeps running.\nrunner: reattach with: %s\n"+
 					"runner: (that shows only what is new; without the cursors it replays the session from its start)", name, id, again)
-				return &exitError{code: stopCode, msg: msg}
+				kind := "detached"
+				if stopCode == exitInterrupted {
+					kind = "interrupted"
+				}
+				return &exitError{code: stopCode, kind: kind, what: what, msg: msg}
 			}
 		}
 		if restore != nil {
@@ -396,11 +413,7 @@ func attachCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 			if f.Kind == wire.FrameLost {
 				x.Reason = wire.ExitLost
 			}
-			code, msg := exitOf(what, x)
-			if code == 0 && msg == "" {
-				return nil
-			}
-			return &exitError{code: code, msg: msg}
+			return exitErrorOf(what, x)
 		default:
 			we, err := f.Err()
 			if err != nil {
@@ -414,7 +427,18 @@ func attachCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 			if we.Code == wire.CodeTruncated {
 				msg += "\nrunner: hint: retention dropped output before it was read; reattach with a larger --cursor"
 			}
-			return &exitError{code: code, msg: msg}
+			return &exitError{code: code, kind: string(we.Code), what: what, msg: msg}
 		}
 	}
+}
+
+// tailCursor is the cursor n bytes before the end of stream as the
+// session's lengths say (the exit record's once it ended), never before
+// the start. Bytes written after the lengths were read are printed too.
+func tailCursor(s wire.Session, stream string, n int64) int64 {
+	lengths := s.Lengths
+	if s.Exit != nil && s.Exit.Lengths != nil {
+		lengths = s.Exit.Lengths
+	}
+	return max(lengths[stream]-n, 0)
 }

@@ -27,6 +27,8 @@ import (
 const (
 	exitOK            = wire.RunnerExitOK
 	exitUsage         = wire.RunnerExitUsage
+	exitNotExecutable = wire.RunnerExitNotExecutable
+	exitCmdNotFound   = wire.RunnerExitCommandNotFound
 	exitInterrupted   = wire.RunnerExitInterrupted
 	exitDetached      = wire.RunnerExitDetached
 	exitOther         = wire.RunnerExitOther
@@ -45,7 +47,10 @@ const exitTable = `Exit codes:
   exec and attach exit with the command's own code (128+N when signal N killed it).
   Otherwise, and when runner itself fails:
     0    success
-    2    usage: bad flags or arguments
+    2    usage: bad flags or arguments (also a request runner itself refuses
+         to send)
+    126  exec, spawn: the command exists but cannot be run (not executable)
+    127  exec, spawn: the command was not found in the sandbox
     130  interrupted (Ctrl-C); a command started by exec may still run
     245  attach: detached with the detach key; the session still runs
     246  provider, restore_failed or write_failed
@@ -93,10 +98,17 @@ func usagef(cmd, format string, args ...any) error {
 }
 
 // exitError ends runner with a code and an optional message (already
-// formatted, printed as is when not empty).
+// formatted, printed as is when not empty). kind names runner's failure
+// for --json's error object; it is "" when the code is the command's own
+// (a signal's 128+N), which --json does not report as an error.
 type exitError struct {
 	code int
 	msg  string
+	kind string
+	// Optional, for --json: what failed, the detail (else taken from
+	// msg), and a wire.ExecError.
+	what, detail string
+	execError    wire.ExecError
 }
 
 func (e *exitError) Error() string { return e.msg }
@@ -152,12 +164,53 @@ func detailOf(err error) string {
 	return err.Error()
 }
 
-// report prints err to w and returns the exit code. where names the
-// daemon runner tried ("" before it knew), for the unavailable hint.
-func report(w io.Writer, err error, where string) int {
+// jsonError is the object runner prints on stderr, as one line, when a
+// command run with --json fails: {"error": {...}}.
+type jsonError struct {
+	Error jsonErrorBody `json:"error"`
+}
+
+// jsonErrorBody: Kind is a wire code (not_found, invalid, unavailable,
+// ...), or one of runner's own: usage, interrupted, detached, lost, io.
+type jsonErrorBody struct {
+	Kind      string         `json:"kind"`
+	Op        string         `json:"op,omitempty"`
+	Detail    string         `json:"detail"`
+	ExitCode  int            `json:"exit_code"`
+	Hint      string         `json:"hint,omitempty"`
+	ExecError wire.ExecError `json:"exec_error,omitempty"`
+}
+
+func writeJSONError(w io.Writer, b jsonErrorBody) {
+	out, err := json.Marshal(jsonError{Error: b})
+	if err != nil { // cannot happen: strings and ints only
+		out = []byte(`{"error":{"kind":"provider","detail":"encode the error","exit_code":246}}`)
+	}
+	fmt.Fprintf(w, "%s\n", out)
+}
+
+// writeJSONWarning prints a warning in --json mode: {"warning": msg}, one
+// line on stderr.
+func writeJSONWarning(e *env, msg string) {
+	out, _ := json.Marshal(struct {
+		Warning string `json:"warning"`
+	}{msg})
+	fmt.Fprintf(e.io.err, "%s\n", out)
+}
+
+// report prints err to w and returns the exit code: text, or with asJSON
+// one JSON object (jsonError). where names the daemon runner tried (""
+// before it knew), for the unavailable hint.
+func report(w io.Writer, err error, where string, asJSON bool) int {
 	var ue *usageError
 	if errors.As(err, &ue) {
-		if ue.cmd != "" {
+		if asJSON {
+			op := ""
+			if ue.cmd != "" {
+				op = ue.cmd
+			}
+			writeJSONError(w, jsonErrorBody{Kind: "usage", Op: op, Detail: ue.msg, ExitCode: exitUsage})
+		} else if ue.cmd != "" {
 			fmt.Fprintf(w, "runner %s: %s (see runner %s --help)\n", ue.cmd, ue.msg, ue.cmd)
 		} else {
 			fmt.Fprintf(w, "runner: %s (see runner --help)\n", ue.msg)
@@ -166,7 +219,24 @@ func report(w io.Writer, err error, where string) int {
 	}
 	var xe *exitError
 	if errors.As(err, &xe) {
-		if xe.msg != "" {
+		switch {
+		case asJSON && xe.kind != "":
+			detail := xe.detail
+			if detail == "" {
+				first, rest, _ := strings.Cut(strings.TrimSpace(xe.msg), "\n")
+				detail = strings.TrimPrefix(first, "runner: ")
+				if xe.what != "" {
+					detail = strings.TrimPrefix(detail, xe.what+": ")
+				}
+				if rest != "" {
+					detail += " " + oneLine(strings.ReplaceAll(strings.ReplaceAll(rest, "\r", ""), "runner: ", ""))
+				}
+			}
+			writeJSONError(w, jsonErrorBody{Kind: xe.kind, Op: xe.what, Detail: strings.TrimSpace(detail), ExitCode: xe.code, ExecError: xe.execError})
+		case asJSON:
+			// The command's own status (128+N): --json output already
+			// says how it ended; it is not runner's error.
+		case xe.msg != "":
 			fmt.Fprintln(w, strings.TrimRight(xe.msg, "\n"))
 		}
 		return xe.code
@@ -175,16 +245,24 @@ func report(w io.Writer, err error, where string) int {
 	what := ""
 	var ce *cliError
 	if errors.As(err, &ce) {
-		what = ce.what + ": "
+		what = ce.what
 		if ce.code != 0 {
 			code = ce.code
 		}
 	}
-	fmt.Fprintf(w, "runner: %s%s: %s\n", what, kind, tidy(oneLine(detailOf(err))))
+	detail := tidy(oneLine(detailOf(err)))
 	hint := hintFor(kind, where)
 	if ce != nil && ce.hint != "" {
 		hint = ce.hint
 	}
+	if asJSON {
+		writeJSONError(w, jsonErrorBody{Kind: kind, Op: what, Detail: detail, ExitCode: code, Hint: hint})
+		return code
+	}
+	if what != "" {
+		what += ": "
+	}
+	fmt.Fprintf(w, "runner: %s%s: %s\n", what, kind, detail)
 	for _, h := range strings.Split(hint, "\n") {
 		if h != "" {
 			fmt.Fprintf(w, "runner: hint: %s\n", h)
@@ -236,7 +314,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.url, "url", "", "runnerd endpoint: http://HOST:PORT or unix:///path/runnerd.sock (default $RUNNERD_URL, else found on its own)")
 	fs.StringVar(&g.tokenFile, "token-file", "", "file holding the bearer token (default $RUNNERD_TOKEN, else STATE/token)")
 	fs.DurationVar(&g.timeout, "timeout", client.DefaultRequestTimeout, "deadline of each call to runnerd (exec, attach and logs -f wait for the command instead)")
-	fs.BoolVar(&g.json, "json", false, "print JSON for scripts (listings, get, and every command that prints an object)")
+	fs.BoolVar(&g.json, "json", false, "print JSON for scripts: every command that prints something, and errors (one object on stderr)")
 }
 
 // env is what a command runs with: the parsed globals, stdio, and a lazily
@@ -265,11 +343,11 @@ func (e *env) client() (*client.Client, error) {
 	if e.g.tokenFile != "" {
 		b, err := os.ReadFile(e.g.tokenFile)
 		if err != nil {
-			return nil, &exitError{code: exitUsage, msg: fmt.Sprintf("runner: read --token-file: %v", err)}
+			return nil, &exitError{code: exitUsage, kind: "usage", msg: fmt.Sprintf("runner: read --token-file: %v", err)}
 		}
 		token = strings.TrimSpace(string(b))
 		if token == "" {
-			return nil, &exitError{code: exitUsage, msg: fmt.Sprintf("runner: read --token-file: %s is empty", e.g.tokenFile)}
+			return nil, &exitError{code: exitUsage, kind: "usage", msg: fmt.Sprintf("runner: read --token-file: %s is empty", e.g.tokenFile)}
 		}
 	}
 	if endpoint == "" || token == "" {
@@ -360,8 +438,10 @@ Global flags (accepted before or after the command):
                      (default $RUNNERD_URL, else found on its own)
   --token-file FILE  file holding the bearer token (default $RUNNERD_TOKEN, else STATE/token)
   --timeout D        deadline of each call to runnerd (default 30s)
-  --json             print JSON for scripts (listings, get, and every command
-                     that prints an object)
+  --json             print JSON for scripts: every command that prints
+                     something prints JSON, and an error is one JSON object
+                     on stderr ({"error":{"kind":...,"detail":...}})
+  --version          print runner's and runnerd's versions (runner version)
 
 Finding the daemon: with no --url and no RUNNERD_URL, runner looks for runnerd's
 state directory where runnerd itself would put it ($STATE_DIRECTORY,
@@ -380,7 +460,7 @@ Run "runner COMMAND --help" for a command's flags and examples.
 var groups = [][]string{
 	{"create", "ls", "get", "rm", "suspend", "resume", "policy", "url"},
 	{"exec", "spawn", "sessions", "attach", "logs", "write", "close-stdin", "signal", "terminate", "rm-session"},
-	{"caps"},
+	{"caps", "version"},
 }
 
 func printTopUsage(w io.Writer) {
@@ -396,23 +476,47 @@ func printTopUsage(w io.Writer) {
 	fmt.Fprintf(w, topUsage, sec[0], sec[1], sec[2], exitTable)
 }
 
-// run is the whole CLI: it returns the process exit code.
+// run is the whole CLI: it returns the process exit code. Help asked for
+// (--help, help) goes to stdout and exits 0; usage text after a mistake
+// goes to stderr and exits 2, so `out=$(runner --bogus ls)` captures
+// nothing.
 func run(ctx context.Context, args []string, io stdio) int {
 	e := &env{io: io}
-	// Global flags before the command.
-	top := flag.NewFlagSet("runner", flag.ContinueOnError)
-	top.SetOutput(io.err)
-	e.g.register(top)
-	top.Usage = func() { printTopUsage(io.out) }
-	if err := top.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
+	asJSON := wantsJSON(args)
+	// flagError reports a flag the parser refused: its message, then (in
+	// text mode) the usage, on stderr.
+	flagError := func(cmd string, err error, usage func(w stdioWriter)) int {
+		if asJSON {
+			writeJSONError(io.err, jsonErrorBody{Kind: "usage", Op: cmd, Detail: err.Error(), ExitCode: exitUsage})
+			return exitUsage
 		}
+		fmt.Fprintln(io.err, err)
+		usage(io.err)
 		return exitUsage
 	}
+	// Global flags before the command.
+	top := flag.NewFlagSet("runner", flag.ContinueOnError)
+	top.SetOutput(discard)
+	e.g.register(top)
+	showVersion := top.Bool("version", false, "print runner's and runnerd's versions")
+	top.Usage = func() {}
+	if err := top.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printTopUsage(io.out)
+			return exitOK
+		}
+		return flagError("", err, func(w stdioWriter) { printTopUsage(w) })
+	}
 	rest := top.Args()
+	if *showVersion {
+		rest = append([]string{"version"}, rest...)
+	}
 	if len(rest) == 0 {
-		printTopUsage(io.err)
+		if asJSON {
+			writeJSONError(io.err, jsonErrorBody{Kind: "usage", Detail: "no command", ExitCode: exitUsage})
+		} else {
+			printTopUsage(io.err)
+		}
 		return exitUsage
 	}
 	name := rest[0]
@@ -427,11 +531,10 @@ func run(ctx context.Context, args []string, io stdio) int {
 	}
 	cmd := lookup(name)
 	if cmd == nil {
-		fmt.Fprintf(io.err, "runner: unknown command %q (commands: %s; see runner --help)\n", name, strings.Join(names(), ", "))
-		return exitUsage
+		return report(io.err, usagef("", "unknown command %q (commands: %s)", name, strings.Join(names(), ", ")), "", asJSON)
 	}
 	fs := flag.NewFlagSet("runner "+cmd.name, flag.ContinueOnError)
-	fs.SetOutput(io.err)
+	fs.SetOutput(discard)
 	g0 := e.g
 	e.g.register(fs) // the same globals, accepted after the command too
 	// Keep values given before the command unless repeated after it.
@@ -448,25 +551,52 @@ func run(ctx context.Context, args []string, io stdio) int {
 		}
 	})
 	body := cmd.setup(fs)
-	fs.Usage = func() { cmdUsage(io.out, cmd, fs) }
+	fs.Usage = func() {}
 	pos, argv, err := parseInterspersed(fs, rest[1:], cmd.argvAfter)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			cmdUsage(io.out, cmd, fs)
 			return exitOK
 		}
-		fmt.Fprintf(io.err, "runner %s: see runner %s --help\n", cmd.name, cmd.name)
-		return exitUsage
+		return flagError(cmd.name, err, func(w stdioWriter) { cmdUsage(w, cmd, fs) })
 	}
+	asJSON = e.g.json
 	if len(pos) < cmd.min || (cmd.max >= 0 && len(pos) > cmd.max) {
-		return report(io.err, usagef(cmd.name, "usage: runner %s %s", cmd.name, cmd.args), "")
+		return report(io.err, usagef(cmd.name, "usage: runner %s %s", cmd.name, cmd.args), "", asJSON)
 	}
 	if cmd.argvAfter > 0 && len(argv) == 0 {
-		return report(io.err, usagef(cmd.name, "no command to run: usage: runner %s %s", cmd.name, cmd.args), "")
+		return report(io.err, usagef(cmd.name, "no command to run: usage: runner %s %s", cmd.name, cmd.args), "", asJSON)
 	}
 	if err := body(ctx, e, pos, argv); err != nil {
-		return report(io.err, err, e.where)
+		return report(io.err, err, e.where, asJSON)
 	}
 	return exitOK
+}
+
+// stdioWriter is where usage text goes: stdout for --help, stderr after
+// a mistake.
+type stdioWriter = io.Writer
+
+// discard swallows the flag package's own output: run prints its errors
+// and usage itself, to the right stream.
+var discard = io.Discard
+
+// wantsJSON reports whether --json is on the command line before any
+// "--", so that an error found while parsing it is reported as JSON too.
+func wantsJSON(args []string) bool {
+	on := false
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		switch a {
+		case "--json", "-json", "--json=true", "-json=true", "--json=1", "-json=1":
+			on = true
+		case "--json=false", "-json=false", "--json=0", "-json=0":
+			on = false
+		}
+	}
+	return on
 }
 
 func names() []string {
@@ -496,7 +626,7 @@ func cmdUsage(w io.Writer, cmd *command, fs *flag.FlagSet) {
 			f.Usage = u
 		}
 		line = fmt.Sprintf("%-22s %s", line, f.Usage)
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "[]" {
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "-1" && f.DefValue != "[]" {
 			line += fmt.Sprintf(" (default %s)", f.DefValue)
 		}
 		switch f.Name {

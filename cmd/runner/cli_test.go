@@ -85,8 +85,9 @@ func TestExec(t *testing.T) {
 			wantErrHas: "killed by signal 9 (SIGKILL)"},
 		{name: "max-time", args: []string{"--max-time", "200ms", "--", "sleep", "30"}, wantCode: 143,
 			wantErrHas: "terminated after --max-time"},
-		{name: "no such program", args: []string{"--", "/no/such/program"}, wantCode: exitInvalid,
-			wantErrHas: "runner: exec exec-box"},
+		// Issue #17 item 6: 127 as sh exits, not invalid (252).
+		{name: "no such program", args: []string{"--", "/no/such/program"}, wantCode: 127,
+			wantErrHas: "runner: /no/such/program: command not found in sandbox exec-box"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -88,11 +88,16 @@ var tcpRe = regexp.MustCompile(`tcp=(127\.0\.0\.1:\d+)`)
 // startDaemon starts runnerd on state (created if needed) and waits until it
 // serves. The caller stops it with stop.
 func startDaemon(state string) (*daemon, error) {
+	return startDaemonBin(filepath.Join(binDir, "runnerd"), state)
+}
+
+// startDaemonBin is startDaemon with the runnerd binary at bin.
+func startDaemonBin(bin, state string) (*daemon, error) {
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		return nil, err
 	}
 	d := &daemon{state: state, log: &syncBuffer{}, done: make(chan struct{})}
-	d.cmd = exec.Command(filepath.Join(binDir, "runnerd"), "--state", state, "--listen", "127.0.0.1:0",
+	d.cmd = exec.Command(bin, "--state", state, "--listen", "127.0.0.1:0",
 		"--netpolicy", "off") // as root, auto would set up nftables in the real host's namespace
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	d.cmd.Env = append(os.Environ(), "RUNNERD_TOKEN=")

@@ -44,7 +44,8 @@ Example:
 			}},
 		&command{name: "ls", args: "", min: 0, max: 0,
 			short: "list sandboxes",
-			long:  `--json prints an array of sandbox objects (docs/protocol.md, "Sandbox").`,
+			long: `--json prints an array of sandbox objects (docs/protocol.md, "Sandbox"); [] when
+there are none.`,
 			setup: func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
 				return func(ctx context.Context, e *env, _, _ []string) error {
 					c, err := e.client()
@@ -62,6 +63,10 @@ Example:
 							all = []wire.Sandbox{}
 						}
 						return e.printJSON(all)
+					}
+					if len(all) == 0 {
+						fmt.Fprintln(e.io.out, "no sandboxes (runner create NAME makes one)")
+						return nil
 					}
 					tw := tabwriter.NewWriter(e.io.out, 0, 4, 2, ' ', 0)
 					fmt.Fprintln(tw, "NAME\tSTATE\tCREATED\tWORKSPACE")
@@ -95,13 +100,15 @@ Example:
 		&command{name: "rm", args: "NAME...", min: 1, max: -1,
 			short: "destroy sandboxes: stop their sessions, delete workspace and journals",
 			long: `Running sessions get SIGTERM, then SIGKILL after 5 s. Removing a sandbox that
-does not exist succeeds (it is gone either way).`,
+does not exist succeeds (it is gone either way).
+--json prints {"removed": [NAME...]}.`,
 			setup: func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
 				return func(ctx context.Context, e *env, pos, _ []string) error {
 					c, err := e.client()
 					if err != nil {
 						return err
 					}
+					out := removedSandboxes{Removed: []string{}}
 					for _, name := range pos {
 						cctx, cancel := context.WithTimeout(ctx, e.g.timeout+30*time.Second)
 						slow := e.slowNotice(time.Second, "runner: stopping the sessions of "+name+" (SIGTERM, SIGKILL after 5 s)...")
@@ -109,9 +116,18 @@ does not exist succeeds (it is gone either way).`,
 						slow()
 						cancel()
 						if err != nil {
+							if e.g.json && len(out.Removed) > 0 {
+								_ = e.printJSON(out) // what was removed before the failure
+							}
 							return fail("rm "+name, err)
 						}
-						fmt.Fprintf(e.io.out, "removed %s\n", name)
+						if !e.g.json {
+							fmt.Fprintf(e.io.out, "removed %s\n", name)
+						}
+						out.Removed = append(out.Removed, name)
+					}
+					if e.g.json {
+						return e.printJSON(out)
 					}
 					return nil
 				}
@@ -221,6 +237,11 @@ with --preview-listen and --preview-url (public_url in runner caps).`,
 				}
 			}},
 	)
+}
+
+// removedSandboxes is what rm --json prints.
+type removedSandboxes struct {
+	Removed []string `json:"removed"`
 }
 
 func stateChange(verb string) func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {

@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -31,8 +33,13 @@ journaled). runner waits for its exit and exits with the same code (128+N when
 signal N killed it). runner sends no local environment: pass --env.
 Ctrl-C sends SIGINT to the command and keeps waiting; a second Ctrl-C stops
 waiting (exit 130) and leaves the command running.
-If the connection to runnerd is lost the outcome is unknown: runner says so and
-exits 255 (never 0), naming the session to look at.
+If the connection to runnerd is lost (runnerd restarts), runner rejoins the
+same session, as attach reconnects, for up to 30 s, and still exits with the
+command's code; the output is printed once. If runnerd stays away the outcome is
+unknown: runner says so and exits 255 (never 0), naming the session to look at.
+A command that does not exist exits 127, one that cannot be run 126, as in sh.
+--json prints one object: {"session", "stdout_base64", "stderr_base64",
+"stdout_truncated", "stderr_truncated", "timed_out", "exit"} (docs/cli.md).
 Examples:
   runner exec web-1 -- sh -c 'echo hi; exit 3'; echo $?      # hi, 3
   tar c src | runner exec web-1 -i -- tar x                  # -i: send local stdin`,
@@ -49,7 +56,8 @@ Examples:
 			setup: spawnCmd},
 		&command{name: "sessions", args: "NAME [ID]", min: 1, max: 2,
 			short: "list a sandbox's sessions (running and ended), or show one",
-			long:  `--json prints an array of session objects (or one object with ID).`,
+			long: `Sessions are listed by start time, oldest first. --json prints an array of
+session objects (or one object with ID); [] when there are none.`,
 			setup: sessionsCmd},
 		&command{name: "write", args: "NAME ID [DATA|-]", min: 2, max: 3,
 			short: "write to a session's stdin (DATA plus a newline, or stdin with -)",
@@ -72,11 +80,13 @@ Examples:
 have ended (whatever its code); if runnerd cannot confirm the end it is
 unavailable (255) and the session may still run: terminate again.`,
 			setup: terminateCmd},
-		&command{name: "logs", args: "NAME ID [--stream stdout|stderr] [--cursor N] [-f]", min: 2, max: 2,
+		&command{name: "logs", args: "NAME ID [--stream stdout|stderr] [--cursor N | --tail N] [-f]", min: 2, max: 2,
 			short: "print a session's output from a byte cursor; -f follows until it ends",
 			long: `Output is replayed byte-exactly from the journal, live or long after the command
 ended. A cursor is a byte offset in the stream: resume with --cursor at the
-number of bytes you already have. A TTY session has only stdout.
+number of bytes you already have; --tail N starts N bytes before the end (a
+terminal stream may then start in the middle of an escape sequence or a UTF-8
+character). A TTY session has only stdout.
 Without -f runner prints what exists now and exits 0. With -f it prints until
 the session ends. A session that ended without an exit record (lost) exits 254;
 a cut connection exits 255 and says the cursor to resume from.`,
@@ -85,26 +95,43 @@ a cut connection exits 255 and says the cursor to resume from.`,
 			short: "delete ended sessions: their journals and records",
 			long: `Only a session that has ended (and left no process behind) can be deleted;
 a running one is refused (terminate it first). Deleting a session that does not
-exist succeeds. Its output cannot be replayed afterwards: save what you need.`,
+exist succeeds. Its output cannot be replayed afterwards: save what you need.
+--json prints {"sandbox": NAME, "removed": [ID...]}.`,
 			setup: func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
 				return func(ctx context.Context, e *env, pos, _ []string) error {
 					c, err := e.client()
 					if err != nil {
 						return err
 					}
+					out := removedSessions{Sandbox: pos[0], Removed: []string{}}
 					for _, id := range pos[1:] {
 						cctx, cancel := e.callCtx(ctx) // not below the client's own bound (--timeout plus the delete's wait)
 						err := c.DeleteSession(cctx, pos[0], id)
 						cancel()
 						if err != nil {
+							if e.g.json && len(out.Removed) > 0 {
+								_ = e.printJSON(out) // what was removed before the failure
+							}
 							return fail("rm-session "+pos[0]+" "+id, err)
 						}
-						fmt.Fprintf(e.io.out, "removed session %s\n", id)
+						if !e.g.json {
+							fmt.Fprintf(e.io.out, "removed session %s\n", id)
+						}
+						out.Removed = append(out.Removed, id)
+					}
+					if e.g.json {
+						return e.printJSON(out)
 					}
 					return nil
 				}
 			}},
 	)
+}
+
+// removedSessions is what rm-session --json prints.
+type removedSessions struct {
+	Sandbox string   `json:"sandbox"`
+	Removed []string `json:"removed"`
 }
 
 const noSandboxHint = "`runner ls` lists the sandboxes; `runner create NAME` makes one"
@@ -137,6 +164,106 @@ func exitOf(what string, e wire.Exit) (int, string) {
 	return exitLost, msg
 }
 
+// exitErrorOf is the error that ends runner for an exit record: nil for a
+// success, the command's own status, or lost.
+func exitErrorOf(what string, x wire.Exit) error {
+	code, msg := exitOf(what, x)
+	switch {
+	case code == 0 && msg == "":
+		return nil
+	case x.Reason != wire.ExitExited && x.Reason != wire.ExitSignaled:
+		return &exitError{code: code, msg: msg, kind: "lost", what: what}
+	}
+	return &exitError{code: code, msg: msg}
+}
+
+// startFailure is the error for a spawn or exec whose command could not
+// be started because it does not exist (127) or cannot be run (126), as
+// a shell reports them; nil for any other error.
+func startFailure(err error, what, sandbox, argv0 string) error {
+	var api *client.APIError
+	if !errors.As(err, &api) || api.Code != wire.CodeInvalid {
+		return nil
+	}
+	var code int
+	var detail string
+	switch api.ExecError {
+	case wire.ExecErrorNotFound:
+		code, detail = exitCmdNotFound, fmt.Sprintf("%s: command not found in sandbox %s", argv0, sandbox)
+	case wire.ExecErrorNotExecutable:
+		code, detail = exitNotExecutable, fmt.Sprintf("%s: command not executable in sandbox %s", argv0, sandbox)
+	default:
+		return nil
+	}
+	return &exitError{code: code, msg: "runner: " + detail, kind: string(wire.CodeInvalid),
+		what: what, detail: detail, execError: api.ExecError}
+}
+
+// execJSON is what exec --json prints. stdout and stderr are raw bytes,
+// so they are base64 (standard encoding, with padding), and the field
+// names say so; the flags are always present.
+type execJSON struct {
+	Session         string    `json:"session"`
+	StdoutBase64    []byte    `json:"stdout_base64"`
+	StderrBase64    []byte    `json:"stderr_base64"`
+	StdoutTruncated bool      `json:"stdout_truncated"`
+	StderrTruncated bool      `json:"stderr_truncated"`
+	TimedOut        bool      `json:"timed_out"`
+	Exit            wire.Exit `json:"exit"`
+}
+
+func execJSONOf(r wire.ExecResult) execJSON {
+	return execJSON{Session: r.Session, StdoutBase64: nonNil(r.Stdout), StderrBase64: nonNil(r.Stderr),
+		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated, TimedOut: r.TimedOut, Exit: r.Exit}
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+// execRejoin runs req and, when the connection to runnerd is lost before
+// the answer (runnerd restarted, or the connection was cut), sends it
+// again with the same session id for up to reconnectFor: runnerd then
+// rejoins the running session (a retried id never starts a second
+// process, and stdin is not sent twice) and answers its whole output and
+// exit once it ends, so every byte is printed once. A --max-time keeps
+// its original deadline.
+func execRejoin(ctx context.Context, e *env, c *client.Client, name string, req wire.Exec) (wire.ExecResult, error) {
+	start := time.Now()
+	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
+	var lostAt time.Time
+	backoff := 250 * time.Millisecond
+	for {
+		if timeout > 0 {
+			req.TimeoutMS = int(max((timeout-time.Since(start))/time.Millisecond, 1))
+		}
+		r, err := c.Exec(ctx, name, req)
+		if err == nil || ctx.Err() != nil || !errors.Is(err, adapter.ErrUnavailable) {
+			return r, err
+		}
+		if lostAt.IsZero() {
+			lostAt = time.Now()
+			msg := fmt.Sprintf("connection to runnerd lost; rejoining session %s (the command keeps running)...", req.ID)
+			if e.g.json {
+				writeJSONWarning(e, msg)
+			} else {
+				fmt.Fprintf(e.io.err, "runner: %s\n", msg)
+			}
+		} else if time.Since(lostAt) > reconnectFor {
+			return r, err
+		}
+		select {
+		case <-ctx.Done():
+			return r, err
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 2*time.Second)
+	}
+}
+
 func execCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
 	var envs stringList
 	fs.Var(&envs, "env", "set KEY=VALUE in the command's environment (repeatable)")
@@ -160,17 +287,39 @@ func execCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) e
 		if *stdin {
 			b, err := io.ReadAll(io.LimitReader(e.io.in, wire.MaxStdinBody+1))
 			if err != nil {
-				return &exitError{code: exitUsage, msg: fmt.Sprintf("runner: exec: read stdin: %v", err)}
+				return &exitError{code: exitUsage, kind: "usage", msg: fmt.Sprintf("runner: exec: read stdin: %v", err)}
 			}
 			if len(b) > wire.MaxStdinBody {
 				return usagef("exec", "-i: stdin is larger than %d bytes; use spawn and write instead", wire.MaxStdinBody)
 			}
 			req.Stdin = b
+			// runnerd reads an exec request as one JSON body of at most
+			// wire.MaxJSONBody bytes, stdin in base64 (about 768 KiB of
+			// it): refuse here, as the usage mistake it is, rather than
+			// send a request runnerd must refuse.
+			if body, err := json.Marshal(req); err == nil && len(body) > wire.MaxJSONBody {
+				return usagef("exec", "-i: %d bytes of stdin do not fit in one exec request (%d bytes of JSON, stdin in base64: about %d KiB of stdin at most); use spawn and write instead",
+					len(b), wire.MaxJSONBody, wire.MaxJSONBody*3/4>>10)
+			}
 		}
 		what := "exec " + name
 		sigs := make(chan os.Signal, 2)
 		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 		defer signal.Stop(sigs)
+
+		// Ask runnerd once before the exec: rejoining after a cut
+		// connection is only for a daemon that was there (a runnerd that
+		// never answered is reported at once, not waited for).
+		hctx, hcancel := e.callCtx(ctx)
+		_, herr := c.Health(hctx)
+		hcancel()
+		if herr != nil {
+			ce := &cliError{what: what, err: herr}
+			if _, kind := codeOf(herr); kind == "unavailable" {
+				ce.hint = hintFor(kind, e.where)
+			}
+			return ce
+		}
 
 		ectx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -180,7 +329,7 @@ func execCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) e
 		}
 		done := make(chan result, 1)
 		go func() {
-			r, err := c.Exec(ectx, name, req)
+			r, err := execRejoin(ectx, e, c, name, req)
 			done <- result{r, err}
 		}()
 		interrupts := 0
@@ -195,7 +344,7 @@ func execCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) e
 				if interrupts > 1 {
 					cancel()
 					<-done
-					return &exitError{code: exitInterrupted, msg: fmt.Sprintf(
+					return &exitError{code: exitInterrupted, kind: "interrupted", what: what, msg: fmt.Sprintf(
 						"runner: %s: stopped waiting; the command may still run\nrunner: hint: runner logs %s %s -f   |   runner terminate %s %s",
 						what, name, req.ID, name, req.ID)}
 				}
@@ -213,6 +362,9 @@ func execCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) e
 			}
 		}
 		if res.err != nil {
+			if xe := startFailure(res.err, what, name, argv[0]); xe != nil {
+				return xe
+			}
 			ce := &cliError{what: what, err: res.err}
 			switch _, kind := codeOf(res.err); kind {
 			case "unavailable":
@@ -225,7 +377,7 @@ func execCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) e
 		}
 		r := res.r
 		if e.g.json {
-			if err := e.printJSON(r); err != nil {
+			if err := e.printJSON(execJSONOf(r)); err != nil {
 				return err
 			}
 		} else {
@@ -236,23 +388,21 @@ func execCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) e
 				return err
 			}
 		}
+		// In --json mode the object says all this (stdout_truncated,
+		// stderr_truncated, timed_out, exit) and stderr stays JSON-only.
 		for _, t := range []struct {
 			trunc  bool
 			stream string
 		}{{r.StdoutTruncated, "stdout"}, {r.StderrTruncated, "stderr"}} {
-			if t.trunc {
+			if t.trunc && !e.g.json {
 				fmt.Fprintf(e.io.err, "runner: %s: %s was cut at %d MiB; the rest: runner logs %s %s --stream %s --cursor %d\n",
 					what, t.stream, wire.MaxExecOutput>>20, name, r.Session, t.stream, wire.MaxExecOutput)
 			}
 		}
-		if r.TimedOut {
+		if r.TimedOut && !e.g.json {
 			fmt.Fprintf(e.io.err, "runner: %s: terminated after --max-time %s\n", what, *maxTime)
 		}
-		code, msg := exitOf(what, r.Exit)
-		if code == 0 && msg == "" {
-			return nil
-		}
-		return &exitError{code: code, msg: msg}
+		return exitErrorOf(what, r.Exit)
 	}
 }
 
@@ -288,6 +438,9 @@ func spawnCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) 
 		defer cancel()
 		s, _, err := c.CreateSession(ctx, name, req)
 		if err != nil {
+			if xe := startFailure(err, "spawn "+name, name, argv[0]); xe != nil {
+				return xe
+			}
 			ce := &cliError{what: "spawn " + name, err: err}
 			switch _, kind := codeOf(err); {
 			case kind == "unavailable" && req.ID != "":
@@ -337,11 +490,16 @@ func sessionsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []strin
 			if err != nil {
 				return fail("sessions "+pos[0], err)
 			}
+			sortByStart(list)
 			if e.g.json {
 				if list == nil {
 					list = []wire.Session{}
 				}
 				return e.printJSON(list)
+			}
+			if len(list) == 0 {
+				fmt.Fprintf(e.io.out, "no sessions in sandbox %s\n", pos[0])
+				return nil
 			}
 		}
 		tw := tabwriter.NewWriter(e.io.out, 0, 4, 2, ' ', 0)
@@ -366,6 +524,25 @@ func sessionsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []strin
 		}
 		return tw.Flush()
 	}
+}
+
+// sortByStart orders sessions by start time, oldest first, then by id
+// (a session still starting has no start time and comes last). runnerd's
+// own order has changed over time (by id, then by start); the CLI holds
+// its order either way.
+func sortByStart(list []wire.Session) {
+	slices.SortStableFunc(list, func(a, b wire.Session) int {
+		switch az, bz := a.StartedAt.IsZero(), b.StartedAt.IsZero(); {
+		case az && !bz:
+			return 1
+		case bz && !az:
+			return -1
+		}
+		if c := a.StartedAt.Compare(b.StartedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
 }
 
 func exitColumn(s wire.Session) string {
@@ -463,7 +640,7 @@ func writeCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) 
 				return nil
 			}
 			if rerr != nil {
-				return &exitError{code: exitOther, msg: fmt.Sprintf("runner: %s: read stdin: %v", what, rerr)}
+				return &exitError{code: exitOther, kind: "io", what: what, msg: fmt.Sprintf("runner: %s: read stdin: %v", what, rerr)}
 			}
 		}
 	}
@@ -531,6 +708,7 @@ func terminateCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []stri
 func logsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
 	stream := fs.String("stream", "stdout", "stdout or stderr")
 	cursor := fs.Int64("cursor", 0, "byte offset to start from")
+	tail := fs.Int64("tail", -1, "start N bytes before the end of the stream instead of at --cursor")
 	follow := fs.Bool("f", false, "follow: keep printing until the session ends")
 	fs.BoolVar(follow, "follow", false, "same as -f")
 	return func(ctx context.Context, e *env, pos, _ []string) error {
@@ -541,6 +719,12 @@ func logsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) e
 		if *cursor < 0 {
 			return usagef("logs", "--cursor %d: want a byte offset >= 0", *cursor)
 		}
+		if *tail < -1 {
+			return usagef("logs", "--tail %d: want a byte count >= 0", *tail)
+		}
+		if *tail >= 0 && *cursor != 0 {
+			return usagef("logs", "--tail and --cursor exclude each other")
+		}
 		c, err := e.client()
 		if err != nil {
 			return err
@@ -550,6 +734,15 @@ func logsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) e
 			var cancel context.CancelFunc
 			ctx, cancel = e.callCtx(ctx)
 			defer cancel()
+		}
+		if *tail >= 0 {
+			sctx, scancel := e.callCtx(ctx)
+			s, err := c.Session(sctx, name, id)
+			scancel()
+			if err != nil {
+				return fail(what, err)
+			}
+			*cursor = tailCursor(s, *stream, *tail)
 		}
 		body, err := c.Stream(ctx, name, id, *stream, *cursor, *follow)
 		if err != nil {
@@ -573,7 +766,7 @@ func logsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) e
 		}
 		switch end.How {
 		case "lost":
-			return &exitError{code: exitLost, msg: fmt.Sprintf("runner: %s: lost: the session ended without an exit record", what)}
+			return &exitError{code: exitLost, kind: "lost", what: what, msg: fmt.Sprintf("runner: %s: lost: the session ended without an exit record", what)}
 		case "error":
 			ce := &cliError{what: what, err: end.Err}
 			if errors.Is(end.Err, adapter.ErrTruncated) {
