@@ -29,16 +29,21 @@ func (s *server) workspace(name string) string {
 // network policy): a create is idempotent. The order:
 //
 //  1. validate: the name, the network policy (refused where policies are
-//     not enforced), the run-as user (must exist on the host);
+//     not enforced), the run-as user (must exist on the host; never root
+//     for an isolated sandbox, identityFor);
 //  2. take the sandbox's lock;
 //  3. make the workspace, 0700, before the record, so a record always names
 //     a workspace that exists (a directory a failed create left is reused);
-//  4. commit the record (registry.CreateSandbox), or find the existing one
-//     and refuse a different user or policy (conflict);
+//  4. commit the record with the identity of an isolated sandbox that
+//     names no user, allocated in the same transaction
+//     (registry.CreateSandboxIdentity), or find the existing one and
+//     refuse a different user or policy (conflict);
 //  5. set up the network namespace of a contained sandbox (ensureNet), so
 //     no command can run outside it; a failure leaves the record, denying
 //     all, and a retry sets it up;
-//  6. a new sandbox's workspace is chowned to its run-as user.
+//  6. the workspace is given to the sandbox's identity (ownWorkspace, on
+//     every create: it repairs a crash before it), or a new sandbox's to
+//     its run-as user.
 func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (registry.Sandbox, error) {
 	if err := validName(req.Name); err != nil {
 		return registry.Sandbox{}, err
@@ -62,6 +67,10 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (reg
 		uid, _ = strconv.Atoi(u.Uid)
 		gid, _ = strconv.Atoi(u.Gid)
 	}
+	pool, isolated, err := s.identityFor(req.Name, req.User, uid, gid, network != nil)
+	if err != nil {
+		return registry.Sandbox{}, err
+	}
 	unlock := s.locks.Lock(req.Name)
 	defer unlock()
 	ws := s.workspace(req.Name)
@@ -74,14 +83,15 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (reg
 	if err := os.Chmod(ws, 0o700); err != nil { // a directory left by a failed create
 		return registry.Sandbox{}, errUnavailable("create workspace: %v", err)
 	}
-	sb, created, err := s.reg.CreateSandbox(registry.Sandbox{
+	sb, created, err := s.reg.CreateSandboxIdentity(registry.Sandbox{
 		Name:      req.Name,
 		State:     wire.SandboxRunning,
 		CreatedAt: time.Now().UTC(),
 		Workspace: ws,
 		User:      req.User,
 		Network:   network,
-	})
+		Isolated:  isolated,
+	}, pool)
 	if err != nil {
 		return sb, errUnavailable("write registry: %v", err)
 	}
@@ -103,6 +113,9 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (reg
 		if _, err := s.ensureNet(nctx, sb); err != nil {
 			return sb, err
 		}
+	}
+	if err := s.ownWorkspace(sb); err != nil {
+		return sb, err
 	}
 	if created {
 		if uid >= 0 {
@@ -132,9 +145,11 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (reg
 //  3. tear down its network namespace (teardownNet): nothing is in it;
 //  4. remove each session's directory (journal included);
 //  5. remove the workspace;
-//  6. delete its preview tokens, then its record (sessions with it): the
-//     record goes last, so a crash before leaves a sandbox to destroy
-//     again, never files without a record.
+//  6. delete its preview tokens, then its record (sessions with it, and
+//     its identity freed in the same transaction): the record goes last,
+//     so a crash before leaves a sandbox to destroy again, never files
+//     without a record, and no process or file of the sandbox is left
+//     when its uid can go to another.
 func (s *server) destroySandbox(ctx context.Context, name string) error {
 	if err := validName(name); err != nil {
 		return err

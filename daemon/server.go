@@ -34,6 +34,7 @@ type server struct {
 	net     *netpolicy.Manager // nil when network policies are not enforced
 	watcher *journal.Watcher   // wakes every follow reader (openReader); closed by Run last
 	execs   chan struct{}      // one token per exec in flight; cap is Config.MaxExecs
+	ids     identities         // isolation policy (identity.go); set by Run, then read-only
 
 	netMu sync.Mutex                    // guards nets
 	nets  map[string]*netpolicy.Sandbox // by netID: namespaces this runnerd set up
