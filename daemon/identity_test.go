@@ -82,8 +82,8 @@ func testIdentityRange(n uint32) (first, last uint32) {
 }
 
 // startRunnerdProc runs the runnerd binary on state with args (plus a
-// unix socket and the test token) and returns an api on it and the
-// process. lab, when not nil, enables containment in it. Cleanup
+// unix socket) and returns an api on it and the process. runnerd makes
+// its own token file (STATE/token), which the api reads. lab, when not nil, enables containment in it. Cleanup
 // destroys every sandbox unless the process was stopped, then kills it.
 func startRunnerdProc(t *testing.T, lab *netlab.Lab, state, netState string, args ...string) (*api, *proc) {
 	t.Helper()
@@ -95,7 +95,6 @@ func startRunnerdProc(t *testing.T, lab *netlab.Lab, state, netState string, arg
 		args = append(args, "--netpolicy", "off")
 	}
 	cmd := exec.Command(runnerdBin, args...)
-	cmd.Env = append(os.Environ(), "RUNNERD_TOKEN="+testToken)
 	lw := &logWriter{t: t}
 	t.Cleanup(func() { lw.mu.Lock(); lw.done = true; lw.mu.Unlock() })
 	cmd.Stdout, cmd.Stderr = lw, lw
@@ -110,7 +109,7 @@ func startRunnerdProc(t *testing.T, lab *netlab.Lab, state, netState string, arg
 			return d.DialContext(ctx, "unix", sock)
 		},
 	}}
-	a := &api{t: t, base: "http://runnerd", hc: hc, token: testToken, state: state}
+	a := &api{t: t, base: "http://runnerd", hc: hc, state: state}
 	t.Cleanup(func() {
 		if p.cmd.ProcessState == nil {
 			a.t = t
@@ -123,6 +122,11 @@ func startRunnerdProc(t *testing.T, lab *netlab.Lab, state, netState string, arg
 		if resp, err := hc.Get(a.base + "/healthz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
+				tok, err := os.ReadFile(filepath.Join(state, "token"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				a.token = strings.TrimSpace(string(tok))
 				return a, p
 			}
 		}

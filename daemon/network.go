@@ -202,7 +202,7 @@ func (s *server) teardownNet(ctx context.Context, sb registry.Sandbox) error {
 // (setns to /proc/1/ns/net, or write a file the host runs), so a policy
 // contains it in name only. Run contained sandboxes with a user.
 func (s *server) warnRootContained(sb registry.Sandbox) {
-	if os.Geteuid() != 0 {
+	if os.Geteuid() != 0 || sb.Identity != nil {
 		return
 	}
 	if sb.User != "" && sb.User != "root" && sb.User != "0" && !strings.HasPrefix(sb.User, "0:") {
