@@ -108,6 +108,9 @@ func TestHostileCommand(t *testing.T) {
 		want string
 	}{
 		{"setns through /proc/1/ns/net", []string{"setns", "/proc/1/ns/net"}, "open:EACCES"},
+		// runnerd's own namespace is the host's (pid 1 may live in
+		// another, as in this CI's VM, where even root cannot open it).
+		{"setns through runnerd's /proc/PID/ns/net", []string{"setns", fmt.Sprintf("/proc/%d/ns/net", listen.PID)}, "open:EACCES"},
 		{"setns through the netns bind mount", []string{"setns", filepath.Join(netState, "netns", nsFiles[0])}, "open:EACCES"},
 		// Reachable or not, a namespace needs CAP_SYS_ADMIN to enter.
 		{"setns without capabilities", []string{"setns", "/proc/self/ns/net"}, "setns:EPERM"},

@@ -63,12 +63,17 @@ func buildAttack(t *testing.T) string {
 			err = os.Chown(setuidID, 0, 0)
 		}
 		if err == nil {
-			err = os.Chmod(setuidID, 0o4755)
+			err = os.Chmod(setuidID, 0o755|os.ModeSetuid)
 		}
 		attackErr = err
 	})
 	if attackErr != nil {
 		t.Fatal(attackErr)
+	}
+	// The escalation tests mean something only if the copy escalates for
+	// whoever runs it without no_new_privs.
+	if fi, err := os.Stat(setuidID); err != nil || fi.Mode()&os.ModeSetuid == 0 || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Fatalf("%s is not setuid root: %v", setuidID, err)
 	}
 	return attackBin
 }
