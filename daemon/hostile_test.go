@@ -127,12 +127,12 @@ func TestHostileCommand(t *testing.T) {
 		{"list another sandbox's workspace", []string{"ls", victim.Workspace}, "readdir:EACCES"},
 		{"read another sandbox's workspace", []string{"read", filepath.Join(victim.Workspace, "secret")}, "open:EACCES"},
 		{"write another sandbox's workspace", []string{"write", filepath.Join(victim.Workspace, "planted")}, "open:EACCES"},
-		{"kill -9 runnerd", []string{"kill", strconv.Itoa(listen.PID)}, "kill:EPERM"},
-		{"kill -9 its shim", []string{"kill", strconv.Itoa(shimPID)}, "kill:EPERM"},
-		{"kill -9 another sandbox's command", []string{"kill", strconv.Itoa(victimCmd.PID)}, "kill:EPERM"},
 		{"ptrace runnerd", []string{"ptrace", strconv.Itoa(listen.PID)}, "ptrace:EPERM"},
 		{"ptrace its shim", []string{"ptrace", strconv.Itoa(shimPID)}, "ptrace:EPERM"},
 		{"ptrace another sandbox's command", []string{"ptrace", strconv.Itoa(victimCmd.PID)}, "ptrace:EPERM"},
+		{"kill -9 runnerd", []string{"kill", strconv.Itoa(listen.PID)}, "kill:EPERM"},
+		{"kill -9 its shim", []string{"kill", strconv.Itoa(shimPID)}, "kill:EPERM"},
+		{"kill -9 another sandbox's command", []string{"kill", strconv.Itoa(victimCmd.PID)}, "kill:EPERM"},
 		{"mount", []string{"mount", hostile.Workspace}, "mount:EPERM"},
 	}
 	for _, c := range cases {
