@@ -14,6 +14,9 @@
 //	attack link               set lo down
 //	attack unix PATH          connect to the unix socket PATH
 //	attack dial ADDR          TCP connect to ADDR (host:port), 2 s timeout
+//	attack hold ADDR          keep one HTTP/1.1 connection to ADDR and send a request on it
+//	                          every 50 ms, printing "ok UNIXNANO" per answer, until one fails:
+//	                          then "cut STEP:ERRNO" (the only subcommand printing several lines)
 //	attack kill PID           kill -9 PID
 //	attack ptrace PID         PTRACE_ATTACH to PID
 //	attack mount DIR          mount a tmpfs on DIR
@@ -21,9 +24,12 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"runtime"
 	"strconv"
@@ -75,6 +81,9 @@ func main() {
 			c.Close()
 		}
 		out = step("connect", err)
+	case "hold":
+		hold(arg(1))
+		return
 	case "kill":
 		out = step("kill", syscall.Kill(pid(arg(1)), syscall.SIGKILL))
 	case "ptrace":
@@ -188,6 +197,33 @@ func link() string {
 		return step("link", err)
 	}
 	return step("linkset", netlink.LinkSetDown(lo))
+}
+
+func hold(addr string) {
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		fmt.Println("cut", step("connect", err))
+		return
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for {
+		c.SetDeadline(time.Now().Add(time.Second))
+		_, err := fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: hold\r\n\r\n")
+		if err == nil {
+			var resp *http.Response
+			if resp, err = http.ReadResponse(br, nil); err == nil {
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}
+		if err != nil {
+			fmt.Println("cut", step("request", err))
+			return
+		}
+		fmt.Println("ok", time.Now().UnixNano())
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func ptrace(pid int) string {
