@@ -20,6 +20,10 @@ var rules = []struct {
 	{pkg: "adapter", stdlibOnly: true},
 	{pkg: "adapter/fake", stdlibOnly: true, allowed: []string{"adapter"}},
 	{pkg: "adapter/conformance", stdlibOnly: true, allowed: []string{"adapter"}},
+	// adapter/stream is the client-side protocol every provider shares; a
+	// provider package added under adapter/ gets its own row here
+	// (TestAdapterSubpackagesHaveRules insists).
+	{pkg: "adapter/stream", stdlibOnly: true, allowed: []string{"adapter", "wire"}},
 	{pkg: "adapter/e2b", stdlibOnly: true, allowed: []string{"adapter", "wire"}},
 	{pkg: "adapter/e2b/e2btest", stdlibOnly: true, allowed: []string{"adapter", "adapter/e2b", "wire"}},
 	{pkg: "wire", stdlibOnly: true},
@@ -66,6 +70,24 @@ func TestDependencyDirection(t *testing.T) {
 					t.Errorf("%s must not depend on %s (via %s)", r.pkg, f, d)
 				}
 			}
+		}
+	}
+}
+
+// TestAdapterSubpackagesHaveRules: every package under adapter/ is held to
+// an explicit stdlib-plus-listed-packages row, so a provider package (or a
+// helper beside it) cannot quietly pull the daemon's storage or kernel
+// libraries into control planes that import it.
+func TestAdapterSubpackagesHaveRules(t *testing.T) {
+	ruled := map[string]bool{}
+	for _, r := range rules {
+		if r.stdlibOnly {
+			ruled[module+"/"+r.pkg] = true
+		}
+	}
+	for path := range listDeps(t) {
+		if strings.HasPrefix(path, module+"/adapter/") && !ruled[path] {
+			t.Errorf("package %s has no stdlibOnly row in rules: list the module packages it may import", path)
 		}
 	}
 }

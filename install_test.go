@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentrunner/runner/internal/testcap"
 )
 
 // TestInstallScript stages images/install.sh into a temporary root, the way
@@ -66,7 +68,7 @@ func TestInstallFromForeignCheckout(t *testing.T) {
 		t.Skip("builds three binaries")
 	}
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: the checkout is chowned to another user and installed from as root")
+		testcap.Skip(t, "root", "the checkout is chowned to another user and installed from as root")
 	}
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("needs git")

@@ -78,7 +78,14 @@ func (e *RateLimitedError) Is(target error) bool { return target == ErrRateLimit
 // anything about the sandbox: a refused or reset connection, a timeout, a
 // 5xx, a 404 without the provider's own not-found body, DNS or TLS failure,
 // an interrupted listing, an uncertain terminate. It is transient.
-type UnavailableError struct{ Detail string }
+//
+// Uncertain is true when the call may or may not have taken effect (a
+// terminate that could not confirm the end, a start that may be running):
+// retry with the same id; never assume either outcome.
+type UnavailableError struct {
+	Detail    string
+	Uncertain bool
+}
 
 func (e *UnavailableError) Error() string { return "unavailable: " + e.Detail }
 
@@ -176,6 +183,16 @@ var kindOrder = []struct {
 	{ErrRestoreFailed, KindRestoreFailed},
 	{ErrWriteFailed, KindWriteFailed},
 	{ErrProvider, KindProvider},
+}
+
+// Kinds returns the kinds of the taxonomy proper, in its order: every kind
+// KindOf can return for a non-nil error except KindContext.
+func Kinds() []Kind {
+	ks := make([]Kind, len(kindOrder))
+	for i, k := range kindOrder {
+		ks[i] = k.kind
+	}
+	return ks
 }
 
 // KindOf returns the taxonomy kind of err: KindNone for nil, KindContext for

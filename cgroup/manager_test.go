@@ -20,6 +20,8 @@ import (
 
 	"github.com/containerd/cgroups/v3"
 	"github.com/containerd/cgroups/v3/cgroup1"
+
+	"github.com/agentrunner/runner/internal/testcap"
 )
 
 // newTestManager returns a Manager whose Root is a fresh cgroup inside the
@@ -27,7 +29,7 @@ import (
 func newTestManager(t *testing.T, mode Mode) *Manager {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("SKIP: cgroup tests need root to create cgroups")
+		testcap.Skip(t, "root", "cgroup tests create cgroups")
 	}
 	switch mode {
 	case ModeV1:

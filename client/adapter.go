@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/adapter/stream"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -412,42 +413,11 @@ func (a *Adapter) Exec(ctx context.Context, h adapter.Handle, c adapter.Command)
 		}
 		return adapter.Result{}, err
 	}
-	ex, err := exitOf(id, res.Exit)
+	ex, err := stream.Exit(Provider, id, res.Exit)
 	if err != nil {
 		return adapter.Result{}, err
 	}
 	return adapter.Result{Stdout: res.Stdout, Stderr: res.Stderr, Exit: ex}, nil
-}
-
-// exitOf maps a wire exit record into the contract: exited keeps its code;
-// a signal death is Code -1 with the signal's name; a record that says
-// terminated (the command ended after a terminate, suspend or destroy
-// asked it to stop; runnerd keeps that in the record, so it survives
-// restarts of both sides) is ReasonTerminated with the same Code and
-// Signal; lost is adapter.ErrLost, never an exit.
-func exitOf(id string, e wire.Exit) (adapter.Exit, error) {
-	var ex adapter.Exit
-	switch e.Reason {
-	case wire.ExitExited:
-		ex = adapter.Exit{Code: e.Code, Reason: adapter.ReasonExited}
-		if e.Code < 0 || e.Code > 255 {
-			return ex, &adapter.ProviderError{Provider: Provider, Detail: fmt.Sprintf("exit code %d out of range", e.Code)}
-		}
-	case wire.ExitSignaled:
-		ex = adapter.Exit{Code: -1, Signal: SignalName(e.Signal), Reason: adapter.ReasonSignaled}
-	case wire.ExitLost:
-		d := "session " + id
-		if e.Detail != "" {
-			d += ": " + e.Detail
-		}
-		return ex, fmt.Errorf("%s: %w", d, adapter.ErrLost)
-	default:
-		return ex, &adapter.ProviderError{Provider: Provider, Detail: fmt.Sprintf("unknown exit reason %q", e.Reason)}
-	}
-	if e.Terminated {
-		ex.Reason = adapter.ReasonTerminated
-	}
-	return ex, nil
 }
 
 // Spawn implements adapter.Adapter: it returns once the daemon acknowledged
@@ -508,155 +478,14 @@ func (a *Adapter) attach(ctx context.Context, r *runner, h adapter.Handle, id st
 	if buffer <= 0 {
 		buffer = a.buffer
 	}
-	s := &stream{done: make(chan struct{}), fr: fr}
-	s.Feed = adapter.NewFeed(id, buffer, s.closeReader)
-	go s.produce(a, r, h, id)
-	return s, nil
-}
-
-// stream is a Stream fed by one FrameReader. Its producer goroutine is
-// owned by the stream: it ends after the terminal frame, or when Close
-// closes the reader, and Close waits for it.
-type stream struct {
-	*adapter.Feed
-	done chan struct{} // closed when produce returns
-
-	mu sync.Mutex   // guards fr
-	fr *FrameReader // the current connection; replaced on a reattach
-}
-
-// closeReader is the Feed's onClose: it unblocks the producer's Next.
-func (s *stream) closeReader() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.fr.Close()
-}
-
-// reattach dials the session again from the cursor until it works, the
-// window passes, or the consumer closes. It returns the error to end the
-// stream with, or nil with a new reader in place.
-func (s *stream) reattach(a *Adapter, r *runner, h adapter.Handle, id string, cause error) error {
-	if a.window <= 0 || !errors.Is(cause, adapter.ErrUnavailable) {
-		return cause
+	// Each reattach is one bounded attach request under the handle's
+	// incarnation; ctx ends when the consumer closes the stream.
+	dial := func(ctx context.Context, cur adapter.Cursor) (stream.Conn, error) {
+		ctx, cancel := context.WithTimeout(WithIncarnation(ctx, h.ID), r.c.opts.RequestTimeout)
+		defer cancel()
+		return r.c.Attach(ctx, h.Name, id, Cursors{Stdout: cur.Stdout, Stderr: cur.Stderr})
 	}
-	// Every frame the broken reader returned was sent on before it broke,
-	// so its cursors are what the consumer has.
-	cur := s.fr.Cursors()
-	deadline := time.Now().Add(a.window)
-	wait := 100 * time.Millisecond
-	for {
-		t := time.NewTimer(wait)
-		select {
-		case <-s.Feed.Done():
-			t.Stop()
-			return errReaderClosed
-		case <-t.C:
-		}
-		wait = min(2*wait, 2*time.Second)
-		ctx, cancel := context.WithTimeout(WithIncarnation(context.Background(), h.ID), r.c.opts.RequestTimeout)
-		go func() { // end the dial early when the consumer closes
-			select {
-			case <-s.Feed.Done():
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-		fr, err := r.c.Attach(ctx, h.Name, id, cur)
-		cancel()
-		switch {
-		case err == nil:
-			s.mu.Lock()
-			s.fr = fr
-			s.mu.Unlock()
-			select {
-			case <-s.Feed.Done(): // closed while we dialed
-				fr.Close()
-				return errReaderClosed
-			default:
-			}
-			return nil
-		case errors.Is(err, adapter.ErrTruncated):
-			return err
-		case !adapter.Transient(err), time.Now().After(deadline):
-			// Gone (not_found: the sandbox was destroyed under the
-			// stream), refused or out of time: a transport failure for
-			// this stream, never an exit.
-			return unavailablef("session %s: connection broke (%v) and attaching again failed: %v", id, cause, err)
-		}
-	}
-}
-
-// Close detaches the local transport and waits for the producer. The
-// session keeps running. It is idempotent.
-func (s *stream) Close() error {
-	_ = s.Feed.Close()
-	<-s.done
-	return nil
-}
-
-func (s *stream) produce(a *Adapter, r *runner, h adapter.Handle, id string) {
-	defer close(s.done)
-	defer s.closeReader()
-	ctx := context.Background() // Send also ends when the consumer closes the Feed
-	// The producer is the only writer of s.fr (reattach, under mu), so it
-	// reads it without the lock, once per connection rather than per frame.
-	fr := s.fr
-	for {
-		f, err := fr.Next()
-		if err != nil {
-			fr.Close()
-			select {
-			case <-s.Feed.Done():
-				s.Feed.Stop()
-				return
-			default:
-			}
-			if err = s.reattach(a, r, h, id, err); err == nil {
-				fr = s.fr
-				continue
-			}
-			if errors.Is(err, errReaderClosed) {
-				s.Feed.Stop()
-				return
-			}
-			_ = s.Feed.Send(ctx, adapter.Frame{Err: err})
-			return
-		}
-		var out adapter.Frame
-		switch f.Kind {
-		case wire.FrameData:
-			name := adapter.StreamName(f.Stream.StreamName())
-			out = adapter.Frame{Stream: name, Offset: f.Offset, Data: f.Payload}
-		case wire.FrameExit, wire.FrameLost:
-			e, derr := f.Exit()
-			if f.Kind == wire.FrameLost {
-				// Lost whatever its payload says: exitOf reports
-				// adapter.ErrLost (with the detail, if it decoded).
-				e.Reason = wire.ExitLost
-			} else if derr != nil {
-				out.Err = unavailablef("session %s: decode exit frame: %v", id, derr)
-				break
-			}
-			ex, xerr := exitOf(id, e)
-			if xerr != nil {
-				out.Err = xerr
-			} else {
-				out.Exit = &ex
-			}
-		case wire.FrameError:
-			we, derr := f.Err()
-			if derr != nil {
-				out.Err = unavailablef("session %s: decode error frame: %v", id, derr)
-			} else {
-				out.Err = wireErr("session "+id, we)
-			}
-		default:
-			continue
-		}
-		if err := s.Feed.Send(ctx, out); err != nil || out.Terminal() {
-			return
-		}
-	}
+	return stream.New(id, fr, from, dial, stream.Options{Provider: Provider, Buffer: buffer, ReattachWindow: a.window}), nil
 }
 
 // Sessions implements adapter.Adapter, in start order.
@@ -683,7 +512,7 @@ func (a *Adapter) Sessions(ctx context.Context, h adapter.Handle) ([]adapter.Ses
 		}
 		in.Stdout, in.Stderr = lengths["stdout"], lengths["stderr"]
 		if s.Exit != nil && s.State == wire.SessionExited {
-			if ex, err := exitOf(s.ID, *s.Exit); err == nil {
+			if ex, err := stream.Exit(Provider, s.ID, *s.Exit); err == nil {
 				in.Exit = &ex
 			}
 		}
@@ -743,7 +572,7 @@ func (a *Adapter) TerminateSession(ctx context.Context, h adapter.Handle, id str
 	if err != nil {
 		return adapter.Exit{}, err
 	}
-	return exitOf(id, e)
+	return stream.Exit(Provider, id, e)
 }
 
 // Suspend implements adapter.Adapter.

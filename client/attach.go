@@ -12,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/agentrunner/runner/adapter/stream"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -204,6 +205,9 @@ func (r *FrameReader) readErr(err error) error {
 	return unavailablef("%s: connection ended without a terminal frame: %v", r.op, err)
 }
 
+// A FrameReader is the Conn the Adapter's streams read (adapter/stream).
+var _ stream.Conn = (*FrameReader)(nil)
+
 // errReaderClosed is what Next returns after Close.
 var errReaderClosed = errors.New("frame reader closed")
 
@@ -347,7 +351,7 @@ func (b *StreamBody) End() (StreamEnd, error) {
 	case "more":
 	case "error":
 		code := wire.Code(src.Get(wire.HeaderError))
-		end.Err = wireErr(b.op, &wire.Error{Code: code})
+		end.Err = stream.FrameError(Provider, b.op, &wire.Error{Code: code})
 	case "":
 		return end, unavailablef("%s: body ended without the %s trailer: cut", b.op, wire.HeaderStreamEnd)
 	default:

@@ -66,6 +66,7 @@
 //	429 (any sender)                              *adapter.RateLimitedError{RetryAfter}
 //	401 / 403 (any sender)                        *adapter.DeniedError
 //	503 unavailable, any 5xx without the header   *adapter.UnavailableError
+//	503 unavailable, uncertain                    *adapter.UnavailableError{Uncertain: true}
 //	500 restore_failed                            *adapter.RestoreFailedError
 //	507 write_failed                              *adapter.WriteFailedError
 //	500 provider                                  *adapter.ProviderError
@@ -73,10 +74,15 @@
 //	a 2xx body that fails to decode (cut)         *adapter.UnavailableError
 //	the caller's context ended                    that context error (wrapped)
 //
+// The codes, statuses and kinds are wire.ErrorTable's; adapter/stream
+// converts them, for this client and every other adapter.
+//
 // Streams end with exactly one terminal frame: the exit (exit-truth: a
 // signal death is Code -1 and a "SIGKILL"-style name), adapter.ErrLost for
-// a lost session, an error frame's kind (truncated → ErrTruncated), or
-// *adapter.UnavailableError for a cut or silent connection.
+// a lost session, an error frame's kind (its code's, as in the table, but
+// not_found, which inside a stream is never definitive and reads as
+// unavailable), or *adapter.UnavailableError for a cut or silent
+// connection. Streams are adapter/stream's (stream.New over a FrameReader).
 //
 // # Terminated versus signaled
 //

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/adapter/stream"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -33,6 +34,10 @@ type APIError struct {
 	Detail string
 	// RetryAfter is the wait runnerd asked for (rate_limited), else 0.
 	RetryAfter time.Duration
+	// Uncertain is set on an unavailable answer whose outcome runnerd
+	// could not confirm (the body's uncertain field, or an older daemon's
+	// detail prefix wire.DetailUncertain): the call may have taken effect.
+	Uncertain bool
 
 	kind error // the adapter kind: a sentinel or a typed error
 }
@@ -102,64 +107,27 @@ func responseErr(ctx context.Context, op string, resp *http.Response) error {
 		}
 		return unavailablef("%s: %d without a %s header (not runnerd's answer)", op, resp.StatusCode, wire.HeaderError)
 	}
-	switch wire.Code(header) {
-	case wire.CodeNotFound:
-		if wire.IsDefinitiveAbsence(resp.StatusCode, header) && decoded && body.Code == wire.CodeNotFound {
-			e.kind = adapter.ErrNotFound
-			return e
-		}
+	if wire.Code(header) == wire.CodeNotFound &&
+		!(wire.IsDefinitiveAbsence(resp.StatusCode, header) && decoded && body.Code == wire.CodeNotFound) {
 		return unavailablef("%s: not_found that is not definitive (status %d, body decoded %v)", op, resp.StatusCode, decoded)
-	case wire.CodeTruncated:
-		e.kind = adapter.ErrTruncated
-	case wire.CodeNotSupported:
-		e.kind = adapter.ErrNotSupported
-	case wire.CodeCommandExited:
-		e.kind = adapter.ErrCommandExited
-	case wire.CodeRateLimited:
-		e.kind = &adapter.RateLimitedError{RetryAfter: e.RetryAfter}
-	case wire.CodeUnavailable:
+	}
+	// The header decides the kind (wire.ErrorTable, through adapter/stream);
+	// the body adds detail, the retry delay and uncertainty.
+	we := &wire.Error{Code: wire.Code(header), Detail: e.Detail, RetryAfterMS: e.RetryAfter.Milliseconds()}
+	if decoded {
+		we.Uncertain = body.Uncertain
+	}
+	e.Uncertain = we.Code == wire.CodeUnavailable && we.IsUncertain()
+	kind, ok := stream.KindError(Provider, we, detail)
+	switch {
+	case ok:
+		e.kind = kind
+	case resp.StatusCode >= 500:
 		e.kind = &adapter.UnavailableError{Detail: detail}
-	case wire.CodeDenied:
-		e.kind = &adapter.DeniedError{Detail: detail}
-	case wire.CodeInvalid:
-		e.kind = &adapter.InvalidError{Detail: detail}
-	case wire.CodeRestoreFailed:
-		e.kind = &adapter.RestoreFailedError{Detail: detail}
-	case wire.CodeWriteFailed:
-		e.kind = &adapter.WriteFailedError{Detail: detail}
-	case wire.CodeProvider:
-		e.kind = &adapter.ProviderError{Provider: Provider, Detail: detail}
 	default:
-		if resp.StatusCode >= 500 {
-			e.kind = &adapter.UnavailableError{Detail: detail}
-		} else {
-			e.kind = &adapter.ProviderError{Provider: Provider, Detail: "unknown error code: " + detail}
-		}
+		e.kind = &adapter.ProviderError{Provider: Provider, Detail: "unknown error code: " + detail}
 	}
 	return e
-}
-
-// wireErr converts an error frame's payload into the taxonomy.
-func wireErr(op string, we *wire.Error) error {
-	detail := op + ": " + we.Error()
-	switch we.Code {
-	case wire.CodeTruncated:
-		return fmt.Errorf("%s: %w", detail, adapter.ErrTruncated)
-	case wire.CodeNotFound:
-		// Inside a stream this is not a registry answer; never definitive.
-		return &adapter.UnavailableError{Detail: detail}
-	case wire.CodeInvalid:
-		return &adapter.InvalidError{Detail: detail}
-	case wire.CodeWriteFailed:
-		return &adapter.WriteFailedError{Detail: detail}
-	case wire.CodeProvider:
-		return &adapter.ProviderError{Provider: Provider, Detail: detail}
-	case wire.CodeDenied:
-		return &adapter.DeniedError{Detail: detail}
-	case wire.CodeRateLimited:
-		return &adapter.RateLimitedError{RetryAfter: time.Duration(we.RetryAfterMS) * time.Millisecond}
-	}
-	return &adapter.UnavailableError{Detail: detail}
 }
 
 // isNotFound reports a definitive absence.

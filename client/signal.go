@@ -1,26 +1,8 @@
 package client
 
-import "strconv"
-
-// signalNames are Linux's signal numbers, the numbers runnerd reports.
-var signalNames = map[int]string{
-	1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP", 6: "SIGABRT",
-	7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2",
-	13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM", 16: "SIGSTKFLT", 17: "SIGCHLD",
-	18: "SIGCONT", 19: "SIGSTOP", 20: "SIGTSTP", 21: "SIGTTIN", 22: "SIGTTOU",
-	23: "SIGURG", 24: "SIGXCPU", 25: "SIGXFSZ", 26: "SIGVTALRM", 27: "SIGPROF",
-	28: "SIGWINCH", 29: "SIGIO", 30: "SIGPWR", 31: "SIGSYS",
-}
+import "github.com/agentrunner/runner/wire"
 
 // SignalName returns the name of Linux signal n ("SIGKILL" for 9), "SIGRTMIN+k"
 // for real-time signals, or "SIG<n>" for anything else. It is never empty,
-// so a signal death can never read as an exit.
-func SignalName(n int) string {
-	if s, ok := signalNames[n]; ok {
-		return s
-	}
-	if n >= 34 && n <= 64 {
-		return "SIGRTMIN+" + strconv.Itoa(n-34)
-	}
-	return "SIG" + strconv.Itoa(n)
-}
+// so a signal death can never read as an exit. It is wire.SignalString.
+func SignalName(n int) string { return wire.SignalString(n) }

@@ -2,10 +2,10 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -16,67 +16,18 @@ import (
 	"github.com/agentrunner/runner/wire"
 )
 
-// Attach tuning. Memory per attach is bounded by (chunkQueue+streams+1) ×
-// chunkSize (queued chunks, one being read per stream, one frame being
-// written): a slow client holds at most that much (320 KiB), and its
-// readers simply stop reading the journal until it catches up. 64 KiB
-// frames halve the per-frame cost (a WebSocket write, a client message)
-// per byte against 32 KiB; measured by BenchmarkAttachReplay in bench/.
+// Attach tuning. The frames come from shim.EmitFrames: memory per attach
+// is one 64 KiB buffer per stream plus one frame being written, so a slow
+// client holds at most that much and its readers simply stop reading the
+// journal until it catches up. chunkSize is the read size of the plain
+// stream and exec bodies.
 const (
 	chunkSize       = 64 << 10
-	chunkQueue      = 2
 	heartbeatEvery  = 15 * time.Second
 	pingEvery       = 20 * time.Second
 	pingTimeout     = 20 * time.Second
 	slowClientLimit = 60 * time.Second
 )
-
-// chunk is what a stream pump hands to the attach writer: data at off, or
-// the end of the stream (err is io.EOF, journal.ErrLost, or a failure).
-type chunk struct {
-	stream string
-	off    int64
-	data   []byte
-	buf    *[]byte // data's buffer, for chunkPool; nil with err
-	err    error
-}
-
-// chunkPool holds chunkSize read buffers shared by every attach.
-var chunkPool = sync.Pool{New: func() any { b := make([]byte, chunkSize); return &b }}
-
-// pump reads one stream from rd and sends chunks to out until the stream
-// ends or ctx is done. It always sends a final chunk with err set unless
-// ctx ended first.
-//
-// Each data chunk's buffer comes from chunkPool; the receiver puts it back
-// once the bytes are copied into a frame, so a steady attach allocates no
-// buffer per frame.
-func pump(ctx context.Context, stream string, rd *journal.Reader, out chan<- chunk) {
-	for {
-		bp := chunkPool.Get().(*[]byte)
-		off := rd.Offset()
-		n, err := rd.ReadContext(ctx, *bp)
-		if n > 0 {
-			select {
-			case out <- chunk{stream: stream, off: off, data: (*bp)[:n], buf: bp}:
-			case <-ctx.Done():
-				return
-			}
-		} else {
-			chunkPool.Put(bp)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			select {
-			case out <- chunk{stream: stream, err: err}:
-			case <-ctx.Done():
-			}
-			return
-		}
-	}
-}
 
 func (s *server) attachReaders(w http.ResponseWriter, r *http.Request, ss registry.Session, j *journal.Journal) (map[string]*journal.Reader, error) {
 	readers := map[string]*journal.Reader{}
@@ -150,6 +101,18 @@ func (s *server) handleAttach(w http.ResponseWriter, r *http.Request) {
 	var wg sync.WaitGroup
 	defer wg.Wait() // after cancel (deferred below) so every goroutine has ended
 	defer cancel()
+	// runnerd stopping ends the attach with 1001 instead of a frame.
+	var stopping atomic.Bool
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-s.stop:
+			stopping.Store(true)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 
 	// Discard what the client sends; reading also answers pings and
 	// notices the close handshake or a dead connection.
@@ -188,14 +151,6 @@ func (s *server) handleAttach(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
-	ch := make(chan chunk, chunkQueue)
-	for stream, rd := range readers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pump(ctx, stream, rd, ch)
-		}()
-	}
 
 	// A write that does not complete within slowClientLimit drops the
 	// client: one watchdog timer for the whole attach, armed around each
@@ -205,94 +160,54 @@ func (s *server) handleAttach(w http.ResponseWriter, r *http.Request) {
 	watchdog := time.AfterFunc(slowClientLimit, wcancel)
 	defer watchdog.Stop()
 	watchdog.Stop()
-	frame := make([]byte, 0, wire.FrameHeaderLen+chunkSize)
-	write := func(b []byte) bool {
+	write := func(b []byte) error {
 		watchdog.Reset(slowClientLimit)
 		err := conn.Write(wctx, websocket.MessageBinary, b)
 		watchdog.Stop()
-		return err == nil
+		return err
 	}
-	heartbeat := time.NewTimer(heartbeatEvery)
-	defer heartbeat.Stop()
-	open := len(readers)
-	lost := false
-	for open > 0 {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.stop:
-			conn.Close(websocket.StatusGoingAway, "runnerd is stopping")
-			return
-		case <-heartbeat.C:
-			if !write(wire.AppendHeartbeat(frame[:0])) {
-				return
-			}
-			heartbeat.Reset(heartbeatEvery)
-		case c := <-ch:
-			if c.err == nil {
-				id, _ := wire.StreamByName(c.stream)
-				frame, err = wire.AppendData(frame[:0], id, c.off, c.data)
-				chunkPool.Put(c.buf)
-				if err != nil || !write(frame) {
-					return
-				}
-				heartbeat.Reset(heartbeatEvery)
-				continue
-			}
-			switch {
-			case errors.Is(c.err, io.EOF):
-				open--
-			case errors.Is(c.err, journal.ErrLost):
-				open--
-				lost = true
-			default:
-				ae := classify(c.err)
-				s.log.Warn("attach stream failed", "sandbox", ss.Sandbox, "session", ss.ID, "stream", c.stream, "err", c.err)
-				frame, _ = wire.AppendError(frame[:0], wire.Error{Code: ae.code, Detail: ae.detail})
-				if write(frame) {
-					conn.Close(websocket.StatusNormalClosure, "")
-				}
-				return
-			}
-		}
-	}
-	// Every stream has ended: the terminal frame.
-	exit, err := s.finalExit(ss, j, lost)
+	// The frames are shim.EmitFrames's, the producer runner-shim's attach
+	// uses too, so both paths end a session the same way.
+	err = shim.EmitFrames(ctx, shim.FrameSource{
+		Dir: s.sessionDir(ss), Journal: j, Readers: readers, Heartbeat: heartbeatEvery,
+		OnExit: func(e wire.Exit) { s.recordEnd(ss, e) },
+		Log:    s.log.With("sandbox", ss.Sandbox, "session", ss.ID),
+	}, write)
 	switch {
-	case err != nil:
-		ae := classify(err)
-		frame, _ = wire.AppendError(frame[:0], wire.Error{Code: ae.code, Detail: ae.detail})
-	case exit.Reason == wire.ExitLost:
-		frame, _ = wire.AppendLost(frame[:0], exit)
-	default:
-		frame, _ = wire.AppendExit(frame[:0], exit)
-	}
-	if write(frame) {
+	case err == nil:
 		conn.Close(websocket.StatusNormalClosure, "")
+	case stopping.Load():
+		conn.Close(websocket.StatusGoingAway, "runnerd is stopping")
+	}
+}
+
+// recordEnd records a session's exit in the registry once a reader saw
+// its end, unless the registry already has it.
+func (s *server) recordEnd(ss registry.Session, exit wire.Exit) {
+	if ss.State == wire.SessionRunning || ss.State == stateStarting {
+		s.recordExitLater(ss, exit)
 	}
 }
 
 // finalExit returns the exit record of a session whose streams have all
-// been read to their end. lost says a reader saw the writer gone without
-// an exit record; the journal is then finished as lost (if nobody did it
-// yet) so every reader and the registry agree.
+// been read to their end (shim.FinalExit: lost says a reader saw the
+// writer gone without an exit record, and the journal is then finished as
+// lost) and records it in the registry.
 func (s *server) finalExit(ss registry.Session, j *journal.Journal, lost bool) (wire.Exit, error) {
-	e, ok, err := j.Exit()
+	exit, err := shim.FinalExit(j, s.sessionDir(ss), lost)
 	if err != nil {
-		return wire.Exit{}, errUnavailable("read exit record: %v", err)
+		return wire.Exit{}, errUnavailable("%v", err)
 	}
-	if !ok {
-		if !lost {
-			return wire.Exit{}, errUnavailable("streams ended without an exit record")
-		}
-		e, err = finishLost(s.sessionDir(ss), "session supervisor died without an exit record")
-		if err != nil {
-			return wire.Exit{}, err
-		}
-	}
-	exit := shim.WireExit(e)
-	if ss.State == wire.SessionRunning || ss.State == stateStarting {
-		s.recordExitLater(ss, exit)
-	}
+	s.recordEnd(ss, exit)
 	return exit, nil
+}
+
+// finishLost writes the "lost" exit record into a journal whose writer is
+// gone without one (shim.FinishLost); its failures are unavailable.
+func finishLost(sessionDir, detail string) (journal.Exit, error) {
+	e, err := shim.FinishLost(sessionDir, detail)
+	if err != nil {
+		return journal.Exit{}, errUnavailable("%v", err)
+	}
+	return e, nil
 }

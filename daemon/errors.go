@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/agentrunner/runner/daemon/registry"
@@ -16,7 +17,10 @@ import (
 )
 
 // This file is the one place that maps errors to HTTP status and wire code.
-// Handlers return Go errors; writeError classifies them here.
+// Handlers return Go errors; writeError classifies them here. Statuses come
+// from wire.ErrorTable (the one error table); the few cases with a more
+// specific status than a code's default (409 conflict, 413, 404 no route)
+// use one the table lists for that code.
 
 // apiError is an error with a decided status and wire code. Handlers build
 // them with the constructors below when they know the answer; anything
@@ -26,12 +30,13 @@ type apiError struct {
 	code         wire.Code
 	detail       string
 	retryAfterMS int64
+	uncertain    bool // unavailable whose outcome is unknown (errUncertain)
 }
 
 func (e *apiError) Error() string { return fmt.Sprintf("%s (%d): %s", e.code, e.status, e.detail) }
 
 func errInvalid(format string, args ...any) *apiError {
-	return &apiError{status: http.StatusBadRequest, code: wire.CodeInvalid, detail: fmt.Sprintf(format, args...)}
+	return &apiError{status: wire.CodeInvalid.Status(), code: wire.CodeInvalid, detail: fmt.Sprintf(format, args...)}
 }
 
 func errConflict(format string, args ...any) *apiError {
@@ -44,27 +49,50 @@ func errTooLarge(limit int64) *apiError {
 }
 
 func errNotFound(format string, args ...any) *apiError {
-	return &apiError{status: http.StatusNotFound, code: wire.CodeNotFound, detail: fmt.Sprintf(format, args...)}
+	return &apiError{status: wire.CodeNotFound.Status(), code: wire.CodeNotFound, detail: fmt.Sprintf(format, args...)}
 }
 
 func errNotSupported(format string, args ...any) *apiError {
-	return &apiError{status: http.StatusNotImplemented, code: wire.CodeNotSupported, detail: fmt.Sprintf(format, args...)}
+	return &apiError{status: wire.CodeNotSupported.Status(), code: wire.CodeNotSupported, detail: fmt.Sprintf(format, args...)}
 }
 
+// errUnavailable is a transient failure. Called as
+// errUnavailable("%s: ...", wire.DetailUncertain, ...), the form the
+// handlers used before errUncertain existed, it is errUncertain.
 func errUnavailable(format string, args ...any) *apiError {
-	return &apiError{status: http.StatusServiceUnavailable, code: wire.CodeUnavailable, detail: fmt.Sprintf(format, args...)}
+	ae := &apiError{status: wire.CodeUnavailable.Status(), code: wire.CodeUnavailable, detail: fmt.Sprintf(format, args...)}
+	if len(args) > 0 && args[0] == wire.DetailUncertain && strings.HasPrefix(format, "%s: ") {
+		ae.uncertain = true
+	}
+	return ae
+}
+
+// errUncertain is unavailable for a call whose outcome runnerd could not
+// confirm: the body says uncertain, and its detail keeps the
+// wire.DetailUncertain prefix that clients before the field read.
+func errUncertain(format string, args ...any) *apiError {
+	return &apiError{status: wire.CodeUnavailable.Status(), code: wire.CodeUnavailable, uncertain: true,
+		detail: wire.DetailUncertain + ": " + fmt.Sprintf(format, args...)}
 }
 
 func errCommandExited() *apiError {
-	return &apiError{status: http.StatusConflict, code: wire.CodeCommandExited, detail: "the command has exited"}
+	return &apiError{status: wire.CodeCommandExited.Status(), code: wire.CodeCommandExited, detail: "the command has exited"}
 }
 
 func errTruncated(detail string) *apiError {
-	return &apiError{status: http.StatusRequestedRangeNotSatisfiable, code: wire.CodeTruncated, detail: detail}
+	return &apiError{status: wire.CodeTruncated.Status(), code: wire.CodeTruncated, detail: detail}
+}
+
+func errWriteFailed(format string, args ...any) *apiError {
+	return &apiError{status: wire.CodeWriteFailed.Status(), code: wire.CodeWriteFailed, detail: fmt.Sprintf(format, args...)}
+}
+
+func errProvider(format string, args ...any) *apiError {
+	return &apiError{status: wire.CodeProvider.Status(), code: wire.CodeProvider, detail: fmt.Sprintf(format, args...)}
 }
 
 var (
-	errDenied  = &apiError{status: http.StatusUnauthorized, code: wire.CodeDenied, detail: "missing or wrong bearer token"}
+	errDenied  = &apiError{status: wire.CodeDenied.Status(), code: wire.CodeDenied, detail: "missing or wrong bearer token"}
 	errNoRoute = &apiError{status: http.StatusNotFound, code: wire.CodeInvalid, detail: wire.DetailNoRoute}
 )
 
@@ -81,10 +109,11 @@ func classify(err error) *apiError {
 	var mbe *http.MaxBytesError
 	var ce *journal.CursorError
 	switch {
-	case errors.As(err, &ce) && errors.Is(err, journal.ErrTruncated):
-		return errTruncated(ce.Error())
 	case errors.As(err, &ce):
-		return errInvalid("%v", ce)
+		// A cursor behind the retained data or beyond the end; the code
+		// is shim.JournalCode's, the one journal mapping attach frames use.
+		c := shim.JournalCode(err)
+		return &apiError{status: c.Status(), code: c, detail: ce.Error()}
 	case errors.Is(err, journal.ErrUnknownStream):
 		return errInvalid("%v", err)
 	case errors.Is(err, shim.ErrExited):
@@ -92,7 +121,9 @@ func classify(err error) *apiError {
 	case errors.Is(err, shim.ErrInvalid):
 		return errInvalid("%v", err)
 	case errors.Is(err, shim.ErrWriteFailed):
-		return &apiError{status: http.StatusInsufficientStorage, code: wire.CodeWriteFailed, detail: err.Error()}
+		return errWriteFailed("%v", err)
+	case errors.Is(err, shim.ErrFailed):
+		return errProvider("%v", err)
 	case errors.As(err, &mbe):
 		return errTooLarge(mbe.Limit)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
@@ -116,7 +147,7 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if ae.retryAfterMS > 0 {
 		h.Set("Retry-After", strconv.FormatInt((ae.retryAfterMS+999)/1000, 10))
 	}
-	body, _ := json.Marshal(wire.ErrorBody{Error: wire.Error{Code: ae.code, Detail: ae.detail, RetryAfterMS: ae.retryAfterMS}})
+	body, _ := json.Marshal(wire.ErrorBody{Error: wire.Error{Code: ae.code, Detail: ae.detail, RetryAfterMS: ae.retryAfterMS, Uncertain: ae.uncertain}})
 	body = append(body, '\n')
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(ae.status)
@@ -138,7 +169,7 @@ func classifyStart(err error) error {
 	case errors.Is(err, shim.ErrInvalid) && !errors.As(err, &se):
 		return errInvalid("start command: %v", err)
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return &apiError{status: http.StatusInsufficientStorage, code: wire.CodeWriteFailed, detail: fmt.Sprintf("start session: %v", err)}
+		return errWriteFailed("start session: %v", err)
 	}
 	return errUnavailable("start session: %v", err)
 }

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrunner/runner/daemon"
+	"github.com/agentrunner/runner/internal/testcap"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -179,7 +180,7 @@ func TestLiveLengths(t *testing.T) {
 // terminated.
 func TestWriteFailed(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("SKIPPED: needs root to mount a tmpfs")
+		testcap.Skip(t, "root", "mounts a tmpfs to fill a journal's filesystem")
 	}
 	state := t.TempDir()
 	sdir := filepath.Join(state, "s")

@@ -7,8 +7,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -117,23 +115,13 @@ func (s *server) handleResize(w http.ResponseWriter, r *http.Request) {
 	s.writeNoContent(w, r, err)
 }
 
-// parseSignal accepts "TERM", "SIGTERM", "15".
+// parseSignal accepts "TERM", "SIGTERM", "15" (wire.ParseSignal).
 func parseSignal(v wire.SignalName) (unix.Signal, error) {
-	str := strings.ToUpper(strings.TrimSpace(string(v)))
-	if n, err := strconv.Atoi(str); err == nil {
-		if n < 1 || n > 64 {
-			return 0, errInvalid("signal %d out of range", n)
-		}
-		return unix.Signal(n), nil
+	n, err := wire.ParseSignal(string(v))
+	if err != nil {
+		return 0, errInvalid("%v", err)
 	}
-	if !strings.HasPrefix(str, "SIG") {
-		str = "SIG" + str
-	}
-	sig := unix.SignalNum(str)
-	if sig == 0 {
-		return 0, errInvalid("unknown signal %q", string(v))
-	}
-	return sig, nil
+	return unix.Signal(n), nil
 }
 
 func (s *server) handleSignal(w http.ResponseWriter, r *http.Request) {

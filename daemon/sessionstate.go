@@ -6,7 +6,6 @@ package daemon
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrunner/runner/daemon/registry"
-	"github.com/agentrunner/runner/journal"
 	"github.com/agentrunner/runner/shim"
 	"github.com/agentrunner/runner/wire"
 )
@@ -184,43 +182,4 @@ func (s *server) recordExit(ss registry.Session, exit wire.Exit) (registry.Sessi
 		return ss, errUnavailable("record exit: %v", err)
 	}
 	return out, nil
-}
-
-// finishLost writes the "lost" exit record into a journal whose writer is
-// gone without one, so every later reader ends the same way. If another
-// party finished it first, that record is returned.
-func finishLost(sessionDir, detail string) (journal.Exit, error) {
-	jdir := journalDir(sessionDir)
-	w, err := journal.Recover(jdir)
-	switch {
-	case errors.Is(err, journal.ErrFinished):
-	case errors.Is(err, journal.ErrBusy):
-		return journal.Exit{}, errUnavailable("session journal is busy")
-	case err != nil:
-		if _, serr := os.Stat(filepath.Join(jdir, "index.db")); errors.Is(serr, os.ErrNotExist) {
-			// The shim never created its journal (or a power loss took
-			// it before its first sync point): nothing durable ran.
-			return journal.Exit{Reason: wire.ExitLost, Detail: "the session never started", Lengths: map[string]int64{}, Time: time.Now().UTC()}, nil
-		}
-		if errors.Is(err, journal.ErrCorrupt) {
-			// A torn index after a power loss: the session is lost, and
-			// saying so beats an unavailable answer forever.
-			return journal.Exit{Reason: wire.ExitLost, Detail: fmt.Sprintf("%s; journal unreadable: %v", detail, err), Lengths: map[string]int64{}, Time: time.Now().UTC()}, nil
-		}
-		return journal.Exit{}, errUnavailable("recover journal: %v", err)
-	default:
-		if err := w.Finish(journal.Exit{Reason: wire.ExitLost, Detail: detail}); err != nil && !errors.Is(err, journal.ErrFinished) {
-			return journal.Exit{}, errUnavailable("finish lost journal: %v", err)
-		}
-	}
-	j, err := journal.Open(jdir)
-	if err != nil {
-		return journal.Exit{}, errUnavailable("open journal: %v", err)
-	}
-	defer j.Close()
-	e, ok, err := j.Exit()
-	if err != nil || !ok {
-		return journal.Exit{}, errUnavailable("read exit record: ok=%v err=%v", ok, err)
-	}
-	return e, nil
 }

@@ -18,8 +18,19 @@
 //   - Fail closed: rules are installed before the veth exists; a kernel
 //     error in SetPolicy leaves the sandbox denying everything; a resolver
 //     that cannot admit an address answers SERVFAIL.
+//   - The host is never a destination: traffic from a sandbox to any
+//     address of the host (the input path) is refused whatever the
+//     allowlist holds, except DNS to its own gateway; traffic to another
+//     sandbox (the pool) is refused before the allowlist is read.
+//   - Revocation cuts: SetPolicy deletes the conntrack entries of flows to
+//     destinations it removed before it returns; the ruleset then judges
+//     their next packet as new (or drops it as invalid).
+//   - Dispatch costs one verdict-map lookup per packet, and Setup and
+//     Teardown write only the sandbox's own objects, whatever the number
+//     of sandboxes.
 //   - Get-or-create: New and Setup converge existing kernel state, so a
-//     restarted daemon re-adopts its sandboxes without duplicating rules.
+//     restarted daemon re-adopts its sandboxes without duplicating rules,
+//     and New removes the kernel objects of sandboxes without a record.
 //   - Containment assumes the command is not host root: a process with
 //     CAP_SYS_ADMIN in the host's user namespace can setns out.
 //

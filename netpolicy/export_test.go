@@ -1,5 +1,10 @@
 package netpolicy
 
+import (
+	"net/netip"
+	"time"
+)
+
 // Test hooks for the kernel tests, which are in package netpolicy_test
 // because they build their world with netlab, and netlab imports this
 // package.
@@ -12,3 +17,37 @@ func (m *Manager) RecordPath(id string) string { return m.recordPath(id) }
 
 // FailSetPolicy makes SetPolicy's kernel update fail with err; nil ends it.
 func (m *Manager) FailSetPolicy(err error) { m.failSetPolicy = err }
+
+// SkipCut makes SetPolicy leave conntrack alone (on) or cut revoked flows
+// again (off), to show that the cut is what ends them.
+func (m *Manager) SkipCut(on bool) { m.skipCut = on }
+
+// SetAdmitTTL makes every resolver-admitted address live exactly d.
+func (m *Manager) SetAdmitTTL(d time.Duration) { m.minAdmitTTL, m.maxAdmitTTL = d, d }
+
+// RulesRoundTrip installs the nftables objects of a sandbox id (as Setup
+// does, at the pool's last /30) and removes them (as Teardown does),
+// without links, namespace or resolver: the table's share of a contained
+// sandbox's setup and teardown.
+func (m *Manager) RulesRoundTrip(id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := namesFor(id)
+	_, gw, addr := slotAddrs(m.cfg.Pool, poolSlots(m.cfg.Pool)-1)
+	if err := m.ensureSandboxRules(n, addr, gw); err != nil {
+		return err
+	}
+	if err := m.setStatic(n, nil, false); err != nil {
+		return err
+	}
+	return m.removeSandboxRules(n, []netip.Addr{gw})
+}
+
+// InstallRules installs the nftables objects of a sandbox id at slot
+// (as Setup does), without links, namespace or resolver.
+func (m *Manager) InstallRules(id string, slot int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, gw, addr := slotAddrs(m.cfg.Pool, slot)
+	return m.ensureSandboxRules(namesFor(id), addr, gw)
+}

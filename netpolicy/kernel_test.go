@@ -17,6 +17,7 @@ import (
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netns"
 
+	"github.com/agentrunner/runner/internal/testcap"
 	"github.com/agentrunner/runner/netpolicy"
 	"github.com/agentrunner/runner/netpolicy/netlab"
 )
@@ -67,7 +68,7 @@ func newManager(t *testing.T, l *lab) *netpolicy.Manager {
 	m, err := netpolicy.New(context.Background(), l.cfg)
 	if errors.Is(err, netpolicy.ErrUnsupported) {
 		if _, serr := os.Stat("/sys/module/nf_tables"); serr != nil {
-			t.Skipf("SKIPPING kernel test: kernel lacks nf_tables: %v", err)
+			testcap.Skip(t, "nftables", fmt.Sprintf("kernel lacks nf_tables: %v", err))
 		}
 	}
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/userdata"
 	"github.com/vishvananda/netlink"
 
 	"github.com/agentrunner/runner/netpolicy"
@@ -64,7 +63,7 @@ func TestRawIPAndCIDREntries(t *testing.T) {
 type kernelState struct {
 	chains   []string // "name:rules"
 	sets     []string
-	dispatch int // dispatch rules in the base chains
+	dispatch int // elements of the dispatch verdict maps
 	links    []string
 }
 
@@ -88,11 +87,6 @@ func snapshot(t *testing.T, l *lab, m *netpolicy.Manager) kernelState {
 			t.Fatal(err)
 		}
 		ks.chains = append(ks.chains, fmt.Sprintf("%s:%d", ch.Name, len(rules)))
-		for _, r := range rules {
-			if s, ok := userdata.GetString(r.UserData, userdata.TypeComment); ok && strings.HasPrefix(s, "runner sandbox ") {
-				ks.dispatch++
-			}
-		}
 	}
 	sets, err := c.GetSets(&nftables.Table{Name: m.TableName(), Family: nftables.TableFamilyINet})
 	if err != nil {
@@ -100,6 +94,13 @@ func snapshot(t *testing.T, l *lab, m *netpolicy.Manager) kernelState {
 	}
 	for _, s := range sets {
 		ks.sets = append(ks.sets, s.Name)
+		if strings.HasPrefix(s.Name, "sandbox-") {
+			elems, err := c.GetSetElements(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ks.dispatch += len(elems)
+		}
 	}
 	h, err := netlink.NewHandleAt(l.Host)
 	if err != nil {
@@ -148,8 +149,9 @@ func TestSetupIdempotentAndTeardownRemovesEverything(t *testing.T) {
 	if twice := snapshot(t, l, m); !equalState(once, twice) {
 		t.Fatalf("Setup again changed kernel state:\n got %+v\nwant %+v", twice, once)
 	}
-	if once.dispatch != 3 {
-		t.Fatalf("dispatch rules: got %d, want 3", once.dispatch)
+	// One element in each dispatch map (forward egress, input).
+	if once.dispatch != 2 {
+		t.Fatalf("dispatch elements: got %d, want 2", once.dispatch)
 	}
 	// Setup again keeps the policy.
 	wantConnect(t, sb2, netlab.B)
@@ -287,5 +289,69 @@ func TestRunInNetNS(t *testing.T) {
 	in, err = netpolicy.ProcessInNetNS(os.Getpid(), sb.NetNSPath)
 	if err != nil || in {
 		t.Fatalf("netpolicy.ProcessInNetNS(self): got %v, %v; want false", in, err)
+	}
+}
+
+// TestNewRemovesStale: kernel objects of a sandbox without a record (its
+// Teardown stopped after the link went) are removed by the next New; a
+// sandbox with a record keeps its objects until Setup re-adopts it.
+func TestNewRemovesStale(t *testing.T) {
+	l := newLab(t)
+	ctx := context.Background()
+	m1, err := netpolicy.New(ctx, l.cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	before := snapshot(t, l, m1)
+	kept, err := m1.Setup(ctx, "kept")
+	if err != nil {
+		t.Fatalf("Setup(kept): %v", err)
+	}
+	t.Cleanup(func() { netlab.UnmountLeftovers(l.cfg.StateDir) })
+	if _, err := m1.Setup(ctx, "stale"); err != nil {
+		t.Fatalf("Setup(stale): %v", err)
+	}
+	withKept := snapshot(t, l, m1)
+	if withKept.dispatch != 4 {
+		t.Fatalf("dispatch elements with two sandboxes: got %d, want 4", withKept.dispatch)
+	}
+	m1.Close()
+	if err := os.Remove(m1.RecordPath("stale")); err != nil {
+		t.Fatal(err)
+	}
+	// An earlier version's per-sandbox chain towards a sandbox goes too.
+	c, err := nftables.New(nftables.WithNetNSFd(int(l.Host)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.AddChain(&nftables.Chain{Name: "in-kept", Table: &nftables.Table{Name: m1.TableName(), Family: nftables.TableFamilyINet}})
+	if err := c.Flush(); err != nil {
+		t.Fatalf("add legacy chain: %v", err)
+	}
+	m2 := newManager(t, l)
+	got := snapshot(t, l, m2)
+	if got.dispatch != 2 || slices.Contains(got.sets, "allow-stale") || slices.Contains(got.sets, "dns-stale") ||
+		slices.ContainsFunc(got.chains, func(c string) bool {
+			name := strings.Split(c, ":")[0]
+			return strings.HasSuffix(name, "-stale") || strings.HasPrefix(name, "in-")
+		}) {
+		t.Fatalf("New left the stale sandbox's objects: %+v", got)
+	}
+	if !slices.Contains(got.sets, "allow-kept") {
+		t.Fatalf("New removed the recorded sandbox's objects: %+v", got)
+	}
+	sb := setup(t, m2, "kept")
+	if *sb != *kept {
+		t.Fatalf("re-adopted: got %+v, want %+v", sb, kept)
+	}
+	wantNoConnect(t, sb, netlab.A)
+	if err := m2.Teardown(ctx, "kept"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.Teardown(ctx, "stale"); err != nil {
+		t.Fatal(err)
+	}
+	if after := snapshot(t, l, m2); !equalState(before, after) {
+		t.Fatalf("state after teardown:\n got %+v\nwant %+v", after, before)
 	}
 }

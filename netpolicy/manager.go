@@ -9,6 +9,9 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"time"
+
+	"github.com/google/nftables"
 
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
@@ -105,6 +108,16 @@ type Manager struct {
 	// failSetPolicy, when set by a test, makes SetPolicy's kernel update
 	// fail after the sets were changed, to exercise the fail-closed path.
 	failSetPolicy error
+	// skipCut, when set by a test, makes SetPolicy leave conntrack alone,
+	// to show that the cut is what ends revoked flows.
+	skipCut bool
+	// minAdmitTTL and maxAdmitTTL bound the lifetime of a resolver-
+	// admitted address: the constants in production, shorter in a test
+	// that watches an element time out.
+	minAdmitTTL, maxAdmitTTL time.Duration
+	// dialNFT, when set (golden tests), opens the nftables connections
+	// instead of the kernel in hostNS.
+	dialNFT func() (*nftables.Conn, error)
 }
 
 // live is a sandbox set up by this Manager.
@@ -134,7 +147,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if cfg.Table == "" {
 		cfg.Table = DefaultTable
 	}
-	m := &Manager{cfg: cfg, records: map[string]record{}, live: map[string]*live{}}
+	m := &Manager{cfg: cfg, records: map[string]record{}, live: map[string]*live{}, minAdmitTTL: minAdmitTTL, maxAdmitTTL: maxAdmitTTL}
 	m.upstream = cfg.Upstream
 	if len(m.upstream) == 0 {
 		m.upstream = systemUpstreams()
@@ -166,7 +179,36 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		m.hostNS.Close()
 		return nil, err
 	}
+	if err := m.removeStale(); err != nil {
+		m.hostH.Close()
+		m.hostNS.Close()
+		return nil, err
+	}
 	return m, nil
+}
+
+// removeStale removes the rules and sets of sandboxes that are dispatched
+// in the kernel but have no record (their Teardown did not finish).
+// Sandboxes with a record keep everything until Setup re-adopts them.
+func (m *Manager) removeStale() error {
+	if err := m.removeLegacyChains(); err != nil {
+		return err
+	}
+	stale, err := m.staleSandboxes()
+	if err != nil {
+		return fmt.Errorf("find stale sandboxes: %w", err)
+	}
+	for _, id := range stale {
+		n := namesFor(id)
+		gws, err := m.gatewaysOf(n.hostIf)
+		if err != nil {
+			return fmt.Errorf("remove stale sandbox %s: %w", id, err)
+		}
+		if err := m.removeSandboxRules(n, gws); err != nil {
+			return fmt.Errorf("remove stale sandbox %s: %w", id, err)
+		}
+	}
+	return nil
 }
 
 // unsupported wraps err with ErrUnsupported when it says the host lacks a
@@ -353,8 +395,10 @@ func (m *Manager) allocSlot() (int, error) {
 // everything. An invalid policy (ErrInvalidPolicy) changes nothing. Any
 // other failure leaves the sandbox denying everything (fail closed) and
 // Policy then reports the empty allowlist. Removing a name also revokes
-// the addresses the resolver admitted for names; connections already
-// established stay up.
+// the addresses the resolver admitted for names. Revocation cuts: before
+// SetPolicy returns, the conntrack entries of the sandbox's flows to
+// destinations the new policy no longer allows are deleted, so their next
+// packet is judged by the new policy and refused.
 func (m *Manager) SetPolicy(ctx context.Context, id string, p Policy) error {
 	if err := checkID(id); err != nil {
 		return err
@@ -391,7 +435,23 @@ func (m *Manager) SetPolicy(ctx context.Context, id string, p Policy) error {
 	if err == nil {
 		err = m.saveRecord(rec)
 	}
+	_, gw, addr := slotAddrs(m.cfg.Pool, rec.Slot)
 	if err != nil {
+		deny, _ := parsePolicy(Policy{})
+		l.pp = deny
+		l.res.policy.Store(deny)
+		rec.Policy = deny.norm
+		m.records[id] = rec
+		derr := m.denyAll(n)
+		return errors.Join(fmt.Errorf("set policy of %s: %w", id, err), derr, m.saveRecord(rec),
+			m.cutFlows(n, addr, gw, nil, derr != nil))
+	}
+	l.pp = pp
+	l.res.policy.Store(pp)
+	m.records[id] = rec
+	if err := m.cutFlows(n, addr, gw, pp.prefixes, flushDyn); err != nil {
+		// The sets already deny; a flow we failed to cut is the one
+		// thing left open, so fail closed and say so.
 		deny, _ := parsePolicy(Policy{})
 		l.pp = deny
 		l.res.policy.Store(deny)
@@ -399,9 +459,6 @@ func (m *Manager) SetPolicy(ctx context.Context, id string, p Policy) error {
 		m.records[id] = rec
 		return errors.Join(fmt.Errorf("set policy of %s: %w", id, err), m.denyAll(n), m.saveRecord(rec))
 	}
-	l.pp = pp
-	l.res.policy.Store(pp)
-	m.records[id] = rec
 	return nil
 }
 
@@ -448,8 +505,12 @@ func (m *Manager) Teardown(ctx context.Context, id string) error {
 	if err := m.removeLinks(n, m.netnsPath(id)); err != nil {
 		errs = append(errs, err)
 	}
-	if err := m.removeSandboxRules(n); err != nil {
+	if ok, err := m.tableExists(); err != nil {
 		errs = append(errs, err)
+	} else if ok {
+		if err := m.removeRulesOf(n); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := os.Remove(m.resolvConfPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
@@ -465,6 +526,22 @@ func (m *Manager) Teardown(ctx context.Context, id string) error {
 		return fmt.Errorf("tear down %s: %w", id, err)
 	}
 	return nil
+}
+
+// removeRulesOf removes the kernel objects of sandbox n, its gateway
+// taken from its record, or found in the kernel when there is none.
+func (m *Manager) removeRulesOf(n sbNames) error {
+	var gws []netip.Addr
+	if rec, ok := m.records[n.id]; ok {
+		_, gw, _ := slotAddrs(m.cfg.Pool, rec.Slot)
+		gws = []netip.Addr{gw}
+	} else {
+		var err error
+		if gws, err = m.gatewaysOf(n.hostIf); err != nil {
+			return err
+		}
+	}
+	return m.removeSandboxRules(n, gws)
 }
 
 // Close stops every resolver and releases the Manager's handles. It does

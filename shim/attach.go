@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -36,29 +38,22 @@ type AttachOptions struct {
 // frames contiguous per stream from its cursor, heartbeats on silence, and
 // exactly one terminal frame last (exit with the record once every byte up
 // to the final lengths is emitted; lost when the shim died without a
-// record; error for a cursor behind the retained data (truncated) or
-// beyond the end (invalid), or an unreadable journal (unavailable)).
+// record, which Attach then writes into the journal as runnerd does; error
+// for a cursor behind the retained data (truncated) or beyond the end
+// (invalid), or an unreadable journal (unavailable)).
 //
 // Attach reads the journal's files, never the shim, so it cannot slow the
 // command. It returns nil after the terminal frame, or the error of emit
 // or ctx without a terminal frame: the caller then has a transport
 // failure, never an exit. The frame slice is reused after emit returns.
 func Attach(ctx context.Context, dir string, opts AttachOptions, emit func(frame []byte) error) error {
-	hb := opts.Heartbeat
-	if hb == 0 {
-		hb = DefaultHeartbeat
-	}
-	var frame []byte
-	terminal := func(b []byte, err error) error {
+	fail := func(code wire.Code, detail string) error {
+		b, err := wire.AppendError(nil, wire.Error{Code: code, Detail: detail})
 		if err != nil {
 			return err
 		}
 		return emit(b)
 	}
-	fail := func(code wire.Code, detail string) error {
-		return terminal(wire.AppendError(frame[:0], wire.Error{Code: code, Detail: detail}))
-	}
-
 	j, err := journal.Open(filepath.Join(dir, JournalDir))
 	if err != nil {
 		return fail(wire.CodeUnavailable, err.Error())
@@ -74,9 +69,71 @@ func Attach(ctx context.Context, dir string, opts AttachOptions, emit func(frame
 	if len(streams) == 1 && opts.Stderr != 0 {
 		return fail(wire.CodeInvalid, "a TTY session has no stderr")
 	}
+	readers := map[string]*journal.Reader{}
+	defer func() {
+		for _, r := range readers {
+			r.Close()
+		}
+	}()
+	for _, name := range streams {
+		r, err := j.NewReader(name, cursors[name], true)
+		if err != nil {
+			return fail(JournalCode(err), err.Error())
+		}
+		readers[name] = r
+	}
+	return EmitFrames(ctx, FrameSource{Dir: dir, Journal: j, Readers: readers, Heartbeat: opts.Heartbeat}, emit)
+}
+
+// FrameSource is what EmitFrames reads: a session's journal and its
+// streams, opened by the caller at the cursors it was asked for.
+type FrameSource struct {
+	// Dir is the session directory. A lost session's exit record is
+	// written into its journal (FinishLost), so every reader, runnerd's
+	// registry and runner-shim agree on how it ended.
+	Dir     string
+	Journal *journal.Journal
+	// Readers are the session's streams by name ("stdout", "stderr"),
+	// opened in follow mode. EmitFrames reads them and has stopped doing
+	// so when it returns; the caller closes them.
+	Readers map[string]*journal.Reader
+	// Heartbeat is the silence after which a heartbeat frame is emitted;
+	// 0 means DefaultHeartbeat, a negative value disables heartbeats.
+	Heartbeat time.Duration
+	// OnExit, if not nil, is called with the session's exit (lost
+	// included) just before its terminal frame is emitted.
+	OnExit func(wire.Exit)
+	// Log, if not nil, receives a stream that failed mid-way.
+	Log *slog.Logger
+}
+
+// EmitFrames is the one journal-to-frame producer: runner-shim's attach
+// (Attach) and runnerd's WebSocket attach both call it, so a session ends
+// with the same terminal frame whichever path reads it. It emits data
+// frames contiguous per stream from each reader's offset, heartbeats on
+// silence, and exactly one terminal frame: the exit record once every
+// stream reached its final length; lost (after FinishLost wrote the
+// record) when the writer died without one; an error frame (JournalCode)
+// when a stream failed. It returns nil after the terminal frame, or the
+// error of emit or ctx without one. The frame slice is reused after emit
+// returns.
+func EmitFrames(ctx context.Context, src FrameSource, emit func(frame []byte) error) error {
+	hb := src.Heartbeat
+	if hb == 0 {
+		hb = DefaultHeartbeat
+	}
+	frame := make([]byte, 0, wire.FrameHeaderLen+attachBuf)
+	terminal := func(b []byte, err error) error {
+		if err != nil {
+			return err
+		}
+		return emit(b)
+	}
+	fail := func(code wire.Code, detail string) error {
+		return terminal(wire.AppendError(frame[:0], wire.Error{Code: code, Detail: detail}))
+	}
 
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	type chunk struct {
 		stream wire.StreamID
 		off    int64
@@ -88,29 +145,16 @@ func Attach(ctx context.Context, dir string, opts AttachOptions, emit func(frame
 	var wg sync.WaitGroup
 	defer wg.Wait() // after cancel (deferred later, runs first)
 	defer cancel()
-	for _, name := range streams {
+	for name, r := range src.Readers {
 		id, _ := wire.StreamByName(name)
-		r, err := j.NewReader(name, cursors[name], true)
-		if err != nil {
-			code := wire.CodeUnavailable
-			switch {
-			case errors.Is(err, journal.ErrTruncated):
-				code = wire.CodeTruncated
-			case errors.Is(err, journal.ErrInvalidCursor):
-				code = wire.CodeInvalid
-			}
-			cancel()
-			wg.Wait()
-			return fail(code, err.Error())
-		}
 		ack := make(chan struct{})
 		acks[id] = ack
 		wg.Add(1)
-		// One reader per stream, owned by Attach: it ends on its stream's
-		// end or on cancel, and Attach waits for it.
+		// One reader per stream, owned by EmitFrames: it ends on its
+		// stream's end or on cancel, and EmitFrames waits for it. Its
+		// buffer is handed over and acknowledged, never copied.
 		go func() {
 			defer wg.Done()
-			defer r.Close()
 			buf := make([]byte, attachBuf)
 			for {
 				off := r.Offset()
@@ -145,9 +189,8 @@ func Attach(ctx context.Context, dir string, opts AttachOptions, emit func(frame
 		defer timer.Stop()
 		tick = timer.C
 	}
-	live := len(streams)
+	live := len(src.Readers)
 	lost := false
-	lengths := map[string]int64{}
 	for live > 0 {
 		select {
 		case <-ctx.Done():
@@ -160,41 +203,132 @@ func Attach(ctx context.Context, dir string, opts AttachOptions, emit func(frame
 			timer.Reset(hb)
 		case c := <-chunks:
 			if c.err == nil {
+				var err error
 				if frame, err = wire.AppendData(frame[:0], c.stream, c.off, c.data); err != nil {
 					return err
 				}
 				if err := emit(frame); err != nil {
 					return err
 				}
-				acks[c.stream] <- struct{}{}
+				// The reader may have gone on ctx's end while emit ran.
+				select {
+				case acks[c.stream] <- struct{}{}:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
 				if timer != nil {
 					timer.Reset(hb)
 				}
 				continue
 			}
 			live--
-			lengths[c.stream.StreamName()] = c.off
 			switch {
 			case errors.Is(c.err, io.EOF):
 			case errors.Is(c.err, journal.ErrLost):
 				lost = true
-			case errors.Is(c.err, journal.ErrTruncated):
-				return fail(wire.CodeTruncated, c.err.Error())
 			case ctx.Err() != nil:
 				return ctx.Err()
 			default:
-				return fail(wire.CodeUnavailable, c.err.Error())
+				if src.Log != nil {
+					src.Log.Warn("attach stream failed", "stream", c.stream.StreamName(), "err", c.err)
+				}
+				return fail(JournalCode(c.err), c.err.Error())
 			}
 		}
 	}
-	if lost {
-		return terminal(wire.AppendLost(frame[:0], wire.Exit{Detail: "shim gone without an exit record", Lengths: lengths}))
+	e, err := FinalExit(src.Journal, src.Dir, lost)
+	if err != nil {
+		return fail(wire.CodeUnavailable, err.Error())
 	}
+	if src.OnExit != nil {
+		src.OnExit(e)
+	}
+	if e.Reason == wire.ExitLost {
+		return terminal(wire.AppendLost(frame[:0], e))
+	}
+	return terminal(wire.AppendExit(frame[:0], e))
+}
+
+// LostDetail is the detail of the exit record FinalExit writes for a
+// session whose writer died without one.
+const LostDetail = "session supervisor died without an exit record"
+
+// FinalExit returns the exit record of a session whose streams have all
+// been read to their end. lost says a reader saw the writer gone without
+// an exit record; the journal is then finished as lost (FinishLost with
+// LostDetail, if nobody did it yet) so every reader agrees. Its errors
+// match ErrUnavailable.
+func FinalExit(j *journal.Journal, dir string, lost bool) (wire.Exit, error) {
+	e, ok, err := j.Exit()
+	if err != nil {
+		return wire.Exit{}, fmt.Errorf("%w: read exit record: %v", ErrUnavailable, err)
+	}
+	if !ok {
+		if !lost {
+			return wire.Exit{}, fmt.Errorf("%w: streams ended without an exit record", ErrUnavailable)
+		}
+		if e, err = FinishLost(dir, LostDetail); err != nil {
+			return wire.Exit{}, err
+		}
+	}
+	return WireExit(e), nil
+}
+
+// FinishLost writes the "lost" exit record into the journal of the
+// session in dir, whose writer is gone without one, so every later reader
+// ends the same way. If another party finished it first, that record is
+// returned. A journal that was never created, or whose index a power loss
+// tore, is lost without a record to write. Its errors match
+// ErrUnavailable.
+func FinishLost(dir, detail string) (journal.Exit, error) {
+	jdir := filepath.Join(dir, JournalDir)
+	w, err := journal.Recover(jdir)
+	switch {
+	case errors.Is(err, journal.ErrFinished):
+	case errors.Is(err, journal.ErrBusy):
+		return journal.Exit{}, fmt.Errorf("%w: session journal is busy", ErrUnavailable)
+	case err != nil:
+		if _, serr := os.Stat(filepath.Join(jdir, "index.db")); errors.Is(serr, os.ErrNotExist) {
+			// The shim never created its journal (or a power loss took
+			// it before its first sync point): nothing durable ran.
+			return journal.Exit{Reason: wire.ExitLost, Detail: "the session never started", Lengths: map[string]int64{}, Time: time.Now().UTC()}, nil
+		}
+		if errors.Is(err, journal.ErrCorrupt) {
+			// A torn index after a power loss: the session is lost, and
+			// saying so beats an unavailable answer forever.
+			return journal.Exit{Reason: wire.ExitLost, Detail: fmt.Sprintf("%s; journal unreadable: %v", detail, err), Lengths: map[string]int64{}, Time: time.Now().UTC()}, nil
+		}
+		return journal.Exit{}, fmt.Errorf("%w: recover journal: %v", ErrUnavailable, err)
+	default:
+		if err := w.Finish(journal.Exit{Reason: wire.ExitLost, Detail: detail}); err != nil && !errors.Is(err, journal.ErrFinished) {
+			return journal.Exit{}, fmt.Errorf("%w: finish lost journal: %v", ErrUnavailable, err)
+		}
+	}
+	j, err := journal.Open(jdir)
+	if err != nil {
+		return journal.Exit{}, fmt.Errorf("%w: open journal: %v", ErrUnavailable, err)
+	}
+	defer j.Close()
 	e, ok, err := j.Exit()
 	if err != nil || !ok {
-		return fail(wire.CodeUnavailable, fmt.Sprintf("streams ended without an exit record: %v", err))
+		return journal.Exit{}, fmt.Errorf("%w: read exit record: ok=%v err=%v", ErrUnavailable, ok, err)
 	}
-	return terminal(wire.AppendExit(frame[:0], WireExit(e)))
+	return e, nil
+}
+
+// JournalCode is the one mapping of journal errors to wire codes, for an
+// attach's error frame and runnerd's error answers: a cursor behind the
+// retained data is truncated; a cursor beyond the end or an unknown
+// stream is invalid; anything else (an unreadable file) is unavailable.
+func JournalCode(err error) wire.Code {
+	var ce *journal.CursorError
+	switch {
+	case errors.Is(err, journal.ErrTruncated):
+		return wire.CodeTruncated
+	case errors.Is(err, journal.ErrInvalidCursor), errors.As(err, &ce), errors.Is(err, journal.ErrUnknownStream):
+		return wire.CodeInvalid
+	}
+	return wire.CodeUnavailable
 }
 
 // WireExit converts a journal exit record to its wire form (the same JSON

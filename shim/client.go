@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/wire"
 )
 
 // Client talks to one session's shim over its control socket, and answers
@@ -110,6 +111,37 @@ func (c *Client) Close() error {
 	return nil
 }
 
+// ErrFailed is returned when the shim answered that it failed doing what
+// was asked (a kill or a resize the kernel refused): the command still
+// runs, the request did not take effect, and repeating it unchanged will
+// most likely fail again. runnerd answers it as wire.CodeProvider.
+var ErrFailed = errors.New("shim failed")
+
+// CodeOf returns the code of wire.ErrorTable that err from this package
+// stands for, for a tool that reports shim errors in the shared
+// vocabulary (runner-shim's exit statuses): command_exited, lost,
+// invalid, write_failed, provider (ErrFailed), not_found (ErrNoSession),
+// unavailable (ErrUnavailable, and a context that ended), else provider.
+func CodeOf(err error) wire.Code {
+	switch {
+	case errors.Is(err, ErrExited):
+		return wire.CodeCommandExited
+	case errors.Is(err, ErrLost):
+		return wire.CodeLost
+	case errors.Is(err, ErrInvalid), errors.Is(err, ErrExists):
+		return wire.CodeInvalid
+	case errors.Is(err, ErrWriteFailed):
+		return wire.CodeWriteFailed
+	case errors.Is(err, ErrFailed):
+		return wire.CodeProvider
+	case errors.Is(err, ErrNoSession):
+		return wire.CodeNotFound
+	case errors.Is(err, ErrUnavailable), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return wire.CodeUnavailable
+	}
+	return wire.CodeProvider
+}
+
 // errGone means the shim could not be reached or dropped the connection;
 // the caller then consults the session directory.
 var errGone = errors.New("shim gone")
@@ -168,11 +200,13 @@ func (c *Client) fromDisk(cause error) (Status, error) {
 	if err != nil {
 		return st, fmt.Errorf("%w: %v; %v", ErrUnavailable, cause, err)
 	}
-	switch st.State {
-	case StateExited:
-		return st, ErrExited
-	case StateLost:
+	switch {
+	case st.State == StateLost, st.Exit != nil && st.Exit.Reason == wire.ExitLost:
+		// A lost record (written by FinishLost, after an attach or
+		// runnerd saw the shim gone) is still lost, never an exit.
 		return st, ErrLost
+	case st.State == StateExited:
+		return st, ErrExited
 	}
 	return st, fmt.Errorf("%w: %v", ErrUnavailable, cause)
 }
@@ -195,6 +229,8 @@ func answer(op string, st byte, body []byte) error {
 			return fmt.Errorf("%s: %w: %s", op, ErrInvalid, e.Detail)
 		case codeWriteFailed:
 			return fmt.Errorf("%s: %w: %s", op, ErrWriteFailed, e.Detail)
+		case codeProvider:
+			return fmt.Errorf("%s: %w: %s", op, ErrFailed, e.Detail)
 		}
 		return fmt.Errorf("%s: shim: %s: %s", op, e.Code, e.Detail)
 	}

@@ -135,7 +135,7 @@ func (s *server) handle(op byte, body []byte) (byte, []byte) {
 			if errors.Is(err, syscall.ESRCH) {
 				return stExited, nil
 			}
-			return stError, errorBody(codeInternal, err.Error())
+			return stError, errorBody(codeProvider, err.Error())
 		}
 		return stOK, nil
 	case opTerminate:
@@ -186,7 +186,7 @@ func (s *server) writeStdin(p []byte) (byte, []byte) {
 			return stExited, []byte(codeClosed)
 		}
 	}
-	return stError, errorBody(codeInternal, err.Error())
+	return stError, errorBody(codeProvider, err.Error())
 }
 
 // closeStdin delivers a real EOF once. Pipes: the write end is closed.
@@ -220,7 +220,7 @@ func (s *server) closeStdin() (byte, []byte) {
 	}
 	s.stdinClosed = true
 	if err != nil {
-		return stError, errorBody(codeInternal, err.Error())
+		return stError, errorBody(codeProvider, err.Error())
 	}
 	return stOK, nil
 }
@@ -237,7 +237,7 @@ func (s *server) resize(rows, cols uint16) (byte, []byte) {
 	}
 	// TIOCSWINSZ on the master also sends SIGWINCH to the foreground group.
 	if err := withFd(s.master, func(fd int) error { return setWinsize(fd, rows, cols) }); err != nil {
-		return stError, errorBody(codeInternal, err.Error())
+		return stError, errorBody(codeProvider, err.Error())
 	}
 	return stOK, nil
 }
@@ -327,7 +327,7 @@ func (s *server) offsetAt(body []byte) (byte, []byte) {
 		}
 	}
 	if err != nil {
-		code := codeInternal
+		code := codeProvider
 		if errors.Is(err, journal.ErrUnknownStream) {
 			code = codeInvalid
 		}

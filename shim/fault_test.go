@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrunner/runner/internal/testcap"
 	"github.com/agentrunner/runner/journal"
 	"github.com/agentrunner/runner/wire"
 )
@@ -27,7 +28,7 @@ import (
 func needRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("SKIPPED: needs root (mount, setuid, network namespaces); run the shim tests as root to cover this path")
+		testcap.Skip(t, "root", "mount, setuid, network namespaces and cgroups; run the shim tests as root to cover this path")
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/agentrunner/runner/wire"
 )
 
 // The control socket protocol (docs/frames.md, "Control socket"). A
@@ -46,14 +48,21 @@ const (
 	stError  = 2 // body: JSON {"code": "...", "detail": "..."}
 )
 
-// Error codes of an stError body; the contract's vocabulary.
+// Error codes of an stError body: codes of wire.ErrorTable, so the shim,
+// runnerd and every client share one vocabulary. Client.answer decodes
+// each into a sentinel of this package.
 const (
-	codeInvalid     = "invalid"
-	codeWriteFailed = "write_failed"
-	codeLost        = "lost"
-	codeInternal    = "provider"
-	codeClosed      = "stdin_closed"
+	codeInvalid     = wire.CodeInvalid
+	codeWriteFailed = wire.CodeWriteFailed
+	// codeProvider: the shim failed doing what was asked (a kill or a
+	// resize the kernel refused, a stdin write that failed for a reason
+	// other than the command's end). Decoded as ErrFailed.
+	codeProvider = wire.CodeProvider
 )
+
+// codeClosed is the body of an stExited answer to a write after
+// CloseStdin; it is not an error code.
+const codeClosed = "stdin_closed"
 
 type offsetReq struct {
 	Stream string `json:"stream"`
@@ -61,8 +70,8 @@ type offsetReq struct {
 }
 
 type errBody struct {
-	Code   string `json:"code"`
-	Detail string `json:"detail,omitempty"`
+	Code   wire.Code `json:"code"`
+	Detail string    `json:"detail,omitempty"`
 }
 
 // errProto is returned for bytes on the control socket that break the
@@ -112,7 +121,7 @@ func readMsg(r io.Reader, hdr *[ctlHdrLen]byte, buf []byte) (op byte, body []byt
 	return hdr[2], buf, nil
 }
 
-func errorBody(code, detail string) []byte {
+func errorBody(code wire.Code, detail string) []byte {
 	b, _ := json.Marshal(errBody{Code: code, Detail: detail})
 	return b
 }

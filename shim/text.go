@@ -9,10 +9,12 @@ import (
 	"github.com/agentrunner/runner/wire"
 )
 
-// Exit statuses of AttachText for ends that are not a command's exit.
+// Exit statuses of AttachText for ends that are not a command's exit
+// (named in wire, beside the error table, for adapters that run
+// runner-shim attach --text).
 const (
-	TextExitLost  = 255 // the session was lost: no exit code exists
-	TextExitError = 254 // the stream ended with an error frame
+	TextExitLost  = wire.ShimTextExitLost  // the session was lost: no exit code exists
+	TextExitError = wire.ShimTextExitError // the stream ended with an error frame
 )
 
 // AttachText is Attach for humans and text-only exec APIs: stdout bytes go

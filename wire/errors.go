@@ -3,6 +3,7 @@ package wire
 import (
 	"fmt"
 	"net/http"
+	"strings"
 )
 
 // Code is one error code of the contract's closed taxonomy, as it crosses
@@ -35,11 +36,19 @@ const (
 	CodeRestoreFailed Code = "restore_failed"
 	// CodeWriteFailed: the session's journal could not be written.
 	CodeWriteFailed Code = "write_failed"
-	// CodeProvider: anything else the daemon could not classify.
+	// CodeProvider: the daemon or the shim failed in a way no other code
+	// describes (a signal or resize the kernel refused, an unexpected
+	// internal failure). It is not transient.
 	CodeProvider Code = "provider"
+	// CodeLost: the session ended without an exit record. It never heads
+	// an HTTP error response (a stream says it with a lost frame, a
+	// terminate with an exit whose reason is lost), so it is not in Codes;
+	// it is in ErrorTable because it is a kind with its own exit status.
+	CodeLost Code = "lost"
 )
 
-// Codes lists every code, in the order of the taxonomy.
+// Codes lists every code an error response (the Runner-Error header, an
+// error body, an error frame) can carry, in the order of the taxonomy.
 var Codes = []Code{
 	CodeNotFound, CodeTruncated, CodeNotSupported, CodeCommandExited,
 	CodeRateLimited, CodeUnavailable, CodeDenied, CodeInvalid,
@@ -56,6 +65,66 @@ func (c Code) Known() bool {
 	return false
 }
 
+// ErrorRow is one row of ErrorTable: everything each side of the system
+// decides about one error code.
+type ErrorRow struct {
+	// Code is the wire code. The adapter taxonomy's kind for it has the
+	// same name (adapter.Kind(Code)); adapter/stream converts.
+	Code Code
+	// Status is the HTTP status runnerd answers this code with, unless
+	// one of Statuses fits the case better. 0 means never an HTTP answer.
+	Status int
+	// Statuses lists every HTTP status runnerd may send with this code,
+	// Status first.
+	Statuses []int
+	// Transient reports whether a call that failed with this code is
+	// worth retrying unchanged (adapter.Transient agrees).
+	Transient bool
+	// Exit is runner's (the CLI's) exit status for a failure of this kind.
+	Exit int
+	// ShimExit is runner-shim's exit status for a failure of this kind.
+	ShimExit int
+}
+
+// ErrorTable is the one error table: code, HTTP status, transience, CLI
+// exit status and runner-shim exit status, for every code of the taxonomy
+// (Codes, then CodeLost). runnerd takes its statuses from here, the client
+// and adapter/stream their kinds, cmd/runner and cmd/runner-shim their exit
+// statuses; TestErrorTable walks every row through every mapping.
+var ErrorTable = []ErrorRow{
+	{Code: CodeNotFound, Status: 404, Statuses: []int{404}, Exit: RunnerExitNotFound, ShimExit: ShimExitFailure},
+	{Code: CodeTruncated, Status: 416, Statuses: []int{416}, Exit: RunnerExitTruncated, ShimExit: ShimExitFailure},
+	{Code: CodeNotSupported, Status: 501, Statuses: []int{501}, Exit: RunnerExitNotSupported, ShimExit: ShimExitFailure},
+	{Code: CodeCommandExited, Status: 409, Statuses: []int{409}, Exit: RunnerExitCommandExited, ShimExit: ShimExitCommandExited},
+	{Code: CodeRateLimited, Status: 429, Statuses: []int{429}, Transient: true, Exit: RunnerExitRateLimited, ShimExit: ShimExitFailure},
+	{Code: CodeUnavailable, Status: 503, Statuses: []int{503}, Transient: true, Exit: RunnerExitUnavailable, ShimExit: ShimExitFailure},
+	{Code: CodeDenied, Status: 401, Statuses: []int{401, 403}, Exit: RunnerExitDenied, ShimExit: ShimExitFailure},
+	{Code: CodeInvalid, Status: 400, Statuses: []int{400, 404, 405, 409, 413}, Exit: RunnerExitInvalid, ShimExit: ShimExitFailure},
+	{Code: CodeRestoreFailed, Status: 500, Statuses: []int{500}, Exit: RunnerExitOther, ShimExit: ShimExitFailure},
+	{Code: CodeWriteFailed, Status: 507, Statuses: []int{507}, Exit: RunnerExitOther, ShimExit: ShimExitFailure},
+	{Code: CodeProvider, Status: 500, Statuses: []int{500}, Exit: RunnerExitOther, ShimExit: ShimExitFailure},
+	{Code: CodeLost, Status: 0, Exit: RunnerExitLost, ShimExit: ShimExitLost},
+}
+
+// RowOf returns c's row of ErrorTable, and false for a code outside it.
+func RowOf(c Code) (ErrorRow, bool) {
+	for _, r := range ErrorTable {
+		if r.Code == c {
+			return r, true
+		}
+	}
+	return ErrorRow{}, false
+}
+
+// Status returns the HTTP status runnerd answers c with by default, and
+// 500 for a code outside ErrorTable or one that is never an HTTP answer.
+func (c Code) Status() int {
+	if r, ok := RowOf(c); ok && r.Status != 0 {
+		return r.Status
+	}
+	return http.StatusInternalServerError
+}
+
 // Details that carry meaning beyond prose. A client may match these exact
 // strings in Error.Detail together with the code.
 const (
@@ -64,8 +133,11 @@ const (
 	// DetailConflict accompanies 409 invalid when a session ID is reused with
 	// a different request.
 	DetailConflict = "conflict"
-	// DetailUncertain accompanies unavailable when a terminate could not
-	// confirm how the session ended.
+	// DetailUncertain starts the detail of an unavailable answer whose
+	// outcome runnerd could not confirm (a terminate, a start, an exec
+	// whose end is unknown). Error.Uncertain says the same as a field;
+	// daemons before that field sent only this prefix, so a client reads
+	// either (see IsUncertain).
 	DetailUncertain = "uncertain"
 )
 
@@ -74,6 +146,20 @@ type Error struct {
 	Code         Code   `json:"code"`
 	Detail       string `json:"detail,omitempty"`
 	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
+	// Uncertain is set with CodeUnavailable when the call may or may not
+	// have taken effect (a terminate that could not confirm the end, a
+	// start that may be running): retry with the same id, never assume.
+	Uncertain bool `json:"uncertain,omitempty"`
+}
+
+// IsUncertain reports whether e says its outcome is unknown: the
+// Uncertain field, or (from a daemon that predates it) a detail that
+// starts with DetailUncertain.
+func (e *Error) IsUncertain() bool {
+	if e.Uncertain {
+		return true
+	}
+	return e.Detail == DetailUncertain || strings.HasPrefix(e.Detail, DetailUncertain+":")
 }
 
 // Error implements error.

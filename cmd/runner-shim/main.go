@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/shim"
-	"golang.org/x/sys/unix"
+	"github.com/agentrunner/runner/wire"
 )
 
 const usage = `runner-shim: run commands as detached, journaled sessions.
@@ -66,7 +66,8 @@ Commands:
       Internal: the shim process itself (what spawn starts).
 
 Exit status: 0 success, 1 failure, 2 usage, 3 the command has exited
-(write, close-stdin, signal, resize after the end), 4 the session is lost.
+(write, close-stdin, signal, resize after the end), 4 the session is lost
+(wire.ShimExit* name them for programs that drive runner-shim).
 `
 
 func main() {
@@ -85,13 +86,13 @@ func run(ctx context.Context, args []string) int {
 	root := top.String("root", shim.DefaultRoot(), "session root directory")
 	if err := top.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return 0
+			return wire.ShimExitOK
 		}
-		return 2
+		return wire.ShimExitUsage
 	}
 	if top.NArg() == 0 {
 		top.Usage()
-		return 2
+		return wire.ShimExitUsage
 	}
 	cmd, args := top.Arg(0), top.Args()[1:]
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
@@ -125,7 +126,7 @@ func run(ctx context.Context, args []string) int {
 		fs.Var(&env, "env", "K=V added to the environment (repeatable)")
 		argv, ok := pos(1)
 		if !ok {
-			return 2
+			return wire.ShimExitUsage
 		}
 		if *id == "" {
 			*id = randomID()
@@ -144,7 +145,7 @@ func run(ctx context.Context, args []string) int {
 			return fail(cmd, err)
 		}
 		fmt.Println(*id)
-		return 0
+		return wire.ShimExitOK
 
 	case "attach":
 		so := fs.Int64("stdout", 0, "stdout cursor")
@@ -153,7 +154,7 @@ func run(ctx context.Context, args []string) int {
 		hb := fs.Duration("heartbeat", shim.DefaultHeartbeat, "heartbeat after this much silence (frames mode)")
 		a, ok := pos(1)
 		if !ok {
-			return 2
+			return wire.ShimExitUsage
 		}
 		opts := shim.AttachOptions{Stdout: *so, Stderr: *se, Heartbeat: *hb}
 		if *text {
@@ -166,14 +167,14 @@ func run(ctx context.Context, args []string) int {
 		if err := shim.Attach(ctx, dirOf(a[0]), opts, writeAll); err != nil {
 			return fail(cmd, err)
 		}
-		return 0
+		return wire.ShimExitOK
 
 	case "write", "close-stdin", "signal", "resize", "terminate", "status":
 		grace := fs.Duration("grace", 10*time.Second, "terminate: time between SIGTERM and SIGKILL")
 		want := map[string]int{"write": 1, "close-stdin": 1, "signal": 2, "resize": 3, "terminate": 1, "status": 1}[cmd]
 		a, ok := pos(want)
 		if !ok {
-			return 2
+			return wire.ShimExitUsage
 		}
 		c, err := shim.Dial(ctx, dirOf(a[0]))
 		if err != nil {
@@ -218,11 +219,11 @@ func run(ctx context.Context, args []string) int {
 		if err != nil {
 			return fail(cmd, err)
 		}
-		return 0
+		return wire.ShimExitOK
 
 	case "list":
 		if _, ok := pos(0); !ok {
-			return 2
+			return wire.ShimExitUsage
 		}
 		list, err := shim.List(*root)
 		if err != nil {
@@ -232,14 +233,14 @@ func run(ctx context.Context, args []string) int {
 			b, _ := json.Marshal(st)
 			fmt.Println(string(b))
 		}
-		return 0
+		return wire.ShimExitOK
 
 	case "help", "-h", "--help":
 		fmt.Print(usage)
-		return 0
+		return wire.ShimExitOK
 	}
 	fmt.Fprintf(os.Stderr, "runner-shim: unknown command %q\n\n%s", cmd, usage)
-	return 2
+	return wire.ShimExitUsage
 }
 
 func writeAll(b []byte) error {
@@ -247,15 +248,14 @@ func writeAll(b []byte) error {
 	return err
 }
 
+// fail reports err and returns its exit status from wire.ErrorTable
+// (ShimExitCommandExited, ShimExitLost, else ShimExitFailure).
 func fail(cmd string, err error) int {
 	fmt.Fprintf(os.Stderr, "runner-shim %s: %v\n", cmd, err)
-	switch {
-	case errors.Is(err, shim.ErrExited):
-		return 3
-	case errors.Is(err, shim.ErrLost):
-		return 4
+	if row, ok := wire.RowOf(shim.CodeOf(err)); ok && row.ShimExit != wire.ShimExitOK {
+		return row.ShimExit
 	}
-	return 1
+	return wire.ShimExitFailure
 }
 
 func printJSON(v any) {
@@ -270,13 +270,8 @@ func randomID() string {
 }
 
 func parseSignal(s string) (syscall.Signal, error) {
-	if n, err := strconv.Atoi(s); err == nil && n > 0 && n < 65 {
-		return syscall.Signal(n), nil
-	}
-	if sig := unix.SignalNum("SIG" + strings.TrimPrefix(strings.ToUpper(s), "SIG")); sig != 0 {
-		return sig, nil
-	}
-	return 0, fmt.Errorf("unknown signal %q", s)
+	n, err := wire.ParseSignal(s)
+	return syscall.Signal(n), err
 }
 
 // multi is a repeatable string flag.

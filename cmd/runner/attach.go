@@ -406,9 +406,9 @@ func attachCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 			if err != nil {
 				return fail(what, &adapter.UnavailableError{Detail: "decode the error frame: " + err.Error()})
 			}
-			code, ok := kindExit[string(we.Code)]
-			if !ok {
-				code = exitOther
+			code := exitOther
+			if row, ok := wire.RowOf(we.Code); ok {
+				code = row.Exit
 			}
 			msg := fmt.Sprintf("runner: %s: %s: %s", what, we.Code, oneLine(we.Detail))
 			if we.Code == wire.CodeTruncated {

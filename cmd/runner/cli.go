@@ -14,27 +14,31 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/adapter/stream"
 	"github.com/agentrunner/runner/client"
+	"github.com/agentrunner/runner/wire"
 )
 
-// Exit codes of runner's own failures. They sit at the top of the range so
-// that they rarely collide with the exit code of a command that exec and
-// attach pass through; usage errors are 2, as for most Unix tools.
+// Exit codes of runner's own failures, named here for this package's use;
+// their values, and which kind gets which, are wire.ErrorTable's (the one
+// error table). They sit at the top of the range so that they rarely
+// collide with the exit code of a command that exec and attach pass
+// through; usage errors are 2, as for most Unix tools.
 const (
-	exitOK            = 0
-	exitUsage         = 2
-	exitInterrupted   = 130 // Ctrl-C: runner stopped waiting (the command may still run)
-	exitDetached      = 245 // attach: detached on purpose; the session still runs
-	exitOther         = 246 // provider, restore_failed, write_failed
-	exitRateLimited   = 247
-	exitTruncated     = 248
-	exitCommandExited = 249
-	exitNotSupported  = 250
-	exitDenied        = 251
-	exitInvalid       = 252
-	exitNotFound      = 253
-	exitLost          = 254 // the session ended without an exit record
-	exitUnavailable   = 255 // runnerd unreachable or the connection was cut: outcome unknown
+	exitOK            = wire.RunnerExitOK
+	exitUsage         = wire.RunnerExitUsage
+	exitInterrupted   = wire.RunnerExitInterrupted
+	exitDetached      = wire.RunnerExitDetached
+	exitOther         = wire.RunnerExitOther
+	exitRateLimited   = wire.RunnerExitRateLimited
+	exitTruncated     = wire.RunnerExitTruncated
+	exitCommandExited = wire.RunnerExitCommandExited
+	exitNotSupported  = wire.RunnerExitNotSupported
+	exitDenied        = wire.RunnerExitDenied
+	exitInvalid       = wire.RunnerExitInvalid
+	exitNotFound      = wire.RunnerExitNotFound
+	exitLost          = wire.RunnerExitLost
+	exitUnavailable   = wire.RunnerExitUnavailable
 )
 
 const exitTable = `Exit codes:
@@ -97,24 +101,8 @@ type exitError struct {
 
 func (e *exitError) Error() string { return e.msg }
 
-// kindExit maps an error kind (the wire code of docs/protocol.md, which is
-// also the adapter kind's name) to runner's exit code.
-var kindExit = map[string]int{
-	"not_found":      exitNotFound,
-	"truncated":      exitTruncated,
-	"not_supported":  exitNotSupported,
-	"command_exited": exitCommandExited,
-	"lost":           exitLost,
-	"rate_limited":   exitRateLimited,
-	"unavailable":    exitUnavailable,
-	"denied":         exitDenied,
-	"invalid":        exitInvalid,
-	"restore_failed": exitOther,
-	"write_failed":   exitOther,
-	"provider":       exitOther,
-}
-
-// codeOf returns the exit code and the wire name of err's kind.
+// codeOf returns the exit code and the wire name of err's kind, from
+// wire.ErrorTable.
 func codeOf(err error) (int, string) {
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
@@ -122,9 +110,10 @@ func codeOf(err error) (int, string) {
 	case errors.Is(err, context.Canceled):
 		return exitInterrupted, "interrupted"
 	}
-	k := adapter.KindOf(err)
-	if code, ok := kindExit[string(k)]; ok {
-		return code, string(k)
+	if c, ok := stream.Code(adapter.KindOf(err)); ok {
+		if row, ok := wire.RowOf(c); ok {
+			return row.Exit, string(c)
+		}
 	}
 	return exitOther, "provider"
 }

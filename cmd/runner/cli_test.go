@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/adapter/stream"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -440,4 +442,38 @@ func TestSessionsTableAndRm(t *testing.T) {
 		t.Errorf("sessions of a deleted session: exit %d, want 253 (not_found)", code)
 	}
 	d.ok(t, "rm-session", box, done) // absent is success
+}
+
+// TestExitStatusFromErrorTable: every code of wire.ErrorTable, as the
+// adapter error a client returns, makes runner exit with the table's
+// status (codeOf), and an error frame of that code does too.
+func TestExitStatusFromErrorTable(t *testing.T) {
+	for _, row := range wire.ErrorTable {
+		err, ok := stream.KindError("runner", &wire.Error{Code: row.Code, Detail: "d"}, "d")
+		if !ok {
+			t.Fatalf("no error for %s", row.Code)
+		}
+		code, name := codeOf(fmt.Errorf("get sandbox: %w", err))
+		if code != row.Exit || name != string(row.Code) {
+			t.Errorf("codeOf(%s) = %d %s, want %d %s", row.Code, code, name, row.Exit, row.Code)
+		}
+	}
+}
+
+// TestExitTableText: runner --help's exit table prints the statuses
+// wire.ErrorTable assigns, so the text cannot drift from the code.
+func TestExitTableText(t *testing.T) {
+	for _, row := range wire.ErrorTable {
+		want := fmt.Sprintf("%d  %s", row.Exit, row.Code)
+		if row.Exit == wire.RunnerExitOther {
+			want = fmt.Sprintf("%d  ", row.Exit)
+			if !strings.Contains(exitTable, want) || !strings.Contains(exitTable, string(row.Code)) {
+				t.Errorf("exit table does not list %s under %d", row.Code, row.Exit)
+			}
+			continue
+		}
+		if !strings.Contains(exitTable, want) {
+			t.Errorf("exit table has no line %q", want)
+		}
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/internal/testcap"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -91,7 +92,7 @@ var cursorRe = regexp.MustCompile(`--cursor (\d+)`)
 // terminal: tmux runs a shell in which the test types like a person.
 func TestAttachTmux(t *testing.T) {
 	if _, err := exec.LookPath("tmux"); err != nil {
-		t.Skip("tmux not installed")
+		testcap.Skip(t, "tmux", "drives runner attach from a real terminal: "+err.Error())
 	}
 	d := sharedDaemon(t)
 	box := d.sandbox(t, "tmux-box")

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentrunner/runner/internal/testcap"
 )
 
 // chromiumNames are the binaries the browser test looks for, in order. Debian
@@ -30,9 +32,9 @@ var chromiumNames = []string{"chromium", "chromium-browser", "google-chrome", "g
 func TestBrowserOpensReportedURL(t *testing.T) {
 	bin := findChromium()
 	if bin == "" {
-		t.Skipf("SKIPPING THE REAL-BROWSER PREVIEW TEST: no Chromium binary (%s) on PATH; "+
+		testcap.Skip(t, "chromium", fmt.Sprintf("the real-browser preview test found no Chromium binary (%s) on PATH; "+
 			"install it with: apt-get install -y --no-install-recommends chromium",
-			strings.Join(chromiumNames, ", "))
+			strings.Join(chromiumNames, ", ")))
 	}
 
 	tok0, _ := NewToken()

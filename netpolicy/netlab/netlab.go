@@ -41,6 +41,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrunner/runner/internal/testcap"
 	"github.com/agentrunner/runner/netpolicy"
 )
 
@@ -74,7 +75,7 @@ func New(t testing.TB) *Lab {
 	m, err := netpolicy.New(context.Background(), netpolicy.Config{StateDir: t.TempDir(), HostNetNS: l.HostNetNS,
 		Pool: Pool, Upstream: []netip.AddrPort{netip.AddrPortFrom(C, 53)}})
 	if errors.Is(err, netpolicy.ErrUnsupported) {
-		t.Skipf("SKIPPING network policy test: this kernel cannot enforce policies: %v", err)
+		testcap.Skip(t, "nftables", fmt.Sprintf("this kernel cannot enforce network policies: %v", err))
 	}
 	if err != nil {
 		t.Fatalf("netlab: netpolicy.New in the lab's host namespace: %v", err)
@@ -89,10 +90,10 @@ func New(t testing.TB) *Lab {
 func Build(t testing.TB) *Lab {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("SKIPPING network policy test: needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN) for network namespaces and nftables; CI runs it as root")
+		testcap.Skip(t, "root", "network namespaces and nftables need CAP_NET_ADMIN and CAP_SYS_ADMIN; CI runs it as root")
 	}
 	if _, err := os.Stat("/proc/self/ns/net"); err != nil {
-		t.Skipf("SKIPPING network policy test: kernel has no network namespaces: %v", err)
+		testcap.Skip(t, "netns", fmt.Sprintf("kernel has no network namespaces: %v", err))
 	}
 	l := &Lab{Host: newNS(t), Net: newNS(t)}
 	l.HostNetNS = fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), int(l.Host))
@@ -236,7 +237,7 @@ func newNS(t testing.TB) netns.NsHandle {
 		errc <- nil
 	}()
 	if err := <-errc; err != nil {
-		t.Skipf("SKIPPING network policy test: cannot create a network namespace: %v", err)
+		testcap.Skip(t, "netns", fmt.Sprintf("cannot create a network namespace: %v", err))
 	}
 	t.Cleanup(func() { ns.Close() })
 	return ns

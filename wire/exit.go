@@ -1,0 +1,48 @@
+package wire
+
+// Exit statuses of the two command-line tools. They live here, beside the
+// error table that assigns them, so that an adapter driving runner-shim
+// inside a hosted sandbox (or a script driving runner) can name them
+// without importing the tools' packages or their storage dependencies.
+
+// Exit statuses of runner, the CLI, when it fails (exec and attach
+// otherwise exit with the command's own status). ErrorTable assigns the
+// per-kind ones.
+const (
+	RunnerExitOK          = 0
+	RunnerExitUsage       = 2   // bad flags or arguments
+	RunnerExitInterrupted = 130 // Ctrl-C: runner stopped waiting; the command may still run
+	RunnerExitDetached    = 245 // attach: detached on purpose; the session still runs
+	// RunnerExitOther is provider, restore_failed and write_failed.
+	RunnerExitOther         = 246
+	RunnerExitRateLimited   = 247
+	RunnerExitTruncated     = 248
+	RunnerExitCommandExited = 249
+	RunnerExitNotSupported  = 250
+	RunnerExitDenied        = 251
+	RunnerExitInvalid       = 252
+	RunnerExitNotFound      = 253
+	RunnerExitLost          = 254 // the session ended without an exit record
+	RunnerExitUnavailable   = 255 // runnerd unreachable or the connection was cut: outcome unknown
+)
+
+// Exit statuses of runner-shim's client commands (write, close-stdin,
+// signal, resize, terminate, status, attach without --text). attach
+// --text exits with the command's own status instead.
+const (
+	ShimExitOK      = 0
+	ShimExitFailure = 1 // any failure without a status of its own
+	ShimExitUsage   = 2
+	// ShimExitCommandExited: a write, close-stdin, signal or resize reached
+	// a command that has ended.
+	ShimExitCommandExited = 3
+	// ShimExitLost: the session's shim is gone without an exit record.
+	ShimExitLost = 4
+)
+
+// Exit statuses of runner-shim attach --text for ends that are not the
+// command's own exit (which it passes through, 128+N for signal N).
+const (
+	ShimTextExitError = 254 // the stream ended with an error frame
+	ShimTextExitLost  = 255 // the session was lost: no exit code exists
+)
