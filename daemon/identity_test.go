@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -307,5 +308,57 @@ func TestIdentityDurable(t *testing.T) {
 	held, err := reg.Identities()
 	if err != nil || len(held) != 0 {
 		t.Errorf("identities held after destroying every sandbox: %v, %v; want none", held, err)
+	}
+}
+
+// TestIsolationConfigRefused: runnerd refuses to start with an identity
+// range holding an id Linux gives a meaning, a malformed --isolate, or
+// --isolate all where it is not root (it could not give identities).
+func TestIsolationConfigRefused(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  daemon.Config
+	}{
+		{"range holds root", daemon.Config{IdentityFirst: 0, IdentityLast: 100}},
+		{"range holds nobody", daemon.Config{IdentityFirst: 65000, IdentityLast: 66000}},
+		{"range holds (uid_t)-1", daemon.Config{IdentityFirst: 1<<32 - 10, IdentityLast: 1<<32 - 1}},
+		{"empty range", daemon.Config{IdentityFirst: 200, IdentityLast: 100}},
+		{"unknown isolate", daemon.Config{Isolate: "some"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := c.cfg
+			cfg.StateDir, cfg.Token, cfg.NetPolicy, cfg.Listen, cfg.Socket = t.TempDir(), testToken, daemon.NetPolicyOff, "127.0.0.1:0", "none"
+			if err := daemon.Run(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "config:") {
+				t.Fatalf("Run: %v, want a config error", err)
+			}
+		})
+	}
+	for _, bad := range []string{"", "1-", "a-b", "5"} {
+		if _, _, err := daemon.ParseIdentityRange(bad); err == nil {
+			t.Errorf("ParseIdentityRange(%q) accepted", bad)
+		}
+	}
+	if f, l, err := daemon.ParseIdentityRange("1879048192-1879113727"); err != nil || f != daemon.DefaultIdentityFirst || l != daemon.DefaultIdentityLast {
+		t.Errorf("ParseIdentityRange of the default: %d-%d, %v", f, l, err)
+	}
+
+	// Not root: --isolate all is refused at start.
+	state := t.TempDir()
+	if err := os.Chown(state, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(state), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	// Bounded: a runnerd that wrongly starts serves until killed.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, runnerdBin, "--state", state, "--listen", "none", "--socket", filepath.Join(state, "s.sock"), "--netpolicy", "off", "--isolate", "all", "--warm-shims", "0")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	cmd.Env = append(os.Environ(), "RUNNERD_TOKEN="+testToken)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "--isolate all needs runnerd to run as root") {
+		t.Errorf("runnerd --isolate all as nobody: %v, output %q; want exit 1 saying it needs root", err, out)
 	}
 }
