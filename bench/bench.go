@@ -46,7 +46,7 @@ type Config struct {
 	// Repeat is the number of rounds of every figure but idle memory.
 	Repeat int
 	// Only, when not empty, limits the run to figures whose group is
-	// listed: "stream", "calls", "seek", "follow", "idle".
+	// listed: "stream", "calls", "seek", "follow", "idle", "limits".
 	Only []string
 	// TempDir is where the run's temporary directory is made ("" = the
 	// system default). The journals and the baseline files live there, so
@@ -274,6 +274,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		{"seek", h.seek},
 		{"follow", h.follow},
 		{"idle", h.idle},
+		{"limits", h.limits},
 	}
 	for _, s := range steps {
 		if !cfg.wants(s.group) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/wire"
 )
 
 // DefaultListen is the TCP address runnerd listens on when none is given.
@@ -185,6 +186,17 @@ type Config struct {
 	// 4294967295, and should hold no uid or gid the host uses (one that
 	// resolves through NSS is skipped).
 	IdentityFirst, IdentityLast uint32
+	// Cgroups is CgroupsAuto (the default when empty) or CgroupsOff: whether
+	// every sandbox gets a cgroup (package cgroup) with its limits.
+	Cgroups string
+	// CgroupRoot is the cgroup under which sandboxes' cgroups go
+	// (cgroup.Config.Root): relative to runnerd's own cgroup in each
+	// hierarchy unless absolute. Empty means cgroup.DefaultRoot.
+	CgroupRoot string
+	// DefaultLimits fill every field a sandbox's create leaves zero (and
+	// apply to a create without limits), where limits are enforced.
+	// Checked at start: a bad value fails Run.
+	DefaultLimits wire.Limits
 
 	// Version is reported by /healthz.
 	Version string
@@ -301,6 +313,19 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if err := checkIdentityRange(cfg.IdentityFirst, cfg.IdentityLast); err != nil {
 		return cfg, err
+	}
+	switch cfg.Cgroups {
+	case "":
+		cfg.Cgroups = CgroupsAuto
+	case CgroupsAuto, CgroupsOff:
+	default:
+		return cfg, fmt.Errorf("config: cgroups %q: want %q or %q", cfg.Cgroups, CgroupsAuto, CgroupsOff)
+	}
+	if err := toCgroupLimits(&cfg.DefaultLimits).Validate(); err != nil {
+		return cfg, fmt.Errorf("config: default limits: %w", err)
+	}
+	if cfg.Cgroups == CgroupsOff && cfg.DefaultLimits != (wire.Limits{}) {
+		return cfg, errors.New("config: default limits need cgroups (--cgroups=auto)")
 	}
 	if (cfg.PreviewListen == "") != (cfg.PreviewURLTemplate == "") {
 		return cfg, errors.New("config: the preview listener needs both an address and a URL template")

@@ -94,7 +94,7 @@ func testIdentityRange(n uint32) (first, last uint32) {
 func startRunnerdProc(t *testing.T, lab *netlab.Lab, state, netState string, args ...string) (*api, *proc) {
 	t.Helper()
 	sock := filepath.Join(state, "runnerd.sock")
-	args = append([]string{"--state", state, "--listen", "none", "--socket", sock}, args...)
+	args = append([]string{"--state", state, "--listen", "none", "--socket", sock, "--cgroup-root", testCgroupRoot(t)}, args...)
 	if lab != nil {
 		args = append(args, lab.RunnerdArgs(netState)...)
 	} else {
@@ -353,7 +353,8 @@ func TestIsolationConfigRefused(t *testing.T) {
 	// Bounded: a runnerd that wrongly starts serves until killed.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, runnerdBin, "--state", state, "--listen", "none", "--socket", filepath.Join(state, "s.sock"), "--netpolicy", "off", "--isolate", "all", "--warm-shims", "0")
+	cmd := exec.CommandContext(ctx, runnerdBin, "--state", state, "--listen", "none", "--socket", filepath.Join(state, "s.sock"),
+		"--netpolicy", "off", "--cgroups", "off", "--isolate", "all", "--warm-shims", "0")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	cmd.Env = append(os.Environ(), "RUNNERD_TOKEN="+testToken)
 	out, err := cmd.CombinedOutput()

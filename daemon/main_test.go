@@ -281,6 +281,11 @@ func startDaemonCfg(t *testing.T, cfg daemon.Config) *api {
 func startDaemonStoppable(t *testing.T, cfg daemon.Config) (*api, func()) {
 	t.Helper()
 	state, token := cfg.StateDir, cfg.Token
+	if cfg.CgroupRoot == "" {
+		// Its own, so daemons of different tests never share a sandbox's
+		// cgroup; removed after the daemon (cleanups run in reverse).
+		cfg.CgroupRoot = testCgroupRoot(t)
+	}
 	l := cfg.TCPListener // a test's own loopback listener, or a new one
 	if l == nil {
 		var err error

@@ -130,7 +130,71 @@ func (s *server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	for _, c := range wire.Codes {
 		fmt.Fprintf(&b, "runnerd_errors_total{code=%q} %d\n", string(c), s.metrics.errors[c].Load())
 	}
+	s.writeSandboxUsage(r.Context(), &b)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	w.Header().Set("Content-Length", strconv.Itoa(b.Len()))
 	w.Write(b.Bytes())
+}
+
+// MaxSandboxSeries caps the sandboxes /metrics reports usage of: each
+// costs five series (and five small cgroup file reads per scrape). Past it
+// the first MaxSandboxSeries running sandboxes by name are reported and
+// runnerd_sandbox_usage_omitted says how many were left out.
+const MaxSandboxSeries = 500
+
+// writeSandboxUsage appends the per-sandbox usage series: only running
+// sandboxes (a suspended one has no cgroup, a destroyed one no series),
+// at most MaxSandboxSeries, so the cardinality is bounded by the cap and
+// not by whatever names clients choose. Nothing without cgroups.
+func (s *server) writeSandboxUsage(ctx context.Context, b *bytes.Buffer) {
+	if s.cg == nil {
+		return
+	}
+	type row struct {
+		name string
+		u    *wire.Usage
+	}
+	var rows []row
+	omitted, after := 0, ""
+	for ctx.Err() == nil {
+		sbs, more, err := s.reg.ListSandboxes(after, wire.MaxListLimit)
+		if err != nil {
+			s.log.Warn("metrics: read registry", "err", err)
+			return
+		}
+		for _, sb := range sbs {
+			if sb.State != wire.SandboxRunning {
+				continue
+			}
+			if len(rows) == MaxSandboxSeries {
+				omitted++
+				continue
+			}
+			if u := s.usage(sb); u != nil {
+				rows = append(rows, row{sb.Name, u})
+			}
+		}
+		if !more || len(sbs) == 0 {
+			break
+		}
+		after = sbs[len(sbs)-1].Name
+	}
+	series := []struct {
+		name, typ, help string
+		v               func(*wire.Usage) string
+	}{
+		{"runnerd_sandbox_memory_bytes", "gauge", "Memory charged to the sandbox's cgroup now.", func(u *wire.Usage) string { return strconv.FormatUint(u.MemoryBytes, 10) }},
+		{"runnerd_sandbox_memory_peak_bytes", "gauge", "Most memory charged to the sandbox's cgroup since it was created.", func(u *wire.Usage) string { return strconv.FormatUint(u.MemoryPeakBytes, 10) }},
+		{"runnerd_sandbox_cpu_seconds_total", "counter", "CPU time of every process that ran in the sandbox's cgroup.", func(u *wire.Usage) string { return strconv.FormatFloat(float64(u.CPUUsec)/1e6, 'f', 6, 64) }},
+		{"runnerd_sandbox_pids", "gauge", "Tasks (processes and threads) in the sandbox's cgroup now.", func(u *wire.Usage) string { return strconv.FormatUint(u.Pids, 10) }},
+		{"runnerd_sandbox_oom_kills_total", "counter", "Processes of the sandbox the kernel killed for memory.", func(u *wire.Usage) string { return strconv.FormatUint(u.OOMKills, 10) }},
+	}
+	for _, m := range series {
+		fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s %s\n", m.name, m.help, m.name, m.typ)
+		for _, r := range rows {
+			// Sandbox names are DNS labels: nothing to escape.
+			fmt.Fprintf(b, "%s{sandbox=%q} %s\n", m.name, r.name, m.v(r.u))
+		}
+	}
+	fmt.Fprintf(b, "# HELP runnerd_sandbox_usage_omitted Running sandboxes left out of the per-sandbox series (past %d).\n# TYPE runnerd_sandbox_usage_omitted gauge\nrunnerd_sandbox_usage_omitted %d\n", MaxSandboxSeries, omitted)
 }

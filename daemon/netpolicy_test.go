@@ -59,7 +59,7 @@ func buildProbe(t *testing.T) string {
 func startNetRunnerd(t *testing.T, lab *netlab.Lab, state, netState string) (a *api, stop func()) {
 	t.Helper()
 	sock := filepath.Join(state, "runnerd.sock")
-	cmd := exec.Command(runnerdBin, append([]string{"--state", state, "--listen", "none", "--socket", sock},
+	cmd := exec.Command(runnerdBin, append([]string{"--state", state, "--listen", "none", "--socket", sock, "--cgroup-root", testCgroupRoot(t)},
 		lab.RunnerdArgs(netState)...)...)
 	cmd.Env = append(os.Environ(), "RUNNERD_TOKEN="+testToken)
 	lw := &logWriter{t: t}

@@ -43,9 +43,10 @@ func TestPreviewURL(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
 	errc := make(chan error, 1)
+	cgRoot := testCgroupRoot(t)
 	go func() {
 		errc <- daemon.Run(ctx, daemon.Config{
-			StateDir: state, Socket: "none", Token: testToken, TCPListener: l,
+			StateDir: state, Socket: "none", Token: testToken, TCPListener: l, CgroupRoot: cgRoot,
 			NetPolicy:          daemon.NetPolicyOff,
 			ShimCommand:        []string{runnerdBin, "shim"},
 			PreviewListen:      previewAddr,

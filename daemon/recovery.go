@@ -61,6 +61,42 @@ func (s *server) reconcile(ctx context.Context) error {
 	return nil
 }
 
+// adoptCgroups converges the cgroup of every running sandbox to its
+// record (get-or-create, so a cgroup a previous runnerd made keeps its
+// processes and a reboot's lost ones come back). It removes nothing: a
+// cgroup no record names is logged for the operator.
+func (s *server) adoptCgroups() {
+	known := map[string]bool{}
+	after := ""
+	for {
+		sbs, more, err := s.reg.ListSandboxes(after, wire.MaxListLimit)
+		if err != nil {
+			s.log.Warn("adopt cgroups: read registry", "err", err)
+			return
+		}
+		for _, sb := range sbs {
+			known[sb.Name] = true
+			if err := s.ensureCgroup(sb); err != nil {
+				s.log.Warn("adopt cgroup", "sandbox", sb.Name, "err", err)
+			}
+		}
+		if !more || len(sbs) == 0 {
+			break
+		}
+		after = sbs[len(sbs)-1].Name
+	}
+	names, err := s.cg.List()
+	if err != nil {
+		s.log.Warn("adopt cgroups: list", "err", err)
+		return
+	}
+	for _, n := range names {
+		if !known[n] {
+			s.log.Warn("cgroup without a sandbox kept (remove it by hand once empty)", "cgroup", n)
+		}
+	}
+}
+
 // removeOrphans runs once at start, before serving, so no spawn can be
 // creating a directory meanwhile: it removes every directory under STATE/s
 // that no session record in known names (a delete or a destroy removes the

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -22,10 +23,14 @@ type proc struct {
 	done chan error
 }
 
-func startProcess(t *testing.T, state string) (*api, *proc) {
+func startProcess(t *testing.T, state string, extra ...string) (*api, *proc) {
 	t.Helper()
 	sock := filepath.Join(state, "runnerd.sock")
-	cmd := exec.Command(runnerdBin, "--state", state, "--listen", "none", "--socket", sock, "--netpolicy", "off")
+	args := []string{"--state", state, "--listen", "none", "--socket", sock, "--netpolicy", "off"}
+	if !slices.Contains(extra, "--cgroup-root") {
+		args = append(args, "--cgroup-root", testCgroupRoot(t)) // see startDaemonStoppable
+	}
+	cmd := exec.Command(runnerdBin, append(args, extra...)...)
 	cmd.Env = append(os.Environ(), "RUNNERD_TOKEN="+testToken)
 	cmd.Stdout = os.Stderr
 	cmd.Stderr = &logWriterIO{t: t}

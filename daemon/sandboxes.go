@@ -21,6 +21,7 @@ func toWireSandbox(sb registry.Sandbox) wire.Sandbox {
 		User:        sb.User,
 		Network:     sb.Network,
 		Isolated:    sb.Isolated || sb.Identity != nil,
+		Limits:      sb.Limits,
 	}
 	if sb.Identity != nil {
 		uid, gid := sb.Identity.UID, sb.Identity.GID
@@ -49,7 +50,11 @@ func (s *server) handleGetSandbox(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.writeJSON(w, http.StatusOK, toWireSandbox(sb))
+	out := toWireSandbox(sb)
+	// Usage only here: a few file reads per sandbox, which a listing of
+	// a thousand would multiply (/metrics has it for every sandbox).
+	out.Usage = s.usage(sb)
+	s.writeJSON(w, http.StatusOK, out)
 }
 
 func (s *server) handleListSandboxes(w http.ResponseWriter, r *http.Request) {

@@ -59,7 +59,11 @@ func TestAuthAndRoutes(t *testing.T) {
 	}
 	var caps wire.Capabilities
 	a.must("GET", "/v1/capabilities", nil, 200, &caps)
-	if want := []string{"attach", "suspend", "terminate_session", "tty"}; !slices.Equal(caps.Capabilities, want) {
+	want := []string{"attach", "suspend", "terminate_session", "tty"}
+	if hostHasLimits() { // cgroups are on by default (resource_limits_test.go)
+		want = []string{"attach", "resource_limits", "suspend", "terminate_session", "tty"}
+	}
+	if !slices.Equal(caps.Capabilities, want) {
 		t.Errorf("capabilities %v, want %v", caps.Capabilities, want)
 	}
 }

@@ -29,15 +29,18 @@ func (s *server) workspace(name string) string {
 // network policy): a create is idempotent. The order:
 //
 //  1. validate: the name, the network policy (refused where policies are
-//     not enforced), the run-as user (must exist on the host; never root
-//     for an isolated sandbox, identityFor);
+//     not enforced), the limits (likewise; parseLimits fills the host's
+//     defaults), the run-as user (must exist on the host; never root for
+//     an isolated sandbox, identityFor);
 //  2. take the sandbox's lock;
 //  3. make the workspace, 0700, before the record, so a record always names
 //     a workspace that exists (a directory a failed create left is reused);
 //  4. commit the record with the identity of an isolated sandbox that
 //     names no user, allocated in the same transaction
 //     (registry.CreateSandboxIdentity), or find the existing one and
-//     refuse a different user or policy (conflict);
+//     refuse a different user or policy (conflict); then get or create
+//     its cgroup with the recorded limits (createCgroup; different limits
+//     asked of an existing sandbox are a conflict), so a retry repairs it;
 //  5. set up the network namespace of a contained sandbox (ensureNet), so
 //     no command can run outside it; a failure leaves the record, denying
 //     all, and a retry sets it up;
@@ -57,6 +60,10 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (reg
 		if network, err = parseNetwork(*req.Network); err != nil {
 			return registry.Sandbox{}, err
 		}
+	}
+	limits, err := s.parseLimits(req.Limits) // limits.go: not_supported or invalid before anything is made
+	if err != nil {
+		return registry.Sandbox{}, err
 	}
 	var uid, gid = -1, -1
 	if req.User != "" {
@@ -91,6 +98,7 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (reg
 		User:      req.User,
 		Network:   network,
 		Isolated:  isolated,
+		Limits:    limits,
 	}, pool)
 	if err != nil {
 		return sb, errUnavailable("write registry: %v", err)
@@ -103,6 +111,9 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (reg
 	// sandbox as it is.
 	if !created && network != nil && !sameNetwork(sb.Network, network) {
 		return sb, errConflict("%s: sandbox %q exists with a different network policy (change it with PUT /v1/sandboxes/%s/network)", wire.DetailConflict, sb.Name, sb.Name)
+	}
+	if err := s.createCgroup(sb, created, req.Limits != nil, limits); err != nil { // limits.go
+		return sb, err
 	}
 	if sb.Network != nil && (created || network != nil) {
 		// Contained before create returns, so no command can run outside.
@@ -142,7 +153,9 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (reg
 //  2. terminate every session and every process a session started
 //     (stopSandboxSessions, cfg.TerminateGrace): after it no process of
 //     the sandbox runs;
-//  3. tear down its network namespace (teardownNet): nothing is in it;
+//  3. remove its cgroup (removeCgroup: kills anything left, the backstop),
+//     then tear down its network namespace (teardownNet): nothing is in
+//     either;
 //  4. remove each session's directory (journal included);
 //  5. remove the workspace;
 //  6. delete its preview tokens, then its record (sessions with it, and
@@ -173,6 +186,9 @@ func (s *server) destroySandbox(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	if err := s.removeCgroup(ctx, name); err != nil { // limits.go
+		return err
+	}
 	if err := s.teardownNet(ctx, sb); err != nil {
 		return err
 	}
@@ -195,7 +211,7 @@ func (s *server) destroySandbox(ctx context.Context, name string) error {
 }
 
 // suspendSandbox stops every process of sandbox name (stopSandboxSessions,
-// cfg.SuspendGrace), then records it suspended: no session starts until
+// cfg.SuspendGrace), removes its cgroup, then records it suspended: no session starts until
 // it is resumed. Suspending a suspended sandbox returns it as it is.
 func (s *server) suspendSandbox(ctx context.Context, name string) (registry.Sandbox, error) {
 	unlock := s.locks.Lock(name)
@@ -205,6 +221,9 @@ func (s *server) suspendSandbox(ctx context.Context, name string) (registry.Sand
 		return sb, err
 	}
 	if _, err := s.stopSandboxSessions(ctx, name, s.cfg.SuspendGrace); err != nil {
+		return sb, err
+	}
+	if err := s.removeCgroup(ctx, name); err != nil { // limits.go; resume re-creates it
 		return sb, err
 	}
 	sb, err = s.reg.UpdateSandbox(name, func(sb *registry.Sandbox) error {
@@ -221,7 +240,8 @@ func (s *server) suspendSandbox(ctx context.Context, name string) (registry.Sand
 }
 
 // resumeSandbox records sandbox name running again, once its workspace is
-// still there (restore_failed when it is not).
+// still there (restore_failed when it is not), and re-creates its cgroup
+// with the recorded limits.
 func (s *server) resumeSandbox(ctx context.Context, name string) (registry.Sandbox, error) {
 	if err := validName(name); err != nil {
 		return registry.Sandbox{}, err
@@ -242,6 +262,11 @@ func (s *server) resumeSandbox(ctx context.Context, name string) (registry.Sandb
 	})
 	if err != nil {
 		return sb, s.registryErr(err, name)
+	}
+	// With its recorded limits; a failure here is repaired by the next
+	// spawn (sessionCgroups) or resume.
+	if err := s.ensureCgroup(sb); err != nil { // limits.go
+		return sb, err
 	}
 	return sb, nil
 }

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/agentrunner/runner/cgroup"
 	"github.com/agentrunner/runner/daemon/preview"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/journal"
@@ -32,6 +33,7 @@ type server struct {
 	mux     *http.ServeMux
 	preview *preview.Server    // nil without a preview listener
 	net     *netpolicy.Manager // nil when network policies are not enforced
+	cg      *cgroup.Manager    // nil when resource limits are not enforced (limits.go)
 	watcher *journal.Watcher   // wakes every follow reader (openReader); closed by Run last
 	execs   chan struct{}      // one token per exec in flight; cap is Config.MaxExecs
 	ids     identities         // isolation policy (identity.go); set by Run, then read-only
@@ -134,6 +136,7 @@ func (s *server) routes() {
 	m.HandleFunc("POST /v1/sandboxes/{name}/suspend", s.scoped(s.handleSuspend))
 	m.HandleFunc("POST /v1/sandboxes/{name}/resume", s.scoped(s.handleResume))
 	m.HandleFunc("PUT /v1/sandboxes/{name}/network", s.scoped(s.handleNetwork))
+	m.HandleFunc("PUT /v1/sandboxes/{name}/limits", s.scoped(s.handleLimits))
 	m.HandleFunc("POST /v1/sandboxes/{name}/urls", s.scoped(s.handleURLs))
 
 	m.HandleFunc("POST /v1/sandboxes/{name}/sessions", s.scoped(s.handleCreateSession))
@@ -324,6 +327,9 @@ func (s *server) handleCapabilities(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.net != nil {
 		caps = append(caps, wire.CapNetworkPolicy)
+	}
+	if s.cg != nil {
+		caps = append(caps, wire.CapResourceLimits)
 	}
 	slices.Sort(caps)
 	s.writeJSON(w, http.StatusOK, wire.Capabilities{Capabilities: caps})

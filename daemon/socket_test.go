@@ -21,9 +21,10 @@ func TestUnixSocketPrivate(t *testing.T) {
 	defer cancel()
 	ready := make(chan struct{})
 	errc := make(chan error, 1)
+	cgRoot := testCgroupRoot(t)
 	go func() {
 		errc <- daemon.Run(ctx, daemon.Config{
-			StateDir: state, Token: testToken, NetPolicy: daemon.NetPolicyOff,
+			StateDir: state, Token: testToken, NetPolicy: daemon.NetPolicyOff, CgroupRoot: cgRoot,
 			Listen: "none", Socket: sock, ShimCommand: []string{runnerdBin, "shim"},
 			WarmShims: -1, Logger: testLogger(t), Ready: func(string) { close(ready) },
 		})

@@ -178,6 +178,7 @@ func (s *server) removeSession(ctx context.Context, ss registry.Session) error {
 	if err := os.RemoveAll(dir); err != nil {
 		return errUnavailable("remove session %s: %v", ss.ID, err)
 	}
+	s.removeSessionCgroup(ctx, ss) // limits.go
 	s.log.Info("session deleted", "sandbox", ss.Sandbox, "session", ss.ID)
 	return nil
 }

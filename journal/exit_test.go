@@ -52,3 +52,25 @@ func TestExitTerminated(t *testing.T) {
 		}
 	})
 }
+
+// TestExitOOMKilled: the OOM marker survives Finish and a reopen with the
+// signal it came with, and a record without the field reads false.
+func TestExitOOMKilled(t *testing.T) {
+	dir := t.TempDir()
+	w := mustCreate(t, dir, Options{Streams: []string{"stdout"}})
+	if err := w.Finish(Exit{Reason: ReasonSignaled, Signal: 9, Code: 137, OOMKilled: true}); err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := mustOpen(t, dir).Exit()
+	if err != nil || !ok || !got.OOMKilled || got.Reason != ReasonSignaled || got.Signal != 9 || got.Code != 137 {
+		t.Fatalf("got %+v ok %v err %v, want signaled 9 137 oom_killed", got, ok, err)
+	}
+	old := `{"reason":"signaled","code":137,"signal":9,"lengths":{"stdout":0},"time":"2026-08-01T10:42:00Z","terminated":true}`
+	if err := os.WriteFile(filepath.Join(dir, "exit.json"), []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err = mustOpen(t, dir).Exit()
+	if err != nil || !ok || got.OOMKilled || !got.Terminated {
+		t.Fatalf("old record: got %+v ok %v err %v, want not oom_killed", got, ok, err)
+	}
+}

@@ -127,6 +127,11 @@ type Exit struct {
 	// Code and Signal stay the truth of how it ended. Records written
 	// before this field existed read as false.
 	Terminated bool `json:"terminated,omitempty"`
+	// OOMKilled says the command ended by SIGKILL while the OOM kill
+	// count of its cgroup rose during its life: the kernel killed it for
+	// memory. Reason stays ReasonSignaled, Signal 9. Records written
+	// before this field existed read as false.
+	OOMKilled bool `json:"oom_killed,omitempty"`
 }
 
 func segName(off int64) string { return fmt.Sprintf("%020d%s", off, segSuffix) }

@@ -66,6 +66,11 @@ type server struct {
 	// stopAsked is set by the terminate op before it signals the command:
 	// the exit record of a command that ends after it says Terminated.
 	stopAsked atomic.Bool
+	// oomBase is the OOM kill count of Spec.Cgroups read just before the
+	// command started; oomSeen says it could be read (a memory controller
+	// is among them). Written by start, read by run after the reap.
+	oomBase uint64
+	oomSeen bool
 
 	// mu guards the fields below.
 	mu       sync.Mutex

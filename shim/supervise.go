@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrunner/runner/cgroup/oom"
 	"github.com/agentrunner/runner/internal/atomicfile"
 	"github.com/agentrunner/runner/journal"
 )
@@ -94,6 +95,13 @@ func (s *server) start(spec Spec, gate func() error) (err error) {
 	if gate != nil {
 		if err := gate(); err != nil {
 			return err
+		}
+	}
+	if len(s.spec.Cgroups) > 0 {
+		// The baseline of the honest OOM exit (oomKilled): read before
+		// the command can be killed, so a rise is a kill in its life.
+		if n, err := oom.Kills(s.spec.Cgroups); err == nil {
+			s.oomBase, s.oomSeen = n, true
 		}
 	}
 	s.at = time.Now().UTC()
@@ -187,6 +195,7 @@ func (s *server) run() {
 	drain.Stop()
 
 	rec := exitRecord(s.reap.status, s.reap.err)
+	rec.OOMKilled = s.oomKilled(rec)
 	// Read after the reap: a terminate that asked before the command ended
 	// has set it by now (it sets it before signalling).
 	if s.stopAsked.Load() && rec.Reason != journal.ReasonLost {
@@ -220,6 +229,28 @@ func awaitReadable(f *os.File) {
 		n, err := unix.Poll(p, 0)
 		return n > 0 || err != nil
 	})
+}
+
+// oomKilled reports whether the command, which ended as rec says, was
+// killed by the kernel's OOM killer: it died of SIGKILL and the OOM kill
+// count of its cgroups rose since it started. The kernel counts the kill
+// right after it sends the signal, which a reaper can beat: a SIGKILL
+// exit without a rise reads the counter once more after a short pause,
+// so an OOM kill is not reported as a plain kill (the pause costs only
+// SIGKILL exits of sessions with a memory cgroup).
+func (s *server) oomKilled(rec journal.Exit) bool {
+	if !s.oomSeen || rec.Reason != journal.ReasonSignaled || rec.Signal != int(syscall.SIGKILL) {
+		return false
+	}
+	for try := 0; ; try++ {
+		if n, err := oom.Kills(s.spec.Cgroups); err == nil && n > s.oomBase {
+			return true
+		}
+		if try == 1 {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // exitRecord converts a wait status into the exit record: the true code,

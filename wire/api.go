@@ -62,6 +62,11 @@ const (
 	CapTTY              = "tty"
 	CapPublicURL        = "public_url"
 	CapTerminateSession = "terminate_session"
+	// CapResourceLimits: sandboxes take Limits (memory, pids, cpu), their
+	// usage is reported, and an exit by the kernel's OOM killer reads
+	// oom_killed. Advertised only where runnerd can create and write
+	// cgroups; elsewhere a create or update with limits is not_supported.
+	CapResourceLimits = "resource_limits"
 )
 
 // Limits the daemon enforces; a client may check them before sending.
@@ -85,6 +90,42 @@ type CreateSandbox struct {
 	Name    string   `json:"name"`
 	User    string   `json:"user,omitempty"`
 	Network *Network `json:"network,omitempty"`
+	// Limits bound the sandbox's resources (capability resource_limits).
+	// Absent: the host's defaults for a new sandbox; an existing sandbox
+	// is returned as it is. A zero field is the host's default for it.
+	Limits *Limits `json:"limits,omitempty"`
+}
+
+// Limits bound one sandbox's resources, all its sessions together. A zero
+// (absent) field means no limit of that kind beyond the host's default.
+// Bad values (memory below 1 MiB, negative numbers, a weight outside
+// 1..10000, a quota below 1000 us, a period outside 1000..1000000 us or
+// without a quota) are 400 invalid.
+type Limits struct {
+	// MemoryBytes caps memory (anonymous and page cache; no swap beyond
+	// it). Past it the kernel's OOM killer kills a process of the sandbox.
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	// Pids caps the tasks (processes and threads) alive at once.
+	Pids int64 `json:"pids,omitempty"`
+	// CPUWeight is the share of contended CPU, 1..10000 (default 100).
+	CPUWeight uint64 `json:"cpu_weight,omitempty"`
+	// CPUQuotaUS is the CPU time in microseconds the sandbox may use per
+	// CPUPeriodUS (default 100000): quota 2×period is two full cores.
+	CPUQuotaUS  int64 `json:"cpu_quota_us,omitempty"`
+	CPUPeriodUS int64 `json:"cpu_period_us,omitempty"`
+}
+
+// Usage is what a sandbox has consumed, read from its cgroup when the
+// sandbox is read alone (GET /v1/sandboxes/{name}); listings leave it out.
+type Usage struct {
+	MemoryBytes     uint64 `json:"memory_bytes"`
+	MemoryPeakBytes uint64 `json:"memory_peak_bytes"`
+	// CPUUsec is the CPU time of every process that ran in the sandbox
+	// since its cgroup was created (at create or the last resume).
+	CPUUsec uint64 `json:"cpu_usec"`
+	Pids    uint64 `json:"pids"`
+	// OOMKills counts the processes the kernel killed for memory.
+	OOMKills uint64 `json:"oom_kills"`
 }
 
 // Sandbox describes one sandbox. Incarnation changes only when a sandbox of
@@ -106,6 +147,10 @@ type Sandbox struct {
 	// as User or as runnerd's own user.
 	UID *uint32 `json:"uid,omitempty"`
 	GID *uint32 `json:"gid,omitempty"`
+	// Limits are the sandbox's limits (absent: none). Usage is present
+	// only in the answer for one sandbox, where it has a cgroup.
+	Limits *Limits `json:"limits,omitempty"`
+	Usage  *Usage  `json:"usage,omitempty"`
 }
 
 // SandboxList is one page of GET /v1/sandboxes. An empty NextPageToken means
@@ -133,7 +178,9 @@ type URL struct {
 // Terminated says the command ended after a stop was asked for through
 // terminate (POST .../terminate, suspend, destroy, an exec's timeout); Code
 // and Signal still say how it ended. Absent (false) in records of daemons
-// that predate it.
+// that predate it. OOMKilled says the kernel's OOM killer killed the
+// command for its sandbox's memory limit: Reason is then "signaled" with
+// Signal 9 (Code 137), as for any SIGKILL.
 type Exit struct {
 	Reason     string           `json:"reason"`
 	Code       int              `json:"code"`
@@ -142,6 +189,7 @@ type Exit struct {
 	Lengths    map[string]int64 `json:"lengths,omitempty"`
 	Time       time.Time        `json:"time"`
 	Terminated bool             `json:"terminated,omitempty"`
+	OOMKilled  bool             `json:"oom_killed,omitempty"`
 }
 
 // CreateSession is the body of POST /v1/sandboxes/{name}/sessions.

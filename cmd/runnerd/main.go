@@ -15,12 +15,14 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/agentrunner/runner/daemon"
 	"github.com/agentrunner/runner/shim"
 	"github.com/agentrunner/runner/version"
+	"github.com/agentrunner/runner/wire"
 )
 
 const usage = `runnerd: the runner daemon (docs/protocol.md, docs/operations.md)
@@ -97,6 +99,15 @@ func run(args []string) int {
 		`which sandboxes run (when runnerd is root) as an unprivileged uid of their own with no way back to privilege: "contained" (those with a network policy) or "all" (multi-tenant hosts; needs root); uncontained sandboxes under "contained" run as their user or as runnerd's (for a VM that is itself the boundary)`)
 	identityRange := fs.String("identity-range", envOr(daemon.EnvIdentityRange, fmt.Sprintf("%d-%d", daemon.DefaultIdentityFirst, daemon.DefaultIdentityLast)),
 		"FIRST-LAST: the uids (gid = uid) given to isolated sandboxes; must hold no uid or gid the host uses (the default lies in a range systemd documents as unused)")
+	cgroups := fs.String("cgroups", envOr("RUNNERD_CGROUPS", daemon.CgroupsAuto),
+		`per-sandbox cgroups with resource limits: "auto" (when this host can enforce them: root or a delegated subtree with the memory, pids and cpu controllers; resource_limits is advertised) or "off" (never; limits are refused with not_supported)`)
+	cgroupRoot := fs.String("cgroup-root", "", "cgroup under which sandboxes' cgroups go, relative to runnerd's own cgroup in each hierarchy unless absolute (default \"runner\")")
+	var defMemory byteSize
+	fs.Var(&defMemory, "default-memory", "memory limit of a sandbox created without one, in bytes or with a K, M or G suffix (powers of 1024); 0: none")
+	defPids := fs.Int64("default-pids", 0, "tasks (processes and threads) limit of a sandbox created without one; 0: none")
+	defWeight := fs.Uint64("default-cpu-weight", 0, "CPU weight (1..10000, kernel default 100) of a sandbox created without one; 0: the kernel's default")
+	defQuota := fs.Int64("default-cpu-quota-us", 0, "CPU time in microseconds per --default-cpu-period-us a sandbox created without a quota may use (200000 per 100000 is two cores); 0: none")
+	defPeriod := fs.Int64("default-cpu-period-us", 0, "accounting period of --default-cpu-quota-us (1000..1000000; 0: 100000)")
 	shimBin := fs.String("shim", envOr("RUNNERD_SHIM", ""), `the per-session supervisor binary (runner-shim, run as "PATH serve"), built from the same source as this runnerd; empty: runnerd re-executes itself as "runnerd shim" (one binary, ~0.4 MiB more private memory per idle session)`)
 	warmShims := fs.Int("warm-shims", daemon.DefaultWarmShims, "pre-started shims kept waiting for a session, so a spawn skips two process starts (~1.5 MiB private memory each while idle); 0 disables")
 	maxExecs := fs.Int("max-execs", daemon.DefaultMaxExecs, "execs in flight at once (each buffers up to 2x16 MiB of output); one more is answered 429 rate_limited")
@@ -183,6 +194,11 @@ func run(args []string) int {
 		IdentityFirst: idFirst,
 		IdentityLast:  idLast,
 
+		Cgroups:    *cgroups,
+		CgroupRoot: *cgroupRoot,
+		DefaultLimits: wire.Limits{MemoryBytes: int64(defMemory), Pids: *defPids, CPUWeight: *defWeight,
+			CPUQuotaUS: *defQuota, CPUPeriodUS: *defPeriod},
+
 		SessionRetention:   *retention,
 		JournalRetainBytes: *retainBytes,
 
@@ -223,5 +239,33 @@ func (a *addrPorts) Set(v string) error {
 		return fmt.Errorf("want IP or IP:port: %w", err)
 	}
 	*a = append(*a, ap)
+	return nil
+}
+
+// byteSize is a flag of bytes: a number with an optional K, M or G suffix
+// (powers of 1024; "KiB" and "k" spell the same).
+type byteSize int64
+
+func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+
+func (b *byteSize) Set(v string) error {
+	s := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(v)), "B"), "I")
+	shift := 0
+	switch {
+	case strings.HasSuffix(s, "K"):
+		shift = 10
+	case strings.HasSuffix(s, "M"):
+		shift = 20
+	case strings.HasSuffix(s, "G"):
+		shift = 30
+	}
+	if shift > 0 {
+		s = s[:len(s)-1]
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)>>shift {
+		return fmt.Errorf("%q: want bytes, optionally with a K, M or G suffix", v)
+	}
+	*b = byteSize(n << shift)
 	return nil
 }

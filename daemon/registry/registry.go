@@ -60,6 +60,9 @@ type Sandbox struct {
 	// (shim.Spec.Isolate): set when it is created contained (or under
 	// --isolate all) or a policy is added to it; never cleared.
 	Isolated bool `json:"isolated,omitempty"`
+	// Limits are the sandbox's resource limits (the host's defaults
+	// filled in); nil: none. The cgroup is converged to them.
+	Limits *wire.Limits `json:"limits,omitempty"`
 }
 
 // Session is the registry's record of one session.

@@ -23,7 +23,7 @@ import (
 func main() {
 	cfg := bench.Full()
 	tiny := flag.Bool("tiny", false, "run every figure at a tiny size (what CI runs)")
-	only := flag.String("only", "", "comma-separated groups to run: stream, calls, seek, follow, idle (default all)")
+	only := flag.String("only", "", "comma-separated groups to run: stream, calls, seek, follow, idle, limits (default all)")
 	repeat := flag.Int("repeat", 0, "rounds of every figure (default 3)")
 	profile := flag.String("profile", "", "directory for CPU profiles of an extra, in-process throughput run")
 	calls := flag.Int("calls", 0, "exec and spawn calls per round, back to back (default 500)")

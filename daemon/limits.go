@@ -1,0 +1,291 @@
+package daemon
+
+// Resource limits: a cgroup per sandbox (package cgroup), created with the
+// sandbox, removed at suspend and destroy, re-created at resume and adopted
+// at start; one leaf per session, where the shim places the command
+// (shim.Spec.Cgroups). The lifecycle functions call these helpers at one
+// line each; the HTTP surface of limits (PUT .../limits, usage on GET) is
+// here too.
+//
+// Invariants:
+//
+//   - Advertise or refuse: s.cg is non-nil only where cgroup.Manager's
+//     Available is nil; otherwise resource_limits is not advertised and
+//     any limit asked for is not_supported, never accepted unenforced.
+//   - The registry record is the truth of a sandbox's limits; the cgroup
+//     is converged to it (create, resume, adoption at start, a spawn that
+//     finds it missing). A restarted runnerd removes no cgroup.
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/agentrunner/runner/cgroup"
+	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/wire"
+)
+
+// Cgroup modes (Config.Cgroups).
+const (
+	// CgroupsAuto gives every sandbox a cgroup, and takes limits, when
+	// this host can enforce them (cgroup.Manager.Available); otherwise
+	// limits are refused with not_supported and the log says why.
+	CgroupsAuto = "auto"
+	// CgroupsOff never creates cgroups: resource_limits is not advertised
+	// and limits are refused.
+	CgroupsOff = "off"
+)
+
+// cgroupOpTimeout bounds a cgroup removal (which kills what is left and
+// waits for it) that must finish even when its client has gone away.
+const cgroupOpTimeout = 30 * time.Second
+
+func errNoLimits() *apiError {
+	return errNotSupported("resource limits are not enforced on this host (resource_limits is not advertised; see runnerd's startup log)")
+}
+
+// startCgroups sets s.cg when the configuration asks for cgroups and the
+// host can enforce limits, then adopts the running sandboxes' cgroups. It
+// never fails Run: a host that cannot runs without the capability and
+// says why in the log.
+func (s *server) startCgroups() {
+	if s.cfg.Cgroups == CgroupsOff {
+		s.log.Info("cgroups disabled (--cgroups=off): resource_limits is not advertised and limits are refused")
+		return
+	}
+	m, err := cgroup.New(cgroup.Config{Root: s.cfg.CgroupRoot})
+	if err == nil {
+		err = m.Available()
+	}
+	if err != nil {
+		s.log.Warn("resource limits not enforced: resource_limits is not advertised, limits are refused with not_supported and the default limits are not applied", "err", err)
+		return
+	}
+	s.cg = m
+	s.log.Info("resource limits enforced", "mode", m.Mode().String(), "root", s.cfg.CgroupRoot, "defaults", s.cfg.DefaultLimits)
+	s.adoptCgroups()
+}
+
+// parseLimits validates a request's limits and fills its zero fields
+// from the host's defaults. nil (absent) is the defaults alone. The
+// result is nil when no limit at all applies.
+func (s *server) parseLimits(req *wire.Limits) (*wire.Limits, error) {
+	l := s.cfg.DefaultLimits
+	if req != nil {
+		if *req != (wire.Limits{}) && s.cg == nil {
+			return nil, errNoLimits()
+		}
+		if req.MemoryBytes != 0 {
+			l.MemoryBytes = req.MemoryBytes
+		}
+		if req.Pids != 0 {
+			l.Pids = req.Pids
+		}
+		if req.CPUWeight != 0 {
+			l.CPUWeight = req.CPUWeight
+		}
+		if req.CPUQuotaUS != 0 || req.CPUPeriodUS != 0 {
+			l.CPUQuotaUS, l.CPUPeriodUS = req.CPUQuotaUS, req.CPUPeriodUS
+		}
+	}
+	if l == (wire.Limits{}) || s.cg == nil {
+		// Defaults apply only where enforced (Run warned at start).
+		return nil, nil
+	}
+	if err := toCgroupLimits(&l).Validate(); err != nil {
+		return nil, errInvalid("limits: %v", err)
+	}
+	return &l, nil
+}
+
+// toCgroupLimits converts wire limits (nil: none) to cgroup.Limits.
+func toCgroupLimits(l *wire.Limits) cgroup.Limits {
+	if l == nil {
+		return cgroup.Limits{}
+	}
+	return cgroup.Limits{
+		MemoryBytes: l.MemoryBytes,
+		Pids:        l.Pids,
+		CPUWeight:   l.CPUWeight,
+		CPUQuota:    time.Duration(l.CPUQuotaUS) * time.Microsecond,
+		CPUPeriod:   time.Duration(l.CPUPeriodUS) * time.Microsecond,
+	}
+}
+
+// sameLimits reports whether two limits (nil: none) are equal.
+func sameLimits(a, b *wire.Limits) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+// ensureCgroup gets or creates the cgroup of a running sb with its
+// recorded limits; nothing for a suspended one (it has none) or without
+// cgroups. The caller holds sb's lock.
+func (s *server) ensureCgroup(sb registry.Sandbox) error {
+	if s.cg == nil || sb.State != wire.SandboxRunning {
+		return nil
+	}
+	if err := s.cg.Ensure(sb.Name, toCgroupLimits(sb.Limits)); err != nil {
+		if errors.Is(err, cgroup.ErrInvalid) {
+			return errInvalid("limits: %v", err)
+		}
+		return errUnavailable("create cgroup: %v", err)
+	}
+	return nil
+}
+
+// createCgroup is createSandbox's step 4b: a re-create that asks for
+// limits (asked) must find the same ones recorded (conflict otherwise, as
+// for a network policy; absent limits take the sandbox as it is), then
+// the cgroup is got or created with the recorded limits, for an existing
+// record too, so a retry of a create that failed here repairs it.
+func (s *server) createCgroup(sb registry.Sandbox, created, asked bool, limits *wire.Limits) error {
+	if !created && asked && !sameLimits(sb.Limits, limits) {
+		return errConflict("%s: sandbox %q exists with different limits (change them with PUT /v1/sandboxes/%s/limits)", wire.DetailConflict, sb.Name, sb.Name)
+	}
+	return s.ensureCgroup(sb)
+}
+
+// removeCgroup removes sandbox name's cgroup, killing whatever is still
+// in it (the caller has stopped its sessions: this is the backstop).
+// Absent, or no cgroups, is success. The caller holds name's lock.
+func (s *server) removeCgroup(ctx context.Context, name string) error {
+	if s.cg == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cgroupOpTimeout)
+	defer cancel()
+	if err := s.cg.Remove(ctx, name); err != nil {
+		return errUnavailable("remove cgroup: %v", err)
+	}
+	return nil
+}
+
+// removeSessionCgroup removes session ss's leaf once its record is gone.
+// A failure is only logged: the leaf goes with the sandbox's cgroup.
+func (s *server) removeSessionCgroup(ctx context.Context, ss registry.Session) {
+	if s.cg == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cgroupOpTimeout)
+	defer cancel()
+	if err := s.cg.RemoveSession(ctx, ss.Sandbox, ss.ID); err != nil {
+		s.log.Warn("remove session cgroup", "sandbox", ss.Sandbox, "session", ss.ID, "err", err)
+	}
+}
+
+// sessionCgroups returns the directories session ss of sb's command is
+// placed in (shim.Spec.Cgroups), creating its leaf, and the sandbox's
+// cgroup when it is missing (a retry repairs a failed create). A sandbox
+// with limits on a runnerd that cannot enforce them is refused: its
+// commands never run unbounded.
+func (s *server) sessionCgroups(sb registry.Sandbox, ss registry.Session) ([]string, error) {
+	if s.cg == nil {
+		if sb.Limits != nil {
+			return nil, errNoLimits()
+		}
+		return nil, nil
+	}
+	dirs, err := s.cg.SessionDirs(sb.Name, ss.ID)
+	if errors.Is(err, cgroup.ErrNotFound) {
+		if err = s.ensureCgroup(sb); err != nil {
+			return nil, err
+		}
+		dirs, err = s.cg.SessionDirs(sb.Name, ss.ID)
+	}
+	if err != nil {
+		return nil, errUnavailable("create session cgroup: %v", err)
+	}
+	return dirs, nil
+}
+
+// usage is sb's usage read from its cgroup; nil when it has none.
+func (s *server) usage(sb registry.Sandbox) *wire.Usage {
+	if s.cg == nil || sb.State != wire.SandboxRunning {
+		return nil
+	}
+	u, err := s.cg.Usage(sb.Name)
+	if err != nil {
+		if !errors.Is(err, cgroup.ErrNotFound) {
+			s.log.Warn("read cgroup usage", "sandbox", sb.Name, "err", err)
+		}
+		return nil
+	}
+	return &wire.Usage{
+		MemoryBytes:     u.MemoryBytes,
+		MemoryPeakBytes: u.MemoryPeakBytes,
+		CPUUsec:         uint64(u.CPUTime.Microseconds()),
+		Pids:            u.Pids,
+		OOMKills:        u.OOMKills,
+	}
+}
+
+// setLimits replaces sandbox name's limits (zero fields: the host's
+// defaults): the cgroup of a running sandbox first, then the record, so
+// the record never claims a limit the kernel was not given (a failed
+// record write leaves the new limits enforced; a retry records them).
+func (s *server) setLimits(ctx context.Context, name string, req wire.Limits) (registry.Sandbox, error) {
+	if err := validName(name); err != nil {
+		return registry.Sandbox{}, err
+	}
+	if s.cg == nil {
+		// not_found first, as PUT .../network answers.
+		if sb, err := s.scopedSandbox(ctx, name); err != nil {
+			return sb, err
+		}
+		return registry.Sandbox{}, errNoLimits()
+	}
+	l, err := s.parseLimits(&req)
+	if err != nil {
+		return registry.Sandbox{}, err
+	}
+	unlock := s.locks.Lock(name)
+	defer unlock()
+	sb, err := s.scopedSandbox(ctx, name)
+	if err != nil {
+		return sb, err
+	}
+	if sb.State == wire.SandboxRunning {
+		err := s.cg.Update(name, toCgroupLimits(l))
+		if errors.Is(err, cgroup.ErrNotFound) {
+			err = s.cg.Ensure(name, toCgroupLimits(l))
+		}
+		switch {
+		case errors.Is(err, cgroup.ErrInvalid):
+			return sb, errInvalid("limits: %v", err)
+		case err != nil:
+			// Lowering memory below what the sandbox holds fails (EBUSY)
+			// once the kernel cannot reclaim: the old limits stay.
+			return sb, errConflict("apply limits: %v", err)
+		}
+	}
+	sb, err = s.reg.UpdateSandbox(name, func(sb *registry.Sandbox) error {
+		sb.Limits = l
+		return nil
+	})
+	if err != nil {
+		return sb, s.registryErr(err, name)
+	}
+	s.log.Info("sandbox limits set", "sandbox", name, "limits", l)
+	return sb, nil
+}
+
+func (s *server) handleLimits(w http.ResponseWriter, r *http.Request) {
+	var req wire.Limits
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sb, err := s.setLimits(r.Context(), r.PathValue("name"), req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := toWireSandbox(sb)
+	out.Usage = s.usage(sb)
+	s.writeJSON(w, http.StatusOK, out)
+}
