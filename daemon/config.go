@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -49,6 +50,51 @@ const (
 	// and runnerd does not touch the host's network configuration.
 	NetPolicyOff = "off"
 )
+
+// Isolation modes (Config.Isolate).
+const (
+	// IsolateContained gives every contained sandbox (one with a network
+	// policy) its own identity and no way back to privilege, when runnerd
+	// runs as root. Uncontained sandboxes run as their user, or as
+	// runnerd's: right where runnerd is the in-guest daemon of a VM that
+	// is itself the boundary.
+	IsolateContained = "contained"
+	// IsolateAll isolates every sandbox (multi-tenant hosts). It needs
+	// runnerd to run as root.
+	IsolateAll = "all"
+)
+
+// DefaultIdentityFirst and DefaultIdentityLast bound the uids (and gids)
+// runnerd gives isolated sandboxes: 0x70000000-0x7000FFFF. systemd's
+// table of UID ranges (https://systemd.io/UIDS-GIDS/) leaves
+// 1879048192-2147352575 unused: above the nspawn container ranges
+// (524288-1879048191), below the foreign range (2147352576) and 2^31 (which
+// some tools read as negative), and far from users (< 60001), homed
+// (60001-60513), DynamicUser (61184-65519), nobody (65534) and the
+// subordinate ids useradd hands out by default (100000-600100000). A uid
+// that resolves through NSS is skipped at allocation anyway.
+const (
+	DefaultIdentityFirst = 0x70000000
+	DefaultIdentityLast  = 0x7000FFFF
+)
+
+// EnvIsolate and EnvIdentityRange configure isolation (flags --isolate,
+// --identity-range).
+const (
+	EnvIsolate       = "RUNNERD_ISOLATE"
+	EnvIdentityRange = "RUNNERD_IDENTITY_RANGE"
+)
+
+// ParseIdentityRange parses "FIRST-LAST" (inclusive uids).
+func ParseIdentityRange(s string) (first, last uint32, err error) {
+	a, b, ok := strings.Cut(s, "-")
+	f, err1 := strconv.ParseUint(strings.TrimSpace(a), 10, 32)
+	l, err2 := strconv.ParseUint(strings.TrimSpace(b), 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return 0, 0, fmt.Errorf("identity range %q: want FIRST-LAST", s)
+	}
+	return uint32(f), uint32(l), nil
+}
 
 // DefaultNetPolicyState is where network containment keeps its files
 // (namespace mounts, resolv.conf files, address slots) when /run is
@@ -132,6 +178,14 @@ type Config struct {
 	// runnerd's own. For tests, so they never modify the real host.
 	NetPolicyHostNetNS string
 
+	// Isolate is IsolateContained (the default when empty) or IsolateAll.
+	Isolate string
+	// IdentityFirst and IdentityLast bound the uids given to isolated
+	// sandboxes (gid = uid); both 0 means DefaultIdentityFirst and
+	// DefaultIdentityLast. The range must not hold 0, 65534, 65535 or
+	// 4294967295, and should hold no uid or gid the host uses (one that
+	// resolves through NSS is skipped).
+	IdentityFirst, IdentityLast uint32
 	// Cgroups is CgroupsAuto (the default when empty) or CgroupsOff: whether
 	// every sandbox gets a cgroup (package cgroup) with its limits.
 	Cgroups string
@@ -246,6 +300,19 @@ func (cfg Config) withDefaults() (Config, error) {
 			return cfg, fmt.Errorf("resolve netpolicy state directory: %w", err)
 		}
 		cfg.NetPolicyState = abs
+	}
+	switch cfg.Isolate {
+	case "":
+		cfg.Isolate = IsolateContained
+	case IsolateContained, IsolateAll:
+	default:
+		return cfg, fmt.Errorf("config: isolate %q: want %q or %q", cfg.Isolate, IsolateContained, IsolateAll)
+	}
+	if cfg.IdentityFirst == 0 && cfg.IdentityLast == 0 {
+		cfg.IdentityFirst, cfg.IdentityLast = DefaultIdentityFirst, DefaultIdentityLast
+	}
+	if err := checkIdentityRange(cfg.IdentityFirst, cfg.IdentityLast); err != nil {
+		return cfg, err
 	}
 	switch cfg.Cgroups {
 	case "":

@@ -32,5 +32,7 @@
 // sessionstate.go (repairing its record from its shim), stopping.go
 // (terminate and delete), recovery.go (what runnerd repairs at start and
 // the retention janitor), commits.go (registry commits made after the
-// answer). A sandbox's network policy is network.go's.
+// answer). A sandbox's network policy is network.go's; who its commands
+// run as (its identity, isolation) and the state directory's modes are
+// identity.go's.
 package daemon

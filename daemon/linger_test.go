@@ -95,11 +95,13 @@ func TestNetworkRefusedWithLeftovers(t *testing.T) {
 	netState := t.TempDir()
 	t.Cleanup(func() { netlab.UnmountLeftovers(netState) })
 	a := startDaemonCfg(t, daemon.Config{
-		StateDir: t.TempDir(), Token: testToken,
+		StateDir: passableTempDir(t), Token: testToken,
 		NetPolicyState: netState, NetPolicyPool: netlab.Pool, NetPolicyHostNetNS: lab.HostNetNS,
 		DNSUpstream: []netip.AddrPort{netip.AddrPortFrom(netlab.C, 53)},
 	})
-	a.createSandbox("hostnet")
+	// An unprivileged user: a policy is never added to a sandbox whose
+	// commands run as root (TestHostileCommand).
+	a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "hostnet", User: "nobody"}, 200, nil)
 	id, pid := leftover(t, a, "hostnet", "300.0404", true)
 	r := a.do("PUT", "/v1/sandboxes/hostnet/network", wire.Network{Allow: []string{}})
 	a.wantError(r, http.StatusConflict, wire.CodeInvalid)

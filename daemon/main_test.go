@@ -34,6 +34,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// Binaries here (the probe, the attack program) run as the
+	// unprivileged identities of isolated sandboxes too.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	runnerdBin = filepath.Join(dir, "runnerd")
 	args := []string{"build", "-o", runnerdBin}
 	if raceEnabled {

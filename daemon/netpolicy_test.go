@@ -182,7 +182,7 @@ func netnsFiles(t *testing.T, netState string) []string {
 func TestNetworkPolicy(t *testing.T) {
 	w := netlab.New(t)
 	buildProbe(t)
-	state := t.TempDir()
+	state := passableTempDir(t) // contained sandboxes run as their own uid
 	netState := t.TempDir()
 	// Last cleanup to run: whatever a failed test left mounted goes, so
 	// TempDir can be removed.
@@ -278,7 +278,9 @@ func TestNetworkPolicy(t *testing.T) {
 	})
 	run("host network then policy", func(t *testing.T) {
 		var sb wire.Sandbox
-		a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "hostnet"}, 200, &sb)
+		// An unprivileged user: a policy is never added to a sandbox
+		// whose commands run as root (TestIsolation).
+		a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "hostnet", User: "nobody"}, 200, &sb)
 		if sb.Network != nil {
 			t.Fatalf("sandbox created without a policy shows %+v", sb.Network)
 		}
@@ -378,7 +380,7 @@ func TestNetworkPolicyEscapeKilled(t *testing.T) {
 	t.Cleanup(func() { netlab.UnmountLeftovers(netState) })
 	lying := `for d; do :; done; sed -i 's/,"netns":"[^"]*"//' "$d/spec.json" && exec "$0" shim "$@"`
 	a := startDaemonCfg(t, daemon.Config{
-		StateDir: t.TempDir(), Token: testToken,
+		StateDir: passableTempDir(t), Token: testToken,
 		NetPolicyState: netState, NetPolicyPool: netlab.Pool, NetPolicyHostNetNS: lab.HostNetNS,
 		DNSUpstream: []netip.AddrPort{netip.AddrPortFrom(netlab.C, 53)},
 		ShimCommand: []string{"/bin/sh", "-c", lying, runnerdBin},

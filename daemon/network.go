@@ -202,7 +202,7 @@ func (s *server) teardownNet(ctx context.Context, sb registry.Sandbox) error {
 // (setns to /proc/1/ns/net, or write a file the host runs), so a policy
 // contains it in name only. Run contained sandboxes with a user.
 func (s *server) warnRootContained(sb registry.Sandbox) {
-	if os.Geteuid() != 0 {
+	if os.Geteuid() != 0 || sb.Identity != nil {
 		return
 	}
 	if sb.User != "" && sb.User != "root" && sb.User != "0" && !strings.HasPrefix(sb.User, "0:") {
@@ -293,6 +293,10 @@ func (s *server) handleNetwork(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if err := s.checkContainable(sb); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	if sb.Network == nil {
 		// Moving from the host network into a namespace: a process that
 		// runs now would stay outside it and escape the policy.
@@ -327,6 +331,7 @@ func (s *server) handleNetwork(w http.ResponseWriter, r *http.Request) {
 	// The record first: from here on every spawn goes into the namespace
 	// (or is refused until it exists).
 	sb, err = s.reg.UpdateSandbox(name, func(rec *registry.Sandbox) error {
+		rec.Isolated = rec.Isolated || s.isolating(true)
 		rec.Network = policy
 		return nil
 	})

@@ -70,6 +70,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 
 	s := newServer(cfg, reg)
+	if err := s.initIdentities(); err != nil {
+		return err
+	}
 	s.token = token
 	defer s.endLife() // beginStop ends it on a clean stop; this on an early return
 	// Deferred registry commits land before the registry closes (defers

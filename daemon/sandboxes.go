@@ -11,7 +11,7 @@ import (
 )
 
 func toWireSandbox(sb registry.Sandbox) wire.Sandbox {
-	return wire.Sandbox{
+	w := wire.Sandbox{
 		Name:        sb.Name,
 		Incarnation: sb.Incarnation,
 		State:       sb.State,
@@ -20,8 +20,14 @@ func toWireSandbox(sb registry.Sandbox) wire.Sandbox {
 		Workspace:   sb.Workspace,
 		User:        sb.User,
 		Network:     sb.Network,
+		Isolated:    sb.Isolated || sb.Identity != nil,
 		Limits:      sb.Limits,
 	}
+	if sb.Identity != nil {
+		uid, gid := sb.Identity.UID, sb.Identity.GID
+		w.UID, w.GID = &uid, &gid
+	}
+	return w
 }
 
 func (s *server) handleCreateSandbox(w http.ResponseWriter, r *http.Request) {

@@ -30,18 +30,23 @@ func (s *server) workspace(name string) string {
 //
 //  1. validate: the name, the network policy (refused where policies are
 //     not enforced), the limits (likewise; parseLimits fills the host's
-//     defaults), the run-as user (must exist on the host);
+//     defaults), the run-as user (must exist on the host; never root for
+//     an isolated sandbox, identityFor);
 //  2. take the sandbox's lock;
 //  3. make the workspace, 0700, before the record, so a record always names
 //     a workspace that exists (a directory a failed create left is reused);
-//  4. commit the record (registry.CreateSandbox), or find the existing one
-//     and refuse a different user or policy (conflict); then get or create
+//  4. commit the record with the identity of an isolated sandbox that
+//     names no user, allocated in the same transaction
+//     (registry.CreateSandboxIdentity), or find the existing one and
+//     refuse a different user or policy (conflict); then get or create
 //     its cgroup with the recorded limits (createCgroup; different limits
 //     asked of an existing sandbox are a conflict), so a retry repairs it;
 //  5. set up the network namespace of a contained sandbox (ensureNet), so
 //     no command can run outside it; a failure leaves the record, denying
 //     all, and a retry sets it up;
-//  6. a new sandbox's workspace is chowned to its run-as user.
+//  6. the workspace is given to the sandbox's identity (ownWorkspace, on
+//     every create: it repairs a crash before it), or a new sandbox's to
+//     its run-as user.
 func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (registry.Sandbox, error) {
 	if err := validName(req.Name); err != nil {
 		return registry.Sandbox{}, err
@@ -69,6 +74,10 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (reg
 		uid, _ = strconv.Atoi(u.Uid)
 		gid, _ = strconv.Atoi(u.Gid)
 	}
+	pool, isolated, err := s.identityFor(req.Name, req.User, uid, gid, network != nil)
+	if err != nil {
+		return registry.Sandbox{}, err
+	}
 	unlock := s.locks.Lock(req.Name)
 	defer unlock()
 	ws := s.workspace(req.Name)
@@ -81,15 +90,16 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (reg
 	if err := os.Chmod(ws, 0o700); err != nil { // a directory left by a failed create
 		return registry.Sandbox{}, errUnavailable("create workspace: %v", err)
 	}
-	sb, created, err := s.reg.CreateSandbox(registry.Sandbox{
+	sb, created, err := s.reg.CreateSandboxIdentity(registry.Sandbox{
 		Name:      req.Name,
 		State:     wire.SandboxRunning,
 		CreatedAt: time.Now().UTC(),
 		Workspace: ws,
 		User:      req.User,
 		Network:   network,
+		Isolated:  isolated,
 		Limits:    limits,
-	})
+	}, pool)
 	if err != nil {
 		return sb, errUnavailable("write registry: %v", err)
 	}
@@ -114,6 +124,9 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (reg
 		if _, err := s.ensureNet(nctx, sb); err != nil {
 			return sb, err
 		}
+	}
+	if err := s.ownWorkspace(sb); err != nil {
+		return sb, err
 	}
 	if created {
 		if uid >= 0 {
@@ -145,9 +158,11 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (reg
 //     either;
 //  4. remove each session's directory (journal included);
 //  5. remove the workspace;
-//  6. delete its preview tokens, then its record (sessions with it): the
-//     record goes last, so a crash before leaves a sandbox to destroy
-//     again, never files without a record.
+//  6. delete its preview tokens, then its record (sessions with it, and
+//     its identity freed in the same transaction): the record goes last,
+//     so a crash before leaves a sandbox to destroy again, never files
+//     without a record, and no process or file of the sandbox is left
+//     when its uid can go to another.
 func (s *server) destroySandbox(ctx context.Context, name string) error {
 	if err := validName(name); err != nil {
 		return err

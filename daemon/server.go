@@ -36,6 +36,7 @@ type server struct {
 	cg      *cgroup.Manager    // nil when resource limits are not enforced (limits.go)
 	watcher *journal.Watcher   // wakes every follow reader (openReader); closed by Run last
 	execs   chan struct{}      // one token per exec in flight; cap is Config.MaxExecs
+	ids     identities         // isolation policy (identity.go); set by Run, then read-only
 
 	netMu sync.Mutex                    // guards nets
 	nets  map[string]*netpolicy.Sandbox // by netID: namespaces this runnerd set up

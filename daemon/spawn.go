@@ -113,6 +113,9 @@ func (s *server) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolic
 	if nsb != nil {
 		spec.NetNS, spec.ResolvConf = nsb.NetNSPath, nsb.ResolvConfPath
 	}
+	if err := s.isolateSpec(sb, &spec); err != nil { // identity.go
+		return shim.Spec{}, err
+	}
 	var err error
 	if spec.Cgroups, err = s.sessionCgroups(sb, ss); err != nil { // limits.go
 		return shim.Spec{}, err

@@ -139,6 +139,14 @@ type Sandbox struct {
 	Workspace   string     `json:"workspace"`
 	User        string     `json:"user,omitempty"`
 	Network     *Network   `json:"network,omitempty"`
+	// Isolated says the sandbox's commands run as an unprivileged user
+	// with no way back to privilege (no_new_privs, no capabilities).
+	Isolated bool `json:"isolated,omitempty"`
+	// UID and GID are the identity runnerd gave the sandbox, which its
+	// commands run as and its workspace belongs to; absent when they run
+	// as User or as runnerd's own user.
+	UID *uint32 `json:"uid,omitempty"`
+	GID *uint32 `json:"gid,omitempty"`
 	// Limits are the sandbox's limits (absent: none). Usage is present
 	// only in the answer for one sandbox, where it has a cgroup.
 	Limits *Limits `json:"limits,omitempty"`

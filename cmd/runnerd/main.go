@@ -51,6 +51,8 @@ Environment:
                      set both to advertise public_url
   RUNNERD_NETPOLICY, RUNNERD_NETPOLICY_STATE
                      network containment (flags --netpolicy, --netpolicy-state)
+  RUNNERD_ISOLATE, RUNNERD_IDENTITY_RANGE
+                     isolation (flags --isolate, --identity-range)
   RUNNERD_SHIM       the runner-shim binary (flag --shim wins)
   RUNNERD_LOG_LEVEL  debug, info, warn, error (flag --log-level wins)
   NOTIFY_SOCKET      set by systemd (Type=notify): runnerd reports READY=1 there
@@ -93,6 +95,10 @@ func run(args []string) int {
 	var upstreams addrPorts
 	fs.Var(&upstreams, "dns-upstream", "DNS server (IP or IP:port) the sandboxes' resolvers forward allowed names to; repeatable (default: the nameservers of /etc/resolv.conf)")
 	hostNetNS := fs.String("netpolicy-host-netns", "", "TESTING: network namespace file that plays the host for containment (veths, rules, resolvers), so tests never change the real host's network; empty: runnerd's own")
+	isolate := fs.String("isolate", envOr(daemon.EnvIsolate, daemon.IsolateContained),
+		`which sandboxes run (when runnerd is root) as an unprivileged uid of their own with no way back to privilege: "contained" (those with a network policy) or "all" (multi-tenant hosts; needs root); uncontained sandboxes under "contained" run as their user or as runnerd's (for a VM that is itself the boundary)`)
+	identityRange := fs.String("identity-range", envOr(daemon.EnvIdentityRange, fmt.Sprintf("%d-%d", daemon.DefaultIdentityFirst, daemon.DefaultIdentityLast)),
+		"FIRST-LAST: the uids (gid = uid) given to isolated sandboxes; must hold no uid or gid the host uses (the default lies in a range systemd documents as unused)")
 	cgroups := fs.String("cgroups", envOr("RUNNERD_CGROUPS", daemon.CgroupsAuto),
 		`per-sandbox cgroups with resource limits: "auto" (when this host can enforce them: root or a delegated subtree with the memory, pids and cpu controllers; resource_limits is advertised) or "off" (never; limits are refused with not_supported)`)
 	cgroupRoot := fs.String("cgroup-root", "", "cgroup under which sandboxes' cgroups go, relative to runnerd's own cgroup in each hierarchy unless absolute (default \"runner\")")
@@ -132,6 +138,11 @@ func run(args []string) int {
 			return 2
 		}
 		pool = p
+	}
+	idFirst, idLast, err := daemon.ParseIdentityRange(*identityRange)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "runnerd: --identity-range: %v\n", err)
+		return 2
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(strings.ToUpper(*logLevel))); err != nil {
@@ -178,6 +189,10 @@ func run(args []string) int {
 		NetPolicyPool:      pool,
 		DNSUpstream:        upstreams,
 		NetPolicyHostNetNS: *hostNetNS,
+
+		Isolate:       *isolate,
+		IdentityFirst: idFirst,
+		IdentityLast:  idLast,
 
 		Cgroups:    *cgroups,
 		CgroupRoot: *cgroupRoot,

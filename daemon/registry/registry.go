@@ -12,6 +12,11 @@
 // transaction, so concurrent callers serialize on the database: two creates
 // of one name see each other.
 //
+// An identity (the uid/gid an isolated sandbox's commands run as, see
+// identity.go) is taken in the transaction that creates its sandbox's
+// record and released in the one that deletes it, so no identity is ever
+// held without a record nor shared by two records.
+//
 // A Registry is safe for concurrent use. Close it once; Close is idempotent.
 package registry
 
@@ -56,6 +61,13 @@ type Sandbox struct {
 	Workspace   string        `json:"workspace"`
 	User        string        `json:"user,omitempty"`
 	Network     *wire.Network `json:"network,omitempty"`
+	// Identity is the uid/gid allocated to the sandbox (CreateSandboxIdentity);
+	// nil when its commands run as User or as runnerd's own user.
+	Identity *Identity `json:"identity,omitempty"`
+	// Isolated says its commands run with no way back to privilege
+	// (shim.Spec.Isolate): set when it is created contained (or under
+	// --isolate all) or a policy is added to it; never cleared.
+	Isolated bool `json:"isolated,omitempty"`
 	// Limits are the sandbox's resource limits (the host's defaults
 	// filled in); nil: none. The cgroup is converged to them.
 	Limits *wire.Limits `json:"limits,omitempty"`
@@ -93,7 +105,7 @@ func Open(path string) (*Registry, error) {
 		return nil, fmt.Errorf("open registry %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketSandboxes, bucketSessions, bucketSessionOrder} {
+		for _, b := range [][]byte{bucketSandboxes, bucketSessions, bucketSessionOrder, bucketIdentities} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -146,6 +158,14 @@ func put(b *bolt.Bucket, key []byte, v any) error {
 // the stored record and whether this call created it. A new record gets a
 // fresh incarnation id.
 func (r *Registry) CreateSandbox(sb Sandbox) (Sandbox, bool, error) {
+	return r.CreateSandboxIdentity(sb, nil)
+}
+
+// CreateSandboxIdentity is CreateSandbox that, when pool is not nil and
+// the record is new, also allocates the record an identity from pool in
+// the same transaction (ErrNoIdentity when none is free; nothing is
+// stored then). An existing record is returned as it is.
+func (r *Registry) CreateSandboxIdentity(sb Sandbox, pool *IdentityPool) (Sandbox, bool, error) {
 	var out Sandbox
 	var created bool
 	err := r.db.Update(func(tx *bolt.Tx) error {
@@ -157,6 +177,14 @@ func (r *Registry) CreateSandbox(sb Sandbox) (Sandbox, bool, error) {
 		}
 		if !errors.Is(err, ErrNotFound) {
 			return err
+		}
+		sb.Identity = nil
+		if pool != nil {
+			id, err := allocIdentity(tx, *pool, sb.Name)
+			if err != nil {
+				return err
+			}
+			sb.Identity = &id
 		}
 		sb.Incarnation = NewID()
 		out, created = sb, true
@@ -236,10 +264,13 @@ func (r *Registry) CountSandboxes() (int, error) {
 	return n, err
 }
 
-// DeleteSandbox removes the sandbox and all its session records. Absent is
-// not an error.
+// DeleteSandbox removes the sandbox and all its session records, and
+// frees its identity. Absent is not an error.
 func (r *Registry) DeleteSandbox(name string) error {
 	return r.db.Update(func(tx *bolt.Tx) error {
+		if err := freeIdentity(tx, name); err != nil {
+			return err
+		}
 		if err := tx.Bucket(bucketSandboxes).Delete([]byte(name)); err != nil {
 			return err
 		}

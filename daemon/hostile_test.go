@@ -1,0 +1,218 @@
+package daemon_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/agentrunner/runner/netpolicy/netlab"
+	"github.com/agentrunner/runner/wire"
+)
+
+// The hostile-command suite: from inside a contained sandbox created with
+// default settings (no user, allow: []), testdata/attack tries each escape
+// through the API, as a command would, and must fail with the expected
+// errno. runnerd is the real binary, as root, with containment in a
+// netlab.Lab, so no real host network is touched.
+
+// parentPID returns the PPid of pid.
+func parentPID(t *testing.T, pid int) int {
+	t.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "PPid:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no PPid in /proc/%d/status", pid)
+	return 0
+}
+
+func TestHostileCommand(t *testing.T) {
+	lab := netlab.New(t)
+	attack := buildAttack(t)
+	state := passableTempDir(t)
+	netState := t.TempDir()
+	t.Cleanup(func() { netlab.UnmountLeftovers(netState) })
+	a, _ := startRunnerdProc(t, lab, state, netState)
+	t0 := t
+	run := func(name string, fn func(t *testing.T)) {
+		t0.Run(name, func(t *testing.T) {
+			a.t = t
+			defer func() { a.t = t0 }()
+			fn(t)
+		})
+	}
+
+	deny := &wire.Network{Allow: []string{}}
+	var hostile, victim wire.Sandbox
+	a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "hostile", Network: deny}, 200, &hostile)
+	a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "victim", Network: deny}, 200, &victim)
+	for _, sb := range []wire.Sandbox{hostile, victim} {
+		if !sb.Isolated || sb.UID == nil || sb.GID == nil || *sb.UID == 0 {
+			t.Fatalf("contained sandbox %s: isolated %v uid %v gid %v, want isolated with a uid of its own", sb.Name, sb.Isolated, sb.UID, sb.GID)
+		}
+	}
+	if *hostile.UID == *victim.UID {
+		t.Fatalf("two sandboxes share uid %d", *hostile.UID)
+	}
+	uid := *hostile.UID
+
+	// The victim: a secret in its workspace and a running command.
+	a.run("victim", "sh", "-c", "echo secret > secret")
+	victimCmd := a.spawn("victim", wire.CreateSession{ID: "victim-sleep", Argv: []string{"sleep", "600"}})
+	// The hostile sandbox's own running command, whose shim it attacks,
+	// and a second one of its own, to show the ptrace refusal is the uid
+	// check and not Yama (this kernel has none, or it is 0-3).
+	own := a.spawn("hostile", wire.CreateSession{ID: "own-sleep", Argv: []string{"sleep", "600"}})
+	shimPID := parentPID(t, own.PID)
+	var listen wire.Listen
+	raw, err := os.ReadFile(filepath.Join(state, wire.ListenFile))
+	if err != nil || json.Unmarshal(raw, &listen) != nil || listen.PID == 0 {
+		t.Fatalf("read %s: %q, %v", wire.ListenFile, raw, err)
+	}
+	ownDir := sessionDirOf(t, state, own.ID)
+	victimDir := sessionDirOf(t, state, victimCmd.ID)
+	nsFiles := netnsFiles(t, netState)
+	if len(nsFiles) != 2 {
+		t.Fatalf("netns files %v, want one per sandbox", nsFiles)
+	}
+	yama, _ := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope")
+	t.Logf("runnerd pid %d, hostile shim pid %d, victim command pid %d, yama ptrace_scope %q", listen.PID, shimPID, victimCmd.PID, strings.TrimSpace(string(yama)))
+
+	run("identity", func(t *testing.T) {
+		if got := a.run("hostile", attack, "status"); got != isolatedStatus(uid) {
+			t.Errorf("status:\n got %s\nwant %s", got, isolatedStatus(uid))
+		}
+		if u, g, mode := ownerOf(t, hostile.Workspace); u != uid || g != uid || mode != os.ModeDir|0o700 {
+			t.Errorf("workspace %s: %d:%d %v, want %d:%d drwx------", hostile.Workspace, u, g, mode, uid, uid)
+		}
+	})
+
+	cases := []struct {
+		name string
+		argv []string
+		want string
+	}{
+		{"setns through /proc/1/ns/net", []string{"setns", "/proc/1/ns/net"}, "open:EACCES"},
+		// runnerd's own namespace is the host's (pid 1 may live in
+		// another, as in this CI's VM, where even root cannot open it).
+		{"setns through runnerd's /proc/PID/ns/net", []string{"setns", fmt.Sprintf("/proc/%d/ns/net", listen.PID)}, "open:EACCES"},
+		{"setns through the netns bind mount", []string{"setns", filepath.Join(netState, "netns", nsFiles[0])}, "open:EACCES"},
+		// Reachable or not, a namespace needs CAP_SYS_ADMIN to enter.
+		{"setns without capabilities", []string{"setns", "/proc/self/ns/net"}, "setns:EPERM"},
+		{"edit the inet runner table", []string{"nft"}, "runner-visible=false list:EPERM del:EPERM add:EPERM"},
+		{"change routes", []string{"route"}, "route:EPERM"},
+		{"change links", []string{"link"}, "linkset:EPERM"},
+		{"connect to the unix socket", []string{"unix", filepath.Join(state, "runnerd.sock")}, "connect:EACCES"},
+		{"read the token", []string{"read", filepath.Join(state, "token")}, "open:EACCES"},
+		{"read the registry", []string{"read", filepath.Join(state, "registry.db")}, "open:EACCES"},
+		{"list the session directories", []string{"ls", filepath.Join(state, "s")}, "readdir:EACCES"},
+		{"read its own spec.json", []string{"read", filepath.Join(ownDir, "spec.json")}, "open:EACCES"},
+		{"read another sandbox's journal", []string{"ls", filepath.Join(victimDir, "journal")}, "readdir:EACCES"},
+		{"list the workspaces", []string{"ls", filepath.Join(state, "sandboxes")}, "readdir:EACCES"},
+		{"list another sandbox's workspace", []string{"ls", victim.Workspace}, "readdir:EACCES"},
+		{"read another sandbox's workspace", []string{"read", filepath.Join(victim.Workspace, "secret")}, "open:EACCES"},
+		{"write another sandbox's workspace", []string{"write", filepath.Join(victim.Workspace, "planted")}, "open:EACCES"},
+		{"ptrace runnerd", []string{"ptrace", strconv.Itoa(listen.PID)}, "ptrace:EPERM"},
+		{"ptrace its shim", []string{"ptrace", strconv.Itoa(shimPID)}, "ptrace:EPERM"},
+		{"ptrace another sandbox's command", []string{"ptrace", strconv.Itoa(victimCmd.PID)}, "ptrace:EPERM"},
+		{"kill -9 runnerd", []string{"kill", strconv.Itoa(listen.PID)}, "kill:EPERM"},
+		{"kill -9 its shim", []string{"kill", strconv.Itoa(shimPID)}, "kill:EPERM"},
+		{"kill -9 another sandbox's command", []string{"kill", strconv.Itoa(victimCmd.PID)}, "kill:EPERM"},
+		{"mount", []string{"mount", hostile.Workspace}, "mount:EPERM"},
+	}
+	for _, c := range cases {
+		run(c.name, func(t *testing.T) {
+			if got := a.run("hostile", append([]string{attack}, c.argv...)...); got != c.want {
+				t.Errorf("attack %v: got %q, want %q", c.argv, got, c.want)
+			}
+		})
+	}
+	run("setns through a reachable netns bind mount", func(t *testing.T) {
+		// Were netpolicy's state directory passable, entering still
+		// needs a capability the command does not have.
+		for _, d := range []string{netState, filepath.Join(netState, "netns")} {
+			if err := os.Chmod(d, 0o711); err != nil {
+				t.Fatal(err)
+			}
+			defer os.Chmod(d, 0o700)
+		}
+		argv := []string{attack, "setns", filepath.Join(netState, "netns", nsFiles[0])}
+		if got := a.run("hostile", argv...); got != "setns:EPERM" {
+			t.Errorf("attack %v: got %q, want setns:EPERM", argv[1:], got)
+		}
+	})
+	run("setuid escalation", func(t *testing.T) {
+		if got := a.run("hostile", setuidID, "-u"); got != strconv.Itoa(int(uid)) {
+			t.Errorf("setuid-root id -u: got %q, want %d", got, uid)
+		}
+		// su is setuid root on this host: it gains nothing either.
+		res := a.exec("hostile", wire.Exec{Argv: []string{"su", "-c", "id -u"}, TimeoutMS: 10000})
+		if res.Exit.Code == 0 || strings.TrimSpace(string(res.Stdout)) == "0" {
+			t.Errorf("su -c 'id -u': exit %+v stdout %q, want a failure", res.Exit, res.Stdout)
+		}
+	})
+	run("the victim is untouched", func(t *testing.T) {
+		if got := a.run("victim", "cat", "secret"); got != "secret" {
+			t.Errorf("victim's secret: %q", got)
+		}
+		if _, err := os.Stat(filepath.Join(victim.Workspace, "planted")); !os.IsNotExist(err) {
+			t.Errorf("planted file in the victim's workspace: %v", err)
+		}
+		var ss wire.Session
+		a.must("GET", "/v1/sandboxes/victim/sessions/"+victimCmd.ID, nil, 200, &ss)
+		if ss.State != wire.SessionRunning {
+			t.Errorf("victim's command: state %q, want running", ss.State)
+		}
+		if err := syscall.Kill(listen.PID, 0); err != nil {
+			t.Errorf("runnerd: %v", err)
+		}
+	})
+
+	run("root refused", func(t *testing.T) {
+		r := a.do("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "rooted", User: "root", Network: deny})
+		a.wantError(r, http.StatusBadRequest, wire.CodeInvalid)
+		if d := r.errBody(t).Detail; !strings.Contains(d, "omit user") {
+			t.Errorf("detail %q does not say how to get a contained sandbox", d)
+		}
+		a.wantError(a.do("GET", "/v1/sandboxes/rooted", nil), http.StatusNotFound, wire.CodeNotFound)
+		// A sandbox whose commands run as root cannot be given a policy.
+		var plain wire.Sandbox
+		a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "plain"}, 200, &plain)
+		if plain.Isolated || plain.UID != nil {
+			t.Fatalf("uncontained sandbox: isolated %v uid %v, want neither (--isolate contained)", plain.Isolated, plain.UID)
+		}
+		r = a.do("PUT", "/v1/sandboxes/plain/network", wire.Network{Allow: []string{}})
+		a.wantError(r, http.StatusBadRequest, wire.CodeInvalid)
+		if d := r.errBody(t).Detail; !strings.Contains(d, "as root") || !strings.Contains(d, "omit user") {
+			t.Errorf("detail %q does not say why", d)
+		}
+		a.must("GET", "/v1/sandboxes/plain", nil, 200, &plain)
+		if plain.Network != nil {
+			t.Errorf("refused PUT set network %+v", plain.Network)
+		}
+		// Naming an unprivileged user: kept, and isolated too.
+		var named wire.Sandbox
+		a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "named", User: "nobody", Network: deny}, 200, &named)
+		if !named.Isolated || named.UID != nil {
+			t.Errorf("contained sandbox naming nobody: isolated %v uid %v, want isolated, no uid of its own", named.Isolated, named.UID)
+		}
+		if got := a.run("named", attack, "status"); !strings.HasPrefix(got, "uid=65534 euid=65534 ") || !strings.HasSuffix(got, "CapBnd=0000000000000000 CapAmb=0000000000000000 NoNewPrivs=1") {
+			t.Errorf("status as nobody: %s", got)
+		}
+	})
+}
