@@ -19,6 +19,7 @@ import (
 	"github.com/coder/websocket"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrunner/runner/internal/testcap"
 	"github.com/agentrunner/runner/shim"
 	"github.com/agentrunner/runner/wire"
 )
@@ -212,7 +213,7 @@ func TestDestroyManySessions(t *testing.T) {
 func TestRaisesDescriptorLimit(t *testing.T) {
 	prlimit, err := exec.LookPath("prlimit")
 	if err != nil {
-		t.Skip("prlimit (util-linux) is not installed: cannot start runnerd with a low soft limit")
+		testcap.Skip(t, "prlimit", "util-linux prlimit starts runnerd with a low descriptor limit")
 	}
 	_, p := startProcessWrapped(t, t.TempDir(), []string{prlimit, "--nofile=256:4096", "--"})
 	soft, hard := noFileLimits(t, p.cmd.Process.Pid)
