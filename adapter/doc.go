@@ -76,7 +76,8 @@
 //
 // # Errors
 //
-// Every error is one kind of the closed taxonomy of seed 003, matched with
+// Every error is one kind of the contract's closed taxonomy (the one the
+// Elixir sandbox library this package ports defines), matched with
 // errors.Is (sentinels) or errors.As (typed errors with detail):
 // ErrNotFound, ErrTruncated, ErrNotSupported, ErrCommandExited,
 // *RateLimitedError, *UnavailableError, *DeniedError, *InvalidError,

@@ -143,8 +143,9 @@ func (e *ProviderError) Error() string { return e.Provider + ": " + e.Detail }
 // Is reports whether target is ErrProvider.
 func (e *ProviderError) Is(target error) bool { return target == ErrProvider }
 
-// Kind is the wire name of an error kind, as seed 003 spells it. Wire
-// protocols and metrics use it; Go code matches with errors.Is.
+// Kind is the wire name of an error kind, spelled as the contract this
+// package ports spells it. Wire protocols and metrics use it; Go code
+// matches with errors.Is.
 type Kind string
 
 // The kinds, in the order of the taxonomy.

@@ -19,8 +19,6 @@ import (
 	"github.com/agentrunner/runner/wire"
 )
 
-const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
 // normalize validates a spawn request and fills its defaults, so that two
 // requests that mean the same compare equal.
 func normalize(req *wire.CreateSession) error {
@@ -91,7 +89,7 @@ func (s *server) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolic
 	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
 		return shim.Spec{}, errInvalid("cwd %q is not a directory", req.Cwd)
 	}
-	env := envWith(slices.Clone(req.Env), "PATH", defaultPath)
+	env := envWith(slices.Clone(req.Env), "PATH", shim.DefaultPath)
 	env = envWith(env, "HOME", sb.Workspace)
 	if req.TTY {
 		env = envWith(env, "TERM", "xterm-256color")

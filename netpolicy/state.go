@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/agentrunner/runner/internal/atomicfile"
 )
 
 // record is what the Manager persists per sandbox, so a restarted daemon
@@ -29,33 +31,14 @@ func (m *Manager) resolvConfPath(id string) string {
 	return filepath.Join(m.cfg.StateDir, "resolv", id+".conf")
 }
 
-// writeFileAtomic writes data to path via a synced temporary file and a
-// rename, so a crash leaves the old or the new content, never a mix.
+// writeFileAtomic writes data to path (making its directory) via a synced
+// temporary file and a rename, so a crash leaves the old or the new
+// content, never a mix.
 func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.WriteFileSync(path, data, perm)
 }
 
 func (m *Manager) saveRecord(r record) error {

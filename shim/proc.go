@@ -15,7 +15,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+// DefaultPath is the PATH a command gets when its environment names none,
+// and the one the shim looks its program up in then (runnerd puts it into
+// the spec's environment, so both sides agree).
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // openPTY opens a pseudo-terminal pair. The master is opened non-blocking
 // so that its *os.File uses the runtime poller (read/write deadlines work,
@@ -100,7 +103,7 @@ func lookPath(argv0 string, env []string, dir string) (string, error) {
 		}
 		return p, nil
 	}
-	path := defaultPath
+	path := DefaultPath
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
 			path = v
