@@ -92,7 +92,7 @@ func TestCreateNameTakenAdopts(t *testing.T) {
 	}
 	wantKind(t, err, adapter.KindInvalid)
 	var de *daytona.Error
-	if !errors.As(err, &de) || de.Status != http.StatusConflict || !de.FromDaemon {
+	if !errors.As(err, &de) || de.Status != http.StatusConflict || !de.OwnBody {
 		t.Fatalf("second Create: got %#v, want a 409 from the API", de)
 	}
 	adopted, err := c.Get(ctx, "fountain-b-01")
@@ -381,5 +381,20 @@ func TestToolboxProxyURLFromAPI(t *testing.T) {
 	r, err := tb.Execute(ctx, daytona.ExecuteRequest{Command: "echo ok"})
 	if err != nil || r.Result != "ok\n" || r.ExitCode != 0 {
 		t.Fatalf("Execute: got %+v, %v", r, err)
+	}
+}
+
+func TestWaitStateEndsOnError(t *testing.T) {
+	srv := daytonatest.New(t, daytonatest.Options{FailSnapshot: "broken:1"})
+	c := newClient(t, srv)
+	ctx := testCtx(t)
+	sb, err := c.Create(ctx, daytona.CreateSandbox{Name: "fountain-j-01", Snapshot: "broken:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.WaitState(ctx, sb.ID, daytona.StateStarted)
+	wantKind(t, err, adapter.KindProvider)
+	if got.State != daytona.StateError || !strings.Contains(err.Error(), "snapshot broken:1 failed to start") {
+		t.Fatalf("WaitState: got state %q, %v", got.State, err)
 	}
 }

@@ -32,9 +32,9 @@ type Error struct {
 	Op string
 	// Status is the HTTP status of the answer, 0 when none arrived.
 	Status int
-	// FromDaemon is true when the answer carried the API's or the toolbox
+	// OwnBody is true when the answer carried the API's or the toolbox
 	// daemon's own error body (not a proxy's).
-	FromDaemon bool
+	OwnBody bool
 	// Message is the provider's message with every secret removed.
 	Message string
 	kind    error
@@ -57,7 +57,7 @@ func (e *Error) Unwrap() []error {
 // so its taxonomy kind is provider, never not_found.
 func IsToolboxNotFound(err error) bool {
 	var e *Error
-	return errors.As(err, &e) && e.Status == http.StatusNotFound && e.FromDaemon && strings.HasPrefix(e.Op, "toolbox ")
+	return errors.As(err, &e) && e.Status == http.StatusNotFound && e.OwnBody && strings.HasPrefix(e.Op, "toolbox ")
 }
 
 // IsSessionExists reports whether err is the toolbox daemon's 409 on
@@ -65,7 +65,7 @@ func IsToolboxNotFound(err error) bool {
 // before a lost answer).
 func IsSessionExists(err error) bool {
 	var e *Error
-	return errors.As(err, &e) && e.Status == http.StatusConflict && e.FromDaemon && strings.HasPrefix(e.Op, "toolbox create session")
+	return errors.As(err, &e) && e.Status == http.StatusConflict && e.OwnBody && strings.HasPrefix(e.Op, "toolbox create session")
 }
 
 // op says which call failed: a GET of a sandbox may turn a 404 into
@@ -115,7 +115,7 @@ func parseErrorBody(raw []byte, status int) (string, bool) {
 // statusError maps an answer that is not a success.
 func statusError(opName string, kind op, status int, h http.Header, raw []byte, red redactor) error {
 	msg, own := parseErrorBody(raw, status)
-	e := &Error{Op: opName, Status: status, FromDaemon: own, Message: red.clean(msg)}
+	e := &Error{Op: opName, Status: status, OwnBody: own, Message: red.clean(msg)}
 	detail := fmt.Sprintf("HTTP %d", status)
 	if e.Message != "" {
 		detail += ": " + e.Message

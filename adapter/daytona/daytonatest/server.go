@@ -68,6 +68,9 @@ type Options struct {
 	// DeleteDelay is how long a deleted sandbox shows destroying; 0 means
 	// 30 ms.
 	DeleteDelay time.Duration
+	// FailSnapshot, when set, names a snapshot whose sandboxes end in state
+	// error (errorReason set) instead of started.
+	FailSnapshot string
 }
 
 // Server is the stand-in. Its methods are safe for concurrent use. New
@@ -102,6 +105,7 @@ type sandbox struct {
 	blockAll           bool
 	allowList          string
 	state              string
+	errorReason        string
 	// next is the state the sandbox reaches at due (empty: none pending).
 	next     string
 	due      time.Time
@@ -338,6 +342,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	if sb.snapshot == "" {
 		sb.snapshot = "daytonaio/sandbox:stand-in"
 	}
+	if s.opts.FailSnapshot != "" && sb.snapshot == s.opts.FailSnapshot {
+		sb.next, sb.errorReason = "error", "snapshot "+sb.snapshot+" failed to start"
+	}
 	s.sandboxes[id] = sb
 	writeJSON(w, http.StatusOK, s.dto(sb))
 }
@@ -357,7 +364,7 @@ func (s *Server) dto(sb *sandbox) map[string]any {
 		"env": env, "labels": labels, "public": false, "target": "us", "cpu": 1, "gpu": 0, "memory": 1, "disk": 3,
 		"state": sb.state, "networkBlockAll": sb.blockAll, "networkAllowList": sb.allowList,
 		"toolboxProxyUrl": s.ToolboxProxyURL(), "createdAt": sb.created.Format(time.RFC3339Nano),
-		"updatedAt": sb.created.Format(time.RFC3339Nano),
+		"updatedAt": sb.created.Format(time.RFC3339Nano), "errorReason": sb.errorReason,
 	}
 }
 
