@@ -342,3 +342,30 @@ func TestUploadDownloadBytes(t *testing.T) {
 		t.Fatalf("test -x: got %+v, %v; want exit 1", r, err)
 	}
 }
+
+// TestLogsGrowFromByteZero: the log of a running command is readable at
+// any time, from byte zero, and only grows: a poller keeps its own offset.
+func TestLogsGrowFromByteZero(t *testing.T) {
+	_, _, tb := box(t)
+	ctx := testCtx(t)
+	sid, cid := runAsync(t, tb, "echo a; sleep 0.7; echo b")
+	var mid []byte
+	for deadline := time.Now().Add(5 * time.Second); string(mid) != "a\n"; {
+		var err error
+		if mid, err = tb.Logs(ctx, sid, cid, false); err != nil {
+			t.Fatalf("Logs while running: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Logs while running: got %q, want %q", mid, "a\n")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if c, err := tb.Command(ctx, sid, cid); err != nil || c.ExitCode != nil {
+		t.Fatalf("Command: got %+v, %v; want running", c, err)
+	}
+	waitExit(t, tb, sid, cid)
+	end, err := tb.Logs(ctx, sid, cid, false)
+	if err != nil || string(end) != "a\nb\n" {
+		t.Fatalf("Logs after exit: got %q, %v", end, err)
+	}
+}
