@@ -26,6 +26,8 @@ var rules = []struct {
 	{pkg: "adapter/stream", stdlibOnly: true, allowed: []string{"adapter", "wire"}},
 	{pkg: "adapter/e2b", stdlibOnly: true, allowed: []string{"adapter", "wire"}},
 	{pkg: "adapter/e2b/e2btest", stdlibOnly: true, allowed: []string{"adapter", "adapter/e2b", "wire"}},
+	{pkg: "adapter/daytona", stdlibOnly: true, allowed: []string{"adapter", "wire"}},
+	{pkg: "adapter/daytona/daytonatest", stdlibOnly: true, allowed: []string{"adapter", "adapter/daytona", "wire"}},
 	{pkg: "wire", stdlibOnly: true},
 	{pkg: "internal/atomicfile", stdlibOnly: true},
 	{pkg: "client", forbidden: []string{

@@ -1,0 +1,423 @@
+package daytona
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentrunner/runner/adapter"
+)
+
+// DefaultAPIURL is Daytona's production API.
+const DefaultAPIURL = "https://app.daytona.io/api"
+
+// MaxListLimit is the largest page GET /sandbox serves.
+const MaxListLimit = 200
+
+// maxBody bounds every answer read into memory.
+const maxBody = 64 << 20
+
+// Config configures a [Client]. Printing it with any fmt verb or through
+// slog never shows the key.
+type Config struct {
+	// APIKey is the organization's API key, sent as a Bearer token to the
+	// API and to the toolbox proxy.
+	APIKey Secret
+	// APIURL overrides [DefaultAPIURL] (a self-hosted Daytona, a stand-in).
+	APIURL string
+	// OrganizationID, when set, is sent as X-Daytona-Organization-ID (a key
+	// that belongs to several organizations needs it).
+	OrganizationID string
+	// HTTPClient is used for every request (a copy that refuses
+	// redirects); nil means a client with no overall timeout, bounded by
+	// each call's context.
+	HTTPClient *http.Client
+	// PollInterval is how often [Client.WaitState] polls; 0 means 250 ms.
+	PollInterval time.Duration
+}
+
+// Client calls Daytona's API. It is safe for concurrent use and holds no
+// goroutines; there is nothing to close.
+type Client struct {
+	apiURL string
+	org    string
+	key    Secret
+	hc     *http.Client
+	poll   time.Duration
+}
+
+// New returns a client for cfg. It refuses an empty key and a malformed
+// URL with *adapter.InvalidError.
+func New(cfg Config) (*Client, error) {
+	if cfg.APIKey.IsZero() {
+		return nil, &Error{Op: "configure daytona", kind: invalid("no API key")}
+	}
+	c := &Client{apiURL: strings.TrimRight(cfg.APIURL, "/"), org: cfg.OrganizationID, key: cfg.APIKey, poll: cfg.PollInterval}
+	if c.apiURL == "" {
+		c.apiURL = DefaultAPIURL
+	}
+	if err := checkURL(c.apiURL); err != nil {
+		return nil, &Error{Op: "configure daytona", kind: err}
+	}
+	if c.poll <= 0 {
+		c.poll = 250 * time.Millisecond
+	}
+	// A copy, so the caller's client is left as it was, that never follows
+	// a redirect: a redirect to another host would carry the request's
+	// custom headers along, and the toolbox proxy's host comes from an API
+	// answer. A 3xx is an answer here.
+	hc := http.Client{}
+	if cfg.HTTPClient != nil {
+		hc = *cfg.HTTPClient
+	}
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	c.hc = &hc
+	return c, nil
+}
+
+func checkURL(u string) error {
+	p, err := url.Parse(u)
+	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.User != nil {
+		return invalid("bad URL " + strconv.Quote(u))
+	}
+	return nil
+}
+
+// String names the client without its key.
+func (c *Client) String() string { return "daytona.Client{" + c.apiURL + "}" }
+
+// GoString is String: %#v must not dump the key.
+func (c *Client) GoString() string { return c.String() }
+
+// CreateSandbox is the body of POST /sandbox (schema CreateSandbox).
+type CreateSandbox struct {
+	// Name is the caller's name for the sandbox: unique in the
+	// organization, and usable wherever an id is.
+	Name string `json:"name,omitempty"`
+	// Snapshot names the snapshot (image) to start from; empty: the
+	// organization's default.
+	Snapshot string            `json:"snapshot,omitempty"`
+	User     string            `json:"user,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	Public   bool              `json:"public,omitempty"`
+	CPU      int               `json:"cpu,omitempty"`
+	Memory   int               `json:"memory,omitempty"` // GiB
+	Disk     int               `json:"disk,omitempty"`   // GiB
+	// AutoStopInterval is minutes of inactivity before the sandbox stops;
+	// nil: the API's default (15), 0: never.
+	AutoStopInterval    *int `json:"autoStopInterval,omitempty"`
+	AutoArchiveInterval *int `json:"autoArchiveInterval,omitempty"`
+	AutoDeleteInterval  *int `json:"autoDeleteInterval,omitempty"`
+	// NetworkBlockAll blocks all egress; NetworkAllowList (comma-separated
+	// CIDRs) then lets some through. The tier may refuse either.
+	NetworkBlockAll  bool   `json:"networkBlockAll,omitempty"`
+	NetworkAllowList string `json:"networkAllowList,omitempty"`
+	Target           string `json:"target,omitempty"`
+}
+
+// Sandbox is the API's Sandbox schema (the fields this layer reads).
+type Sandbox struct {
+	ID               string            `json:"id"`
+	Name             string            `json:"name"`
+	OrganizationID   string            `json:"organizationId,omitempty"`
+	Snapshot         string            `json:"snapshot,omitempty"`
+	User             string            `json:"user,omitempty"`
+	Env              map[string]string `json:"env,omitempty"`
+	Labels           map[string]string `json:"labels,omitempty"`
+	Target           string            `json:"target,omitempty"`
+	CPU              float64           `json:"cpu,omitempty"`
+	Memory           float64           `json:"memory,omitempty"`
+	Disk             float64           `json:"disk,omitempty"`
+	State            string            `json:"state"`
+	ErrorReason      string            `json:"errorReason,omitempty"`
+	NetworkBlockAll  bool              `json:"networkBlockAll,omitempty"`
+	NetworkAllowList string            `json:"networkAllowList,omitempty"`
+	// ToolboxProxyURL is the proxy in front of every sandbox's toolbox;
+	// the sandbox's toolbox is at <ToolboxProxyURL>/<ID>. Older APIs leave
+	// it out (then GET /sandbox/{id}/toolbox-proxy-url answers it).
+	ToolboxProxyURL string    `json:"toolboxProxyUrl,omitempty"`
+	CreatedAt       time.Time `json:"createdAt,omitzero"`
+	UpdatedAt       time.Time `json:"updatedAt,omitzero"`
+}
+
+// The sandbox states this layer acts on (the API's SandboxState enum has
+// more: restoring, archiving, pulling_snapshot, ...).
+const (
+	StateCreating    = "creating"
+	StateStarting    = "starting"
+	StateStarted     = "started"
+	StateStopping    = "stopping"
+	StateStopped     = "stopped"
+	StateDestroying  = "destroying"
+	StateDestroyed   = "destroyed"
+	StateArchived    = "archived"
+	StateError       = "error"
+	StateBuildFailed = "build_failed"
+)
+
+// Create asks for a sandbox: POST /sandbox. It answers at once, usually
+// in state creating: [Client.WaitState] waits for started. A name that is
+// taken gives an error matching ErrNameTaken (kind invalid); get the
+// sandbox by name to adopt it.
+func (c *Client) Create(ctx context.Context, req CreateSandbox) (Sandbox, error) {
+	var s Sandbox
+	err := c.do(ctx, "create sandbox "+req.Name, opCreate, http.MethodPost, "/sandbox", nil, req, &s)
+	return s, err
+}
+
+// Get returns one sandbox by id or name: GET /sandbox/{idOrName}. A 404
+// with the API's error body is adapter.ErrNotFound; any other failure is
+// never not_found. A sandbox being deleted is still found, in state
+// destroying, until the platform removes it.
+func (c *Client) Get(ctx context.Context, idOrName string) (Sandbox, error) {
+	var s Sandbox
+	err := c.do(ctx, "get sandbox "+idOrName, opGetSandbox, http.MethodGet, "/sandbox/"+url.PathEscape(idOrName), nil, nil, &s)
+	return s, err
+}
+
+// WaitState polls Get until the sandbox is in state want. A sandbox in
+// error or build_failed, or gone, ends the wait with an error (kind
+// provider, or not_found from Get); so does the context.
+func (c *Client) WaitState(ctx context.Context, idOrName, want string) (Sandbox, error) {
+	t := time.NewTicker(c.poll)
+	defer t.Stop()
+	for {
+		s, err := c.Get(ctx, idOrName)
+		if err != nil {
+			return Sandbox{}, err
+		}
+		switch s.State {
+		case want:
+			return s, nil
+		case StateError, StateBuildFailed:
+			return s, &Error{Op: "wait for sandbox " + idOrName, kind: &adapter.ProviderError{Provider: provider,
+				Detail: fmt.Sprintf("state %s: %s", s.State, c.redact(s.ErrorReason))}}
+		}
+		select {
+		case <-ctx.Done():
+			return s, fmt.Errorf("wait for sandbox %s to be %s: %w", idOrName, want, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// ListOptions filters and pages GET /sandbox.
+type ListOptions struct {
+	// Cursor continues from a previous page's NextCursor.
+	Cursor string
+	// Limit is the page size, 1..MaxListLimit; 0: the API's default.
+	Limit int
+	// Name keeps only the sandbox with this name.
+	Name string
+	// Labels keeps only sandboxes that carry every pair.
+	Labels map[string]string
+	// States keeps only these states; empty: all but destroyed.
+	States []string
+}
+
+// Page is one page of a listing.
+type Page struct {
+	Items []Sandbox
+	// NextCursor is the cursor of the next page; empty on the last page.
+	NextCursor string
+}
+
+// List returns one page: GET /sandbox?cursor&limit&name&labels&states →
+// {items, nextCursor}. A body cut short, unparsable or without items is
+// *adapter.UnavailableError, never a short page.
+func (c *Client) List(ctx context.Context, opts ListOptions) (Page, error) {
+	const opName = "list sandboxes"
+	if opts.Limit < 0 || opts.Limit > MaxListLimit {
+		return Page{}, &Error{Op: opName, kind: invalid(fmt.Sprintf("limit %d outside 1..%d", opts.Limit, MaxListLimit))}
+	}
+	q := url.Values{}
+	if opts.Cursor != "" {
+		q.Set("cursor", opts.Cursor)
+	}
+	if opts.Limit > 0 {
+		q.Set("limit", strconv.Itoa(opts.Limit))
+	}
+	if opts.Name != "" {
+		q.Set("name", opts.Name)
+	}
+	if len(opts.Labels) > 0 {
+		// The API takes the label filter as one JSON object.
+		b, err := json.Marshal(opts.Labels)
+		if err != nil {
+			return Page{}, &Error{Op: opName, kind: invalid("encode labels: " + err.Error())}
+		}
+		q.Set("labels", string(b))
+	}
+	for _, s := range opts.States {
+		q.Add("states", s)
+	}
+	var body struct {
+		Items      *[]Sandbox `json:"items"`
+		NextCursor *string    `json:"nextCursor"`
+	}
+	if err := c.do(ctx, opName, opOther, http.MethodGet, "/sandbox", q, nil, &body); err != nil {
+		return Page{}, err
+	}
+	if body.Items == nil {
+		return Page{}, &Error{Op: opName, Status: http.StatusOK, kind: unavailable("answer has no items")}
+	}
+	p := Page{Items: *body.Items}
+	if body.NextCursor != nil {
+		p.NextCursor = *body.NextCursor
+	}
+	return p, nil
+}
+
+// ListAll follows the cursor to the end. An error on any page fails the
+// whole listing: it never returns a partial set.
+func (c *Client) ListAll(ctx context.Context, opts ListOptions) ([]Sandbox, error) {
+	var all []Sandbox
+	seen := map[string]bool{}
+	for {
+		p, err := c.List(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, p.Items...)
+		if p.NextCursor == "" {
+			return all, nil
+		}
+		// A cursor that repeats would page forever.
+		if seen[p.NextCursor] {
+			return nil, &Error{Op: "list sandboxes", kind: unavailable("the list cursor repeated")}
+		}
+		seen[p.NextCursor] = true
+		opts.Cursor = p.NextCursor
+	}
+}
+
+// Delete deletes a sandbox: DELETE /sandbox/{idOrName}. The platform
+// deletes asynchronously (Get shows destroying, then 404) but frees the
+// name at once: a create with the same name may follow. An absent sandbox
+// gives an *Error with Status 404 of kind provider (confirm with Get: only
+// its 404 is the definitive not_found).
+func (c *Client) Delete(ctx context.Context, idOrName string) error {
+	return c.do(ctx, "delete sandbox "+idOrName, opOther, http.MethodDelete, "/sandbox/"+url.PathEscape(idOrName), nil, nil, nil)
+}
+
+// Stop stops a started sandbox, keeping its disk: POST
+// /sandbox/{idOrName}/stop. Its processes end. It answers at once; wait
+// for StateStopped with WaitState.
+func (c *Client) Stop(ctx context.Context, idOrName string) error {
+	return c.do(ctx, "stop sandbox "+idOrName, opOther, http.MethodPost, "/sandbox/"+url.PathEscape(idOrName)+"/stop", nil, nil, nil)
+}
+
+// Start starts a stopped sandbox with the disk it had: POST
+// /sandbox/{idOrName}/start. Wait for StateStarted with WaitState.
+func (c *Client) Start(ctx context.Context, idOrName string) error {
+	return c.do(ctx, "start sandbox "+idOrName, opOther, http.MethodPost, "/sandbox/"+url.PathEscape(idOrName)+"/start", nil, nil, nil)
+}
+
+// ToolboxProxyURL asks the API for the toolbox proxy of a sandbox: GET
+// /sandbox/{id}/toolbox-proxy-url → {url}.
+func (c *Client) ToolboxProxyURL(ctx context.Context, sandboxID string) (string, error) {
+	var body struct {
+		URL string `json:"url"`
+	}
+	opName := "get toolbox proxy URL of " + sandboxID
+	if err := c.do(ctx, opName, opOther, http.MethodGet, "/sandbox/"+url.PathEscape(sandboxID)+"/toolbox-proxy-url", nil, nil, &body); err != nil {
+		return "", err
+	}
+	if err := checkURL(body.URL); err != nil {
+		return "", &Error{Op: opName, Status: http.StatusOK, kind: unavailable("answer has no usable URL")}
+	}
+	return body.URL, nil
+}
+
+// Toolbox returns the toolbox client of sb, at <toolboxProxyUrl>/<id>,
+// asking the API for the proxy when sb does not name it.
+func (c *Client) Toolbox(ctx context.Context, sb Sandbox) (*Toolbox, error) {
+	if sb.ID == "" {
+		return nil, &Error{Op: "open toolbox", kind: invalid("sandbox has no id")}
+	}
+	proxy := sb.ToolboxProxyURL
+	if proxy == "" {
+		var err error
+		if proxy, err = c.ToolboxProxyURL(ctx, sb.ID); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkURL(proxy); err != nil {
+		return nil, &Error{Op: "open toolbox of " + sb.ID, kind: err}
+	}
+	return &Toolbox{c: c, base: strings.TrimRight(proxy, "/") + "/" + url.PathEscape(sb.ID), sandboxID: sb.ID}, nil
+}
+
+func (c *Client) redact(s string) string { return redactor{c.key}.clean(s) }
+
+// do sends one JSON request and maps every outcome: the API's and the
+// toolbox's calls share it.
+func (c *Client) do(ctx context.Context, opName string, kind op, method, u string, q url.Values, in, out any) error {
+	if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+		u = c.apiURL + u
+	}
+	var body io.Reader
+	ct := ""
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return &Error{Op: opName, kind: invalid("encode request: " + err.Error())}
+		}
+		body, ct = bytes.NewReader(b), "application/json"
+	}
+	raw, _, err := c.send(ctx, opName, kind, method, u, q, body, ct, nil)
+	if err != nil || out == nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		// A 2xx whose body does not parse was cut or mangled on the way.
+		return &Error{Op: opName, Status: http.StatusOK, kind: unavailable("decode answer: " + c.redact(err.Error()))}
+	}
+	return nil
+}
+
+// send sends one request and returns the whole body of a 2xx answer.
+// Reading the whole body before judging it makes a connection dropped
+// mid-body a transport failure, not an answer.
+func (c *Client) send(ctx context.Context, opName string, kind op, method, u string, q url.Values, body io.Reader, ct string, hdr http.Header) ([]byte, http.Header, error) {
+	red := redactor{c.key}
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, nil, &Error{Op: opName, kind: invalid("build request: " + red.clean(err.Error()))}
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	req.Header.Set("Authorization", "Bearer "+c.key.Reveal())
+	req.Header.Set("Accept", "application/json")
+	if c.org != "" {
+		req.Header.Set("X-Daytona-Organization-ID", c.org)
+	}
+	if ct != "" {
+		req.Header.Set("Content-Type", ct)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, nil, transportError(ctx, opName, err, red)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return nil, nil, transportError(ctx, opName, fmt.Errorf("read body: %w", err), red)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return nil, nil, statusError(opName, kind, resp.StatusCode, resp.Header, raw, red)
+	}
+	return raw, resp.Header, nil
+}

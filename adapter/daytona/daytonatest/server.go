@@ -1,0 +1,540 @@
+// Package daytonatest is a stand-in for Daytona, written from the public
+// spec, for tests: an httptest control plane (the sandbox subset of
+// daytonaio/daytona apps/api) and a toolbox proxy in front of a toolbox
+// daemon stand-in (apps/daemon pkg/toolbox and pkg/session) that runs
+// REAL processes, each sandbox in its own directory under t.TempDir().
+//
+// The control plane is a state machine: a created sandbox is creating,
+// then started after Options.StartDelay; stop goes through stopping to
+// stopped (processes die, the directory stays) and start back through
+// starting; delete is asynchronous: the sandbox shows destroying until
+// Options.DeleteDelay passes, then GET answers 404, but its name is free at
+// once. Transitions happen when the sandbox is next looked at, so the
+// stand-in runs no timers.
+//
+// The toolbox reproduces what the daemon's source does to a session
+// command, which a client must survive:
+//
+//   - a session is a real bash reading commands on its stdin, so its
+//     commands run one after another;
+//   - each command's stdout and stderr pass through a line-reading shell
+//     loop into one log, every line prefixed with 01 01 01 (stdout) or
+//     02 02 02 (stderr): NUL bytes are dropped, a final newline is added,
+//     the markers are not escaped (the same bytes in a payload look alike);
+//   - the log is served with the markers kept (X-Daytona-Split-Output:
+//     true) or with every marker sequence removed, payload ones too, and
+//     with invalid UTF-8 replaced by U+FFFD;
+//   - input is a JSON string; "\n" is appended unless present and the input
+//     is echoed into the log as stdout; input to a completed command is 410;
+//   - a command's stdin is held open by the wrapper: there is no way to
+//     close it, and none to kill one command (only deleting its session);
+//   - /process/execute runs without a shell and merges stdout and stderr
+//     into one JSON string.
+//
+// And the faults, on demand: an outage (503 everywhere), a proxy that drops
+// connections, a list body cut mid-page, 429 with Retry-After. The toolbox
+// proxy answers 502 with a plain body for a sandbox that is not started or
+// does not exist, as a proxy does.
+//
+// The stand-in deliberately shares no code with package daytona, so a
+// mistake in one cannot hide in the other.
+package daytonatest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Options configures a stand-in. The zero value is usable.
+type Options struct {
+	// StartDelay is how long creating and starting last; 0 means 30 ms.
+	StartDelay time.Duration
+	// StopDelay is how long stopping lasts; 0 means 30 ms.
+	StopDelay time.Duration
+	// DeleteDelay is how long a deleted sandbox shows destroying; 0 means
+	// 30 ms.
+	DeleteDelay time.Duration
+	// FailSnapshot, when set, names a snapshot whose sandboxes end in state
+	// error (errorReason set) instead of started.
+	FailSnapshot string
+}
+
+// Server is the stand-in. Its methods are safe for concurrent use. New
+// registers its shutdown with t.Cleanup: every process it started is
+// killed and waited for.
+type Server struct {
+	api, toolbox *httptest.Server
+	// APIKey is the only key the API and the toolbox proxy accept.
+	APIKey string
+
+	opts   Options
+	root   string
+	ctx    context.Context // ends at shutdown; bounds every process
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // process waiters
+
+	mu         sync.Mutex // guards everything below and every sandbox's fields
+	sandboxes  map[string]*sandbox
+	seq        uint64
+	outage     bool
+	drop       bool
+	interrupt  int
+	rateLimit  int
+	retryAfter time.Duration
+	requests   map[string]int
+}
+
+type sandbox struct {
+	id, name, snapshot string
+	seq                uint64
+	env, labels        map[string]string
+	blockAll           bool
+	allowList          string
+	state              string
+	errorReason        string
+	// next is the state the sandbox reaches at due (empty: none pending).
+	next     string
+	due      time.Time
+	dir      string // the sandbox's disk; its home is dir/home
+	created  time.Time
+	sessions map[string]*session
+}
+
+// New starts a stand-in for t.
+func New(t testing.TB, opts Options) *Server {
+	t.Helper()
+	for _, d := range []*time.Duration{&opts.StartDelay, &opts.StopDelay, &opts.DeleteDelay} {
+		if *d <= 0 {
+			*d = 30 * time.Millisecond
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		APIKey:    "dtn_" + randHex(24),
+		opts:      opts,
+		root:      t.TempDir(),
+		ctx:       ctx,
+		cancel:    cancel,
+		sandboxes: map[string]*sandbox{},
+		requests:  map[string]int{},
+	}
+	s.api = httptest.NewServer(s.faults(s.apiMux(), true))
+	s.toolbox = httptest.NewServer(s.faults(http.HandlerFunc(s.serveToolbox), false))
+	t.Cleanup(s.shutdown)
+	return s
+}
+
+// URL is the API's base URL (Config.APIURL).
+func (s *Server) URL() string { return s.api.URL }
+
+// ToolboxProxyURL is the toolbox proxy the API names in every sandbox.
+func (s *Server) ToolboxProxyURL() string { return s.toolbox.URL + "/toolbox" }
+
+// SetOutage makes both servers answer every request 503 while on.
+func (s *Server) SetOutage(on bool) { s.mu.Lock(); s.outage = on; s.mu.Unlock() }
+
+// SetDropConnections makes both servers close every connection without an
+// answer while on, as a failing proxy does.
+func (s *Server) SetDropConnections(on bool) { s.mu.Lock(); s.drop = on; s.mu.Unlock() }
+
+// InterruptList cuts the body of the next n list answers mid-page: the
+// status and Content-Length are sent, then the connection is closed.
+func (s *Server) InterruptList(n int) { s.mu.Lock(); s.interrupt = n; s.mu.Unlock() }
+
+// RateLimit answers the next n API requests 429 with Retry-After in whole
+// seconds.
+func (s *Server) RateLimit(n int, retryAfter time.Duration) {
+	s.mu.Lock()
+	s.rateLimit, s.retryAfter = n, retryAfter
+	s.mu.Unlock()
+}
+
+// Home returns a sandbox's home directory (the working directory of its
+// processes) and whether the sandbox exists.
+func (s *Server) Home(id string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.sandboxes[id]
+	if !ok {
+		return "", false
+	}
+	return filepath.Join(sb.dir, "home"), true
+}
+
+// Requests returns how many requests matched "METHOD /path".
+func (s *Server) Requests(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.requests[key]
+}
+
+func (s *Server) shutdown() {
+	s.cancel()
+	s.mu.Lock()
+	for _, sb := range s.sandboxes {
+		sb.killSessions()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	s.api.Close()
+	s.toolbox.Close()
+}
+
+// faults applies the switches before any handler.
+func (s *Server) faults(next http.Handler, api bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.requests[r.Method+" "+r.URL.Path]++
+		drop, outage := s.drop, s.outage
+		limited := false
+		if !drop && !outage && s.rateLimit > 0 && api {
+			s.rateLimit--
+			limited = true
+		}
+		ra := s.retryAfter
+		s.mu.Unlock()
+		switch {
+		case drop:
+			hj, ok := w.(http.Hijacker)
+			if !ok {
+				panic(http.ErrAbortHandler)
+			}
+			if conn, _, err := hj.Hijack(); err == nil {
+				conn.Close()
+			}
+		case outage:
+			http.Error(w, "<html>503 Service Temporarily Unavailable</html>", http.StatusServiceUnavailable)
+		case limited:
+			w.Header().Set("Retry-After", strconv.Itoa(int(ra/time.Second)))
+			apiError(w, http.StatusTooManyRequests, "ThrottlerException: Too Many Requests")
+		default:
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+func (s *Server) apiMux() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /sandbox", s.create)
+	mux.HandleFunc("GET /sandbox", s.list)
+	mux.HandleFunc("GET /sandbox/{id}", s.get)
+	mux.HandleFunc("DELETE /sandbox/{id}", s.delete)
+	mux.HandleFunc("POST /sandbox/{id}/stop", s.stop)
+	mux.HandleFunc("POST /sandbox/{id}/start", s.start)
+	mux.HandleFunc("GET /sandbox/{id}/toolbox-proxy-url", s.proxyURL)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+s.APIKey {
+			apiError(w, http.StatusUnauthorized, "Unauthorized")
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// apiError writes NestJS's error body.
+func apiError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]any{"statusCode": status, "message": msg, "error": http.StatusText(status)})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+func notFound(w http.ResponseWriter, idOrName string) {
+	apiError(w, http.StatusNotFound, fmt.Sprintf("Sandbox with ID or name %s not found", idOrName))
+}
+
+// advance moves sb to its pending state when due; the caller holds s.mu.
+// It reports false when the sandbox is gone (deleted and past its delay).
+func (s *Server) advance(sb *sandbox) bool {
+	if sb.next == "" || time.Now().Before(sb.due) {
+		return true
+	}
+	sb.state, sb.next = sb.next, ""
+	if sb.state == "destroyed" {
+		delete(s.sandboxes, sb.id)
+		return false
+	}
+	return true
+}
+
+// find looks a sandbox up by id or by name (the API's idOrName); a
+// sandbox being destroyed is found by id only (its name is free). The
+// caller holds s.mu.
+func (s *Server) find(idOrName string) (*sandbox, bool) {
+	if sb, ok := s.sandboxes[idOrName]; ok {
+		if s.advance(sb) {
+			return sb, true
+		}
+		return nil, false
+	}
+	for _, sb := range s.sandboxes {
+		if sb.name == idOrName && sb.state != "destroying" && sb.next != "destroyed" {
+			if s.advance(sb) {
+				return sb, true
+			}
+		}
+	}
+	return nil, false
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Name             string            `json:"name"`
+		Snapshot         string            `json:"snapshot"`
+		Env              map[string]string `json:"env"`
+		Labels           map[string]string `json:"labels"`
+		NetworkBlockAll  bool              `json:"networkBlockAll"`
+		NetworkAllowList string            `json:"networkAllowList"`
+		CPU              *float64          `json:"cpu"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		apiError(w, http.StatusBadRequest, "invalid request body")
+		return
+	}
+	if req.CPU != nil && *req.CPU < 0 {
+		apiError(w, http.StatusBadRequest, "cpu must not be less than 0")
+		return
+	}
+	if strings.ContainsAny(req.Name, "/ ") {
+		apiError(w, http.StatusBadRequest, "Sandbox name can only contain letters, digits, dots, underscores and dashes")
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id := randUUID()
+	if req.Name == "" {
+		req.Name = id
+	}
+	if _, ok := s.find(req.Name); ok {
+		apiError(w, http.StatusConflict, fmt.Sprintf("Sandbox with name %s already exists", req.Name))
+		return
+	}
+	dir := filepath.Join(s.root, id)
+	if err := os.MkdirAll(filepath.Join(dir, "home"), 0o700); err != nil {
+		apiError(w, http.StatusInternalServerError, "create sandbox directory")
+		return
+	}
+	s.seq++
+	sb := &sandbox{
+		id: id, name: req.Name, snapshot: req.Snapshot, seq: s.seq, env: req.Env, labels: req.Labels,
+		blockAll: req.NetworkBlockAll, allowList: req.NetworkAllowList, state: "creating", next: "started",
+		due: time.Now().Add(s.opts.StartDelay), dir: dir, created: time.Now().UTC(), sessions: map[string]*session{},
+	}
+	if sb.snapshot == "" {
+		sb.snapshot = "daytonaio/sandbox:stand-in"
+	}
+	if s.opts.FailSnapshot != "" && sb.snapshot == s.opts.FailSnapshot {
+		sb.next, sb.errorReason = "error", "snapshot "+sb.snapshot+" failed to start"
+	}
+	s.sandboxes[id] = sb
+	writeJSON(w, http.StatusOK, s.dto(sb))
+}
+
+// dto renders the Sandbox schema; the caller holds s.mu.
+func (s *Server) dto(sb *sandbox) map[string]any {
+	labels := sb.labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	env := sb.env
+	if env == nil {
+		env = map[string]string{}
+	}
+	return map[string]any{
+		"id": sb.id, "name": sb.name, "organizationId": "org-stand-in", "snapshot": sb.snapshot, "user": "daytona",
+		"env": env, "labels": labels, "public": false, "target": "us", "cpu": 1, "gpu": 0, "memory": 1, "disk": 3,
+		"state": sb.state, "networkBlockAll": sb.blockAll, "networkAllowList": sb.allowList,
+		"toolboxProxyUrl": s.ToolboxProxyURL(), "createdAt": sb.created.Format(time.RFC3339Nano),
+		"updatedAt": sb.created.Format(time.RFC3339Nano), "errorReason": sb.errorReason,
+	}
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.find(r.PathValue("id"))
+	if !ok {
+		notFound(w, r.PathValue("id"))
+		return
+	}
+	writeJSON(w, http.StatusOK, s.dto(sb))
+}
+
+func (s *Server) proxyURL(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.find(r.PathValue("id")); !ok {
+		notFound(w, r.PathValue("id"))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"url": s.ToolboxProxyURL()})
+}
+
+func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.find(r.PathValue("id"))
+	if !ok {
+		notFound(w, r.PathValue("id"))
+		return
+	}
+	if sb.state == "destroying" {
+		// Deleting twice is accepted, as the API does for a sandbox
+		// already on its way out.
+		writeJSON(w, http.StatusOK, s.dto(sb))
+		return
+	}
+	sb.killSessions()
+	sb.state, sb.next, sb.due = "destroying", "destroyed", time.Now().Add(s.opts.DeleteDelay)
+	_ = os.RemoveAll(sb.dir)
+	writeJSON(w, http.StatusOK, s.dto(sb))
+}
+
+func (s *Server) stop(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.find(r.PathValue("id"))
+	switch {
+	case !ok:
+		notFound(w, r.PathValue("id"))
+	case sb.state != "started":
+		apiError(w, http.StatusBadRequest, "Sandbox is not started")
+	default:
+		// Stopping ends every process; the disk (sb.dir) stays.
+		sb.killSessions()
+		sb.state, sb.next, sb.due = "stopping", "stopped", time.Now().Add(s.opts.StopDelay)
+		writeJSON(w, http.StatusOK, s.dto(sb))
+	}
+}
+
+func (s *Server) start(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.find(r.PathValue("id"))
+	switch {
+	case !ok:
+		notFound(w, r.PathValue("id"))
+	case sb.state == "started":
+		writeJSON(w, http.StatusOK, s.dto(sb))
+	case sb.state != "stopped":
+		apiError(w, http.StatusBadRequest, "Sandbox is not stopped")
+	default:
+		sb.state, sb.next, sb.due = "starting", "started", time.Now().Add(s.opts.StartDelay)
+		writeJSON(w, http.StatusOK, s.dto(sb))
+	}
+}
+
+// list serves GET /sandbox in creation order. The cursor is the sequence
+// number of the next sandbox, so deletes between pages neither repeat nor
+// skip the survivors.
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 200 {
+			apiError(w, http.StatusBadRequest, "limit must not be greater than 200")
+			return
+		}
+		limit = n
+	}
+	var from uint64
+	if v := q.Get("cursor"); v != "" {
+		b, err := base64.RawURLEncoding.DecodeString(v)
+		if err == nil {
+			from, err = strconv.ParseUint(string(b), 10, 64)
+		}
+		if err != nil {
+			apiError(w, http.StatusBadRequest, "Invalid cursor")
+			return
+		}
+	}
+	var labels map[string]string
+	if v := q.Get("labels"); v != "" {
+		if err := json.Unmarshal([]byte(v), &labels); err != nil {
+			apiError(w, http.StatusBadRequest, "Invalid labels")
+			return
+		}
+	}
+	states := map[string]bool{}
+	for _, st := range q["states"] {
+		states[st] = true
+	}
+	name := q.Get("name")
+	s.mu.Lock()
+	var match []*sandbox
+	for _, sb := range s.sandboxes {
+		if !s.advance(sb) || sb.seq < from || (len(states) > 0 && !states[sb.state]) || (name != "" && sb.name != name) {
+			continue
+		}
+		ok := true
+		for k, v := range labels {
+			if sb.labels[k] != v {
+				ok = false
+			}
+		}
+		if ok {
+			match = append(match, sb)
+		}
+	}
+	sort.Slice(match, func(i, j int) bool { return match[i].seq < match[j].seq })
+	page := map[string]any{"nextCursor": nil}
+	items := []map[string]any{}
+	for i, sb := range match {
+		if i == limit {
+			page["nextCursor"] = base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatUint(sb.seq, 10)))
+			break
+		}
+		items = append(items, s.dto(sb))
+	}
+	page["items"] = items
+	cut := s.interrupt > 0
+	if cut {
+		s.interrupt--
+	}
+	s.mu.Unlock()
+	if !cut {
+		writeJSON(w, http.StatusOK, page)
+		return
+	}
+	b, _ := json.Marshal(page)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b[:len(b)/2])
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+	// Aborting closes the connection short of Content-Length.
+	panic(http.ErrAbortHandler)
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func randUUID() string {
+	h := randHex(16)
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
