@@ -418,10 +418,15 @@ func decodeSessionToken(tok string) (registry.SessionCursor, string, error) {
 // exit recorded after the answer that reported it (deferredCommits) is
 // waited for, so a client that saw the exit gets command_exited; so does
 // any session that has ended.
+//
+// The wait covers a record that still says starting as well as running:
+// an exec is answered with both its "running" commit (spawn) and its exit
+// commit pending, so a stdin write right after that answer can read the
+// record before either landed. Only an ended record needs no wait.
 func (s *server) stdinSession(ctx context.Context, name, id string) (registry.Session, error) {
 	pend := s.commits.pendingFor(name, id)
 	ss, err := s.lookupSession(ctx, name, id)
-	if err == nil && len(pend) > 0 && ss.State == wire.SessionRunning {
+	if err == nil && len(pend) > 0 && (ss.State == wire.SessionRunning || ss.State == stateStarting) {
 		awaitLanded(pend)
 		ss, err = s.lookupSession(ctx, name, id)
 	}
