@@ -104,7 +104,11 @@ func TestConformanceNetworkPolicy(t *testing.T) {
 	lab := netlab.New(t) // skips, loudly, without root, netns or nf_tables
 	netState := t.TempDir()
 	t.Cleanup(func() { netlab.UnmountLeftovers(netState) }) // after d.stop: cleanups run last-in first-out
-	d := startDaemon(t, lab.RunnerdArgs(netState)...)
+	// --isolate all: the suite creates a sandbox and then sets its policy,
+	// which runnerd refuses for a sandbox whose commands run as root (the
+	// default for an uncontained sandbox); with every sandbox isolated, each
+	// has its own unprivileged identity from the start.
+	d := startDaemon(t, append(lab.RunnerdArgs(netState), "--isolate", "all")...)
 	t.Cleanup(d.stop)
 	fx := conformance.ShellFixtures()
 	fx.Probe = func(host string) adapter.Command {
