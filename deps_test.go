@@ -24,6 +24,7 @@ var rules = []struct {
 	// provider package added under adapter/ gets its own row here
 	// (TestAdapterSubpackagesHaveRules insists).
 	{pkg: "adapter/stream", stdlibOnly: true, allowed: []string{"adapter", "wire"}},
+	{pkg: "adapter/guest", stdlibOnly: true, allowed: []string{"adapter", "adapter/stream", "wire"}},
 	{pkg: "adapter/e2b", stdlibOnly: true, allowed: []string{"adapter", "wire"}},
 	{pkg: "adapter/e2b/e2btest", stdlibOnly: true, allowed: []string{"adapter", "adapter/e2b", "wire"}},
 	{pkg: "wire", stdlibOnly: true},
