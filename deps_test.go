@@ -25,8 +25,8 @@ var rules = []struct {
 	// (TestAdapterSubpackagesHaveRules insists).
 	{pkg: "adapter/stream", stdlibOnly: true, allowed: []string{"adapter", "wire"}},
 	{pkg: "adapter/guest", stdlibOnly: true, allowed: []string{"adapter", "adapter/stream", "wire"}},
-	{pkg: "adapter/e2b", stdlibOnly: true, allowed: []string{"adapter", "wire"}},
-	{pkg: "adapter/e2b/e2btest", stdlibOnly: true, allowed: []string{"adapter", "adapter/e2b", "wire"}},
+	{pkg: "adapter/e2b", stdlibOnly: true, allowed: []string{"adapter", "adapter/guest", "adapter/stream", "wire"}},
+	{pkg: "adapter/e2b/e2btest", stdlibOnly: true, allowed: []string{"adapter", "adapter/e2b", "adapter/guest", "adapter/stream", "wire"}},
 	{pkg: "wire", stdlibOnly: true},
 	{pkg: "internal/atomicfile", stdlibOnly: true},
 	{pkg: "client", forbidden: []string{

@@ -159,6 +159,7 @@ func newGuest(t *testing.T, mod func(*guest.Config, *localExec)) *fixture {
 	}
 	t.Cleanup(func() {
 		// Stop every session this test started, then the guest.
+		ex.down.Store(false)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		if list, err := g.Sessions(ctx); err == nil {
