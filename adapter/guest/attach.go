@@ -76,7 +76,8 @@ func (g *Guest) dial(ctx context.Context, root, id string, from adapter.Cursor) 
 			return nil, &adapter.ProviderError{Provider: g.cfg.Provider, Detail: fmt.Sprintf("attach %s: %s not found in the guest", id, g.cfg.Shim)}
 		case errors.As(err, &end):
 			return nil, &adapter.UnavailableError{Detail: fmt.Sprintf("attach %s: runner-shim exited with status %d before its first frame", id, end.status)}
-		case errors.Is(err, errBadFrame):
+		case errors.Is(err, errBadFrame), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+			// Cut or mangled bytes: nothing is proved.
 			return nil, &adapter.UnavailableError{Detail: fmt.Sprintf("attach %s: %v", id, err)}
 		}
 		return nil, fmt.Errorf("attach %s: %w", id, err)

@@ -144,13 +144,20 @@ func (g *Guest) Close() error {
 // answer is every field of runner-shim's --json answers this package
 // reads.
 type answer struct {
-	Version  string      `json:"version"`
-	ID       string      `json:"id"`
-	Created  *bool       `json:"created"`
-	Session  *info       `json:"session"`
-	Sessions []info      `json:"sessions"`
-	Exit     *wire.Exit  `json:"exit"`
-	Error    *wire.Error `json:"error"`
+	Version  string     `json:"version"`
+	ID       string     `json:"id"`
+	Created  *bool      `json:"created"`
+	Session  *info      `json:"session"`
+	Sessions []info     `json:"sessions"`
+	Exit     *wire.Exit `json:"exit"`
+	Error    *shimError `json:"error"`
+}
+
+// shimError is a --json error: the wire error, and for a spawn whose
+// program could not start, exec_error ("not_found", "not_executable").
+type shimError struct {
+	wire.Error
+	ExecError string `json:"exec_error"`
 }
 
 // info is runner-shim's INFO object.
@@ -210,7 +217,7 @@ func (g *Guest) call(ctx context.Context, root, what string, lifetime time.Durat
 		return a, status, err
 	}
 	if a.Error != nil {
-		return a, status, g.answerError(what, a.Error)
+		return a, status, g.answerError(what, &a.Error.Error)
 	}
 	return a, status, nil
 }
@@ -464,10 +471,10 @@ func (g *Guest) Exec(ctx context.Context, c adapter.Command) (adapter.Result, er
 		return adapter.Result{}, err
 	}
 	id := NewSessionID()
-	_, status, err := g.call(ctx, g.execRoot, "exec", callLifetime, nil, spawnArgs(id, c, nil, true)...)
+	a, status, err := g.call(ctx, g.execRoot, "exec", callLifetime, nil, spawnArgs(id, c, nil, true)...)
 	if err != nil {
-		if errors.Is(err, adapter.ErrInvalid) && (status == wire.ShimExitExecNotFound || status == wire.ShimExitExecNotExecutable) {
-			return adapter.Result{Stderr: []byte(err.Error() + "\n"), Exit: adapter.Exit{Code: status, Reason: adapter.ReasonExited}}, nil
+		if code, ok := execFailure(a, status); ok && errors.Is(err, adapter.ErrInvalid) {
+			return adapter.Result{Stderr: []byte(err.Error() + "\n"), Exit: adapter.Exit{Code: code, Reason: adapter.ReasonExited}}, nil
 		}
 		return adapter.Result{}, err
 	}
@@ -502,6 +509,24 @@ func (g *Guest) Exec(ctx context.Context, c adapter.Command) (adapter.Result, er
 			}
 		}
 	}
+}
+
+// execFailure reports the shell's status for a spawn whose program could
+// not start: from the answer's exec_error, else from runner-shim's exit
+// status.
+func execFailure(a answer, status int) (int, bool) {
+	if a.Error != nil {
+		switch a.Error.ExecError {
+		case "not_found":
+			return wire.ShimExitExecNotFound, true
+		case "not_executable":
+			return wire.ShimExitExecNotExecutable, true
+		}
+	}
+	if status == wire.ShimExitExecNotFound || status == wire.ShimExitExecNotExecutable {
+		return status, true
+	}
+	return 0, false
 }
 
 // uncertain marks a transport failure of a call that may have taken

@@ -46,9 +46,28 @@ func (a *answerer) fail(err error) int {
 	we, status := classify(err)
 	fmt.Fprintf(os.Stderr, "runner-shim %s: %v\n", a.cmd, err)
 	if *a.json {
-		a.emit(map[string]any{"error": we})
+		a.emit(map[string]any{"error": answerError{Error: we, ExecError: execErrorOf(status)}})
 	}
 	return status
+}
+
+// answerError is a --json error: the wire error, and for a command that
+// could not be started "exec_error" ("not_found", "not_executable"), the
+// refinement of invalid runnerd's answers carry under the same name.
+type answerError struct {
+	wire.Error
+	ExecError string `json:"exec_error,omitempty"`
+}
+
+// execErrorOf is the exec_error of a start failure's exit status.
+func execErrorOf(status int) string {
+	switch status {
+	case wire.ShimExitExecNotFound:
+		return "not_found"
+	case wire.ShimExitExecNotExecutable:
+		return "not_executable"
+	}
+	return ""
 }
 
 func (a *answerer) emit(fields map[string]any) {

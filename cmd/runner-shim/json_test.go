@@ -241,6 +241,24 @@ func TestExitStatuses(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"spawn", "--", "/no/such/program"}, "not_found"},
+		{[]string{"spawn", "--", "/etc/hostname"}, "not_executable"},
+		{[]string{"write", "nope", "x"}, ""},
+	} {
+		out, _, _ := c.run("", append([]string{"--json"}, tc.args...)...)
+		var e struct {
+			Error struct {
+				ExecError string `json:"exec_error"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(out), &e); err != nil || e.Error.ExecError != tc.want {
+			t.Errorf("%v: exec_error %q (%v), want %q", tc.args, e.Error.ExecError, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
 		name   string
 		args   []string
 		code   wire.Code

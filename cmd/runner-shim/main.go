@@ -26,7 +26,9 @@ import (
 	"github.com/agentrunner/runner/wire"
 )
 
-const usage = `runner-shim: run commands as detached, journaled sessions.
+// usageText is the help; its %[1]d and %[2]d are attach --text's lost and
+// error statuses, which wire names.
+const usageText = `runner-shim: run commands as detached, journaled sessions.
 
 Usage: runner-shim [--root DIR] [--json] COMMAND [flags] [args]
        runner-shim --version | version
@@ -63,7 +65,7 @@ Commands:
       stdout=N stderr=M", the cursors to attach again from. --ack emits a
       heartbeat first, once the streams are open. --text writes
       raw stdout/stderr bytes and exits with the command's status
-      (128+signal if killed, 255 if lost, 254 on an error frame).
+      (128+signal if killed, %[1]d if lost, %[2]d on an error frame).
   write [--base64] ID [DATA...]
       Write DATA (the arguments joined by spaces, no newline added) to the
       command's stdin, or, with no DATA, copy runner-shim's own stdin.
@@ -95,6 +97,8 @@ with another request, 8 unavailable (retry), 9 cursor behind the retained
 output, 126 spawn: the program cannot be executed, 127 spawn: no such
 program (or working directory).
 `
+
+var usage = fmt.Sprintf(usageText, wire.ShimTextExitLost, wire.ShimTextExitError)
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "serve" {
