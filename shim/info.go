@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/agentrunner/runner/journal"
 )
@@ -139,4 +140,30 @@ func ReadSpec(dir string) (Spec, error) {
 func sessionExists(dir string) bool {
 	_, err := os.Stat(filepath.Join(dir, SpecFile))
 	return err == nil
+}
+
+// Prune removes the session directories under root whose exit record is
+// older than age at now and whose shim is gone (no control socket): the
+// one-shot sessions a driver's execs leave. A running session, a lost one
+// without a record, and one whose shim lingers for descendants are kept.
+// It returns the first error, after trying every session.
+func Prune(root string, age time.Duration, now time.Time) error {
+	list, err := List(root)
+	if err != nil {
+		return err
+	}
+	var first error
+	for _, st := range list {
+		if st.Exit == nil || now.Sub(st.Exit.Time) < age {
+			continue
+		}
+		dir := filepath.Join(root, st.ID)
+		if _, err := os.Stat(filepath.Join(dir, SocketFile)); !errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err := os.RemoveAll(dir); err != nil && first == nil {
+			first = fmt.Errorf("prune %s: %w", st.ID, err)
+		}
+	}
+	return first
 }

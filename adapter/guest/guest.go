@@ -50,6 +50,8 @@ const (
 	// callLifetime bounds a one-shot runner-shim call in the guest
 	// (terminate adds its grace).
 	callLifetime = 60 * time.Second
+	// execPruneAge is how long Exec's ended sessions stay in the guest.
+	execPruneAge = 10 * time.Minute
 	// maxAnswer bounds the stdout read from a one-shot call (a list of
 	// many sessions is the largest).
 	maxAnswer = 16 << 20
@@ -285,7 +287,9 @@ func spawnArgs(id string, c adapter.Command, tty *adapter.TTYSize, stdinClosed b
 		args = append(args, "--env", kv)
 	}
 	if stdinClosed {
-		args = append(args, "--stdin-closed")
+		// Exec: stdin at EOF, and the exec root kept bounded (sessions
+		// ended ten minutes ago are read or abandoned).
+		args = append(args, "--stdin-closed", "--prune", execPruneAge.String())
 	}
 	return append(append(append(args, "--"), c.Path), c.Args...)
 }

@@ -534,3 +534,51 @@ func TestAttachAck(t *testing.T) {
 		t.Fatalf("attach --ack of an unknown session: %v status %d", fs, status)
 	}
 }
+
+// TestPrune: spawn --prune removes ended sessions older than the age whose
+// shims are gone, and keeps running ones and young ones.
+func TestPrune(t *testing.T) {
+	c := newCLI(t)
+	for _, id := range []string{"old1", "old2"} {
+		if _, code := c.json("", "spawn", "--id", id, "--", "true"); code != 0 {
+			t.Fatal("spawn")
+		}
+	}
+	if _, code := c.json("", "spawn", "--id", "run", "--", "sleep", "30"); code != 0 {
+		t.Fatal("spawn")
+	}
+	t.Cleanup(func() { c.run("", "terminate", "--grace", "10ms", "run") })
+	// Wait for the old ones' shims to go.
+	for i := 0; ; i++ {
+		_, e1 := os.Stat(filepath.Join(c.root, "old1", shim.SocketFile))
+		_, e2 := os.Stat(filepath.Join(c.root, "old2", shim.SocketFile))
+		if errors.Is(e1, os.ErrNotExist) && errors.Is(e2, os.ErrNotExist) {
+			break
+		}
+		if i > 500 {
+			t.Fatal("the shims of ended sessions did not exit")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, code := c.json("", "spawn", "--id", "young", "--prune", "1h", "--", "true"); code != 0 {
+		t.Fatal("spawn --prune 1h")
+	}
+	if a, _ := c.json("", "list"); len(a.Sessions) != 4 {
+		t.Fatalf("--prune 1h removed young sessions: %d left, want 4", len(a.Sessions))
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, code := c.json("", "spawn", "--id", "new", "--prune", "10ms", "--", "sleep", "0"); code != 0 {
+		t.Fatal("spawn --prune")
+	}
+	a, _ := c.json("", "list")
+	var ids []string
+	for _, s := range a.Sessions {
+		ids = append(ids, s.ID)
+	}
+	got := strings.Join(ids, " ")
+	// young may or may not have been pruned (its shim may linger); old1
+	// and old2 must be gone, run and new kept.
+	if strings.Contains(got, "old1") || strings.Contains(got, "old2") || !strings.Contains(got, "run") || !strings.Contains(got, "new") {
+		t.Fatalf("after --prune 10ms: sessions %q, want old1 and old2 gone, run and new kept", got)
+	}
+}

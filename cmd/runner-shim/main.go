@@ -47,13 +47,15 @@ See docs/frames.md, "runner-shim's command line", for every shape.
 Commands:
   spawn [--id ID] [--tty] [--rows N] [--cols N] [--cwd DIR] [--user U]
         [--env K=V]... [--clear-env] [--stdin-closed] [--netns PATH]
-        [--retain BYTES] -- ARGV...
+        [--retain BYTES] [--prune AGE] -- ARGV...
       Start ARGV (no shell) as a detached session. Answers (the session id,
       or with --json the session) only once the command runs; a command
       that cannot start is an error and leaves nothing behind. The same
       --id again with the same request answers the existing session
       ("created":false); with another request it is a conflict. The
       environment is runner-shim's own unless --clear-env, plus each --env.
+      --prune first removes the root's sessions that ended more than AGE
+      ago and whose shims are gone (for a root of one-shot execs).
   attach [--stdout N] [--stderr M] [--text | --base64] [--heartbeat DUR]
          [--lease DUR] [--max-bytes N] [--ack] ID
       Replay the session from the cursors (default 0) and follow it live.
@@ -167,6 +169,7 @@ func run(ctx context.Context, args []string) int {
 		retain := fs.Int64("retain", 0, "bytes to retain per stream (0: all)")
 		clearEnv := fs.Bool("clear-env", false, "start from an empty environment")
 		stdinClosed := fs.Bool("stdin-closed", false, "start the command with its stdin at end of file")
+		prune := fs.Duration("prune", 0, "first remove sessions of the root that ended longer ago than this, their shims gone (0: none)")
 		var env multi
 		fs.Var(&env, "env", "K=V added to the environment (repeatable)")
 		argv, ok := pos(1)
@@ -185,6 +188,13 @@ func run(ctx context.Context, args []string) int {
 		exe, err := os.Executable()
 		if err != nil {
 			return a.fail(err)
+		}
+		if *prune > 0 {
+			// Best effort: a root of one-shot sessions (a driver's execs)
+			// stays bounded without a round trip of its own.
+			if err := shim.Prune(*root, *prune, time.Now()); err != nil {
+				fmt.Fprintf(os.Stderr, "runner-shim spawn: prune: %v\n", err)
+			}
 		}
 		in, created, err := spawn(ctx, []string{exe, "serve"}, dirOf(*id), spec)
 		if err != nil {
