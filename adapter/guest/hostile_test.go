@@ -23,13 +23,13 @@ esac
 case "$(basename "$0") $verb" in
 "huge-header attach") printf '\325\001\001\001\000\000\000\000\000\000\000\000\377\377\377\377'; exec sleep 10;;
 "endless-line attach") head -c 3000000 /dev/zero | tr '\0' 'A'; exec sleep 10;;
-"flood list") head -c 40000000 /dev/zero | tr '\0' 'x';;
+"flood list") head -c 20000000 /dev/zero | tr '\0' 'x';;
 esac
 `
 
 // TestHostileGuest: a guest's runner-shim that lies cannot make the
 // transport allocate what it says (a 4 GiB frame), hold an endless line,
-// or keep an answer bigger than its bound; each is an error, at once.
+// or make it keep an answer bigger than its bound (16 MiB); each is an error, at once.
 func TestHostileGuest(t *testing.T) {
 	dir := t.TempDir()
 	for _, name := range []string{"huge-header", "endless-line", "flood"} {
@@ -55,8 +55,9 @@ func TestHostileGuest(t *testing.T) {
 				t.Fatalf("got %v, want %v", err, tc.want)
 			}
 			// The hostile attaches sleep 10s after their bytes: the
-			// transport must judge the bytes, not wait for the end.
-			if el := time.Since(start); el > 5*time.Second {
+			// transport must judge the bytes, not wait for the end. (The
+			// flood's cost is the copy; its defence is the bound.)
+			if el := time.Since(start); tc.shim != "flood" && el > 5*time.Second {
 				t.Fatalf("took %v: the transport waited for the hostile process instead of refusing its bytes", el)
 			}
 		})
