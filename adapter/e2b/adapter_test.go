@@ -261,3 +261,35 @@ func TestSandboxGone(t *testing.T) {
 		t.Fatalf("the session's command %d outlived its sandbox", pid)
 	}
 }
+
+// TestRateLimitedAndOutage: 429 is rate_limited with its Retry-After, a
+// 503 outage is unavailable, never not_found, for get and create.
+func TestRateLimitedAndOutage(t *testing.T) {
+	srv, c := standIn(t)
+	ctx := ctxT(t)
+	a := newAdapter(t, c, nil)
+	h, err := a.Create(ctx, "limited", adapter.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.RateLimit(1, 2*time.Second)
+	_, err = a.Get(ctx, "limited")
+	var rl *adapter.RateLimitedError
+	if !errors.As(err, &rl) || rl.RetryAfter != 2*time.Second {
+		t.Fatalf("Get under a rate limit = %v, want rate_limited after 2s", err)
+	}
+	srv.SetOutage(true)
+	for name, err := range map[string]error{
+		"Get":    func() error { _, err := a.Get(ctx, "limited"); return err }(),
+		"Create": func() error { _, err := a.Create(ctx, "limited", adapter.CreateOptions{}); return err }(),
+		"Exec":   func() error { _, err := a.Exec(ctx, h, adapter.Shell("true")); return err }(),
+	} {
+		if !errors.Is(err, adapter.ErrUnavailable) {
+			t.Errorf("%s during a 503 outage = %v, want unavailable", name, err)
+		}
+	}
+	srv.SetOutage(false)
+	if got, err := a.Get(ctx, "limited"); err != nil || !got.Same(h) {
+		t.Fatalf("Get after the outage = %v %v", got, err)
+	}
+}
