@@ -24,8 +24,9 @@ var rules = []struct {
 	// provider package added under adapter/ gets its own row here
 	// (TestAdapterSubpackagesHaveRules insists).
 	{pkg: "adapter/stream", stdlibOnly: true, allowed: []string{"adapter", "wire"}},
-	{pkg: "adapter/e2b", stdlibOnly: true, allowed: []string{"adapter", "wire"}},
-	{pkg: "adapter/e2b/e2btest", stdlibOnly: true, allowed: []string{"adapter", "adapter/e2b", "wire"}},
+	{pkg: "adapter/guest", stdlibOnly: true, allowed: []string{"adapter", "adapter/stream", "wire"}},
+	{pkg: "adapter/e2b", stdlibOnly: true, allowed: []string{"adapter", "adapter/guest", "adapter/stream", "wire"}},
+	{pkg: "adapter/e2b/e2btest", stdlibOnly: true, allowed: []string{"adapter", "adapter/e2b", "adapter/guest", "adapter/stream", "wire"}},
 	{pkg: "adapter/daytona", stdlibOnly: true, allowed: []string{"adapter", "wire"}},
 	{pkg: "adapter/daytona/daytonatest", stdlibOnly: true, allowed: []string{"adapter", "adapter/daytona", "wire"}},
 	{pkg: "wire", stdlibOnly: true},

@@ -31,7 +31,33 @@ type AttachOptions struct {
 	// Heartbeat is the silence after which a heartbeat frame is emitted;
 	// 0 means DefaultHeartbeat, a negative value disables heartbeats.
 	Heartbeat time.Duration
+	// Lease, when positive, bounds the attach in time, and MaxBytes, when
+	// positive, in data bytes (the frame that reaches it is sent whole):
+	// a bounded attach that reaches either before the session's end emits
+	// the lease-end error frame (LeaseEnd) with the cursors to attach
+	// again from, instead of following on. A transport that cannot cancel
+	// a process it started (E2B's envd keeps it running, and drops its
+	// output) relies on this to never leave a follower behind.
+	Lease    time.Duration
+	MaxBytes int64
+	// Ack emits a heartbeat frame as soon as the session's streams are
+	// open at the cursors, before any data: a driver that reads the first
+	// frame then knows at once whether the attach is good (a heartbeat) or
+	// refused (the one error frame: not_found, truncated, invalid), even
+	// for a silent session.
+	Ack bool
 }
+
+// LeaseEnd is the wire error a bounded attach ends with: unavailable (an
+// honest transient end for any consumer), its detail
+// wire.ShimDetailLeaseEnded and the cursors, "lease ended: stdout=N
+// stderr=M".
+func LeaseEnd(stdout, stderr int64) wire.Error {
+	return wire.Error{Code: wire.CodeUnavailable, Detail: fmt.Sprintf("%s: stdout=%d stderr=%d", wire.ShimDetailLeaseEnded, stdout, stderr)}
+}
+
+// errLeaseEnd stops EmitFrames when a bounded attach reached its bound.
+var errLeaseEnd = errors.New("lease ended")
 
 // Attach emits the session's frame stream (docs/frames.md) from the
 // cursors, following live output, one encoded frame per emit call: data
@@ -53,6 +79,11 @@ func Attach(ctx context.Context, dir string, opts AttachOptions, emit func(frame
 			return err
 		}
 		return emit(b)
+	}
+	if !sessionExists(dir) {
+		// The root is the registry of its sessions: no spec, no session.
+		// A retrying driver must not loop on it as on an unreadable one.
+		return fail(wire.CodeNotFound, fmt.Sprintf("session %s: %v", filepath.Base(dir), ErrNoSession))
 	}
 	j, err := journal.Open(filepath.Join(dir, JournalDir))
 	if err != nil {
@@ -82,7 +113,62 @@ func Attach(ctx context.Context, dir string, opts AttachOptions, emit func(frame
 		}
 		readers[name] = r
 	}
-	return EmitFrames(ctx, FrameSource{Dir: dir, Journal: j, Readers: readers, Heartbeat: opts.Heartbeat}, emit)
+	if opts.Ack {
+		if err := emit(wire.AppendHeartbeat(nil)); err != nil {
+			return err
+		}
+	}
+	src := FrameSource{Dir: dir, Journal: j, Readers: readers, Heartbeat: opts.Heartbeat}
+	if opts.Lease <= 0 && opts.MaxBytes <= 0 {
+		return EmitFrames(ctx, src, emit)
+	}
+	return emitBounded(ctx, src, opts, cursors, emit)
+}
+
+// emitBounded is EmitFrames under a lease: it counts the data it emits
+// and, once the lease's time or bytes are used up, stops before the next
+// data frame and ends with the lease-end frame. A terminal frame that is
+// ready still goes out (the session ended; nothing to resume).
+func emitBounded(ctx context.Context, src FrameSource, opts AttachOptions, cursors map[string]int64, emit func([]byte) error) error {
+	lctx := ctx
+	if opts.Lease > 0 {
+		var cancel context.CancelFunc
+		lctx, cancel = context.WithTimeoutCause(ctx, opts.Lease, errLeaseEnd)
+		defer cancel()
+	}
+	next := map[wire.StreamID]int64{wire.StreamStdout: cursors["stdout"], wire.StreamStderr: cursors["stderr"]}
+	var sent int64
+	err := EmitFrames(lctx, src, func(b []byte) error {
+		if len(b) >= wire.FrameHeaderLen && wire.FrameKind(b[2]) == wire.FrameData {
+			if opts.MaxBytes > 0 && sent >= opts.MaxBytes {
+				return errLeaseEnd
+			}
+			f, err := wire.ParseFrame(b)
+			if err != nil {
+				return err
+			}
+			if err := emit(b); err != nil {
+				return err
+			}
+			sent += int64(len(f.Payload))
+			next[f.Stream] = f.End()
+			return nil
+		}
+		return emit(b)
+	})
+	switch {
+	case err == nil: // the terminal frame went out
+		return nil
+	case errors.Is(err, errLeaseEnd):
+	case ctx.Err() == nil && errors.Is(context.Cause(lctx), errLeaseEnd):
+	default:
+		return err
+	}
+	b, err := wire.AppendError(nil, LeaseEnd(next[wire.StreamStdout], next[wire.StreamStderr]))
+	if err != nil {
+		return err
+	}
+	return emit(b)
 }
 
 // FrameSource is what EmitFrames reads: a session's journal and its

@@ -1,7 +1,10 @@
 package shim
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -84,4 +87,47 @@ func CopyStdin(ctx context.Context, c *Client, r io.Reader) error {
 			return fmt.Errorf("read stdin: %w", err)
 		}
 	}
+}
+
+// Base64 is the text-safe form of a frame stream, for transports that
+// mangle bytes (a terminal, a JSON-only exec API): each frame is one line,
+// its bytes in standard base64 with padding, ended by "\n". Nothing else
+// is on the stream; a line that is not whole was cut.
+
+// Base64Writer returns an emit function for Attach that writes each frame
+// to w as one base64 line.
+func Base64Writer(w io.Writer) func(frame []byte) error {
+	var line []byte
+	return func(frame []byte) error {
+		line = base64.StdEncoding.AppendEncode(line[:0], frame)
+		line = append(line, '\n')
+		_, err := w.Write(line)
+		return err
+	}
+}
+
+// CopyStdinBase64 writes to the session's stdin the bytes of each base64
+// line read from r (blank lines are skipped), one write per line, and
+// returns at r's EOF. A line that does not decode is ErrInvalid, after the
+// lines before it were written.
+func CopyStdinBase64(ctx context.Context, c *Client, r io.Reader) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		p, err := base64.StdEncoding.AppendDecode(nil, line)
+		if err != nil {
+			return fmt.Errorf("%w: decode stdin line: %v", ErrInvalid, err)
+		}
+		if err := c.WriteStdin(ctx, p); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("read stdin: %w", err)
+	}
+	return nil
 }

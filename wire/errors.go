@@ -92,14 +92,14 @@ type ErrorRow struct {
 // and adapter/stream their kinds, cmd/runner and cmd/runner-shim their exit
 // statuses; TestErrorTable walks every row through every mapping.
 var ErrorTable = []ErrorRow{
-	{Code: CodeNotFound, Status: 404, Statuses: []int{404}, Exit: RunnerExitNotFound, ShimExit: ShimExitFailure},
-	{Code: CodeTruncated, Status: 416, Statuses: []int{416}, Exit: RunnerExitTruncated, ShimExit: ShimExitFailure},
+	{Code: CodeNotFound, Status: 404, Statuses: []int{404}, Exit: RunnerExitNotFound, ShimExit: ShimExitNotFound},
+	{Code: CodeTruncated, Status: 416, Statuses: []int{416}, Exit: RunnerExitTruncated, ShimExit: ShimExitTruncated},
 	{Code: CodeNotSupported, Status: 501, Statuses: []int{501}, Exit: RunnerExitNotSupported, ShimExit: ShimExitFailure},
 	{Code: CodeCommandExited, Status: 409, Statuses: []int{409}, Exit: RunnerExitCommandExited, ShimExit: ShimExitCommandExited},
 	{Code: CodeRateLimited, Status: 429, Statuses: []int{429}, Transient: true, Exit: RunnerExitRateLimited, ShimExit: ShimExitFailure},
-	{Code: CodeUnavailable, Status: 503, Statuses: []int{503}, Transient: true, Exit: RunnerExitUnavailable, ShimExit: ShimExitFailure},
+	{Code: CodeUnavailable, Status: 503, Statuses: []int{503}, Transient: true, Exit: RunnerExitUnavailable, ShimExit: ShimExitUnavailable},
 	{Code: CodeDenied, Status: 401, Statuses: []int{401, 403}, Exit: RunnerExitDenied, ShimExit: ShimExitFailure},
-	{Code: CodeInvalid, Status: 400, Statuses: []int{400, 404, 405, 409, 413}, Exit: RunnerExitInvalid, ShimExit: ShimExitFailure},
+	{Code: CodeInvalid, Status: 400, Statuses: []int{400, 404, 405, 409, 413}, Exit: RunnerExitInvalid, ShimExit: ShimExitInvalid},
 	{Code: CodeRestoreFailed, Status: 500, Statuses: []int{500}, Exit: RunnerExitOther, ShimExit: ShimExitFailure},
 	{Code: CodeWriteFailed, Status: 507, Statuses: []int{507}, Exit: RunnerExitOther, ShimExit: ShimExitFailure},
 	{Code: CodeProvider, Status: 500, Statuses: []int{500}, Exit: RunnerExitOther, ShimExit: ShimExitFailure},

@@ -35,19 +35,47 @@ const (
 	RunnerExitUnavailable   = 255 // runnerd unreachable or the connection was cut: outcome unknown
 )
 
-// Exit statuses of runner-shim's client commands (write, close-stdin,
-// signal, resize, terminate, status, attach without --text). attach
-// --text exits with the command's own status instead.
+// Exit statuses of runner-shim (every subcommand but attach --text, which
+// exits with the command's own status). ErrorTable assigns the per-kind
+// ones; one status per kind a driver acts on differently, so an adapter
+// that cannot read runner-shim's --json answer still classifies its end.
 const (
 	ShimExitOK      = 0
-	ShimExitFailure = 1 // any failure without a status of its own
+	ShimExitFailure = 1 // provider, write_failed and any failure without a status of its own
 	ShimExitUsage   = 2
 	// ShimExitCommandExited: a write, close-stdin, signal or resize reached
 	// a command that has ended.
 	ShimExitCommandExited = 3
 	// ShimExitLost: the session's shim is gone without an exit record.
 	ShimExitLost = 4
+	// ShimExitNotFound: no such session (definitive: the shim's root is
+	// the registry of its sessions).
+	ShimExitNotFound = 5
+	// ShimExitInvalid: a malformed request, or a cursor beyond the end.
+	ShimExitInvalid = 6
+	// ShimExitConflict: spawn --id of an existing session with another
+	// request (code invalid, detail DetailConflict).
+	ShimExitConflict = 7
+	// ShimExitUnavailable: transient; the shim could not be reached or
+	// the start could not be set up. Retry idempotent calls.
+	ShimExitUnavailable = 8
+	// ShimExitTruncated: a cursor behind the retained output.
+	ShimExitTruncated = 9
+	// ShimExitExecNotExecutable: spawn's program (or its working
+	// directory) exists but cannot be executed (code invalid), as a shell
+	// says it.
+	ShimExitExecNotExecutable = 126
+	// ShimExitExecNotFound: spawn's program (or its working directory)
+	// does not exist (code invalid), as a shell says it.
+	ShimExitExecNotFound = 127
 )
+
+// ShimDetailLeaseEnded starts the detail of the unavailable error frame
+// that ends a bounded attach (runner-shim attach --lease or --max-bytes):
+// "lease ended: stdout=N stderr=M", the cursors to attach again from. It
+// is an honest transient end for any consumer; a driver that knows it
+// reattaches at once.
+const ShimDetailLeaseEnded = "lease ended"
 
 // Exit statuses of runner-shim attach --text for ends that are not the
 // command's own exit (which it passes through, 128+N for signal N). They

@@ -27,6 +27,13 @@
 //     is Connect's JSON codec (protojson field names), which envd's
 //     connect-go handlers serve beside the binary proto codec.
 //
-// This package is the client only: the contract policy (names kept in
-// metadata and adopted on list, what is advertised) lives above it.
+// # The contract adapter
+//
+// [Adapter] (adapter.go) implements adapter.Adapter over this client and
+// the shim transport, adapter/guest: sandboxes through the control plane
+// (the caller's name kept in metadata under [NameKey] and adopted on
+// list, since E2B mints ids; get confirmed by GET; paged list; delete),
+// sessions through runner-shim in the guest, run with envd's Start
+// ([envdExec]). It advertises attach, tty and terminate_session only.
+// docs/providers/e2b.md maps every call and every error.
 package e2b

@@ -1,17 +1,19 @@
 // Command runner-shim runs commands as detached, journaled sessions and
 // drives them from a shell: the standalone form of package shim, for
 // sandboxes whose only interface is a plain exec API. Each subcommand
-// parses its flags and makes one call into package shim.
+// parses its flags and makes one call into package shim; answer.go turns
+// the result into the human or --json answer and the exit status.
 package main
 
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -24,31 +26,52 @@ import (
 	"github.com/agentrunner/runner/wire"
 )
 
-const usage = `runner-shim: run commands as detached, journaled sessions.
+// usageText is the help; its %[1]d and %[2]d are attach --text's lost and
+// error statuses, which wire names.
+const usageText = `runner-shim: run commands as detached, journaled sessions.
 
-Usage: runner-shim [--root DIR] COMMAND [flags] [args]
+Usage: runner-shim [--root DIR] [--json] COMMAND [flags] [args]
+       runner-shim --version | version
 
 Sessions live in DIR/ID (default root: $RUNNER_SHIM_ROOT, else
 /var/lib/runner-shim for root, else $XDG_STATE_HOME/runner-shim or
 ~/.local/state/runner-shim). Keep DIR short: the control socket path
 DIR/ID/ctl.sock must fit in 107 bytes.
 
+--json (before or after COMMAND) makes every answer one JSON object on one
+line of stdout, carrying "version"; a failure is
+{"version":V,"error":{"code":CODE,"detail":TEXT}} with a code of the
+contract (not_found, invalid, command_exited, lost, unavailable, ...).
+See docs/frames.md, "runner-shim's command line", for every shape.
+
 Commands:
   spawn [--id ID] [--tty] [--rows N] [--cols N] [--cwd DIR] [--user U]
-        [--env K=V]... [--clear-env] [--netns PATH] [--retain BYTES] -- ARGV...
-      Start ARGV (no shell) as a detached session. Prints the session id
-      only once the command runs; a command that cannot start (no such
-      file) is an error and leaves nothing behind. The environment is
-      runner-shim's own unless --clear-env, plus each --env.
-  attach [--stdout N] [--stderr M] [--text] [--heartbeat DUR] ID
+        [--env K=V]... [--clear-env] [--stdin-closed] [--netns PATH]
+        [--retain BYTES] [--prune AGE] -- ARGV...
+      Start ARGV (no shell) as a detached session. Answers (the session id,
+      or with --json the session) only once the command runs; a command
+      that cannot start is an error and leaves nothing behind. The same
+      --id again with the same request answers the existing session
+      ("created":false); with another request it is a conflict. The
+      environment is runner-shim's own unless --clear-env, plus each --env.
+      --prune first removes the root's sessions that ended more than AGE
+      ago and whose shims are gone (for a root of one-shot execs).
+  attach [--stdout N] [--stderr M] [--text | --base64] [--heartbeat DUR]
+         [--lease DUR] [--max-bytes N] [--ack] ID
       Replay the session from the cursors (default 0) and follow it live.
       Writes the binary frame stream of docs/frames.md to stdout, ending
-      with exactly one terminal frame (exit, lost or error). --text writes
-      raw stdout/stderr bytes instead and exits with the command's status
-      (128+signal if killed, 255 if lost, 254 on an error frame).
-  write ID [DATA...]
+      with exactly one terminal frame (exit, lost or error). --base64
+      writes each frame as one base64 line instead (text-safe). --lease and
+      --max-bytes bound the attach: reaching either before the end, it ends
+      with an unavailable error frame whose detail is "lease ended:
+      stdout=N stderr=M", the cursors to attach again from. --ack emits a
+      heartbeat first, once the streams are open. --text writes
+      raw stdout/stderr bytes and exits with the command's status
+      (128+signal if killed, %[1]d if lost, %[2]d on an error frame).
+  write [--base64] ID [DATA...]
       Write DATA (the arguments joined by spaces, no newline added) to the
       command's stdin, or, with no DATA, copy runner-shim's own stdin.
+      --base64: DATA is base64, or each line of stdin is.
   close-stdin ID
       Send a real end of file (TTY: the terminal's ^D at a line start).
   signal ID SIG
@@ -59,16 +82,25 @@ Commands:
       SIGTERM the process group, SIGKILL after the grace (default 10s);
       print the exit record as JSON once it is in the journal.
   status ID
-      Print the session's status as JSON, with the exit record when known.
+      Print the session (state, argv, byte counts, exit record) as JSON.
   list
-      Print every session's status, one JSON object per line.
+      Print every session in start order, one JSON object per line
+      (--json: one object {"sessions":[...]}).
+  version
+      Print runner-shim's version.
   serve [--detach] [--ready-fd N] DIR
       Internal: the shim process itself (what spawn starts).
 
-Exit status: 0 success, 1 failure, 2 usage, 3 the command has exited
-(write, close-stdin, signal, resize after the end), 4 the session is lost
-(wire.ShimExit* name them for programs that drive runner-shim).
+Exit status (wire.ShimExit*): 0 success (attach: the stream ended with an
+exit or lost frame, or its lease), 1 failure, 2 usage, 3 the command has
+exited (write, close-stdin, signal, resize after the end), 4 the session
+is lost, 5 no such session, 6 invalid request or cursor, 7 the id exists
+with another request, 8 unavailable (retry), 9 cursor behind the retained
+output, 126 spawn: the program cannot be executed, 127 spawn: no such
+program (or working directory).
 `
+
+var usage = fmt.Sprintf(usageText, wire.ShimTextExitLost, wire.ShimTextExitError)
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "serve" {
@@ -84,19 +116,27 @@ func run(ctx context.Context, args []string) int {
 	top := flag.NewFlagSet("runner-shim", flag.ContinueOnError)
 	top.Usage = func() { fmt.Fprint(os.Stderr, usage) }
 	root := top.String("root", shim.DefaultRoot(), "session root directory")
+	jsonOut := top.Bool("json", false, "answer with one JSON object per answer")
+	showVersion := top.Bool("version", false, "print the version and exit")
 	if err := top.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return wire.ShimExitOK
 		}
 		return wire.ShimExitUsage
 	}
+	a := &answerer{json: jsonOut}
+	if *showVersion {
+		return a.version()
+	}
 	if top.NArg() == 0 {
 		top.Usage()
 		return wire.ShimExitUsage
 	}
 	cmd, args := top.Arg(0), top.Args()[1:]
+	a.cmd = cmd
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(os.Stderr, usage) }
+	fs.BoolVar(jsonOut, "json", *jsonOut, "answer with one JSON object per answer")
 	dirOf := func(id string) string { return filepath.Join(*root, id) }
 	// pos parses flags and wants at least n positional arguments, the
 	// first a session id (but for spawn: the command's argv).
@@ -105,13 +145,19 @@ func run(ctx context.Context, args []string) int {
 			return nil, false
 		}
 		if fs.NArg() < n || (n > 0 && cmd != "spawn" && !shim.ValidID(fs.Arg(0))) {
-			fmt.Fprintf(os.Stderr, "runner-shim %s: want %d argument(s), the first a session id\n", cmd, n)
+			a.usage(fmt.Sprintf("want %d argument(s), the first a session id", n))
 			return nil, false
 		}
 		return fs.Args(), true
 	}
 
 	switch cmd {
+	case "version":
+		if _, ok := pos(0); !ok {
+			return wire.ShimExitUsage
+		}
+		return a.version()
+
 	case "spawn":
 		id := fs.String("id", "", "session id (default: random)")
 		tty := fs.Bool("tty", false, "run under a pseudo-terminal")
@@ -122,6 +168,8 @@ func run(ctx context.Context, args []string) int {
 		netns := fs.String("netns", "", "network namespace file to run in")
 		retain := fs.Int64("retain", 0, "bytes to retain per stream (0: all)")
 		clearEnv := fs.Bool("clear-env", false, "start from an empty environment")
+		stdinClosed := fs.Bool("stdin-closed", false, "start the command with its stdin at end of file")
+		prune := fs.Duration("prune", 0, "first remove sessions of the root that ended longer ago than this, their shims gone (0: none)")
 		var env multi
 		fs.Var(&env, "env", "K=V added to the environment (repeatable)")
 		argv, ok := pos(1)
@@ -132,135 +180,265 @@ func run(ctx context.Context, args []string) int {
 			*id = randomID()
 		}
 		spec := shim.Spec{ID: *id, Argv: argv, Dir: *cwd, User: *user, TTY: *tty,
-			Rows: uint16(*rows), Cols: uint16(*cols), NetNS: *netns, RetainBytes: *retain}
+			Rows: uint16(*rows), Cols: uint16(*cols), NetNS: *netns, RetainBytes: *retain, StdinClosed: *stdinClosed}
 		if !*clearEnv {
 			spec.Env = os.Environ()
 		}
 		spec.Env = append(spec.Env, env...)
 		exe, err := os.Executable()
 		if err != nil {
-			return fail(cmd, err)
+			return a.fail(err)
 		}
-		if _, err := shim.Start(ctx, []string{exe, "serve"}, dirOf(*id), spec); err != nil {
-			return fail(cmd, err)
+		if *prune > 0 {
+			// Best effort: a root of one-shot sessions (a driver's execs)
+			// stays bounded without a round trip of its own.
+			if err := shim.Prune(*root, *prune, time.Now()); err != nil {
+				fmt.Fprintf(os.Stderr, "runner-shim spawn: prune: %v\n", err)
+			}
 		}
-		fmt.Println(*id)
-		return wire.ShimExitOK
+		in, created, err := spawn(ctx, []string{exe, "serve"}, dirOf(*id), spec)
+		if err != nil {
+			return a.fail(err)
+		}
+		return a.ok(in.ID+"\n", map[string]any{"id": in.ID, "created": created, "session": in})
 
 	case "attach":
 		so := fs.Int64("stdout", 0, "stdout cursor")
 		se := fs.Int64("stderr", 0, "stderr cursor")
 		text := fs.Bool("text", false, "write raw bytes to stdout/stderr and exit with the command's status")
+		b64 := fs.Bool("base64", false, "write each frame as one base64 line")
 		hb := fs.Duration("heartbeat", shim.DefaultHeartbeat, "heartbeat after this much silence (frames mode)")
-		a, ok := pos(1)
+		lease := fs.Duration("lease", 0, "end after this long with a resumable cursor (0: follow to the end)")
+		maxBytes := fs.Int64("max-bytes", 0, "end after about this many data bytes with a resumable cursor (0: no bound)")
+		ack := fs.Bool("ack", false, "emit a heartbeat as soon as the streams are open at the cursors")
+		p, ok := pos(1)
 		if !ok {
 			return wire.ShimExitUsage
 		}
-		opts := shim.AttachOptions{Stdout: *so, Stderr: *se, Heartbeat: *hb}
+		if *text && *b64 {
+			a.usage("--text and --base64 exclude each other")
+			return wire.ShimExitUsage
+		}
+		if *lease < 0 || *maxBytes < 0 {
+			a.usage("--lease and --max-bytes are not negative")
+			return wire.ShimExitUsage
+		}
+		opts := shim.AttachOptions{Stdout: *so, Stderr: *se, Heartbeat: *hb, Lease: *lease, MaxBytes: *maxBytes, Ack: *ack}
 		if *text {
-			status, err := shim.AttachText(ctx, dirOf(a[0]), opts, os.Stdout, os.Stderr)
+			status, err := shim.AttachText(ctx, dirOf(p[0]), opts, os.Stdout, os.Stderr)
 			if err != nil {
-				return fail(cmd, err)
+				return a.fail(err)
 			}
 			return status
 		}
-		if err := shim.Attach(ctx, dirOf(a[0]), opts, writeAll); err != nil {
-			return fail(cmd, err)
+		emit := writeAll
+		if *b64 {
+			emit = shim.Base64Writer(os.Stdout)
 		}
-		return wire.ShimExitOK
+		var end wire.Frame
+		err := shim.Attach(ctx, dirOf(p[0]), opts, func(b []byte) error {
+			if len(b) > 2 && wire.FrameKind(b[2]).Terminal() {
+				f, err := wire.ParseFrame(b)
+				if err != nil {
+					return err
+				}
+				end = f
+				end.Payload = append([]byte(nil), f.Payload...)
+			}
+			return emit(b)
+		})
+		if err != nil {
+			// The stream was cut (stdout closed, interrupted): no answer.
+			fmt.Fprintf(os.Stderr, "runner-shim attach: %v\n", err)
+			return wire.ShimExitUnavailable
+		}
+		return attachStatus(end)
 
 	case "write", "close-stdin", "signal", "resize", "terminate", "status":
 		grace := fs.Duration("grace", 10*time.Second, "terminate: time between SIGTERM and SIGKILL")
+		b64 := fs.Bool("base64", false, "write: DATA or each stdin line is base64")
 		want := map[string]int{"write": 1, "close-stdin": 1, "signal": 2, "resize": 3, "terminate": 1, "status": 1}[cmd]
-		a, ok := pos(want)
+		p, ok := pos(want)
 		if !ok {
 			return wire.ShimExitUsage
 		}
-		c, err := shim.Dial(ctx, dirOf(a[0]))
-		if err != nil {
-			return fail(cmd, err)
+		id := p[0]
+		if cmd == "status" {
+			in, err := shim.Inspect(ctx, dirOf(id))
+			if err != nil {
+				return a.fail(err)
+			}
+			return a.ok(indent(in), map[string]any{"session": in})
 		}
-		defer c.Close()
+		// Parse everything before touching the session.
+		var data []byte
+		var sig syscall.Signal
+		var rows, cols uint64
 		switch cmd {
 		case "write":
-			if len(a) > 1 {
-				err = c.WriteStdin(ctx, []byte(strings.Join(a[1:], " ")))
-			} else {
+			if len(p) > 1 {
+				data = []byte(strings.Join(p[1:], " "))
+				if *b64 {
+					d, err := base64.StdEncoding.DecodeString(strings.Join(p[1:], ""))
+					if err != nil {
+						return a.fail(fmt.Errorf("%w: decode data: %v", shim.ErrInvalid, err))
+					}
+					data = d
+				}
+			}
+		case "signal":
+			n, err := wire.ParseSignal(p[1])
+			if err != nil {
+				return a.fail(fmt.Errorf("%w: %v", shim.ErrInvalid, err))
+			}
+			sig = syscall.Signal(n)
+		case "resize":
+			var err1, err2 error
+			rows, err1 = strconv.ParseUint(p[1], 10, 16)
+			cols, err2 = strconv.ParseUint(p[2], 10, 16)
+			if err1 != nil || err2 != nil || rows == 0 || cols == 0 {
+				return a.fail(fmt.Errorf("%w: rows and cols are numbers 1-65535", shim.ErrInvalid))
+			}
+		}
+		c, err := shim.Dial(ctx, dirOf(id))
+		if err != nil {
+			return a.fail(err)
+		}
+		defer c.Close()
+		answer := map[string]any{"id": id, "ok": true}
+		switch cmd {
+		case "write":
+			switch {
+			case len(p) > 1:
+				err = c.WriteStdin(ctx, data)
+				answer["written"] = len(data)
+			case *b64:
+				err = shim.CopyStdinBase64(ctx, c, os.Stdin)
+			default:
 				err = shim.CopyStdin(ctx, c, os.Stdin)
 			}
 		case "close-stdin":
 			err = c.CloseStdin(ctx)
 		case "signal":
-			sig, perr := parseSignal(a[1])
-			if perr != nil {
-				return fail(cmd, perr)
-			}
 			err = c.Signal(ctx, sig)
 		case "resize":
-			r, err1 := strconv.ParseUint(a[1], 10, 16)
-			cl, err2 := strconv.ParseUint(a[2], 10, 16)
-			if err1 != nil || err2 != nil {
-				return fail(cmd, errors.New("rows and cols are numbers 1-65535"))
-			}
-			err = c.Resize(ctx, uint16(r), uint16(cl))
+			err = c.Resize(ctx, uint16(rows), uint16(cols))
 		case "terminate":
 			e, terr := c.Terminate(ctx, *grace)
 			if terr == nil {
-				printJSON(e)
+				return a.ok(indent(e), map[string]any{"id": id, "exit": shim.WireExit(e)})
 			}
 			err = terr
-		case "status":
-			st, serr := c.Status(ctx)
-			if serr == nil {
-				printJSON(st)
-			}
-			err = serr
 		}
 		if err != nil {
-			return fail(cmd, err)
+			return a.fail(err)
 		}
-		return wire.ShimExitOK
+		return a.ok("", answer)
 
 	case "list":
 		if _, ok := pos(0); !ok {
 			return wire.ShimExitUsage
 		}
-		list, err := shim.List(*root)
+		list, err := shim.ListInfo(*root)
 		if err != nil {
-			return fail(cmd, err)
+			return a.fail(err)
 		}
-		for _, st := range list {
-			b, _ := json.Marshal(st)
-			fmt.Println(string(b))
+		var lines strings.Builder
+		for _, in := range list {
+			lines.WriteString(compact(in))
 		}
-		return wire.ShimExitOK
+		return a.ok(lines.String(), map[string]any{"sessions": list})
 
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return wire.ShimExitOK
 	}
-	fmt.Fprintf(os.Stderr, "runner-shim: unknown command %q\n\n%s", cmd, usage)
+	a.usage(fmt.Sprintf("unknown command %q", cmd))
 	return wire.ShimExitUsage
+}
+
+// errConflict is spawn --id of an existing session with another request.
+var errConflict = errors.New("exists with a different request")
+
+// spawn starts spec in dir, or answers the session already there when it
+// was started with the same request (a retried spawn: created is false),
+// as runnerd does. A session with the id and another request is
+// errConflict. A concurrent spawn of the same id that is still starting
+// is waited for; one that failed (and removed its files) is retried.
+func spawn(ctx context.Context, exe []string, dir string, spec shim.Spec) (in shim.Info, created bool, err error) {
+	for {
+		st, err := shim.Start(ctx, exe, dir, spec)
+		if err == nil {
+			in, err := shim.Describe(dir, st)
+			return in, true, err
+		}
+		if !errors.Is(err, shim.ErrExists) {
+			return shim.Info{}, false, err
+		}
+		have, err := shim.ReadSpec(dir)
+		if errors.Is(err, shim.ErrNoSession) {
+			continue // the other start failed and cleaned up: try ours
+		}
+		if err != nil {
+			return shim.Info{}, false, err
+		}
+		if !shim.SameRequest(have, spec) {
+			return shim.Info{}, false, fmt.Errorf("session %s: %w", spec.ID, errConflict)
+		}
+		// Started (or starting, by a concurrent spawn): answer it once it
+		// runs, as that spawn will.
+		for {
+			st, err := shim.ReadStatus(dir)
+			if err == nil {
+				in, err := shim.Describe(dir, st)
+				return in, false, err
+			}
+			if !errors.Is(err, shim.ErrNoSession) {
+				return shim.Info{}, false, err
+			}
+			if _, serr := shim.ReadSpec(dir); errors.Is(serr, shim.ErrNoSession) {
+				break // its start failed: start again
+			}
+			select {
+			case <-ctx.Done():
+				return shim.Info{}, false, fmt.Errorf("%w: wait for session %s to start: %w", shim.ErrUnavailable, spec.ID, ctx.Err())
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// attachStatus is attach's exit status for the terminal frame it wrote:
+// success for an exit, a lost session (the stream said so) or a lease's
+// end; the code's status for an error frame; unavailable when none came.
+func attachStatus(end wire.Frame) int {
+	switch end.Kind {
+	case wire.FrameExit, wire.FrameLost:
+		return wire.ShimExitOK
+	case wire.FrameError:
+		we, err := end.Err()
+		if err != nil {
+			return wire.ShimExitFailure
+		}
+		if IsLeaseEnd(we) {
+			return wire.ShimExitOK
+		}
+		if row, ok := wire.RowOf(we.Code); ok {
+			return row.ShimExit
+		}
+		return wire.ShimExitFailure
+	}
+	return wire.ShimExitUnavailable
+}
+
+// IsLeaseEnd reports whether we is a bounded attach's end.
+func IsLeaseEnd(we *wire.Error) bool {
+	return we.Code == wire.CodeUnavailable && strings.HasPrefix(we.Detail, wire.ShimDetailLeaseEnded+":")
 }
 
 func writeAll(b []byte) error {
 	_, err := os.Stdout.Write(b)
 	return err
-}
-
-// fail reports err and returns its exit status from wire.ErrorTable
-// (ShimExitCommandExited, ShimExitLost, else ShimExitFailure).
-func fail(cmd string, err error) int {
-	fmt.Fprintf(os.Stderr, "runner-shim %s: %v\n", cmd, err)
-	if row, ok := wire.RowOf(shim.CodeOf(err)); ok && row.ShimExit != wire.ShimExitOK {
-		return row.ShimExit
-	}
-	return wire.ShimExitFailure
-}
-
-func printJSON(v any) {
-	b, _ := json.MarshalIndent(v, "", "  ")
-	fmt.Println(string(b))
 }
 
 func randomID() string {
@@ -269,9 +447,21 @@ func randomID() string {
 	return hex.EncodeToString(b[:])
 }
 
-func parseSignal(s string) (syscall.Signal, error) {
-	n, err := wire.ParseSignal(s)
-	return syscall.Signal(n), err
+// isExecErr reports the shell's status for a start failure of the
+// command's own program: 127 when it (or the working directory) does not
+// exist, 126 when it cannot be executed.
+func execStatus(err error) (int, bool) {
+	var se *shim.StartError
+	if !errors.As(err, &se) || se.Phase != shim.PhaseExec {
+		return 0, false
+	}
+	switch {
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.ENAMETOOLONG), errors.Is(err, syscall.ELOOP):
+		return wire.ShimExitExecNotFound, true
+	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.ENOEXEC), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ELIBBAD), errors.Is(err, syscall.E2BIG):
+		return wire.ShimExitExecNotExecutable, true
+	}
+	return wire.ShimExitInvalid, true
 }
 
 // multi is a repeatable string flag.

@@ -96,7 +96,7 @@ func TestCLI(t *testing.T) {
 	if _, code := run("", "write", "c1", "late"); code != 3 {
 		t.Fatalf("write after exit: got status %d, want 3", code)
 	}
-	if out, code := run("", "spawn", "--id", "c2", "--", "/no/such/binary"); code != 1 || !strings.Contains(out, "no such file") {
+	if out, code := run("", "spawn", "--id", "c2", "--", "/no/such/binary"); code != wire.ShimExitExecNotFound || !strings.Contains(out, "no such file") {
 		t.Fatalf("spawn of a missing binary: got %q %d", out, code)
 	}
 	if _, err := os.Stat(filepath.Join(root, "c2")); !errors.Is(err, os.ErrNotExist) {

@@ -565,7 +565,7 @@ func (p *proc) launch(sb *sandbox, size *ptySize, stdin bool, lifetime time.Dura
 	if p.cfg.Cwd != nil && *p.cfg.Cwd != "" {
 		cmd.Dir = *p.cfg.Cwd
 	}
-	cmd.Env = os.Environ()
+	cmd.Env = append(os.Environ(), TagEnv+"="+sb.id)
 	for k, v := range sb.envVars {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}

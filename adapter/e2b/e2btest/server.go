@@ -63,7 +63,18 @@ type Options struct {
 	// start event then races a process envd does not know yet (the seeds'
 	// E2B adapter lost that race by about 300 ms).
 	RegisterDelay time.Duration
+	// Dir, when set, is where sandbox directories are made (default
+	// t.TempDir()): keep it short when sandboxes run runner-shim, whose
+	// control socket path must fit in 107 bytes.
+	Dir string
 }
+
+// TagEnv is the environment variable every process the stand-in starts
+// carries, set to its sandbox id. Processes that leave the stand-in's
+// process groups (runner-shim's detached shims and their commands, which
+// inherit it) are found by it and killed when their sandbox is deleted or
+// the stand-in shuts down, as a real sandbox's VM takes them with it.
+const TagEnv = "E2BTEST_SANDBOX"
 
 // Server is the stand-in. Its methods are safe for concurrent use. New
 // registers its shutdown with t.Cleanup: every process it started is
@@ -85,6 +96,7 @@ type Server struct {
 	seq        uint64
 	outage     bool
 	drop       bool
+	dropEnvd   bool
 	interrupt  int
 	rateLimit  int
 	retryAfter time.Duration
@@ -112,10 +124,13 @@ func New(t testing.TB, opts Options) *Server {
 	if opts.ChunkSize <= 0 {
 		opts.ChunkSize = 32 << 10
 	}
+	if opts.Dir == "" {
+		opts.Dir = t.TempDir()
+	}
 	s := &Server{
 		APIKey:    "e2b_" + randHex(20),
 		opts:      opts,
-		root:      t.TempDir(),
+		root:      opts.Dir,
 		closing:   make(chan struct{}),
 		sandboxes: map[string]*sandbox{},
 		requests:  map[string]int{},
@@ -134,6 +149,10 @@ func (s *Server) SandboxURL() string { return s.envd.URL }
 
 // SetOutage makes both servers answer every request 503 while on.
 func (s *Server) SetOutage(on bool) { s.mu.Lock(); s.outage = on; s.mu.Unlock() }
+
+// SetDropEnvd makes the envd proxy (only) drop every connection, as an
+// edge proxy in trouble does, until switched off.
+func (s *Server) SetDropEnvd(on bool) { s.mu.Lock(); s.dropEnvd = on; s.mu.Unlock() }
 
 // SetDropConnections makes both servers close every connection without an
 // answer while on, as a failing proxy does.
@@ -174,12 +193,17 @@ func (s *Server) Requests(key string) int {
 func (s *Server) shutdown() {
 	close(s.closing)
 	s.mu.Lock()
+	var ids []string
 	for _, sb := range s.sandboxes {
+		ids = append(ids, sb.id)
 		for _, p := range sb.procs {
 			p.abort()
 		}
 	}
 	s.mu.Unlock()
+	for _, id := range ids {
+		killTagged(id)
+	}
 	s.wg.Wait()
 	s.api.Close()
 	s.envd.Close()
@@ -190,7 +214,7 @@ func (s *Server) faults(next http.Handler, api bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.requests[r.Method+" "+r.URL.Path]++
-		drop, outage := s.drop, s.outage
+		drop, outage := s.drop || (!api && s.dropEnvd), s.outage
 		limited := false
 		if !drop && !outage && s.rateLimit > 0 && api {
 			s.rateLimit--
@@ -346,6 +370,7 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
 		p.abort()
 		<-p.done
 	}
+	killTagged(sb.id)
 	if err := os.RemoveAll(sb.dir); err != nil {
 		apiError(w, http.StatusInternalServerError, "remove sandbox directory")
 		return

@@ -1,0 +1,529 @@
+package e2b
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/adapter/guest"
+)
+
+// NameKey is the sandbox metadata key that holds the caller's name: E2B
+// mints sandbox ids, so a name lives in metadata and Create adopts the
+// sandbox a listing shows under it.
+const NameKey = "runner-name"
+
+// DefaultRoot is runner-shim's session root in the guest, relative to
+// the working directory envd gives processes (the sandbox user's home).
+const DefaultRoot = ".runner-shim"
+
+// AdapterConfig configures the contract adapter, NewAdapter.
+type AdapterConfig struct {
+	// Client is the control-plane client. Required.
+	Client *Client
+	// Template is the template every sandbox is created from: one with
+	// runner-shim of Version in it (images/e2b). Required.
+	Template string
+	// Timeout is each sandbox's time to live in seconds (0: the API's
+	// default). A sandbox whose time runs out is gone: Get says not_found.
+	Timeout int32
+	// Version is the runner-shim version the guest must run (the
+	// caller's version.String()). Required.
+	Version string
+	// Shim is runner-shim's path in the guest (default "runner-shim",
+	// found in the guest's PATH).
+	Shim string
+	// Root is runner-shim's session root in the guest (DefaultRoot).
+	Root string
+	// ShimBinary, when not nil, returns the runner-shim binary to install
+	// at Shim in a guest that has none (written with envd's files API,
+	// then made executable); nil: a guest without it is refused.
+	ShimBinary func() ([]byte, error)
+	// Lease bounds each attach process in the guest (guest.DefaultLease).
+	Lease time.Duration
+	// ReattachWindow is how long a stream attaches again after a cut
+	// (guest.DefaultReattach).
+	ReattachWindow time.Duration
+}
+
+// Adapter is the contract (adapter.Adapter) over E2B: the control plane
+// for sandboxes, and runner-shim in each sandbox, driven through envd's
+// process API by adapter/guest, for sessions. It is safe for concurrent
+// use; the owner must call Close.
+//
+// Capabilities: attach, tty and terminate_session (runner-shim delivers
+// them). Not advertised: suspend (E2B's pause is not verified to keep
+// runner-shim's detached sessions honest), network_policy (E2B's egress
+// switch leaves DNS open), public_url, checkpoint.
+type Adapter struct {
+	adapter.Unsupported
+	cfg AdapterConfig
+
+	createMu sync.Mutex // guards creating
+	creating map[string]*sync.Mutex
+
+	mu     sync.Mutex // guards guests and closed
+	guests map[string]*sandboxGuest
+	closed bool
+}
+
+var _ adapter.Adapter = (*Adapter)(nil)
+
+// sandboxGuest is one sandbox's session transport.
+type sandboxGuest struct {
+	name string
+	g    *guest.Guest
+}
+
+// NewAdapter returns the adapter for cfg.
+func NewAdapter(cfg AdapterConfig) (*Adapter, error) {
+	if cfg.Client == nil || cfg.Template == "" || cfg.Version == "" {
+		return nil, &Error{Op: "configure e2b adapter", kind: invalid("Client, Template and Version are required")}
+	}
+	if cfg.Shim == "" {
+		cfg.Shim = guest.DefaultShim
+	}
+	if cfg.ShimBinary != nil && !strings.Contains(cfg.Shim, "/") {
+		return nil, &Error{Op: "configure e2b adapter", kind: invalid("with ShimBinary, Shim is the path to install it at (a name is looked up in PATH)")}
+	}
+	if cfg.Root == "" {
+		cfg.Root = DefaultRoot
+	}
+	return &Adapter{cfg: cfg, creating: map[string]*sync.Mutex{}, guests: map[string]*sandboxGuest{}}, nil
+}
+
+// Close stops every attach this adapter runs (sessions and sandboxes
+// keep running). It is idempotent.
+func (a *Adapter) Close() error {
+	a.mu.Lock()
+	a.closed = true
+	gs := a.guests
+	a.guests = map[string]*sandboxGuest{}
+	a.mu.Unlock()
+	for _, sg := range gs {
+		sg.g.Close()
+	}
+	return nil
+}
+
+// Provider returns "e2b".
+func (a *Adapter) Provider() string { return provider }
+
+// Capabilities returns what E2B plus runner-shim deliver.
+func (a *Adapter) Capabilities() adapter.Capabilities {
+	return adapter.Capabilities{adapter.CapAttach, adapter.CapTTY, adapter.CapTerminateSession}
+}
+
+// validName accepts a DNS label, the names the contract promises.
+func validName(name string) bool {
+	if len(name) == 0 || len(name) > 63 || name[0] == '-' || name[len(name)-1] == '-' {
+		return false
+	}
+	for _, c := range []byte(name) {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func (a *Adapter) handle(sb Sandbox) adapter.Handle {
+	return adapter.Handle{Provider: provider, Name: sb.Metadata[NameKey], ID: sb.SandboxID}
+}
+
+// find returns the sandbox named name: the oldest (start time, then id)
+// of a complete listing filtered on the name, so every creator that
+// raced agrees on one. ok is false when the complete listing has none.
+func (a *Adapter) find(ctx context.Context, name string) (Sandbox, bool, error) {
+	all, err := a.cfg.Client.ListAll(ctx, ListOptions{Metadata: map[string]string{NameKey: name}})
+	if err != nil {
+		return Sandbox{}, false, err
+	}
+	all = slices.DeleteFunc(all, func(sb Sandbox) bool { return sb.Metadata[NameKey] != name })
+	if len(all) == 0 {
+		return Sandbox{}, false, nil
+	}
+	return slices.MinFunc(all, func(x, y Sandbox) int {
+		if c := x.StartedAt.Compare(y.StartedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(x.SandboxID, y.SandboxID)
+	}), true, nil
+}
+
+// Create returns the sandbox named name, creating it from the template
+// when a complete listing shows none, and verifies runner-shim in it.
+// Concurrent creates of one name in this process are serialized; creates
+// that raced across processes converge on the oldest sandbox, and the
+// others delete the one they made.
+func (a *Adapter) Create(ctx context.Context, name string, opts adapter.CreateOptions) (adapter.Handle, error) {
+	if !validName(name) {
+		return adapter.Handle{}, &adapter.InvalidError{Detail: fmt.Sprintf("sandbox name %q is not a DNS label", name)}
+	}
+	if opts.NetworkPolicy != nil {
+		return adapter.Handle{}, fmt.Errorf("create %s with a network policy: %w", name, adapter.ErrNotSupported)
+	}
+	a.createMu.Lock()
+	mu, ok := a.creating[name]
+	if !ok {
+		mu = &sync.Mutex{}
+		a.creating[name] = mu
+	}
+	a.createMu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+
+	sb, ok, err := a.find(ctx, name)
+	if err != nil {
+		return adapter.Handle{}, fmt.Errorf("create %s: %w", name, err)
+	}
+	created := false
+	if !ok {
+		mine, err := a.cfg.Client.Create(ctx, NewSandbox{TemplateID: a.cfg.Template, Timeout: a.cfg.Timeout, Metadata: map[string]string{NameKey: name}})
+		if err != nil {
+			return adapter.Handle{}, fmt.Errorf("create %s: %w", name, err)
+		}
+		sb, ok, err = a.find(ctx, name)
+		switch {
+		case err != nil || !ok:
+			// Ours exists; the listing failed or lags: ours it is.
+			sb = mine
+			sb.Metadata = map[string]string{NameKey: name}
+			created = true
+		case sb.SandboxID != mine.SandboxID:
+			// Another creator won the race: ours goes.
+			a.cfg.Client.Delete(ctx, mine.SandboxID)
+		default:
+			created = true
+		}
+	}
+	h := a.handle(sb)
+	h.Name = name
+	// Verify runner-shim at create: a sandbox whose template lacks the
+	// right one is refused now, not at its first command.
+	sg, err := a.guest(ctx, h)
+	if err == nil {
+		err = sg.g.Verify(ctx)
+	}
+	if err != nil {
+		if created && errors.Is(err, adapter.ErrProvider) {
+			a.forget(h.ID)
+			a.cfg.Client.Delete(context.WithoutCancel(ctx), h.ID)
+		}
+		return adapter.Handle{}, fmt.Errorf("create %s: %w", name, err)
+	}
+	return h, nil
+}
+
+// Get returns the sandbox named name. Not found means a complete listing
+// has no sandbox of that name and none was confirmed by GET; every other
+// failure proves nothing.
+func (a *Adapter) Get(ctx context.Context, name string) (adapter.Handle, error) {
+	if !validName(name) {
+		return adapter.Handle{}, &adapter.InvalidError{Detail: fmt.Sprintf("sandbox name %q is not a DNS label", name)}
+	}
+	sb, ok, err := a.find(ctx, name)
+	if err != nil {
+		return adapter.Handle{}, fmt.Errorf("get %s: %w", name, err)
+	}
+	if !ok {
+		return adapter.Handle{}, fmt.Errorf("get %s: %w", name, adapter.ErrNotFound)
+	}
+	// Confirm with GET: only its 404 says the listed one is gone.
+	if _, err := a.cfg.Client.Get(ctx, sb.SandboxID); err != nil {
+		return adapter.Handle{}, fmt.Errorf("get %s: %w", name, err)
+	}
+	return a.handle(sb), nil
+}
+
+// List returns one page of the sandboxes this adapter named (those with
+// NameKey); E2B's own cursor is the page token.
+func (a *Adapter) List(ctx context.Context, opts adapter.ListOptions) (adapter.Page, error) {
+	limit := opts.PageSize
+	if limit <= 0 || limit > 100 {
+		limit = 100
+	}
+	p, err := a.cfg.Client.List(ctx, ListOptions{NextToken: opts.PageToken, Limit: limit})
+	if err != nil {
+		return adapter.Page{}, fmt.Errorf("list sandboxes: %w", err)
+	}
+	out := adapter.Page{NextPageToken: p.NextToken}
+	for _, sb := range p.Sandboxes {
+		if validName(sb.Metadata[NameKey]) {
+			out.Handles = append(out.Handles, a.handle(sb))
+		}
+	}
+	return out, nil
+}
+
+// Destroy deletes the sandbox. Absent (E2B's 404 on delete, confirmed by
+// GET's 404) is success.
+func (a *Adapter) Destroy(ctx context.Context, h adapter.Handle) error {
+	if h.ID == "" {
+		return &adapter.InvalidError{Detail: "destroy: a handle without an id"}
+	}
+	a.forget(h.ID)
+	err := a.cfg.Client.Delete(ctx, h.ID)
+	var e *Error
+	if errors.As(err, &e) && e.Status == 404 {
+		if _, gerr := a.cfg.Client.Get(ctx, h.ID); errors.Is(gerr, adapter.ErrNotFound) {
+			return nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("destroy %s: %w", h.ID, err)
+	}
+	return nil
+}
+
+// forget closes and drops a sandbox's transport.
+func (a *Adapter) forget(id string) {
+	a.mu.Lock()
+	sg := a.guests[id]
+	delete(a.guests, id)
+	a.mu.Unlock()
+	if sg != nil {
+		sg.g.Close()
+	}
+}
+
+// guest returns h's session transport, making it from a GET of the
+// sandbox (which gives envd's token): 404 is not_found, a paused sandbox
+// is invalid (suspended), another name is not_found (not this
+// incarnation).
+func (a *Adapter) guest(ctx context.Context, h adapter.Handle) (*sandboxGuest, error) {
+	if h.ID == "" || h.Provider != provider {
+		return nil, &adapter.InvalidError{Detail: fmt.Sprintf("handle %v is not an e2b sandbox", h)}
+	}
+	a.mu.Lock()
+	sg, ok := a.guests[h.ID]
+	closed := a.closed
+	a.mu.Unlock()
+	if closed {
+		return nil, &adapter.InvalidError{Detail: "adapter closed"}
+	}
+	if ok {
+		if sg.name != h.Name {
+			return nil, fmt.Errorf("sandbox %s is not %q: %w", h.ID, h.Name, adapter.ErrNotFound)
+		}
+		return sg, nil
+	}
+	sb, err := a.cfg.Client.Get(ctx, h.ID)
+	if err != nil {
+		return nil, err
+	}
+	if sb.Metadata[NameKey] != h.Name {
+		return nil, fmt.Errorf("sandbox %s is not %q: %w", h.ID, h.Name, adapter.ErrNotFound)
+	}
+	if sb.State == StatePaused {
+		return nil, &adapter.InvalidError{Detail: fmt.Sprintf("sandbox %s is paused", h.ID)}
+	}
+	x := &envdExec{a: a, id: h.ID, envd: a.cfg.Client.Envd(sb)}
+	gcfg := guest.Config{Provider: provider, Exec: x, Shim: a.cfg.Shim, Root: a.cfg.Root, Version: a.cfg.Version,
+		Lease: a.cfg.Lease, ReattachWindow: a.cfg.ReattachWindow}
+	if a.cfg.ShimBinary != nil {
+		gcfg.Install = x.install
+	}
+	g, err := guest.New(gcfg)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if prev, ok := a.guests[h.ID]; ok {
+		g.Close()
+		return prev, nil
+	}
+	if a.closed {
+		g.Close()
+		return nil, &adapter.InvalidError{Detail: "adapter closed"}
+	}
+	sg = &sandboxGuest{name: h.Name, g: g}
+	a.guests[h.ID] = sg
+	return sg, nil
+}
+
+// Exec runs c to completion in the sandbox.
+func (a *Adapter) Exec(ctx context.Context, h adapter.Handle, c adapter.Command) (adapter.Result, error) {
+	sg, err := a.guest(ctx, h)
+	if err != nil {
+		return adapter.Result{}, err
+	}
+	return sg.g.Exec(ctx, c)
+}
+
+// Spawn starts c as a session once runner-shim acknowledged it.
+func (a *Adapter) Spawn(ctx context.Context, h adapter.Handle, c adapter.Command, opts adapter.SpawnOptions) (adapter.Stream, error) {
+	sg, err := a.guest(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	return sg.g.Spawn(ctx, c, opts)
+}
+
+// Attach rejoins session id from the cursor.
+func (a *Adapter) Attach(ctx context.Context, h adapter.Handle, id string, from adapter.Cursor) (adapter.Stream, error) {
+	sg, err := a.guest(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	return sg.g.Attach(ctx, id, from)
+}
+
+// Sessions lists the sandbox's sessions in start order.
+func (a *Adapter) Sessions(ctx context.Context, h adapter.Handle) ([]adapter.SessionInfo, error) {
+	sg, err := a.guest(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	return sg.g.Sessions(ctx)
+}
+
+// WriteStdin writes p to session id's stdin.
+func (a *Adapter) WriteStdin(ctx context.Context, h adapter.Handle, id string, p []byte) error {
+	sg, err := a.guest(ctx, h)
+	if err != nil {
+		return err
+	}
+	return sg.g.WriteStdin(ctx, id, p)
+}
+
+// CloseStdin sends session id's stdin a real EOF.
+func (a *Adapter) CloseStdin(ctx context.Context, h adapter.Handle, id string) error {
+	sg, err := a.guest(ctx, h)
+	if err != nil {
+		return err
+	}
+	return sg.g.CloseStdin(ctx, id)
+}
+
+// Resize sets a TTY session's size.
+func (a *Adapter) Resize(ctx context.Context, h adapter.Handle, id string, size adapter.TTYSize) error {
+	sg, err := a.guest(ctx, h)
+	if err != nil {
+		return err
+	}
+	return sg.g.Resize(ctx, id, size)
+}
+
+// TerminateSession stops session id and returns its recorded exit.
+func (a *Adapter) TerminateSession(ctx context.Context, h adapter.Handle, id string, grace time.Duration) (adapter.Exit, error) {
+	if err := adapter.CheckGrace(grace); err != nil {
+		return adapter.Exit{}, err
+	}
+	sg, err := a.guest(ctx, h)
+	if err != nil {
+		return adapter.Exit{}, err
+	}
+	return sg.g.Terminate(ctx, id, grace)
+}
+
+// envdExec is guest.Executor over envd's process API.
+type envdExec struct {
+	a    *Adapter
+	id   string
+	envd *Envd
+}
+
+// execShell runs argv through sh so that a missing program is status
+// 127 and one that cannot run 126, as guest.Executor says, rather than a
+// start error envd words differently by version.
+const execShell = `exec "$0" "$@"`
+
+// Exec implements guest.Executor: envd's Start (acknowledged), stdin
+// through SendInput and CloseStdin, stdout copied as it arrives (stderr
+// dropped), the exit code from the end event. envd keeps a process whose
+// stream ends, so lifetime goes as Connect-Timeout-Ms.
+func (x *envdExec) Exec(ctx context.Context, argv []string, stdin io.Reader, stdout io.Writer, lifetime time.Duration) (int, error) {
+	withStdin := stdin != nil
+	req := StartRequest{Process: ProcessConfig{Cmd: "/bin/sh", Args: append([]string{"-c", execShell}, argv...)},
+		Stdin: &withStdin, Lifetime: lifetime}
+	st, err := x.envd.Start(ctx, req)
+	if err != nil {
+		return 0, x.confirm(ctx, err)
+	}
+	defer st.Close()
+	if withStdin {
+		b, err := io.ReadAll(io.LimitReader(stdin, 64<<20))
+		if err != nil {
+			return 0, &adapter.InvalidError{Detail: "read stdin: " + err.Error()}
+		}
+		sel := Selector{PID: st.PID()}
+		for len(b) > 0 {
+			n := min(len(b), 1<<20)
+			if err := x.envd.SendInput(ctx, sel, b[:n], false); err != nil {
+				return 0, x.confirm(ctx, err)
+			}
+			b = b[n:]
+		}
+		if err := x.envd.CloseStdin(ctx, sel); err != nil {
+			return 0, x.confirm(ctx, err)
+		}
+	}
+	for {
+		ev, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return 0, &adapter.UnavailableError{Detail: fmt.Sprintf("envd: %s ended without an end event", argv[0])}
+		}
+		if err != nil {
+			return 0, x.confirm(ctx, err)
+		}
+		if len(ev.Stdout) > 0 {
+			if _, err := stdout.Write(ev.Stdout); err != nil {
+				return 0, fmt.Errorf("copy stdout: %w", context.Canceled)
+			}
+		}
+		if ev.End != nil {
+			if !ev.End.Exited {
+				return 0, &adapter.UnavailableError{Detail: fmt.Sprintf("envd: %s ended by %s", argv[0], ev.End.Status)}
+			}
+			return int(ev.End.ExitCode), nil
+		}
+	}
+}
+
+// confirm judges an envd failure: one that proves nothing is checked
+// with a GET of the sandbox, whose 404 is the only not_found and whose
+// paused state makes it invalid (suspended). Anything else stays what it
+// was.
+func (x *envdExec) confirm(ctx context.Context, err error) error {
+	if ctx.Err() != nil || !errors.Is(err, adapter.ErrUnavailable) {
+		return err
+	}
+	sb, gerr := x.a.cfg.Client.Get(ctx, x.id)
+	switch {
+	case errors.Is(gerr, adapter.ErrNotFound):
+		x.a.forget(x.id)
+		return fmt.Errorf("sandbox %s: %w", x.id, adapter.ErrNotFound)
+	case gerr == nil && sb.State == StatePaused:
+		return &adapter.InvalidError{Detail: fmt.Sprintf("sandbox %s is paused", x.id)}
+	}
+	return err
+}
+
+// install writes the runner-shim binary at the configured path with
+// envd's files API and makes it executable (envd sets no modes).
+func (x *envdExec) install(ctx context.Context) error {
+	b, err := x.a.cfg.ShimBinary()
+	if err != nil {
+		return fmt.Errorf("read runner-shim binary: %w", err)
+	}
+	if err := x.envd.WriteFile(ctx, x.a.cfg.Shim, bytes.NewReader(b)); err != nil {
+		return x.confirm(ctx, err)
+	}
+	status, err := x.Exec(ctx, []string{"chmod", "0755", x.a.cfg.Shim}, nil, io.Discard, time.Minute)
+	if err != nil {
+		return err
+	}
+	if status != 0 {
+		return &adapter.ProviderError{Provider: provider, Detail: fmt.Sprintf("chmod runner-shim in the guest: exit status %d", status)}
+	}
+	return nil
+}

@@ -1,0 +1,111 @@
+package e2b_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/adapter/e2b"
+)
+
+// TestLiveSmoke drives real E2B, off by default. Run it with an account:
+//
+//	E2B_API_KEY=e2b_... go test -run TestLiveSmoke -v ./adapter/e2b/
+//
+// E2B_TEMPLATE names a template with runner-shim at /usr/local/bin
+// (images/e2b) built with E2B_SHIM_VERSION; without E2B_TEMPLATE it uses
+// E2B's "base" template and installs the runner-shim this test builds
+// through envd's files API. It creates one sandbox and destroys it.
+func TestLiveSmoke(t *testing.T) {
+	key := os.Getenv("E2B_API_KEY")
+	if key == "" {
+		t.Skip("E2B_API_KEY is not set: the live E2B smoke test is off (see docs/providers/e2b.md)")
+	}
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	c, err := e2b.New(e2b.Config{APIKey: e2b.NewSecret(key), Domain: os.Getenv("E2B_DOMAIN")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := e2b.AdapterConfig{Client: c, Template: os.Getenv("E2B_TEMPLATE"), Timeout: 300,
+		Version: os.Getenv("E2B_SHIM_VERSION"), Shim: "/usr/local/bin/runner-shim"}
+	if cfg.Template == "" {
+		bin, err := os.ReadFile(shimBin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Template, cfg.Version, cfg.Shim = "base", shimVersion, "./.runner/runner-shim"
+		cfg.ShimBinary = func() ([]byte, error) { return bin, nil }
+	}
+	a, err := e2b.NewAdapter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	name := "runner-smoke-" + strings.ToLower(time.Now().UTC().Format("20060102t150405"))
+	h, err := a.Create(ctx, name, adapter.CreateOptions{})
+	if err != nil {
+		t.Fatalf("Create = %v", err)
+	}
+	defer func() {
+		if err := a.Destroy(context.Background(), h); err != nil {
+			t.Errorf("Destroy = %v", err)
+		}
+	}()
+	r, err := a.Exec(ctx, h, adapter.Shell("echo hello; exit 3"))
+	if err != nil || string(r.Stdout) != "hello\n" || r.Exit.Code != 3 {
+		t.Fatalf("Exec = %q %v %v", r.Stdout, r.Exit, err)
+	}
+	st, err := a.Spawn(ctx, h, adapter.Shell("echo ready; cat"), adapter.SpawnOptions{SessionID: "smoke"})
+	if err != nil {
+		t.Fatalf("Spawn = %v", err)
+	}
+	defer st.Close()
+	if err := a.WriteStdin(ctx, h, "smoke", []byte("a\x00b\n")); err != nil {
+		t.Fatalf("WriteStdin = %v", err)
+	}
+	if err := a.CloseStdin(ctx, h, "smoke"); err != nil {
+		t.Fatalf("CloseStdin = %v", err)
+	}
+	var out []byte
+	for f := range st.Frames() {
+		if f.Err != nil {
+			t.Fatalf("stream: %v", f.Err)
+		}
+		if f.Exit != nil {
+			if !f.Exit.Success() {
+				t.Fatalf("exit %v", f.Exit)
+			}
+			break
+		}
+		out = append(out, f.Data...)
+	}
+	if string(out) != "ready\na\x00b\n" {
+		t.Fatalf("stdout %q", out)
+	}
+	re, err := a.Attach(ctx, h, "smoke", adapter.Cursor{Stdout: 6})
+	if err != nil {
+		t.Fatalf("Attach = %v", err)
+	}
+	defer re.Close()
+	var tail []byte
+	for f := range re.Frames() {
+		if f.Terminal() {
+			break
+		}
+		tail = append(tail, f.Data...)
+	}
+	if string(tail) != "a\x00b\n" {
+		t.Fatalf("attach from 6: %q", tail)
+	}
+	list, err := a.Sessions(ctx, h)
+	if err != nil || len(list) != 1 || list[0].ID != "smoke" || list[0].Stdout != 10 {
+		t.Fatalf("Sessions = %+v %v", list, err)
+	}
+}
