@@ -1,0 +1,187 @@
+package conformance
+
+// Capability checks: the advertised capabilities are known ones, and each
+// optional capability (suspend, network_policy, public_url, tty,
+// checkpoint) works when advertised and is refused with the right error
+// kind when not.
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+
+	"github.com/agentrunner/runner/adapter"
+)
+
+func testCapabilitiesKnown(t T, h Harness) {
+	e := setup(t, h)
+	caps := e.a.Capabilities()
+	seen := map[adapter.Capability]bool{}
+	for _, c := range caps {
+		if !slices.Contains(adapter.AllCapabilities(), c) {
+			t.Errorf("Capabilities() advertises unknown capability %q", c)
+		}
+		if seen[c] {
+			t.Errorf("Capabilities() lists %q twice", c)
+		}
+		seen[c] = true
+	}
+	if !slices.Equal(caps, e.a.Capabilities()) {
+		t.Errorf("Capabilities() changed between calls")
+	}
+	if e.a.Provider() == "" {
+		t.Errorf("Provider() is empty")
+	}
+}
+
+func testSuspend(t T, h Harness) {
+	e := setup(t, h)
+	hd := e.create()
+	if !e.a.Capabilities().Has(adapter.CapSuspend) {
+		e.wantKind("Suspend without the capability", e.a.Suspend(e.ctx, hd), adapter.ErrNotSupported)
+		e.wantKind("Resume without the capability", e.a.Resume(e.ctx, hd), adapter.ErrNotSupported)
+		return
+	}
+	e.requireFiles("suspend")
+	const path, content = "conformance-park.txt", "written before the park"
+	e.writeFile(hd, path, content)
+	for i := range 2 {
+		if err := e.a.Suspend(e.ctx, hd); err != nil {
+			t.Fatalf("Suspend #%d = %v", i+1, err)
+		}
+	}
+	if got, err := e.a.Get(e.ctx, hd.Name); err != nil || !got.Same(hd) {
+		t.Errorf("Get of a parked sandbox = %v, %v; want %v", got, err, hd)
+	}
+	for i := range 2 {
+		if err := e.a.Resume(e.ctx, hd); err != nil {
+			t.Fatalf("Resume #%d = %v", i+1, err)
+		}
+	}
+	if got := e.readFile(hd, path); got != content {
+		t.Errorf("after suspend and resume the file reads %q, want %q (a fresh disk is data loss)", got, content)
+	}
+}
+
+func testNetworkPolicy(t T, h Harness) {
+	e := setup(t, h)
+	if !e.a.Capabilities().Has(adapter.CapNetworkPolicy) {
+		hd := e.create()
+		e.wantKind("SetNetworkPolicy without the capability", e.a.SetNetworkPolicy(e.ctx, hd, adapter.NetworkPolicy{}), adapter.ErrNotSupported)
+		_, err := e.a.Create(e.ctx, e.name(), adapter.CreateOptions{NetworkPolicy: &adapter.NetworkPolicy{}})
+		e.wantKind("Create with a network policy without the capability", err, adapter.ErrNotSupported)
+		return
+	}
+	if e.fx.Probe == nil || e.fx.ProbeHost == "" {
+		t.Skipf("SKIPPED, NOT VERIFIED: the adapter advertises network_policy but the harness supplies no Probe fixture, so allow: [] is unchecked")
+	}
+	probe := func(hd adapter.Handle) adapter.Exit {
+		t.Helper()
+		return e.exec(hd, e.fx.Probe(e.fx.ProbeHost)).Exit
+	}
+	hd := e.create()
+	if err := e.a.SetNetworkPolicy(e.ctx, hd, adapter.NetworkPolicy{Allow: []string{e.fx.ProbeHost}}); err != nil {
+		t.Fatalf("SetNetworkPolicy(allow %s) = %v", e.fx.ProbeHost, err)
+	}
+	if ex := probe(hd); !ex.Success() {
+		t.Errorf("probe of the allowed host %s: %v, want success", e.fx.ProbeHost, ex)
+	}
+	if err := e.a.SetNetworkPolicy(e.ctx, hd, adapter.NetworkPolicy{Allow: []string{}}); err != nil {
+		t.Fatalf("SetNetworkPolicy(allow: []) = %v", err)
+	}
+	if ex := probe(hd); ex.Success() {
+		t.Errorf("probe under allow: [] succeeded: an empty allowlist must deny all egress, never be a no-op")
+	}
+	denied := e.createNamed(e.name(), adapter.CreateOptions{NetworkPolicy: &adapter.NetworkPolicy{}})
+	if ex := probe(denied); ex.Success() {
+		t.Errorf("probe in a sandbox created with allow: [] succeeded, want denied")
+	}
+}
+
+func testPublicURL(t T, h Harness) {
+	e := setup(t, h)
+	hd := e.create()
+	u, err := e.a.PublicURL(e.ctx, hd, 8080)
+	if !e.a.Capabilities().Has(adapter.CapPublicURL) {
+		e.wantKind(fmt.Sprintf("PublicURL without the capability (returned %q)", u), err, adapter.ErrNotSupported)
+		return
+	}
+	if err != nil {
+		t.Fatalf("PublicURL(8080) = %v", err)
+	}
+	p, perr := url.Parse(u)
+	if perr != nil || (p.Scheme != "https" && p.Scheme != "http") || p.Host == "" || p.User != nil {
+		t.Errorf("PublicURL(8080) = %q, want an absolute http(s) URL with no credential in it", u)
+	}
+	for _, port := range []int{0, -1, 65536} {
+		_, err := e.a.PublicURL(e.ctx, hd, port)
+		e.wantKind(fmt.Sprintf("PublicURL(%d)", port), err, &adapter.InvalidError{})
+	}
+}
+
+func testTTY(t T, h Harness) {
+	e := setup(t, h)
+	hd := e.create()
+	size := &adapter.TTYSize{Rows: 24, Cols: 80}
+	if !e.a.Capabilities().Has(adapter.CapTTY) {
+		st, err := e.a.Spawn(e.ctx, hd, e.fx.SpawnOK, adapter.SpawnOptions{TTY: size})
+		if err == nil {
+			_ = st.Close()
+		}
+		e.wantKind("Spawn with a TTY without the capability", err, adapter.ErrNotSupported)
+		r := e.spawn(hd, e.fx.SpawnOK, adapter.SpawnOptions{})
+		e.wantKind("Resize without the capability", e.a.Resize(e.ctx, hd, r.st.SessionID(), *size), adapter.ErrNotSupported)
+		r.rest()
+		return
+	}
+	r := e.spawn(hd, e.fx.Stderr, adapter.SpawnOptions{TTY: size})
+	r.wantExit("exit 0", success)
+	if len(r.out[1]) > 0 {
+		t.Errorf("TTY session delivered stderr frames %s, want one stream", quoteAll(r.out[1]))
+	}
+	if len(r.out[0]) == 0 {
+		t.Errorf("TTY session delivered no output")
+	}
+	stay := e.spawn(hd, e.fx.SpawnStay, adapter.SpawnOptions{TTY: size})
+	if err := e.a.Resize(e.ctx, hd, stay.st.SessionID(), adapter.TTYSize{Rows: 50, Cols: 132}); err != nil {
+		t.Errorf("Resize = %v", err)
+	}
+	pipes := e.spawn(hd, e.fx.SpawnStay, adapter.SpawnOptions{})
+	e.wantKind("Resize of a pipes session", e.a.Resize(e.ctx, hd, pipes.st.SessionID(), *size), &adapter.InvalidError{})
+	for _, r := range []*reader{stay, pipes} {
+		if err := e.a.CloseStdin(e.ctx, hd, r.st.SessionID()); err != nil {
+			t.Errorf("CloseStdin = %v", err)
+		}
+		r.rest()
+	}
+}
+
+func testCheckpoint(t T, h Harness) {
+	e := setup(t, h)
+	hd := e.create()
+	if !e.a.Capabilities().Has(adapter.CapCheckpoint) {
+		_, err := e.a.Checkpoint(e.ctx, hd)
+		e.wantKind("Checkpoint without the capability", err, adapter.ErrNotSupported)
+		e.wantKind("Restore without the capability", e.a.Restore(e.ctx, hd, "x"), adapter.ErrNotSupported)
+		return
+	}
+	e.requireFiles("checkpoint")
+	const path = "conformance-ckpt.txt"
+	e.writeFile(hd, path, "one")
+	id, err := e.a.Checkpoint(e.ctx, hd)
+	if err != nil || id == "" {
+		t.Fatalf("Checkpoint = %q, %v", id, err)
+	}
+	e.writeFile(hd, path, "two")
+	if err := e.a.Restore(e.ctx, hd, id); err != nil {
+		t.Fatalf("Restore = %v", err)
+	}
+	if got := e.readFile(hd, path); got != "one" {
+		t.Errorf("after Restore the file reads %q, want %q", got, "one")
+	}
+	err = e.a.Restore(e.ctx, hd, "conformance-no-such-checkpoint")
+	if err == nil || errors.Is(err, adapter.ErrNotFound) {
+		t.Errorf("Restore(unknown checkpoint) = %v, want an error that is not not_found", err)
+	}
+}

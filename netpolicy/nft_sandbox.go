@@ -1,0 +1,365 @@
+package netpolicy
+
+// One sandbox's nftables objects: its chain and its static and dynamic
+// sets, named from its id, and its elements in the shared dispatch maps;
+// SetPolicy's and the resolver's updates of its sets; and their removal,
+// whose cost never depends on how many other sandboxes exist.
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+)
+
+// Kernel object names of one sandbox. Everything is derived from the id,
+// so Teardown finds the objects even when the persisted record is gone.
+type sbNames struct {
+	id     string
+	hostIf string // host end of the veth (IFNAMSIZ: at most 15 bytes)
+	out    string // chain: forwarded traffic from the sandbox
+	static string // set: addresses and CIDRs from the policy (interval)
+	dyn    string // set: addresses admitted by the resolver (timeouts)
+}
+
+func namesFor(id string) sbNames {
+	sum := sha256.Sum256([]byte(id))
+	return sbNames{
+		id:     id,
+		hostIf: hostIfPrefix + hex.EncodeToString(sum[:])[:13],
+		out:    "out-" + id,
+		static: "allow-" + id,
+		dyn:    "dns-" + id,
+	}
+}
+
+// Base chains and dispatch maps of the table. The base chains accept by
+// default and never change the fate of traffic that is not a sandbox's.
+// A sandbox's traffic is dispatched by one lookup in a verdict map keyed
+// by interface name (constant per-packet cost, whatever the number of
+// sandboxes) to that sandbox's chain, which ends in a reject.
+const (
+	chainForward     = "forward"
+	chainInput       = "input"
+	chainPostrouting = "postrouting"
+	mapOut           = "sandbox-out" // iifname → jump out-ID (forward)
+	setGateway       = "sandbox-gw"  // iifname . gateway address (input)
+)
+
+// dynamic set element lifetimes, clamped from DNS TTLs: a short TTL must
+// not cut an address a client still has cached, a huge one must not
+// admit an address forever.
+const (
+	minAdmitTTL = 5 * time.Minute
+	maxAdmitTTL = 24 * time.Hour
+)
+
+// Set IDs are batch-local handles the kernel uses to resolve a reference
+// to a set created in the same batch. They are given explicitly (the
+// library would take them from a process-wide counter) so that a batch's
+// bytes depend only on its content (see the golden tests).
+const (
+	idMapOut  = 1
+	idGateway = 2
+	idStatic  = 3
+	idDyn     = 4
+	// idLegacyHostMap is the ID of an earlier layout's map, deleted by New.
+	idLegacyHostMap = 5
+)
+
+// gatewayElem is the sandbox-gw element of a sandbox: its veth's name
+// (16 bytes, NUL-padded) followed by its gateway address.
+func gatewayElem(ifName string, gw netip.Addr) nftables.SetElement {
+	return nftables.SetElement{Key: append(ifname(ifName), gw.AsSlice()...)}
+}
+
+func sandboxSets(t *nftables.Table, n sbNames) (static, dyn *nftables.Set) {
+	static = &nftables.Set{Table: t, Name: n.static, ID: idStatic, KeyType: nftables.TypeIPAddr, Interval: true}
+	dyn = &nftables.Set{Table: t, Name: n.dyn, ID: idDyn, KeyType: nftables.TypeIPAddr, HasTimeout: true}
+	return static, dyn
+}
+
+// ensureSandboxRules creates (or rewrites) the sandbox's sets, chains and
+// dispatch map elements in one atomic batch. The chains are flushed and
+// refilled in that batch, so re-running it after a restart never
+// duplicates a rule and never opens a window without the final reject.
+// Its cost does not depend on how many other sandboxes exist: it reads
+// nothing and writes only this sandbox's objects.
+func (m *Manager) ensureSandboxRules(n sbNames, addr, gw netip.Addr) error {
+	c, err := m.nft()
+	if err != nil {
+		return err
+	}
+	t := m.table()
+	static, dyn := sandboxSets(t, n)
+	if err := c.AddSet(static, nil); err != nil {
+		return fmt.Errorf("add set %s: %w", n.static, err)
+	}
+	if err := c.AddSet(dyn, nil); err != nil {
+		return fmt.Errorf("add set %s: %w", n.dyn, err)
+	}
+	out := c.AddChain(&nftables.Chain{Name: n.out, Table: t})
+	c.FlushChain(out)
+
+	add := func(ch *nftables.Chain, exprs ...[]expr.Any) {
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: concat(exprs...)})
+	}
+	// out: the sandbox's forwarded egress. The host's own addresses never
+	// get here (they take the input path, see ensureTable); the pool's do:
+	// another sandbox is refused before the allowlist is read, so a CIDR
+	// that covers the pool opens no sandbox. An invalid packet (a TCP
+	// segment whose conntrack entry was deleted, with
+	// nf_conntrack_tcp_loose=0) is dropped, and established flows are
+	// accepted only while conntrack holds them: a revocation deletes
+	// their entries and their next packet is judged as new (see cutFlows).
+	add(out, matchIPv4(), matchAddr(12, addr, expr.CmpOpNeq), verdict(expr.VerdictDrop)) // anti-spoof
+	add(out, matchIPv4(), matchPrefix(16, m.cfg.Pool), rejectTCP())
+	add(out, matchIPv4(), matchPrefix(16, m.cfg.Pool), rejectAny())
+	add(out, matchCtState(expr.CtStateBitINVALID), verdict(expr.VerdictDrop))
+	add(out, matchCtEstablished(), verdict(expr.VerdictAccept))
+	add(out, matchIPv4(), matchSet(16, static), verdict(expr.VerdictAccept))
+	add(out, matchIPv4(), matchSet(16, dyn), verdict(expr.VerdictAccept))
+	add(out, rejectTCP())
+	add(out, rejectAny())
+
+	// Dispatch last, so the element points at complete chains. Adding an
+	// element that exists with the same verdict is a no-op (no
+	// NLM_F_EXCL), which is what makes re-adoption converge.
+	outMap, gws := m.dispatchSets(t)
+	if err := c.SetAddElements(outMap, []nftables.SetElement{dispatchElem(n.hostIf, n.out)}); err != nil {
+		return fmt.Errorf("add dispatch to %s: %w", n.out, err)
+	}
+	if err := c.SetAddElements(gws, []nftables.SetElement{gatewayElem(n.hostIf, gw)}); err != nil {
+		return fmt.Errorf("add gateway of %s: %w", n.id, err)
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("install rules for %s: %w", n.id, err)
+	}
+	return nil
+}
+
+func dispatchElem(ifName, chain string) nftables.SetElement {
+	return nftables.SetElement{Key: ifname(ifName), VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: chain}}
+}
+
+// setStatic replaces the static set's content with prefixes (atomically).
+// With flushDyn it also empties the resolver-admitted set.
+func (m *Manager) setStatic(n sbNames, prefixes []netip.Prefix, flushDyn bool) error {
+	c, err := m.nft()
+	if err != nil {
+		return err
+	}
+	static, dyn := sandboxSets(m.table(), n)
+	c.FlushSet(static)
+	if flushDyn {
+		c.FlushSet(dyn)
+	}
+	if elems := intervalElements(prefixes); len(elems) > 0 {
+		if err := c.SetAddElements(static, elems); err != nil {
+			return fmt.Errorf("add elements to %s: %w", n.static, err)
+		}
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("update set %s: %w", n.static, err)
+	}
+	return nil
+}
+
+// denyAll empties both sets: the fail-closed state. Each set is flushed
+// in its own batch, so one missing set does not keep the other full.
+func (m *Manager) denyAll(n sbNames) error {
+	var errs []error
+	static, dyn := sandboxSets(m.table(), n)
+	for _, s := range []*nftables.Set{static, dyn} {
+		c, err := m.nft()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.FlushSet(s)
+		if err := c.Flush(); err != nil {
+			errs = append(errs, fmt.Errorf("flush set %s: %w", s.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// admitted returns the addresses in the sandbox's dynamic set.
+func (m *Manager) admitted(n sbNames) ([]netip.Addr, error) {
+	c, err := m.nft()
+	if err != nil {
+		return nil, err
+	}
+	_, dyn := sandboxSets(m.table(), n)
+	elems, err := c.GetSetElements(dyn)
+	if err != nil {
+		return nil, fmt.Errorf("list set %s: %w", n.dyn, err)
+	}
+	out := make([]netip.Addr, 0, len(elems))
+	for _, e := range elems {
+		if a, ok := netip.AddrFromSlice(e.Key); ok {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+// admit adds resolver answers to the sandbox's dynamic set with a
+// lifetime derived from ttl. An element already present is replaced so
+// its timeout restarts.
+func (m *Manager) admit(n sbNames, addrs []netip.Addr, ttl time.Duration) error {
+	if len(addrs) == 0 {
+		return nil
+	}
+	ttl = max(m.minAdmitTTL, min(ttl, m.maxAdmitTTL))
+	_, dyn := sandboxSets(m.table(), n)
+	elems := make([]nftables.SetElement, 0, len(addrs))
+	for _, a := range addrs {
+		elems = append(elems, nftables.SetElement{Key: a.AsSlice(), Timeout: ttl})
+	}
+	c, err := m.nft()
+	if err != nil {
+		return err
+	}
+	// Delete-then-add restarts the timeout of present elements. The
+	// delete fails the whole batch when an element is absent, so fall
+	// back to adding one by one.
+	if err := c.SetDeleteElements(dyn, elems); err == nil {
+		if err := c.SetAddElements(dyn, elems); err == nil {
+			if c.Flush() == nil {
+				return nil
+			}
+		}
+	}
+	for _, e := range elems {
+		c, err := m.nft()
+		if err != nil {
+			return err
+		}
+		if err := c.SetDeleteElements(dyn, []nftables.SetElement{e}); err != nil {
+			return fmt.Errorf("admit %v: %w", e.Key, err)
+		}
+		if err := c.SetAddElements(dyn, []nftables.SetElement{e}); err != nil {
+			return fmt.Errorf("admit %v: %w", e.Key, err)
+		}
+		if c.Flush() == nil {
+			continue
+		}
+		c, err = m.nft()
+		if err != nil {
+			return err
+		}
+		if err := c.SetAddElements(dyn, []nftables.SetElement{e}); err != nil {
+			return fmt.Errorf("admit %v: %w", e.Key, err)
+		}
+		if err := c.Flush(); err != nil {
+			return fmt.Errorf("admit %v into %s: %w", netip.AddrFrom4([4]byte(e.Key)), n.dyn, err)
+		}
+	}
+	return nil
+}
+
+// removeSandboxRules deletes the dispatch elements (with the gateway
+// elements of gws), chain and sets of one sandbox in one batch, without listing anything, so its cost does
+// not depend on how many sandboxes exist. Idempotent; the caller checks
+// that the table exists.
+//
+// The usual case, everything present, is one batch of deletes. If that
+// batch fails (something is already gone: a Teardown that stopped half
+// way), a second batch first adds each object (a no-op when it exists,
+// identical to what Setup makes) and then deletes it, so it succeeds
+// whatever is left. The first batch is not always the second: adding an
+// element that jumps makes the kernel validate the whole table's jump
+// graph on commit, which costs in proportion to the number of sandboxes.
+func (m *Manager) removeSandboxRules(n sbNames, gws []netip.Addr) error {
+	if err := m.deleteSandboxObjects(n, gws, false); err == nil {
+		return nil
+	}
+	return m.deleteSandboxObjects(n, gws, true)
+}
+
+func (m *Manager) deleteSandboxObjects(n sbNames, gws []netip.Addr, addFirst bool) error {
+	c, err := m.nft()
+	if err != nil {
+		return err
+	}
+	t := m.table()
+	out := &nftables.Chain{Name: n.out, Table: t}
+	if addFirst {
+		c.AddChain(out)
+	}
+	outMap, gwSet := m.dispatchSets(t)
+	elems := []struct {
+		s *nftables.Set
+		e nftables.SetElement
+	}{{outMap, dispatchElem(n.hostIf, n.out)}}
+	for _, gw := range gws {
+		elems = append(elems, struct {
+			s *nftables.Set
+			e nftables.SetElement
+		}{gwSet, gatewayElem(n.hostIf, gw)})
+	}
+	for _, d := range elems {
+		e := []nftables.SetElement{d.e}
+		if addFirst {
+			if err := c.SetAddElements(d.s, e); err != nil {
+				return fmt.Errorf("delete element of %s from %s: %w", n.id, d.s.Name, err)
+			}
+		}
+		if err := c.SetDeleteElements(d.s, e); err != nil {
+			return fmt.Errorf("delete element of %s from %s: %w", n.id, d.s.Name, err)
+		}
+	}
+	c.FlushChain(out)
+	c.DelChain(out)
+	static, dyn := sandboxSets(t, n)
+	for _, s := range []*nftables.Set{static, dyn} {
+		if addFirst {
+			if err := c.AddSet(s, nil); err != nil {
+				return fmt.Errorf("delete set %s: %w", s.Name, err)
+			}
+		}
+		c.DelSet(s)
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("delete rules of %s: %w", n.id, err)
+	}
+	return nil
+}
+
+// gatewaysOf lists the sandbox-gw elements of the veth ifName, for a
+// Teardown that has no record to compute the gateway from. It reads the
+// whole set: only on that rare path and for stale sandboxes in New.
+func (m *Manager) gatewaysOf(ifName string) ([]netip.Addr, error) {
+	c, err := m.nft()
+	if err != nil {
+		return nil, err
+	}
+	_, gwSet := m.dispatchSets(m.table())
+	elems, err := c.GetSetElements(gwSet)
+	if err != nil {
+		return nil, fmt.Errorf("list set %s: %w", setGateway, err)
+	}
+	key := ifname(ifName)
+	var out []netip.Addr
+	for _, e := range elems {
+		if len(e.Key) == len(key)+4 && bytes.Equal(e.Key[:len(key)], key) {
+			out = append(out, netip.AddrFrom4([4]byte(e.Key[len(key):])))
+		}
+	}
+	return out, nil
+}
+
+// legacyHostPrefix names the per-sandbox chains for traffic to the host
+// that earlier versions made (shared input rules replace them), and
+// legacyHostMap the verdict map that jumped to them in one of them.
+const (
+	legacyHostPrefix = "host-"
+	legacyHostMap    = "sandbox-host"
+)
