@@ -330,7 +330,7 @@ func (c *Client) do(ctx context.Context, op string, kind apiOp, method, path str
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
-	red := redactor{secrets: []Secret{c.token}, plain: []string{u}}
+	red := redactor{secrets: []Secret{c.token}, plain: []string{u, path + "?" + q.Encode()}}
 	var body io.Reader
 	switch v := in.(type) {
 	case nil:

@@ -195,7 +195,7 @@ type redactor struct {
 func (r redactor) clean(s string) string {
 	for _, p := range r.plain {
 		if p != "" {
-			s = strings.ReplaceAll(s, p, "[url]")
+			s = strings.ReplaceAll(s, p, "[request]")
 		}
 	}
 	for _, sec := range r.secrets {

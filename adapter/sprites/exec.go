@@ -241,9 +241,19 @@ func (c *Client) Exec(ctx context.Context, name string, opts ExecOptions) (*Sess
 	if err != nil {
 		return nil, &Error{Op: op, kind: err}
 	}
-	u := c.base + spritePath(name) + "/exec?" + q.Encode()
+	rawQuery := q.Encode()
+	pathQuery := spritePath(name) + "/exec?" + rawQuery
+	u := c.base + pathQuery
+	// The query carries the argv and the environment: neither may reach an
+	// error, even when a server echoes the request back.
+	red := redactor{secrets: []Secret{c.token}, plain: []string{u, strings.Replace(u, "http", "ws", 1), pathQuery, rawQuery}}
+	for _, kv := range opts.Env {
+		red.plain = append(red.plain, kv)
+		if _, v, _ := strings.Cut(kv, "="); len(v) >= 4 {
+			red.plain = append(red.plain, v)
+		}
+	}
 	// coder/websocket takes http(s) URLs and upgrades them itself.
-	red := redactor{secrets: []Secret{c.token}, plain: []string{u, strings.Replace(u, "http", "ws", 1)}}
 	h := http.Header{}
 	h.Set("Authorization", "Bearer "+c.token.Reveal())
 	conn, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: c.hc, HTTPHeader: h})
@@ -413,6 +423,12 @@ func (s *Session) WriteStdin(ctx context.Context, p []byte) error {
 func (s *Session) CloseStdin(ctx context.Context) error {
 	if s.tty {
 		return &Error{Op: s.op, kind: invalid("a TTY session has no stdin EOF frame")}
+	}
+	s.mu.Lock()
+	shut := s.stdinShut
+	s.mu.Unlock()
+	if shut {
+		return nil
 	}
 	if err := s.writable(); err != nil {
 		return err
