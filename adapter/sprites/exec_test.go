@@ -508,4 +508,3 @@ func TestRecvContext(t *testing.T) {
 		t.Errorf("a caller's timeout reported as a missing exit frame: %v", rerr)
 	}
 }
-
