@@ -100,12 +100,12 @@ func TestExecWireFrames(t *testing.T) {
 }
 
 func TestDropExitRandomOnlyFastCommands(t *testing.T) {
-	s := spritestest.New(t, spritestest.Options{DropExit: spritestest.DropExitRandom, DropRate: 1, FastCommand: 50 * time.Millisecond})
+	s := spritestest.New(t, spritestest.Options{DropExit: spritestest.DropExitRandom, DropRate: 1, FastCommand: time.Second})
 	create(t, s, "r")
 	if f := runRaw(t, s, "r", "true"); f.exit != nil || f.close != websocket.StatusNormalClosure {
 		t.Errorf("fast command: exit % x close %d, want no exit frame and 1000", f.exit, f.close)
 	}
-	if f := runRaw(t, s, "r", "sleep", "0.2"); !bytes.Equal(f.exit, []byte{3, 0}) {
+	if f := runRaw(t, s, "r", "sleep", "1.3"); !bytes.Equal(f.exit, []byte{3, 0}) {
 		t.Errorf("slow command: exit % x, want 03 00", f.exit)
 	}
 	s.SetDropExit(spritestest.DropExitNever)
