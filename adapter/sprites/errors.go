@@ -41,6 +41,11 @@ var (
 	// with its own error body: no such file (or no such sprite; Get tells
 	// them apart). Its taxonomy kind is provider.
 	ErrNoFile = errors.New("no such file")
+
+	// ErrNoSession is returned by [Client.Kill] when the API answered 404
+	// with its own error body: no such exec session (or no such sprite; Get
+	// tells them apart). Its taxonomy kind is provider.
+	ErrNoSession = errors.New("no such exec session")
 )
 
 // Error is the detail of a failed call, beneath its taxonomy kind: errors.Is

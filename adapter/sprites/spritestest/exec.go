@@ -46,6 +46,7 @@ type proc struct {
 	timer  *time.Timer     // the pending kill after a disconnect
 	exited bool
 	code   int
+	done   chan struct{} // closed once the exit is recorded
 }
 
 // killLocked kills the command's process group. s.mu must be held.
@@ -130,6 +131,11 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	// The same path lists the sessions when it is not an upgrade.
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		s.listSessions(w, sp)
+		return
+	}
 	eq, bad := parseExecQuery(r)
 	if bad != "" {
 		apiError(w, http.StatusBadRequest, "bad_request", bad)
@@ -159,7 +165,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 	}()
 
-	p := &proc{s: s, sp: sp, tty: eq.tty, argv: eq.argv, started: time.Now(), conn: conn}
+	p := &proc{s: s, sp: sp, tty: eq.tty, argv: eq.argv, started: time.Now(), conn: conn, done: make(chan struct{})}
 	switch {
 	case eq.graceSet:
 		p.grace = eq.grace
@@ -324,6 +330,7 @@ func (s *Server) finish(p *proc) {
 	}
 	s.mu.Lock()
 	p.exited, p.code = true, code
+	close(p.done)
 	if p.timer != nil {
 		p.timer.Stop()
 	}
@@ -426,10 +433,7 @@ func (s *Server) control(p *proc, msg []byte) {
 		if s.opts.NoSignalCapability {
 			return
 		}
-		sig, ok := map[string]syscall.Signal{
-			"INT": syscall.SIGINT, "TERM": syscall.SIGTERM, "HUP": syscall.SIGHUP, "KILL": syscall.SIGKILL,
-			"QUIT": syscall.SIGQUIT, "USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2,
-		}[m.Signal]
+		sig, ok := signalNames[strings.TrimPrefix(m.Signal, "SIG")]
 		if !ok {
 			return
 		}
@@ -457,4 +461,107 @@ func (s *Server) detach(p *proc, conn *websocket.Conn) {
 		defer s.mu.Unlock()
 		p.killLocked()
 	})
+}
+
+// signalNames maps the API's signal names, with or without "SIG".
+var signalNames = map[string]syscall.Signal{
+	"INT": syscall.SIGINT, "TERM": syscall.SIGTERM, "HUP": syscall.SIGHUP, "KILL": syscall.SIGKILL,
+	"QUIT": syscall.SIGQUIT, "USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2,
+}
+
+func (s *Server) listSessions(w http.ResponseWriter, sp *sprite) {
+	s.mu.Lock()
+	sessions := []map[string]any{}
+	for pid, p := range sp.procs {
+		if p.exited {
+			continue
+		}
+		sessions = append(sessions, map[string]any{
+			"id": pid, "command": strings.Join(p.argv, " "), "created": p.started.UTC().Format(time.RFC3339),
+			"is_active": p.conn != nil, "tty": p.tty,
+		})
+	}
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"sessions": sessions})
+}
+
+// kill serves POST /v1/sprites/{name}/exec/{id}/kill: NDJSON progress
+// (signal, then exited or timeout and killed, then complete with the exit
+// code). timeout=0s sends the signal and ends the stream.
+func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
+	sp, ok := s.lookup(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	name := strings.TrimPrefix(q.Get("signal"), "SIG")
+	if name == "" {
+		name = "TERM"
+	}
+	sig, ok := signalNames[name]
+	if !ok {
+		apiError(w, http.StatusBadRequest, "invalid_signal", "unknown signal")
+		return
+	}
+	wait := 10 * time.Second
+	if v := q.Get("timeout"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			apiError(w, http.StatusBadRequest, "invalid_timeout", "timeout must be a duration")
+			return
+		}
+		wait = d
+	}
+	pid, _ := strconv.Atoi(r.PathValue("id"))
+	s.mu.Lock()
+	p, ok := sp.procs[pid]
+	exited := ok && p.exited
+	if ok && !exited {
+		_ = syscall.Kill(-p.pid, sig)
+	}
+	s.mu.Unlock()
+	switch {
+	case !ok:
+		apiError(w, http.StatusNotFound, "session not found", "no such exec session")
+		return
+	case exited:
+		apiError(w, http.StatusGone, "session_exited", "the session already exited")
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	enc := json.NewEncoder(w)
+	flush := func() {
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+	}
+	_ = enc.Encode(map[string]any{"type": "signal", "message": "Signaling SIG" + name + " to process group " + strconv.Itoa(pid), "signal": "SIG" + name, "pid": pid})
+	flush()
+	if wait == 0 {
+		return
+	}
+	select {
+	case <-p.done:
+		_ = enc.Encode(map[string]any{"type": "exited", "message": "Process exited"})
+	case <-time.After(wait):
+		_ = enc.Encode(map[string]any{"type": "timeout", "message": "Timed out waiting for exit"})
+		s.mu.Lock()
+		p.killLocked()
+		s.mu.Unlock()
+		select {
+		case <-p.done:
+		case <-s.closing:
+			return
+		}
+		_ = enc.Encode(map[string]any{"type": "killed", "message": "Process killed"})
+	case <-s.closing:
+		return
+	case <-r.Context().Done():
+		return
+	}
+	s.mu.Lock()
+	code := p.code
+	s.mu.Unlock()
+	_ = enc.Encode(map[string]any{"type": "complete", "exit_code": code})
 }

@@ -29,7 +29,8 @@
 // probe against the stand-in fails, as it must for an unproven policy.
 // Output produced while no client is attached is discarded (the real
 // service keeps a scrollback for attach, which is not modelled), and
-// attach (/exec/{id}) and kill endpoints are not modelled.
+// attach (WSS /exec/{id}) is not modelled; the session list and the kill
+// endpoint (NDJSON progress) are.
 //
 // The stand-in shares no code with package sprites (its own frame and JSON
 // handling), so a framing mistake in one cannot hide in the other.
@@ -318,6 +319,7 @@ func (s *Server) mux() http.Handler {
 	mux.HandleFunc("GET /v1/sprites/{name}/policy/network", s.getPolicy)
 	mux.HandleFunc("POST /v1/sprites/{name}/policy/network", s.setPolicy)
 	mux.HandleFunc("GET /v1/sprites/{name}/exec", s.exec)
+	mux.HandleFunc("POST /v1/sprites/{name}/exec/{id}/kill", s.kill)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer "+s.Token {
 			apiError(w, http.StatusUnauthorized, "unauthorized", "Missing or invalid authentication")
