@@ -561,19 +561,16 @@ func (c *Client) Run(ctx context.Context, name string, opts ExecOptions, stdin [
 	// reads all its input cannot deadlock the two. Its errors are not
 	// reported: the exit (or the read error) is the outcome, and a write
 	// that failed racing the exit changes nothing.
+	// A TTY has no EOF frame: its stdin is written and left open.
 	var wg sync.WaitGroup
-	if stdin != nil && !opts.TTY {
+	if stdin != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if s.WriteStdin(ctx, stdin) == nil {
+			if s.WriteStdin(ctx, stdin) == nil && !opts.TTY {
 				_ = s.CloseStdin(ctx)
 			}
 		}()
-	} else if stdin != nil {
-		if err := s.WriteStdin(ctx, stdin); err != nil {
-			return Result{}, err
-		}
 	}
 	var r Result
 	for {

@@ -352,6 +352,12 @@ func TestTTY(t *testing.T) {
 	if code := recvExit(t, ctx, s); code != 6 {
 		t.Errorf("exit %d, want 6 (from the JSON exit message)", code)
 	}
+	// Run over a TTY: stdin written and left open, the exit from the JSON
+	// message.
+	r, err := f.c.Run(ctx, "tty", sprites.ExecOptions{Argv: sh(`read x; echo "got:$x"; exit 9`), TTY: true}, []byte("hi\r"))
+	if err != nil || !bytes.Contains(r.Stdout, []byte("got:hi")) || r.ExitCode != 9 {
+		t.Errorf("run over a TTY: %q exit %d, %v; want got:hi and 9", r.Stdout, r.ExitCode, err)
+	}
 	// A pipes session refuses a resize.
 	p, err := f.c.Exec(ctx, "tty", sprites.ExecOptions{Argv: []string{"true"}})
 	if err != nil {

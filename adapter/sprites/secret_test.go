@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentrunner/runner/adapter/sprites"
 	"github.com/agentrunner/runner/adapter/sprites/spritestest"
@@ -41,6 +42,10 @@ func TestTokenStaysSecret(t *testing.T) {
 	note(err)
 	note(f.c.SetNetworkPolicy(ctx, "sec", sprites.NetworkPolicy{}))
 	_, err = f.c.Run(ctx, "sec", sprites.ExecOptions{Argv: []string{"true"}}, []byte("in"))
+	note(err)
+	_, err = f.c.ListSessions(ctx, "absent")
+	note(err)
+	_, err = f.c.Kill(ctx, "sec", "999999999", "TERM", time.Second)
 	note(err)
 	f.srv.SetDropExit(spritestest.DropExitAlways)
 	_, err = f.c.Run(ctx, "sec", sprites.ExecOptions{Argv: []string{"true"}}, nil)
