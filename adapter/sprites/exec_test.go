@@ -422,10 +422,10 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool) bool {
 }
 
 // TestDisconnect: a non-TTY command dies its grace after the disconnect
-// (10 s on Sprites, 300 ms here); max_run_after_disconnect keeps it; a TTY
+// (10 s on Sprites, 500 ms here); max_run_after_disconnect keeps it; a TTY
 // command runs on by default.
 func TestDisconnect(t *testing.T) {
-	const grace = 300 * time.Millisecond
+	const grace = 500 * time.Millisecond
 	f := newFixture(t, spritestest.Options{DisconnectGrace: grace})
 	mustCreate(t, f, "dc")
 	ctx := ctxFor(t)
@@ -454,11 +454,10 @@ func TestDisconnect(t *testing.T) {
 		}
 		return false
 	}
-	defaultGrace := start(sprites.ExecOptions{Argv: []string{"sleep", "30"}})
 	kept := start(sprites.ExecOptions{Argv: []string{"sleep", "30"}, MaxRunAfterDisconnect: sprites.RunForever})
 	longer := start(sprites.ExecOptions{Argv: []string{"sleep", "30"}, MaxRunAfterDisconnect: 20 * time.Second})
 	tty := start(sprites.ExecOptions{Argv: []string{"sleep", "30"}, TTY: true})
-
+	defaultGrace := start(sprites.ExecOptions{Argv: []string{"sleep", "30"}})
 	if !running(defaultGrace) {
 		t.Fatal("the command died at the disconnect itself, not after its grace")
 	}
