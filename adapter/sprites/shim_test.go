@@ -48,7 +48,9 @@ func TestRealRunnerShim(t *testing.T) {
 	if spawn.ExitCode != 0 || id == "" {
 		t.Fatalf("spawn: exit %d stdout %q stderr %q", spawn.ExitCode, spawn.Stdout, spawn.Stderr)
 	}
-	t.Cleanup(func() { _, _ = f.c.Run(ctxFor(t), "shim", sprites.ExecOptions{Argv: []string{shimPath, "--root", root, "terminate", "--grace", "1s", id}}, nil) })
+	t.Cleanup(func() {
+		_, _ = f.c.Run(ctxFor(t), "shim", sprites.ExecOptions{Argv: []string{shimPath, "--root", root, "terminate", "--grace", "1s", id}}, nil)
+	})
 	if r := run(nil, "write", id, "hello"); r.ExitCode != 0 {
 		t.Fatalf("write: exit %d %q", r.ExitCode, r.Stderr)
 	}
