@@ -14,7 +14,7 @@ const module = "github.com/agentrunner/runner"
 var rules = []struct {
 	pkg        string
 	stdlibOnly bool
-	allowed    []string // module packages a stdlibOnly package may use
+	allowed    []string // module packages a stdlibOnly package may use, or external modules by full path
 	forbidden  []string // path prefixes that must not appear in Deps
 }{
 	{pkg: "adapter", stdlibOnly: true},
@@ -29,6 +29,10 @@ var rules = []struct {
 	{pkg: "adapter/e2b/e2btest", stdlibOnly: true, allowed: []string{"adapter", "adapter/e2b", "adapter/guest", "adapter/stream", "wire"}},
 	{pkg: "adapter/daytona", stdlibOnly: true, allowed: []string{"adapter", "wire"}},
 	{pkg: "adapter/daytona/daytonatest", stdlibOnly: true, allowed: []string{"adapter", "adapter/daytona", "wire"}},
+	// The Sprites exec API is a WebSocket: coder/websocket (stdlib-only
+	// itself) is the one module outside this one these two may use.
+	{pkg: "adapter/sprites", stdlibOnly: true, allowed: []string{"adapter", "wire", "github.com/coder/websocket"}},
+	{pkg: "adapter/sprites/spritestest", stdlibOnly: true, allowed: []string{"adapter", "adapter/sprites", "wire", "github.com/coder/websocket"}},
 	{pkg: "wire", stdlibOnly: true},
 	{pkg: "internal/atomicfile", stdlibOnly: true},
 	{pkg: "client", forbidden: []string{
@@ -132,6 +136,11 @@ func isStdlib(path string) bool {
 func isAllowed(path string, allowed []string) bool {
 	for _, a := range allowed {
 		if path == module+"/"+a {
+			return true
+		}
+		// An external module (its first element has a dot) is allowed
+		// with its subpackages (coder/websocket/internal/...).
+		if first, _, _ := strings.Cut(a, "/"); strings.Contains(first, ".") && (path == a || strings.HasPrefix(path, a+"/")) {
 			return true
 		}
 	}

@@ -1,0 +1,36 @@
+// Package sprites is the Sprites-specific layer beneath the shim transport:
+// a client for the Sprites API (https://api.sprites.dev, Bearer token):
+// sprites (create, get, paged list, delete), the filesystem endpoints used
+// to upload runner-shim (fs/write, fs/read), the network policy, and exec
+// over a WebSocket with the binary stream protocol.
+//
+// It is written from the public sources: the Sprites API v1 reference
+// (paths, query parameters, response schemas, the exec frame table, the
+// session_info and exit JSON messages) and the Go SDK superfly/sprites-go
+// (websocket.go: stream ids 0..5, the one-byte exit payload, the resize and
+// signal control messages, the X-Sprite-Capabilities header; exec.go: the
+// cmd/path/env/dir/tty/rows/cols/stdin query; filesystem.go: fs/write's
+// workingDir, mode and mkdirParents; errors.go: the {error, message}
+// error body and Retry-After).
+//
+// # Invariants
+//
+//   - Every error this package returns carries, after errors.Is / errors.As,
+//     exactly one kind of the adapter taxonomy (see errors.go), or a context
+//     error when the caller's context ended first. [adapter.ErrNotFound] is
+//     given only for a 404 with the API's own {"error":"sprite not found"}
+//     body on GET of a sprite.
+//   - An exec's exit code comes only from an exit frame (stream 3, whose
+//     payload is ONE byte) or the JSON exit message. A session that ends
+//     without one (Sprites closes about 30 % of fast commands with status
+//     1000 and no exit frame) is an error wrapping [ErrNoExit]: never exit 0.
+//   - The token travels only in the Authorization header, never in a URL
+//     (the WebSocket upgrade included) and never across a redirect (none is
+//     followed). It never appears in errors, logs or any fmt / JSON / slog
+//     rendering of this package's values ([Secret] redacts itself). Errors
+//     never quote a request URL (an exec URL carries the argv and env).
+//
+// This package is the client only: what the adapter advertises (no suspend
+// call exists; network policy only when the egress probe passes) lives
+// above it.
+package sprites

@@ -1,0 +1,160 @@
+package sprites
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/agentrunner/runner/adapter"
+)
+
+// ExecSession is one entry of GET /v1/sprites/{name}/exec.
+type ExecSession struct {
+	ID       string
+	Command  string
+	Created  time.Time
+	IsActive bool
+	TTY      bool
+}
+
+// ListSessions returns the sprite's exec sessions: GET
+// /v1/sprites/{name}/exec. An answer without its "sessions" array is
+// *adapter.UnavailableError, never an empty list.
+func (c *Client) ListSessions(ctx context.Context, name string) ([]ExecSession, error) {
+	op := "list exec sessions of sprite " + name
+	var body struct {
+		Sessions *[]struct {
+			ID       json.RawMessage `json:"id"`
+			Command  string          `json:"command"`
+			Created  string          `json:"created"`
+			IsActive bool            `json:"is_active"`
+			TTY      bool            `json:"tty"`
+		} `json:"sessions"`
+	}
+	if err := c.do(ctx, op, opOther, http.MethodGet, spritePath(name)+"/exec", nil, nil, "", []int{http.StatusOK}, &body); err != nil {
+		return nil, err
+	}
+	if body.Sessions == nil {
+		return nil, &Error{Op: op, Status: http.StatusOK, kind: unavailable("the answer lacks sessions")}
+	}
+	out := make([]ExecSession, 0, len(*body.Sessions))
+	for _, s := range *body.Sessions {
+		e := ExecSession{ID: strings.Trim(string(s.ID), `"`), Command: s.Command, IsActive: s.IsActive, TTY: s.TTY}
+		if t, err := time.Parse(time.RFC3339, s.Created); err == nil {
+			e.Created = t
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// KillResult is what POST /v1/sprites/{name}/exec/{id}/kill reported.
+type KillResult struct {
+	// Signalled is true once the API reported the signal sent.
+	Signalled bool
+	// TimedOut is true when the command outlived the wait and was killed.
+	TimedOut bool
+	// Exited is true when the API reported the exit; ExitCode is then set.
+	Exited   bool
+	ExitCode int
+}
+
+// Kill signals exec session id ("TERM", "KILL", ... or "SIGTERM") and waits
+// up to wait for its exit, after which the API kills it: POST
+// /v1/sprites/{name}/exec/{id}/kill?signal=&timeout=, answered as NDJSON
+// progress events. wait 0 only sends the signal (Exited is then usually
+// false). A session that already exited (410) gives an error wrapping
+// adapter.ErrCommandExited; an unknown one (the API's 404) wraps
+// [ErrNoSession]. A stream that ends before the exit while waiting is
+// *adapter.UnavailableError with Uncertain set.
+func (c *Client) Kill(ctx context.Context, name, id, sig string, wait time.Duration) (KillResult, error) {
+	op := "kill exec session " + id + " of sprite " + name
+	sig = strings.TrimPrefix(sig, "SIG")
+	if !signals[sig] {
+		return KillResult{}, &Error{Op: op, kind: invalid("unknown signal")}
+	}
+	if wait < 0 {
+		return KillResult{}, &Error{Op: op, kind: invalid("negative wait")}
+	}
+	q := url.Values{}
+	q.Set("signal", "SIG"+sig)
+	q.Set("timeout", formatWait(wait))
+	u := c.base + spritePath(name) + "/exec/" + url.PathEscape(id) + "/kill?" + q.Encode()
+	red := redactor{secrets: []Secret{c.token}, plain: []string{u}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
+	if err != nil {
+		return KillResult{}, &Error{Op: op, kind: invalid("build request: " + red.clean(urlFree(err)))}
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token.Reveal())
+	req.Header.Set("Accept", "application/x-ndjson")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return KillResult{}, transportError(ctx, op, err, true, red)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		var eb apiErrorBody
+		hasBody := json.Unmarshal(raw, &eb) == nil && (eb.Error != "" || eb.Message != "")
+		switch {
+		case resp.StatusCode == http.StatusGone:
+			return KillResult{}, &Error{Op: op, Status: resp.StatusCode, kind: adapter.ErrCommandExited}
+		case resp.StatusCode == http.StatusNotFound && hasBody:
+			return KillResult{}, &Error{Op: op, Status: resp.StatusCode, Code: red.clean(eb.Error), Message: red.clean(eb.Message),
+				kind: &adapter.ProviderError{Provider: provider, Detail: "HTTP 404"}, cause: ErrNoSession}
+		}
+		return KillResult{}, apiStatusError(op, opOther, resp.StatusCode, resp.Header, eb, hasBody, red)
+	}
+	var r KillResult
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		var ev struct {
+			Type     string `json:"type"`
+			Message  string `json:"message"`
+			ExitCode *int   `json:"exit_code"`
+		}
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			return r, &Error{Op: op, Status: http.StatusOK, kind: &adapter.UnavailableError{Detail: "undecodable kill event", Uncertain: true}}
+		}
+		switch ev.Type {
+		case "signal":
+			r.Signalled = true
+		case "timeout", "killed":
+			r.TimedOut = true
+		case "error":
+			return r, &Error{Op: op, Status: http.StatusOK, Message: red.clean(ev.Message),
+				kind: &adapter.ProviderError{Provider: provider, Detail: "kill: " + red.clean(ev.Message)}}
+		case "complete":
+			if ev.ExitCode != nil {
+				r.Exited, r.ExitCode = true, *ev.ExitCode
+			}
+			return r, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return r, transportError(ctx, op, fmt.Errorf("read events: %w", err), true, red)
+	}
+	if wait > 0 || !r.Signalled {
+		return r, &Error{Op: op, Status: http.StatusOK, kind: &adapter.UnavailableError{Detail: "the kill stream ended before its completion", Uncertain: true}}
+	}
+	return r, nil
+}
+
+// formatWait spells the kill timeout ("0s", "500ms", "10s").
+func formatWait(d time.Duration) string {
+	if d == 0 {
+		return "0s"
+	}
+	return formatRunAfter(d)
+}

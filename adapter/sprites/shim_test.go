@@ -1,0 +1,64 @@
+package sprites_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/agentrunner/runner/adapter/sprites"
+	"github.com/agentrunner/runner/adapter/sprites/spritestest"
+)
+
+// TestRealRunnerShim installs the real runner-shim the way the adapter
+// will (fs/write, mode 0755, parents created) and drives a session through
+// the exec WebSocket: spawn, write, close-stdin, attach --text. The bytes
+// (a NUL included) and the exit code 3 cross the stand-in's real
+// processes and the one-byte exit field.
+func TestRealRunnerShim(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "runner-shim")
+	build := exec.Command("go", "build", "-o", bin, "github.com/agentrunner/runner/cmd/runner-shim")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build runner-shim: %v\n%s", err, out)
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, spritestest.Options{})
+	mustCreate(t, f, "shim")
+	ctx := ctxFor(t)
+	const shimPath = "/usr/local/bin/runner-shim"
+	if _, err := f.c.WriteFile(ctx, "shim", shimPath, data, 0o755); err != nil {
+		t.Fatalf("install runner-shim: %v", err)
+	}
+	dir, _ := f.srv.Dir("shim")
+	root := filepath.Join(dir, "s") // short: ctl.sock must fit in 107 bytes
+	run := func(stdin []byte, args ...string) sprites.Result {
+		t.Helper()
+		r, err := f.c.Run(ctx, "shim", sprites.ExecOptions{Argv: append([]string{shimPath, "--root", root}, args...)}, stdin)
+		if err != nil {
+			t.Fatalf("runner-shim %v: %v", args, err)
+		}
+		return r
+	}
+	spawn := run(nil, "spawn", "--", "/bin/sh", "-c", `printf 'a\000b'; read x; echo "in:$x"; exit 3`)
+	id := strings.TrimSpace(string(spawn.Stdout))
+	if spawn.ExitCode != 0 || id == "" {
+		t.Fatalf("spawn: exit %d stdout %q stderr %q", spawn.ExitCode, spawn.Stdout, spawn.Stderr)
+	}
+	t.Cleanup(func() {
+		_, _ = f.c.Run(ctxFor(t), "shim", sprites.ExecOptions{Argv: []string{shimPath, "--root", root, "terminate", "--grace", "1s", id}}, nil)
+	})
+	if r := run(nil, "write", id, "hello"); r.ExitCode != 0 {
+		t.Fatalf("write: exit %d %q", r.ExitCode, r.Stderr)
+	}
+	if r := run(nil, "close-stdin", id); r.ExitCode != 0 {
+		t.Fatalf("close-stdin: exit %d %q", r.ExitCode, r.Stderr)
+	}
+	att := run(nil, "attach", "--text", id)
+	if string(att.Stdout) != "a\x00bin:hello\n" || att.ExitCode != 3 {
+		t.Errorf("attach --text: stdout %q exit %d (stderr %q); want %q and 3", att.Stdout, att.ExitCode, att.Stderr, "a\x00bin:hello\n")
+	}
+}

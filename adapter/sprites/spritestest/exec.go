@@ -1,0 +1,567 @@
+package spritestest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// The stream ids of the exec protocol (the first byte of a non-TTY binary
+// message), spelled here independently of package sprites.
+const (
+	sidStdin    = 0
+	sidStdout   = 1
+	sidStderr   = 2
+	sidExit     = 3
+	sidStdinEOF = 4
+)
+
+// proc is one exec'd command. Its mutable fields are guarded by Server.mu.
+type proc struct {
+	s       *Server
+	sp      *sprite
+	pid     int
+	tty     bool
+	argv    []string
+	started time.Time
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser // the stdin pipe (nil without stdin) or the PTY master
+	master  *os.File       // TTY only
+	pumps   []func()       // output copiers, started by run
+	// grace is how long the command runs once detached; 0 is forever.
+	grace  time.Duration
+	conn   *websocket.Conn // the attached client, nil when detached
+	timer  *time.Timer     // the pending kill after a disconnect
+	exited bool
+	code   int
+	done   chan struct{} // closed once the exit is recorded
+}
+
+// killLocked kills the command's process group. s.mu must be held.
+func (p *proc) killLocked() {
+	if p.exited || p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	// The group id is the pid: Setpgid (pipes) or Setsid (TTY).
+	_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+}
+
+// execQuery is the parsed query of WSS /v1/sprites/{name}/exec.
+type execQuery struct {
+	argv       []string
+	path, dir  string
+	env        []string
+	tty, stdin bool
+	rows, cols uint16
+	grace      time.Duration
+	graceSet   bool
+}
+
+func parseExecQuery(r *http.Request) (execQuery, string) {
+	q := r.URL.Query()
+	e := execQuery{argv: q["cmd"], path: q.Get("path"), dir: q.Get("dir"), env: q["env"]}
+	if len(e.argv) == 0 || e.argv[0] == "" {
+		return e, "cmd is required"
+	}
+	if e.path == "" {
+		e.path = e.argv[0]
+	}
+	var err error
+	if v := q.Get("tty"); v != "" {
+		if e.tty, err = strconv.ParseBool(v); err != nil {
+			return e, "tty must be a bool"
+		}
+	}
+	// stdin defaults to true with a TTY, false without.
+	e.stdin = e.tty
+	if v := q.Get("stdin"); v != "" {
+		if e.stdin, err = strconv.ParseBool(v); err != nil {
+			return e, "stdin must be a bool"
+		}
+	}
+	e.rows, e.cols = 24, 80
+	for _, f := range []struct {
+		key string
+		dst *uint16
+	}{{"rows", &e.rows}, {"cols", &e.cols}} {
+		if v := q.Get(f.key); v != "" {
+			n, err := strconv.ParseUint(v, 10, 16)
+			if err != nil {
+				return e, f.key + " must be a non-negative integer"
+			}
+			*f.dst = uint16(n)
+		}
+	}
+	if v := q.Get("max_run_after_disconnect"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			n, nerr := strconv.Atoi(v)
+			if nerr != nil {
+				return e, "max_run_after_disconnect must be a duration"
+			}
+			d = time.Duration(n) * time.Second
+		}
+		if d < 0 {
+			return e, "max_run_after_disconnect must not be negative"
+		}
+		e.grace, e.graceSet = d, true
+	}
+	for _, kv := range e.env {
+		if !strings.Contains(kv, "=") {
+			return e, "env entries are KEY=VALUE"
+		}
+	}
+	return e, ""
+}
+
+func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
+	sp, ok := s.lookup(w, r)
+	if !ok {
+		return
+	}
+	// The same path lists the sessions when it is not an upgrade.
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		s.listSessions(w, sp)
+		return
+	}
+	eq, bad := parseExecQuery(r)
+	if bad != "" {
+		apiError(w, http.StatusBadRequest, "bad_request", bad)
+		return
+	}
+	if !s.opts.NoSignalCapability {
+		w.Header().Set("X-Sprite-Capabilities", "signal")
+	}
+	conn, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	conn.SetReadLimit(4 << 20)
+	s.mu.Lock()
+	select {
+	case <-s.closing:
+		s.mu.Unlock()
+		_ = conn.CloseNow()
+		return
+	default:
+	}
+	s.conns[conn] = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, conn)
+		s.mu.Unlock()
+	}()
+
+	p := &proc{s: s, sp: sp, tty: eq.tty, argv: eq.argv, started: time.Now(), conn: conn, done: make(chan struct{})}
+	switch {
+	case eq.graceSet:
+		p.grace = eq.grace
+	case eq.tty:
+		p.grace = 0 // a TTY command runs on forever by default
+	default:
+		p.grace = s.opts.DisconnectGrace
+	}
+	ctx := r.Context()
+	if err := s.startProc(p, eq); err != nil {
+		// A command that cannot start is an exit, as a shell reports it:
+		// 127 for a missing program, 126 for one that cannot run.
+		s.failStart(ctx, conn, eq.tty, err)
+		return
+	}
+	// Rows and cols describe a terminal: zero without one.
+	rows, cols := uint16(0), uint16(0)
+	if eq.tty {
+		rows, cols = eq.rows, eq.cols
+	}
+	info, _ := json.Marshal(map[string]any{
+		"type": "session_info", "session_id": strconv.Itoa(p.pid), "command": strings.Join(eq.argv, " "),
+		"created": p.started.Unix(), "cols": cols, "rows": rows, "is_owner": true, "tty": eq.tty,
+	})
+	_ = conn.Write(ctx, websocket.MessageText, info)
+	// Output flows only after session_info, which is always first.
+	s.run(p)
+	s.readLoop(ctx, p, conn)
+}
+
+// startProc starts the command; run starts its pumps and waiter.
+func (s *Server) startProc(p *proc, eq execQuery) error {
+	path := eq.path
+	// An absolute path that exists inside the sprite (runner-shim uploaded
+	// with fs/write) runs from there; other paths are the host's (/bin/sh).
+	if filepath.IsAbs(path) {
+		if fi, err := os.Stat(filepath.Join(p.sp.dir, path)); err == nil && !fi.IsDir() {
+			path = filepath.Join(p.sp.dir, path)
+		}
+	}
+	cmd := exec.Command(path)
+	cmd.Args = eq.argv
+	cmd.Dir = p.sp.dir
+	if eq.dir != "" {
+		cmd.Dir = spritePath(p.sp, "/", eq.dir)
+	}
+	cmd.Env = eq.env
+	if cmd.Env == nil {
+		cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + p.sp.dir}
+		if eq.tty {
+			cmd.Env = append(cmd.Env, "TERM=xterm")
+		}
+	}
+	var pumps []func()
+	if eq.tty {
+		master, slave, err := openPTY(eq.rows, eq.cols)
+		if err != nil {
+			return err
+		}
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+		if err := cmd.Start(); err != nil {
+			master.Close()
+			slave.Close()
+			return err
+		}
+		// The child holds the slave now; the master reads EIO once every
+		// holder of the slave is gone.
+		slave.Close()
+		p.master, p.stdin = master, master
+		pumps = append(pumps, func() { s.pump(p, master, -1) })
+	} else {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return err
+		}
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			return err
+		}
+		if eq.stdin {
+			in, err := cmd.StdinPipe()
+			if err != nil {
+				return err
+			}
+			p.stdin = in
+		}
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		pumps = append(pumps, func() { s.pump(p, stdout, sidStdout) }, func() { s.pump(p, stderr, sidStderr) })
+	}
+	p.cmd, p.pid, p.pumps = cmd, cmd.Process.Pid, pumps
+	s.mu.Lock()
+	p.sp.procs[p.pid] = p
+	s.mu.Unlock()
+	return nil
+}
+
+// run starts the command's pumps and its waiter, owned by s.wg.
+func (s *Server) run(p *proc) {
+	cmd := p.cmd
+	var pw sync.WaitGroup
+	for _, f := range p.pumps {
+		pw.Add(1)
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); defer pw.Done(); f() }()
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		// Drain the output to EOF before reaping, so the exit frame follows
+		// every byte.
+		pw.Wait()
+		_ = cmd.Wait()
+		if p.master != nil {
+			p.master.Close()
+		}
+		s.finish(p)
+	}()
+}
+
+// pump copies one output stream to the attached client; output while
+// detached is dropped. sid < 0 sends raw bytes (TTY).
+func (s *Server) pump(p *proc, r io.Reader, sid int) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			var msg []byte
+			if sid < 0 {
+				msg = append([]byte(nil), buf[:n]...)
+			} else {
+				msg = append([]byte{byte(sid)}, buf[:n]...)
+			}
+			s.mu.Lock()
+			conn := p.conn
+			s.mu.Unlock()
+			if conn != nil {
+				_ = conn.Write(context.Background(), websocket.MessageBinary, msg)
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// finish records the exit and, when a client is attached, sends the exit
+// (ONE byte in a stream 3 frame, or the JSON exit message with a TTY) and
+// closes with status 1000 — or, when the quirk strikes, closes with 1000
+// and no exit at all.
+func (s *Server) finish(p *proc) {
+	code := 0
+	if ps := p.cmd.ProcessState; ps != nil {
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			code = 128 + int(ws.Signal())
+		} else {
+			code = ps.ExitCode()
+		}
+	}
+	s.mu.Lock()
+	p.exited, p.code = true, code
+	close(p.done)
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	conn := p.conn
+	p.conn = nil
+	drop := false
+	switch s.dropExit {
+	case DropExitAlways:
+		drop = true
+	case DropExitRandom:
+		drop = time.Since(p.started) < s.opts.FastCommand && s.rng.Float64() < s.opts.DropRate
+	}
+	s.mu.Unlock()
+	if conn == nil {
+		return
+	}
+	s.sendExit(context.Background(), conn, p.tty, code, drop)
+}
+
+func (s *Server) sendExit(ctx context.Context, conn *websocket.Conn, tty bool, code int, drop bool) {
+	if !drop {
+		if tty {
+			b, _ := json.Marshal(map[string]any{"type": "exit", "exit_code": code})
+			_ = conn.Write(ctx, websocket.MessageText, b)
+		} else {
+			// One byte: the protocol has no room for more.
+			_ = conn.Write(ctx, websocket.MessageBinary, []byte{sidExit, byte(code)})
+		}
+	}
+	_ = conn.Close(websocket.StatusNormalClosure, "")
+}
+
+func (s *Server) failStart(ctx context.Context, conn *websocket.Conn, tty bool, err error) {
+	code := 1
+	switch {
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, os.ErrNotExist):
+		code = 127
+	case errors.Is(err, os.ErrPermission):
+		code = 126
+	}
+	msg := []byte("exec: " + err.Error() + "\n")
+	if tty {
+		_ = conn.Write(ctx, websocket.MessageBinary, msg)
+	} else {
+		_ = conn.Write(ctx, websocket.MessageBinary, append([]byte{sidStderr}, msg...))
+	}
+	s.mu.Lock()
+	drop := s.dropExit == DropExitAlways
+	s.mu.Unlock()
+	s.sendExit(ctx, conn, tty, code, drop)
+}
+
+// readLoop serves the client's frames until it disconnects or the exit
+// closes the connection, then detaches: a command still running gets its
+// grace before the kill.
+func (s *Server) readLoop(ctx context.Context, p *proc, conn *websocket.Conn) {
+	defer s.detach(p, conn)
+	for {
+		typ, msg, err := conn.Read(ctx)
+		if err != nil {
+			return
+		}
+		if typ == websocket.MessageText {
+			s.control(p, msg)
+			continue
+		}
+		if p.tty {
+			_, _ = p.stdin.Write(msg)
+			continue
+		}
+		if len(msg) == 0 || p.stdin == nil {
+			continue
+		}
+		switch msg[0] {
+		case sidStdin:
+			// A write after the command closed its stdin fails; the client
+			// learns of the exit from the exit frame.
+			_, _ = p.stdin.Write(msg[1:])
+		case sidStdinEOF:
+			_ = p.stdin.Close()
+		}
+	}
+}
+
+func (s *Server) control(p *proc, msg []byte) {
+	var m struct {
+		Type       string `json:"type"`
+		Rows, Cols uint16
+		Signal     string `json:"signal"`
+	}
+	if json.Unmarshal(msg, &m) != nil {
+		return
+	}
+	switch m.Type {
+	case "resize":
+		if p.master != nil && m.Rows > 0 && m.Cols > 0 {
+			_ = setSize(p.master, m.Rows, m.Cols)
+		}
+	case "signal":
+		if s.opts.NoSignalCapability {
+			return
+		}
+		sig, ok := signalNames[strings.TrimPrefix(m.Signal, "SIG")]
+		if !ok {
+			return
+		}
+		s.mu.Lock()
+		if !p.exited {
+			_ = syscall.Kill(-p.pid, sig)
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (s *Server) detach(p *proc, conn *websocket.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p.conn != conn {
+		return // the exit already took the connection
+	}
+	p.conn = nil
+	_ = conn.CloseNow()
+	if p.exited || p.grace == 0 {
+		return
+	}
+	p.timer = time.AfterFunc(p.grace, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		p.killLocked()
+	})
+}
+
+// signalNames maps the API's signal names, with or without "SIG".
+var signalNames = map[string]syscall.Signal{
+	"INT": syscall.SIGINT, "TERM": syscall.SIGTERM, "HUP": syscall.SIGHUP, "KILL": syscall.SIGKILL,
+	"QUIT": syscall.SIGQUIT, "USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2,
+}
+
+func (s *Server) listSessions(w http.ResponseWriter, sp *sprite) {
+	s.mu.Lock()
+	sessions := []map[string]any{}
+	for pid, p := range sp.procs {
+		if p.exited {
+			continue
+		}
+		sessions = append(sessions, map[string]any{
+			"id": pid, "command": strings.Join(p.argv, " "), "created": p.started.UTC().Format(time.RFC3339),
+			"is_active": p.conn != nil, "tty": p.tty,
+		})
+	}
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"sessions": sessions})
+}
+
+// kill serves POST /v1/sprites/{name}/exec/{id}/kill: NDJSON progress
+// (signal, then exited or timeout and killed, then complete with the exit
+// code). timeout=0s sends the signal and ends the stream.
+func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
+	sp, ok := s.lookup(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	name := strings.TrimPrefix(q.Get("signal"), "SIG")
+	if name == "" {
+		name = "TERM"
+	}
+	sig, ok := signalNames[name]
+	if !ok {
+		apiError(w, http.StatusBadRequest, "invalid_signal", "unknown signal")
+		return
+	}
+	wait := 10 * time.Second
+	if v := q.Get("timeout"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			apiError(w, http.StatusBadRequest, "invalid_timeout", "timeout must be a duration")
+			return
+		}
+		wait = d
+	}
+	pid, _ := strconv.Atoi(r.PathValue("id"))
+	s.mu.Lock()
+	p, ok := sp.procs[pid]
+	exited := ok && p.exited
+	if ok && !exited {
+		_ = syscall.Kill(-p.pid, sig)
+	}
+	s.mu.Unlock()
+	switch {
+	case !ok:
+		apiError(w, http.StatusNotFound, "session not found", "no such exec session")
+		return
+	case exited:
+		apiError(w, http.StatusGone, "session_exited", "the session already exited")
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	enc := json.NewEncoder(w)
+	flush := func() {
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+	}
+	_ = enc.Encode(map[string]any{"type": "signal", "message": "Signaling SIG" + name + " to process group " + strconv.Itoa(pid), "signal": "SIG" + name, "pid": pid})
+	flush()
+	if wait == 0 {
+		return
+	}
+	select {
+	case <-p.done:
+		_ = enc.Encode(map[string]any{"type": "exited", "message": "Process exited"})
+	case <-time.After(wait):
+		_ = enc.Encode(map[string]any{"type": "timeout", "message": "Timed out waiting for exit"})
+		s.mu.Lock()
+		p.killLocked()
+		s.mu.Unlock()
+		select {
+		case <-p.done:
+		case <-s.closing:
+			return
+		}
+		_ = enc.Encode(map[string]any{"type": "killed", "message": "Process killed"})
+	case <-s.closing:
+		return
+	case <-r.Context().Done():
+		return
+	}
+	s.mu.Lock()
+	code := p.code
+	s.mu.Unlock()
+	_ = enc.Encode(map[string]any{"type": "complete", "exit_code": code})
+}

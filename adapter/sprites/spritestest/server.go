@@ -1,0 +1,644 @@
+// Package spritestest is a stand-in for the Sprites API, written from the
+// public spec, for tests: an httptest server with the control plane
+// (POST/GET/DELETE /v1/sprites[/{name}], the paged list, fs/write and
+// fs/read, the network policy) and the exec WebSocket, which runs REAL
+// processes, each sprite in its own directory under t.TempDir().
+//
+// It reproduces the behaviours a client must survive:
+//
+//   - the exit frame's payload is ONE byte (stream 3): a code above 255
+//     wraps, a signal death is 128+n;
+//   - about 30 % of fast commands end with a close of status 1000 and no
+//     exit frame ([DropExitRandom], or [DropExitAlways] deterministically);
+//   - a non-TTY command is killed (its process group, SIGKILL) 10 s after
+//     its WebSocket disconnects (Options.DisconnectGrace shortens it for
+//     tests) unless max_run_after_disconnect says otherwise; a TTY command
+//     runs on by default;
+//   - the stdin EOF frame (stream 4) closes the command's stdin; in TTY
+//     mode binary messages are raw terminal bytes and the exit is the JSON
+//     exit message;
+//   - fs/write stores the body with the requested mode and creates parent
+//     directories with mkdirParents;
+//   - a duplicate create answers 409 (or 400, Options.DuplicateStatus).
+//
+// And the faults, on demand: an outage (503 everywhere), a proxy that drops
+// connections, a proxy answering 502, a proxy's bare 404, a list body cut
+// mid-page (InterruptList), 429 with Retry-After.
+//
+// The network policy is stored and returned, never enforced: an egress
+// probe against the stand-in fails, as it must for an unproven policy.
+// Output produced while no client is attached is discarded (the real
+// service keeps a scrollback for attach, which is not modelled), and
+// attach (WSS /exec/{id}) is not modelled; the session list and the kill
+// endpoint (NDJSON progress) are.
+//
+// The stand-in shares no code with package sprites (its own frame and JSON
+// handling), so a framing mistake in one cannot hide in the other.
+package spritestest
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// DropExitMode says when the stand-in ends an exec without its exit frame.
+type DropExitMode int
+
+const (
+	// DropExitNever always sends the exit frame (the default).
+	DropExitNever DropExitMode = iota
+	// DropExitAlways ends every exec with a close of status 1000 and no
+	// exit frame: the deterministic switch for tests.
+	DropExitAlways
+	// DropExitRandom drops the exit frame of a fast command (one that ran
+	// less than Options.FastCommand) with probability Options.DropRate, as
+	// measured on Sprites (about 30 %).
+	DropExitRandom
+)
+
+// Options configures a stand-in. The zero value is usable.
+type Options struct {
+	// DisconnectGrace is how long a non-TTY command runs after its
+	// WebSocket disconnects when the client sent no
+	// max_run_after_disconnect; 0 means Sprites' 10 s.
+	DisconnectGrace time.Duration
+	// DropExit is the initial missing-exit-frame mode (SetDropExit).
+	DropExit DropExitMode
+	// DropRate is DropExitRandom's probability; 0 means 0.3.
+	DropRate float64
+	// FastCommand is what DropExitRandom calls fast; 0 means 1 s.
+	FastCommand time.Duration
+	// Seed seeds DropExitRandom, so a run can be repeated.
+	Seed uint64
+	// DuplicateStatus is the answer to a create of an existing name: 409
+	// (the default) or 400.
+	DuplicateStatus int
+	// NoSignalCapability leaves "signal" out of X-Sprite-Capabilities.
+	NoSignalCapability bool
+}
+
+// Server is the stand-in. Its methods are safe for concurrent use. New
+// registers its shutdown with t.Cleanup: every process it started is
+// killed and waited for, every goroutine stopped.
+type Server struct {
+	srv *httptest.Server
+	// Token is the only Bearer token the API accepts.
+	Token string
+	// Org is the organization slug of every sprite.
+	Org string
+
+	opts    Options
+	root    string
+	closing chan struct{}
+	wg      sync.WaitGroup // process waiters, pumps and disconnect timers
+
+	mu         sync.Mutex // guards everything below and every sprite's and proc's fields
+	sprites    map[string]*sprite
+	conns      map[*websocket.Conn]bool
+	rng        *mrand.Rand
+	dropExit   DropExitMode
+	outage     bool
+	drop       bool
+	proxy502   bool
+	proxy404   bool
+	interrupt  int
+	rateLimit  int
+	retryAfter time.Duration
+	requests   map[string]int
+	uris       []string
+}
+
+type sprite struct {
+	id, name string
+	dir      string
+	created  time.Time
+	updated  time.Time
+	labels   []string
+	auth     string
+	policy   json.RawMessage
+	procs    map[int]*proc
+}
+
+// New starts a stand-in for t.
+func New(t testing.TB, opts Options) *Server {
+	t.Helper()
+	if opts.DisconnectGrace <= 0 {
+		opts.DisconnectGrace = 10 * time.Second
+	}
+	if opts.DropRate <= 0 {
+		opts.DropRate = 0.3
+	}
+	if opts.FastCommand <= 0 {
+		opts.FastCommand = time.Second
+	}
+	if opts.DuplicateStatus == 0 {
+		opts.DuplicateStatus = http.StatusConflict
+	}
+	s := &Server{
+		Token:    "sprites_" + randHex(20),
+		Org:      "stand-in",
+		opts:     opts,
+		root:     t.TempDir(),
+		closing:  make(chan struct{}),
+		sprites:  map[string]*sprite{},
+		conns:    map[*websocket.Conn]bool{},
+		rng:      mrand.New(mrand.NewPCG(opts.Seed, opts.Seed^0x5bd1e995)),
+		dropExit: opts.DropExit,
+		requests: map[string]int{},
+	}
+	s.srv = httptest.NewServer(s.faults(s.mux()))
+	t.Cleanup(s.shutdown)
+	return s
+}
+
+// URL is the API's base URL (Config.BaseURL).
+func (s *Server) URL() string { return s.srv.URL }
+
+// SetOutage makes every request answer 503 while on.
+func (s *Server) SetOutage(on bool) { s.mu.Lock(); s.outage = on; s.mu.Unlock() }
+
+// SetDropConnections makes the server close every connection without an
+// answer while on, as a failing proxy does.
+func (s *Server) SetDropConnections(on bool) { s.mu.Lock(); s.drop = on; s.mu.Unlock() }
+
+// SetProxyError makes every request answer 502 with an HTML body while
+// on, as Fly's proxy does for a machine it cannot reach.
+func (s *Server) SetProxyError(on bool) { s.mu.Lock(); s.proxy502 = on; s.mu.Unlock() }
+
+// SetProxyNotFound makes every request answer a bare 404 (text, not the
+// API's JSON) while on: a 404 that proves nothing.
+func (s *Server) SetProxyNotFound(on bool) { s.mu.Lock(); s.proxy404 = on; s.mu.Unlock() }
+
+// InterruptList cuts the body of the next n list answers mid-page: the
+// status and Content-Length are sent, half the body, then the connection
+// is closed.
+func (s *Server) InterruptList(n int) { s.mu.Lock(); s.interrupt = n; s.mu.Unlock() }
+
+// RateLimit answers the next n requests 429 with Retry-After in whole
+// seconds.
+func (s *Server) RateLimit(n int, retryAfter time.Duration) {
+	s.mu.Lock()
+	s.rateLimit, s.retryAfter = n, retryAfter
+	s.mu.Unlock()
+}
+
+// SetDropExit switches the missing-exit-frame quirk.
+func (s *Server) SetDropExit(m DropExitMode) { s.mu.Lock(); s.dropExit = m; s.mu.Unlock() }
+
+// Dir returns a sprite's directory (its "/" for fs calls and the default
+// working directory of its commands) and whether the sprite exists.
+func (s *Server) Dir(name string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sp, ok := s.sprites[name]
+	if !ok {
+		return "", false
+	}
+	return sp.dir, true
+}
+
+// Running returns the pids of the sprite's commands that have not exited,
+// in ascending order.
+func (s *Server) Running(name string) []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sp, ok := s.sprites[name]
+	if !ok {
+		return nil
+	}
+	var pids []int
+	for pid, p := range sp.procs {
+		if !p.exited {
+			pids = append(pids, pid)
+		}
+	}
+	sort.Ints(pids)
+	return pids
+}
+
+// Requests returns how many requests matched "METHOD /path" (for example
+// "GET /v1/sprites/x/exec").
+func (s *Server) Requests(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.requests[key]
+}
+
+// RequestURIs returns every request URI as received (path and query), the
+// WebSocket upgrades included, so a test can prove no secret travels in one.
+func (s *Server) RequestURIs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.uris...)
+}
+
+func (s *Server) shutdown() {
+	close(s.closing)
+	s.mu.Lock()
+	for _, sp := range s.sprites {
+		for _, p := range sp.procs {
+			p.killLocked()
+		}
+	}
+	for c := range s.conns {
+		_ = c.CloseNow()
+	}
+	s.mu.Unlock()
+	s.srv.Close()
+	s.wg.Wait()
+}
+
+// faults applies the switches before any handler.
+func (s *Server) faults(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.requests[r.Method+" "+r.URL.Path]++
+		s.uris = append(s.uris, r.URL.RequestURI())
+		drop, outage, p502, p404 := s.drop, s.outage, s.proxy502, s.proxy404
+		limited := false
+		if !drop && !outage && !p502 && !p404 && s.rateLimit > 0 {
+			s.rateLimit--
+			limited = true
+		}
+		ra := s.retryAfter
+		s.mu.Unlock()
+		switch {
+		case drop:
+			if hj, ok := w.(http.Hijacker); ok {
+				if conn, _, err := hj.Hijack(); err == nil {
+					conn.Close()
+					return
+				}
+			}
+			panic(http.ErrAbortHandler)
+		case outage:
+			http.Error(w, "upstream unavailable", http.StatusServiceUnavailable)
+		case p502:
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(http.StatusBadGateway)
+			_, _ = io.WriteString(w, "<html><body>502 Bad Gateway</body></html>")
+		case p404:
+			http.Error(w, "404 page not found", http.StatusNotFound)
+		case limited:
+			w.Header().Set("Retry-After", strconv.Itoa(int(ra/time.Second)))
+			writeJSON(w, http.StatusTooManyRequests, map[string]any{
+				"error": "rate_limited", "message": "too many requests", "retry_after_seconds": int(ra / time.Second),
+			})
+		default:
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+func (s *Server) mux() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/sprites", s.create)
+	mux.HandleFunc("GET /v1/sprites", s.list)
+	mux.HandleFunc("GET /v1/sprites/{name}", s.get)
+	mux.HandleFunc("DELETE /v1/sprites/{name}", s.delete)
+	mux.HandleFunc("PUT /v1/sprites/{name}/fs/write", s.fsWrite)
+	mux.HandleFunc("GET /v1/sprites/{name}/fs/read", s.fsRead)
+	mux.HandleFunc("GET /v1/sprites/{name}/policy/network", s.getPolicy)
+	mux.HandleFunc("POST /v1/sprites/{name}/policy/network", s.setPolicy)
+	mux.HandleFunc("GET /v1/sprites/{name}/exec", s.exec)
+	mux.HandleFunc("POST /v1/sprites/{name}/exec/{id}/kill", s.kill)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+s.Token {
+			apiError(w, http.StatusUnauthorized, "unauthorized", "Missing or invalid authentication")
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func apiError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, map[string]any{"error": code, "message": msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// spriteNotFound is the API's definitive answer.
+func spriteNotFound(w http.ResponseWriter) {
+	writeJSON(w, http.StatusNotFound, map[string]any{"error": "sprite not found"})
+}
+
+// validName is the stand-in's rule for sprite names (lowercase letters,
+// digits and dashes, 1..63, starting with a letter or digit).
+var validName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Name        *string `json:"name"`
+		URLSettings *struct {
+			Auth string `json:"auth"`
+		} `json:"url_settings"`
+		Labels []string `json:"labels"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
+		apiError(w, http.StatusBadRequest, "invalid_request", "invalid request body")
+		return
+	}
+	if req.Name == nil || !validName.MatchString(*req.Name) {
+		apiError(w, http.StatusBadRequest, "invalid_name", "name must be 1-63 lowercase letters, digits or dashes")
+		return
+	}
+	auth := "sprite"
+	if req.URLSettings != nil && req.URLSettings.Auth != "" {
+		if req.URLSettings.Auth != "sprite" && req.URLSettings.Auth != "public" {
+			apiError(w, http.StatusBadRequest, "invalid_url_settings", "auth must be sprite or public")
+			return
+		}
+		auth = req.URLSettings.Auth
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.sprites[*req.Name]; ok {
+		apiError(w, s.opts.DuplicateStatus, "sprite_exists", "a sprite with this name already exists")
+		return
+	}
+	dir := filepath.Join(s.root, *req.Name)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		apiError(w, http.StatusInternalServerError, "internal", "create sprite directory")
+		return
+	}
+	now := time.Now().UTC()
+	sp := &sprite{id: "sprite-" + randUUID(), name: *req.Name, dir: dir, created: now, updated: now,
+		labels: req.Labels, auth: auth, procs: map[int]*proc{}}
+	s.sprites[sp.name] = sp
+	writeJSON(w, http.StatusCreated, s.view(sp))
+}
+
+func (s *Server) view(sp *sprite) map[string]any {
+	status := "warm"
+	for _, p := range sp.procs {
+		if !p.exited {
+			status = "running"
+		}
+	}
+	return map[string]any{
+		"id": sp.id, "name": sp.name, "organization": s.Org,
+		"url":          "https://" + sp.name + "-standin.sprites.app",
+		"url_settings": map[string]any{"auth": sp.auth},
+		"status":       status,
+		"created_at":   sp.created.Format(time.RFC3339Nano), "updated_at": sp.updated.Format(time.RFC3339Nano),
+		"last_started_at": nil, "last_active_at": nil,
+	}
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sp, ok := s.sprites[r.PathValue("name")]
+	if !ok {
+		spriteNotFound(w)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.view(sp))
+}
+
+func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	sp, ok := s.sprites[r.PathValue("name")]
+	if ok {
+		delete(s.sprites, sp.name)
+		for _, p := range sp.procs {
+			p.killLocked()
+		}
+	}
+	s.mu.Unlock()
+	if !ok {
+		spriteNotFound(w)
+		return
+	}
+	_ = os.RemoveAll(sp.dir)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// list pages in name order; the continuation token is the last name of
+// the page, encoded so that clients treat it as opaque.
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit := 50
+	if v := q.Get("max_results"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 50 {
+			apiError(w, http.StatusBadRequest, "invalid_max_results", "max_results must be 1-50")
+			return
+		}
+		limit = n
+	}
+	after := ""
+	if tok := q.Get("continuation_token"); tok != "" {
+		b, err := base64.RawURLEncoding.DecodeString(tok)
+		if err != nil || !strings.HasPrefix(string(b), "after:") {
+			apiError(w, http.StatusBadRequest, "invalid_continuation_token", "bad continuation token")
+			return
+		}
+		after = strings.TrimPrefix(string(b), "after:")
+	}
+	prefix := q.Get("prefix")
+	s.mu.Lock()
+	var names []string
+	for n := range s.sprites {
+		if strings.HasPrefix(n, prefix) && n > after {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	more := len(names) > limit
+	if more {
+		names = names[:limit]
+	}
+	entries := []map[string]any{}
+	for _, n := range names {
+		sp := s.sprites[n]
+		v := s.view(sp)
+		entries = append(entries, map[string]any{
+			"name": n, "org_slug": s.Org, "id": sp.id, "status": v["status"], "url": v["url"],
+			"updated_at": sp.updated.Format(time.RFC3339Nano),
+		})
+	}
+	cut := false
+	if s.interrupt > 0 {
+		s.interrupt--
+		cut = true
+	}
+	s.mu.Unlock()
+	body := map[string]any{"sprites": entries, "has_more": more}
+	if more {
+		body["next_continuation_token"] = base64.RawURLEncoding.EncodeToString([]byte("after:" + names[len(names)-1]))
+	}
+	if !cut {
+		writeJSON(w, http.StatusOK, body)
+		return
+	}
+	b, _ := json.Marshal(body)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b[:len(b)/2])
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+	panic(http.ErrAbortHandler)
+}
+
+// spritePath resolves an API path inside the sprite's directory; cleaning
+// it as an absolute path first keeps ".." from leaving the directory.
+func spritePath(sp *sprite, workingDir, p string) string {
+	if !strings.HasPrefix(p, "/") {
+		p = filepath.Join("/", workingDir, p)
+	}
+	return filepath.Join(sp.dir, filepath.Clean("/"+p))
+}
+
+func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (*sprite, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sp, ok := s.sprites[r.PathValue("name")]
+	if !ok {
+		spriteNotFound(w)
+	}
+	return sp, ok
+}
+
+func (s *Server) fsWrite(w http.ResponseWriter, r *http.Request) {
+	sp, ok := s.lookup(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	if q.Get("path") == "" {
+		apiError(w, http.StatusBadRequest, "invalid_path", "path is required")
+		return
+	}
+	mode := os.FileMode(0o644)
+	if v := q.Get("mode"); v != "" {
+		m, err := strconv.ParseUint(v, 8, 32)
+		if err != nil || m > 0o7777 {
+			apiError(w, http.StatusBadRequest, "invalid_mode", "mode must be octal")
+			return
+		}
+		mode = os.FileMode(m)
+	}
+	dst := spritePath(sp, q.Get("workingDir"), q.Get("path"))
+	if q.Get("mkdirParents") == "true" || q.Get("mkdir") == "true" {
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			apiError(w, http.StatusBadRequest, "mkdir_failed", "cannot create parent directories")
+			return
+		}
+	}
+	data, err := io.ReadAll(io.LimitReader(r.Body, 256<<20))
+	if err != nil {
+		apiError(w, http.StatusBadRequest, "invalid_body", "read body")
+		return
+	}
+	// Write beside and rename, so a command never sees a half-written
+	// binary; chmod explicitly, since the umask would mask OpenFile's mode.
+	tmp := dst + ".standin-tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		apiError(w, http.StatusNotFound, "not_found", "parent directory does not exist")
+		return
+	}
+	if err := os.Chmod(tmp, mode); err != nil || os.Rename(tmp, dst) != nil {
+		_ = os.Remove(tmp)
+		apiError(w, http.StatusInternalServerError, "write_failed", "write failed")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"path": q.Get("path"), "size": len(data), "mode": fmt.Sprintf("%04o", mode.Perm())})
+}
+
+func (s *Server) fsRead(w http.ResponseWriter, r *http.Request) {
+	sp, ok := s.lookup(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	data, err := os.ReadFile(spritePath(sp, q.Get("workingDir"), q.Get("path")))
+	if err != nil {
+		apiError(w, http.StatusNotFound, "file_not_found", "no such file")
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	_, _ = w.Write(data)
+}
+
+func (s *Server) getPolicy(w http.ResponseWriter, r *http.Request) {
+	sp, ok := s.lookup(w, r)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	p := sp.policy
+	s.mu.Unlock()
+	if p == nil {
+		p = json.RawMessage(`{"rules":[]}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(p)
+}
+
+func (s *Server) setPolicy(w http.ResponseWriter, r *http.Request) {
+	sp, ok := s.lookup(w, r)
+	if !ok {
+		return
+	}
+	var p struct {
+		Rules *[]struct {
+			Domain  string `json:"domain"`
+			Action  string `json:"action"`
+			Include string `json:"include"`
+		} `json:"rules"`
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil || json.Unmarshal(b, &p) != nil || p.Rules == nil {
+		apiError(w, http.StatusBadRequest, "invalid_policy", "rules are required")
+		return
+	}
+	for _, rule := range *p.Rules {
+		if rule.Include == "" && (rule.Domain == "" || (rule.Action != "allow" && rule.Action != "deny")) {
+			apiError(w, http.StatusBadRequest, "invalid_rule", "a rule needs a domain and an action of allow or deny")
+			return
+		}
+	}
+	norm, _ := json.Marshal(p)
+	s.mu.Lock()
+	sp.policy = norm
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{})
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func randUUID() string {
+	h := randHex(16)
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
