@@ -93,6 +93,10 @@ type Options struct {
 	DuplicateStatus int
 	// NoSignalCapability leaves "signal" out of X-Sprite-Capabilities.
 	NoSignalCapability bool
+	// Dir holds the sprites' directories; "" means t.TempDir(). A short
+	// one keeps the unix socket paths of a runner-shim inside a sprite
+	// within their 107 bytes.
+	Dir string
 }
 
 // Server is the stand-in. Its methods are safe for concurrent use. New
@@ -124,6 +128,7 @@ type Server struct {
 	retryAfter time.Duration
 	requests   map[string]int
 	uris       []string
+	cuts       map[string]int // CutExecs: argv word → execs left to cut
 }
 
 type sprite struct {
@@ -152,17 +157,21 @@ func New(t testing.TB, opts Options) *Server {
 	if opts.DuplicateStatus == 0 {
 		opts.DuplicateStatus = http.StatusConflict
 	}
+	if opts.Dir == "" {
+		opts.Dir = t.TempDir()
+	}
 	s := &Server{
 		Token:    "sprites_" + randHex(20),
 		Org:      "stand-in",
 		opts:     opts,
-		root:     t.TempDir(),
+		root:     opts.Dir,
 		closing:  make(chan struct{}),
 		sprites:  map[string]*sprite{},
 		conns:    map[*websocket.Conn]bool{},
 		rng:      mrand.New(mrand.NewPCG(opts.Seed, opts.Seed^0x5bd1e995)),
 		dropExit: opts.DropExit,
 		requests: map[string]int{},
+		cuts:     map[string]int{},
 	}
 	s.srv = httptest.NewServer(s.faults(s.mux()))
 	t.Cleanup(s.shutdown)
@@ -199,6 +208,12 @@ func (s *Server) RateLimit(n int, retryAfter time.Duration) {
 	s.rateLimit, s.retryAfter = n, retryAfter
 	s.mu.Unlock()
 }
+
+// CutExecs makes the next n execs whose argv has word as one of its
+// elements run to their end with their output and their exit frame
+// dropped, closed with status 1000: a call that took effect but whose
+// answer never arrived (a connection lost at the worst moment).
+func (s *Server) CutExecs(word string, n int) { s.mu.Lock(); s.cuts[word] = n; s.mu.Unlock() }
 
 // SetDropExit switches the missing-exit-frame quirk.
 func (s *Server) SetDropExit(m DropExitMode) { s.mu.Lock(); s.dropExit = m; s.mu.Unlock() }
