@@ -23,7 +23,9 @@
 //
 // And the faults, on demand: an outage (503 everywhere), a proxy that drops
 // connections, a proxy answering 502, a proxy's bare 404, a list body cut
-// mid-page (InterruptList), 429 with Retry-After.
+// mid-page (InterruptList), 429 with Retry-After, and execs that run to
+// their end but lose their output and exit frame (CutExecs: a call that
+// took effect whose answer never arrived).
 //
 // The network policy is stored and returned, never enforced: an egress
 // probe against the stand-in fails, as it must for an unproven policy.
