@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,10 +94,18 @@ func newAdapter(t testing.TB, c *sprites.Client, mod func(*sprites.AdapterConfig
 func TestConformance(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("DropExitRandom seed %d", seed)
+	var dropped atomic.Int64
+	t.Cleanup(func() {
+		t.Logf("%d execs closed without their exit frame", dropped.Load())
+		if dropped.Load() == 0 && !t.Failed() {
+			t.Errorf("no exec lost its exit frame: the run did not exercise the quirk")
+		}
+	})
 	conformance.Run(t, conformance.Harness{
 		New: func(ct conformance.T) conformance.Subject {
 			tb := ct.(testing.TB)
 			srv, c := standIn(tb, spritestest.Options{DropExit: spritestest.DropExitRandom, Seed: seed})
+			tb.Cleanup(func() { dropped.Add(int64(srv.DroppedExits())) })
 			return conformance.Subject{
 				Adapter: newAdapter(tb, c, nil),
 				Outage: func() func() {

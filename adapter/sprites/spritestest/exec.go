@@ -354,6 +354,9 @@ func (s *Server) finish(p *proc) {
 	case DropExitRandom:
 		drop = drop || time.Since(p.started) < s.opts.FastCommand && s.rng.Float64() < s.opts.DropRate
 	}
+	if drop && conn != nil {
+		s.dropped++
+	}
 	s.mu.Unlock()
 	if conn == nil {
 		return
@@ -390,6 +393,9 @@ func (s *Server) failStart(ctx context.Context, conn *websocket.Conn, tty bool, 
 	}
 	s.mu.Lock()
 	drop := s.dropExit == DropExitAlways
+	if drop {
+		s.dropped++
+	}
 	s.mu.Unlock()
 	s.sendExit(ctx, conn, tty, code, drop)
 }

@@ -131,6 +131,7 @@ type Server struct {
 	requests   map[string]int
 	uris       []string
 	cuts       map[string]int // CutExecs: argv word → execs left to cut
+	dropped    int            // execs closed without their exit frame
 }
 
 type sprite struct {
@@ -216,6 +217,10 @@ func (s *Server) RateLimit(n int, retryAfter time.Duration) {
 // dropped, closed with status 1000: a call that took effect but whose
 // answer never arrived (a connection lost at the worst moment).
 func (s *Server) CutExecs(word string, n int) { s.mu.Lock(); s.cuts[word] = n; s.mu.Unlock() }
+
+// DroppedExits returns how many execs ended with a close and no exit
+// frame so far (the quirk and CutExecs), so a test can show it met them.
+func (s *Server) DroppedExits() int { s.mu.Lock(); defer s.mu.Unlock(); return s.dropped }
 
 // SetDropExit switches the missing-exit-frame quirk.
 func (s *Server) SetDropExit(m DropExitMode) { s.mu.Lock(); s.dropExit = m; s.mu.Unlock() }
