@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -469,6 +470,7 @@ func oneShot(argv []string) string {
 // it is idempotent. A one-shot call's stdout is held until the call ends,
 // so a second run never mixes with the first.
 func (x *shimExec) Exec(ctx context.Context, argv []string, stdin io.Reader, stdout io.Writer, lifetime time.Duration) (int, error) {
+	argv, stdin = dataOffArgv(argv, stdin)
 	var in []byte
 	if stdin != nil {
 		b, err := io.ReadAll(io.LimitReader(stdin, maxCallStdin+1))
@@ -515,6 +517,18 @@ func (x *shimExec) Exec(ctx context.Context, argv []string, stdin io.Reader, std
 			return -1, x.confirm(ctx, err)
 		}
 	}
+}
+
+// dataOffArgv moves the bytes of a `write --base64 ID B64` from argv to
+// stdin (one base64 line, which runner-shim reads the same way): an exec's
+// argv travels in the WebSocket URL's query, where stdin bytes (a secret
+// piped to an agent) must never go and where 64 KiB of base64 would
+// overflow URL limits of the proxies on the way.
+func dataOffArgv(argv []string, stdin io.Reader) ([]string, io.Reader) {
+	if stdin != nil || oneShot(argv) != "write" || len(argv) != 8 || argv[5] != "--base64" {
+		return argv, stdin
+	}
+	return argv[:7:7], strings.NewReader(argv[7] + "\n")
 }
 
 // hasAnswer reports whether b ends with runner-shim's one-line JSON

@@ -2,8 +2,10 @@ package sprites_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -405,5 +407,40 @@ func TestIncarnations(t *testing.T) {
 	}
 	if got, err := a.Get(ctx, "reborn"); err != nil || !got.Same(h2) {
 		t.Fatalf("Get after destroying the old handle = %v %v, want %v untouched", got, err, h2)
+	}
+}
+
+// TestStdinNeverInURL: the bytes of WriteStdin travel in stdin frames,
+// never in an exec URL's query (where argv goes), in any encoding.
+func TestStdinNeverInURL(t *testing.T) {
+	srv, c := standIn(t, spritestest.Options{})
+	ctx := ctxT(t)
+	a := newAdapter(t, c, nil)
+	h, err := a.Create(ctx, "stdin-url", adapter.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := a.Spawn(ctx, h, adapter.Shell("echo ready; cat"), adapter.SpawnOptions{SessionID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	readUntil(t, st, "ready\n")
+	secret := []byte("sk-live-0123456789abcdef\n")
+	if err := a.WriteStdin(ctx, h, "s", secret); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.CloseStdin(ctx, h, "s"); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, _ := readAll(t, st); string(out) != string(secret) {
+		t.Fatalf("session read %q, want %q", out, secret)
+	}
+	b64 := base64.StdEncoding.EncodeToString(secret)
+	for _, u := range srv.RequestURIs() {
+		dec, _ := url.QueryUnescape(u)
+		if strings.Contains(dec, "sk-live") || strings.Contains(dec, b64) {
+			t.Fatalf("a request URI carries the stdin bytes: %s", u)
+		}
 	}
 }
