@@ -36,7 +36,8 @@ type Executor interface {
 	// error is a transport failure (the process may or may not have run),
 	// in the adapter taxonomy: adapter.ErrNotFound only when the provider
 	// definitively says the sandbox is gone, *adapter.UnavailableError
-	// for what proves nothing.
+	// for what proves nothing. A process that ended without a reported
+	// status is an error wrapping ErrNoStatus.
 	Exec(ctx context.Context, argv []string, stdin io.Reader, stdout io.Writer, lifetime time.Duration) (status int, err error)
 }
 

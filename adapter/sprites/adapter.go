@@ -84,6 +84,11 @@ type AdapterConfig struct {
 // close-stdin, resize, terminate) and otherwise (write, signal) returned
 // as an uncertain *adapter.UnavailableError. Session exits come from
 // runner-shim's frames, never from the one-byte exit field.
+//
+// Secrets: an exec's argv travels in the WebSocket URL's query. The
+// adapter keeps stdin bytes out of it (WriteStdin's data goes on stdin),
+// but a Command's Args and Env are runner-shim spawn's argv: never put a
+// secret in them on Sprites; write it to the session's stdin.
 type Adapter struct {
 	adapter.Unsupported
 	cfg AdapterConfig
