@@ -31,8 +31,8 @@ var rules = []struct {
 	{pkg: "adapter/daytona/daytonatest", stdlibOnly: true, allowed: []string{"adapter", "adapter/daytona", "wire"}},
 	// The Sprites exec API is a WebSocket: coder/websocket (stdlib-only
 	// itself) is the one module outside this one these two may use.
-	{pkg: "adapter/sprites", stdlibOnly: true, allowed: []string{"adapter", "wire", "github.com/coder/websocket"}},
-	{pkg: "adapter/sprites/spritestest", stdlibOnly: true, allowed: []string{"adapter", "adapter/sprites", "wire", "github.com/coder/websocket"}},
+	{pkg: "adapter/sprites", stdlibOnly: true, allowed: []string{"adapter", "adapter/guest", "adapter/stream", "wire", "github.com/coder/websocket"}},
+	{pkg: "adapter/sprites/spritestest", stdlibOnly: true, allowed: []string{"adapter", "adapter/sprites", "adapter/guest", "adapter/stream", "wire", "github.com/coder/websocket"}},
 	{pkg: "wire", stdlibOnly: true},
 	{pkg: "internal/atomicfile", stdlibOnly: true},
 	{pkg: "client", forbidden: []string{

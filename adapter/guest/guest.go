@@ -36,9 +36,18 @@ type Executor interface {
 	// error is a transport failure (the process may or may not have run),
 	// in the adapter taxonomy: adapter.ErrNotFound only when the provider
 	// definitively says the sandbox is gone, *adapter.UnavailableError
-	// for what proves nothing.
+	// for what proves nothing. A process that ended without a reported
+	// status is an error wrapping ErrNoStatus.
 	Exec(ctx context.Context, argv []string, stdin io.Reader, stdout io.Writer, lifetime time.Duration) (status int, err error)
 }
+
+// ErrNoStatus is wrapped by an Executor's error when the process ended
+// but the provider did not report its exit status (Sprites closes some
+// execs with a normal closure and no exit frame). stdout then holds what
+// arrived: a complete runner-shim answer in it is the call's outcome (the
+// answer is printed only once the call took effect), and without one the
+// error stands. The status returned with it means nothing.
+var ErrNoStatus = errors.New("the provider reported no exit status")
 
 // Defaults of Config.
 const (
@@ -187,7 +196,7 @@ func (g *Guest) run(ctx context.Context, root string, lifetime time.Duration, st
 	var out limitedBuffer
 	out.max = maxAnswer
 	status, err := g.cfg.Exec.Exec(ctx, argv, stdin, &out, lifetime)
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrNoStatus) {
 		return answer{}, status, err
 	}
 	line := bytes.TrimSpace(out.b.Bytes())
@@ -196,6 +205,10 @@ func (g *Guest) run(ctx context.Context, root string, lifetime time.Duration, st
 	}
 	var a answer
 	if len(line) == 0 || json.Unmarshal(line, &a) != nil {
+		if err != nil {
+			// No status and no answer: nothing is known.
+			return answer{}, status, err
+		}
 		if status == 127 {
 			return answer{}, status, errShimMissing
 		}

@@ -30,7 +30,23 @@
 //     rendering of this package's values ([Secret] redacts itself). Errors
 //     never quote a request URL (an exec URL carries the argv and env).
 //
-// This package is the client only: what the adapter advertises (no suspend
-// call exists; network policy only when the egress probe passes) lives
-// above it.
+// # The contract adapter
+//
+// [Adapter] (adapter.go) implements adapter.Adapter over this client and
+// the shim transport, adapter/guest: sprites through the API (the
+// caller's name is the sprite's name; a duplicate create adopts what Get
+// shows; every call on a handle confirms its incarnation with Get),
+// sessions through runner-shim, uploaded with fs/write at create (Sprites
+// has no custom images) and run over the exec WebSocket. It advertises
+// attach, tty and terminate_session only: no suspend call exists, the
+// DNS-based network policy has not passed the egress probe, and a
+// sprite's URL is not a per-port unguessable token.
+//
+// A missing exit frame ([ErrNoExit]) is survived, never papered over:
+// runner-shim's one-line JSON answer is each call's outcome
+// (guest.ErrNoStatus); a call whose answer was lost too is run again only
+// when idempotent (spawn with the same --id, version, list, status,
+// close-stdin, resize, terminate), and a write is an uncertain
+// *adapter.UnavailableError. docs/providers/sprites.md maps every call
+// and every error.
 package sprites

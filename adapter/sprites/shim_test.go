@@ -2,7 +2,6 @@ package sprites_test
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,12 +16,10 @@ import (
 // (a NUL included) and the exit code 3 cross the stand-in's real
 // processes and the one-byte exit field.
 func TestRealRunnerShim(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "runner-shim")
-	build := exec.Command("go", "build", "-o", bin, "github.com/agentrunner/runner/cmd/runner-shim")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build runner-shim: %v\n%s", err, out)
+	if buildErr != nil {
+		t.Fatal(buildErr)
 	}
-	data, err := os.ReadFile(bin)
+	data, err := os.ReadFile(shimBin) // built by TestMain
 	if err != nil {
 		t.Fatal(err)
 	}

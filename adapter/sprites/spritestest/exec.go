@@ -47,6 +47,8 @@ type proc struct {
 	exited bool
 	code   int
 	done   chan struct{} // closed once the exit is recorded
+	// cut drops every output byte and the exit frame (CutExecs).
+	cut bool
 }
 
 // killLocked kills the command's process group. s.mu must be held.
@@ -166,6 +168,15 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	}()
 
 	p := &proc{s: s, sp: sp, tty: eq.tty, argv: eq.argv, started: time.Now(), conn: conn, done: make(chan struct{})}
+	s.mu.Lock()
+	for _, a := range eq.argv {
+		if s.cuts[a] > 0 {
+			s.cuts[a]--
+			p.cut = true
+			break
+		}
+	}
+	s.mu.Unlock()
 	switch {
 	case eq.graceSet:
 		p.grace = eq.grace
@@ -305,7 +316,7 @@ func (s *Server) pump(p *proc, r io.Reader, sid int) {
 			s.mu.Lock()
 			conn := p.conn
 			s.mu.Unlock()
-			if conn != nil {
+			if conn != nil && !p.cut {
 				_ = conn.Write(context.Background(), websocket.MessageBinary, msg)
 			}
 		}
@@ -336,12 +347,15 @@ func (s *Server) finish(p *proc) {
 	}
 	conn := p.conn
 	p.conn = nil
-	drop := false
+	drop := p.cut
 	switch s.dropExit {
 	case DropExitAlways:
 		drop = true
 	case DropExitRandom:
-		drop = time.Since(p.started) < s.opts.FastCommand && s.rng.Float64() < s.opts.DropRate
+		drop = drop || time.Since(p.started) < s.opts.FastCommand && s.rng.Float64() < s.opts.DropRate
+	}
+	if drop && conn != nil {
+		s.dropped++
 	}
 	s.mu.Unlock()
 	if conn == nil {
@@ -379,6 +393,9 @@ func (s *Server) failStart(ctx context.Context, conn *websocket.Conn, tty bool, 
 	}
 	s.mu.Lock()
 	drop := s.dropExit == DropExitAlways
+	if drop {
+		s.dropped++
+	}
 	s.mu.Unlock()
 	s.sendExit(ctx, conn, tty, code, drop)
 }

@@ -23,7 +23,9 @@
 //
 // And the faults, on demand: an outage (503 everywhere), a proxy that drops
 // connections, a proxy answering 502, a proxy's bare 404, a list body cut
-// mid-page (InterruptList), 429 with Retry-After.
+// mid-page (InterruptList), 429 with Retry-After, and execs that run to
+// their end but lose their output and exit frame (CutExecs: a call that
+// took effect whose answer never arrived).
 //
 // The network policy is stored and returned, never enforced: an egress
 // probe against the stand-in fails, as it must for an unproven policy.
@@ -93,6 +95,10 @@ type Options struct {
 	DuplicateStatus int
 	// NoSignalCapability leaves "signal" out of X-Sprite-Capabilities.
 	NoSignalCapability bool
+	// Dir holds the sprites' directories; "" means t.TempDir(). A short
+	// one keeps the unix socket paths of a runner-shim inside a sprite
+	// within their 107 bytes.
+	Dir string
 }
 
 // Server is the stand-in. Its methods are safe for concurrent use. New
@@ -124,6 +130,8 @@ type Server struct {
 	retryAfter time.Duration
 	requests   map[string]int
 	uris       []string
+	cuts       map[string]int // CutExecs: argv word → execs left to cut
+	dropped    int            // execs closed without their exit frame
 }
 
 type sprite struct {
@@ -152,17 +160,21 @@ func New(t testing.TB, opts Options) *Server {
 	if opts.DuplicateStatus == 0 {
 		opts.DuplicateStatus = http.StatusConflict
 	}
+	if opts.Dir == "" {
+		opts.Dir = t.TempDir()
+	}
 	s := &Server{
 		Token:    "sprites_" + randHex(20),
 		Org:      "stand-in",
 		opts:     opts,
-		root:     t.TempDir(),
+		root:     opts.Dir,
 		closing:  make(chan struct{}),
 		sprites:  map[string]*sprite{},
 		conns:    map[*websocket.Conn]bool{},
 		rng:      mrand.New(mrand.NewPCG(opts.Seed, opts.Seed^0x5bd1e995)),
 		dropExit: opts.DropExit,
 		requests: map[string]int{},
+		cuts:     map[string]int{},
 	}
 	s.srv = httptest.NewServer(s.faults(s.mux()))
 	t.Cleanup(s.shutdown)
@@ -199,6 +211,16 @@ func (s *Server) RateLimit(n int, retryAfter time.Duration) {
 	s.rateLimit, s.retryAfter = n, retryAfter
 	s.mu.Unlock()
 }
+
+// CutExecs makes the next n execs whose argv has word as one of its
+// elements run to their end with their output and their exit frame
+// dropped, closed with status 1000: a call that took effect but whose
+// answer never arrived (a connection lost at the worst moment).
+func (s *Server) CutExecs(word string, n int) { s.mu.Lock(); s.cuts[word] = n; s.mu.Unlock() }
+
+// DroppedExits returns how many execs ended with a close and no exit
+// frame so far (the quirk and CutExecs), so a test can show it met them.
+func (s *Server) DroppedExits() int { s.mu.Lock(); defer s.mu.Unlock(); return s.dropped }
 
 // SetDropExit switches the missing-exit-frame quirk.
 func (s *Server) SetDropExit(m DropExitMode) { s.mu.Lock(); s.dropExit = m; s.mu.Unlock() }

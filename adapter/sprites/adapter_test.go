@@ -1,0 +1,446 @@
+package sprites_test
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/adapter/conformance"
+	"github.com/agentrunner/runner/adapter/sprites"
+	"github.com/agentrunner/runner/adapter/sprites/spritestest"
+)
+
+const shimVersion = "v0.0.0-sprites-test"
+
+// The runner-shim binaries the adapter uploads, built once by TestMain
+// from ./cmd/runner-shim: one of shimVersion, one of another version.
+var (
+	shimBin, oldShimBin string
+	buildErr            error
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "spritesbin")
+	if err != nil {
+		panic(err)
+	}
+	shimBin, oldShimBin = filepath.Join(dir, "runner-shim"), filepath.Join(dir, "runner-shim-old")
+	for bin, v := range map[string]string{shimBin: shimVersion, oldShimBin: "v0.0.0-old"} {
+		cmd := exec.Command("go", "build", "-ldflags", "-X github.com/agentrunner/runner/version.Version="+v,
+			"-o", bin, "github.com/agentrunner/runner/cmd/runner-shim")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/runner-shim: %v\n%s", err, out)
+			break
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// standIn starts a stand-in whose sprites live in a short directory
+// (runner-shim's socket paths must fit in 107 bytes) and a client for it.
+func standIn(t testing.TB, opts spritestest.Options) (*spritestest.Server, *sprites.Client) {
+	t.Helper()
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	dir, err := os.MkdirTemp("", "spr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	opts.Dir = dir
+	srv := spritestest.New(t, opts)
+	c, err := sprites.New(sprites.Config{Token: sprites.NewSecret(srv.Token), BaseURL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, c
+}
+
+func binary(path string) func() ([]byte, error) {
+	return func() ([]byte, error) { return os.ReadFile(path) }
+}
+
+func newAdapter(t testing.TB, c *sprites.Client, mod func(*sprites.AdapterConfig)) *sprites.Adapter {
+	t.Helper()
+	cfg := sprites.AdapterConfig{Client: c, Version: shimVersion, ShimBinary: binary(shimBin),
+		Lease: 3 * time.Second, ReattachWindow: 20 * time.Second}
+	if mod != nil {
+		mod(&cfg)
+	}
+	a, err := sprites.NewAdapter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a
+}
+
+// TestConformance runs the provider-neutral suite against the adapter and
+// the stand-in with its missing-exit-frame quirk on (30 % of fast execs
+// close with 1000 and no exit frame, at a random seed that is logged), every
+// session command through the real runner-shim uploaded at create.
+func TestConformance(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("DropExitRandom seed %d", seed)
+	var dropped atomic.Int64
+	t.Cleanup(func() {
+		t.Logf("%d execs closed without their exit frame", dropped.Load())
+		if dropped.Load() == 0 && !t.Failed() {
+			t.Errorf("no exec lost its exit frame: the run did not exercise the quirk")
+		}
+	})
+	conformance.Run(t, conformance.Harness{
+		New: func(ct conformance.T) conformance.Subject {
+			tb := ct.(testing.TB)
+			srv, c := standIn(tb, spritestest.Options{DropExit: spritestest.DropExitRandom, Seed: seed})
+			tb.Cleanup(func() { dropped.Add(int64(srv.DroppedExits())) })
+			return conformance.Subject{
+				Adapter: newAdapter(tb, c, nil),
+				Outage: func() func() {
+					srv.SetOutage(true)
+					return func() { srv.SetOutage(false) }
+				},
+				InterruptList: func() { srv.InterruptList(1) },
+			}
+		},
+		Fixtures: conformance.ShellFixtures(),
+		Timeout:  90 * time.Second,
+	})
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// readAll collects a stream to its terminal frame.
+func readAll(t *testing.T, st adapter.Stream) (stdout, stderr []byte, end adapter.Frame) {
+	t.Helper()
+	timeout := time.After(60 * time.Second)
+	for {
+		select {
+		case f, ok := <-st.Frames():
+			if !ok {
+				t.Fatal("stream closed without a terminal frame")
+			}
+			if f.Terminal() {
+				return stdout, stderr, f
+			}
+			if f.Stream == adapter.Stderr {
+				stderr = append(stderr, f.Data...)
+			} else {
+				stdout = append(stdout, f.Data...)
+			}
+		case <-timeout:
+			t.Fatal("no terminal frame in 60s")
+		}
+	}
+}
+
+// readUntil reads stdout until it holds want.
+func readUntil(t *testing.T, st adapter.Stream, want string) []byte {
+	t.Helper()
+	var out []byte
+	timeout := time.After(30 * time.Second)
+	for !strings.Contains(string(out), want) {
+		select {
+		case f, ok := <-st.Frames():
+			if !ok || f.Terminal() {
+				t.Fatalf("stream ended (%v) before %q; got %q", f, want, out)
+			}
+			out = append(out, f.Data...)
+		case <-timeout:
+			t.Fatalf("no %q in 30s; got %q", want, out)
+		}
+	}
+	return out
+}
+
+// TestExitFrameNeverArrives: with every exec closed without its exit
+// frame, the adapter still creates (upload, version check), runs execs
+// whose exit codes 0, 3 and 255 arrive exactly, and drives a session
+// through stdin, EOF, listing and its exit: runner-shim's answers and
+// frames are the truth, never an exec status. Without guest.ErrNoStatus
+// every call here fails.
+func TestExitFrameNeverArrives(t *testing.T) {
+	srv, c := standIn(t, spritestest.Options{DropExit: spritestest.DropExitAlways})
+	ctx := ctxT(t)
+	a := newAdapter(t, c, nil)
+	h, err := a.Create(ctx, "no-exit", adapter.CreateOptions{})
+	if err != nil {
+		t.Fatalf("Create = %v", err)
+	}
+	for _, code := range []int{0, 3, 255} {
+		r, err := a.Exec(ctx, h, adapter.Shell(fmt.Sprintf("printf 'a\\000b'; exit %d", code)))
+		if err != nil || string(r.Stdout) != "a\x00b" || r.Exit.Code != code || r.Exit.Reason != adapter.ReasonExited {
+			t.Fatalf("Exec(exit %d) = %q %+v %v, want a\\0b and exit %d exactly", code, r.Stdout, r.Exit, err, code)
+		}
+	}
+	r, err := a.Exec(ctx, h, adapter.Command{Path: "no-such-program-x"})
+	if err != nil || r.Exit.Code != 127 {
+		t.Fatalf("Exec of a missing program = %+v %v, want exit 127", r.Exit, err)
+	}
+	st, err := a.Spawn(ctx, h, adapter.Shell("echo ready; cat; exit 3"), adapter.SpawnOptions{SessionID: "s1"})
+	if err != nil {
+		t.Fatalf("Spawn = %v", err)
+	}
+	defer st.Close()
+	readUntil(t, st, "ready\n")
+	if err := a.WriteStdin(ctx, h, "s1", []byte("x\x00y\n")); err != nil {
+		t.Fatalf("WriteStdin = %v", err)
+	}
+	if err := a.CloseStdin(ctx, h, "s1"); err != nil {
+		t.Fatalf("CloseStdin = %v", err)
+	}
+	out, _, end := readAll(t, st)
+	if string(out) != "x\x00y\n" || end.Exit == nil || end.Exit.Code != 3 {
+		t.Fatalf("session after ready: %q %v, want x\\0y and exit 3", out, end)
+	}
+	list, err := a.Sessions(ctx, h)
+	if err != nil || len(list) != 1 || list[0].State != adapter.SessionExited || list[0].Exit.Code != 3 || list[0].Stdout != 10 {
+		t.Fatalf("Sessions = %+v %v", list, err)
+	}
+	if ex, err := a.TerminateSession(ctx, h, "s1", time.Second); err != nil || ex.Code != 3 {
+		t.Fatalf("TerminateSession of the ended session = %v %v, want its exit 3", ex, err)
+	}
+	if n := srv.Requests("GET /v1/sprites/no-exit/exec"); n < 10 {
+		t.Fatalf("only %d execs: the test did not exercise the quirk", n)
+	}
+}
+
+// countExecs counts the exec upgrades whose argv had word.
+func countExecs(srv *spritestest.Server, word string) int {
+	n := 0
+	for _, u := range srv.RequestURIs() {
+		if strings.Contains(u, "/exec?") && strings.Contains(u, "cmd="+word+"&") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestLostAnswers: a spawn whose answer (and exit) never arrived is run
+// again with the same --id, and the sprite ends up with one session
+// whose output appears once; a write whose answer never arrived is not
+// run again: it is an uncertain unavailable, and its bytes arrived
+// exactly once.
+func TestLostAnswers(t *testing.T) {
+	srv, c := standIn(t, spritestest.Options{})
+	ctx := ctxT(t)
+	a := newAdapter(t, c, nil)
+	h, err := a.Create(ctx, "lost-answers", adapter.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.CutExecs("spawn", 1)
+	st, err := a.Spawn(ctx, h, adapter.Shell("echo ready; cat"), adapter.SpawnOptions{})
+	if err != nil {
+		t.Fatalf("Spawn whose first answer was lost = %v, want the session", err)
+	}
+	defer st.Close()
+	if n := countExecs(srv, "spawn"); n != 2 {
+		t.Fatalf("%d spawn execs, want 2 (the lost one, run again once)", n)
+	}
+	id := st.SessionID()
+	readUntil(t, st, "ready\n")
+	list, err := a.Sessions(ctx, h)
+	if err != nil || len(list) != 1 || list[0].ID != id {
+		t.Fatalf("Sessions = %+v %v, want the one session %s", list, err, id)
+	}
+
+	srv.CutExecs("write", 1)
+	err = a.WriteStdin(ctx, h, id, []byte("once\n"))
+	var ue *adapter.UnavailableError
+	if !errors.As(err, &ue) || !ue.Uncertain {
+		t.Fatalf("WriteStdin whose answer was lost = %v, want an uncertain unavailable", err)
+	}
+	if n := countExecs(srv, "write"); n != 1 {
+		t.Fatalf("%d write execs, want 1: a write is never run again", n)
+	}
+	if err := a.CloseStdin(ctx, h, id); err != nil {
+		t.Fatal(err)
+	}
+	out, _, end := readAll(t, st)
+	if string(out) != "once\n" || end.Exit == nil || end.Exit.Code != 0 {
+		t.Fatalf("session after ready: %q %v, want the lost write's bytes exactly once", out, end)
+	}
+}
+
+// TestDriverKilledMidAttach: the driver (its adapter) dies while it reads
+// a session that streams 3 MB; a new adapter attaches from the cursor it
+// had and the two reads are the session's bytes exactly.
+func TestDriverKilledMidAttach(t *testing.T) {
+	_, c := standIn(t, spritestest.Options{DropExit: spritestest.DropExitRandom, Seed: 7})
+	ctx := ctxT(t)
+	a1 := newAdapter(t, c, nil)
+	h, err := a1.Create(ctx, "killed-driver", adapter.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := a1.Spawn(ctx, h, adapter.Shell(`head -c 3000000 /dev/urandom > data; echo ready; read go; cat data`), adapter.SpawnOptions{SessionID: "big"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := readUntil(t, st, "ready\n")
+	if err := a1.WriteStdin(ctx, h, "big", []byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	for len(got) < 1000000 {
+		f := <-st.Frames()
+		if f.Terminal() {
+			t.Fatalf("ended early: %v", f)
+		}
+		if f.Stream == adapter.Stdout {
+			got = append(got, f.Data...)
+		}
+	}
+	a1.Close() // the driver dies mid-attach
+
+	a2 := newAdapter(t, c, nil)
+	h2, err := a2.Get(ctx, "killed-driver")
+	if err != nil || !h2.Same(h) {
+		t.Fatalf("Get = %v %v", h2, err)
+	}
+	st2, err := a2.Attach(ctx, h2, "big", adapter.Cursor{Stdout: int64(len(got))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st2.Close()
+	rest, _, end := readAll(t, st2)
+	if end.Exit == nil || !end.Exit.Success() {
+		t.Fatalf("resumed stream ended with %v", end)
+	}
+	got = append(got, rest...)
+	r, err := a2.Exec(ctx, h2, adapter.Shell("cat data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := append([]byte("ready\n"), r.Stdout...)
+	if len(r.Stdout) != 3000000 || string(got) != string(want) {
+		t.Fatalf("read %d bytes across the driver's death, want the %d the session wrote, byte-exact", len(got), len(want))
+	}
+}
+
+// TestUploadAndVerify: create uploads runner-shim (mode 0755, parents
+// made) and verifies it; a binary of another version is refused at
+// create with both versions named and the new sprite deleted; an
+// existing sprite without runner-shim is adopted and gets it through the
+// installer.
+func TestUploadAndVerify(t *testing.T) {
+	srv, c := standIn(t, spritestest.Options{})
+	ctx := ctxT(t)
+	a := newAdapter(t, c, nil)
+	h, err := a.Create(ctx, "fresh", adapter.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := srv.Dir("fresh")
+	if fi, err := os.Stat(filepath.Join(dir, sprites.DefaultShimPath)); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("uploaded runner-shim: %v %v, want mode 0755", fi, err)
+	}
+	if again, err := a.Create(ctx, "fresh", adapter.CreateOptions{}); err != nil || again != h {
+		t.Fatalf("Create again = %v %v, want %v", again, err, h)
+	}
+
+	old := newAdapter(t, c, func(cfg *sprites.AdapterConfig) { cfg.ShimBinary = binary(oldShimBin) })
+	_, err = old.Create(ctx, "old-shim", adapter.CreateOptions{})
+	var pe *adapter.ProviderError
+	if !errors.As(err, &pe) || !strings.Contains(pe.Detail, "v0.0.0-old") || !strings.Contains(pe.Detail, shimVersion) {
+		t.Fatalf("Create with a runner-shim of another version = %v, want a provider error naming both", err)
+	}
+	if _, err := a.Get(ctx, "old-shim"); !errors.Is(err, adapter.ErrNotFound) {
+		t.Fatalf("Get after the refused create = %v, want not_found (deleted)", err)
+	}
+
+	if _, err := c.Create(ctx, sprites.CreateRequest{Name: "bare"}); err != nil {
+		t.Fatal(err)
+	}
+	hb, err := a.Create(ctx, "bare", adapter.CreateOptions{})
+	if err != nil {
+		t.Fatalf("Create adopting a sprite without runner-shim = %v", err)
+	}
+	r, err := a.Exec(ctx, hb, adapter.Shell("echo hi"))
+	if err != nil || string(r.Stdout) != "hi\n" {
+		t.Fatalf("Exec in the adopted sprite = %q %v", r.Stdout, err)
+	}
+}
+
+// TestIncarnations: a handle of a sprite deleted and created again under
+// its name is not_found for sessions, and destroying it leaves the new
+// sprite alone.
+func TestIncarnations(t *testing.T) {
+	_, c := standIn(t, spritestest.Options{})
+	ctx := ctxT(t)
+	a := newAdapter(t, c, nil)
+	h1, err := a.Create(ctx, "reborn", adapter.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := newAdapter(t, c, nil)
+	if err := other.Destroy(ctx, h1); err != nil {
+		t.Fatal(err)
+	}
+	h2, err := other.Create(ctx, "reborn", adapter.CreateOptions{})
+	if err != nil || h2.ID == h1.ID {
+		t.Fatalf("Create again = %v %v, want a new incarnation", h2, err)
+	}
+	if _, err := a.Sessions(ctx, h1); !errors.Is(err, adapter.ErrNotFound) {
+		t.Fatalf("Sessions of the old incarnation = %v, want not_found", err)
+	}
+	if err := a.Destroy(ctx, h1); err != nil {
+		t.Fatalf("Destroy of the old incarnation = %v, want nil", err)
+	}
+	if got, err := a.Get(ctx, "reborn"); err != nil || !got.Same(h2) {
+		t.Fatalf("Get after destroying the old handle = %v %v, want %v untouched", got, err, h2)
+	}
+}
+
+// TestStdinNeverInURL: the bytes of WriteStdin travel in stdin frames,
+// never in an exec URL's query (where argv goes), in any encoding.
+func TestStdinNeverInURL(t *testing.T) {
+	srv, c := standIn(t, spritestest.Options{})
+	ctx := ctxT(t)
+	a := newAdapter(t, c, nil)
+	h, err := a.Create(ctx, "stdin-url", adapter.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := a.Spawn(ctx, h, adapter.Shell("echo ready; cat"), adapter.SpawnOptions{SessionID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	readUntil(t, st, "ready\n")
+	secret := []byte("sk-live-0123456789abcdef\n")
+	if err := a.WriteStdin(ctx, h, "s", secret); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.CloseStdin(ctx, h, "s"); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, _ := readAll(t, st); string(out) != string(secret) {
+		t.Fatalf("session read %q, want %q", out, secret)
+	}
+	b64 := base64.StdEncoding.EncodeToString(secret)
+	for _, u := range srv.RequestURIs() {
+		dec, _ := url.QueryUnescape(u)
+		if strings.Contains(dec, "sk-live") || strings.Contains(dec, b64) {
+			t.Fatalf("a request URI carries the stdin bytes: %s", u)
+		}
+	}
+}
