@@ -71,7 +71,18 @@ type Options struct {
 	// FailSnapshot, when set, names a snapshot whose sandboxes end in state
 	// error (errorReason set) instead of started.
 	FailSnapshot string
+	// Dir, when set, is where sandbox directories are made (default
+	// t.TempDir()): keep it short when sandboxes run runner-shim, whose
+	// control socket path must fit in 107 bytes.
+	Dir string
 }
+
+// TagEnv is the environment variable every process the stand-in starts
+// carries, set to its sandbox id. Processes that leave the stand-in's
+// process groups (runner-shim's detached sessions, which inherit it) are
+// found by it and killed when their sandbox stops, is deleted, or the
+// stand-in shuts down, as a real sandbox's VM takes them with it.
+const TagEnv = "DAYTONATEST_SANDBOX"
 
 // Server is the stand-in. Its methods are safe for concurrent use. New
 // registers its shutdown with t.Cleanup: every process it started is
@@ -122,11 +133,14 @@ func New(t testing.TB, opts Options) *Server {
 			*d = 30 * time.Millisecond
 		}
 	}
+	if opts.Dir == "" {
+		opts.Dir = t.TempDir()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		APIKey:    "dtn_" + randHex(24),
 		opts:      opts,
-		root:      t.TempDir(),
+		root:      opts.Dir,
 		ctx:       ctx,
 		cancel:    cancel,
 		sandboxes: map[string]*sandbox{},
