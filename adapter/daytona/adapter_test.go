@@ -112,7 +112,6 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-
 // TestDriverKilledMidAttach: the driver (its adapter) dies while it reads
 // a session that streams 3 MB of random bytes; a new adapter attaches from
 // the cursor it had and the two reads are the session's bytes exactly.
