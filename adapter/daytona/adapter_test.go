@@ -95,8 +95,8 @@ func TestConformance(t *testing.T) {
 					// The API answers 503; the toolbox proxy drops every
 					// connection.
 					srv.SetOutage(true)
-					srv.SetDropConnections(true)
-					return func() { srv.SetOutage(false); srv.SetDropConnections(false) }
+					srv.SetDropToolbox(true)
+					return func() { srv.SetOutage(false); srv.SetDropToolbox(false) }
 				},
 				InterruptList: func() { srv.InterruptList(1) },
 			}
@@ -416,4 +416,42 @@ func running(pid int) bool {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return true
+}
+
+// TestRateLimitedAndOutage: 429 is rate_limited with its Retry-After; a
+// 503 outage of the API with the toolbox proxy dropping connections is
+// unavailable, never not_found, for get, create and exec.
+func TestRateLimitedAndOutage(t *testing.T) {
+	srv, c := standIn(t)
+	ctx := ctxT(t)
+	a := newAdapter(t, c, nil)
+	h, err := a.Create(ctx, "limited", adapter.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.RateLimit(1, 2*time.Second)
+	_, err = a.Get(ctx, "limited")
+	var rl *adapter.RateLimitedError
+	if !errors.As(err, &rl) || rl.RetryAfter != 2*time.Second {
+		t.Fatalf("Get under a rate limit = %v, want rate_limited after 2s", err)
+	}
+	srv.SetOutage(true)
+	srv.SetDropToolbox(true)
+	for name, err := range map[string]error{
+		"Get":    func() error { _, err := a.Get(ctx, "limited"); return err }(),
+		"Create": func() error { _, err := a.Create(ctx, "limited", adapter.CreateOptions{}); return err }(),
+		"Exec":   func() error { _, err := a.Exec(ctx, h, adapter.Shell("true")); return err }(),
+	} {
+		if !errors.Is(err, adapter.ErrUnavailable) {
+			t.Errorf("%s during an outage = %v, want unavailable", name, err)
+		}
+	}
+	srv.SetOutage(false)
+	srv.SetDropToolbox(false)
+	if got, err := a.Get(ctx, "limited"); err != nil || !got.Same(h) {
+		t.Fatalf("Get after the outage = %v %v", got, err)
+	}
+	if r, err := a.Exec(ctx, h, adapter.Shell("echo back")); err != nil || string(r.Stdout) != "back\n" {
+		t.Fatalf("Exec after the outage = %q %v", r.Stdout, err)
+	}
 }

@@ -98,15 +98,17 @@ type Server struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // process waiters
 
-	mu         sync.Mutex // guards everything below and every sandbox's fields
-	sandboxes  map[string]*sandbox
-	seq        uint64
-	outage     bool
-	drop       bool
-	interrupt  int
-	rateLimit  int
-	retryAfter time.Duration
-	requests   map[string]int
+	mu        sync.Mutex // guards everything below and every sandbox's fields
+	sandboxes map[string]*sandbox
+	seq       uint64
+	outage    bool
+	drop      bool
+	// dropToolbox drops the toolbox proxy's connections only.
+	dropToolbox bool
+	interrupt   int
+	rateLimit   int
+	retryAfter  time.Duration
+	requests    map[string]int
 }
 
 type sandbox struct {
@@ -165,6 +167,11 @@ func (s *Server) SetOutage(on bool) { s.mu.Lock(); s.outage = on; s.mu.Unlock() 
 // answer while on, as a failing proxy does.
 func (s *Server) SetDropConnections(on bool) { s.mu.Lock(); s.drop = on; s.mu.Unlock() }
 
+// SetDropToolbox makes only the toolbox proxy close every connection
+// without an answer while on (with SetOutage: the API answers 503 while
+// the toolbox drops).
+func (s *Server) SetDropToolbox(on bool) { s.mu.Lock(); s.dropToolbox = on; s.mu.Unlock() }
+
 // InterruptList cuts the body of the next n list answers mid-page: the
 // status and Content-Length are sent, then the connection is closed.
 func (s *Server) InterruptList(n int) { s.mu.Lock(); s.interrupt = n; s.mu.Unlock() }
@@ -213,7 +220,7 @@ func (s *Server) faults(next http.Handler, api bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.requests[r.Method+" "+r.URL.Path]++
-		drop, outage := s.drop, s.outage
+		drop, outage := s.drop || (!api && s.dropToolbox), s.outage
 		limited := false
 		if !drop && !outage && s.rateLimit > 0 && api {
 			s.rateLimit--
