@@ -207,6 +207,12 @@ func (a *Adapter) Create(ctx context.Context, name string, opts adapter.CreateOp
 	created := err == nil
 	if errors.Is(err, ErrNameTaken) {
 		sb, err = a.cfg.Client.Get(ctx, name)
+		if err == nil && sb.Name != name {
+			// The name is another sandbox's id (GET takes either).
+			if sb, err = a.named(ctx, name); errors.Is(err, adapter.ErrNotFound) {
+				err = &adapter.InvalidError{Detail: fmt.Sprintf("the name %q is taken by a sandbox id", name)}
+			}
+		}
 		if err == nil && gone(sb.State) {
 			// Deleted, but the name is already free: create again.
 			sb, err = a.cfg.Client.Create(ctx, req)
@@ -252,13 +258,34 @@ func (a *Adapter) Get(ctx context.Context, name string) (adapter.Handle, error) 
 		return adapter.Handle{}, &adapter.InvalidError{Detail: fmt.Sprintf("sandbox name %q is not a DNS label", name)}
 	}
 	sb, err := a.cfg.Client.Get(ctx, name)
+	if err == nil && sb.Name != name {
+		// GET takes an id or a name, and a name may be another sandbox's
+		// id (a UUID is a DNS label): only a complete listing filtered on
+		// the name says whether one has it.
+		sb, err = a.named(ctx, name)
+	}
 	if err != nil {
 		return adapter.Handle{}, fmt.Errorf("get %s: %w", name, err)
 	}
-	if gone(sb.State) || sb.Name != name {
+	if gone(sb.State) {
 		return adapter.Handle{}, fmt.Errorf("get %s: %w", name, adapter.ErrNotFound)
 	}
 	return handle(sb), nil
+}
+
+// named returns the sandbox whose name is name from a complete listing;
+// not_found when the complete listing has none.
+func (a *Adapter) named(ctx context.Context, name string) (Sandbox, error) {
+	all, err := a.cfg.Client.ListAll(ctx, ListOptions{Name: name, Limit: MaxListLimit})
+	if err != nil {
+		return Sandbox{}, err
+	}
+	for _, sb := range all {
+		if sb.Name == name && !gone(sb.State) {
+			return sb, nil
+		}
+	}
+	return Sandbox{}, adapter.ErrNotFound
 }
 
 // List returns one page of sandboxes; Daytona's cursor is the page token.

@@ -455,3 +455,35 @@ func TestRateLimitedAndOutage(t *testing.T) {
 		t.Fatalf("Exec after the outage = %q %v", r.Stdout, err)
 	}
 }
+
+// TestGetNameThatIsAnID: GET takes an id or a name, so a sandbox named
+// like another's id must not be confused with it: Get returns the one
+// with the name, and not_found only when none has it.
+func TestGetNameThatIsAnID(t *testing.T) {
+	_, c := standIn(t)
+	ctx := ctxT(t)
+	a := newAdapter(t, c, nil)
+	first, err := a.Create(ctx, "first", adapter.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Get(ctx, first.ID); !errors.Is(err, adapter.ErrNotFound) {
+		t.Fatalf("Get of a name nobody has (another sandbox's id) = %v, want not_found", err)
+	}
+	// The stand-in, like the API's id-or-name lookup, refuses the name
+	// with 409: never adopt the sandbox whose id it is.
+	twin, err := a.Create(ctx, first.ID, adapter.CreateOptions{})
+	switch {
+	case err == nil && twin.ID == first.ID:
+		t.Fatalf("Create of the name %s adopted the sandbox whose id it is", first.ID)
+	case err == nil:
+		if got, err := a.Get(ctx, first.ID); err != nil || !got.Same(twin) {
+			t.Fatalf("Get(%s) = %v %v, want %v", first.ID, got, err, twin)
+		}
+	case !errors.Is(err, adapter.ErrInvalid):
+		t.Fatalf("Create of a name that is another sandbox's id = %v, want invalid", err)
+	}
+	if got, err := a.Get(ctx, "first"); err != nil || !got.Same(first) {
+		t.Fatalf("Get(first) = %v %v, want %v", got, err, first)
+	}
+}
