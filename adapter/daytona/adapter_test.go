@@ -380,7 +380,7 @@ func TestSandboxGone(t *testing.T) {
 // the sessions of before are gone with their processes (Daytona's stop
 // ends every process).
 func TestSuspendedRefusesSessions(t *testing.T) {
-	_, c := standIn(t)
+	srv, c := standIn(t)
 	ctx := ctxT(t)
 	a := newAdapter(t, c, nil)
 	h, err := a.Create(ctx, "parked", adapter.CreateOptions{})
@@ -390,8 +390,28 @@ func TestSuspendedRefusesSessions(t *testing.T) {
 	if _, err := a.Exec(ctx, h, adapter.Shell("echo kept > f")); err != nil {
 		t.Fatal(err)
 	}
+	st, err := a.Spawn(ctx, h, adapter.Shell("echo $$ > pid; echo ready; exec sleep 60"), adapter.SpawnOptions{SessionID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for f := range st.Frames() {
+		if strings.Contains(string(f.Data), "ready") {
+			break
+		}
+	}
+	home, _ := srv.Home(h.ID)
+	b, err := os.ReadFile(filepath.Join(home, "pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := a.Suspend(ctx, h); err != nil {
 		t.Fatal(err)
+	}
+	var pid int
+	fmt.Sscan(string(b), &pid)
+	if running(pid) {
+		t.Fatalf("the session's command %d outlived the stop", pid)
 	}
 	if _, err := a.Exec(ctx, h, adapter.Shell("true")); !errors.Is(err, adapter.ErrInvalid) {
 		t.Fatalf("Exec in a stopped sandbox = %v, want invalid", err)
