@@ -456,17 +456,21 @@ func (a *Adapter) guest(ctx context.Context, h adapter.Handle) (*sandboxGuest, e
 		return nil, err
 	}
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	if prev, ok := a.guests[h.ID]; ok {
+		a.mu.Unlock()
 		g.Close()
 		return prev, nil
 	}
 	if a.closed {
+		a.mu.Unlock()
 		g.Close()
 		return nil, &adapter.InvalidError{Detail: "adapter closed"}
 	}
 	sg = &sandboxGuest{name: h.Name, g: g}
 	a.guests[h.ID] = sg
+	a.mu.Unlock()
+	// Once per sandbox and adapter: clear what a dead driver left.
+	x.sweep(ctx, time.Now())
 	return sg, nil
 }
 

@@ -46,6 +46,38 @@ type sessionExec struct {
 
 var _ guest.Executor = (*sessionExec)(nil)
 
+// sessionPrefix starts the id of every toolbox session the executor
+// makes; the Unix time of its start follows, so a later adapter can
+// delete what a driver that died mid-call left behind (sweep).
+const sessionPrefix = "runner-"
+
+// staleSession is the age past which an executor's session is a leftover:
+// every call ends well before (an attach by its lease, a one-shot call
+// by its lifetime).
+const staleSession = 15 * time.Minute
+
+// sweep deletes the executor sessions older than staleSession: idle
+// shells left by a driver that died mid-call (the toolbox has no session
+// timeout). Best effort: a failure only leaves them for the next sweep.
+func (x *sessionExec) sweep(ctx context.Context, now time.Time) {
+	l, err := x.tb.ListSessions(ctx)
+	if err != nil {
+		return
+	}
+	for _, s := range l {
+		rest, ok := strings.CutPrefix(s.SessionID, sessionPrefix)
+		if !ok {
+			continue
+		}
+		ts, _, _ := strings.Cut(rest, "-")
+		sec, err := strconv.ParseInt(ts, 10, 64)
+		if err != nil || now.Sub(time.Unix(sec, 0)) < staleSession {
+			continue
+		}
+		x.tb.DeleteSession(ctx, s.SessionID)
+	}
+}
+
 // maxStdin bounds an Exec's stdin (runner-shim write takes at most a few
 // MiB per call).
 const maxStdin = 64 << 20
@@ -110,7 +142,7 @@ func (x *sessionExec) Exec(ctx context.Context, argv []string, stdin io.Reader, 
 	if err := x.tb.Upload(ctx, scriptPath, script(argv, stdinPath, trailer)); err != nil {
 		return 0, x.confirm(ctx, err)
 	}
-	sid := "runner-" + n
+	sid := sessionPrefix + strconv.FormatInt(time.Now().Unix(), 10) + "-" + n
 	if err := x.tb.CreateSession(ctx, sid); err != nil {
 		return 0, x.confirm(ctx, err)
 	}

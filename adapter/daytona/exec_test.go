@@ -121,3 +121,29 @@ func TestExecutorContextKills(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestSweepDeletesStaleSessions: the executor's sessions older than
+// staleSession (left by a driver that died mid-call) are deleted; fresh
+// ones and sessions that are not the executor's are kept.
+func TestSweepDeletesStaleSessions(t *testing.T) {
+	x, ctx := newExec(t)
+	old := sessionPrefix + "1000-aa"
+	fresh := sessionPrefix + itoa(int(time.Now().Unix())) + "-bb"
+	for _, id := range []string{old, fresh, "someone-else", sessionPrefix + "x"} {
+		if err := x.tb.CreateSession(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x.sweep(ctx, time.Now())
+	l, err := x.tb.ListSessions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, s := range l {
+		got[s.SessionID] = true
+	}
+	if got[old] || !got[fresh] || !got["someone-else"] || !got[sessionPrefix+"x"] || len(got) != 3 {
+		t.Fatalf("sessions after a sweep = %v, want all but %s", got, old)
+	}
+}

@@ -111,6 +111,8 @@ func (s *Server) serveToolbox(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodPost && path == "/process/execute":
 		s.execute(w, r, sb)
+	case r.Method == http.MethodGet && path == "/process/session":
+		s.listSessions(w, r, sb)
 	case r.Method == http.MethodPost && path == "/process/session":
 		s.createSession(w, r, sb)
 	case r.Method == http.MethodPost && path == "/files/upload":
@@ -188,6 +190,20 @@ func lookupSession(w http.ResponseWriter, r *http.Request, sb *sandbox, sid stri
 		daemonError(w, r, http.StatusNotFound, "session not found")
 	}
 	return ss, ok
+}
+
+func (s *Server) listSessions(w http.ResponseWriter, r *http.Request, sb *sandbox) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := []map[string]any{}
+	for _, ss := range sb.sessions {
+		cmds := []map[string]any{}
+		for _, id := range ss.order {
+			cmds = append(cmds, ss.cmds[id].record())
+		}
+		out = append(out, map[string]any{"sessionId": ss.id, "commands": cmds})
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) getSession(w http.ResponseWriter, r *http.Request, sb *sandbox, sid string) {
