@@ -27,8 +27,8 @@ var rules = []struct {
 	{pkg: "adapter/guest", stdlibOnly: true, allowed: []string{"adapter", "adapter/stream", "wire"}},
 	{pkg: "adapter/e2b", stdlibOnly: true, allowed: []string{"adapter", "adapter/guest", "adapter/stream", "wire"}},
 	{pkg: "adapter/e2b/e2btest", stdlibOnly: true, allowed: []string{"adapter", "adapter/e2b", "adapter/guest", "adapter/stream", "wire"}},
-	{pkg: "adapter/daytona", stdlibOnly: true, allowed: []string{"adapter", "wire"}},
-	{pkg: "adapter/daytona/daytonatest", stdlibOnly: true, allowed: []string{"adapter", "adapter/daytona", "wire"}},
+	{pkg: "adapter/daytona", stdlibOnly: true, allowed: []string{"adapter", "adapter/guest", "adapter/stream", "wire"}},
+	{pkg: "adapter/daytona/daytonatest", stdlibOnly: true, allowed: []string{"adapter", "adapter/daytona", "adapter/guest", "adapter/stream", "wire"}},
 	// The Sprites exec API is a WebSocket: coder/websocket (stdlib-only
 	// itself) is the one module outside this one these two may use.
 	{pkg: "adapter/sprites", stdlibOnly: true, allowed: []string{"adapter", "adapter/guest", "adapter/stream", "wire", "github.com/coder/websocket"}},

@@ -43,6 +43,19 @@
 // text-safe mode) and take exit codes from its own protocol. See
 // [Toolbox.Logs] and the tests named TestQuirk*.
 //
-// This package is the client only: the contract policy (adopt on 409,
-// what is advertised) lives above it.
+// # The contract adapter
+//
+// [Adapter] (adapter.go) is the contract over this client: sandboxes by
+// the caller's name (409 on create adopts the existing one; Get's
+// not_found only from the definitive 404), suspend as stop and start
+// (the disk is kept), and sessions through runner-shim driven by
+// adapter/guest in its text-safe mode only. Its executor (exec.go) runs
+// each runner-shim call in a toolbox session of its own: the argv, quoted
+// here, in an uploaded script (no caller text crosses a command line
+// Daytona splits), stdin in an uploaded file, stderr discarded, and a
+// trailer line with a per-call nonce and the exit status; it polls the
+// command's log and takes the status only from the trailer, never from
+// the toolbox's exitCode. Every byte read back is base64 or JSON, which
+// the toolbox's mangling leaves intact. docs/providers/daytona.md has
+// the mapping of every call and the error map.
 package daytona

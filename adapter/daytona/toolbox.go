@@ -80,6 +80,13 @@ func (t *Toolbox) DeleteSession(ctx context.Context, sessionID string) error {
 	return t.c.do(ctx, "toolbox delete session "+sessionID, opToolbox, http.MethodDelete, t.sessionURL(sessionID), nil, nil, nil)
 }
 
+// ListSessions returns every session of the sandbox: GET /process/session.
+func (t *Toolbox) ListSessions(ctx context.Context) ([]Session, error) {
+	var l []Session
+	err := t.c.do(ctx, "toolbox list sessions", opToolbox, http.MethodGet, t.base+"/process/session", nil, nil, &l)
+	return l, err
+}
+
 // Command is a session command's record (schema Command).
 type Command struct {
 	ID      string `json:"id"`

@@ -71,7 +71,18 @@ type Options struct {
 	// FailSnapshot, when set, names a snapshot whose sandboxes end in state
 	// error (errorReason set) instead of started.
 	FailSnapshot string
+	// Dir, when set, is where sandbox directories are made (default
+	// t.TempDir()): keep it short when sandboxes run runner-shim, whose
+	// control socket path must fit in 107 bytes.
+	Dir string
 }
+
+// TagEnv is the environment variable every process the stand-in starts
+// carries, set to its sandbox id. Processes that leave the stand-in's
+// process groups (runner-shim's detached sessions, which inherit it) are
+// found by it and killed when their sandbox stops, is deleted, or the
+// stand-in shuts down, as a real sandbox's VM takes them with it.
+const TagEnv = "DAYTONATEST_SANDBOX"
 
 // Server is the stand-in. Its methods are safe for concurrent use. New
 // registers its shutdown with t.Cleanup: every process it started is
@@ -87,15 +98,17 @@ type Server struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // process waiters
 
-	mu         sync.Mutex // guards everything below and every sandbox's fields
-	sandboxes  map[string]*sandbox
-	seq        uint64
-	outage     bool
-	drop       bool
-	interrupt  int
-	rateLimit  int
-	retryAfter time.Duration
-	requests   map[string]int
+	mu        sync.Mutex // guards everything below and every sandbox's fields
+	sandboxes map[string]*sandbox
+	seq       uint64
+	outage    bool
+	drop      bool
+	// dropToolbox drops the toolbox proxy's connections only.
+	dropToolbox bool
+	interrupt   int
+	rateLimit   int
+	retryAfter  time.Duration
+	requests    map[string]int
 }
 
 type sandbox struct {
@@ -122,11 +135,14 @@ func New(t testing.TB, opts Options) *Server {
 			*d = 30 * time.Millisecond
 		}
 	}
+	if opts.Dir == "" {
+		opts.Dir = t.TempDir()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		APIKey:    "dtn_" + randHex(24),
 		opts:      opts,
-		root:      t.TempDir(),
+		root:      opts.Dir,
 		ctx:       ctx,
 		cancel:    cancel,
 		sandboxes: map[string]*sandbox{},
@@ -150,6 +166,11 @@ func (s *Server) SetOutage(on bool) { s.mu.Lock(); s.outage = on; s.mu.Unlock() 
 // SetDropConnections makes both servers close every connection without an
 // answer while on, as a failing proxy does.
 func (s *Server) SetDropConnections(on bool) { s.mu.Lock(); s.drop = on; s.mu.Unlock() }
+
+// SetDropToolbox makes only the toolbox proxy close every connection
+// without an answer while on (with SetOutage: the API answers 503 while
+// the toolbox drops).
+func (s *Server) SetDropToolbox(on bool) { s.mu.Lock(); s.dropToolbox = on; s.mu.Unlock() }
 
 // InterruptList cuts the body of the next n list answers mid-page: the
 // status and Content-Length are sent, then the connection is closed.
@@ -199,7 +220,7 @@ func (s *Server) faults(next http.Handler, api bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.requests[r.Method+" "+r.URL.Path]++
-		drop, outage := s.drop, s.outage
+		drop, outage := s.drop || (!api && s.dropToolbox), s.outage
 		limited := false
 		if !drop && !outage && s.rateLimit > 0 && api {
 			s.rateLimit--

@@ -58,13 +58,17 @@ func (c *command) record() map[string]any {
 	return m
 }
 
-// killSessions ends every session's process group; the caller holds s.mu.
-// The shells' waiters (owned by s.wg) reap them.
+// killSessions ends every process of the sandbox, as a stopped or
+// deleted sandbox's VM takes them with it: every session's process group,
+// then what left the groups (runner-shim's detached sessions), found by
+// TagEnv. The caller holds s.mu. The shells' waiters (owned by s.wg) reap
+// them.
 func (sb *sandbox) killSessions() {
 	for _, ss := range sb.sessions {
 		_ = syscall.Kill(-ss.shell.Process.Pid, syscall.SIGKILL)
 	}
 	sb.sessions = map[string]*session{}
+	killTagged(sb.id)
 }
 
 // daemonError writes the toolbox daemon's error body (common-go).
@@ -107,6 +111,8 @@ func (s *Server) serveToolbox(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodPost && path == "/process/execute":
 		s.execute(w, r, sb)
+	case r.Method == http.MethodGet && path == "/process/session":
+		s.listSessions(w, r, sb)
 	case r.Method == http.MethodPost && path == "/process/session":
 		s.createSession(w, r, sb)
 	case r.Method == http.MethodPost && path == "/files/upload":
@@ -151,7 +157,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request, sb *sandb
 	}
 	sh := exec.Command("bash")
 	sh.Dir = filepath.Join(sb.dir, "home")
-	sh.Env = append(os.Environ(), "HOME="+sh.Dir)
+	sh.Env = append(os.Environ(), "HOME="+sh.Dir, TagEnv+"="+sb.id)
 	for k, v := range sb.env {
 		sh.Env = append(sh.Env, k+"="+v)
 	}
@@ -184,6 +190,20 @@ func lookupSession(w http.ResponseWriter, r *http.Request, sb *sandbox, sid stri
 		daemonError(w, r, http.StatusNotFound, "session not found")
 	}
 	return ss, ok
+}
+
+func (s *Server) listSessions(w http.ResponseWriter, r *http.Request, sb *sandbox) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := []map[string]any{}
+	for _, ss := range sb.sessions {
+		cmds := []map[string]any{}
+		for _, id := range ss.order {
+			cmds = append(cmds, ss.cmds[id].record())
+		}
+		out = append(out, map[string]any{"sessionId": ss.id, "commands": cmds})
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) getSession(w http.ResponseWriter, r *http.Request, sb *sandbox, sid string) {
@@ -492,7 +512,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "HOME="+filepath.Join(sb.dir, "home"))
+	cmd.Env = append(os.Environ(), "HOME="+filepath.Join(sb.dir, "home"), TagEnv+"="+sb.id)
 	for k, v := range sb.env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}

@@ -1,0 +1,509 @@
+package daytona_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/adapter/conformance"
+	"github.com/agentrunner/runner/adapter/daytona"
+	"github.com/agentrunner/runner/adapter/daytona/daytonatest"
+)
+
+const shimVersion = "v0.0.0-daytona-test"
+
+// The runner-shim binaries the stand-in's "snapshot" carries, built once
+// by TestMain from ./cmd/runner-shim.
+var (
+	shimBin, oldShimBin string
+	buildErr            error
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "dtbin")
+	if err != nil {
+		panic(err)
+	}
+	shimBin, oldShimBin = filepath.Join(dir, "runner-shim"), filepath.Join(dir, "runner-shim-old")
+	for bin, v := range map[string]string{shimBin: shimVersion, oldShimBin: "v0.0.0-old"} {
+		cmd := exec.Command("go", "build", "-ldflags", "-X github.com/agentrunner/runner/version.Version="+v,
+			"-o", bin, "github.com/agentrunner/runner/cmd/runner-shim")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/runner-shim: %v\n%s", err, out)
+			break
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// standIn starts a Daytona stand-in whose sandboxes live in a short
+// directory (runner-shim's socket paths must fit), and a client for it.
+func standIn(t testing.TB) (*daytonatest.Server, *daytona.Client) {
+	t.Helper()
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	dir, err := os.MkdirTemp("", "dt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	srv := daytonatest.New(t, daytonatest.Options{Dir: dir})
+	c, err := daytona.New(daytona.Config{APIKey: daytona.NewSecret(srv.APIKey), APIURL: srv.URL(), PollInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, c
+}
+
+func newAdapter(t testing.TB, c *daytona.Client, mod func(*daytona.AdapterConfig)) *daytona.Adapter {
+	t.Helper()
+	cfg := daytona.AdapterConfig{Client: c, Version: shimVersion, Shim: shimBin,
+		Lease: 3 * time.Second, ReattachWindow: 20 * time.Second}
+	if mod != nil {
+		mod(&cfg)
+	}
+	a, err := daytona.NewAdapter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a
+}
+
+// TestConformance runs the provider-neutral suite against the adapter
+// and the stand-in, every command through the real runner-shim.
+func TestConformance(t *testing.T) {
+	conformance.Run(t, conformance.Harness{
+		New: func(ct conformance.T) conformance.Subject {
+			tb := ct.(testing.TB)
+			srv, c := standIn(tb)
+			return conformance.Subject{
+				Adapter: newAdapter(tb, c, nil),
+				Outage: func() func() {
+					// The API answers 503; the toolbox proxy drops every
+					// connection.
+					srv.SetOutage(true)
+					srv.SetDropToolbox(true)
+					return func() { srv.SetOutage(false); srv.SetDropToolbox(false) }
+				},
+				InterruptList: func() { srv.InterruptList(1) },
+			}
+		},
+		Fixtures: conformance.ShellFixtures(),
+		Timeout:  90 * time.Second,
+	})
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestDriverKilledMidAttach: the driver (its adapter) dies while it reads
+// a session that streams 3 MB of random bytes; a new adapter attaches from
+// the cursor it had and the two reads are the session's bytes exactly.
+func TestDriverKilledMidAttach(t *testing.T) {
+	_, c := standIn(t)
+	ctx := ctxT(t)
+	a1 := newAdapter(t, c, nil)
+	h, err := a1.Create(ctx, "killed-driver", adapter.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := a1.Spawn(ctx, h, adapter.Shell(`head -c 3000000 /dev/urandom > data; echo ready; read go; cat data`), adapter.SpawnOptions{SessionID: "big"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	for !strings.Contains(string(got), "ready\n") {
+		f := <-st.Frames()
+		if f.Terminal() {
+			t.Fatalf("ended early: %v", f)
+		}
+		got = append(got, f.Data...)
+	}
+	if err := a1.WriteStdin(ctx, h, "big", []byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	for len(got) < 1000000 {
+		f := <-st.Frames()
+		if f.Terminal() {
+			t.Fatalf("ended early: %v", f)
+		}
+		if f.Stream == adapter.Stdout {
+			got = append(got, f.Data...)
+		}
+	}
+	a1.Close() // the driver dies mid-attach
+
+	a2 := newAdapter(t, c, nil)
+	h2, err := a2.Get(ctx, "killed-driver")
+	if err != nil || !h2.Same(h) {
+		t.Fatalf("Get = %v %v", h2, err)
+	}
+	st2, err := a2.Attach(ctx, h2, "big", adapter.Cursor{Stdout: int64(len(got))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st2.Close()
+	for {
+		f := <-st2.Frames()
+		if f.Err != nil {
+			t.Fatalf("resumed stream: %v", f.Err)
+		}
+		if f.Exit != nil {
+			if !f.Exit.Success() {
+				t.Fatalf("exit %v", f.Exit)
+			}
+			break
+		}
+		got = append(got, f.Data...)
+	}
+	r, err := a2.Exec(ctx, h2, adapter.Shell("cat data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := append([]byte("ready\n"), r.Stdout...)
+	if len(r.Stdout) != 3000000 || string(got) != string(want) {
+		t.Fatalf("read %d bytes across the driver's death, want the %d the session wrote, byte-exact", len(got), len(want))
+	}
+}
+
+// mangled is every byte sequence the toolbox's session log changes: NUL,
+// the stream markers, invalid UTF-8, a missing final newline.
+const mangled = "a\x00b\x01\x01\x01c\x02\x02\x02d\xff\xfe\xc3e\r\n\n\x00"
+
+// TestBinarySurvives: output and input that the toolbox would mangle
+// (NULs dropped, markers stripped, invalid UTF-8 replaced, a newline
+// added, input echoed) arrive byte-exact, through Exec, a spawned stream
+// and stdin, because only runner-shim's base64 crosses the toolbox.
+func TestBinarySurvives(t *testing.T) {
+	srv, c := standIn(t)
+	ctx := ctxT(t)
+	a := newAdapter(t, c, nil)
+	h, err := a.Create(ctx, "binary", adapter.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	home, _ := srv.Home(h.ID)
+	if err := os.WriteFile(filepath.Join(home, "blob"), []byte(mangled), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := a.Exec(ctx, h, adapter.Shell("cat blob; cat blob >&2; exit 7"))
+	if err != nil || string(r.Stdout) != mangled || string(r.Stderr) != mangled || r.Exit.Code != 7 {
+		t.Fatalf("Exec = stdout %q stderr %q %v %v; want %q twice and exit 7", r.Stdout, r.Stderr, r.Exit, err, mangled)
+	}
+	st, err := a.Spawn(ctx, h, adapter.Shell("cat"), adapter.SpawnOptions{SessionID: "echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := a.WriteStdin(ctx, h, "echo", []byte(mangled)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.CloseStdin(ctx, h, "echo"); err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	for f := range st.Frames() {
+		if f.Err != nil {
+			t.Fatalf("stream: %v", f.Err)
+		}
+		if f.Exit != nil {
+			if !f.Exit.Success() {
+				t.Fatalf("exit %v", f.Exit)
+			}
+			break
+		}
+		out = append(out, f.Data...)
+	}
+	if string(out) != mangled {
+		t.Fatalf("cat of stdin = %q, want %q", out, mangled)
+	}
+}
+
+// TestHostileArgv: argv with quotes, newlines, command substitutions and
+// a leading dash reaches the program as exactly those words, and runs
+// nothing else (the executor's script quotes every word; no caller text
+// goes through a command line Daytona splits).
+func TestHostileArgv(t *testing.T) {
+	srv, c := standIn(t)
+	ctx := ctxT(t)
+	a := newAdapter(t, c, nil)
+	h, err := a.Create(ctx, "hostile", adapter.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	words := []string{`it's`, `"quoted"`, "two\nlines", "$(touch pwned1)", "`touch pwned2`", `'; touch pwned3; '`, `\'`, "-n", "", " spaced "}
+	r, err := a.Exec(ctx, h, adapter.Command{Path: "printf", Args: append([]string{`[%s]`}, words...)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want strings.Builder
+	for _, w := range words {
+		want.WriteString("[" + w + "]")
+	}
+	if string(r.Stdout) != want.String() || !r.Exit.Success() {
+		t.Fatalf("printf of hostile words = %q %v, want %q", r.Stdout, r.Exit, want.String())
+	}
+	home, _ := srv.Home(h.ID)
+	for _, f := range []string{"pwned1", "pwned2", "pwned3"} {
+		if _, err := os.Stat(filepath.Join(home, f)); err == nil {
+			t.Errorf("%s exists: a word was run as a command", f)
+		}
+	}
+}
+
+// TestVerifyAtCreate: a snapshot with another runner-shim version is
+// refused at create, clearly, and the sandbox made for it is deleted; one
+// without runner-shim gets it uploaded and made executable when the
+// adapter carries the binary.
+func TestVerifyAtCreate(t *testing.T) {
+	srv, c := standIn(t)
+	ctx := ctxT(t)
+	a := newAdapter(t, c, func(cfg *daytona.AdapterConfig) { cfg.Shim = oldShimBin })
+	_, err := a.Create(ctx, "old-snapshot", adapter.CreateOptions{})
+	var pe *adapter.ProviderError
+	if !errors.As(err, &pe) || !strings.Contains(pe.Detail, "v0.0.0-old") || !strings.Contains(pe.Detail, shimVersion) {
+		t.Fatalf("Create with a mismatched runner-shim = %v, want a provider error naming both versions", err)
+	}
+	if _, err := a.Get(ctx, "old-snapshot"); !errors.Is(err, adapter.ErrNotFound) {
+		t.Fatalf("Get after a refused create = %v, want not_found (the sandbox was deleted)", err)
+	}
+
+	missing := newAdapter(t, c, func(cfg *daytona.AdapterConfig) { cfg.Shim = ".runner/runner-shim" })
+	if _, err := missing.Create(ctx, "bare-refused", adapter.CreateOptions{}); !errors.Is(err, adapter.ErrProvider) {
+		t.Fatalf("Create without runner-shim and no installer = %v, want provider", err)
+	}
+
+	bin, err := os.ReadFile(shimBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	installs := 0
+	b := newAdapter(t, c, func(cfg *daytona.AdapterConfig) {
+		cfg.Shim = ".runner/runner-shim"
+		cfg.ShimBinary = func() ([]byte, error) { installs++; return bin, nil }
+	})
+	h, err := b.Create(ctx, "bare-snapshot", adapter.CreateOptions{})
+	if err != nil {
+		t.Fatalf("Create with an installer = %v", err)
+	}
+	r, err := b.Exec(ctx, h, adapter.Shell("echo hi"))
+	if err != nil || string(r.Stdout) != "hi\n" || installs != 1 {
+		t.Fatalf("Exec after install = %q %v, %d installs", r.Stdout, err, installs)
+	}
+	home, _ := srv.Home(h.ID)
+	if fi, err := os.Stat(filepath.Join(home, ".runner", "runner-shim")); err != nil || fi.Mode()&0o111 == 0 {
+		t.Fatalf("installed runner-shim: %v %v", fi, err)
+	}
+	if srv.Requests("POST /toolbox/"+h.ID+"/process/execute") != 1 {
+		t.Errorf("chmod through /process/execute ran %d times, want 1", srv.Requests("POST /toolbox/"+h.ID+"/process/execute"))
+	}
+}
+
+// TestCreateAdoptsTakenName: a sandbox that already has the name (a
+// create whose answer was lost) is adopted on 409, not duplicated.
+func TestCreateAdoptsTakenName(t *testing.T) {
+	_, c := standIn(t)
+	ctx := ctxT(t)
+	sb, err := c.Create(ctx, daytona.CreateSandbox{Name: "lost-answer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAdapter(t, c, nil)
+	h, err := a.Create(ctx, "lost-answer", adapter.CreateOptions{})
+	if err != nil || h.ID != sb.ID || h.Name != "lost-answer" {
+		t.Fatalf("Create of a taken name = %v %v, want the existing sandbox %s", h, err, sb.ID)
+	}
+	all, err := c.ListAll(ctx, daytona.ListOptions{})
+	if err != nil || len(all) != 1 {
+		t.Fatalf("listing after adopt = %d sandboxes %v, want 1", len(all), err)
+	}
+}
+
+// TestSandboxGone: a sandbox deleted behind the adapter's back reads as
+// not_found for its sessions (the proxy's 502, confirmed by GET), and its
+// detached runner-shim sessions die with it.
+func TestSandboxGone(t *testing.T) {
+	srv, c := standIn(t)
+	ctx := ctxT(t)
+	a := newAdapter(t, c, nil)
+	h, err := a.Create(ctx, "gone", adapter.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := a.Spawn(ctx, h, adapter.Shell("echo $$ > pid; echo ready; exec sleep 60"), adapter.SpawnOptions{SessionID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for f := range st.Frames() {
+		if strings.Contains(string(f.Data), "ready") {
+			break
+		}
+	}
+	home, _ := srv.Home(h.ID)
+	b, err := os.ReadFile(filepath.Join(home, "pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := newAdapter(t, c, nil)
+	if err := other.Destroy(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Sessions(ctx, h); !errors.Is(err, adapter.ErrNotFound) {
+		t.Fatalf("Sessions of a deleted sandbox = %v, want not_found", err)
+	}
+	var pid int
+	fmt.Sscan(string(b), &pid)
+	if running(pid) {
+		t.Fatalf("the session's command %d outlived its sandbox", pid)
+	}
+}
+
+// TestSuspendedRefusesSessions: a stopped sandbox's session calls are
+// invalid (suspended), never not_found; after Resume, files survive and
+// the sessions of before are gone with their processes (Daytona's stop
+// ends every process).
+func TestSuspendedRefusesSessions(t *testing.T) {
+	srv, c := standIn(t)
+	ctx := ctxT(t)
+	a := newAdapter(t, c, nil)
+	h, err := a.Create(ctx, "parked", adapter.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Exec(ctx, h, adapter.Shell("echo kept > f")); err != nil {
+		t.Fatal(err)
+	}
+	st, err := a.Spawn(ctx, h, adapter.Shell("echo $$ > pid; echo ready; exec sleep 60"), adapter.SpawnOptions{SessionID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for f := range st.Frames() {
+		if strings.Contains(string(f.Data), "ready") {
+			break
+		}
+	}
+	home, _ := srv.Home(h.ID)
+	b, err := os.ReadFile(filepath.Join(home, "pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Suspend(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	fmt.Sscan(string(b), &pid)
+	if running(pid) {
+		t.Fatalf("the session's command %d outlived the stop", pid)
+	}
+	if _, err := a.Exec(ctx, h, adapter.Shell("true")); !errors.Is(err, adapter.ErrInvalid) {
+		t.Fatalf("Exec in a stopped sandbox = %v, want invalid", err)
+	}
+	if err := a.Resume(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	r, err := a.Exec(ctx, h, adapter.Shell("cat f"))
+	if err != nil || string(r.Stdout) != "kept\n" {
+		t.Fatalf("after resume cat f = %q %v", r.Stdout, err)
+	}
+}
+
+// running reports whether pid is a live process (not gone, not a zombie),
+// waiting up to 2s for it to end.
+func running(pid int) bool {
+	for range 200 {
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil || strings.Contains(string(st), ") Z ") {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
+
+// TestRateLimitedAndOutage: 429 is rate_limited with its Retry-After; a
+// 503 outage of the API with the toolbox proxy dropping connections is
+// unavailable, never not_found, for get, create and exec.
+func TestRateLimitedAndOutage(t *testing.T) {
+	srv, c := standIn(t)
+	ctx := ctxT(t)
+	a := newAdapter(t, c, nil)
+	h, err := a.Create(ctx, "limited", adapter.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.RateLimit(1, 2*time.Second)
+	_, err = a.Get(ctx, "limited")
+	var rl *adapter.RateLimitedError
+	if !errors.As(err, &rl) || rl.RetryAfter != 2*time.Second {
+		t.Fatalf("Get under a rate limit = %v, want rate_limited after 2s", err)
+	}
+	srv.SetOutage(true)
+	srv.SetDropToolbox(true)
+	for name, err := range map[string]error{
+		"Get":    func() error { _, err := a.Get(ctx, "limited"); return err }(),
+		"Create": func() error { _, err := a.Create(ctx, "limited", adapter.CreateOptions{}); return err }(),
+		"Exec":   func() error { _, err := a.Exec(ctx, h, adapter.Shell("true")); return err }(),
+	} {
+		if !errors.Is(err, adapter.ErrUnavailable) {
+			t.Errorf("%s during an outage = %v, want unavailable", name, err)
+		}
+	}
+	srv.SetOutage(false)
+	srv.SetDropToolbox(false)
+	if got, err := a.Get(ctx, "limited"); err != nil || !got.Same(h) {
+		t.Fatalf("Get after the outage = %v %v", got, err)
+	}
+	if r, err := a.Exec(ctx, h, adapter.Shell("echo back")); err != nil || string(r.Stdout) != "back\n" {
+		t.Fatalf("Exec after the outage = %q %v", r.Stdout, err)
+	}
+}
+
+// TestGetNameThatIsAnID: GET takes an id or a name, so a sandbox named
+// like another's id must not be confused with it: Get returns the one
+// with the name, and not_found only when none has it.
+func TestGetNameThatIsAnID(t *testing.T) {
+	_, c := standIn(t)
+	ctx := ctxT(t)
+	a := newAdapter(t, c, nil)
+	first, err := a.Create(ctx, "first", adapter.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Get(ctx, first.ID); !errors.Is(err, adapter.ErrNotFound) {
+		t.Fatalf("Get of a name nobody has (another sandbox's id) = %v, want not_found", err)
+	}
+	// The stand-in, like the API's id-or-name lookup, refuses the name
+	// with 409: never adopt the sandbox whose id it is.
+	twin, err := a.Create(ctx, first.ID, adapter.CreateOptions{})
+	switch {
+	case err == nil && twin.ID == first.ID:
+		t.Fatalf("Create of the name %s adopted the sandbox whose id it is", first.ID)
+	case err == nil:
+		if got, err := a.Get(ctx, first.ID); err != nil || !got.Same(twin) {
+			t.Fatalf("Get(%s) = %v %v, want %v", first.ID, got, err, twin)
+		}
+	case !errors.Is(err, adapter.ErrInvalid):
+		t.Fatalf("Create of a name that is another sandbox's id = %v, want invalid", err)
+	}
+	if got, err := a.Get(ctx, "first"); err != nil || !got.Same(first) {
+		t.Fatalf("Get(first) = %v %v, want %v", got, err, first)
+	}
+}
