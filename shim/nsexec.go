@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,12 +78,27 @@ import (
 // servers a contained sandbox cannot reach anyway). The bind pins the
 // file's inode at start: a later replacement of Spec.ResolvConf by rename
 // is not seen by a running command.
+// A helper started ahead (nsexecAhead, started by a warm shim while it
+// waits; argument nsexecAheadArg) is forked with Setsid and nothing else
+// of the command: it says "ahead\n" on fd 3 once its runtime is up, then
+// blocks on fd 3 for the plan (Ahead set) with the command's stdin,
+// stdout and stderr as SCM_RIGHTS on its first bytes. It makes them its
+// 0, 1 and 2 (and, with Ctty, fd 0 its controlling terminal: it leads
+// its own session), then goes on as above, the early steps included; the
+// report is the same. EOF before a plan (the shim discarded it, or died)
+// makes it exit without a word. A helper that dies while it waits leaves
+// an empty report; the command never ran, and startCommandWith forks a
+// helper for the start instead.
 const (
-	nsexecArg     = "__runner_nsexec"
-	nsexecFD      = 3
-	nsexecTimeout = 30 * time.Second
-	nsexecExit    = 127
-	resolvConf    = "/etc/resolv.conf"
+	nsexecArg      = "__runner_nsexec"
+	nsexecAheadArg = "__runner_nsexec_ahead"
+	// nsexecUpTimeout bounds how long a warm shim waits for its helper's
+	// "ahead" line before it goes without one.
+	nsexecUpTimeout = 10 * time.Second
+	nsexecFD        = 3
+	nsexecTimeout   = 30 * time.Second
+	nsexecExit      = 127
+	resolvConf      = "/etc/resolv.conf"
 )
 
 // mainPrefix is the part of os.Args between the program name and the
@@ -96,8 +112,141 @@ func setMainPrefix(args []string) {
 	}
 }
 
-// isNsexec reports whether Main's arguments ask for the helper mode.
-func isNsexec(args []string) bool { return len(args) == 1 && args[0] == nsexecArg }
+// isNsexec reports whether Main's arguments ask for the helper mode, and
+// whether it is the helper started ahead.
+func isNsexec(args []string) (helper, ahead bool) {
+	if len(args) != 1 {
+		return false, false
+	}
+	return args[0] == nsexecArg || args[0] == nsexecAheadArg, args[0] == nsexecAheadArg
+}
+
+// nsexecAhead is a helper started before its command is known. The warm
+// shim that started it owns it: start uses it, at most once; discard
+// kills and reaps it unless it became the command.
+type nsexecAhead struct {
+	cmd  *exec.Cmd
+	conn *net.UnixConn
+	used bool // it became the command (cmd.Process is the command's)
+}
+
+// startNsexecAhead starts a helper ahead. It does not wait for it to be
+// up (awaitUp does), so its start overlaps the caller's own work.
+func startNsexecAhead() (*nsexecAhead, error) {
+	uc, child, err := socketPair("nsexec-ahead")
+	if err != nil {
+		return nil, fmt.Errorf("nsexec: create socket pair: %w", err)
+	}
+	defer child.Close()
+	cmd := &exec.Cmd{Path: "/proc/self/exe", Args: append(append([]string{os.Args[0]}, mainPrefix...), nsexecAheadArg),
+		Env: os.Environ(), SysProcAttr: &syscall.SysProcAttr{Setsid: true}, ExtraFiles: []*os.File{child}}
+	if err := cmd.Start(); err != nil {
+		uc.Close()
+		return nil, fmt.Errorf("nsexec: start helper ahead: %w", err)
+	}
+	return &nsexecAhead{cmd: cmd, conn: uc}, nil
+}
+
+// awaitUp waits for the helper's "ahead" line.
+func (h *nsexecAhead) awaitUp(timeout time.Duration) error {
+	h.conn.SetReadDeadline(time.Now().Add(timeout))
+	defer h.conn.SetReadDeadline(time.Time{})
+	var b [6]byte
+	if _, err := io.ReadFull(h.conn, b[:]); err != nil || string(b[:]) != "ahead\n" {
+		return fmt.Errorf("nsexec: helper ahead: got %q (%v)", b, err)
+	}
+	return nil
+}
+
+// discard kills and reaps the helper unless it became the command.
+// Idempotent.
+func (h *nsexecAhead) discard() {
+	if h == nil || h.used || h.conn == nil {
+		return
+	}
+	h.conn.Close()
+	h.conn = nil
+	h.cmd.Process.Kill()
+	h.cmd.Wait()
+}
+
+// kill is discard for a shim whose reaper will run (it reaps every child):
+// the helper is killed, not waited for, so the start's path does not wait
+// out its exit.
+func (h *nsexecAhead) kill() {
+	if h == nil || h.used || h.conn == nil {
+		return
+	}
+	h.conn.Close()
+	h.conn = nil
+	h.cmd.Process.Kill()
+	h.cmd.Process.Release()
+}
+
+// start runs the command cmd (as server.start built it) through the
+// helper with plan p. taken is false when the helper had died before it
+// did anything of the start (its report is empty): then it is reaped,
+// nothing of the command ran, cmd is unchanged and the caller starts the
+// command another way. Otherwise err is the start's result, as
+// startNsexec's, and on success cmd.Process is the command.
+func (h *nsexecAhead) start(cmd *exec.Cmd, p *execPlan) (err error, taken bool) {
+	if h.conn == nil {
+		return nil, false
+	}
+	var fds []int
+	for _, s := range []any{cmd.Stdin, cmd.Stdout, cmd.Stderr} {
+		f, ok := s.(*os.File)
+		if !ok {
+			return nil, false // only descriptors can be sent; not so in the shim
+		}
+		fds = append(fds, int(f.Fd()))
+	}
+	p.Ahead, p.Ctty = true, cmd.SysProcAttr != nil && cmd.SysProcAttr.Setctty
+	p.Path, p.Argv, p.Env = cmd.Path, cmd.Args, cmd.Environ()
+	b, _ := json.Marshal(p)
+	gone := func() (error, bool) {
+		h.discard()
+		return nil, false
+	}
+	fail := func(err error) (error, bool) {
+		h.discard()
+		return err, true
+	}
+	h.conn.SetDeadline(time.Now().Add(nsexecTimeout))
+	n, _, err := h.conn.WriteMsgUnix(b, unix.UnixRights(fds...), nil)
+	if err == nil && n < len(b) {
+		_, err = h.conn.Write(b[n:])
+	}
+	if err != nil {
+		// Dead before it read: read what it said, if anything.
+		h.conn.CloseWrite()
+		rep, _ := io.ReadAll(io.LimitReader(h.conn, 4096))
+		if len(rep) == 0 {
+			return gone()
+		}
+		if rerr := parseNsexecReport(string(rep)); rerr != nil {
+			return fail(rerr)
+		}
+		return fail(fmt.Errorf("nsexec: send parameters to the helper: %w", err))
+	}
+	h.conn.CloseWrite()
+	rep, err := io.ReadAll(io.LimitReader(h.conn, 4096))
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return fail(fmt.Errorf("nsexec: the helper did not report within %v: %w", nsexecTimeout, syscall.ETIMEDOUT))
+	case err != nil:
+		return fail(fmt.Errorf("nsexec: read the helper's report: %w", err))
+	case len(rep) == 0:
+		return gone()
+	}
+	if err := parseNsexecReport(string(rep)); err != nil {
+		return fail(err)
+	}
+	h.used = true
+	h.conn.Close()
+	cmd.Process = h.cmd.Process
+	return nil, true
+}
 
 // startNsexec starts the command through the helper, which does the
 // plan's helper steps (exec.go) and execs it.
@@ -185,9 +334,10 @@ func parseNsexecReport(rep string) error {
 	return fmt.Errorf("nsexec: the helper ended before executing the command (report %q)", rep)
 }
 
-// nsexecMain is the helper (see the top of this file). It returns only on
-// failure, with the exit status; on success execve replaced it.
-func nsexecMain() (code int) {
+// nsexecMain is the helper (see the top of this file), started ahead or
+// not. It returns only on failure (or, started ahead, when discarded),
+// with the exit status; on success execve replaced it.
+func nsexecMain(ahead bool) (code int) {
 	// Never unlocked: the mount namespace belongs to this thread, and the
 	// execve must happen on it.
 	runtime.LockOSThread()
@@ -209,11 +359,28 @@ func nsexecMain() (code int) {
 		}
 	}()
 	var p execPlan
-	if err := json.NewDecoder(f).Decode(&p); err != nil {
+	if ahead {
+		if _, err := f.WriteString("ahead\n"); err != nil {
+			return nsexecExit
+		}
+		stdio, err := recvPlan(nsexecFD, &p)
+		if errors.Is(err, io.EOF) {
+			return 0 // discarded before any start
+		}
+		if err == nil && !p.Ahead {
+			err = errors.New("plan not for a helper started ahead")
+		}
+		if err != nil {
+			return fail("nsexec: read parameters", err)
+		}
+		if what, err := takeStdio(stdio, p.Ctty); err != nil {
+			return fail(what, err)
+		}
+	} else if err := json.NewDecoder(f).Decode(&p); err != nil {
 		return fail("nsexec: read parameters", err)
 	}
 	for _, st := range execSteps {
-		if st.helper == nil || !st.active(&p) {
+		if st.helper == nil || !st.active(&p) || (st.early && !p.Ahead) {
 			continue
 		}
 		phase = st.phase
@@ -271,4 +438,64 @@ func keptFlags(st int64) uintptr {
 		}
 	}
 	return fl
+}
+
+// recvPlan reads the plan from the socket fd to EOF, and the descriptors
+// that came with it (close-on-exec). io.EOF: nothing came at all.
+func recvPlan(fd int, p *execPlan) ([]int, error) {
+	var data []byte
+	var fds []int
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, unix.CmsgSpace(3*4))
+	for {
+		n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fds, err
+		}
+		if oobn > 0 {
+			msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+			if err != nil {
+				return fds, err
+			}
+			for i := range msgs {
+				rights, err := unix.ParseUnixRights(&msgs[i])
+				if err != nil {
+					return fds, err
+				}
+				fds = append(fds, rights...)
+			}
+		}
+		if n == 0 && oobn == 0 {
+			break
+		}
+		data = append(data, buf[:n]...)
+	}
+	if len(data) == 0 && len(fds) == 0 {
+		return nil, io.EOF
+	}
+	if len(fds) != 3 {
+		return fds, fmt.Errorf("got %d descriptors, want 3", len(fds))
+	}
+	return fds, json.Unmarshal(data, p)
+}
+
+// takeStdio makes fds the helper's 0, 1 and 2 (kept across execve) and,
+// with ctty, fd 0 its controlling terminal, as Go's child does at a fork
+// with Setctty and Ctty 0.
+func takeStdio(fds []int, ctty bool) (string, error) {
+	for i, fd := range fds {
+		if err := unix.Dup3(fd, i, 0); err != nil {
+			return fmt.Sprintf("nsexec: take descriptor %d", i), err
+		}
+		unix.Close(fd)
+	}
+	if ctty {
+		if err := unix.IoctlSetInt(0, unix.TIOCSCTTY, 1); err != nil {
+			return "nsexec: set controlling terminal", err
+		}
+	}
+	return "", nil
 }

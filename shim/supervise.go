@@ -24,6 +24,20 @@ import (
 // is returned. On failure nothing is left running; the caller undoes the
 // rest.
 func (s *server) start(spec Spec, gate func() error) (err error) {
+	return s.startWith(spec, gate, nil)
+}
+
+// startWith is start with a helper started ahead (nil: none), used when
+// the command needs one. A helper not used is killed (on success the
+// reaper reaps it) or, on failure, killed and reaped.
+func (s *server) startWith(spec Spec, gate func() error, ahead *nsexecAhead) (err error) {
+	defer func() {
+		if err != nil {
+			ahead.discard()
+		} else {
+			ahead.kill()
+		}
+	}()
 	s.spec = spec
 	var childEnds []*os.File // closed in the shim once the child has them
 	defer func() {
@@ -105,7 +119,7 @@ func (s *server) start(spec Spec, gate func() error) (err error) {
 		}
 	}
 	s.at = time.Now().UTC()
-	if err := startCommand(cmd, s.spec); err != nil {
+	if err := startCommandWith(cmd, s.spec, ahead); err != nil {
 		return fmt.Errorf("start %s: %w", s.spec.Argv[0], err)
 	}
 	s.cmd, s.pid = cmd, cmd.Process.Pid
@@ -117,7 +131,7 @@ func (s *server) start(spec Spec, gate func() error) (err error) {
 	b, _ := json.Marshal(started{ShimPID: os.Getpid(), PID: s.pid, StartedAt: s.at})
 	if err := s.startedFile.publish(s.dir, b); err != nil {
 		syscall.Kill(-s.pid, syscall.SIGKILL)
-		cmd.Wait()
+		cmd.Process.Wait() // the Process of a helper started ahead is not cmd's own start
 		return fmt.Errorf("write %s: %w", StartedFile, err)
 	}
 	return nil
