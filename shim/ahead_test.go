@@ -3,6 +3,7 @@ package shim
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -240,5 +241,65 @@ func TestPoolHelperAuto(t *testing.T) {
 			t.Fatalf("no new warm shim: %v", w)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestAheadHelperWaitsForGo: a prepared start hands the plan to the
+// helper started ahead, which joins the command's cgroups while the
+// pool's owner commits, but runs the command only on Start: a Cancel
+// after the helper has done its steps runs nothing and leaves no helper.
+func TestAheadHelperWaitsForGo(t *testing.T) {
+	needRoot(t)
+	cgs := makeCgroups(t, true, false)
+	p := newHelperPool(t, 1)
+	marker := filepath.Join(t.TempDir(), "ran")
+	spec := Spec{ID: "t1", Env: testEnv, Cgroups: dirsOf(cgs), Argv: []string{"touch", marker}}
+	inCgroup := func(pid int) bool {
+		b, _ := os.ReadFile(filepath.Join(cgs[0].Dir, "cgroup.procs"))
+		return slices.Contains(strings.Fields(string(b)), strconv.Itoa(pid))
+	}
+	prepare := func() (*Prepared, int, string) {
+		warm := waitWarm(t, p, 1)
+		helper := aheadHelperOf(t, warm[0])
+		dir := poolDir(t, p)
+		pr, err := p.Prepare(dir, spec)
+		if err != nil || pr == nil {
+			t.Fatalf("prepare: %v %v", pr, err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for !inCgroup(helper) {
+			if time.Now().After(deadline) {
+				t.Fatalf("helper %d not in %s before the start", helper, cgs[0].Dir)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		return pr, helper, dir
+	}
+
+	pr, helper, _ := prepare()
+	time.Sleep(50 * time.Millisecond) // time enough to run, were it not waiting
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command ran before Start")
+	}
+	pr.Cancel()
+	waitReaped(t, helper, 5*time.Second)
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command ran after Cancel")
+	}
+
+	pr, helper, dir := prepare()
+	st, err := pr.Start(ctxT(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { waitGone(t, st.ShimPID) })
+	if st.PID != helper {
+		t.Fatalf("command pid %d, want the helper %d", st.PID, helper)
+	}
+	if e := waitExit(t, dir); e.Code != 0 {
+		t.Fatalf("exit %+v", e)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("the command did not run: %v", err)
 	}
 }

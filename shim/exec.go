@@ -238,27 +238,43 @@ func (spec Spec) needsHelper() bool {
 // takes, else through the nsexec helper. Either way it returns once the
 // command's execve succeeded, with cmd.Process being the command.
 func startCommand(cmd *exec.Cmd, spec Spec) error {
-	return startCommandWith(cmd, spec, nil)
+	return startCommandWith(cmd, spec, nil, nil)
 }
 
 // startCommandWith is startCommand with a helper started ahead (nil: none),
-// which it uses when the command needs a helper. A helper that died while
-// it waited (its report is empty: the command never ran) is replaced by
-// one forked for this start. ahead is the caller's to discard unless
-// ahead.used says it became the command.
-func startCommandWith(cmd *exec.Cmd, spec Spec, ahead *nsexecAhead) error {
+// which it uses when the command needs a helper, and before (nil: none),
+// called once just before the command can run: before the fork on the
+// direct path or with a helper forked for the start, and after the plan
+// was handed to a helper started ahead, which does every step up to the
+// execve while before runs (a warm shim's before waits for runnerd's
+// commit) and execs only once it returned nil. An error from before is
+// returned and nothing runs. A helper that died while it waited (its
+// report is empty: the command never ran) is replaced by one forked for
+// this start. ahead is the caller's to discard unless ahead.used says it
+// became the command.
+func startCommandWith(cmd *exec.Cmd, spec Spec, ahead *nsexecAhead, before func() error) error {
+	if before == nil {
+		before = func() error { return nil }
+	}
 	p, err := newExecPlan(cmd, spec)
 	if err != nil {
 		return err
 	}
 	if p.needsHelper() {
-		if ahead != nil {
-			if err, taken := ahead.start(cmd, p); taken {
+		sent := ahead != nil && ahead.send(cmd, p)
+		if err := before(); err != nil {
+			return err
+		}
+		if sent {
+			if err, taken := ahead.exec(cmd); taken {
 				return err
 			}
-			p.Ahead, p.Ctty = false, false
 		}
+		p.Ahead, p.Ctty = false, false
 		return startNsexec(cmd, p)
+	}
+	if err := before(); err != nil {
+		return err
 	}
 	// The fork-side steps redo what they are given; start from a clean
 	// SysProcAttr and directory so nothing is set twice.

@@ -489,7 +489,7 @@ func BenchmarkStartCommand(b *testing.B) {
 					if bc.spec.User != "" {
 						cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}
 					}
-					if err := startCommandWith(cmd, bc.spec, h); err != nil {
+					if err := startCommandWith(cmd, bc.spec, h, nil); err != nil {
 						b.Fatal(err)
 					}
 					if ahead && !h.used {

@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -81,17 +82,25 @@ import (
 // A helper started ahead (nsexecAhead, started by a warm shim while it
 // waits; argument nsexecAheadArg) is forked with Setsid and nothing else
 // of the command: it says "ahead\n" on fd 3 once its runtime is up, then
-// blocks on fd 3 for the plan (Ahead set) with the command's stdin,
-// stdout and stderr as SCM_RIGHTS on its first bytes. It makes them its
-// 0, 1 and 2 (and, with Ctty, fd 0 its controlling terminal: it leads
-// its own session), then goes on as above, the early steps included; the
-// report is the same. EOF before a plan (the shim discarded it, or died)
-// makes it exit without a word. A helper that dies while it waits leaves
-// an empty report; the command never ran, and startCommandWith forks a
-// helper for the start instead.
+// blocks on fd 3 for the plan (its length, 4 bytes big endian, then the
+// JSON, Ahead set) with the command's stdin, stdout and stderr as
+// SCM_RIGHTS on its first bytes. It makes them its 0, 1 and 2 (and, with
+// Ctty, fd 0 its controlling terminal: it leads its own session), runs
+// every step, the early ones included, and then waits for one more byte,
+// nsexecGo, before it says "exec" and execs: the shim sends the plan
+// before a warm start's gate (runnerd's commit) and the go after it, so
+// the steps overlap the commit and the command still runs only after it.
+// EOF instead of the go, or before a plan (the shim discarded it, or
+// died), makes it exit without running anything. The report is the
+// same. A helper that dies while it waits leaves an empty report; the
+// command never ran, and startCommandWith forks a helper for the start
+// instead.
 const (
 	nsexecArg      = "__runner_nsexec"
 	nsexecAheadArg = "__runner_nsexec_ahead"
+	// nsexecGo is the byte that tells a helper started ahead, its steps
+	// done, to execute the command.
+	nsexecGo = 'g'
 	// nsexecUpTimeout bounds how long a warm shim waits for its helper's
 	// "ahead" line before it goes without one.
 	nsexecUpTimeout = 10 * time.Second
@@ -125,9 +134,10 @@ func isNsexec(args []string) (helper, ahead bool) {
 // shim that started it owns it: start uses it, at most once; discard
 // kills and reaps it unless it became the command.
 type nsexecAhead struct {
-	cmd  *exec.Cmd
-	conn *net.UnixConn
-	used bool // it became the command (cmd.Process is the command's)
+	cmd     *exec.Cmd
+	conn    *net.UnixConn
+	used    bool  // it became the command (cmd.Process is the command's)
+	sendErr error // send's write error, for exec
 }
 
 // startNsexecAhead starts a helper ahead. It does not wait for it to be
@@ -183,29 +193,48 @@ func (h *nsexecAhead) kill() {
 	h.cmd.Process.Release()
 }
 
-// start runs the command cmd (as server.start built it) through the
-// helper with plan p. taken is false when the helper had died before it
-// did anything of the start (its report is empty): then it is reaped,
-// nothing of the command ran, cmd is unchanged and the caller starts the
-// command another way. Otherwise err is the start's result, as
-// startNsexec's, and on success cmd.Process is the command.
-func (h *nsexecAhead) start(cmd *exec.Cmd, p *execPlan) (err error, taken bool) {
+// send hands the helper the plan p of the command cmd (as server.start
+// built it), with cmd's stdin, stdout and stderr. It reports false when
+// that was not possible (the helper is gone, or a stdio is not a file);
+// the helper is then discarded and cmd unchanged. The helper does its
+// steps at once and waits for exec to say go.
+func (h *nsexecAhead) send(cmd *exec.Cmd, p *execPlan) bool {
 	if h.conn == nil {
-		return nil, false
+		return false
 	}
 	var fds []int
 	for _, s := range []any{cmd.Stdin, cmd.Stdout, cmd.Stderr} {
 		f, ok := s.(*os.File)
 		if !ok {
-			return nil, false // only descriptors can be sent; not so in the shim
+			h.discard() // only descriptors can be sent; never so in the shim
+			return false
 		}
 		fds = append(fds, int(f.Fd()))
 	}
 	p.Ahead, p.Ctty = true, cmd.SysProcAttr != nil && cmd.SysProcAttr.Setctty
 	p.Path, p.Argv, p.Env = cmd.Path, cmd.Args, cmd.Environ()
-	b, _ := json.Marshal(p)
-	gone := func() (error, bool) {
-		h.discard()
+	js, _ := json.Marshal(p)
+	b := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(js)), uint32(len(js)))
+	b = append(b, js...)
+	h.conn.SetDeadline(time.Now().Add(nsexecTimeout))
+	n, _, err := h.conn.WriteMsgUnix(b, unix.UnixRights(fds...), nil)
+	if err == nil && n < len(b) {
+		_, err = h.conn.Write(b[n:])
+	}
+	// A failed write (the helper died) is not final here: exec reads what
+	// it said, if anything.
+	h.sendErr = err
+	return true
+}
+
+// exec tells the helper, which was sent its plan, to execute the command,
+// and reads its report. taken is false when the helper had died before it
+// did anything of the start (its report is empty): then it is reaped,
+// nothing of the command ran, cmd is unchanged and the caller starts the
+// command another way. Otherwise err is the start's result, as
+// startNsexec's, and on success cmd.Process is the command.
+func (h *nsexecAhead) exec(cmd *exec.Cmd) (err error, taken bool) {
+	if h.conn == nil {
 		return nil, false
 	}
 	fail := func(err error) (error, bool) {
@@ -213,34 +242,30 @@ func (h *nsexecAhead) start(cmd *exec.Cmd, p *execPlan) (err error, taken bool) 
 		return err, true
 	}
 	h.conn.SetDeadline(time.Now().Add(nsexecTimeout))
-	n, _, err := h.conn.WriteMsgUnix(b, unix.UnixRights(fds...), nil)
-	if err == nil && n < len(b) {
-		_, err = h.conn.Write(b[n:])
-	}
-	if err != nil {
-		// Dead before it read: read what it said, if anything.
-		h.conn.CloseWrite()
-		rep, _ := io.ReadAll(io.LimitReader(h.conn, 4096))
-		if len(rep) == 0 {
-			return gone()
-		}
-		if rerr := parseNsexecReport(string(rep)); rerr != nil {
-			return fail(rerr)
-		}
-		return fail(fmt.Errorf("nsexec: send parameters to the helper: %w", err))
+	werr := h.sendErr
+	if werr == nil {
+		_, werr = h.conn.Write([]byte{nsexecGo})
 	}
 	h.conn.CloseWrite()
 	rep, err := io.ReadAll(io.LimitReader(h.conn, 4096))
 	switch {
+	case len(rep) == 0 && !errors.Is(err, os.ErrDeadlineExceeded):
+		// Closed without a word (EOF, or ECONNRESET: it died with our
+		// bytes unread): it died before the start did anything, since
+		// "exec" comes before the execve. Its queued bytes would have
+		// been read before the reset.
+		h.discard()
+		return nil, false
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return fail(fmt.Errorf("nsexec: the helper did not report within %v: %w", nsexecTimeout, syscall.ETIMEDOUT))
 	case err != nil:
 		return fail(fmt.Errorf("nsexec: read the helper's report: %w", err))
-	case len(rep) == 0:
-		return gone()
 	}
 	if err := parseNsexecReport(string(rep)); err != nil {
 		return fail(err)
+	}
+	if werr != nil {
+		return fail(fmt.Errorf("nsexec: send parameters to the helper: %w", werr))
 	}
 	h.used = true
 	h.conn.Close()
@@ -359,11 +384,14 @@ func nsexecMain(ahead bool) (code int) {
 		}
 	}()
 	var p execPlan
+	// goByte waits for the go of a helper started ahead; false: the start
+	// was called off (EOF), nothing is executed.
+	goByte := func() bool { return true }
 	if ahead {
 		if _, err := f.WriteString("ahead\n"); err != nil {
 			return nsexecExit
 		}
-		stdio, err := recvPlan(nsexecFD, &p)
+		stdio, rest, err := recvPlan(nsexecFD, &p)
 		if errors.Is(err, io.EOF) {
 			return 0 // discarded before any start
 		}
@@ -376,6 +404,15 @@ func nsexecMain(ahead bool) (code int) {
 		if what, err := takeStdio(stdio, p.Ctty); err != nil {
 			return fail(what, err)
 		}
+		goByte = func() bool {
+			if len(rest) == 0 {
+				rest = make([]byte, 1)
+				if n, _ := f.Read(rest); n != 1 {
+					return false
+				}
+			}
+			return rest[0] == nsexecGo
+		}
 	} else if err := json.NewDecoder(f).Decode(&p); err != nil {
 		return fail("nsexec: read parameters", err)
 	}
@@ -387,6 +424,9 @@ func nsexecMain(ahead bool) (code int) {
 		if what, err := st.helper(&p); err != nil {
 			return fail(what, err)
 		}
+	}
+	if !goByte() {
+		return nsexecExit
 	}
 	phase = PhaseExec // from here on a failure is the command's own
 	if _, err := f.WriteString("exec\n"); err != nil {
@@ -440,46 +480,48 @@ func keptFlags(st int64) uintptr {
 	return fl
 }
 
-// recvPlan reads the plan from the socket fd to EOF, and the descriptors
-// that came with it (close-on-exec). io.EOF: nothing came at all.
-func recvPlan(fd int, p *execPlan) ([]int, error) {
+// recvPlan reads the plan from the socket fd (its length, 4 bytes big
+// endian, then its JSON) and the descriptors that came with it
+// (close-on-exec); rest is what came after the plan. io.EOF: nothing came
+// at all.
+func recvPlan(fd int, p *execPlan) (fds []int, rest []byte, err error) {
 	var data []byte
-	var fds []int
 	buf := make([]byte, 64<<10)
 	oob := make([]byte, unix.CmsgSpace(3*4))
-	for {
+	for len(data) < 4 || len(data) < 4+int(binary.BigEndian.Uint32(data)) {
 		n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
 		if err != nil {
-			return fds, err
+			return fds, nil, err
 		}
 		if oobn > 0 {
 			msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
 			if err != nil {
-				return fds, err
+				return fds, nil, err
 			}
 			for i := range msgs {
 				rights, err := unix.ParseUnixRights(&msgs[i])
 				if err != nil {
-					return fds, err
+					return fds, nil, err
 				}
 				fds = append(fds, rights...)
 			}
 		}
 		if n == 0 && oobn == 0 {
-			break
+			if len(data) == 0 && len(fds) == 0 {
+				return nil, nil, io.EOF
+			}
+			return fds, nil, io.ErrUnexpectedEOF
 		}
 		data = append(data, buf[:n]...)
 	}
-	if len(data) == 0 && len(fds) == 0 {
-		return nil, io.EOF
-	}
 	if len(fds) != 3 {
-		return fds, fmt.Errorf("got %d descriptors, want 3", len(fds))
+		return fds, nil, fmt.Errorf("got %d descriptors, want 3", len(fds))
 	}
-	return fds, json.Unmarshal(data, p)
+	end := 4 + int(binary.BigEndian.Uint32(data))
+	return fds, data[end:], json.Unmarshal(data[4:end], p)
 }
 
 // takeStdio makes fds the helper's 0, 1 and 2 (kept across execve) and,

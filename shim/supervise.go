@@ -106,20 +106,31 @@ func (s *server) startWith(spec Spec, gate func() error, ahead *nsexecAhead) (er
 	if err := setSubreaper(); err != nil {
 		return err
 	}
-	if gate != nil {
-		if err := gate(); err != nil {
-			return err
+	// Called once just before the command can run: a helper started
+	// ahead does its steps (joining cgroups, the mount namespace, the
+	// user switch) while the gate waits for runnerd's commit, and
+	// executes the command only after.
+	before := func() error {
+		if gate != nil {
+			if err := gate(); err != nil {
+				return &gateError{err}
+			}
 		}
-	}
-	if len(s.spec.Cgroups) > 0 {
-		// The baseline of the honest OOM exit (oomKilled): read before
-		// the command can be killed, so a rise is a kill in its life.
-		if n, err := oom.Kills(s.spec.Cgroups); err == nil {
-			s.oomBase, s.oomSeen = n, true
+		if len(s.spec.Cgroups) > 0 {
+			// The baseline of the honest OOM exit (oomKilled): read before
+			// the command can be killed, so a rise is a kill in its life.
+			if n, err := oom.Kills(s.spec.Cgroups); err == nil {
+				s.oomBase, s.oomSeen = n, true
+			}
 		}
+		s.at = time.Now().UTC()
+		return nil
 	}
-	s.at = time.Now().UTC()
-	if err := startCommandWith(cmd, s.spec, ahead); err != nil {
+	if err := startCommandWith(cmd, s.spec, ahead, before); err != nil {
+		var ge *gateError
+		if errors.As(err, &ge) {
+			return ge.err
+		}
 		return fmt.Errorf("start %s: %w", s.spec.Argv[0], err)
 	}
 	s.cmd, s.pid = cmd, cmd.Process.Pid
@@ -445,3 +456,8 @@ func probeSpace(jdir string) error {
 	}
 	return nil
 }
+
+// gateError carries start's gate error through startCommandWith unchanged.
+type gateError struct{ err error }
+
+func (e *gateError) Error() string { return e.err.Error() }
