@@ -62,6 +62,10 @@ type Config struct {
 	// in-process daemon (see profile.go): CPU profiles of daemon+client and
 	// of the shim are written there.
 	ProfileDir string
+	// Cgroups is passed to runnerd as --cgroups ("auto" or "off"); ""
+	// keeps runnerd's default (auto: as root on a host with the
+	// controllers, every command is placed in its sandbox's cgroups).
+	Cgroups string
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
 }
@@ -271,7 +275,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	// dirty file pages as Private_Dirty: write them back before measuring.
 	unix.Sync()
 	rep := &Report{Config: cfg, CPU: map[string][]float64{}}
-	d, err := startDaemon(ctx, dir, bins)
+	d, err := startDaemon(ctx, dir, bins, cfg.Cgroups)
 	if err != nil {
 		return nil, err
 	}

@@ -73,8 +73,9 @@ type daemonProc struct {
 }
 
 // startDaemon starts the built runnerd on a fresh state directory, TCP on
-// a free loopback port, no unix socket, and waits for /healthz.
-func startDaemon(ctx context.Context, dir string, bins binaries) (*daemonProc, error) {
+// a free loopback port, no unix socket, and waits for /healthz. cgroups,
+// when not empty, is runnerd's --cgroups.
+func startDaemon(ctx context.Context, dir string, bins binaries, cgroups string) (*daemonProc, error) {
 	state := filepath.Join(dir, "state")
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		return nil, err
@@ -93,6 +94,9 @@ func startDaemon(ctx context.Context, dir string, bins binaries) (*daemonProc, e
 	// real host's namespace, and no figure here needs it.
 	cmd := exec.Command(bins.runnerd, "-state", state, "-listen", addr, "-socket", "none", "-log-level", "warn",
 		"-shim", bins.shim, "-netpolicy", "off")
+	if cgroups != "" {
+		cmd.Args = append(cmd.Args, "-cgroups", cgroups)
+	}
 	cmd.Env = append(os.Environ(), "RUNNERD_TOKEN="+token)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -50,8 +50,20 @@ import (
 // takes the direct path, with no helper and nothing added to what an
 // ordinary start costs, unless one of its steps can only run in the
 // helper (mount namespace, cgroups v1, Isolate); then every step that the
-// helper can do runs there, in this order, and the rest (1, 2) happen at
-// the helper's own fork.
+// helper can do runs there, in this order, except the early ones (1, 2),
+// which a helper forked for this start has done at its own fork.
+//
+// A helper started ahead (a warm shim starts one while it waits, so the
+// helper's process start, 10-18 ms under load, is off the start's path)
+// was forked before anyone knew the command: it does the early steps
+// itself, first, on its locked thread: it writes its own pid into the v2
+// directory's cgroup.procs (as step 3 does for v1; the pages its runtime
+// touched before stay charged where they were, none of them the
+// command's) and setns(2)'s that thread into Spec.NetNS, the namespace
+// execve(2) keeps for the new program. What Go's child does at a fork
+// (the command's stdin, stdout and stderr, its controlling terminal) the
+// helper started ahead does before step 1, with the descriptors passed
+// over its socket (nsexec.go).
 //
 // The shim process itself never joins a command's cgroup: the v2 one is
 // entered by the clone, the v1 ones by the helper, so the shim survives
@@ -74,9 +86,14 @@ import (
 // execPlan is a command's exec path resolved from its Spec and exec.Cmd:
 // what each step does, or nothing. The helper receives it as JSON.
 type execPlan struct {
-	// At the fork only (not sent to the helper).
-	NetNS    string `json:"-"`
-	CgroupV2 string `json:"-"`
+	// The early steps: at a helper's fork, or by a helper started ahead.
+	NetNS    string `json:"netns,omitempty"`
+	CgroupV2 string `json:"cgroup_v2,omitempty"`
+	// Ahead: the helper was started ahead: it does the early steps and
+	// takes the command's stdio (and, with Ctty, its terminal) from the
+	// descriptors sent with the plan.
+	Ahead bool `json:"ahead,omitempty"`
+	Ctty  bool `json:"ctty,omitempty"`
 
 	CgroupsV1  []string    `json:"cgroups_v1,omitempty"`
 	ResolvConf string      `json:"resolv_conf,omitempty"`
@@ -117,20 +134,25 @@ type execStep struct {
 	// report) with the error; nil when the step happens only at the fork
 	// (then it comes before every helper step in execSteps).
 	helper func(p *execPlan) (string, error)
+	// early marks a step a helper forked for the start does at its fork
+	// (fork), and only a helper started ahead does itself (helper).
+	early bool
 }
 
 // execSteps is the order (see the top of this file). TestExecStepOrder
 // holds its invariant: fork-only steps come first.
 var execSteps = []execStep{
-	{name: "join cgroup v2", phase: PhaseSetup,
+	{name: "join cgroup v2", phase: PhaseSetup, early: true,
 		active: func(p *execPlan) bool { return p.CgroupV2 != "" },
-		fork:   joinCgroupV2},
-	{name: "enter network namespace", phase: PhaseSetup,
+		fork:   joinCgroupV2,
+		helper: func(p *execPlan) (string, error) { return joinCgroups([]string{p.CgroupV2}) }},
+	{name: "enter network namespace", phase: PhaseSetup, early: true,
 		active: func(p *execPlan) bool { return p.NetNS != "" },
-		fork:   func(p *execPlan, f *forkSetup) error { f.netNS = p.NetNS; return nil }},
+		fork:   func(p *execPlan, f *forkSetup) error { f.netNS = p.NetNS; return nil },
+		helper: enterNetNS},
 	{name: "join cgroups v1", phase: PhaseSetup,
 		active: func(p *execPlan) bool { return len(p.CgroupsV1) > 0 },
-		helper: joinCgroupsV1},
+		helper: func(p *execPlan) (string, error) { return joinCgroups(p.CgroupsV1) }},
 	{name: "mount resolv.conf", phase: PhaseSetup,
 		active: func(p *execPlan) bool { return p.ResolvConf != "" },
 		helper: mountResolvConf},
@@ -198,17 +220,61 @@ func (p *execPlan) needsHelper() bool {
 	return false
 }
 
+// needsHelper reports whether spec's command would take the helper
+// (what startCommand decides, without the command): a cgroup that is not
+// v2 counts, one that cannot be read does not.
+func (spec Spec) needsHelper() bool {
+	p := &execPlan{ResolvConf: spec.ResolvConf, Isolate: spec.Isolate}
+	for _, dir := range spec.Cgroups {
+		if v2, err := cgroupKind(dir); err == nil && !v2 {
+			p.CgroupsV1 = append(p.CgroupsV1, dir)
+		}
+	}
+	return p.needsHelper()
+}
+
 // startCommand starts the command: directly when every step of its plan
 // can be done at the fork, which is the path every ordinary session
 // takes, else through the nsexec helper. Either way it returns once the
 // command's execve succeeded, with cmd.Process being the command.
 func startCommand(cmd *exec.Cmd, spec Spec) error {
+	return startCommandWith(cmd, spec, nil, nil)
+}
+
+// startCommandWith is startCommand with a helper started ahead (nil: none),
+// which it uses when the command needs a helper, and before (nil: none),
+// called once just before the command can run: before the fork on the
+// direct path or with a helper forked for the start, and after the plan
+// was handed to a helper started ahead, which does every step up to the
+// execve while before runs (a warm shim's before waits for runnerd's
+// commit) and execs only once it returned nil. An error from before is
+// returned and nothing runs. A helper that died while it waited (its
+// report is empty: the command never ran) is replaced by one forked for
+// this start. ahead is the caller's to discard unless ahead.used says it
+// became the command.
+func startCommandWith(cmd *exec.Cmd, spec Spec, ahead *nsexecAhead, before func() error) error {
+	if before == nil {
+		before = func() error { return nil }
+	}
 	p, err := newExecPlan(cmd, spec)
 	if err != nil {
 		return err
 	}
 	if p.needsHelper() {
+		sent := ahead != nil && ahead.send(cmd, p)
+		if err := before(); err != nil {
+			return err
+		}
+		if sent {
+			if err, taken := ahead.exec(cmd); taken {
+				return err
+			}
+		}
+		p.Ahead, p.Ctty = false, false
 		return startNsexec(cmd, p)
+	}
+	if err := before(); err != nil {
+		return err
 	}
 	// The fork-side steps redo what they are given; start from a clean
 	// SysProcAttr and directory so nothing is set twice.
@@ -226,7 +292,7 @@ func startCommand(cmd *exec.Cmd, spec Spec) error {
 func forkSteps(cmd *exec.Cmd, p *execPlan, helper bool) (*forkSetup, error) {
 	f := &forkSetup{cmd: cmd}
 	for _, st := range execSteps {
-		if !st.active(p) || (helper && st.helper != nil) {
+		if !st.active(p) || (helper && st.helper != nil && !st.early) {
 			continue
 		}
 		if err := st.fork(p, f); err != nil {
@@ -253,13 +319,33 @@ func joinCgroupV2(p *execPlan, f *forkSetup) error {
 	return nil
 }
 
-func joinCgroupsV1(p *execPlan) (string, error) {
+// joinCgroups moves the calling process (the helper, all its threads)
+// into each of dirs.
+func joinCgroups(dirs []string) (string, error) {
 	pid := []byte(strconv.Itoa(os.Getpid()))
-	for _, dir := range p.CgroupsV1 {
+	for _, dir := range dirs {
 		procs := filepath.Join(dir, "cgroup.procs")
 		if err := os.WriteFile(procs, pid, 0); err != nil {
 			return "nsexec: join cgroup " + dir, unwrapPath(err)
 		}
+	}
+	return "", nil
+}
+
+// enterNetNS is the network namespace step of a helper started ahead: the
+// calling thread (locked, the one that execs) enters p.NetNS, proven as
+// startIn proves it before a fork.
+func enterNetNS(p *execPlan) (string, error) {
+	ns, err := os.Open(p.NetNS)
+	if err != nil {
+		return "nsexec: open netns " + p.NetNS, unwrapPath(err)
+	}
+	defer ns.Close()
+	if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+		return "nsexec: enter netns " + p.NetNS, err
+	}
+	if err := sameNetNS(ns, unix.Gettid()); err != nil {
+		return "nsexec: enter netns " + p.NetNS, err
 	}
 	return "", nil
 }

@@ -23,7 +23,7 @@ import (
 // theirs). It returns the process exit status.
 //
 //	[--detach] [--ready-fd N] DIR
-//	[--detach] --warm-fd N --warm-root ROOT [--warm-retain BYTES]
+//	[--detach] --warm-fd N --warm-root ROOT [--warm-retain BYTES] [--warm-nsexec]
 //
 // --detach (used by Start) re-executes the same program without it in a
 // new session and returns at once. --ready-fd names the inherited pipe for
@@ -38,15 +38,18 @@ import (
 // "go", answering the readiness line on the same socket (docs/frames.md,
 // "Warm shims"). EOF before that (its pool closed it or cancelled the
 // start, or the pool's process died) makes it remove what it made and
-// exit 0.
+// exit 0. --warm-nsexec makes it start the nsexec helper ahead
+// (nsexec.go) as its first act and wait for it to be up before it says
+// it is warm, so a command that needs the helper does not pay for the
+// helper's process start; a command that does not gets it killed.
 //
 // Main is also the shim's internal helper for Spec.ResolvConf: with the
 // single argument "__runner_nsexec" it prepares a mount namespace and
 // execs the command (see nsexec.go). It checks for that before parsing
 // flags, so every program that calls Main first thing reaches the helper.
 func Main(args []string) int {
-	if isNsexec(args) {
-		return nsexecMain()
+	if helper, ahead := isNsexec(args); helper {
+		return nsexecMain(ahead)
 	}
 	setMainPrefix(args)
 	fset := flag.NewFlagSet("shim", flag.ContinueOnError)
@@ -55,6 +58,7 @@ func Main(args []string) int {
 	warmFD := fset.Int("warm-fd", -1, "inherited socket: wait on it for the session directory (used by Pool)")
 	warmRoot := fset.String("warm-root", "", "with --warm-fd: where session directories are made, and staged")
 	warmRetain := fset.Int64("warm-retain", 0, "with --warm-fd: the staged journal's RetainBytes")
+	warmNsexec := fset.Bool("warm-nsexec", false, "with --warm-fd: start the nsexec helper ahead, while waiting")
 	if err := fset.Parse(args); err != nil {
 		return 2
 	}
@@ -68,7 +72,7 @@ func Main(args []string) int {
 		if *detachFlag {
 			return detach(args, "", sock)
 		}
-		return warmMain(sock, *warmRoot, *warmRetain)
+		return warmMain(sock, *warmRoot, *warmRetain, *warmNsexec)
 	}
 	if fset.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "shim: want exactly one session directory")
@@ -101,8 +105,21 @@ func setSmall() {
 // file), announce itself, wait for a session, move the staging directory
 // into place and serve it like a shim started for it. Everything but the
 // command's own start is done before the session exists, off its path.
-func warmMain(sock *os.File, root string, retain int64) int {
+func warmMain(sock *os.File, root string, retain int64, nsexec bool) int {
 	setSmall()
+	// First, so its process start overlaps the staging below. Without
+	// one (it could not start, or never came up) a command that needs the
+	// helper forks one at its start, as a cold shim's does.
+	var ahead *nsexecAhead
+	if nsexec {
+		var err error
+		if ahead, err = startNsexecAhead(); err != nil {
+			fmt.Fprintf(os.Stderr, "shim: %v\n", err)
+		}
+	}
+	// Every return below but the start's own discards it (startWith does
+	// then), killed and reaped: never left behind.
+	defer ahead.discard()
 	stage, err := os.MkdirTemp(root, ".warm-")
 	if err != nil {
 		reportError(sock, PhaseSetup, err)
@@ -142,6 +159,13 @@ func warmMain(sock *os.File, root string, retain int64) int {
 		discard()
 		reportError(sock, PhaseSetup, err)
 		return 1
+	}
+	if ahead != nil {
+		if err := ahead.awaitUp(nsexecUpTimeout); err != nil {
+			fmt.Fprintf(os.Stderr, "shim: %v\n", err)
+			ahead.discard()
+			ahead = nil
+		}
 	}
 	if _, err := fmt.Fprintf(sock, "warm %d %s\n", os.Getpid(), stage); err != nil {
 		return unused()
@@ -190,7 +214,7 @@ func warmMain(sock *os.File, root string, retain int64) int {
 		}
 		return nil
 	}
-	if err := s.start(spec, gate); errors.Is(err, errCancelled) {
+	if err := s.startWith(spec, gate, ahead); errors.Is(err, errCancelled) {
 		return unused()
 	} else if err != nil {
 		discard()

@@ -1,10 +1,12 @@
 package shim
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,12 +79,35 @@ import (
 // servers a contained sandbox cannot reach anyway). The bind pins the
 // file's inode at start: a later replacement of Spec.ResolvConf by rename
 // is not seen by a running command.
+// A helper started ahead (nsexecAhead, started by a warm shim while it
+// waits; argument nsexecAheadArg) is forked with Setsid and nothing else
+// of the command: it says "ahead\n" on fd 3 once its runtime is up, then
+// blocks on fd 3 for the plan (its length, 4 bytes big endian, then the
+// JSON, Ahead set) with the command's stdin, stdout and stderr as
+// SCM_RIGHTS on its first bytes. It makes them its 0, 1 and 2 (and, with
+// Ctty, fd 0 its controlling terminal: it leads its own session), runs
+// every step, the early ones included, and then waits for one more byte,
+// nsexecGo, before it says "exec" and execs: the shim sends the plan
+// before a warm start's gate (runnerd's commit) and the go after it, so
+// the steps overlap the commit and the command still runs only after it.
+// EOF instead of the go, or before a plan (the shim discarded it, or
+// died), makes it exit without running anything. The report is the
+// same. A helper that dies while it waits leaves an empty report; the
+// command never ran, and startCommandWith forks a helper for the start
+// instead.
 const (
-	nsexecArg     = "__runner_nsexec"
-	nsexecFD      = 3
-	nsexecTimeout = 30 * time.Second
-	nsexecExit    = 127
-	resolvConf    = "/etc/resolv.conf"
+	nsexecArg      = "__runner_nsexec"
+	nsexecAheadArg = "__runner_nsexec_ahead"
+	// nsexecGo is the byte that tells a helper started ahead, its steps
+	// done, to execute the command.
+	nsexecGo = 'g'
+	// nsexecUpTimeout bounds how long a warm shim waits for its helper's
+	// "ahead" line before it goes without one.
+	nsexecUpTimeout = 10 * time.Second
+	nsexecFD        = 3
+	nsexecTimeout   = 30 * time.Second
+	nsexecExit      = 127
+	resolvConf      = "/etc/resolv.conf"
 )
 
 // mainPrefix is the part of os.Args between the program name and the
@@ -96,8 +121,157 @@ func setMainPrefix(args []string) {
 	}
 }
 
-// isNsexec reports whether Main's arguments ask for the helper mode.
-func isNsexec(args []string) bool { return len(args) == 1 && args[0] == nsexecArg }
+// isNsexec reports whether Main's arguments ask for the helper mode, and
+// whether it is the helper started ahead.
+func isNsexec(args []string) (helper, ahead bool) {
+	if len(args) != 1 {
+		return false, false
+	}
+	return args[0] == nsexecArg || args[0] == nsexecAheadArg, args[0] == nsexecAheadArg
+}
+
+// nsexecAhead is a helper started before its command is known. The warm
+// shim that started it owns it: start uses it, at most once; discard
+// kills and reaps it unless it became the command.
+type nsexecAhead struct {
+	cmd     *exec.Cmd
+	conn    *net.UnixConn
+	used    bool  // it became the command (cmd.Process is the command's)
+	sendErr error // send's write error, for exec
+}
+
+// startNsexecAhead starts a helper ahead. It does not wait for it to be
+// up (awaitUp does), so its start overlaps the caller's own work.
+func startNsexecAhead() (*nsexecAhead, error) {
+	uc, child, err := socketPair("nsexec-ahead")
+	if err != nil {
+		return nil, fmt.Errorf("nsexec: create socket pair: %w", err)
+	}
+	defer child.Close()
+	cmd := &exec.Cmd{Path: "/proc/self/exe", Args: append(append([]string{os.Args[0]}, mainPrefix...), nsexecAheadArg),
+		Env: os.Environ(), SysProcAttr: &syscall.SysProcAttr{Setsid: true}, ExtraFiles: []*os.File{child}}
+	if err := cmd.Start(); err != nil {
+		uc.Close()
+		return nil, fmt.Errorf("nsexec: start helper ahead: %w", err)
+	}
+	return &nsexecAhead{cmd: cmd, conn: uc}, nil
+}
+
+// awaitUp waits for the helper's "ahead" line.
+func (h *nsexecAhead) awaitUp(timeout time.Duration) error {
+	h.conn.SetReadDeadline(time.Now().Add(timeout))
+	defer h.conn.SetReadDeadline(time.Time{})
+	var b [6]byte
+	if _, err := io.ReadFull(h.conn, b[:]); err != nil || string(b[:]) != "ahead\n" {
+		return fmt.Errorf("nsexec: helper ahead: got %q (%v)", b, err)
+	}
+	return nil
+}
+
+// discard kills and reaps the helper unless it became the command.
+// Idempotent.
+func (h *nsexecAhead) discard() {
+	if h == nil || h.used || h.conn == nil {
+		return
+	}
+	h.conn.Close()
+	h.conn = nil
+	h.cmd.Process.Kill()
+	h.cmd.Wait()
+}
+
+// kill is discard for a shim whose reaper will run (it reaps every child):
+// the helper is killed, not waited for, so the start's path does not wait
+// out its exit.
+func (h *nsexecAhead) kill() {
+	if h == nil || h.used || h.conn == nil {
+		return
+	}
+	h.conn.Close()
+	h.conn = nil
+	h.cmd.Process.Kill()
+	h.cmd.Process.Release()
+}
+
+// send hands the helper the plan p of the command cmd (as server.start
+// built it), with cmd's stdin, stdout and stderr. It reports false when
+// that was not possible (the helper is gone, or a stdio is not a file);
+// the helper is then discarded and cmd unchanged. The helper does its
+// steps at once and waits for exec to say go.
+func (h *nsexecAhead) send(cmd *exec.Cmd, p *execPlan) bool {
+	if h.conn == nil {
+		return false
+	}
+	var fds []int
+	for _, s := range []any{cmd.Stdin, cmd.Stdout, cmd.Stderr} {
+		f, ok := s.(*os.File)
+		if !ok {
+			h.discard() // only descriptors can be sent; never so in the shim
+			return false
+		}
+		fds = append(fds, int(f.Fd()))
+	}
+	p.Ahead, p.Ctty = true, cmd.SysProcAttr != nil && cmd.SysProcAttr.Setctty
+	p.Path, p.Argv, p.Env = cmd.Path, cmd.Args, cmd.Environ()
+	js, _ := json.Marshal(p)
+	b := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(js)), uint32(len(js)))
+	b = append(b, js...)
+	h.conn.SetDeadline(time.Now().Add(nsexecTimeout))
+	n, _, err := h.conn.WriteMsgUnix(b, unix.UnixRights(fds...), nil)
+	if err == nil && n < len(b) {
+		_, err = h.conn.Write(b[n:])
+	}
+	// A failed write (the helper died) is not final here: exec reads what
+	// it said, if anything.
+	h.sendErr = err
+	return true
+}
+
+// exec tells the helper, which was sent its plan, to execute the command,
+// and reads its report. taken is false when the helper had died before it
+// did anything of the start (its report is empty): then it is reaped,
+// nothing of the command ran, cmd is unchanged and the caller starts the
+// command another way. Otherwise err is the start's result, as
+// startNsexec's, and on success cmd.Process is the command.
+func (h *nsexecAhead) exec(cmd *exec.Cmd) (err error, taken bool) {
+	if h.conn == nil {
+		return nil, false
+	}
+	fail := func(err error) (error, bool) {
+		h.discard()
+		return err, true
+	}
+	h.conn.SetDeadline(time.Now().Add(nsexecTimeout))
+	werr := h.sendErr
+	if werr == nil {
+		_, werr = h.conn.Write([]byte{nsexecGo})
+	}
+	h.conn.CloseWrite()
+	rep, err := io.ReadAll(io.LimitReader(h.conn, 4096))
+	switch {
+	case len(rep) == 0 && !errors.Is(err, os.ErrDeadlineExceeded):
+		// Closed without a word (EOF, or ECONNRESET: it died with our
+		// bytes unread): it died before the start did anything, since
+		// "exec" comes before the execve. Its queued bytes would have
+		// been read before the reset.
+		h.discard()
+		return nil, false
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return fail(fmt.Errorf("nsexec: the helper did not report within %v: %w", nsexecTimeout, syscall.ETIMEDOUT))
+	case err != nil:
+		return fail(fmt.Errorf("nsexec: read the helper's report: %w", err))
+	}
+	if err := parseNsexecReport(string(rep)); err != nil {
+		return fail(err)
+	}
+	if werr != nil {
+		return fail(fmt.Errorf("nsexec: send parameters to the helper: %w", werr))
+	}
+	h.used = true
+	h.conn.Close()
+	cmd.Process = h.cmd.Process
+	return nil, true
+}
 
 // startNsexec starts the command through the helper, which does the
 // plan's helper steps (exec.go) and execs it.
@@ -185,9 +359,10 @@ func parseNsexecReport(rep string) error {
 	return fmt.Errorf("nsexec: the helper ended before executing the command (report %q)", rep)
 }
 
-// nsexecMain is the helper (see the top of this file). It returns only on
-// failure, with the exit status; on success execve replaced it.
-func nsexecMain() (code int) {
+// nsexecMain is the helper (see the top of this file), started ahead or
+// not. It returns only on failure (or, started ahead, when discarded),
+// with the exit status; on success execve replaced it.
+func nsexecMain(ahead bool) (code int) {
 	// Never unlocked: the mount namespace belongs to this thread, and the
 	// execve must happen on it.
 	runtime.LockOSThread()
@@ -209,17 +384,49 @@ func nsexecMain() (code int) {
 		}
 	}()
 	var p execPlan
-	if err := json.NewDecoder(f).Decode(&p); err != nil {
+	// goByte waits for the go of a helper started ahead; false: the start
+	// was called off (EOF), nothing is executed.
+	goByte := func() bool { return true }
+	if ahead {
+		if _, err := f.WriteString("ahead\n"); err != nil {
+			return nsexecExit
+		}
+		stdio, rest, err := recvPlan(nsexecFD, &p)
+		if errors.Is(err, io.EOF) {
+			return 0 // discarded before any start
+		}
+		if err == nil && !p.Ahead {
+			err = errors.New("plan not for a helper started ahead")
+		}
+		if err != nil {
+			return fail("nsexec: read parameters", err)
+		}
+		if what, err := takeStdio(stdio, p.Ctty); err != nil {
+			return fail(what, err)
+		}
+		goByte = func() bool {
+			if len(rest) == 0 {
+				rest = make([]byte, 1)
+				if n, _ := f.Read(rest); n != 1 {
+					return false
+				}
+			}
+			return rest[0] == nsexecGo
+		}
+	} else if err := json.NewDecoder(f).Decode(&p); err != nil {
 		return fail("nsexec: read parameters", err)
 	}
 	for _, st := range execSteps {
-		if st.helper == nil || !st.active(&p) {
+		if st.helper == nil || !st.active(&p) || (st.early && !p.Ahead) {
 			continue
 		}
 		phase = st.phase
 		if what, err := st.helper(&p); err != nil {
 			return fail(what, err)
 		}
+	}
+	if !goByte() {
+		return nsexecExit
 	}
 	phase = PhaseExec // from here on a failure is the command's own
 	if _, err := f.WriteString("exec\n"); err != nil {
@@ -271,4 +478,66 @@ func keptFlags(st int64) uintptr {
 		}
 	}
 	return fl
+}
+
+// recvPlan reads the plan from the socket fd (its length, 4 bytes big
+// endian, then its JSON) and the descriptors that came with it
+// (close-on-exec); rest is what came after the plan. io.EOF: nothing came
+// at all.
+func recvPlan(fd int, p *execPlan) (fds []int, rest []byte, err error) {
+	var data []byte
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, unix.CmsgSpace(3*4))
+	for len(data) < 4 || len(data) < 4+int(binary.BigEndian.Uint32(data)) {
+		n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fds, nil, err
+		}
+		if oobn > 0 {
+			msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+			if err != nil {
+				return fds, nil, err
+			}
+			for i := range msgs {
+				rights, err := unix.ParseUnixRights(&msgs[i])
+				if err != nil {
+					return fds, nil, err
+				}
+				fds = append(fds, rights...)
+			}
+		}
+		if n == 0 && oobn == 0 {
+			if len(data) == 0 && len(fds) == 0 {
+				return nil, nil, io.EOF
+			}
+			return fds, nil, io.ErrUnexpectedEOF
+		}
+		data = append(data, buf[:n]...)
+	}
+	if len(fds) != 3 {
+		return fds, nil, fmt.Errorf("got %d descriptors, want 3", len(fds))
+	}
+	end := 4 + int(binary.BigEndian.Uint32(data))
+	return fds, data[end:], json.Unmarshal(data[4:end], p)
+}
+
+// takeStdio makes fds the helper's 0, 1 and 2 (kept across execve) and,
+// with ctty, fd 0 its controlling terminal, as Go's child does at a fork
+// with Setctty and Ctty 0.
+func takeStdio(fds []int, ctty bool) (string, error) {
+	for i, fd := range fds {
+		if err := unix.Dup3(fd, i, 0); err != nil {
+			return fmt.Sprintf("nsexec: take descriptor %d", i), err
+		}
+		unix.Close(fd)
+	}
+	if ctty {
+		if err := unix.IoctlSetInt(0, unix.TIOCSCTTY, 1); err != nil {
+			return "nsexec: set controlling terminal", err
+		}
+	}
+	return "", nil
 }

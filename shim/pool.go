@@ -44,6 +44,9 @@ type Pool struct {
 	done      chan struct{} // closed when the refill goroutine returned
 	closeOnce sync.Once
 
+	// helper: warm shims start the nsexec helper ahead (see HelperMode).
+	helper atomic.Bool
+
 	// mu guards the fields below.
 	mu     sync.Mutex
 	idle   []*warmShim
@@ -75,7 +78,27 @@ type PoolOptions struct {
 	// spec asking for another, or for a TTY, gets its journal made on
 	// start instead.
 	RetainBytes int64
+	// Helper says whether warm shims start the nsexec helper ahead (the
+	// re-executed shim that places a command in cgroup v1 directories,
+	// mounts its resolv.conf, or isolates it: exec.go), so a start that
+	// needs it does not pay for its process start.
+	Helper HelperMode
 }
+
+// HelperMode is PoolOptions.Helper.
+type HelperMode int
+
+const (
+	// HelperAuto starts the helper ahead in every warm shim started after
+	// a start through the pool needed one (on a host where every command
+	// is placed in cgroup v1 directories, from the first start on), and
+	// never before: a host that never needs it pays nothing.
+	HelperAuto HelperMode = iota
+	// HelperAlways starts it in every warm shim.
+	HelperAlways
+	// HelperNever never starts it ahead.
+	HelperNever
+)
 
 // NewPool starts a pool that keeps opts.Size warm shims of exe (the argv
 // prefix that runs [Main], as for [Start]) and returns at once; the shims
@@ -89,6 +112,7 @@ func NewPool(exe []string, opts PoolOptions) *Pool {
 	}
 	p := &Pool{exe: append([]string(nil), exe...), opts: opts,
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	p.helper.Store(opts.Helper == HelperAlways)
 	go p.refill()
 	p.wake()
 	return p
@@ -140,6 +164,9 @@ func (p *Pool) prepare(dir string, spec Spec) (*Prepared, string, error) {
 	abs, err := checkStart(dir, spec)
 	if err != nil {
 		return nil, "", err
+	}
+	if p.opts.Helper == HelperAuto && !p.helper.Load() && spec.needsHelper() {
+		p.helper.Store(true) // for the warm shims started from now on
 	}
 	if filepath.Dir(abs) != p.opts.Root {
 		return nil, abs, nil
@@ -319,7 +346,11 @@ func (p *Pool) startWarm() (*warmShim, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start warm shim: %w", err)
 	}
-	cmd, err := detachedCmd(p.exe, "--warm-fd=3", "--warm-root="+p.opts.Root, "--warm-retain="+strconv.FormatInt(p.opts.RetainBytes, 10))
+	args := []string{"--warm-fd=3", "--warm-root=" + p.opts.Root, "--warm-retain=" + strconv.FormatInt(p.opts.RetainBytes, 10)}
+	if p.helper.Load() {
+		args = append(args, "--warm-nsexec")
+	}
+	cmd, err := detachedCmd(p.exe, args...)
 	if err != nil {
 		child.Close()
 		conn.Close()

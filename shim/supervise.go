@@ -24,6 +24,20 @@ import (
 // is returned. On failure nothing is left running; the caller undoes the
 // rest.
 func (s *server) start(spec Spec, gate func() error) (err error) {
+	return s.startWith(spec, gate, nil)
+}
+
+// startWith is start with a helper started ahead (nil: none), used when
+// the command needs one. A helper not used is killed (on success the
+// reaper reaps it) or, on failure, killed and reaped.
+func (s *server) startWith(spec Spec, gate func() error, ahead *nsexecAhead) (err error) {
+	defer func() {
+		if err != nil {
+			ahead.discard()
+		} else {
+			ahead.kill()
+		}
+	}()
 	s.spec = spec
 	var childEnds []*os.File // closed in the shim once the child has them
 	defer func() {
@@ -92,20 +106,31 @@ func (s *server) start(spec Spec, gate func() error) (err error) {
 	if err := setSubreaper(); err != nil {
 		return err
 	}
-	if gate != nil {
-		if err := gate(); err != nil {
-			return err
+	// Called once just before the command can run: a helper started
+	// ahead does its steps (joining cgroups, the mount namespace, the
+	// user switch) while the gate waits for runnerd's commit, and
+	// executes the command only after.
+	before := func() error {
+		if gate != nil {
+			if err := gate(); err != nil {
+				return &gateError{err}
+			}
 		}
-	}
-	if len(s.spec.Cgroups) > 0 {
-		// The baseline of the honest OOM exit (oomKilled): read before
-		// the command can be killed, so a rise is a kill in its life.
-		if n, err := oom.Kills(s.spec.Cgroups); err == nil {
-			s.oomBase, s.oomSeen = n, true
+		if len(s.spec.Cgroups) > 0 {
+			// The baseline of the honest OOM exit (oomKilled): read before
+			// the command can be killed, so a rise is a kill in its life.
+			if n, err := oom.Kills(s.spec.Cgroups); err == nil {
+				s.oomBase, s.oomSeen = n, true
+			}
 		}
+		s.at = time.Now().UTC()
+		return nil
 	}
-	s.at = time.Now().UTC()
-	if err := startCommand(cmd, s.spec); err != nil {
+	if err := startCommandWith(cmd, s.spec, ahead, before); err != nil {
+		var ge *gateError
+		if errors.As(err, &ge) {
+			return ge.err
+		}
 		return fmt.Errorf("start %s: %w", s.spec.Argv[0], err)
 	}
 	s.cmd, s.pid = cmd, cmd.Process.Pid
@@ -117,7 +142,7 @@ func (s *server) start(spec Spec, gate func() error) (err error) {
 	b, _ := json.Marshal(started{ShimPID: os.Getpid(), PID: s.pid, StartedAt: s.at})
 	if err := s.startedFile.publish(s.dir, b); err != nil {
 		syscall.Kill(-s.pid, syscall.SIGKILL)
-		cmd.Wait()
+		cmd.Process.Wait() // the Process of a helper started ahead is not cmd's own start
 		return fmt.Errorf("write %s: %w", StartedFile, err)
 	}
 	return nil
@@ -431,3 +456,8 @@ func probeSpace(jdir string) error {
 	}
 	return nil
 }
+
+// gateError carries start's gate error through startCommandWith unchanged.
+type gateError struct{ err error }
+
+func (e *gateError) Error() string { return e.err.Error() }

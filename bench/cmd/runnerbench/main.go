@@ -8,6 +8,7 @@
 //	go run ./bench/cmd/runnerbench -profile /tmp/prof   # also CPU profiles of the throughput run
 //	go run ./bench/cmd/runnerbench -tiny                # every figure at a tiny size, seconds
 //	go run ./bench/cmd/runnerbench -only scale          # the busy-host figures alone
+//	go run ./bench/cmd/runnerbench -only calls -cgroups off   # spawn/exec without per-sandbox cgroups
 package main
 
 import (
@@ -32,6 +33,7 @@ func main() {
 	paced := flag.Int("paced", -1, "exec and spawn calls per round, one per 25 ms (default 100; 0: none)")
 	sessions := flag.Int("sessions", 0, "running sessions in one sandbox for the scale figures (default 1000)")
 	sandboxes := flag.Int("sandboxes", 0, "sandboxes listed by the scale figures (default 10000)")
+	cgroups := flag.String("cgroups", "", `runnerd's --cgroups: "auto" (its default: as root, every command in its sandbox's cgroups) or "off"`)
 	tmp := flag.String("tmp", "", "directory for the run's files (journals, baseline files; default $TMPDIR)")
 	flag.Parse()
 	if *tiny {
@@ -55,7 +57,7 @@ func main() {
 	if *only != "" {
 		cfg.Only = strings.Split(*only, ",")
 	}
-	cfg.ProfileDir, cfg.TempDir, cfg.Log = *profile, *tmp, os.Stderr
+	cfg.ProfileDir, cfg.TempDir, cfg.Log, cfg.Cgroups = *profile, *tmp, os.Stderr, *cgroups
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := bench.Run(ctx, cfg)
