@@ -39,8 +39,12 @@ type Pool struct {
 	exe  []string
 	opts PoolOptions
 
-	kick      chan struct{} // a refill is wanted; buffered 1
-	stop      chan struct{} // closed by Close
+	kick chan struct{} // a refill is wanted; buffered 1
+	// life ends when Close begins (endLife); stop is its Done channel.
+	// A warm shim's start is bounded by it, so Close cuts a start short.
+	life      context.Context
+	endLife   context.CancelFunc
+	stop      <-chan struct{}
 	done      chan struct{} // closed when the refill goroutine returned
 	closeOnce sync.Once
 
@@ -111,7 +115,9 @@ func NewPool(exe []string, opts PoolOptions) *Pool {
 		opts.Size = 0
 	}
 	p := &Pool{exe: append([]string(nil), exe...), opts: opts,
-		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+		kick: make(chan struct{}, 1), done: make(chan struct{})}
+	p.life, p.endLife = context.WithCancel(context.Background())
+	p.stop = p.life.Done()
 	p.helper.Store(opts.Helper == HelperAlways)
 	go p.refill()
 	p.wake()
@@ -221,7 +227,7 @@ func (p *Pool) Close() error {
 		idle := p.idle
 		p.idle = nil
 		p.mu.Unlock()
-		close(p.stop)
+		p.endLife()
 		<-p.done
 		var wg sync.WaitGroup
 		for _, w := range idle {
@@ -378,17 +384,11 @@ func (p *Pool) startWarm() (*warmShim, error) {
 		return nil, errors.New("start warm shim: pool closed")
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
+	// Bounded by warmTimeout and by the pool's life: either ends the read.
+	ctx, cancel := context.WithTimeout(p.life, warmTimeout)
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { conn.SetReadDeadline(time.Now()) })
 	defer stop()
-	go func() {
-		select {
-		case <-p.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	// "warm PID STAGE"; the staging directory's path may hold spaces.
 	line, err := readLine(conn, 4096)
 	f := strings.SplitN(line, " ", 3)
