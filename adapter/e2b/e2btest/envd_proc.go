@@ -1,0 +1,384 @@
+package e2btest
+
+// The processes behind envd's process service: one real process per Start,
+// its subscribers, its stdin, its signals and its end.
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// proc is one real process in a sandbox.
+type proc struct {
+	s     *Server
+	sb    *sandbox
+	cmd   *exec.Cmd
+	pid   uint32
+	tag   string
+	cfg   processConfig
+	chunk int
+
+	pty     *os.File   // the master, nil without a PTY
+	readers []*os.File // stdout and stderr read ends, or the master
+
+	inMu  sync.Mutex     // guards stdin (writes and close)
+	stdin io.WriteCloser // nil when there is none or it was closed
+
+	timer    *time.Timer   // the lifetime, nil without one
+	deadline chan struct{} // closed when the lifetime elapsed; nil without one
+	done     chan struct{} // closed after the end event went out
+
+	mu     sync.Mutex // guards subs, ended and reaped
+	subs   map[*sub]struct{}
+	ended  bool
+	reaped bool
+}
+
+type sub struct {
+	ch   chan message
+	gone chan struct{}
+}
+
+type message struct {
+	body []byte
+	end  bool
+}
+
+// subscribeLocked adds a subscriber; the caller holds p.mu or p is not
+// shared yet.
+func (p *proc) subscribeLocked() *sub {
+	me := &sub{ch: make(chan message), gone: make(chan struct{})}
+	p.subs[me] = struct{}{}
+	return me
+}
+
+func (p *proc) subscribe() (*sub, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended {
+		return nil, false
+	}
+	return p.subscribeLocked(), true
+}
+
+func (p *proc) unsubscribe(me *sub) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.subs[me]; ok {
+		delete(p.subs, me)
+		close(me.gone)
+	}
+}
+
+// broadcast hands m to every current subscriber, waiting for each (a slow
+// subscriber slows the process, as on envd) unless it leaves. With nobody
+// subscribed the output is dropped.
+func (p *proc) broadcast(m message) {
+	p.mu.Lock()
+	subs := make([]*sub, 0, len(p.subs))
+	for me := range p.subs {
+		subs = append(subs, me)
+	}
+	p.mu.Unlock()
+	for _, me := range subs {
+		select {
+		case me.ch <- m:
+		case <-me.gone:
+		}
+	}
+}
+
+func (p *proc) deadlineHit() bool {
+	select {
+	case <-p.deadline:
+		return true
+	default:
+		return false
+	}
+}
+
+// launch starts the process and its reader and waiter goroutines.
+func (p *proc) launch(sb *sandbox, size *ptySize, stdin bool, lifetime time.Duration) *connectErr {
+	s := p.s
+	cmd := exec.Command(p.cfg.Cmd, p.cfg.Args...)
+	cmd.Dir = sb.dir
+	if p.cfg.Cwd != nil && *p.cfg.Cwd != "" {
+		cmd.Dir = *p.cfg.Cwd
+	}
+	cmd.Env = append(os.Environ(), TagEnv+"="+sb.id)
+	for k, v := range sb.envVars {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	for k, v := range p.cfg.Envs {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var childEnds []*os.File
+	closeAll := func(fs []*os.File) {
+		for _, f := range fs {
+			f.Close()
+		}
+	}
+	if size != nil {
+		master, slave, err := openPTY(*size)
+		if err != nil {
+			return cerr("internal", "error starting pty: %v", err)
+		}
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+		p.pty = master
+		p.readers = []*os.File{master}
+		childEnds = []*os.File{slave}
+	} else {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		for range 2 {
+			r, w, err := os.Pipe()
+			if err != nil {
+				closeAll(p.readers)
+				closeAll(childEnds)
+				return cerr("internal", "error creating pipe: %v", err)
+			}
+			p.readers = append(p.readers, r)
+			childEnds = append(childEnds, w)
+		}
+		cmd.Stdout, cmd.Stderr = childEnds[0], childEnds[1]
+		if stdin {
+			r, w, err := os.Pipe()
+			if err != nil {
+				closeAll(p.readers)
+				closeAll(childEnds)
+				return cerr("internal", "error creating pipe: %v", err)
+			}
+			cmd.Stdin = r
+			childEnds = append(childEnds, r)
+			p.stdin = w
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		closeAll(p.readers)
+		closeAll(childEnds)
+		if p.stdin != nil {
+			p.stdin.Close()
+		}
+		return cerr("internal", "error starting process: %v", err)
+	}
+	closeAll(childEnds)
+	p.cmd = cmd
+	p.pid = uint32(cmd.Process.Pid)
+	if d := s.opts.RegisterDelay; d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-s.closing:
+			t.Stop()
+		}
+	}
+
+	s.mu.Lock()
+	alive := sb.procs != nil && s.sandboxes[sb.id] == sb
+	if alive {
+		sb.procs[p.pid] = p
+	}
+	s.mu.Unlock()
+	if !alive {
+		p.kill()
+	}
+	if lifetime > 0 {
+		p.deadline = make(chan struct{})
+		p.timer = time.AfterFunc(lifetime, func() {
+			close(p.deadline)
+			p.kill()
+		})
+	}
+	var readers sync.WaitGroup
+	for i, f := range p.readers {
+		field := [...]string{"stdout", "stderr"}[i]
+		if p.pty != nil {
+			field = "pty"
+		}
+		readers.Add(1)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer readers.Done()
+			p.read(f, field)
+		}()
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		readers.Wait()
+		p.wait()
+	}()
+	return nil
+}
+
+// read forwards output in chunks of at most p.chunk bytes.
+func (p *proc) read(f *os.File, field string) {
+	if f != p.pty {
+		defer f.Close()
+	}
+	// The PTY master stays open until the process is reaped (wait closes
+	// it): closing it earlier hangs the terminal up under a process that
+	// is still running.
+	buf := make([]byte, p.chunk)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			b, _ := json.Marshal(map[string]any{"event": map[string]any{"data": map[string][]byte{field: buf[:n]}}})
+			p.broadcast(message{body: b})
+		}
+		if err != nil {
+			// EOF for a pipe; EIO for a PTY master once the terminal's
+			// last holder closed it.
+			return
+		}
+	}
+}
+
+// wait reaps the process and sends the end event, as envd reports it from
+// os.ProcessState (protojson leaves out zero fields).
+func (p *proc) wait() {
+	// Wait for the exit without reaping, mark the process reaped, then
+	// reap: group signals (kill, pause) check the mark under p.mu, so none
+	// is ever sent to a process group whose id the kernel may reuse.
+	waitNoReap(p.pid)
+	p.mu.Lock()
+	p.reaped = true
+	p.mu.Unlock()
+	err := p.cmd.Wait()
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	p.inMu.Lock()
+	if p.stdin != nil {
+		p.stdin.Close()
+		p.stdin = nil
+	}
+	p.inMu.Unlock()
+	if p.pty != nil {
+		p.pty.Close()
+	}
+	end := map[string]any{}
+	st := p.cmd.ProcessState
+	if code := st.ExitCode(); code != 0 {
+		end["exitCode"] = code
+	}
+	if st.Exited() {
+		end["exited"] = true
+	}
+	end["status"] = st.String()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		end["error"] = err.Error()
+	}
+	b, _ := json.Marshal(map[string]any{"event": map[string]any{"end": end}})
+	p.s.mu.Lock()
+	if p.sb.procs[p.pid] == p {
+		delete(p.sb.procs, p.pid)
+	}
+	p.s.mu.Unlock()
+	p.mu.Lock()
+	p.ended = true
+	p.mu.Unlock()
+	p.broadcast(message{body: b, end: true})
+	close(p.done)
+}
+
+func (p *proc) input(in *processInput) *connectErr {
+	if in == nil {
+		return cerr("unimplemented", "invalid input type")
+	}
+	if in.PTY != nil {
+		if p.pty == nil {
+			return cerr("internal", "error writing to tty: tty not assigned to process")
+		}
+		if _, err := p.pty.Write(in.PTY); err != nil {
+			return cerr("internal", "error writing to tty: %v", err)
+		}
+		return nil
+	}
+	p.inMu.Lock()
+	defer p.inMu.Unlock()
+	if p.stdin == nil {
+		return cerr("internal", "error writing to stdin: stdin not enabled or closed")
+	}
+	if _, err := p.stdin.Write(in.Stdin); err != nil {
+		return cerr("internal", "error writing to stdin: %v", err)
+	}
+	return nil
+}
+
+func (p *proc) closeStdin() *connectErr {
+	if p.pty != nil {
+		return cerr("unknown", "error closing stdin: cannot close stdin for PTY process, send Ctrl+D (0x04) instead")
+	}
+	p.inMu.Lock()
+	defer p.inMu.Unlock()
+	if p.stdin == nil {
+		return cerr("unknown", "error closing stdin: stdin not enabled or already closed")
+	}
+	err := p.stdin.Close()
+	p.stdin = nil
+	if err != nil {
+		return cerr("unknown", "error closing stdin: %v", err)
+	}
+	return nil
+}
+
+func (p *proc) signal(v any) *connectErr {
+	var sig syscall.Signal
+	switch v {
+	case "SIGNAL_SIGKILL", float64(9):
+		sig = syscall.SIGKILL
+	case "SIGNAL_SIGTERM", float64(15):
+		sig = syscall.SIGTERM
+	default:
+		return cerr("invalid_argument", "invalid signal: %v", v)
+	}
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		return cerr("internal", "error sending signal: %v", err)
+	}
+	return nil
+}
+
+// kill ends the process's whole group (its own session for a PTY).
+func (p *proc) kill() { p.signalGroup(syscall.SIGKILL) }
+
+// abort kills the group and closes the output read ends, so the readers
+// finish even when a descendant outside the group still holds the pipes.
+func (p *proc) abort() {
+	p.kill()
+	for _, f := range p.readers {
+		f.Close()
+	}
+}
+
+// signalGroup signals the process's group while its leader is not yet
+// reaped (its id cannot have been reused).
+func (p *proc) signalGroup(sig syscall.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil && p.cmd.Process != nil && !p.reaped {
+		_ = syscall.Kill(-p.cmd.Process.Pid, sig)
+	}
+}
+
+// waitNoReap blocks until pid exits, leaving it a zombie (waitid with
+// WNOWAIT; the syscall package has no wrapper).
+func waitNoReap(pid uint32) {
+	const pPID, wExited, wNoWait = 1, 0x4, 0x1000000
+	var info [128]byte // siginfo_t
+	for {
+		_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(pid), uintptr(unsafe.Pointer(&info[0])), wExited|wNoWait, 0, 0)
+		if errno != syscall.EINTR {
+			return
+		}
+	}
+}
