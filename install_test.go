@@ -93,7 +93,7 @@ func TestInstallFromForeignCheckout(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("install.sh from a checkout owned by uid 65534: %v\n%s", err, out)
 	}
-	for _, b := range []string{"runnerd"} {
+	for _, b := range []string{"runnerd", "runner-shim"} {
 		out, err := exec.Command(filepath.Join(root, "usr/local/bin", b), "--version").Output()
 		if err != nil {
 			t.Fatalf("%s --version: %v", b, err)
@@ -101,6 +101,11 @@ func TestInstallFromForeignCheckout(t *testing.T) {
 		if got := strings.TrimSpace(string(out)); got != strings.TrimSpace(string(want)) {
 			t.Errorf("%s --version = %q, want %q (git describe)", b, got, strings.TrimSpace(string(want)))
 		}
+	}
+	// runner prints its own version first, then asks the daemon (none here).
+	out, _ := exec.Command(filepath.Join(root, "usr/local/bin", "runner"), "--version").Output()
+	if got, want := strings.SplitN(string(out), "\n", 2)[0], "client: "+strings.TrimSpace(string(want)); got != want {
+		t.Errorf("runner --version: first line %q, want %q", got, want)
 	}
 	if _, err := os.Stat(filepath.Join(root, "usr/local/share/doc/runner/operations.md")); err != nil {
 		t.Errorf("the unit's Documentation= page is not installed: %v", err)
