@@ -284,9 +284,9 @@ type ExecResult struct {
 	Session         string `json:"session"`
 	Stdout          []byte `json:"stdout"`
 	Stderr          []byte `json:"stderr"`
-	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
-	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
-	TimedOut        bool   `json:"timed_out,omitempty"`
+	StdoutTruncated bool   `json:"stdout_truncated"` // always sent, false too
+	StderrTruncated bool   `json:"stderr_truncated"`
+	TimedOut        bool   `json:"timed_out"`
 	Exit            Exit   `json:"exit"`
 }
 
