@@ -257,9 +257,10 @@ func (s *SignalName) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Terminate is the body of POST .../terminate.
+// Terminate is the body of POST .../terminate. GraceMS 0 (absent, or an
+// empty body) means the default grace, 10000 ms; otherwise 1..MaxGraceMS.
 type Terminate struct {
-	GraceMS int `json:"grace_ms"`
+	GraceMS int `json:"grace_ms,omitempty"`
 }
 
 // Exec is the body of POST /v1/sandboxes/{name}/exec. Stdin is the whole
