@@ -93,7 +93,7 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (reg
 	if err != nil {
 		return sb, errUnavailable("write registry: %v", err)
 	}
-	if !created && sb.User != req.User {
+	if !created && req.User != "" && sb.User != req.User { // absent: whatever it is, as network
 		return sb, errConflict("%s: sandbox %q exists with user %q", wire.DetailConflict, sb.Name, sb.User)
 	}
 	// A create that asks for containment never gets a sandbox contained
