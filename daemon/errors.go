@@ -1,10 +1,13 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -172,4 +175,101 @@ func classifyStart(err error) error {
 		return errWriteFailed("start session: %v", err)
 	}
 	return errUnavailable("start session: %v", err)
+}
+
+// net/http answers a few requests itself, before any handler runs: a
+// request line or header it cannot parse (400), a header block larger
+// than the server's limit (431), a transfer encoding it does not support
+// (501). It writes those straight to the connection as plain text, in one
+// Write, with exactly these headers and no Date. Nothing else runnerd
+// sends has that shape (every handler response carries a Date), so the
+// connection wrapper below recognizes such a write and sends the
+// documented error shape instead (Runner-Error header, JSON body, code
+// invalid), keeping net/http's status except 501, which is 400 here: the
+// request, not the host, is at fault.
+const netHTTPErrorHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+
+// shapedListener wraps every accepted connection in a shapedConn.
+type shapedListener struct {
+	net.Listener
+	s *server
+}
+
+func (l shapedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &shapedConn{Conn: c, s: l.s}, nil
+}
+
+// shapedConn rewrites net/http's own plain-text error answers (see
+// netHTTPErrorHeaders). It is used by one connection's serving goroutine
+// only, like the net.Conn it wraps.
+type shapedConn struct {
+	net.Conn
+	s *server
+}
+
+func (c *shapedConn) Write(p []byte) (int, error) {
+	if out, ok := c.s.shapeNetHTTPError(p); ok {
+		if _, err := c.Conn.Write(out); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
+}
+
+// shapeNetHTTPError returns the documented form of p when p is one of
+// net/http's own error answers ("HTTP/1.1 431 Request Header Fields Too
+// Large" + netHTTPErrorHeaders + text).
+func (s *server) shapeNetHTTPError(p []byte) ([]byte, bool) {
+	rest, ok := bytes.CutPrefix(p, []byte("HTTP/1.1 "))
+	if !ok {
+		return nil, false
+	}
+	statusLine, text, ok := bytes.Cut(rest, []byte(netHTTPErrorHeaders))
+	if !ok || bytes.ContainsAny(statusLine, "\r\n") || len(statusLine) < 4 {
+		return nil, false
+	}
+	status, err := strconv.Atoi(string(statusLine[:3]))
+	if err != nil || status < 400 {
+		return nil, false
+	}
+	if status == http.StatusNotImplemented {
+		status = http.StatusBadRequest
+	}
+	// The text repeats the status line ("400 Bad Request: missing
+	// required Host header"); the detail is what follows the code.
+	detail := strings.TrimPrefix(string(text), string(statusLine[:4]))
+	s.metrics.countError(wire.CodeInvalid)
+	s.log.Info("request refused", "code", status, "err", detail)
+	body, _ := json.Marshal(wire.ErrorBody{Error: wire.Error{Code: wire.CodeInvalid, Detail: detail}})
+	body = append(body, '\n')
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n%s: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n",
+		status, http.StatusText(status), wire.HeaderError, wire.CodeInvalid, len(body))
+	b.Write(body)
+	return b.Bytes(), true
+}
+
+// ReadFrom keeps the wrapped connection's sendfile/splice path: net/http
+// sends an ended stream's body (a file) through the connection's
+// io.ReaderFrom, which a plain wrapper would hide. Handler bodies are
+// never net/http's own error answers, so nothing is shaped here.
+func (c *shapedConn) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := c.Conn.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(struct{ io.Writer }{c.Conn}, r)
+}
+
+// CloseWrite keeps the half-close net/http does after its own error
+// answers (so the client reads the answer before a reset).
+func (c *shapedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }

@@ -187,7 +187,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			// shapedListener: net/http's own error answers get the
+			// documented shape too (errors.go).
+			if err := srv.Serve(shapedListener{Listener: l, s: s}); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				serveErr <- fmt.Errorf("serve %s: %w", l.Addr(), err)
 			}
 		}()
