@@ -25,6 +25,9 @@ const (
 	// body has a Content-Length); its presence as a header is what marks
 	// the ended form (see docs/protocol.md).
 	HeaderStreamEnd = "Runner-Stream-End"
+	// HeaderStreamStart is the offset of the first body byte of a stream
+	// read (the cursor, or what since resolved to).
+	HeaderStreamStart = "Runner-Stream-Start"
 )
 
 // QueryIncarnation is the optional query parameter of every
@@ -32,6 +35,17 @@ const (
 // holds: when the live sandbox of that name has another one (or none),
 // the answer is 404 not_found, and a DELETE is 204 and touches nothing.
 const QueryIncarnation = "incarnation"
+
+// QuerySince is the optional query parameter of the attach and stream
+// endpoints that starts each stream at the first byte written at or after
+// a time (RFC 3339, any fraction), instead of at a byte cursor: resolved
+// from the journal's offset-time marks, so it may start up to SinceGranularity
+// earlier, never later. It cannot be combined with a cursor.
+const QuerySince = "since"
+
+// SinceGranularity is how much earlier than asked a since read may start:
+// the journal's default mark interval.
+const SinceGranularity = time.Second
 
 // Sandbox states.
 const (
