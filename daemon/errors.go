@@ -141,8 +141,14 @@ func classify(err error) *apiError {
 func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	ae := classify(err)
 	s.metrics.countError(ae.code)
-	if ae.status >= 500 {
+	switch {
+	case ae.status >= 500:
 		s.log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "code", ae.code, "err", ae.detail)
+	case ae.code == wire.CodeInvalid || ae.code == wire.CodeDenied:
+		// A refused request: the route's template, never the path's
+		// values, the token, the body or the detail (which may quote
+		// the body, an env entry say).
+		s.log.Info("request refused", "method", r.Method, "route", s.routeOf(r), "status", ae.status, "code", ae.code)
 	}
 	h := w.Header()
 	h.Set(wire.HeaderError, string(ae.code))
@@ -155,6 +161,20 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(ae.status)
 	w.Write(body)
+}
+
+// routeOf is the mux pattern r matches ("POST /v1/sandboxes/{name}/exec"),
+// or "unknown".
+func (s *server) routeOf(r *http.Request) string {
+	if r.Pattern != "" {
+		return r.Pattern
+	}
+	if s.mux != nil {
+		if _, p := s.mux.Handler(r); p != "" {
+			return p
+		}
+	}
+	return "unknown"
 }
 
 // classifyStart maps a failure of shim.Start. Only a failure of the
@@ -244,7 +264,7 @@ func (s *server) shapeNetHTTPError(p []byte) ([]byte, bool) {
 	// required Host header"); the detail is what follows the code.
 	detail := strings.TrimPrefix(string(text), string(statusLine[:4]))
 	s.metrics.countError(wire.CodeInvalid)
-	s.log.Info("request refused", "code", status, "err", detail)
+	s.log.Info("request refused", "method", "unknown", "route", "unknown", "status", status, "code", wire.CodeInvalid)
 	body, _ := json.Marshal(wire.ErrorBody{Error: wire.Error{Code: wire.CodeInvalid, Detail: detail}})
 	body = append(body, '\n')
 	var b bytes.Buffer

@@ -233,10 +233,12 @@ func (s *server) resumeSandbox(ctx context.Context, name string) (registry.Sandb
 	}
 	unlock := s.locks.Lock(name)
 	defer unlock()
+	was := ""
 	sb, err := s.reg.UpdateSandbox(name, func(sb *registry.Sandbox) error {
 		if err := checkIncarnation(ctx, *sb); err != nil {
 			return err
 		}
+		was = sb.State
 		if _, err := os.Stat(sb.Workspace); err != nil {
 			return &apiError{status: http.StatusInternalServerError, code: wire.CodeRestoreFailed,
 				detail: fmt.Sprintf("workspace: %v", err)}
@@ -252,6 +254,9 @@ func (s *server) resumeSandbox(ctx context.Context, name string) (registry.Sandb
 	// spawn (sessionCgroups) or resume.
 	if err := s.ensureCgroup(sb); err != nil { // limits.go
 		return sb, err
+	}
+	if was == wire.SandboxSuspended {
+		s.log.Info("sandbox resumed", "sandbox", sb.Name, "incarnation", sb.Incarnation)
 	}
 	return sb, nil
 }

@@ -341,6 +341,17 @@ func noNUL(req *wire.CreateSession) error {
 	return nil
 }
 
+// logEnded logs a session's end, once: each caller calls it where the
+// registry record turns from running to ended.
+func (s *server) logEnded(rec registry.Session) {
+	e := rec.Exit
+	if e == nil {
+		return
+	}
+	s.log.Info("session ended", "sandbox", rec.Sandbox, "session", rec.ID, "reason", e.Reason,
+		"code", e.Code, "signal", e.Signal, "terminated", e.Terminated, "oom_killed", e.OOMKilled)
+}
+
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // validName checks a sandbox name: a DNS label.
