@@ -33,7 +33,7 @@ type metrics struct {
 	attachesTotal   atomic.Int64
 	sessionsStarted atomic.Int64
 	errors          map[wire.Code]*atomic.Int64 // fixed at construction; values atomic
-	static          *prometheus.Registry         // process and Go runtime collectors
+	static          *prometheus.Registry        // process and Go runtime collectors
 }
 
 func newMetrics() *metrics {
