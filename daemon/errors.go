@@ -11,7 +11,9 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/journal"
@@ -224,14 +226,42 @@ func (l shapedListener) Accept() (net.Conn, error) {
 }
 
 // shapedConn rewrites net/http's own plain-text error answers (see
-// netHTTPErrorHeaders). It is used by one connection's serving goroutine
-// only, like the net.Conn it wraps.
+// netHTTPErrorHeaders). Only the first write after net/http began reading
+// a request's header (it sets a read deadline in the future then: the
+// server has ReadHeaderTimeout) is looked at: net/http's own answer is
+// that write, while a handler's response starts with its status line and
+// a Date header. Every later write (a response body, whose bytes a
+// command may choose, or a hijacked WebSocket's frames) passes untouched,
+// so no output can be made to read as an error. After a 101 the
+// connection is no longer HTTP and is never armed again.
 type shapedConn struct {
 	net.Conn
-	s *server
+	s        *server
+	armed    atomic.Bool // the next write may be net/http's own error answer
+	upgraded atomic.Bool // a 101 was written: a WebSocket now
+}
+
+func (c *shapedConn) SetReadDeadline(t time.Time) error {
+	// net/http's readRequest sets now+ReadHeaderTimeout; aborting a
+	// background read sets a time long past, which must not arm.
+	if t.After(time.Now()) && !c.upgraded.Load() {
+		c.armed.Store(true)
+	}
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *shapedConn) SetDeadline(t time.Time) error {
+	c.armed.Store(false)
+	return c.Conn.SetDeadline(t)
 }
 
 func (c *shapedConn) Write(p []byte) (int, error) {
+	if !c.armed.Swap(false) {
+		return c.Conn.Write(p)
+	}
+	if bytes.HasPrefix(p, []byte("HTTP/1.1 101 ")) {
+		c.upgraded.Store(true)
+	}
 	if out, ok := c.s.shapeNetHTTPError(p); ok {
 		if _, err := c.Conn.Write(out); err != nil {
 			return 0, err
@@ -279,6 +309,7 @@ func (s *server) shapeNetHTTPError(p []byte) ([]byte, bool) {
 // io.ReaderFrom, which a plain wrapper would hide. Handler bodies are
 // never net/http's own error answers, so nothing is shaped here.
 func (c *shapedConn) ReadFrom(r io.Reader) (int64, error) {
+	c.armed.Store(false)
 	if rf, ok := c.Conn.(io.ReaderFrom); ok {
 		return rf.ReadFrom(r)
 	}
