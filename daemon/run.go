@@ -327,7 +327,7 @@ func checkShim(ctx context.Context, argv []string, want string, log *slog.Logger
 		// timeout) is a shim that cannot run.
 		if errors.As(err, &ee) && ee.ExitCode() == 2 && ctx.Err() == nil {
 			log.Warn("cannot check the shim's version: it does not answer --version (a runner-shim built before it had one?)",
-				"shim", path, "want", want, "exit", ee.ExitCode(), "stderr", strings.TrimSpace(stderr.String()))
+				"shim", path, "want", want, "exit", ee.ExitCode(), "stderr", firstLine(stderr.String()))
 			return nil
 		}
 		return fmt.Errorf("%w: shim %s: run --version: %w; %s", ErrShimUnusable, path, err, fix)
@@ -342,4 +342,11 @@ func checkShim(ctx context.Context, argv []string, want string, log *slog.Logger
 		return fmt.Errorf("%w: shim %s is version %q, runnerd is %q; %s", ErrShimUnusable, path, got, want, fix)
 	}
 	return nil
+}
+
+// firstLine is s up to its first newline, trimmed: a usage error's
+// message, without the usage text after it.
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return line
 }
