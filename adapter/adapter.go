@@ -143,7 +143,8 @@ type Adapter interface {
 	// PublicURL returns a URL for port that a browser opens with no
 	// provider credential. It returns *InvalidError for a port outside
 	// 1-65535 and ErrNotSupported without CapPublicURL; it never returns a
-	// guessed URL.
+	// guessed URL. A provider may also refuse, with *InvalidError, a port
+	// nothing listens on in the sandbox (runnerd does: url-or-nothing).
 	PublicURL(ctx context.Context, h Handle, port int) (string, error)
 }
 

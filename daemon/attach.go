@@ -36,8 +36,13 @@ func (s *server) attachReaders(w http.ResponseWriter, r *http.Request, ss regist
 			rd.Close()
 		}
 	}
+	sr, err := s.newSinceResolver(r, ss)
+	if err != nil {
+		return nil, err
+	}
+	defer sr.Close()
 	for _, stream := range streamsOf(ss.Request.TTY) {
-		cursor, err := parseCursor(r, stream)
+		cursor, err := sr.cursor(r.Context(), r, stream, stream)
 		if err != nil {
 			closeAll()
 			return nil, err

@@ -303,7 +303,9 @@ func startDaemonStoppable(t *testing.T, cfg daemon.Config) (*api, func()) {
 		}
 		cfg.TCPListener = l
 		cfg.Ready = func(string) { close(ready) }
-		cfg.Logger = testLogger(t)
+		if cfg.Logger == nil {
+			cfg.Logger = testLogger(t)
+		}
 		cfg.SuspendGrace = 2 * time.Second
 		cfg.TerminateGrace = 2 * time.Second
 		errc <- daemon.Run(ctx, cfg)

@@ -8,27 +8,40 @@ import (
 	"strconv"
 	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/common/expfmt"
+
 	"github.com/agentrunner/runner/shim"
 	"github.com/agentrunner/runner/wire"
 )
 
-// metrics are the counters runnerd keeps in memory. The gauges that
-// describe sessions are computed at scrape time from the registry and the
-// journals, so they are right after a restart too. Written by hand in the
-// Prometheus text format: a dozen series do not justify client_golang's
-// dependency tree.
+// metrics are the counters runnerd keeps in memory, and the registry of
+// the collectors that do not depend on a scrape (the process's and the Go
+// runtime's). The gauges that describe sessions are computed at scrape
+// time from the registry and the journals, so they are right after a
+// restart too.
+//
+// The exposition is client_golang's: it used to be written by hand, which
+// was fine for a dozen series but made adding the process and Go runtime
+// series (descriptors, CPU, memory, GC) a reimplementation, and let a
+// gauge and a counter share one family (runnerd_attaches and
+// runnerd_attaches_total) unnoticed. The series names are unchanged except
+// that counter, now runnerd_attaches_served_total.
 type metrics struct {
 	attaches        atomic.Int64
 	attachesTotal   atomic.Int64
 	sessionsStarted atomic.Int64
 	errors          map[wire.Code]*atomic.Int64 // fixed at construction; values atomic
+	static          *prometheus.Registry        // process and Go runtime collectors
 }
 
 func newMetrics() *metrics {
-	m := &metrics{errors: map[wire.Code]*atomic.Int64{}}
+	m := &metrics{errors: map[wire.Code]*atomic.Int64{}, static: prometheus.NewRegistry()}
 	for _, c := range wire.Codes {
 		m.errors[c] = new(atomic.Int64)
 	}
+	m.static.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
 	return m
 }
 
@@ -97,41 +110,75 @@ func total(lengths map[string]int64) int64 {
 	return n
 }
 
+// scrape is the collector of one scrape: the series read from runnerd's
+// state, with the session stats already computed (an error there is a
+// 503, before anything is gathered). It is unchecked (Describe sends
+// nothing): its series depend on the sandboxes running.
+type scrape struct {
+	s   *server
+	ctx context.Context
+	st  sessionStats
+}
+
+func (sc *scrape) Describe(chan<- *prometheus.Desc) {}
+
+func (sc *scrape) Collect(ch chan<- prometheus.Metric) {
+	s, st := sc.s, sc.st
+	gauge := func(name, help string, v float64) {
+		ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(name, help, nil, nil), prometheus.GaugeValue, v)
+	}
+	counter := func(name, help string, v float64) {
+		ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(name, help, nil, nil), prometheus.CounterValue, v)
+	}
+	gauge("runnerd_sandboxes", "Sandboxes in the registry.", float64(st.sandboxes))
+	gauge("runnerd_sessions_running", "Sessions whose command is running.", float64(st.running))
+	counter("runnerd_sessions_started_total", "Sessions started by this runnerd process.", float64(s.metrics.sessionsStarted.Load()))
+	gauge("runnerd_journal_bytes", "Sum of the stream lengths of every session in the registry.", float64(st.bytes))
+	gauge("runnerd_attaches", "Attached WebSocket clients.", float64(s.metrics.attaches.Load()))
+	counter("runnerd_attaches_served_total", "WebSocket attaches served by this runnerd process.", float64(s.metrics.attachesTotal.Load()))
+	ws := s.watcher.Stats()
+	gauge("runnerd_journal_watches", "Inotify watches held by the shared journal watcher (one per watched directory).", float64(ws.Watches))
+	gauge("runnerd_journal_followers", "Follow readers (attaches, streams, execs) woken by the shared journal watcher.", float64(ws.Readers))
+	counter("runnerd_journal_watch_overflows_total", "Inotify queue overflows the journal watcher saw (every follower was woken).", float64(ws.Overflows))
+	counter("runnerd_journal_poll_fallbacks_total", "Follow readers that fell back to polling.", float64(ws.Fallbacks))
+	unavailable := 0.0
+	if ws.Unavailable != nil {
+		unavailable = 1
+	}
+	gauge("runnerd_journal_inotify_unavailable", "1 when the journal watcher has no inotify instance and every follower polls.", unavailable)
+	errDesc := prometheus.NewDesc("runnerd_errors_total", "Error responses by code.", []string{"code"}, nil)
+	for _, c := range wire.Codes {
+		ch <- prometheus.MustNewConstMetric(errDesc, prometheus.CounterValue, float64(s.metrics.errors[c].Load()), string(c))
+	}
+	s.collectSandboxUsage(sc.ctx, ch)
+}
+
 func (s *server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	st, err := s.sessionStats(r.Context())
 	if err != nil {
 		s.writeError(w, r, errUnavailable("collect metrics: %v", err))
 		return
 	}
+	scrapeReg := prometheus.NewPedanticRegistry()
+	if err := scrapeReg.Register(&scrape{s: s, ctx: r.Context(), st: st}); err != nil {
+		s.writeError(w, r, errUnavailable("collect metrics: %v", err))
+		return
+	}
+	mfs, err := prometheus.Gatherers{s.metrics.static, scrapeReg}.Gather()
+	if err != nil {
+		s.writeError(w, r, errUnavailable("collect metrics: %v", err))
+		return
+	}
 	var b bytes.Buffer
-	gauge := func(name, help string, v int64) {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s gauge\n%s %d\n", name, help, name, name, v)
+	format := expfmt.NewFormat(expfmt.TypeTextPlain)
+	enc := expfmt.NewEncoder(&b, format)
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			s.writeError(w, r, errUnavailable("encode metrics: %v", err))
+			return
+		}
 	}
-	counter := func(name, help string, v int64) {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s counter\n%s %d\n", name, help, name, name, v)
-	}
-	gauge("runnerd_sandboxes", "Sandboxes in the registry.", int64(st.sandboxes))
-	gauge("runnerd_sessions_running", "Sessions whose command is running.", int64(st.running))
-	counter("runnerd_sessions_started_total", "Sessions started by this runnerd process.", s.metrics.sessionsStarted.Load())
-	gauge("runnerd_journal_bytes", "Sum of the stream lengths of every session in the registry.", st.bytes)
-	gauge("runnerd_attaches", "Attached WebSocket clients.", s.metrics.attaches.Load())
-	counter("runnerd_attaches_total", "WebSocket attaches served by this runnerd process.", s.metrics.attachesTotal.Load())
-	ws := s.watcher.Stats()
-	gauge("runnerd_journal_watches", "Inotify watches held by the shared journal watcher (one per watched directory).", int64(ws.Watches))
-	gauge("runnerd_journal_followers", "Follow readers (attaches, streams, execs) woken by the shared journal watcher.", int64(ws.Readers))
-	counter("runnerd_journal_watch_overflows_total", "Inotify queue overflows the journal watcher saw (every follower was woken).", int64(ws.Overflows))
-	counter("runnerd_journal_poll_fallbacks_total", "Follow readers that fell back to polling.", int64(ws.Fallbacks))
-	unavailable := int64(0)
-	if ws.Unavailable != nil {
-		unavailable = 1
-	}
-	gauge("runnerd_journal_inotify_unavailable", "1 when the journal watcher has no inotify instance and every follower polls.", unavailable)
-	fmt.Fprintf(&b, "# HELP runnerd_errors_total Error responses by code.\n# TYPE runnerd_errors_total counter\n")
-	for _, c := range wire.Codes {
-		fmt.Fprintf(&b, "runnerd_errors_total{code=%q} %d\n", string(c), s.metrics.errors[c].Load())
-	}
-	s.writeSandboxUsage(r.Context(), &b)
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	w.Header().Set("Content-Type", string(format))
 	w.Header().Set("Content-Length", strconv.Itoa(b.Len()))
 	w.Write(b.Bytes())
 }
@@ -142,11 +189,11 @@ func (s *server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 // runnerd_sandbox_usage_omitted says how many were left out.
 const MaxSandboxSeries = 500
 
-// writeSandboxUsage appends the per-sandbox usage series: only running
+// collectSandboxUsage sends the per-sandbox usage series: only running
 // sandboxes (a suspended one has no cgroup, a destroyed one no series),
 // at most MaxSandboxSeries, so the cardinality is bounded by the cap and
 // not by whatever names clients choose. Nothing without cgroups.
-func (s *server) writeSandboxUsage(ctx context.Context, b *bytes.Buffer) {
+func (s *server) collectSandboxUsage(ctx context.Context, ch chan<- prometheus.Metric) {
 	if s.cg == nil {
 		return
 	}
@@ -180,21 +227,24 @@ func (s *server) writeSandboxUsage(ctx context.Context, b *bytes.Buffer) {
 		after = sbs[len(sbs)-1].Name
 	}
 	series := []struct {
-		name, typ, help string
-		v               func(*wire.Usage) string
+		name string
+		typ  prometheus.ValueType
+		help string
+		v    func(*wire.Usage) float64
 	}{
-		{"runnerd_sandbox_memory_bytes", "gauge", "Memory charged to the sandbox's cgroup now.", func(u *wire.Usage) string { return strconv.FormatUint(u.MemoryBytes, 10) }},
-		{"runnerd_sandbox_memory_peak_bytes", "gauge", "Most memory charged to the sandbox's cgroup since it was created.", func(u *wire.Usage) string { return strconv.FormatUint(u.MemoryPeakBytes, 10) }},
-		{"runnerd_sandbox_cpu_seconds_total", "counter", "CPU time of every process that ran in the sandbox's cgroup.", func(u *wire.Usage) string { return strconv.FormatFloat(float64(u.CPUUsec)/1e6, 'f', 6, 64) }},
-		{"runnerd_sandbox_pids", "gauge", "Tasks (processes and threads) in the sandbox's cgroup now.", func(u *wire.Usage) string { return strconv.FormatUint(u.Pids, 10) }},
-		{"runnerd_sandbox_oom_kills_total", "counter", "Processes of the sandbox the kernel killed for memory.", func(u *wire.Usage) string { return strconv.FormatUint(u.OOMKills, 10) }},
+		{"runnerd_sandbox_memory_bytes", prometheus.GaugeValue, "Memory charged to the sandbox's cgroup now.", func(u *wire.Usage) float64 { return float64(u.MemoryBytes) }},
+		{"runnerd_sandbox_memory_peak_bytes", prometheus.GaugeValue, "Most memory charged to the sandbox's cgroup since it was created.", func(u *wire.Usage) float64 { return float64(u.MemoryPeakBytes) }},
+		{"runnerd_sandbox_cpu_seconds_total", prometheus.CounterValue, "CPU time of every process that ran in the sandbox's cgroup.", func(u *wire.Usage) float64 { return float64(u.CPUUsec) / 1e6 }},
+		{"runnerd_sandbox_pids", prometheus.GaugeValue, "Tasks (processes and threads) in the sandbox's cgroup now.", func(u *wire.Usage) float64 { return float64(u.Pids) }},
+		{"runnerd_sandbox_oom_kills_total", prometheus.CounterValue, "Processes of the sandbox the kernel killed for memory.", func(u *wire.Usage) float64 { return float64(u.OOMKills) }},
 	}
 	for _, m := range series {
-		fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s %s\n", m.name, m.help, m.name, m.typ)
+		desc := prometheus.NewDesc(m.name, m.help, []string{"sandbox"}, nil)
 		for _, r := range rows {
-			// Sandbox names are DNS labels: nothing to escape.
-			fmt.Fprintf(b, "%s{sandbox=%q} %s\n", m.name, r.name, m.v(r.u))
+			ch <- prometheus.MustNewConstMetric(desc, m.typ, m.v(r.u), r.name)
 		}
 	}
-	fmt.Fprintf(b, "# HELP runnerd_sandbox_usage_omitted Running sandboxes left out of the per-sandbox series (past %d).\n# TYPE runnerd_sandbox_usage_omitted gauge\nrunnerd_sandbox_usage_omitted %d\n", MaxSandboxSeries, omitted)
+	ch <- prometheus.MustNewConstMetric(prometheus.NewDesc("runnerd_sandbox_usage_omitted",
+		fmt.Sprintf("Running sandboxes left out of the per-sandbox series (past %d).", MaxSandboxSeries), nil, nil),
+		prometheus.GaugeValue, float64(omitted))
 }

@@ -90,7 +90,11 @@ func (s *server) startNetPolicy(ctx context.Context) {
 		return
 	}
 	s.net = m
-	s.log.Info("network policy enforced", "state", state, "pool", s.cfg.NetPolicyPool, "host_netns", s.cfg.NetPolicyHostNetNS)
+	pool := s.cfg.NetPolicyPool // the start line said pool="" for the default
+	if !pool.IsValid() {
+		pool = netpolicy.DefaultPool
+	}
+	s.log.Info("network policy enforced", "state", state, "pool", pool, "host_netns", s.cfg.NetPolicyHostNetNS)
 	s.adoptNets(ctx)
 }
 

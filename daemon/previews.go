@@ -2,15 +2,22 @@ package daemon
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
 	"strconv"
+	"strings"
 
 	"github.com/agentrunner/runner/daemon/preview"
 	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/netpolicy"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -95,6 +102,29 @@ func (s *server) handleURLs(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errInvalid("port %d is runnerd's own listener, not the sandbox's", req.Port))
 		return
 	}
+	// url-or-nothing: a URL only where something listens, where the
+	// proxy would connect (the sandbox's address in its namespace, or
+	// loopback on the host's network).
+	target, nsPath := netip.MustParseAddr("127.0.0.1"), ""
+	if sb.Network != nil {
+		nsb, err := s.netFor(r.Context(), sb)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if nsb == nil {
+			s.writeError(w, r, errUnavailable("sandbox %s has no network namespace set up", sb.Name))
+			return
+		}
+		target, nsPath = nsb.Addr, nsb.NetNSPath
+	}
+	if ok, err := listening(nsPath, target, req.Port); err != nil {
+		s.writeError(w, r, errUnavailable("look for a listener in sandbox %s: %v", sb.Name, err))
+		return
+	} else if !ok {
+		s.writeError(w, r, errConflict("nothing listens on port %d in sandbox %s", req.Port, sb.Name))
+		return
+	}
 	tok, err := preview.NewToken()
 	if err != nil {
 		s.writeError(w, r, errUnavailable("mint token: %v", err))
@@ -106,4 +136,83 @@ func (s *server) handleURLs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.writeJSON(w, http.StatusOK, wire.URL{URL: s.preview.URL(p.Token)})
+}
+
+// listening reports whether a TCP socket listens on port where the preview
+// proxy would connect: addr (the sandbox's address, or 127.0.0.1 for a
+// sandbox on the host network) or a wildcard address. It reads the
+// kernel's socket tables of the sandbox's network namespace
+// (/proc/thread-self/net/tcp{,6} on a thread that joined it, netnsPath)
+// or, with netnsPath empty, runnerd's own.
+func listening(netnsPath string, addr netip.Addr, port int) (bool, error) {
+	var found bool
+	read := func() error {
+		for _, f := range []string{"tcp", "tcp6"} {
+			b, err := os.ReadFile(filepath.Join("/proc/thread-self/net", f))
+			if errors.Is(err, os.ErrNotExist) && f == "tcp6" {
+				continue // IPv6 disabled
+			}
+			if err != nil {
+				return fmt.Errorf("read socket table: %w", err)
+			}
+			if listensIn(b, addr, port) {
+				found = true
+				return nil
+			}
+		}
+		return nil
+	}
+	if netnsPath == "" {
+		// Pinned to one thread only for /proc/thread-self's sake; the
+		// thread is in runnerd's own namespace.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		return found, read()
+	}
+	err := netpolicy.RunInNetNS(netnsPath, read)
+	return found, err
+}
+
+// listensIn reports whether a /proc/net/tcp{,6} table holds a LISTEN (state
+// 0A) socket on port whose local address is addr, its IPv4-mapped IPv6
+// form, or a wildcard.
+func listensIn(table []byte, addr netip.Addr, port int) bool {
+	lines := strings.Split(string(table), "\n")
+	for _, line := range lines[min(1, len(lines)):] {
+		f := strings.Fields(line)
+		if len(f) < 4 || f[3] != "0A" {
+			continue
+		}
+		host, portHex, ok := strings.Cut(f[1], ":")
+		if !ok {
+			continue
+		}
+		p, err := strconv.ParseUint(portHex, 16, 16)
+		if err != nil || int(p) != port {
+			continue
+		}
+		local, ok := procAddr(host)
+		if !ok {
+			continue
+		}
+		if local.IsUnspecified() || local.Unmap() == addr.Unmap() {
+			return true
+		}
+	}
+	return false
+}
+
+// procAddr decodes an address of /proc/net/tcp{,6}: the hex of the
+// address's bytes in host order, one 32-bit word at a time.
+func procAddr(h string) (netip.Addr, bool) {
+	raw, err := hex.DecodeString(h)
+	if err != nil || (len(raw) != 4 && len(raw) != 16) {
+		return netip.Addr{}, false
+	}
+	for i := 0; i < len(raw); i += 4 {
+		w := binary.NativeEndian.Uint32(raw[i:])
+		binary.BigEndian.PutUint32(raw[i:], w)
+	}
+	a, ok := netip.AddrFromSlice(raw)
+	return a, ok
 }

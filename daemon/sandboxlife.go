@@ -103,7 +103,7 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (reg
 	if err != nil {
 		return sb, errUnavailable("write registry: %v", err)
 	}
-	if !created && sb.User != req.User {
+	if !created && req.User != "" && sb.User != req.User { // absent: whatever it is, as network
 		return sb, errConflict("%s: sandbox %q exists with user %q", wire.DetailConflict, sb.Name, sb.User)
 	}
 	// A create that asks for containment never gets a sandbox contained
@@ -248,10 +248,12 @@ func (s *server) resumeSandbox(ctx context.Context, name string) (registry.Sandb
 	}
 	unlock := s.locks.Lock(name)
 	defer unlock()
+	was := ""
 	sb, err := s.reg.UpdateSandbox(name, func(sb *registry.Sandbox) error {
 		if err := checkIncarnation(ctx, *sb); err != nil {
 			return err
 		}
+		was = sb.State
 		if _, err := os.Stat(sb.Workspace); err != nil {
 			return &apiError{status: http.StatusInternalServerError, code: wire.CodeRestoreFailed,
 				detail: fmt.Sprintf("workspace: %v", err)}
@@ -267,6 +269,9 @@ func (s *server) resumeSandbox(ctx context.Context, name string) (registry.Sandb
 	// spawn (sessionCgroups) or resume.
 	if err := s.ensureCgroup(sb); err != nil { // limits.go
 		return sb, err
+	}
+	if was == wire.SandboxSuspended {
+		s.log.Info("sandbox resumed", "sandbox", sb.Name, "incarnation", sb.Incarnation)
 	}
 	return sb, nil
 }

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/agentrunner/runner/cgroup"
@@ -243,8 +244,8 @@ func (s *server) writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Write(body)
 }
 
-// decodeJSON reads a bounded JSON body into v, rejecting unknown fields and
-// trailing data. An empty body decodes as {} when allowEmpty.
+// decodeJSON reads a bounded JSON body into v, rejecting unknown fields,
+// duplicate keys and trailing data. An empty body decodes as {} when allowEmpty.
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) error {
 	body := http.MaxBytesReader(w, r.Body, wire.MaxJSONBody)
 	raw, err := io.ReadAll(body)
@@ -258,6 +259,9 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) 
 	if len(raw) == 0 && allowEmpty {
 		return nil
 	}
+	if err := duplicateKey(raw); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -267,6 +271,86 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) 
 		return errInvalid("decode body: trailing data")
 	}
 	return nil
+}
+
+// duplicateKey refuses a body in which an object names a key twice:
+// encoding/json keeps the last silently, so {"argv":["ls"],"argv":["rm"]}
+// would mean whatever the last proxy or logger in the path did not show.
+// Keys are compared as encoding/json matches them to struct fields, case
+// insensitively (no request body holds a map, whose keys would be exact).
+// One pass over the tokens, before Decode; a syntax error is left to
+// Decode, which says where it is.
+func duplicateKey(raw []byte) error {
+	type frame struct {
+		keys    map[string]struct{} // nil for an array
+		wantKey bool                // the next token of this object is a key or '}'
+	}
+	var stack []*frame
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil // io.EOF, or a syntax error Decode reports
+		}
+		var top *frame
+		if n := len(stack); n > 0 {
+			top = stack[n-1]
+		}
+		if top != nil && top.keys != nil && top.wantKey {
+			if tok == json.Delim('}') {
+				stack = stack[:len(stack)-1]
+				continue
+			}
+			key, _ := tok.(string)
+			folded := strings.ToLower(key)
+			if _, dup := top.keys[folded]; dup {
+				return errInvalid("decode body: duplicate key %q", key)
+			}
+			top.keys[folded] = struct{}{}
+			top.wantKey = false
+			continue
+		}
+		// A value: after it, an enclosing object expects a key again.
+		if top != nil && top.keys != nil {
+			top.wantKey = true
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{keys: map[string]struct{}{}, wantKey: true})
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+		case json.Delim(']'), json.Delim('}'):
+			if len(stack) > 0 {
+				stack = stack[:len(stack)-1]
+			}
+		}
+	}
+}
+
+// noNUL refuses a NUL byte in a command's argv, env or cwd: the kernel
+// takes them as C strings, so a NUL would cut the entry where the caller
+// did not mean it (and execve refuses it later, where it reads as a host
+// failure). It is the caller's mistake: 400 invalid.
+func noNUL(req *wire.CreateSession) error {
+	for _, field := range [][]string{req.Argv, req.Env, {req.Cwd}} {
+		for _, v := range field {
+			if strings.IndexByte(v, 0) >= 0 {
+				return errInvalid("argv, env and cwd must not contain a NUL byte: %q", v)
+			}
+		}
+	}
+	return nil
+}
+
+// logEnded logs a session's end, once: each caller calls it where the
+// registry record turns from running to ended.
+func (s *server) logEnded(rec registry.Session) {
+	e := rec.Exit
+	if e == nil {
+		return
+	}
+	s.log.Info("session ended", "sandbox", rec.Sandbox, "session", rec.ID, "reason", e.Reason,
+		"code", e.Code, "signal", e.Signal, "terminated", e.Terminated, "oom_killed", e.OOMKilled)
 }
 
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)

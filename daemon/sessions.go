@@ -148,7 +148,7 @@ func (s *server) handleTerminate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if req.GraceMS == 0 {
+	if req.GraceMS == 0 { // absent, 0 or an empty body: the default (protocol.md)
 		req.GraceMS = 10000
 	}
 	if req.GraceMS < 1 || req.GraceMS > wire.MaxGraceMS {

@@ -41,6 +41,7 @@ func (s *server) recordExitLater(ss registry.Session, exit wire.Exit) {
 	s.commits.commit(ss, "record session exit", func(rec *registry.Session) {
 		if rec.State == wire.SessionRunning || rec.State == stateStarting {
 			rec.State, rec.Exit = state, &exit
+			s.logEnded(*rec) // server.go
 		}
 	})
 }
@@ -170,8 +171,12 @@ func shimMayLive(dir string, since time.Time) bool {
 func (s *server) recordExit(ss registry.Session, exit wire.Exit) (registry.Session, error) {
 	state := endedState(exit)
 	out, err := s.reg.UpdateSession(ss.Sandbox, ss.ID, func(rec *registry.Session) error {
+		ended := rec.Exit == nil
 		rec.State = state
 		rec.Exit = &exit
+		if ended {
+			s.logEnded(*rec) // server.go
+		}
 		return nil
 	})
 	if errors.Is(err, registry.ErrNotFound) {

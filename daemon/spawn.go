@@ -25,6 +25,9 @@ func normalize(req *wire.CreateSession) error {
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
 		return errInvalid("argv must name a command")
 	}
+	if err := noNUL(req); err != nil { // server.go
+		return err
+	}
 	for _, kv := range req.Env {
 		if i := strings.IndexByte(kv, '='); i <= 0 {
 			return errInvalid("env entry %q: want KEY=VALUE", kv)

@@ -133,7 +133,11 @@ func (s *server) stopSessions(ctx context.Context, sessions []registry.Session, 
 		err := s.reg.UpdateSessions(sessions[0].Sandbox, ids, func(rec *registry.Session) {
 			if rec.Key == keys[rec.ID] { // the same spawn, not a successor under its id
 				exit := exits[rec.ID]
+				ended := rec.Exit == nil
 				rec.State, rec.Exit = endedState(exit), &exit
+				if ended {
+					s.logEnded(*rec) // server.go
+				}
 			}
 		})
 		if err != nil {

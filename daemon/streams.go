@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -35,11 +36,20 @@ func (s *server) handleStream(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errInvalid("session %q has no stream %q", ss.ID, stream))
 		return
 	}
-	cursor, err := parseCursor(r, "cursor")
+	sr, err := s.newSinceResolver(r, ss)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
+	cursor, err := sr.cursor(r.Context(), r, stream, "cursor")
+	sr.Close()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	// The body's first offset, so a reader that asked by time can keep a
+	// byte cursor (an error answer carries it too, meaning nothing).
+	w.Header().Set(wire.HeaderStreamStart, strconv.FormatInt(cursor, 10))
 	follow := r.URL.Query().Get("follow")
 	if follow != "" && follow != "0" && follow != "1" && follow != "true" && follow != "false" {
 		s.writeError(w, r, errInvalid("follow=%q: want 0 or 1", follow))
@@ -244,4 +254,63 @@ func (s *server) serveEnded(w http.ResponseWriter, r *http.Request, ss registry.
 		}
 	}
 	return true
+}
+
+// sinceResolver turns the request's since parameter (wire.QuerySince)
+// into a cursor per stream, asking the session's shim (shim.Client.OffsetAt:
+// the live writer's marks while it runs, the journal's index after), so a
+// reattach can skip history by time instead of replaying it all. One shim
+// connection serves every stream of the request; Close releases it.
+type sinceResolver struct {
+	s     *server
+	ss    registry.Session
+	since time.Time
+	set   bool
+	c     *shim.Client
+}
+
+// newSinceResolver parses since; malformed is 400 invalid.
+func (s *server) newSinceResolver(r *http.Request, ss registry.Session) (*sinceResolver, error) {
+	sr := &sinceResolver{s: s, ss: ss}
+	v := r.URL.Query().Get(wire.QuerySince)
+	if v == "" {
+		return sr, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return nil, errInvalid("%s=%q: want an RFC 3339 time: %v", wire.QuerySince, v, err)
+	}
+	sr.since, sr.set = t, true
+	return sr, nil
+}
+
+// cursor returns the cursor of stream: the byte offset in query key, or
+// the first offset written at or after since. Both at once is 400 invalid.
+func (sr *sinceResolver) cursor(ctx context.Context, r *http.Request, stream, key string) (int64, error) {
+	cursor, err := parseCursor(r, key)
+	if err != nil || !sr.set {
+		return cursor, err
+	}
+	if r.URL.Query().Has(key) {
+		return 0, errInvalid("%s and %s: give a cursor or a time, not both", key, wire.QuerySince)
+	}
+	if sr.c == nil {
+		c, err := shim.Dial(ctx, sr.s.sessionDir(sr.ss))
+		if err != nil {
+			return 0, errUnavailable("resolve %s: %v", wire.QuerySince, err)
+		}
+		sr.c = c
+	}
+	off, err := sr.c.OffsetAt(ctx, stream, sr.since)
+	if err != nil {
+		return 0, fmt.Errorf("resolve %s: %w", wire.QuerySince, err) // classify: shim errors
+	}
+	return off, nil
+}
+
+// Close releases the shim connection, if one was made.
+func (sr *sinceResolver) Close() {
+	if sr.c != nil {
+		sr.c.Close()
+	}
 }

@@ -25,6 +25,9 @@ const (
 	// body has a Content-Length); its presence as a header is what marks
 	// the ended form (see docs/protocol.md).
 	HeaderStreamEnd = "Runner-Stream-End"
+	// HeaderStreamStart is the offset of the first body byte of a stream
+	// read (the cursor, or what since resolved to).
+	HeaderStreamStart = "Runner-Stream-Start"
 )
 
 // QueryIncarnation is the optional query parameter of every
@@ -32,6 +35,17 @@ const (
 // holds: when the live sandbox of that name has another one (or none),
 // the answer is 404 not_found, and a DELETE is 204 and touches nothing.
 const QueryIncarnation = "incarnation"
+
+// QuerySince is the optional query parameter of the attach and stream
+// endpoints that starts each stream at the first byte written at or after
+// a time (RFC 3339, any fraction), instead of at a byte cursor: resolved
+// from the journal's offset-time marks, so it may start up to SinceGranularity
+// earlier, never later. It cannot be combined with a cursor.
+const QuerySince = "since"
+
+// SinceGranularity is how much earlier than asked a since read may start:
+// the journal's default mark interval.
+const SinceGranularity = time.Second
 
 // Sandbox states.
 const (
@@ -265,9 +279,10 @@ func (s *SignalName) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Terminate is the body of POST .../terminate.
+// Terminate is the body of POST .../terminate. GraceMS 0 (absent, or an
+// empty body) means the default grace, 10000 ms; otherwise 1..MaxGraceMS.
 type Terminate struct {
-	GraceMS int `json:"grace_ms"`
+	GraceMS int `json:"grace_ms,omitempty"`
 }
 
 // Exec is the body of POST /v1/sandboxes/{name}/exec. Stdin is the whole
@@ -292,9 +307,9 @@ type ExecResult struct {
 	Session         string `json:"session"`
 	Stdout          []byte `json:"stdout"`
 	Stderr          []byte `json:"stderr"`
-	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
-	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
-	TimedOut        bool   `json:"timed_out,omitempty"`
+	StdoutTruncated bool   `json:"stdout_truncated"` // always sent, false too
+	StderrTruncated bool   `json:"stderr_truncated"`
+	TimedOut        bool   `json:"timed_out"`
 	Exit            Exit   `json:"exit"`
 }
 

@@ -4,6 +4,8 @@ import (
 	"html/template"
 	"net/http"
 	"strconv"
+
+	"github.com/agentrunner/runner/wire"
 )
 
 // A page is what a browser shows when the Server answers by itself. Pages
@@ -68,6 +70,16 @@ func writePage(w http.ResponseWriter, status int, p page, target *Target) {
 		}
 	}
 	h := w.Header()
+	// The page is for a browser; the header is for a program, with the
+	// code runnerd's API uses (docs/protocol.md, POST .../urls).
+	code := wire.CodeUnavailable // 502, 503: try again later
+	switch status {
+	case http.StatusNotFound:
+		code = wire.CodeNotFound // the token is unknown or revoked
+	case http.StatusLoopDetected:
+		code = wire.CodeInvalid
+	}
+	h.Set(wire.HeaderError, string(code))
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
