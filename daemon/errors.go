@@ -64,15 +64,10 @@ func errNotSupported(format string, args ...any) *apiError {
 	return &apiError{status: wire.CodeNotSupported.Status(), code: wire.CodeNotSupported, detail: fmt.Sprintf(format, args...)}
 }
 
-// errUnavailable is a transient failure. Called as
-// errUnavailable("%s: ...", wire.DetailUncertain, ...), the form the
-// handlers used before errUncertain existed, it is errUncertain.
+// errUnavailable is a transient failure (retry); an outcome runnerd could
+// not confirm is errUncertain.
 func errUnavailable(format string, args ...any) *apiError {
-	ae := &apiError{status: wire.CodeUnavailable.Status(), code: wire.CodeUnavailable, detail: fmt.Sprintf(format, args...)}
-	if len(args) > 0 && args[0] == wire.DetailUncertain && strings.HasPrefix(format, "%s: ") {
-		ae.uncertain = true
-	}
-	return ae
+	return &apiError{status: wire.CodeUnavailable.Status(), code: wire.CodeUnavailable, detail: fmt.Sprintf(format, args...)}
 }
 
 // errUncertain is unavailable for a call whose outcome runnerd could not

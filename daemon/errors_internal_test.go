@@ -110,7 +110,6 @@ func TestUncertainErrorBody(t *testing.T) {
 		want bool
 	}{
 		{"errUncertain", errUncertain("session %s is still starting; retry", "s1"), true},
-		{"legacy call form", errUnavailable("%s: session %s is still starting; retry", wire.DetailUncertain, "s1"), true},
 		{"plain unavailable", errUnavailable("runnerd is stopping"), false},
 	}
 	s := &server{metrics: newMetrics(), log: slog.New(slog.DiscardHandler)}

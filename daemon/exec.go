@@ -77,7 +77,7 @@ func (s *server) execStdin(ctx context.Context, ss registry.Session, stdin []byt
 	}
 	s.log.Warn("exec stdin not delivered; terminating the command", "sandbox", ss.Sandbox, "session", ss.ID, "err", err)
 	if _, terr := s.terminate(context.WithoutCancel(ctx), ss, execGrace); terr != nil {
-		return errUnavailable("%s: exec stdin not delivered (%v), and the command's end is not confirmed (%v)", wire.DetailUncertain, err, terr)
+		return errUncertain("exec stdin not delivered (%v), and the command's end is not confirmed (%v)", err, terr)
 	}
 	return errUnavailable("exec stdin not delivered, the command was terminated: %v", err)
 }

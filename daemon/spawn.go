@@ -235,7 +235,7 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 		}
 		cur, err = s.refresh(cur)
 		if err == nil && cur.State == stateStarting {
-			err = errUnavailable("%s: session %q is still starting; retry with the same id", wire.DetailUncertain, req.ID)
+			err = errUncertain("session %q is still starting; retry with the same id", req.ID)
 		}
 		return cur, false, err
 	case err != nil:
@@ -275,7 +275,7 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 		// refresh finds whatever comes up, and a retry of this id attaches
 		// to it instead of starting a second process.
 		s.log.Warn("session start uncertain", "sandbox", name, "session", ss.ID, "err", err)
-		return ss, false, errUnavailable("%s: the session may be starting; retry with the same id: %v", wire.DetailUncertain, err)
+		return ss, false, errUncertain("the session may be starting; retry with the same id: %v", err)
 	}
 	if err != nil {
 		return fail(classifyStart(err))
@@ -288,7 +288,7 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 			if kerr := s.killUnverified(sctx, s.sessionDir(ss)); kerr != nil {
 				// Not removed: the record (starting) and directory stay, so
 				// the next refresh or restart finds what still runs.
-				return ss, false, errUnavailable("%s: session %s is not contained (%v) and could not be stopped: %v", wire.DetailUncertain, ss.ID, verr, kerr)
+				return ss, false, errUncertain("session %s is not contained (%v) and could not be stopped: %v", ss.ID, verr, kerr)
 			}
 			return fail(errUnavailable("start session in the sandbox's network namespace: %v", verr))
 		}

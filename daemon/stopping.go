@@ -39,11 +39,11 @@ func (s *server) endSession(ctx context.Context, ss registry.Session, grace time
 	}
 	if ss.State == stateStarting {
 		// Its shim may still start the command: never report it stopped.
-		return ss, errUnavailable("%s: session %s is still starting; retry", wire.DetailUncertain, ss.ID)
+		return ss, errUncertain("session %s is still starting; retry", ss.ID)
 	}
 	if ss.State != wire.SessionRunning {
 		if err := s.stopLingering(ctx, ss, grace); err != nil {
-			return ss, errUnavailable("%s: %v", wire.DetailUncertain, err)
+			return ss, errUncertain("%v", err)
 		}
 		return ss, nil
 	}
@@ -51,7 +51,7 @@ func (s *server) endSession(ctx context.Context, ss registry.Session, grace time
 		if again, rerr := s.refresh(ss); rerr == nil && again.State != wire.SessionRunning {
 			return again, nil
 		}
-		return ss, errUnavailable("%s: %v", wire.DetailUncertain, cause)
+		return ss, errUncertain("%v", cause)
 	}
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace+5*time.Second)
 	defer cancel()
@@ -147,7 +147,7 @@ func (s *server) stopSessions(ctx context.Context, sessions []registry.Session, 
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return errUnavailable("%s: stop sessions: %v", wire.DetailUncertain, err)
+		return errUncertain("stop sessions: %v", err)
 	}
 	return nil
 }
