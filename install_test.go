@@ -184,3 +184,20 @@ func TestInstalledShim(t *testing.T) {
 		t.Errorf("the session's supervisor runs %s, want %s", exe, want)
 	}
 }
+
+// TestInstallHelp: install.sh --help prints its header comment and nothing
+// of the script itself (it used to print its own `set -euo pipefail`).
+func TestInstallHelp(t *testing.T) {
+	out, err := exec.Command("bash", "images/install.sh", "--help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("install.sh --help: %v\n%s", err, out)
+	}
+	if !strings.HasPrefix(string(out), "Install runner on a Linux host") {
+		t.Errorf("install.sh --help does not start with the header:\n%s", out)
+	}
+	for _, bad := range []string{"set -", "start=", "case "} {
+		if strings.Contains(string(out), bad) {
+			t.Errorf("install.sh --help prints script text %q:\n%s", bad, out)
+		}
+	}
+}
