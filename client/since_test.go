@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
 	"testing"
 	"time"
 
@@ -130,5 +131,64 @@ func TestSince(t *testing.T) {
 	}
 	if off, ok := fr2.Start(wire.StreamStderr); off != 1 || !ok {
 		t.Errorf("Start(stderr) after Reattach = %d, %v; want 1, true", off, ok)
+	}
+}
+
+// TestStreamStartHeader: a since read must learn its start from
+// Runner-Stream-Start (without it no cursor could be kept), and a cursor
+// read told another start than its cursor is not trusted either.
+func TestStreamStartHeader(t *testing.T) {
+	answer := func(start string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			h := w.Header()
+			h.Set("Content-Type", "application/octet-stream")
+			if start != "" {
+				h.Set(wire.HeaderStreamStart, start)
+			}
+			h.Set(wire.HeaderStreamEnd, "exit")
+			h.Set(wire.HeaderExit, exitJSON(t, wire.ExitExited, 0))
+			h.Set("Content-Length", "1")
+			w.WriteHeader(200)
+			io.WriteString(w, "b")
+		}
+	}
+	since := time.Now()
+	for _, tt := range []struct {
+		name      string
+		start     string
+		bySince   bool
+		wantStart int64 // -1: the open must fail as unavailable
+	}{
+		{"since with start", "7", true, 7},
+		{"since without start", "", true, -1},
+		{"since with a malformed start", "x", true, -1},
+		{"since with a negative start", "-1", true, -1},
+		{"cursor without start", "", false, 3},
+		{"cursor with its start", "3", false, 3},
+		{"cursor told another start", "5", false, -1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newTestClient(t, serve(t, answer(tt.start)))
+			var b *client.StreamBody
+			var err error
+			if tt.bySince {
+				b, err = c.StreamSince(context.Background(), "box", "s1", "stdout", since, false)
+			} else {
+				b, err = c.Stream(context.Background(), "box", "s1", "stdout", 3, false)
+			}
+			if tt.wantStart < 0 {
+				if !errors.Is(err, adapter.ErrUnavailable) {
+					t.Fatalf("got %v, want unavailable", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			if b.Start() != tt.wantStart {
+				t.Errorf("Start: got %d, want %d", b.Start(), tt.wantStart)
+			}
+		})
 	}
 }
