@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -45,6 +46,12 @@ type FrameReader struct {
 	// (Next's goroutine only): data must continue exactly where the
 	// cursor, or the previous frame, ended.
 	want [3]int64
+	// known says which entries of want are known: all for a cursor
+	// attach; for a since attach, a stream's start is learned from its
+	// first data frame (Next's goroutine only).
+	known [3]bool
+	start [3]int64  // where each known stream began (Next's goroutine only)
+	since time.Time // the time a since attach asked for, or zero
 }
 
 // Attach opens a WebSocket attach to session id of sandbox, replaying each
@@ -54,12 +61,71 @@ type FrameReader struct {
 // session), adapter.ErrTruncated (a cursor behind retained data),
 // *adapter.InvalidError (a cursor beyond the end).
 func (c *Client) Attach(ctx context.Context, sandbox, id string, cur Cursors) (*FrameReader, error) {
+	return c.attach(ctx, sandbox, id, cur, time.Time{})
+}
+
+// AttachSince opens a WebSocket attach to session id of sandbox that
+// starts each stream at the first byte written at or after since
+// (wire.QuerySince: it may start up to wire.SinceGranularity earlier,
+// never later). The data frames carry their offsets, so the FrameReader
+// learns each stream's start from its first frame (Start) and keeps byte
+// cursors from there: reattach after a transport failure with Reattach,
+// which continues by cursor, not by time. Errors are Attach's.
+func (c *Client) AttachSince(ctx context.Context, sandbox, id string, since time.Time) (*FrameReader, error) {
+	return c.attach(ctx, sandbox, id, Cursors{}, since)
+}
+
+// Reattach opens a new attach that continues where prev ended, by cursor
+// (prev.Cursors). A stream of a since attach on which prev received no
+// data frame has no cursor yet: Reattach first resolves prev's time to
+// one through the stream endpoint (StreamSince's Start, the same
+// resolution the attach made; runnerd takes no cursor and time together),
+// so the new attach is by cursor only. Errors are Attach's, or Session's
+// and StreamSince's while resolving.
+func (c *Client) Reattach(ctx context.Context, sandbox, id string, prev *FrameReader) (*FrameReader, error) {
+	cur := prev.Cursors()
+	if !prev.known[wire.StreamStdout] || !prev.known[wire.StreamStderr] {
+		s, err := c.Session(ctx, sandbox, id)
+		if err != nil {
+			return nil, err
+		}
+		for _, name := range s.Streams {
+			sid := wire.StreamStdout
+			if name == "stderr" {
+				sid = wire.StreamStderr
+			}
+			if prev.known[sid] {
+				continue
+			}
+			b, err := c.StreamSince(ctx, sandbox, id, name, prev.since, false)
+			if err != nil {
+				return nil, err
+			}
+			b.Close() // only the start is needed, not the body
+			if sid == wire.StreamStdout {
+				cur.Stdout = b.Start()
+			} else {
+				cur.Stderr = b.Start()
+			}
+		}
+	}
+	return c.Attach(ctx, sandbox, id, cur)
+}
+
+// attach asks every stream by cursor when since is zero, and every one
+// by time otherwise (runnerd takes no cursor and time together).
+func (c *Client) attach(ctx context.Context, sandbox, id string, cur Cursors, since time.Time) (*FrameReader, error) {
 	path := apiPath("sandboxes", sandbox, "sessions", id, "attach")
 	op := "GET " + path
 	q := url.Values{}
-	q.Set("stdout", strconv.FormatInt(cur.Stdout, 10))
-	if cur.Stderr != 0 {
-		q.Set("stderr", strconv.FormatInt(cur.Stderr, 10))
+	bySince := !since.IsZero()
+	if bySince {
+		q.Set(wire.QuerySince, since.Format(time.RFC3339Nano))
+	} else {
+		q.Set("stdout", strconv.FormatInt(cur.Stdout, 10))
+		if cur.Stderr != 0 {
+			q.Set("stderr", strconv.FormatInt(cur.Stderr, 10))
+		}
 	}
 	h := http.Header{}
 	c.header(h, false)
@@ -80,7 +146,12 @@ func (c *Client) Attach(ctx context.Context, sandbox, id string, cur Cursors) (*
 	conn.SetReadLimit(wire.FrameHeaderLen + wire.MaxFramePayload)
 	rctx, cancel := context.WithCancel(context.Background())
 	fr := &FrameReader{conn: conn, op: op, ctx: rctx, cancel: cancel,
-		want: [3]int64{wire.StreamStdout: cur.Stdout, wire.StreamStderr: cur.Stderr}}
+		want:  [3]int64{wire.StreamStdout: cur.Stdout, wire.StreamStderr: cur.Stderr},
+		known: [3]bool{wire.StreamStdout: !bySince, wire.StreamStderr: !bySince},
+		start: [3]int64{wire.StreamStdout: cur.Stdout, wire.StreamStderr: cur.Stderr}}
+	if bySince {
+		fr.since = since
+	}
 	hb := c.opts.HeartbeatTimeout
 	fr.next = func() (websocket.MessageType, []byte, error) {
 		nctx, ncancel := context.WithTimeout(rctx, hb)
@@ -167,6 +238,11 @@ func (r *FrameReader) Next() (wire.Frame, error) {
 			// A gap or an overlap (a proxy, a bug) would silently lose or
 			// repeat transcript bytes: it is a transport failure, and the
 			// caller reattaches from what it has.
+			if !r.known[f.Stream] {
+				// A since attach: the first frame says where the time
+				// resolved to, and the stream is contiguous from there.
+				r.want[f.Stream], r.start[f.Stream], r.known[f.Stream] = f.Offset, f.Offset, true
+			}
 			if want := r.want[f.Stream]; f.Offset != want {
 				r.err = unavailablef("%s: %s data at offset %d, want %d: the stream is not contiguous", r.op, f.Stream.StreamName(), f.Offset, want)
 				r.conn.CloseNow()
@@ -187,9 +263,22 @@ func (r *FrameReader) Next() (wire.Frame, error) {
 // Cursors returns where each stream continues after the data frames Next
 // has returned: the cursors r was opened with, advanced by every frame.
 // Call it from Next's goroutine, or once Next is done; it is what to
-// attach again from after a transport failure.
+// attach again from after a transport failure. A stream of a since attach
+// with no data frame yet reports 0, which is no cursor (see Start); use
+// Reattach to continue such a reader.
 func (r *FrameReader) Cursors() Cursors {
 	return Cursors{Stdout: r.want[wire.StreamStdout], Stderr: r.want[wire.StreamStderr]}
+}
+
+// Start returns the offset at which the attach's data on stream begins
+// (a data frame continues from there), and whether it is known: always
+// for a cursor attach; for a since attach only once a data frame of that
+// stream has arrived. Call it from Next's goroutine, or once Next is done.
+func (r *FrameReader) Start(stream wire.StreamID) (int64, bool) {
+	if stream != wire.StreamStdout && stream != wire.StreamStderr {
+		return 0, false
+	}
+	return r.start[stream], r.known[stream]
 }
 
 func (r *FrameReader) readErr(err error) error {
@@ -242,7 +331,8 @@ type StreamEnd struct {
 type StreamBody struct {
 	resp  *http.Response
 	op    string
-	ended bool // the ended form: end in the headers, a Content-Length body
+	ended bool  // the ended form: end in the headers, a Content-Length body
+	start int64 // offset of the body's first byte
 	n     int64
 	eof   bool
 	once  sync.Once
@@ -253,10 +343,27 @@ type StreamBody struct {
 // ends; without it the body ends at the current length (End says "more"
 // while the session runs). ctx bounds the whole body.
 func (c *Client) Stream(ctx context.Context, sandbox, id, stream string, cursor int64, follow bool) (*StreamBody, error) {
+	return c.stream(ctx, sandbox, id, stream, cursor, time.Time{}, follow)
+}
+
+// StreamSince is Stream starting at the first byte written at or after
+// since instead of at a cursor (wire.QuerySince: it may start up to
+// wire.SinceGranularity earlier, never later). The body's Start is the
+// offset its first byte has (the Runner-Stream-Start header), so
+// Start + N is the byte cursor to continue from with Stream.
+func (c *Client) StreamSince(ctx context.Context, sandbox, id, stream string, since time.Time, follow bool) (*StreamBody, error) {
+	return c.stream(ctx, sandbox, id, stream, 0, since, follow)
+}
+
+func (c *Client) stream(ctx context.Context, sandbox, id, stream string, cursor int64, since time.Time, follow bool) (*StreamBody, error) {
 	path := apiPath("sandboxes", sandbox, "sessions", id, "streams", stream)
 	op := "GET " + path
 	q := url.Values{}
-	q.Set("cursor", strconv.FormatInt(cursor, 10))
+	if since.IsZero() {
+		q.Set("cursor", strconv.FormatInt(cursor, 10))
+	} else {
+		q.Set(wire.QuerySince, since.Format(time.RFC3339Nano))
+	}
 	if follow {
 		q.Set("follow", "1")
 	}
@@ -274,7 +381,17 @@ func (c *Client) Stream(ctx context.Context, sandbox, id, stream string, cursor 
 		defer resp.Body.Close()
 		return nil, responseErr(ctx, op, resp)
 	}
-	b := &StreamBody{resp: resp, op: op, ended: resp.Header.Get(wire.HeaderStreamEnd) != ""}
+	b := &StreamBody{resp: resp, op: op, ended: resp.Header.Get(wire.HeaderStreamEnd) != "", start: cursor}
+	if raw := resp.Header.Get(wire.HeaderStreamStart); raw != "" || !since.IsZero() {
+		start, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil || start < 0 || (since.IsZero() && start != cursor) {
+			// Without a trustworthy start a reader by time could keep
+			// no cursor, and one by cursor would be told another place.
+			resp.Body.Close()
+			return nil, unavailablef("%s: %s %q: want the offset of the first byte", op, wire.HeaderStreamStart, raw)
+		}
+		b.start = start
+	}
 	if b.ended && resp.ContentLength < 0 {
 		// The end is already known, so only the length can tell a whole
 		// body from a cut one; without it (a proxy re-framed the body)
@@ -322,8 +439,12 @@ func (b *StreamBody) cut() error {
 	return nil
 }
 
-// N returns the bytes read so far: cursor + N is where to continue.
+// N returns the bytes read so far: Start + N is where to continue.
 func (b *StreamBody) N() int64 { return b.n }
+
+// Start returns the offset of the body's first byte: the cursor asked
+// for, or what a StreamSince time resolved to (Runner-Stream-Start).
+func (b *StreamBody) Start() int64 { return b.start }
 
 // End returns how the body ended once Read returned io.EOF: from the
 // headers of the ended form, or from the trailers of the running form

@@ -22,7 +22,7 @@ import (
 )
 
 func init() {
-	commands = append(commands, &command{name: "attach", args: "NAME ID [--cursor N | --tail N]", min: 2, max: 2,
+	commands = append(commands, &command{name: "attach", args: "NAME ID [--cursor N | --tail N | --since DURATION|TIME]", min: 2, max: 2,
 		short: "attach this terminal to a session: see its output live, type into it",
 		long: `A TTY session (spawn --tty) takes over this terminal: it is put in raw mode,
 every key goes to the session, and the session follows this terminal's size.
@@ -35,7 +35,10 @@ Ctrl-C there detaches.
 Output is replayed from --cursor (default: the start, so a reattach shows what
 happened while you were away), or with --tail N from N bytes before the end of
 each stream (a terminal stream may then start in the middle of an escape
-sequence or a UTF-8 character). If the connection to runnerd drops, runner
+sequence or a UTF-8 character), or with --since from a time: a Go duration
+(10m: that long ago) or an RFC 3339 time; it may start up to 1 s of output
+earlier, never later, and a terminal stream may start mid escape sequence.
+If the connection to runnerd drops, runner
 reconnects from where it was, byte-exactly, for up to 30 s; then it exits 255.
 Examples:
   runner spawn web-1 --tty --id sh -- bash && runner attach web-1 sh
@@ -83,7 +86,46 @@ type attachRun struct {
 	ctx    context.Context // ends on stop: unblocks handshakes and backoff
 	cancel context.CancelFunc
 
-	cur client.Cursors // owned by the frame pump: where to attach (again) from
+	cur   client.Cursors // owned by the frame pump: where to attach (again) from
+	since time.Time      // --since: the first attach asks by time, reattaches by cursor
+	tty   bool           // the session has stdout only
+	// byTime (owned by the frame pump) says cur is not yet a cursor for
+	// every stream: a --since attach that has not seen a byte of one.
+	byTime bool
+}
+
+// resumeFlags are the flags that attach again where a left off.
+func (a *attachRun) resumeFlags() string {
+	if a.byTime {
+		return "--since " + a.since.UTC().Format(time.RFC3339Nano)
+	}
+	f := fmt.Sprintf("--cursor %d", a.cur.Stdout)
+	if a.cur.Stderr > 0 {
+		f += fmt.Sprintf(" --stderr-cursor %d", a.cur.Stderr)
+	}
+	return f
+}
+
+// parseSince reads --since: a Go duration before now, or an RFC 3339 time.
+func parseSince(v string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(v); err == nil {
+		if d < 0 {
+			return time.Time{}, fmt.Errorf("--since %q: want a duration >= 0 or an RFC 3339 time", v)
+		}
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("--since %q: want a duration (10m) or an RFC 3339 time", v)
+	}
+	return t, nil
+}
+
+// flagsSet returns the names of the flags given on the command line.
+func flagsSet(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
 }
 
 // setReader installs fr as the current reader, or closes it if the attach
@@ -122,8 +164,18 @@ type pumpResult struct {
 func (a *attachRun) pump(out, errw io.Writer, notice func(string)) pumpResult {
 	var lostAt time.Time
 	backoff := 250 * time.Millisecond
+	var prev *client.FrameReader // the last connection: reattach from its cursors
 	for {
-		fr, err := a.c.Attach(a.ctx, a.name, a.id, a.cur)
+		var fr *client.FrameReader
+		var err error
+		switch {
+		case prev != nil:
+			fr, err = a.c.Reattach(a.ctx, a.name, a.id, prev)
+		case !a.since.IsZero():
+			fr, err = a.c.AttachSince(a.ctx, a.name, a.id, a.since)
+		default:
+			fr, err = a.c.Attach(a.ctx, a.name, a.id, a.cur)
+		}
 		if err == nil && a.setReader(fr) {
 			if !lostAt.IsZero() {
 				notice("reconnected")
@@ -131,6 +183,10 @@ func (a *attachRun) pump(out, errw io.Writer, notice func(string)) pumpResult {
 			err = a.read(fr, out, errw, &lostAt)
 			fr.Close()
 			a.cur = fr.Cursors() // read wrote out every frame it got (or the attach ends)
+			prev = fr
+			_, outKnown := fr.Start(wire.StreamStdout)
+			_, errKnown := fr.Start(wire.StreamStderr)
+			a.byTime = !outKnown || (!a.tty && !errKnown)
 			if err == nil {
 				return pumpResult{err: errStopped}
 			}
@@ -205,12 +261,22 @@ func attachCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 	detach := fs.String("detach-key", "ctrl-]", `key that detaches, leaving the session running: ctrl-X, or "none"`)
 	sendStdin := fs.Bool("i", false, "pipes session: send this stdin to the session, close its stdin at EOF")
 	tail := fs.Int64("tail", -1, "start N bytes before the end of each stream instead of at a cursor")
+	sinceFlag := fs.String("since", "", "start at output written since a time: a duration ago (10m) or an RFC 3339 time")
 	return func(ctx context.Context, e *env, pos, _ []string) error {
 		name, id := pos[0], pos[1]
 		what := "attach " + name + " " + id
 		key, useKey, err := parseDetachKey(*detach)
 		if err != nil {
 			return usagef("attach", "%v", err)
+		}
+		var since time.Time
+		if set := flagsSet(fs); set["since"] {
+			if set["cursor"] || set["stderr-cursor"] || set["tail"] {
+				return usagef("attach", "--since and --cursor/--stderr-cursor/--tail exclude each other")
+			}
+			if since, err = parseSince(*sinceFlag, time.Now()); err != nil {
+				return usagef("attach", "%v", err)
+			}
 		}
 		if *cursor < 0 || *stderrCursor < 0 {
 			return usagef("attach", "cursors are byte offsets >= 0")
@@ -246,7 +312,7 @@ func attachCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 		actx, acancel := context.WithCancel(ctx)
 		defer acancel()
 		a := &attachRun{c: c, e: e, name: name, id: id, ctx: actx, cancel: acancel,
-			cur: client.Cursors{Stdout: *cursor, Stderr: *stderrCursor}}
+			cur: client.Cursors{Stdout: *cursor, Stderr: *stderrCursor}, since: since, tty: s.TTY, byTime: !since.IsZero()}
 
 		// From here on, the terminal may be raw: every message goes
 		// through notice (CR LF) and the terminal is restored before
@@ -375,10 +441,7 @@ func attachCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 				if restore != nil {
 					restore()
 				}
-				again := fmt.Sprintf("runner attach %s %s --cursor %d", name, id, a.cur.Stdout)
-				if a.cur.Stderr > 0 {
-					again += fmt.Sprintf(" --stderr-cursor %d", a.cur.Stderr)
-				}
+				again := fmt.Sprintf("runner attach %s %s %s", name, id, a.resumeFlags())
 				msg := fmt.Sprintf("\r\nrunner: detached from %s %s; it keeps running.\nrunner: reattach with: %s\n"+
 					"runner: (that shows only what is new; without the cursors it replays the session from its start)", name, id, again)
 				kind := "detached"
@@ -394,10 +457,7 @@ func attachCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 		if res.frame == nil {
 			ce := &cliError{what: what, err: res.err}
 			if errors.Is(res.err, adapter.ErrUnavailable) {
-				ce.hint = hintFor("unavailable", e.where) + "\n" + fmt.Sprintf("the session may still run; reattach with: runner attach %s %s --cursor %d", name, id, a.cur.Stdout)
-				if a.cur.Stderr > 0 {
-					ce.hint += fmt.Sprintf(" --stderr-cursor %d", a.cur.Stderr)
-				}
+				ce.hint = hintFor("unavailable", e.where) + "\n" + fmt.Sprintf("the session may still run; reattach with: runner attach %s %s %s", name, id, a.resumeFlags())
 			} else if errors.Is(res.err, adapter.ErrTruncated) {
 				ce.hint = "that cursor is behind the retained output: pass a larger --cursor"
 			}

@@ -76,13 +76,16 @@ Examples:
 have ended (whatever its code); if runnerd cannot confirm the end it is
 unavailable (255) and the session may still run: terminate again.`,
 			setup: terminateCmd},
-		&command{name: "logs", args: "NAME ID [--stream stdout|stderr] [--cursor N | --tail N] [-f]", min: 2, max: 2,
+		&command{name: "logs", args: "NAME ID [--stream stdout|stderr] [--cursor N | --tail N | --since DURATION|TIME] [-f]", min: 2, max: 2,
 			short: "print a session's output from a byte cursor; -f follows until it ends",
 			long: `Output is replayed byte-exactly from the journal, live or long after the command
 ended. A cursor is a byte offset in the stream: resume with --cursor at the
 number of bytes you already have; --tail N starts N bytes before the end (a
 terminal stream may then start in the middle of an escape sequence or a UTF-8
-character). A TTY session has only stdout.
+character). --since starts at output written since a time: a Go duration (10m:
+that long ago) or an RFC 3339 time; it may start up to 1 s of output earlier,
+never later (a terminal stream may start mid escape sequence).
+A TTY session has only stdout.
 Without -f runner prints what exists now and exits 0. With -f it prints until
 the session ends. A session that ended without an exit record (lost) exits 254;
 a cut connection exits 255 and says the cursor to resume from.`,
@@ -363,8 +366,19 @@ func logsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) e
 	tail := fs.Int64("tail", -1, "start N bytes before the end of the stream instead of at --cursor")
 	follow := fs.Bool("f", false, "follow: keep printing until the session ends")
 	fs.BoolVar(follow, "follow", false, "same as -f")
+	sinceFlag := fs.String("since", "", "start at output written since a time: a duration ago (10m) or an RFC 3339 time")
 	return func(ctx context.Context, e *env, pos, _ []string) error {
 		name, id := pos[0], pos[1]
+		var since time.Time
+		if set := flagsSet(fs); set["since"] {
+			if set["cursor"] || set["tail"] {
+				return usagef("logs", "--since and --cursor/--tail exclude each other")
+			}
+			var err error
+			if since, err = parseSince(*sinceFlag, time.Now()); err != nil {
+				return usagef("logs", "%v", err)
+			}
+		}
 		if *stream != "stdout" && *stream != "stderr" {
 			return usagef("logs", "--stream %q: want stdout or stderr", *stream)
 		}
@@ -396,7 +410,12 @@ func logsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) e
 			}
 			*cursor = tailCursor(s, *stream, *tail)
 		}
-		body, err := c.Stream(ctx, name, id, *stream, *cursor, *follow)
+		var body *client.StreamBody
+		if since.IsZero() {
+			body, err = c.Stream(ctx, name, id, *stream, *cursor, *follow)
+		} else {
+			body, err = c.StreamSince(ctx, name, id, *stream, since, *follow)
+		}
 		if err != nil {
 			ce := &cliError{what: what, err: err}
 			if errors.Is(err, adapter.ErrTruncated) {
@@ -406,7 +425,7 @@ func logsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) e
 		}
 		defer body.Close()
 		_, cerr := io.Copy(e.io.out, body)
-		next := *cursor + body.N()
+		next := body.Start() + body.N() // a --since read resumes by cursor
 		if cerr != nil {
 			return &cliError{what: what, err: cerr,
 				hint: fmt.Sprintf("the connection was cut; resume with: runner logs %s %s --stream %s --cursor %d", name, id, *stream, next)}
