@@ -8,12 +8,13 @@
 //     ("<runner>-<rest>", client.NewName), so a name keeps its route
 //     whatever discovery says later.
 //   - Absence stays definitive. A runner that discovery no longer lists
-//     (down, cordoned, NotReady, deleted) makes its sandboxes' calls
+//     (down, NotReady, deleted) makes its sandboxes' calls
 //     *adapter.UnavailableError, never adapter.ErrNotFound: only the runner
 //     itself can say a sandbox is gone.
 //   - Placement is power of two choices over the runners discovery lists,
 //     by each one's reported free capacity (GET /v1/capacity) less the
-//     placements this pool has in flight or made since that report; a
+//     placements this pool has in flight or made since that report. A
+//     cordoned runner takes no placement but keeps serving its sandboxes; a
 //     runner that answers "exhausted" is skipped for the rest of the
 //     placement and until its next report.
 //
@@ -41,20 +42,35 @@ import (
 	"github.com/agentrunner/runner/wire"
 )
 
-// Discovery lists the runners that exist and take new sandboxes now.
-// A runner it stops listing keeps its name's route: its sandboxes answer
-// unavailable until it is listed again. Runners returns the whole set each
-// time; an error leaves the pool's view as it was.
-type Discovery interface {
-	Runners(ctx context.Context) ([]client.Endpoint, error)
+// Runner is one runnerd discovery lists.
+type Runner struct {
+	client.Endpoint
+	// Cordoned runners take no new sandboxes; calls on their sandboxes
+	// are still routed to them (running sessions stay until the
+	// operator drains the host).
+	Cordoned bool
 }
 
-// Static is a fixed list of runners: the pool of a control plane that
-// names its hosts itself.
+// Discovery lists the runners that exist now. A runner it stops listing
+// keeps its name's route: its sandboxes answer unavailable until it is
+// listed again. Runners returns the whole set each time; an error leaves
+// the pool's view as it was.
+type Discovery interface {
+	Runners(ctx context.Context) ([]Runner, error)
+}
+
+// Static is a fixed list of runners, none cordoned: the pool of a control
+// plane that names its hosts itself.
 type Static []client.Endpoint
 
 // Runners returns the list.
-func (s Static) Runners(context.Context) ([]client.Endpoint, error) { return slices.Clone(s), nil }
+func (s Static) Runners(context.Context) ([]Runner, error) {
+	out := make([]Runner, len(s))
+	for i, ep := range s {
+		out[i] = Runner{Endpoint: ep}
+	}
+	return out, nil
+}
 
 // DefaultRefresh is Options.Refresh when it is 0.
 const DefaultRefresh = 5 * time.Second
@@ -79,6 +95,7 @@ type member struct {
 	c        *client.Client
 	ad       *client.Adapter // nil until its capabilities loaded
 	listed   bool            // discovery lists it now
+	cordoned bool            // listed, but takes no new sandboxes
 	cap      wire.Capacity
 	capOK    bool // cap is a report of this runner
 	inflight int  // placements started and not finished
@@ -182,12 +199,13 @@ func (p *Pool) loop() {
 // sandboxes are routed to it and fail as it fails) but takes no placement
 // until it answers.
 func (p *Pool) Refresh(ctx context.Context) error {
-	eps, err := p.disc.Runners(ctx)
+	rs, err := p.disc.Runners(ctx)
 	if err != nil {
 		return fmt.Errorf("discover runners: %w", err)
 	}
 	seen := map[string]bool{}
-	for _, ep := range eps {
+	for _, r := range rs {
+		ep := r.Endpoint
 		if !runnerName.MatchString(ep.Name) {
 			return fmt.Errorf("discover runners: runner name %q: want 1-20 of [a-z0-9]", ep.Name)
 		}
@@ -195,7 +213,8 @@ func (p *Pool) Refresh(ctx context.Context) error {
 	}
 	p.mu.Lock()
 	var stale []*client.Client
-	for _, ep := range eps {
+	for _, r := range rs {
+		ep := r.Endpoint
 		m := p.members[ep.Name]
 		if m != nil && m.ep != ep {
 			// Same runner, new address or token (a restarted pod): the
@@ -212,7 +231,7 @@ func (p *Pool) Refresh(ctx context.Context) error {
 			m = &member{name: ep.Name, ep: ep, c: c}
 			p.members[ep.Name] = m
 		}
-		m.listed = true
+		m.listed, m.cordoned = true, r.Cordoned
 	}
 	for name, m := range p.members {
 		if !seen[name] {
@@ -286,13 +305,14 @@ func (p *Pool) closeClients() {
 	}
 }
 
-// Runners returns the names of the runners discovery lists now, sorted.
+// Runners returns the names of the runners that take new sandboxes now
+// (listed by discovery, not cordoned), sorted.
 func (p *Pool) Runners() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []string
 	for name, m := range p.members {
-		if m.listed {
+		if m.listed && !m.cordoned {
 			out = append(out, name)
 		}
 	}
@@ -327,7 +347,7 @@ func (p *Pool) pick(skip map[string]bool) (*member, bool) {
 	defer p.mu.Unlock()
 	var cand []*member
 	for _, m := range p.members {
-		if m.listed && m.ad != nil && m.capOK && !m.full && !skip[m.name] && m.free() > 0 {
+		if m.listed && !m.cordoned && m.ad != nil && m.capOK && !m.full && !skip[m.name] && m.free() > 0 {
 			cand = append(cand, m)
 		}
 	}

@@ -21,19 +21,33 @@ import (
 
 // mutable is a Discovery whose list the test changes.
 type mutable struct {
-	mu  sync.Mutex // guards eps
-	eps []client.Endpoint
+	mu sync.Mutex // guards rs
+	rs []fleet.Runner
 }
 
-func (m *mutable) Runners(context.Context) ([]client.Endpoint, error) {
+func (m *mutable) Runners(context.Context) ([]fleet.Runner, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return append([]client.Endpoint(nil), m.eps...), nil
+	return append([]fleet.Runner(nil), m.rs...), nil
 }
 
 func (m *mutable) set(eps ...client.Endpoint) {
 	m.mu.Lock()
-	m.eps = eps
+	m.rs = nil
+	for _, ep := range eps {
+		m.rs = append(m.rs, fleet.Runner{Endpoint: ep})
+	}
+	m.mu.Unlock()
+}
+
+// cordon marks the runner named name cordoned.
+func (m *mutable) cordon(name string) {
+	m.mu.Lock()
+	for i := range m.rs {
+		if m.rs[i].Name == name {
+			m.rs[i].Cordoned = true
+		}
+	}
 	m.mu.Unlock()
 }
 
@@ -243,6 +257,26 @@ func TestRoutesAcrossDiscoveryChanges(t *testing.T) {
 	for _, h := range on["r2"] {
 		if _, err := p.Get(ctx, h.Name); err != nil {
 			t.Errorf("Get of %s after r2 came back: %v", h.Name, err)
+		}
+	}
+
+	// A cordoned runner takes no placement; its sandboxes keep serving.
+	disc.cordon("r1")
+	if err := p.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 6 {
+		h, err := p.Place(ctx, "route", adapter.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if runnerOf(h.Name) == "r1" {
+			t.Errorf("placement %s on a cordoned runner", h.Name)
+		}
+	}
+	for _, h := range on["r1"] {
+		if r, err := p.Exec(ctx, h, adapter.Shell("echo still")); err != nil || string(r.Stdout) != "still\n" {
+			t.Errorf("Exec on %s of a cordoned runner = %q, %v; want it served", h.Name, r.Stdout, err)
 		}
 	}
 
