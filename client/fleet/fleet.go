@@ -402,6 +402,12 @@ func (p *Pool) Place(ctx context.Context, prefix string, opts adapter.CreateOpti
 func (p *Pool) create(ctx context.Context, m *member, name string, opts adapter.CreateOptions) (adapter.Handle, error) {
 	p.mu.Lock()
 	ad := m.ad
+	if ad == nil {
+		// Replaced by a refresh since it was routed, and not yet answered.
+		m.inflight--
+		p.mu.Unlock()
+		return adapter.Handle{}, &adapter.UnavailableError{Detail: fmt.Sprintf("runner %s of sandbox %s has not answered", m.name, name)}
+	}
 	p.mu.Unlock()
 	h, err := ad.Create(ctx, name, opts)
 	var ae *client.APIError
