@@ -38,6 +38,18 @@ var rules = []struct {
 	{pkg: "client", forbidden: []string{
 		module + "/daemon", module + "/journal", module + "/shim", module + "/netpolicy",
 		"go.etcd.io/bbolt", "github.com/google/nftables", "github.com/vishvananda/",
+		"k8s.io/", "sigs.k8s.io/",
+	}},
+	// Placement over a fleet pulls no Kubernetes module: only
+	// client/fleet/k8s does, for control planes that use it.
+	{pkg: "client/fleet", forbidden: []string{
+		module + "/daemon", module + "/journal", module + "/shim", module + "/netpolicy", module + "/client/fleet/k8s",
+		"go.etcd.io/bbolt", "github.com/google/nftables", "github.com/vishvananda/",
+		"k8s.io/", "sigs.k8s.io/",
+	}},
+	{pkg: "client/fleet/k8s", forbidden: []string{
+		module + "/daemon", module + "/journal", module + "/shim", module + "/netpolicy",
+		"go.etcd.io/bbolt", "github.com/google/nftables", "github.com/vishvananda/",
 	}},
 	{pkg: "journal", forbidden: []string{
 		module + "/daemon", module + "/client", module + "/shim", module + "/netpolicy", module + "/adapter",

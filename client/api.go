@@ -27,6 +27,14 @@ func (c *Client) Capabilities(ctx context.Context) ([]string, error) {
 	return caps.Capabilities, err
 }
 
+// Capacity calls GET /v1/capacity: what this host holds and how much
+// more it takes.
+func (c *Client) Capacity(ctx context.Context) (wire.Capacity, error) {
+	var cp wire.Capacity
+	err := c.do(ctx, call{method: http.MethodGet, path: apiPath("capacity")}, &cp)
+	return cp, err
+}
+
 // CreateSandbox calls POST /v1/sandboxes. It is idempotent: creating a
 // name that exists returns the existing sandbox.
 func (c *Client) CreateSandbox(ctx context.Context, req wire.CreateSandbox) (wire.Sandbox, error) {

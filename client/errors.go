@@ -42,6 +42,10 @@ type APIError struct {
 	// command of a spawn or exec could not be started
 	// (wire.ExecErrorNotFound, wire.ExecErrorNotExecutable), else "".
 	ExecError wire.ExecError
+	// Exhausted is set on an unavailable answer of a host that takes no
+	// more sandboxes or sessions (wire.Error.Exhausted): nothing was
+	// created; another host may take it.
+	Exhausted bool
 
 	kind error // the adapter kind: a sentinel or a typed error
 }
@@ -120,6 +124,7 @@ func responseErr(ctx context.Context, op string, resp *http.Response) error {
 	we := &wire.Error{Code: wire.Code(header), Detail: e.Detail, RetryAfterMS: e.RetryAfter.Milliseconds()}
 	if decoded {
 		we.Uncertain = body.Uncertain
+		e.Exhausted = body.Code == wire.CodeUnavailable && body.Exhausted
 	}
 	e.Uncertain = we.Code == wire.CodeUnavailable && we.IsUncertain()
 	kind, ok := stream.KindError(Provider, we, detail)

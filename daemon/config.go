@@ -129,6 +129,8 @@ type Config struct {
 	// exec memory. An exec beyond it is answered 429 rate_limited. 0 means
 	// DefaultMaxExecs.
 	MaxExecs int
+	// Capacity bounds what this host takes (capacity.go); zero: no bound.
+	Capacity CapacityLimits
 	// pool holds the warm shims; set by Run, nil when disabled.
 	pool *shim.Pool
 	// TerminateGrace is the grace of the SIGTERM before SIGKILL when destroy

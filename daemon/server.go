@@ -38,6 +38,7 @@ type server struct {
 	watcher *journal.Watcher   // wakes every follow reader (openReader); closed by Run last
 	execs   chan struct{}      // one token per exec in flight; cap is Config.MaxExecs
 	ids     identities         // isolation policy (identity.go); set by Run, then read-only
+	adm     admission          // creates in flight under Config.Capacity (capacity.go)
 
 	netMu sync.Mutex                    // guards nets
 	nets  map[string]*netpolicy.Sandbox // by netID: namespaces this runnerd set up
@@ -129,8 +130,9 @@ func (s *server) routes() {
 	m.HandleFunc("GET /healthz", s.handleHealth)
 	m.HandleFunc("GET /metrics", s.handleMetrics)
 	m.HandleFunc("GET /v1/capabilities", s.handleCapabilities)
+	m.HandleFunc("GET /v1/capacity", s.handleCapacity)
 
-	m.HandleFunc("POST /v1/sandboxes", s.handleCreateSandbox)
+	m.HandleFunc("POST /v1/sandboxes", s.admitSandbox(s.handleCreateSandbox))
 	m.HandleFunc("GET /v1/sandboxes", s.handleListSandboxes)
 	m.HandleFunc("GET /v1/sandboxes/{name}", s.scoped(s.handleGetSandbox))
 	m.HandleFunc("DELETE /v1/sandboxes/{name}", s.scoped(s.handleDeleteSandbox))
@@ -140,7 +142,7 @@ func (s *server) routes() {
 	m.HandleFunc("PUT /v1/sandboxes/{name}/limits", s.scoped(s.handleLimits))
 	m.HandleFunc("POST /v1/sandboxes/{name}/urls", s.scoped(s.handleURLs))
 
-	m.HandleFunc("POST /v1/sandboxes/{name}/sessions", s.scoped(s.handleCreateSession))
+	m.HandleFunc("POST /v1/sandboxes/{name}/sessions", s.scoped(s.admitSession(s.handleCreateSession)))
 	m.HandleFunc("GET /v1/sandboxes/{name}/sessions", s.scoped(s.handleListSessions))
 	m.HandleFunc("GET /v1/sandboxes/{name}/sessions/{id}", s.scoped(s.handleGetSession))
 	m.HandleFunc("GET /v1/sandboxes/{name}/sessions/{id}/attach", s.scoped(s.handleAttach))

@@ -318,6 +318,35 @@ type Capabilities struct {
 	Capabilities []string `json:"capabilities"`
 }
 
+// Capacity is the answer of GET /v1/capacity: what this host holds and
+// how much more it will take. A control plane places new sandboxes by it
+// (client/fleet); it is a snapshot, stale the moment it is read.
+type Capacity struct {
+	// Sandboxes is the number of sandboxes this host holds (any state).
+	Sandboxes int `json:"sandboxes"`
+	// MaxSandboxes is the most it takes (runnerd --max-sandboxes); 0 is
+	// no bound.
+	MaxSandboxes int `json:"max_sandboxes"`
+	// Sessions is the number of sessions the registry calls running or
+	// starting.
+	Sessions int `json:"sessions"`
+	// MaxSessions is the most running sessions it takes (runnerd
+	// --max-sessions); 0 is no bound.
+	MaxSessions int `json:"max_sessions"`
+	// MemoryAvailableBytes is the memory the host can still give without
+	// swapping: MemAvailable of /proc/meminfo.
+	MemoryAvailableBytes int64 `json:"memory_available_bytes"`
+	// PIDsFree is how many more tasks the host can start: the kernel's
+	// pid_max less the tasks that exist.
+	PIDsFree int64 `json:"pids_free"`
+	// Cgroups reports whether runnerd enforces resource limits
+	// (capability resource_limits).
+	Cgroups bool `json:"cgroups"`
+	// Exhausted is set when a create of a new sandbox would be refused
+	// now (Sandboxes >= MaxSandboxes).
+	Exhausted bool `json:"exhausted"`
+}
+
 // Health is the answer of GET /healthz.
 type Health struct {
 	Status  string `json:"status"`

@@ -157,6 +157,10 @@ type Error struct {
 	// 126); it is not a code of its own, so a client that ignores it still
 	// sees invalid.
 	ExecError ExecError `json:"exec_error,omitempty"`
+	// Exhausted is set with CodeUnavailable (503) when the host takes no
+	// more sandboxes or sessions (runnerd --max-sandboxes,
+	// --max-sessions): nothing was created; another host may take it.
+	Exhausted bool `json:"exhausted,omitempty"`
 }
 
 // ExecError says why a command could not be started (Error.ExecError).

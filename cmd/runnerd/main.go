@@ -111,6 +111,8 @@ func run(args []string) int {
 	shimBin := fs.String("shim", envOr("RUNNERD_SHIM", ""), `the per-session supervisor binary (runner-shim, run as "PATH serve"), built from the same source as this runnerd; empty: runnerd re-executes itself as "runnerd shim" (one binary, ~0.4 MiB more private memory per idle session)`)
 	warmShims := fs.Int("warm-shims", daemon.DefaultWarmShims, "pre-started shims kept waiting for a session, so a spawn skips two process starts (~1.5 MiB private memory each while idle); 0 disables")
 	maxExecs := fs.Int("max-execs", daemon.DefaultMaxExecs, "execs in flight at once (each buffers up to 2x16 MiB of output); one more is answered 429 rate_limited")
+	maxSandboxes := fs.Int("max-sandboxes", 0, "most sandboxes this host holds; a create of one more is answered 503 unavailable with exhausted set (GET /v1/capacity reports it); 0: no bound")
+	maxSessions := fs.Int("max-sessions", 0, "most sessions running at once on this host; a spawn of one more is answered 503 unavailable with exhausted set; 0: no bound")
 	retention := fs.Duration("session-retention", 0, "delete an ended session (record, directory, journal) this long after its exit, as DELETE .../sessions/{id} does; a control plane must persist what it needs before then; 0 keeps sessions until their sandbox is destroyed")
 	retainBytes := fs.Int64("journal-retain-bytes", 0, "cap each stream's journal of new sessions at about N bytes (plus one 64 MiB segment): the oldest whole segments are dropped, and a reader behind them is answered 416 truncated; 0 keeps everything")
 	logLevel := fs.String("log-level", envOr("RUNNERD_LOG_LEVEL", "info"), "log level: debug, info, warn, error")
@@ -173,6 +175,7 @@ func run(args []string) int {
 	}
 	cfg := daemon.Config{
 		MaxExecs:    *maxExecs,
+		Capacity:    daemon.CapacityLimits{MaxSandboxes: *maxSandboxes, MaxSessions: *maxSessions},
 		ShimCommand: shimCommand,
 		WarmShims:   *warmShims,
 		StateDir:    *state, // "": daemon.DefaultStateDir

@@ -1,0 +1,238 @@
+package daemon
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/agentrunner/runner/wire"
+)
+
+// CapacityLimits bound what one host takes (Config.Capacity). A create
+// beyond a bound is answered 503 unavailable with wire.Error.Exhausted
+// set: nothing was created, and another host may take it. Re-creating a
+// sandbox or session that exists (both creates are idempotent) is never
+// refused.
+type CapacityLimits struct {
+	// MaxSandboxes is the most sandboxes the host holds; 0 is no bound.
+	MaxSandboxes int
+	// MaxSessions is the most sessions running (or starting) at once;
+	// 0 is no bound.
+	MaxSessions int
+}
+
+// admission counts the creates in flight, so that concurrent creates
+// cannot together pass a bound that each alone would respect: a create is
+// admitted when what the registry holds plus what is in flight is below
+// the bound.
+type admission struct {
+	mu       sync.Mutex // guards the counts
+	sandbox  int        // sandbox creates in flight
+	sessions int        // session creates in flight
+}
+
+// peekBody reads the request body (bounded as decodeJSON bounds it) and
+// puts it back for the handler. A body it cannot read or decode passes
+// through: the handler answers it.
+func peekBody(r *http.Request, v any) bool {
+	raw, err := io.ReadAll(io.LimitReader(r.Body, wire.MaxJSONBody+1))
+	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(raw), r.Body))
+	return err == nil && json.Unmarshal(raw, v) == nil
+}
+
+// admitSandbox wraps POST /v1/sandboxes with Config.Capacity.MaxSandboxes.
+func (s *server) admitSandbox(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		max := s.cfg.Capacity.MaxSandboxes
+		var req wire.CreateSandbox
+		if max <= 0 || !peekBody(r, &req) {
+			h(w, r)
+			return
+		}
+		if _, err := s.reg.GetSandbox(req.Name); err == nil {
+			h(w, r) // idempotent re-create: takes nothing new
+			return
+		}
+		a := &s.adm
+		a.mu.Lock()
+		n, err := s.reg.CountSandboxes()
+		if err != nil {
+			a.mu.Unlock()
+			s.writeError(w, r, errUnavailable("count sandboxes: %v", err))
+			return
+		}
+		if n+a.sandbox >= max {
+			a.mu.Unlock()
+			s.writeExhausted(w, r, fmt.Sprintf("host holds %d sandboxes (%d being created) of at most %d", n, a.sandbox, max))
+			return
+		}
+		a.sandbox++
+		a.mu.Unlock()
+		defer func() {
+			a.mu.Lock()
+			a.sandbox--
+			a.mu.Unlock()
+		}()
+		h(w, r)
+	}
+}
+
+// admitSession wraps POST .../sessions with Config.Capacity.MaxSessions.
+func (s *server) admitSession(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		max := s.cfg.Capacity.MaxSessions
+		var req wire.CreateSession
+		if max <= 0 || !peekBody(r, &req) {
+			h(w, r)
+			return
+		}
+		if req.ID != "" {
+			if _, err := s.reg.GetSession(r.PathValue("name"), req.ID); err == nil {
+				h(w, r) // idempotent re-create
+				return
+			}
+		}
+		a := &s.adm
+		a.mu.Lock()
+		n, err := s.liveSessions()
+		if err != nil {
+			a.mu.Unlock()
+			s.writeError(w, r, errUnavailable("count sessions: %v", err))
+			return
+		}
+		if n+a.sessions >= max {
+			a.mu.Unlock()
+			s.writeExhausted(w, r, fmt.Sprintf("host runs %d sessions (%d being started) of at most %d", n, a.sessions, max))
+			return
+		}
+		a.sessions++
+		a.mu.Unlock()
+		defer func() {
+			a.mu.Lock()
+			a.sessions--
+			a.mu.Unlock()
+		}()
+		h(w, r)
+	}
+}
+
+// liveSessions counts the sessions the registry calls running or
+// starting. A session whose command ended but whose record nobody has
+// touched since still counts: the count errs on the full side.
+func (s *server) liveSessions() (int, error) {
+	all, err := s.reg.AllSessions()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, ss := range all {
+		if ss.Exit == nil && (ss.State == wire.SessionRunning || ss.State == stateStarting) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// writeExhausted answers 503 unavailable with Exhausted set (see
+// wire.Error.Exhausted). It is written here rather than through
+// writeError because it is the one answer that carries the field.
+func (s *server) writeExhausted(w http.ResponseWriter, r *http.Request, detail string) {
+	s.metrics.countError(wire.CodeUnavailable)
+	h := w.Header()
+	h.Set(wire.HeaderError, string(wire.CodeUnavailable))
+	h.Set("Content-Type", "application/json")
+	body, _ := json.Marshal(wire.ErrorBody{Error: wire.Error{Code: wire.CodeUnavailable, Detail: "exhausted: " + detail, Exhausted: true}})
+	body = append(body, '\n')
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(wire.CodeUnavailable.Status())
+	w.Write(body)
+}
+
+func (s *server) handleCapacity(w http.ResponseWriter, r *http.Request) {
+	n, err := s.reg.CountSandboxes()
+	if err != nil {
+		s.writeError(w, r, errUnavailable("count sandboxes: %v", err))
+		return
+	}
+	live, err := s.liveSessions()
+	if err != nil {
+		s.writeError(w, r, errUnavailable("count sessions: %v", err))
+		return
+	}
+	c := wire.Capacity{
+		Sandboxes:    n,
+		MaxSandboxes: s.cfg.Capacity.MaxSandboxes,
+		Sessions:     live,
+		MaxSessions:  s.cfg.Capacity.MaxSessions,
+		Cgroups:      s.cg != nil,
+	}
+	c.Exhausted = c.MaxSandboxes > 0 && n >= c.MaxSandboxes
+	if c.MemoryAvailableBytes, err = memAvailable(); err != nil {
+		s.writeError(w, r, errUnavailable("read memory: %v", err))
+		return
+	}
+	if c.PIDsFree, err = pidsFree(); err != nil {
+		s.writeError(w, r, errUnavailable("read tasks: %v", err))
+		return
+	}
+	s.writeJSON(w, http.StatusOK, c)
+}
+
+// memAvailable returns MemAvailable of /proc/meminfo in bytes.
+func memAvailable() (int64, error) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "MemAvailable:")
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parse MemAvailable %q: %w", rest, err)
+		}
+		return kb * 1024, nil
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("no MemAvailable in /proc/meminfo")
+}
+
+// pidsFree returns kernel.pid_max less the tasks that exist (the total of
+// /proc/loadavg's "running/total" field).
+func pidsFree() (int64, error) {
+	raw, err := os.ReadFile("/proc/sys/kernel/pid_max")
+	if err != nil {
+		return 0, err
+	}
+	max, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse pid_max: %w", err)
+	}
+	raw, err = os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(raw))
+	if len(f) < 4 {
+		return 0, fmt.Errorf("parse /proc/loadavg %q", raw)
+	}
+	_, total, _ := strings.Cut(f[3], "/")
+	tasks, err := strconv.ParseInt(total, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse /proc/loadavg %q: %w", raw, err)
+	}
+	return max - tasks, nil
+}
