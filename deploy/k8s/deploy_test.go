@@ -15,13 +15,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/agentrunner/runner/internal/testcap"
 )
 
 // render returns the documents `kubectl kustomize .` renders.
 func render(t *testing.T) [][]byte {
 	t.Helper()
 	if _, err := exec.LookPath("kubectl"); err != nil {
-		t.Skip("SKIP: kubectl is not installed; cannot render the kustomization")
+		testcap.Skip(t, "kubectl", "renders the kustomization with kubectl kustomize")
 	}
 	out, err := exec.Command("kubectl", "kustomize", ".").Output()
 	if err != nil {
