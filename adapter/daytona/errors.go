@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/adapter/secret"
 )
 
 // provider names this adapter in *adapter.ProviderError.
@@ -186,7 +187,7 @@ type redactor []Secret
 func (r redactor) clean(s string) string {
 	for _, sec := range r {
 		if v := sec.Reveal(); v != "" {
-			s = strings.ReplaceAll(s, v, redacted)
+			s = strings.ReplaceAll(s, v, secret.Redacted)
 		}
 	}
 	return s

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/adapter/secret"
 )
 
 // provider names this client in *adapter.ProviderError.
@@ -205,7 +206,7 @@ func (r redactor) clean(s string) string {
 	}
 	for _, sec := range r.secrets {
 		if v := sec.Reveal(); v != "" {
-			s = strings.ReplaceAll(s, v, redacted)
+			s = strings.ReplaceAll(s, v, secret.Redacted)
 		}
 	}
 	return s

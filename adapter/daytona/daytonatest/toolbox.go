@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/agentrunner/runner/adapter/internal/standin"
 )
 
 // The stream markers of the daemon's session log.
@@ -68,7 +70,7 @@ func (sb *sandbox) killSessions() {
 		_ = syscall.Kill(-ss.shell.Process.Pid, syscall.SIGKILL)
 	}
 	sb.sessions = map[string]*session{}
-	killTagged(sb.id)
+	standin.KillTagged(TagEnv, sb.id)
 }
 
 // daemonError writes the toolbox daemon's error body (common-go).

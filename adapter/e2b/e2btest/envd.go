@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/agentrunner/runner/adapter/internal/standin"
 )
 
 const (
@@ -201,7 +203,7 @@ func (s *Server) unary(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 				e = p.signal(req.Signal)
 			case "/process.Process/Update":
 				if req.PTY != nil && req.PTY.Size != nil && p.pty != nil {
-					if err := setSize(p.pty, *req.PTY.Size); err != nil {
+					if err := standin.SetPTYSize(p.pty, uint16(req.PTY.Size.Rows), uint16(req.PTY.Size.Cols)); err != nil {
 						e = cerr("internal", "error resizing tty: %v", err)
 					}
 				}

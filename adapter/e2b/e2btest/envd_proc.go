@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/agentrunner/runner/adapter/internal/standin"
 )
 
 // proc is one real process in a sandbox.
@@ -126,7 +128,7 @@ func (p *proc) launch(sb *sandbox, size *ptySize, stdin bool, lifetime time.Dura
 		}
 	}
 	if size != nil {
-		master, slave, err := openPTY(*size)
+		master, slave, err := standin.OpenPTY(uint16(size.Rows), uint16(size.Cols))
 		if err != nil {
 			return cerr("internal", "error starting pty: %v", err)
 		}

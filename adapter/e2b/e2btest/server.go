@@ -45,6 +45,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/agentrunner/runner/adapter/internal/standin"
 )
 
 // EnvdVersion is the envd version the stand-in reports.
@@ -202,7 +204,7 @@ func (s *Server) shutdown() {
 	}
 	s.mu.Unlock()
 	for _, id := range ids {
-		killTagged(id)
+		standin.KillTagged(TagEnv, id)
 	}
 	s.wg.Wait()
 	s.api.Close()
@@ -370,7 +372,7 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
 		p.abort()
 		<-p.done
 	}
-	killTagged(sb.id)
+	standin.KillTagged(TagEnv, sb.id)
 	if err := os.RemoveAll(sb.dir); err != nil {
 		apiError(w, http.StatusInternalServerError, "remove sandbox directory")
 		return

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentrunner/runner/adapter/internal/standin"
 	"github.com/coder/websocket"
 )
 
@@ -232,7 +233,7 @@ func (s *Server) startProc(p *proc, eq execQuery) error {
 	}
 	var pumps []func()
 	if eq.tty {
-		master, slave, err := openPTY(eq.rows, eq.cols)
+		master, slave, err := standin.OpenPTY(eq.rows, eq.cols)
 		if err != nil {
 			return err
 		}
@@ -444,7 +445,7 @@ func (s *Server) control(p *proc, msg []byte) {
 	switch m.Type {
 	case "resize":
 		if p.master != nil && m.Rows > 0 && m.Cols > 0 {
-			_ = setSize(p.master, m.Rows, m.Cols)
+			_ = standin.SetPTYSize(p.master, m.Rows, m.Cols)
 		}
 	case "signal":
 		if s.opts.NoSignalCapability {

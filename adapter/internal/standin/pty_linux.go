@@ -1,4 +1,4 @@
-package e2btest
+package standin
 
 import (
 	"fmt"
@@ -8,9 +8,10 @@ import (
 	"unsafe"
 )
 
-// openPTY opens a pseudo-terminal pair with the standard library alone
-// (the package may not depend on a PTY library): /dev/ptmx, unlock, name.
-func openPTY(size ptySize) (master, slave *os.File, err error) {
+// OpenPTY opens a pseudo-terminal pair with the standard library alone
+// (the stand-ins may not depend on a PTY library): /dev/ptmx, unlock,
+// name, open the slave, set the size.
+func OpenPTY(rows, cols uint16) (master, slave *os.File, err error) {
 	master, err = os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("open /dev/ptmx: %w", err)
@@ -35,7 +36,7 @@ func openPTY(size ptySize) (master, slave *os.File, err error) {
 		master.Close()
 		return nil, nil, fmt.Errorf("open pty slave: %w", err)
 	}
-	if err := setSize(master, size); err != nil {
+	if err := SetPTYSize(master, rows, cols); err != nil {
 		master.Close()
 		slave.Close()
 		return nil, nil, err
@@ -43,9 +44,9 @@ func openPTY(size ptySize) (master, slave *os.File, err error) {
 	return master, slave, nil
 }
 
-// setSize sets the terminal size (TIOCSWINSZ).
-func setSize(master *os.File, size ptySize) error {
-	ws := struct{ rows, cols, x, y uint16 }{uint16(size.Rows), uint16(size.Cols), 0, 0}
+// SetPTYSize sets the terminal size (TIOCSWINSZ).
+func SetPTYSize(master *os.File, rows, cols uint16) error {
+	ws := struct{ rows, cols, x, y uint16 }{rows, cols, 0, 0}
 	return control(master, func(fd uintptr) error {
 		if err := ioctl(fd, syscall.TIOCSWINSZ, uintptr(unsafe.Pointer(&ws))); err != nil {
 			return fmt.Errorf("set pty size: %w", err)

@@ -1,4 +1,4 @@
-package daytonatest
+package standin
 
 import (
 	"bytes"
@@ -9,12 +9,13 @@ import (
 	"time"
 )
 
-// killTagged SIGKILLs every process whose environment carries
-// TagEnv=id (processes this stand-in started for sandbox id, and what they
-// started), by pid, and waits until none is left (a bounded number of
-// sweeps: a process may fork while it is being swept).
-func killTagged(id string) {
-	tag := []byte(TagEnv + "=" + id + "\x00")
+// KillTagged SIGKILLs every process whose environment carries the exact
+// entry name=id (the processes a stand-in started for sandbox id, and what
+// they started, runner-shim's detached sessions included), by pid, and
+// waits until none is left (a bounded number of sweeps: a process may fork
+// while it is being swept).
+func KillTagged(name, id string) {
+	tag := []byte(name + "=" + id + "\x00")
 	for range 50 {
 		found := false
 		ents, _ := os.ReadDir("/proc")
@@ -24,6 +25,8 @@ func killTagged(id string) {
 				continue
 			}
 			env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+			// The leading NUL anchors the match at an entry's start, so
+			// X_name=id never matches name=id; the trailing one anchors its end.
 			if err != nil || !bytes.Contains(append([]byte{0}, env...), append([]byte{0}, tag...)) {
 				continue
 			}
