@@ -49,6 +49,11 @@ func (g *Guest) dial(ctx context.Context, root, id string, from adapter.Cursor) 
 	g.runMu.Unlock()
 	ectx, cancel := context.WithCancel(g.ctx)
 	pr, pw := io.Pipe()
+	// A pipe write blocks until it is read, whatever ectx says: once the
+	// attach is cancelled (its Conn closed, or the Guest closed) nobody
+	// reads, so the read side is closed too and the executor's write to
+	// stdout fails instead of holding the execution (and Close) forever.
+	context.AfterFunc(ectx, func() { pr.CloseWithError(ectx.Err()) })
 	// The attach execution, owned by the Guest (Close waits for it). It
 	// ends when the attach ends (its terminal frame, its lease) or when
 	// its Conn is closed (cancel).
