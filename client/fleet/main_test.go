@@ -95,6 +95,10 @@ func launchDaemon(flags ...string) (*daemon, error) {
 	if len(flags) == 0 {
 		flags = []string{"--netpolicy", "off"}
 	}
+	// Sandbox cgroups are the daemon tests' subject (each with a cgroup
+	// root of its own, removed at cleanup); here they would be made in the
+	// test process's cgroup and outlive a runnerd a test kills.
+	flags = append(flags, "--cgroups", "off")
 	state, err := os.MkdirTemp("", "runnerd-state-")
 	if err != nil {
 		return nil, err

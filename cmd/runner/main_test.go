@@ -98,7 +98,8 @@ func startDaemonBin(bin, state string) (*daemon, error) {
 	}
 	d := &daemon{state: state, log: &syncBuffer{}, done: make(chan struct{})}
 	d.cmd = exec.Command(bin, "--state", state, "--listen", "127.0.0.1:0",
-		"--netpolicy", "off") // as root, auto would set up nftables in the real host's namespace
+		"--netpolicy", "off", // as root, auto would set up nftables in the real host's namespace
+		"--cgroups", "off") // and sandbox cgroups in the test process's own cgroup
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	d.cmd.Env = append(os.Environ(), "RUNNERD_TOKEN=")
 	if err := d.cmd.Start(); err != nil {

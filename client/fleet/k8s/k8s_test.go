@@ -54,7 +54,7 @@ const token = "fleet-test-token"
 func startRunnerd(t *testing.T, addr string) {
 	t.Helper()
 	state := t.TempDir()
-	cmd := exec.Command(runnerdBin, "--state", state, "--listen", addr, "--socket", "none", "--netpolicy", "off", "--warm-shims", "0")
+	cmd := exec.Command(runnerdBin, "--state", state, "--listen", addr, "--socket", "none", "--netpolicy", "off", "--cgroups", "off", "--warm-shims", "0")
 	cmd.Env = append(os.Environ(), "RUNNERD_TOKEN="+token)
 	log, err := os.Create(filepath.Join(state, "runnerd.log"))
 	if err != nil {
