@@ -16,12 +16,23 @@
 //     is killed when it elapses and the stream ends with deadline_exceeded;
 //   - CloseStdin on a PTY process is refused (Connect code unknown, 500).
 //
+// The control plane is E2B's on the points a client depends on: a
+// sandbox's time to live (create's timeout, default 15 s, Options.DefaultTimeout
+// in tests) is enforced: when it elapses a sandbox created with autoPause
+// is paused, any other is killed; POST /sandboxes/{id}/timeout sets it
+// anew from now (404 for a paused sandbox, as the orchestrator no longer
+// holds it), connect only extends it and resumes a paused sandbox, and
+// resume sets it. A paused sandbox freezes every process in it (SIGSTOP
+// of every process tagged with its id, runner-shim's detached sessions
+// included) and resume continues them, as a VM snapshot keeps memory.
+// Listings are newest first and show paused sandboxes beside running
+// ones. Only a sandbox created with secure: true has an envd access
+// token; envd of any other accepts requests without one.
+//
 // And the control plane's faults, on demand: an outage (503 everywhere), a
 // proxy that drops connections, a list body cut mid-page, 429 with
-// Retry-After. Pause stops a sandbox's processes (SIGSTOP) and resume
-// continues them; the envd proxy answers 502 for a paused or absent
-// sandbox, as E2B's edge does. Sandbox time-to-live is not modelled: a
-// sandbox lives until deleted.
+// Retry-After. The envd proxy answers 502 for a paused or absent sandbox,
+// as E2B's edge does.
 //
 // The stand-in deliberately shares no code with package e2b (its own
 // envelope framing and JSON shapes), so a framing mistake in one cannot
@@ -34,6 +45,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -65,6 +77,10 @@ type Options struct {
 	// start event then races a process envd does not know yet (the seeds'
 	// E2B adapter lost that race by about 300 ms).
 	RegisterDelay time.Duration
+	// DefaultTimeout is the time to live of a sandbox created without a
+	// timeout; 0 means the API's 15 s. Tests shorten it here rather than
+	// in the client. An explicit timeout is always in whole seconds.
+	DefaultTimeout time.Duration
 	// Dir, when set, is where sandbox directories are made (default
 	// t.TempDir()): keep it short when sandboxes run runner-shim, whose
 	// control socket path must fit in 107 bytes.
@@ -88,6 +104,7 @@ type Server struct {
 	// APIKey is the only key the control plane accepts.
 	APIKey string
 
+	t       testing.TB
 	opts    Options
 	root    string
 	closing chan struct{}
@@ -108,13 +125,17 @@ type Server struct {
 type sandbox struct {
 	id, template, token string
 	seq                 uint64
-	timeout             int32 // seconds; recorded, not enforced
+	timeout             int32     // seconds, as last set
+	endAt               time.Time // when the time to live elapses
+	autoPause           bool      // expiry pauses rather than kills
+	pauses              int       // how many times it was paused
 	metadata            map[string]string
 	envVars             map[string]string
 	state               string
 	dir                 string
 	started             time.Time
 	procs               map[uint32]*proc
+	ended               []ended // end events retained for Connect
 	// gone is closed when the sandbox is paused or deleted: its open
 	// streams are cut, as a pause or kill cuts them on E2B.
 	gone chan struct{}
@@ -131,14 +152,20 @@ func New(t testing.TB, opts Options) *Server {
 	}
 	s := &Server{
 		APIKey:    "e2b_" + randHex(20),
+		t:         t,
 		opts:      opts,
 		root:      opts.Dir,
 		closing:   make(chan struct{}),
 		sandboxes: map[string]*sandbox{},
 		requests:  map[string]int{},
 	}
+	if s.opts.DefaultTimeout <= 0 {
+		s.opts.DefaultTimeout = 15 * time.Second
+	}
 	s.api = httptest.NewServer(s.faults(s.apiMux(), true))
 	s.envd = httptest.NewServer(s.faults(http.HandlerFunc(s.serveEnvd), false))
+	s.wg.Add(1)
+	go s.expire()
 	t.Cleanup(s.shutdown)
 	return s
 }
@@ -285,6 +312,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		TemplateID *string           `json:"templateID"`
 		Timeout    *int32            `json:"timeout"`
+		AutoPause  bool              `json:"autoPause"`
+		Secure     bool              `json:"secure"`
 		Metadata   map[string]string `json:"metadata"`
 		EnvVars    map[string]string `json:"envVars"`
 	}
@@ -309,29 +338,39 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusInternalServerError, "create sandbox directory")
 		return
 	}
+	now := time.Now().UTC()
 	sb := &sandbox{
-		id: id, template: *req.TemplateID, token: randHex(16), seq: s.seq,
+		id: id, template: *req.TemplateID, seq: s.seq, autoPause: req.AutoPause,
 		metadata: req.Metadata, envVars: req.EnvVars, state: "running", dir: dir,
-		started: time.Now().UTC(), procs: map[uint32]*proc{}, gone: make(chan struct{}), timeout: 15,
+		started: now, procs: map[uint32]*proc{}, gone: make(chan struct{}), timeout: 15,
+		endAt: now.Add(s.opts.DefaultTimeout),
+	}
+	if req.Secure {
+		sb.token = randHex(16)
 	}
 	if req.Timeout != nil {
 		sb.timeout = *req.Timeout
+		sb.endAt = now.Add(time.Duration(*req.Timeout) * time.Second)
 	}
 	s.sandboxes[id] = sb
 	writeJSON(w, http.StatusCreated, sb.created())
 }
 
 func (sb *sandbox) created() map[string]any {
-	return map[string]any{
+	m := map[string]any{
 		"templateID": sb.template, "sandboxID": sb.id, "clientID": "stand-in",
-		"envdVersion": EnvdVersion, "envdAccessToken": sb.token, "domain": nil,
+		"envdVersion": EnvdVersion, "domain": nil,
 	}
+	if sb.token != "" {
+		m["envdAccessToken"] = sb.token
+	}
+	return m
 }
 
 func (sb *sandbox) listed() map[string]any {
 	m := map[string]any{
 		"templateID": sb.template, "sandboxID": sb.id, "clientID": "stand-in",
-		"startedAt": sb.started.Format(time.RFC3339Nano), "endAt": sb.started.Add(time.Hour).Format(time.RFC3339Nano),
+		"startedAt": sb.started.Format(time.RFC3339Nano), "endAt": sb.endAt.Format(time.RFC3339Nano),
 		"cpuCount": 2, "memoryMB": 512, "diskSizeMB": 1024, "state": sb.state, "envdVersion": EnvdVersion,
 	}
 	if sb.metadata != nil {
@@ -349,7 +388,9 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m := sb.listed()
-	m["envdAccessToken"] = sb.token
+	if sb.token != "" {
+		m["envdAccessToken"] = sb.token
+	}
 	writeJSON(w, http.StatusOK, m)
 }
 
@@ -361,23 +402,107 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
 		notFound(w, r.PathValue("id"))
 		return
 	}
+	procs := s.removeLocked(sb)
+	s.mu.Unlock()
+	if err := s.kill(sb, procs); err != nil {
+		apiError(w, http.StatusInternalServerError, "remove sandbox directory")
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// removeLocked takes sb out of the control plane and returns its envd
+// processes for kill; the caller holds s.mu.
+func (s *Server) removeLocked(sb *sandbox) map[uint32]*proc {
 	delete(s.sandboxes, sb.id)
 	procs := sb.procs
 	sb.procs = map[uint32]*proc{}
 	if sb.state == "running" {
 		close(sb.gone)
+	} else {
+		// Frozen processes take a SIGKILL, but let them run to it.
+		standin.ContinueTagged(TagEnv, sb.id)
 	}
-	s.mu.Unlock()
+	return procs
+}
+
+// kill ends a removed sandbox: every process in it, then its directory.
+func (s *Server) kill(sb *sandbox, procs map[uint32]*proc) error {
 	for _, p := range procs {
 		p.abort()
 		<-p.done
 	}
 	standin.KillTagged(TagEnv, sb.id)
-	if err := os.RemoveAll(sb.dir); err != nil {
-		apiError(w, http.StatusInternalServerError, "remove sandbox directory")
-		return
+	return os.RemoveAll(sb.dir)
+}
+
+// pauseLocked pauses a running sandbox; the caller holds s.mu. Its
+// streams are cut and every process in it is frozen, not ended.
+func (s *Server) pauseLocked(sb *sandbox) {
+	sb.state = "paused"
+	sb.pauses++
+	close(sb.gone)
+	standin.StopTagged(TagEnv, sb.id)
+}
+
+// expire enforces every sandbox's time to live until shutdown: an
+// autoPause sandbox is paused, any other killed.
+func (s *Server) expire() {
+	defer s.wg.Done()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.closing:
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		type dead struct {
+			sb    *sandbox
+			procs map[uint32]*proc
+		}
+		var killed []dead
+		s.mu.Lock()
+		for _, sb := range s.sandboxes {
+			if sb.state != "running" || now.Before(sb.endAt) {
+				continue
+			}
+			if sb.autoPause {
+				s.pauseLocked(sb)
+				continue
+			}
+			killed = append(killed, dead{sb, s.removeLocked(sb)})
+		}
+		s.mu.Unlock()
+		for _, d := range killed {
+			_ = s.kill(d.sb, d.procs)
+		}
 	}
-	w.WriteHeader(http.StatusNoContent)
+}
+
+// Pauses returns how many times a sandbox was paused (by the API or by
+// its time to live running out) and whether it exists.
+func (s *Server) Pauses(sandboxID string) (int, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.sandboxes[sandboxID]
+	if !ok {
+		return 0, false
+	}
+	return sb.pauses, true
+}
+
+// State returns a sandbox's state ("running" or "paused") and whether it
+// exists.
+func (s *Server) State(sandboxID string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.sandboxes[sandboxID]
+	if !ok {
+		return "", false
+	}
+	return sb.state, true
 }
 
 func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
@@ -390,27 +515,33 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 	case sb.state == "paused":
 		apiError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is already paused", sb.id))
 	default:
-		sb.state = "paused"
-		close(sb.gone)
-		// A paused sandbox keeps its memory: its processes stop, they do
-		// not die.
-		for _, p := range sb.procs {
-			p.signalGroup(sigStop)
-		}
+		s.pauseLocked(sb)
 		w.WriteHeader(http.StatusNoContent)
 	}
 }
 
-// wake resumes a paused sandbox; the caller holds s.mu.
-func (sb *sandbox) wake() {
+// wake resumes a paused sandbox with a time to live of timeout seconds;
+// the caller holds s.mu.
+func (sb *sandbox) wake(timeout int32) {
 	sb.state = "running"
 	sb.gone = make(chan struct{})
-	for _, p := range sb.procs {
-		p.signalGroup(sigCont)
-	}
+	sb.timeout = timeout
+	sb.endAt = time.Now().Add(time.Duration(timeout) * time.Second)
+	standin.ContinueTagged(TagEnv, sb.id)
 }
 
 func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
+	req := struct {
+		Timeout *int32 `json:"timeout"`
+	}{}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil && err != io.EOF || req.Timeout != nil && *req.Timeout < 0 {
+		apiError(w, http.StatusBadRequest, "invalid request body")
+		return
+	}
+	timeout := int32(15)
+	if req.Timeout != nil {
+		timeout = *req.Timeout
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sb, ok := s.sandboxes[r.PathValue("id")]
@@ -420,13 +551,14 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 	case sb.state == "running":
 		apiError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is already running", sb.id))
 	default:
-		sb.wake()
+		sb.wake(timeout)
 		writeJSON(w, http.StatusCreated, sb.created())
 	}
 }
 
-// setTimeout validates and records the time to live (the stand-in does
-// not expire sandboxes; Timeout reports the last value set).
+// setTimeout sets a running sandbox's time to live to timeout seconds
+// from now (shorter or longer); a paused sandbox is 404, as the
+// orchestrator that answers it holds only running ones.
 func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Timeout *int32 `json:"timeout"`
@@ -438,11 +570,12 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sb, ok := s.sandboxes[r.PathValue("id")]
-	if !ok {
+	if !ok || sb.state != "running" {
 		notFound(w, r.PathValue("id"))
 		return
 	}
 	sb.timeout = *req.Timeout
+	sb.endAt = time.Now().Add(time.Duration(*req.Timeout) * time.Second)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -473,15 +606,20 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	case !ok:
 		notFound(w, r.PathValue("id"))
 	case sb.state == "running":
+		// Connect only extends the time to live.
+		if end := time.Now().Add(time.Duration(*req.Timeout) * time.Second); end.After(sb.endAt) {
+			sb.timeout, sb.endAt = *req.Timeout, end
+		}
 		writeJSON(w, http.StatusOK, sb.created())
 	default:
-		sb.wake()
+		sb.wake(*req.Timeout)
 		writeJSON(w, http.StatusCreated, sb.created())
 	}
 }
 
-// list serves GET /v2/sandboxes in creation order. The cursor is the
-// sequence number of the next sandbox, so deletes between pages neither
+// list serves GET /v2/sandboxes newest first (the API's default order,
+// by start time), running and paused alike. The cursor is the sequence
+// number of the next (older) sandbox, so deletes between pages neither
 // repeat nor skip the survivors.
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
@@ -494,7 +632,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	var from uint64
+	from := uint64(1<<64 - 1)
 	if v := q.Get("nextToken"); v != "" {
 		b, err := base64.RawURLEncoding.DecodeString(v)
 		if err == nil {
@@ -526,12 +664,12 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	var match []*sandbox
 	for _, sb := range s.sandboxes {
-		if sb.seq < from || (len(states) > 0 && !states[sb.state]) || !metaMatch(sb.metadata, meta) {
+		if sb.seq > from || (len(states) > 0 && !states[sb.state]) || !metaMatch(sb.metadata, meta) {
 			continue
 		}
 		match = append(match, sb)
 	}
-	sort.Slice(match, func(i, j int) bool { return match[i].seq < match[j].seq })
+	sort.Slice(match, func(i, j int) bool { return match[i].seq > match[j].seq })
 	page := []map[string]any{}
 	for i, sb := range match {
 		if i == limit {

@@ -46,7 +46,7 @@ func TestControlPlaneShapes(t *testing.T) {
 	}
 	var ids []string
 	for range 3 {
-		resp, body = do(t, "POST", s.URL()+"/sandboxes", key, []byte(`{"templateID":"t","metadata":{"k":"v"}}`))
+		resp, body = do(t, "POST", s.URL()+"/sandboxes", key, []byte(`{"templateID":"t","secure":true,"metadata":{"k":"v"}}`))
 		var sb struct {
 			SandboxID, EnvdAccessToken, EnvdVersion string
 		}
@@ -64,9 +64,13 @@ func TestControlPlaneShapes(t *testing.T) {
 	if resp.StatusCode != 200 || next == "" || strings.Count(string(body), "sandboxID") != 2 {
 		t.Fatalf("first page: %d next=%q %s", resp.StatusCode, next, body)
 	}
+	// Newest first: the last page holds the oldest.
+	if !strings.Contains(string(body), ids[2]) || !strings.Contains(string(body), ids[1]) {
+		t.Errorf("first page: %s; want the two newest, %s and %s", body, ids[2], ids[1])
+	}
 	resp, body = do(t, "GET", s.URL()+"/v2/sandboxes?limit=2&nextToken="+next, key, nil)
-	if resp.StatusCode != 200 || resp.Header.Get("X-Next-Token") != "" || !strings.Contains(string(body), ids[2]) {
-		t.Errorf("last page: %d next=%q %s; want only %s and no cursor", resp.StatusCode, resp.Header.Get("X-Next-Token"), body, ids[2])
+	if resp.StatusCode != 200 || resp.Header.Get("X-Next-Token") != "" || strings.Count(string(body), "sandboxID") != 1 || !strings.Contains(string(body), ids[0]) {
+		t.Errorf("last page: %d next=%q %s; want only %s and no cursor", resp.StatusCode, resp.Header.Get("X-Next-Token"), body, ids[0])
 	}
 	resp, _ = do(t, "GET", s.URL()+"/v2/sandboxes?limit=101", key, nil)
 	if resp.StatusCode != 400 {
@@ -103,7 +107,7 @@ func frames(t *testing.T, b []byte) (msgs [][]byte, end []byte) {
 
 func TestEnvdStartRaw(t *testing.T) {
 	s := e2btest.New(t, e2btest.Options{})
-	_, body := do(t, "POST", s.URL()+"/sandboxes", map[string]string{"X-API-Key": s.APIKey}, []byte(`{"templateID":"t"}`))
+	_, body := do(t, "POST", s.URL()+"/sandboxes", map[string]string{"X-API-Key": s.APIKey}, []byte(`{"templateID":"t","secure":true}`))
 	var sb struct{ SandboxID, EnvdAccessToken string }
 	if err := json.Unmarshal(body, &sb); err != nil {
 		t.Fatal(err)
@@ -159,8 +163,9 @@ func TestEnvdStartRaw(t *testing.T) {
 	resp, body = do(t, "POST", s.SandboxURL()+"/process.Process/List", map[string]string{
 		"E2b-Sandbox-Id": sb.SandboxID, "E2b-Sandbox-Port": "49983", "Connect-Protocol-Version": "1", "Content-Type": "application/json",
 	}, []byte(`{}`))
-	if resp.StatusCode != 401 || !strings.Contains(string(body), `"unauthenticated"`) {
-		t.Errorf("list without the token: %d %s, want 401 unauthenticated", resp.StatusCode, body)
+	// envd's HTTP middleware answers, not Connect: a plain JSON 401.
+	if want := `{"code":401,"message":"unauthorized access, please provide a valid access token or method signing if supported"}` + "\n"; resp.StatusCode != 401 || string(body) != want || resp.Header.Get("Content-Type") != "application/json; charset=utf-8" {
+		t.Errorf("list without the token: %d %s %q, want 401 %s", resp.StatusCode, resp.Header.Get("Content-Type"), body, want)
 	}
 	resp, _ = do(t, "POST", s.SandboxURL()+"/process.Process/List", map[string]string{"E2b-Sandbox-Id": "nope", "E2b-Sandbox-Port": "49983"}, nil)
 	if resp.StatusCode != 502 {
