@@ -10,16 +10,12 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/agentrunner/runner/adapter/internal/standin"
 )
 
 const (
-	sigStop = syscall.SIGSTOP
-	sigCont = syscall.SIGCONT
-
 	envdPort = "49983"
 )
 
