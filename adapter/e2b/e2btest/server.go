@@ -14,7 +14,24 @@
 //   - output produced while nobody subscribes is dropped (no backlog);
 //   - Connect-Timeout-Ms on Start is the process's lifetime: the process
 //     is killed when it elapses and the stream ends with deadline_exceeded;
-//   - CloseStdin on a PTY process is refused (Connect code unknown, 500).
+//   - CloseStdin on a PTY process is refused (Connect code unknown, 500);
+//     a second CloseStdin, or one for a stdin: false process, succeeds;
+//   - every process runs under envd's /bin/sh -c '... exec "${@}"'
+//     wrapper (a missing program starts, then exits 127), in a clean
+//     environment (PATH, HOME, USER, LOGNAME, the sandbox's and the
+//     request's variables), as the HTTP Basic user or /init's default
+//     "user" (an unknown user is unauthenticated; the processes still run
+//     as the test's uid), in the sandbox's directory unless the request
+//     names an existing cwd (a missing one is invalid_argument);
+//   - Connect-Timeout-Ms kills the pid only, not its group;
+//   - end events carry cmd.Wait's error ("exit status 3");
+//   - a Connect to a process that ended within 30 s gets start and end;
+//   - keepalives every 90 s unless Keepalive-Ping-Interval says
+//     otherwise, restarted by each data event; an interval below 1,
+//     which crashes real envd, fails the test;
+//   - a request without a secure sandbox's token is envd's plain JSON
+//     401; files answers are envd's (an upload 200 text/plain with a
+//     JSON list, a missing file 404 "path '...' does not exist").
 //
 // The control plane is E2B's on the points a client depends on: a
 // sandbox's time to live (create's timeout, default 15 s, Options.DefaultTimeout
