@@ -126,9 +126,11 @@ func (p *proc) launch(sb *sandbox, size *ptySize, stdin bool, lifetime time.Dura
 		}
 	}
 	// A clean environment, as envd builds it: its own PATH, the user's
-	// HOME, USER and LOGNAME, the sandbox's variables, the request's; and
-	// the stand-in's tag, so the sandbox's processes can be found.
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + p.user.home, "USER=" + p.user.name, "LOGNAME=" + p.user.name, TagEnv + "=" + sb.id}
+	// HOME, USER and LOGNAME, its defaults (E2B_SANDBOX, "true" in a
+	// Firecracker VM), the sandbox's variables, the request's; and the
+	// stand-in's tag, so the sandbox's processes can be found.
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + p.user.home, "USER=" + p.user.name, "LOGNAME=" + p.user.name,
+		"E2B_SANDBOX=true", TagEnv + "=" + sb.id}
 	for k, v := range sb.envVars {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
