@@ -31,6 +31,11 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
+	// The stand-in runs its processes as the sandbox user (uid 2001)
+	// when the test is root: the binaries must be theirs to run.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		panic(err)
+	}
 	shimBin, oldShimBin = filepath.Join(dir, "runner-shim"), filepath.Join(dir, "runner-shim-old")
 	for bin, v := range map[string]string{shimBin: shimVersion, oldShimBin: "v0.0.0-old"} {
 		cmd := exec.Command("go", "build", "-ldflags", "-X github.com/agentrunner/runner/version.Version="+v,

@@ -49,7 +49,7 @@ func TestBinaryStdoutThroughChunks(t *testing.T) {
 	if _, err := rand.Read(want); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(s.dir, "blob"), want, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(s.dir, "blob"), want, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	st, err := s.envd.Start(ctx, argv("cat", "blob"))

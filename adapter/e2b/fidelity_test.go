@@ -29,6 +29,9 @@ type envdTarget struct {
 	home string
 	// tag is a variable the target adds to every environment ("": none).
 	tag string
+	// switches is whether the target runs processes as the user's uid
+	// (the stand-in does only as root).
+	switches bool
 	// inVM is envd's E2B_SANDBOX: "true" in a Firecracker VM, "false"
 	// for an envd run with -isnotfc.
 	inVM string
@@ -48,9 +51,10 @@ func standInTarget(t *testing.T) envdTarget {
 			}
 			return c.Envd(s.sb)
 		},
-		home: s.dir,
-		tag:  e2btest.TagEnv,
-		inVM: "true",
+		home:     s.dir,
+		tag:      e2btest.TagEnv,
+		inVM:     "true",
+		switches: os.Geteuid() == 0,
 	}
 }
 
@@ -134,6 +138,13 @@ func checkUserAndEnvironment(t *testing.T, x envdTarget) {
 	}
 	if root := envOf(t, x.as(t, "root"), argv("env")); root["USER"] != "root" || root["HOME"] != "/root" {
 		t.Errorf("as root: USER=%q HOME=%q, want root and /root", root["USER"], root["HOME"])
+	}
+	if x.switches {
+		for user, want := range map[string]string{"": "2001 2001\n", "root": "0 0\n"} {
+			if out := run(t, x.as(t, user), sh("echo $(id -u) $(id -g)")); string(out.Stdout) != want {
+				t.Errorf("uid and gid as %q: %q, want %q", user, out.Stdout, want)
+			}
+		}
 	}
 	_, err := x.as(t, "nobody-here").Start(ctxFor(t), argv("true"))
 	var e *e2b.Error
@@ -273,6 +284,11 @@ func checkFilesAnswers(t *testing.T, x envdTarget) {
 	}
 	if b, err := envd.ReadFile(ctx, "sub/new.txt"); err != nil || string(b) != "x" {
 		t.Errorf("read back: %q, %v", b, err)
+	}
+	// envd writes as root, then gives the file and the directories it
+	// made to the user.
+	if out := run(t, envd, sh("stat -c %u:%g sub sub/new.txt")); x.switches && string(out.Stdout) != "2001:2001\n2001:2001\n" {
+		t.Errorf("owners of an upload: %q, want the user's, 2001:2001", out.Stdout)
 	}
 }
 

@@ -129,8 +129,9 @@ func TestRealEnvd(t *testing.T) {
 		as: func(t *testing.T, user string) *e2b.Envd {
 			return client(t, user).Envd(e2b.Sandbox{SandboxID: "real", EnvdAccessToken: e2b.NewSecret(token)})
 		},
-		home: "/home/user",
-		inVM: "false",
+		home:     "/home/user",
+		inVM:     "false",
+		switches: true,
 	}
 	for _, c := range envdChecks {
 		t.Run(c.name, func(t *testing.T) { c.check(t, x) })

@@ -150,11 +150,13 @@ func (p *proc) launch(sb *sandbox, size *ptySize, stdin bool, lifetime time.Dura
 		}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+		p.user.credential(cmd.SysProcAttr)
 		p.pty = master
 		p.readers = []*os.File{master}
 		childEnds = []*os.File{slave}
 	} else {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		p.user.credential(cmd.SysProcAttr)
 		for range 2 {
 			r, w, err := os.Pipe()
 			if err != nil {
@@ -462,6 +464,26 @@ type user struct {
 	name string
 	uid  int
 	home string
+}
+
+// canSwitch is whether the stand-in can run processes as another user
+// (it runs as root); else every process runs as the test's own uid.
+var canSwitch = os.Geteuid() == 0
+
+// credential runs a process as u when the stand-in can switch users.
+func (u user) credential(attr *syscall.SysProcAttr) {
+	if canSwitch {
+		attr.Credential = &syscall.Credential{Uid: uint32(u.uid), Gid: uint32(u.uid)}
+	}
+}
+
+// own gives path to u when the stand-in can switch users, as envd
+// chowns what it writes.
+func (u user) own(path string) error {
+	if !canSwitch {
+		return nil
+	}
+	return os.Lchown(path, u.uid, u.uid)
 }
 
 // The users of E2B's base image: /init's default "user" (uid 2001) and

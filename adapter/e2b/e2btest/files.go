@@ -23,7 +23,7 @@ func fileError(w http.ResponseWriter, status int, msg string) { envdJSONError(w,
 // writes as root and chowns to the user). Answers are envd's: an upload
 // is 200 with its JSON list of entries and no declared type (Go sniffs
 // text/plain), a missing file 404 "path '...' does not exist".
-func (s *Server) files(w http.ResponseWriter, r *http.Request, sb *sandbox, _ user) {
+func (s *Server) files(w http.ResponseWriter, r *http.Request, sb *sandbox, u user) {
 	path := r.URL.Query().Get("path")
 	if path == "" {
 		fileError(w, http.StatusBadRequest, "path is required")
@@ -68,11 +68,22 @@ func (s *Server) files(w http.ResponseWriter, r *http.Request, sb *sandbox, _ us
 			fileError(w, http.StatusBadRequest, "expected a file part")
 			return
 		}
+		// Directories it makes and the file are the user's, as envd
+		// chowns them.
+		var made []string
+		for d := filepath.Dir(rel); d != "."; d = filepath.Dir(d) {
+			if _, err := root.Lstat(d); errors.Is(err, fs.ErrNotExist) {
+				made = append(made, d)
+			}
+		}
 		if dir := filepath.Dir(rel); dir != "." {
 			if err := root.MkdirAll(dir, 0o755); err != nil {
 				fileError(w, http.StatusBadRequest, "invalid path: "+path)
 				return
 			}
+		}
+		for _, d := range made {
+			_ = u.own(filepath.Join(sb.dir, d))
 		}
 		f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 		if err != nil {
@@ -82,6 +93,9 @@ func (s *Server) files(w http.ResponseWriter, r *http.Request, sb *sandbox, _ us
 		_, cerr := io.Copy(f, part)
 		if err := f.Close(); cerr == nil {
 			cerr = err
+		}
+		if cerr == nil {
+			cerr = u.own(filepath.Join(sb.dir, rel))
 		}
 		if cerr != nil {
 			fileError(w, http.StatusInternalServerError, "write file: "+cerr.Error())

@@ -20,8 +20,9 @@
 //     wrapper (a missing program starts, then exits 127), in a clean
 //     environment (PATH, HOME, USER, LOGNAME, the sandbox's and the
 //     request's variables), as the HTTP Basic user or /init's default
-//     "user" (an unknown user is unauthenticated; the processes still run
-//     as the test's uid), in the sandbox's directory unless the request
+//     "user", uid 2001 (an unknown user is unauthenticated; a stand-in
+//     that is not root cannot switch and runs everything as the test's
+//     uid), in the sandbox's directory, the user's, unless the request
 //     names an existing cwd (a missing one is invalid_argument);
 //   - Connect-Timeout-Ms kills the pid only, not its group;
 //   - end events carry cmd.Wait's error ("exit status 3");
@@ -31,7 +32,8 @@
 //     which crashes real envd, fails the test;
 //   - a request without a secure sandbox's token is envd's plain JSON
 //     401; files answers are envd's (an upload 200 text/plain with a
-//     JSON list, a missing file 404 "path '...' does not exist").
+//     JSON list, its file and new directories given to the user, a
+//     missing file 404 "path '...' does not exist").
 //
 // The control plane is E2B's on the points a client depends on: a
 // sandbox's time to live (create's timeout, default 15 s, Options.DefaultTimeout
@@ -98,9 +100,12 @@ type Options struct {
 	// timeout; 0 means the API's 15 s. Tests shorten it here rather than
 	// in the client. An explicit timeout is always in whole seconds.
 	DefaultTimeout time.Duration
-	// Dir, when set, is where sandbox directories are made (default
-	// t.TempDir()): keep it short when sandboxes run runner-shim, whose
-	// control socket path must fit in 107 bytes.
+	// Dir, when set, is where sandbox directories are made (default: a
+	// new directory in the system's temporary directory, removed at the
+	// end): keep it short when sandboxes run runner-shim, whose control
+	// socket path must fit in 107 bytes. Run as root, the stand-in makes
+	// it 0711 so that the sandbox user (uid 2001) reaches its home; the
+	// programs the test runs in sandboxes must be readable by that user.
 	Dir string
 }
 
@@ -165,7 +170,20 @@ func New(t testing.TB, opts Options) *Server {
 		opts.ChunkSize = 32 << 10
 	}
 	if opts.Dir == "" {
-		opts.Dir = t.TempDir()
+		// Not t.TempDir(): its parent is 0700, and the sandbox user must
+		// reach its home.
+		dir, err := os.MkdirTemp("", "e2btest")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		opts.Dir = dir
+	}
+	if os.Geteuid() == 0 {
+		// The sandbox user (uid 2001) passes through to its home.
+		if err := os.Chmod(opts.Dir, 0o711); err != nil {
+			t.Fatal(err)
+		}
 	}
 	s := &Server{
 		APIKey:    "e2b_" + randHex(20),
@@ -352,6 +370,11 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	id := "i" + randHex(10)
 	dir := filepath.Join(s.root, id)
 	if err := os.Mkdir(dir, 0o700); err != nil {
+		apiError(w, http.StatusInternalServerError, "create sandbox directory")
+		return
+	}
+	// The directory stands for /home/user: the user's.
+	if err := users["user"].own(dir); err != nil {
 		apiError(w, http.StatusInternalServerError, "create sandbox directory")
 		return
 	}
