@@ -1,10 +1,13 @@
 package e2b_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -207,4 +210,67 @@ func TestCreateAsksSecureAndAutoPause(t *testing.T) {
 		t.Fatalf("envd without the token = %v, want denied", err)
 	}
 	waitState(t, srv, h.ID, "paused", 3*shortTTL)
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestLeaseLogsNoSecret: the lease's log (a renewal that failed in an
+// outage, a resume) names the sandbox and never the API key or the
+// envd access token.
+func TestLeaseLogsNoSecret(t *testing.T) {
+	srv, c := standInWith(t, e2btest.Options{DefaultTimeout: shortTTL})
+	ctx := ctxT(t)
+	var logs syncBuffer
+	a := newAdapter(t, c, func(cfg *e2b.AdapterConfig) {
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	h, err := a.Create(ctx, "logged", adapter.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := a.Spawn(ctx, h, adapter.Shell("sleep 2; echo done"), adapter.SpawnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.SetOutage(true) // the renewals during it fail
+	time.Sleep(shortTTL / 2)
+	srv.SetOutage(false)
+	if out, exit := readAll(t, st); out != "done\n" || !exit.Success() {
+		t.Fatalf("session: %q %v", out, exit)
+	}
+	if err := c.Pause(ctx, h.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Exec(ctx, h, adapter.Shell("true")); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := c.Get(ctx, h.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := logs.String()
+	if !strings.Contains(got, "renew sandbox timeout") || !strings.Contains(got, "resumed a paused sandbox") || !strings.Contains(got, h.ID) {
+		t.Fatalf("the lease logged %q; want the failed renewal and the resume, naming %s", got, h.ID)
+	}
+	for name, secret := range map[string]string{"API key": srv.APIKey, "envd token": sb.EnvdAccessToken.Reveal()} {
+		if secret == "" || strings.Contains(got, secret) {
+			t.Errorf("the log holds the %s (or it is empty): %q", name, got)
+		}
+	}
 }
