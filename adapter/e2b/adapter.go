@@ -72,8 +72,10 @@ type AdapterConfig struct {
 // Sandboxes are created with secure: true (envd then requires the access
 // token the control plane gives, sent only as X-Access-Token) and
 // autoPause: true (an expiry pauses, never kills; see
-// AdapterConfig.Timeout). Destroy kills the sandbox and every session in
-// it (TestSandboxGone).
+// AdapterConfig.Timeout). A sandbox paused behind the adapter (E2B's
+// pause call, another client) is resumed by its next use, which runs
+// (TestPausedIsNeverNotFound). Destroy kills the sandbox and every
+// session in it (TestSandboxGone).
 //
 // Capabilities: attach, tty and terminate_session (runner-shim delivers
 // them). Not advertised: suspend (the contract's Suspend ends the
