@@ -573,16 +573,7 @@ func (x *envdExec) judge(ctx context.Context, err error) (_ error, resumed bool)
 		x.a.forget(x.id)
 		return fmt.Errorf("sandbox %s: %w", x.id, adapter.ErrNotFound), false
 	case gerr == nil && sb.State == StatePaused:
-		x.a.mu.Lock()
-		sg := x.a.guests[x.id]
-		x.a.mu.Unlock()
-		if sg == nil {
-			return err, false
-		}
-		x.a.leases.mu.Lock()
-		ls := x.a.leases.m[x.id]
-		x.a.leases.mu.Unlock()
-		if ls == nil || !x.a.leases.connect(ctx, x.id, ls) {
+		if !x.a.leases.resume(ctx, x.id) {
 			return fmt.Errorf("sandbox %s is paused and did not resume: %w", x.id, err), false
 		}
 		return fmt.Errorf("sandbox %s was paused, now resumed: %w", x.id, err), true

@@ -105,6 +105,15 @@ func (l *leases) acquire(ctx context.Context, id string) (release func()) {
 	}
 }
 
+// resume connects a sandbox this adapter holds (a paused one resumes)
+// and reports whether it answered.
+func (l *leases) resume(ctx context.Context, id string) bool {
+	l.mu.Lock()
+	ls := l.m[id]
+	l.mu.Unlock()
+	return ls != nil && l.connect(ctx, id, ls)
+}
+
 // connect resumes or extends a sandbox and records the renewal.
 func (l *leases) connect(ctx context.Context, id string, ls *lease) bool {
 	start := time.Now()

@@ -274,3 +274,13 @@ func TestLeaseLogsNoSecret(t *testing.T) {
 		}
 	}
 }
+
+// TestNegativeTimeoutRefused: a time to live below zero is refused at
+// configuration, never sent.
+func TestNegativeTimeoutRefused(t *testing.T) {
+	_, c := standIn(t)
+	_, err := e2b.NewAdapter(e2b.AdapterConfig{Client: c, Template: "runner", Version: shimVersion, Timeout: -1})
+	if !errors.Is(err, adapter.ErrInvalid) {
+		t.Fatalf("NewAdapter with Timeout -1 = %v, want invalid", err)
+	}
+}
