@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
@@ -32,7 +35,12 @@ type AdapterConfig struct {
 	// runner-shim of Version in it (images/e2b). Required.
 	Template string
 	// Timeout is each sandbox's time to live in seconds (0: the API's
-	// default). A sandbox whose time runs out is gone: Get says not_found.
+	// default, DefaultTimeout). Sandboxes are created with autoPause, so
+	// a time to live that runs out pauses the sandbox, memory, processes
+	// and disk kept; it is never not_found for it, and its next use
+	// resumes it (TestLeftAlonePastTheTimeToLive). While the adapter holds
+	// a call or a stream into a sandbox it renews the time to live every
+	// third of it (TestAttachLongerThanTheTimeToLive).
 	Timeout int32
 	// Version is the runner-shim version the guest must run (the
 	// caller's version.String()). Required.
@@ -51,6 +59,9 @@ type AdapterConfig struct {
 	// ReattachWindow is how long a stream attaches again after a cut
 	// (guest.DefaultReattach).
 	ReattachWindow time.Duration
+	// Logger receives the lease's renewals and resumes (nil: discarded).
+	// No secret reaches it.
+	Logger *slog.Logger
 }
 
 // Adapter is the contract (adapter.Adapter) over E2B: the control plane
@@ -58,16 +69,28 @@ type AdapterConfig struct {
 // process API by adapter/guest, for sessions. It is safe for concurrent
 // use; the owner must call Close.
 //
+// Sandboxes are created with secure: true (envd then requires the access
+// token the control plane gives, sent only as X-Access-Token) and
+// autoPause: true (an expiry pauses, never kills; see
+// AdapterConfig.Timeout). A sandbox paused behind the adapter (E2B's
+// pause call, another client) is resumed by its next use, which runs
+// (TestPausedIsNeverNotFound). Destroy kills the sandbox and every
+// session in it (TestSandboxGone).
+//
 // Capabilities: attach, tty and terminate_session (runner-shim delivers
-// them). Not advertised: suspend (E2B's pause is not verified to keep
-// runner-shim's detached sessions honest), network_policy (E2B's egress
-// switch leaves DNS open), public_url, checkpoint.
+// them). Not advertised: suspend (the contract's Suspend ends the
+// sandbox's processes, while E2B's pause freezes them and resume
+// continues them; what the adapter does with pause is keep sessions
+// across an expiry, TestLeftAlonePastTheTimeToLive), network_policy
+// (E2B's egress switch leaves DNS open), public_url, checkpoint.
 type Adapter struct {
 	adapter.Unsupported
 	cfg AdapterConfig
 
 	createMu sync.Mutex // guards creating
 	creating map[string]*sync.Mutex
+
+	leases *leases
 
 	mu     sync.Mutex // guards guests and closed
 	guests map[string]*sandboxGuest
@@ -96,19 +119,40 @@ func NewAdapter(cfg AdapterConfig) (*Adapter, error) {
 	if cfg.Root == "" {
 		cfg.Root = DefaultRoot
 	}
-	return &Adapter{cfg: cfg, creating: map[string]*sync.Mutex{}, guests: map[string]*sandboxGuest{}}, nil
+	if cfg.Timeout < 0 {
+		return nil, &Error{Op: "configure e2b adapter", kind: invalid("Timeout must not be negative")}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Adapter{cfg: cfg, creating: map[string]*sync.Mutex{}, guests: map[string]*sandboxGuest{},
+		leases: newLeases(cfg.Client, log)}, nil
 }
 
-// Close stops every attach this adapter runs (sessions and sandboxes
-// keep running). It is idempotent.
+// ttl is the time to live the adapter asks for.
+func (a *Adapter) ttl() time.Duration {
+	if a.cfg.Timeout > 0 {
+		return time.Duration(a.cfg.Timeout) * time.Second
+	}
+	return DefaultTimeout
+}
+
+// Close stops every attach this adapter runs and the lease keeper, and
+// waits for them (sessions and sandboxes keep running, until their time
+// to live pauses them). It is idempotent.
 func (a *Adapter) Close() error {
 	a.mu.Lock()
+	already := a.closed
 	a.closed = true
 	gs := a.guests
 	a.guests = map[string]*sandboxGuest{}
 	a.mu.Unlock()
 	for _, sg := range gs {
 		sg.g.Close()
+	}
+	if !already {
+		a.leases.close()
 	}
 	return nil
 }
@@ -186,7 +230,8 @@ func (a *Adapter) Create(ctx context.Context, name string, opts adapter.CreateOp
 	}
 	created := false
 	if !ok {
-		mine, err := a.cfg.Client.Create(ctx, NewSandbox{TemplateID: a.cfg.Template, Timeout: a.cfg.Timeout, Metadata: map[string]string{NameKey: name}})
+		mine, err := a.cfg.Client.Create(ctx, NewSandbox{TemplateID: a.cfg.Template, Timeout: a.cfg.Timeout,
+			AutoPause: true, Secure: true, Metadata: map[string]string{NameKey: name}})
 		if err != nil {
 			return adapter.Handle{}, fmt.Errorf("create %s: %w", name, err)
 		}
@@ -283,21 +328,22 @@ func (a *Adapter) Destroy(ctx context.Context, h adapter.Handle) error {
 	return nil
 }
 
-// forget closes and drops a sandbox's transport.
+// forget closes and drops a sandbox's transport and lease.
 func (a *Adapter) forget(id string) {
 	a.mu.Lock()
 	sg := a.guests[id]
 	delete(a.guests, id)
 	a.mu.Unlock()
+	a.leases.remove(id)
 	if sg != nil {
 		sg.g.Close()
 	}
 }
 
 // guest returns h's session transport, making it from a GET of the
-// sandbox (which gives envd's token): 404 is not_found, a paused sandbox
-// is invalid (suspended), another name is not_found (not this
-// incarnation).
+// sandbox (which gives envd's token): 404 is not_found, another name is
+// not_found (not this incarnation); a paused sandbox is never
+// not_found: its first use resumes it (leases.acquire).
 func (a *Adapter) guest(ctx context.Context, h adapter.Handle) (*sandboxGuest, error) {
 	if h.ID == "" || h.Provider != provider {
 		return nil, &adapter.InvalidError{Detail: fmt.Sprintf("handle %v is not an e2b sandbox", h)}
@@ -322,10 +368,11 @@ func (a *Adapter) guest(ctx context.Context, h adapter.Handle) (*sandboxGuest, e
 	if sb.Metadata[NameKey] != h.Name {
 		return nil, fmt.Errorf("sandbox %s is not %q: %w", h.ID, h.Name, adapter.ErrNotFound)
 	}
-	if sb.State == StatePaused {
-		return nil, &adapter.InvalidError{Detail: fmt.Sprintf("sandbox %s is paused", h.ID)}
-	}
-	x := &envdExec{a: a, id: h.ID, envd: a.cfg.Client.Envd(sb)}
+	// A paused sandbox is resumed by the lease on first use (its renewal
+	// time is unknown yet, so the first use connects).
+	ttl := sandboxTTL(a.ttl(), sb)
+	x := &envdExec{a: a, id: h.ID}
+	x.envd.Store(a.cfg.Client.Envd(sb))
 	gcfg := guest.Config{Provider: provider, Exec: x, Shim: a.cfg.Shim, Root: a.cfg.Root, Version: a.cfg.Version,
 		Lease: a.cfg.Lease, ReattachWindow: a.cfg.ReattachWindow}
 	if a.cfg.ShimBinary != nil {
@@ -347,6 +394,7 @@ func (a *Adapter) guest(ctx context.Context, h adapter.Handle) (*sandboxGuest, e
 	}
 	sg = &sandboxGuest{name: h.Name, g: g}
 	a.guests[h.ID] = sg
+	a.leases.add(h.ID, ttl, time.Time{}, func(sb Sandbox) { x.envd.Store(a.cfg.Client.Envd(sb)) })
 	return sg, nil
 }
 
@@ -429,7 +477,7 @@ func (a *Adapter) TerminateSession(ctx context.Context, h adapter.Handle, id str
 type envdExec struct {
 	a    *Adapter
 	id   string
-	envd *Envd
+	envd atomic.Pointer[Envd] // replaced when a connect answers a token
 }
 
 // execShell runs argv through sh so that a missing program is status
@@ -442,12 +490,26 @@ const execShell = `exec "$0" "$@"`
 // dropped), the exit code from the end event. envd keeps a process whose
 // stream ends, so lifetime goes as Connect-Timeout-Ms.
 func (x *envdExec) Exec(ctx context.Context, argv []string, stdin io.Reader, stdout io.Writer, lifetime time.Duration) (int, error) {
+	// Every call and every stream is one of these: the lease keeps the
+	// sandbox's time to live running while any is in flight.
+	defer x.a.leases.acquire(ctx, x.id)()
 	withStdin := stdin != nil
 	req := StartRequest{Process: ProcessConfig{Cmd: "/bin/sh", Args: append([]string{"-c", execShell}, argv...)},
 		Stdin: &withStdin, Lifetime: lifetime}
-	st, err := x.envd.Start(ctx, req)
+	st, err := x.envd.Load().Start(ctx, req)
 	if err != nil {
-		return 0, x.confirm(ctx, err)
+		var resumed bool
+		if err, resumed = x.judge(ctx, err); resumed && proxyAnswered(err) {
+			// The edge proxy answered for a paused sandbox: envd never saw
+			// the request, so it is started once more, resumed.
+			st, err = x.envd.Load().Start(ctx, req)
+			if err != nil {
+				err, _ = x.judge(ctx, err)
+			}
+		}
+		if err != nil {
+			return 0, err
+		}
 	}
 	defer st.Close()
 	if withStdin {
@@ -456,14 +518,15 @@ func (x *envdExec) Exec(ctx context.Context, argv []string, stdin io.Reader, std
 			return 0, &adapter.InvalidError{Detail: "read stdin: " + err.Error()}
 		}
 		sel := Selector{PID: st.PID()}
+		envd := x.envd.Load()
 		for len(b) > 0 {
 			n := min(len(b), 1<<20)
-			if err := x.envd.SendInput(ctx, sel, b[:n], false); err != nil {
+			if err := envd.SendInput(ctx, sel, b[:n], false); err != nil {
 				return 0, x.confirm(ctx, err)
 			}
 			b = b[n:]
 		}
-		if err := x.envd.CloseStdin(ctx, sel); err != nil {
+		if err := envd.CloseStdin(ctx, sel); err != nil {
 			return 0, x.confirm(ctx, err)
 		}
 	}
@@ -489,21 +552,48 @@ func (x *envdExec) Exec(ctx context.Context, argv []string, stdin io.Reader, std
 	}
 }
 
-// confirm judges an envd failure: one that proves nothing is checked
-// with a GET of the sandbox, whose 404 is the only not_found and whose
-// paused state makes it invalid (suspended). Anything else stays what it
-// was.
+// confirm judges an envd failure (judge).
 func (x *envdExec) confirm(ctx context.Context, err error) error {
+	err, _ = x.judge(ctx, err)
+	return err
+}
+
+// judge judges an envd failure: one that proves nothing is checked with
+// a GET of the sandbox, whose 404 is the only not_found. A paused
+// sandbox (paused behind the adapter's lease) is resumed and the failure
+// stays unavailable, retryable; resumed reports it. Anything else stays
+// what it was.
+func (x *envdExec) judge(ctx context.Context, err error) (_ error, resumed bool) {
 	if ctx.Err() != nil || !errors.Is(err, adapter.ErrUnavailable) {
-		return err
+		return err, false
 	}
 	sb, gerr := x.a.cfg.Client.Get(ctx, x.id)
 	switch {
 	case errors.Is(gerr, adapter.ErrNotFound):
 		x.a.forget(x.id)
-		return fmt.Errorf("sandbox %s: %w", x.id, adapter.ErrNotFound)
+		return fmt.Errorf("sandbox %s: %w", x.id, adapter.ErrNotFound), false
 	case gerr == nil && sb.State == StatePaused:
-		return &adapter.InvalidError{Detail: fmt.Sprintf("sandbox %s is paused", x.id)}
+		if !x.a.leases.resume(ctx, x.id) {
+			return fmt.Errorf("sandbox %s is paused and did not resume: %w", x.id, err), false
+		}
+		return fmt.Errorf("sandbox %s was paused, now resumed: %w", x.id, err), true
+	}
+	return err, false
+}
+
+// proxyAnswered reports an envd failure that E2B's edge proxy answered
+// (an HTTP status without a Connect error body): envd never received the
+// request.
+func proxyAnswered(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == http.StatusBadGateway && e.Code == ""
+}
+
+// asUnavailable keeps an error that is not a sandbox's definitive
+// absence from reading as one: only GET's 404 is not_found.
+func asUnavailable(err error) error {
+	if errors.Is(err, adapter.ErrNotFound) {
+		return &adapter.UnavailableError{Detail: err.Error()}
 	}
 	return err
 }
@@ -515,7 +605,7 @@ func (x *envdExec) install(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read runner-shim binary: %w", err)
 	}
-	if err := x.envd.WriteFile(ctx, x.a.cfg.Shim, bytes.NewReader(b)); err != nil {
+	if err := x.envd.Load().WriteFile(ctx, x.a.cfg.Shim, bytes.NewReader(b)); err != nil {
 		return x.confirm(ctx, err)
 	}
 	status, err := x.Exec(ctx, []string{"chmod", "0755", x.a.cfg.Shim}, nil, io.Discard, time.Minute)

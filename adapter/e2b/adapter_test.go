@@ -31,6 +31,11 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
+	// The stand-in runs its processes as the sandbox user (uid 2001)
+	// when the test is root: the binaries must be theirs to run.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		panic(err)
+	}
 	shimBin, oldShimBin = filepath.Join(dir, "runner-shim"), filepath.Join(dir, "runner-shim-old")
 	for bin, v := range map[string]string{shimBin: shimVersion, oldShimBin: "v0.0.0-old"} {
 		cmd := exec.Command("go", "build", "-ldflags", "-X github.com/agentrunner/runner/version.Version="+v,
@@ -51,6 +56,12 @@ func TestMain(m *testing.M) {
 // directory (runner-shim's socket paths must fit), and a client for it.
 func standIn(t testing.TB) (*e2btest.Server, *e2b.Client) {
 	t.Helper()
+	return standInWith(t, e2btest.Options{})
+}
+
+// standInWith is standIn with the stand-in's options (Dir is set here).
+func standInWith(t testing.TB, opts e2btest.Options) (*e2btest.Server, *e2b.Client) {
+	t.Helper()
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
@@ -59,7 +70,8 @@ func standIn(t testing.TB) (*e2btest.Server, *e2b.Client) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	srv := e2btest.New(t, e2btest.Options{Dir: dir})
+	opts.Dir = dir
+	srv := e2btest.New(t, opts)
 	c, err := e2b.New(e2b.Config{APIKey: e2b.NewSecret(srv.APIKey), APIURL: srv.URL(), SandboxURL: srv.SandboxURL()})
 	if err != nil {
 		t.Fatal(err)

@@ -78,7 +78,7 @@ func TestSandboxLifecycle(t *testing.T) {
 	f := newFixture(t, e2btest.Options{})
 	ctx := ctxFor(t)
 
-	sb, err := f.c.Create(ctx, e2b.NewSandbox{TemplateID: "runner", Timeout: 600, AutoPause: true, Metadata: map[string]string{"runner-name": "alpha"}})
+	sb, err := f.c.Create(ctx, e2b.NewSandbox{TemplateID: "runner", Timeout: 600, AutoPause: true, Secure: true, Metadata: map[string]string{"runner-name": "alpha"}})
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
@@ -190,16 +190,19 @@ func TestListPaging(t *testing.T) {
 		}
 		opts.NextToken = p.NextToken
 	}
-	if !slices.Equal(sizes, []int{3, 3, 1}) || !slices.Equal(seen, ids) {
-		t.Errorf("pages of %v holding %v; want pages of [3 3 1] holding %v", sizes, seen, ids)
+	// The API lists newest first.
+	newest := slices.Clone(ids)
+	slices.Reverse(newest)
+	if !slices.Equal(sizes, []int{3, 3, 1}) || !slices.Equal(seen, newest) {
+		t.Errorf("pages of %v holding %v; want pages of [3 3 1] holding %v", sizes, seen, newest)
 	}
 
 	all, err := f.c.ListAll(ctx, e2b.ListOptions{Limit: 2})
 	if err != nil {
 		t.Fatalf("list all: %v", err)
 	}
-	if len(all) != 8 || all[7].SandboxID != other.SandboxID {
-		t.Errorf("list all: got %d sandboxes, want 8 ending with %s", len(all), other.SandboxID)
+	if len(all) != 8 || all[0].SandboxID != other.SandboxID {
+		t.Errorf("list all: got %d sandboxes, want 8 starting with the newest, %s", len(all), other.SandboxID)
 	}
 
 	if err := f.c.Pause(ctx, ids[2]); err != nil {
@@ -228,7 +231,7 @@ func TestListPaging(t *testing.T) {
 func TestFaults(t *testing.T) {
 	f := newFixture(t, e2btest.Options{})
 	ctx := ctxFor(t)
-	sb, err := f.c.Create(ctx, e2b.NewSandbox{TemplateID: "runner"})
+	sb, err := f.c.Create(ctx, e2b.NewSandbox{TemplateID: "runner", Secure: true})
 	if err != nil {
 		t.Fatal(err)
 	}

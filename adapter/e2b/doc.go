@@ -35,5 +35,11 @@
 // list, since E2B mints ids; get confirmed by GET; paged list; delete),
 // sessions through runner-shim in the guest, run with envd's Start
 // ([envdExec]). It advertises attach, tty and terminate_session only.
-// docs/providers/e2b.md maps every call and every error.
+// Sandboxes are created secure (envd requires the access token) and with
+// autoPause: a time to live that runs out pauses a sandbox, sessions and
+// all, and never kills it; a lease (lease.go) renews the time to live
+// while the adapter holds calls or streams, and the next use of a paused
+// sandbox resumes it, so a paused sandbox is never not_found.
+// docs/providers/e2b.md maps every call and every error and says what
+// the time to live, pause and kill mean for sessions.
 package e2b

@@ -28,7 +28,7 @@ type sandboxFixture struct {
 func newSandbox(t *testing.T, opts e2btest.Options) sandboxFixture {
 	t.Helper()
 	f := newFixture(t, opts)
-	sb, err := f.c.Create(ctxFor(t), e2b.NewSandbox{TemplateID: "runner"})
+	sb, err := f.c.Create(ctxFor(t), e2b.NewSandbox{TemplateID: "runner", Secure: true})
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
@@ -49,7 +49,7 @@ func TestBinaryStdoutThroughChunks(t *testing.T) {
 	if _, err := rand.Read(want); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(s.dir, "blob"), want, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(s.dir, "blob"), want, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	st, err := s.envd.Start(ctx, argv("cat", "blob"))
@@ -114,8 +114,10 @@ func TestExitCodes(t *testing.T) {
 		want   e2b.EndEvent
 	}{
 		{"zero", "exit 0", e2b.EndEvent{ExitCode: 0, Exited: true, Status: "exit status 0"}},
-		{"three", "exit 3", e2b.EndEvent{ExitCode: 3, Exited: true, Status: "exit status 3"}},
-		{"killed", "kill -9 $$", e2b.EndEvent{ExitCode: -1, Exited: false, Status: "signal: killed"}},
+		// envd sends cmd.Wait's error as the end event's error.
+		{"three", "exit 3", e2b.EndEvent{ExitCode: 3, Exited: true, Status: "exit status 3", Error: "exit status 3"}},
+		{"killed", "kill -9 $$", e2b.EndEvent{ExitCode: -1, Exited: false, Status: "signal: killed", Error: "signal: killed"}},
+		{"terminated", "kill -TERM $$", e2b.EndEvent{ExitCode: -1, Exited: false, Status: "signal: terminated", Error: "signal: terminated"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st, err := s.envd.Start(ctxFor(t), sh(tc.script))
@@ -361,9 +363,15 @@ func TestProcessOutlivesItsStream(t *testing.T) {
 	if string(out.Stdout) != "got:b\n" || out.End.ExitCode != 0 {
 		t.Errorf("after reconnecting: stdout %q exit %d; want only %q and exit 0", out.Stdout, out.End.ExitCode, "got:b\n")
 	}
-	_, err = s.envd.Connect(ctx, sel)
-	if !e2b.IsProcessNotFound(err) {
-		t.Errorf("connect to an exited process: got %v, want envd's not_found", err)
+	// envd keeps an ended process's end event (30 s): a Connect to it
+	// gets the start event and the end, not not_found.
+	ended, err := s.envd.Connect(ctx, sel)
+	if err != nil || ended.PID() != pid {
+		t.Fatalf("connect to an exited process: got %v, want its start event (pid %d)", err, pid)
+	}
+	out, err = ended.Drain()
+	if err != nil || len(out.Stdout) != 0 || out.End != (e2b.EndEvent{Exited: true, Status: "exit status 0"}) {
+		t.Errorf("connect to an exited process: got %+v, %v; want only its end, exit 0", out, err)
 	}
 }
 
@@ -494,8 +502,19 @@ func TestKeepalivesAreSkipped(t *testing.T) {
 func TestStartFailures(t *testing.T) {
 	s := newSandbox(t, e2btest.Options{})
 	ctx := ctxFor(t)
-	_, err := s.envd.Start(ctx, argv("/no/such/program"))
-	wantKind(t, "start of a missing program", err, adapter.KindProvider)
+	// envd's /bin/sh wrapper starts, then finds no program: exit 127.
+	st, err := s.envd.Start(ctx, argv("/no/such/program"))
+	if err != nil {
+		t.Fatalf("start of a missing program: %v, want a start event", err)
+	}
+	if out, err := st.Drain(); err != nil || out.End.ExitCode != 127 || !out.End.Exited || out.End.Error != "exit status 127" {
+		t.Errorf("start of a missing program: got %+v, %v; want exit 127", out, err)
+	}
+	// A missing cwd is invalid_argument before any start event.
+	missing := argv("true")
+	missing.Process.Cwd = filepath.Join(t.TempDir(), "absent")
+	_, err = s.envd.Start(ctx, missing)
+	wantKind(t, "start in a missing cwd", err, adapter.KindInvalid)
 	_, err = s.envd.Start(ctx, argv(""))
 	wantKind(t, "start without a command", err, adapter.KindInvalid)
 	_, err = s.envd.Connect(ctx, e2b.Selector{})

@@ -241,7 +241,7 @@ func TestEnvdStreamErrorMap(t *testing.T) {
 func TestSecretsStayHidden(t *testing.T) {
 	f := newFixture(t, e2btest.Options{})
 	ctx := ctxFor(t)
-	sb, err := f.c.Create(ctx, e2b.NewSandbox{TemplateID: "runner"})
+	sb, err := f.c.Create(ctx, e2b.NewSandbox{TemplateID: "runner", Secure: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,16 +10,12 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/agentrunner/runner/adapter/internal/standin"
 )
 
 const (
-	sigStop = syscall.SIGSTOP
-	sigCont = syscall.SIGCONT
-
 	envdPort = "49983"
 )
 
@@ -79,6 +75,27 @@ func httpStatus(code string) int {
 		return http.StatusUnauthorized
 	}
 	return http.StatusInternalServerError
+}
+
+// envdJSONError is envd's jsonError: its HTTP layer's {code, message}
+// answer, outside the Connect protocol.
+func envdJSONError(w http.ResponseWriter, status int, msg string) {
+	b, _ := json.Marshal(map[string]any{"code": status, "message": msg})
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// writeUnaryOrStreamError answers a Connect error the way the call's
+// protocol carries it: a unary error body, or an end-stream message.
+func writeUnaryOrStreamError(w http.ResponseWriter, r *http.Request, e *connectErr) {
+	if hasType(r, "application/connect+json") {
+		w.Header().Set("Content-Type", "application/connect+json")
+		_, _ = w.Write(endStream(e))
+		return
+	}
+	writeUnaryError(w, e)
 }
 
 func writeUnaryError(w http.ResponseWriter, e *connectErr) {
@@ -143,12 +160,25 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "The sandbox was not found or is not running", http.StatusBadGateway)
 		return
 	}
-	if r.Header.Get("X-Access-Token") != token {
-		writeUnaryError(w, cerr("unauthenticated", "invalid access token"))
+	// envd of a secure sandbox refuses a request without its token with
+	// a plain JSON 401 (its HTTP middleware, not a Connect error); /files
+	// is checked the same way when the token is sent.
+	if token != "" && r.Header.Get("X-Access-Token") != token && (r.URL.Path != "/files" || r.Header.Get("X-Access-Token") != "") {
+		envdJSONError(w, http.StatusUnauthorized, "unauthorized access, please provide a valid access token or method signing if supported")
+		return
+	}
+	u, ok := authUser(r)
+	if !ok {
+		name, _, _ := r.BasicAuth()
+		if r.URL.Path == "/files" {
+			envdJSONError(w, http.StatusUnauthorized, fmt.Sprintf("invalid username: '%s'", name))
+		} else {
+			writeUnaryOrStreamError(w, r, cerr("unauthenticated", "invalid username: '%s'", name))
+		}
 		return
 	}
 	if r.URL.Path == "/files" {
-		s.files(w, r, sb)
+		s.files(w, r, sb, u)
 		return
 	}
 	if r.Method != http.MethodPost || r.Header.Get("Connect-Protocol-Version") != "1" {
@@ -157,7 +187,7 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request) {
 	}
 	switch r.URL.Path {
 	case "/process.Process/Start":
-		s.start(w, r, sb, gone)
+		s.start(w, r, sb, gone, u)
 	case "/process.Process/Connect":
 		s.connectProc(w, r, sb, gone)
 	case "/process.Process/StreamInput":
@@ -278,7 +308,7 @@ func readStreamRequest(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
-func (s *Server) start(w http.ResponseWriter, r *http.Request, sb *sandbox, gone chan struct{}) {
+func (s *Server) start(w http.ResponseWriter, r *http.Request, sb *sandbox, gone chan struct{}, u user) {
 	var req struct {
 		Process *processConfig `json:"process"`
 		PTY     *struct {
@@ -304,7 +334,10 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, sb *sandbox, gone
 		}
 		lifetime = time.Duration(ms) * time.Millisecond
 	}
-	p := &proc{s: s, sb: sb, cfg: *req.Process, subs: map[*sub]struct{}{}, done: make(chan struct{}), chunk: s.opts.ChunkSize}
+	if !s.keepaliveOK(w, r) {
+		return
+	}
+	p := &proc{s: s, sb: sb, cfg: *req.Process, user: u, subs: map[*sub]struct{}{}, done: make(chan struct{}), chunk: s.opts.ChunkSize}
 	if req.Tag != nil {
 		p.tag = *req.Tag
 	}
@@ -339,14 +372,26 @@ func (s *Server) connectProc(w http.ResponseWriter, r *http.Request, sb *sandbox
 		return
 	}
 	w.Header().Set("Content-Type", "application/connect+json")
-	p, e := s.lookup(sb, req.Process)
-	if e != nil {
-		_, _ = w.Write(endStream(e))
+	if !s.keepaliveOK(w, r) {
 		return
 	}
-	me, ok := p.subscribe()
-	if !ok {
-		_, _ = w.Write(endStream(cerr("not_found", "process with pid %d not found", p.pid)))
+	p, e := s.lookup(sb, req.Process)
+	var me *sub
+	if e == nil {
+		var live bool
+		if me, live = p.subscribe(); !live {
+			e = cerr("not_found", "process with pid %d not found", p.pid)
+		}
+	}
+	if e != nil {
+		// envd keeps an ended process's end event for 30 s and serves a
+		// Connect to it as its start and end events.
+		if pid, end, ok := s.terminated(sb, req.Process); ok {
+			start, _ := json.Marshal(map[string]any{"event": map[string]any{"start": map[string]any{"pid": pid}}})
+			_, _ = w.Write(append(append(envelope(0, start), envelope(0, end)...), endStream(nil)...))
+			return
+		}
+		_, _ = w.Write(endStream(e))
 		return
 	}
 	s.stream(w, r, p, me, gone)
@@ -370,18 +415,18 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p *proc, me *sub
 	if !write(envelope(0, start)) {
 		return
 	}
-	var tick <-chan time.Time
+	// envd's keepalive: every Keepalive-Ping-Interval seconds (90 without
+	// a number), the ticker restarted after each data event.
 	interval := s.opts.KeepaliveInterval
 	if interval <= 0 {
-		if secs, err := strconv.Atoi(r.Header.Get("Keepalive-Ping-Interval")); err == nil && secs > 0 {
+		interval = 90 * time.Second
+		if secs, err := strconv.Atoi(r.Header.Get("Keepalive-Ping-Interval")); err == nil {
 			interval = time.Duration(secs) * time.Second
 		}
 	}
-	if interval > 0 {
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		tick = t.C
-	}
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	tick := ticker.C
 	keepalive := envelope(0, []byte(`{"event":{"keepalive":{}}}`))
 	deadlineErr := cerr("deadline_exceeded", "the operation timed out")
 	for {
@@ -394,6 +439,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p *proc, me *sub
 			if !write(envelope(0, m.body)) {
 				return
 			}
+			ticker.Reset(interval)
 			if m.end {
 				write(endStream(nil))
 				return
@@ -464,4 +510,17 @@ func (s *Server) streamInput(w http.ResponseWriter, r *http.Request, sb *sandbox
 		_, _ = w.Write(envelope(0, []byte("{}")))
 	}
 	_, _ = w.Write(endStream(e))
+}
+
+// keepaliveOK refuses a stream whose Keepalive-Ping-Interval is a number
+// below 1: real envd passes it to time.NewTicker, which panics, and the
+// whole daemon goes down. The stand-in fails the test and cuts the
+// connection, so a client that would crash envd cannot pass CI.
+func (s *Server) keepaliveOK(w http.ResponseWriter, r *http.Request) bool {
+	secs, err := strconv.Atoi(r.Header.Get("Keepalive-Ping-Interval"))
+	if err != nil || secs > 0 {
+		return true
+	}
+	s.t.Errorf("e2btest: a stream asked for Keepalive-Ping-Interval: %d, which crashes real envd (time.NewTicker panics)", secs)
+	panic(http.ErrAbortHandler)
 }

@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -25,6 +27,7 @@ type proc struct {
 	pid   uint32
 	tag   string
 	cfg   processConfig
+	user  user
 	chunk int
 
 	pty     *os.File   // the master, nil without a PTY
@@ -109,12 +112,25 @@ func (p *proc) deadlineHit() bool {
 // launch starts the process and its reader and waiter goroutines.
 func (p *proc) launch(sb *sandbox, size *ptySize, stdin bool, lifetime time.Duration) *connectErr {
 	s := p.s
-	cmd := exec.Command(p.cfg.Cmd, p.cfg.Args...)
+	// envd runs every process under its wrapper shell, so a program that
+	// is missing is a started process that exits 127, not a start error.
+	cmd := exec.Command("/bin/sh", append([]string{"-c", envdWrapper, "--", p.cfg.Cmd}, p.cfg.Args...)...)
+	// The default working directory is the sandbox's, which stands for
+	// /home/user (envd's default workdir, whoever the user); a cwd that
+	// does not exist is invalid_argument before any start event.
 	cmd.Dir = sb.dir
 	if p.cfg.Cwd != nil && *p.cfg.Cwd != "" {
 		cmd.Dir = *p.cfg.Cwd
+		if _, err := os.Stat(cmd.Dir); errors.Is(err, os.ErrNotExist) {
+			return cerr("invalid_argument", "cwd '%s' does not exist", cmd.Dir)
+		}
 	}
-	cmd.Env = append(os.Environ(), TagEnv+"="+sb.id)
+	// A clean environment, as envd builds it: its own PATH, the user's
+	// HOME, USER and LOGNAME, its defaults (E2B_SANDBOX, "true" in a
+	// Firecracker VM), the sandbox's variables, the request's; and the
+	// stand-in's tag, so the sandbox's processes can be found.
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + p.user.home, "USER=" + p.user.name, "LOGNAME=" + p.user.name,
+		"E2B_SANDBOX=true", TagEnv + "=" + sb.id}
 	for k, v := range sb.envVars {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
@@ -134,11 +150,13 @@ func (p *proc) launch(sb *sandbox, size *ptySize, stdin bool, lifetime time.Dura
 		}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+		p.user.credential(cmd.SysProcAttr)
 		p.pty = master
 		p.readers = []*os.File{master}
 		childEnds = []*os.File{slave}
 	} else {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		p.user.credential(cmd.SysProcAttr)
 		for range 2 {
 			r, w, err := os.Pipe()
 			if err != nil {
@@ -195,7 +213,9 @@ func (p *proc) launch(sb *sandbox, size *ptySize, stdin bool, lifetime time.Dura
 		p.deadline = make(chan struct{})
 		p.timer = time.AfterFunc(lifetime, func() {
 			close(p.deadline)
-			p.kill()
+			// envd's exec.CommandContext kills the process, not its
+			// group: what it started lives on.
+			p.killPID()
 		})
 	}
 	var readers sync.WaitGroup
@@ -276,14 +296,16 @@ func (p *proc) wait() {
 		end["exited"] = true
 	}
 	end["status"] = st.String()
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
+	// envd sends cmd.Wait's error text: "exit status 3", "signal:
+	// terminated".
+	if err != nil {
 		end["error"] = err.Error()
 	}
 	b, _ := json.Marshal(map[string]any{"event": map[string]any{"end": end}})
 	p.s.mu.Lock()
 	if p.sb.procs[p.pid] == p {
 		delete(p.sb.procs, p.pid)
+		p.sb.retain(p, b)
 	}
 	p.s.mu.Unlock()
 	p.mu.Lock()
@@ -324,7 +346,9 @@ func (p *proc) closeStdin() *connectErr {
 	p.inMu.Lock()
 	defer p.inMu.Unlock()
 	if p.stdin == nil {
-		return cerr("unknown", "error closing stdin: stdin not enabled or already closed")
+		// envd answers a second CloseStdin, and one for a process started
+		// with stdin: false, with success.
+		return nil
 	}
 	err := p.stdin.Close()
 	p.stdin = nil
@@ -348,6 +372,15 @@ func (p *proc) signal(v any) *connectErr {
 		return cerr("internal", "error sending signal: %v", err)
 	}
 	return nil
+}
+
+// killPID kills the process alone, while it is not yet reaped.
+func (p *proc) killPID() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil && p.cmd.Process != nil && !p.reaped {
+		_ = p.cmd.Process.Kill()
+	}
 }
 
 // kill ends the process's whole group (its own session for a PTY).
@@ -383,4 +416,90 @@ func waitNoReap(pid uint32) {
 			return
 		}
 	}
+}
+
+// envdWrapper is envd's wrapper script without its oom_score_adj, ionice
+// and nice steps (which need privileges or tools a test host may lack):
+// /bin/sh -c '... exec "${@}"' -- cmd args....
+const envdWrapper = `exec "${@}"`
+
+// retentionTTL is how long envd keeps an ended process's end event for
+// Connect.
+const retentionTTL = 30 * time.Second
+
+// ended is a retained end event.
+type ended struct {
+	pid  uint32
+	tag  string
+	end  []byte
+	when time.Time
+}
+
+// retain keeps p's end event for Connect; the caller holds s.mu.
+func (sb *sandbox) retain(p *proc, end []byte) {
+	now := time.Now()
+	sb.ended = slices.DeleteFunc(sb.ended, func(e ended) bool {
+		return now.Sub(e.when) > retentionTTL || e.pid == p.pid || p.tag != "" && e.tag == p.tag
+	})
+	sb.ended = append(sb.ended, ended{pid: p.pid, tag: p.tag, end: end, when: now})
+}
+
+// terminated returns the retained end event the selector names.
+func (s *Server) terminated(sb *sandbox, sel *selector) (uint32, []byte, bool) {
+	if sel == nil {
+		return 0, nil, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range slices.Backward(sb.ended) {
+		if time.Since(e.when) <= retentionTTL && (sel.PID != nil && *sel.PID == e.pid || sel.Tag != nil && *sel.Tag != "" && *sel.Tag == e.tag) {
+			return e.pid, e.end, true
+		}
+	}
+	return 0, nil, false
+}
+
+// user is a sandbox user envd runs processes as.
+type user struct {
+	name string
+	uid  int
+	home string
+}
+
+// canSwitch is whether the stand-in can run processes as another user
+// (it runs as root); else every process runs as the test's own uid.
+var canSwitch = os.Geteuid() == 0
+
+// credential runs a process as u when the stand-in can switch users.
+func (u user) credential(attr *syscall.SysProcAttr) {
+	if canSwitch {
+		attr.Credential = &syscall.Credential{Uid: uint32(u.uid), Gid: uint32(u.uid)}
+	}
+}
+
+// own gives path to u when the stand-in can switch users, as envd
+// chowns what it writes.
+func (u user) own(path string) error {
+	if !canSwitch {
+		return nil
+	}
+	return os.Lchown(path, u.uid, u.uid)
+}
+
+// The users of E2B's base image: /init's default "user" (uid 2001) and
+// root.
+var users = map[string]user{
+	"user": {name: "user", uid: 2001, home: "/home/user"},
+	"root": {name: "root", uid: 0, home: "/root"},
+}
+
+// authUser is envd's user: HTTP Basic's user name (any password), or the
+// default user without one; an unknown name is refused.
+func authUser(r *http.Request) (user, bool) {
+	name, _, ok := r.BasicAuth()
+	if !ok {
+		name = "user"
+	}
+	u, ok := users[name]
+	return u, ok
 }

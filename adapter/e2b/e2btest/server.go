@@ -14,14 +14,44 @@
 //   - output produced while nobody subscribes is dropped (no backlog);
 //   - Connect-Timeout-Ms on Start is the process's lifetime: the process
 //     is killed when it elapses and the stream ends with deadline_exceeded;
-//   - CloseStdin on a PTY process is refused (Connect code unknown, 500).
+//   - CloseStdin on a PTY process is refused (Connect code unknown, 500);
+//     a second CloseStdin, or one for a stdin: false process, succeeds;
+//   - every process runs under envd's /bin/sh -c '... exec "${@}"'
+//     wrapper (a missing program starts, then exits 127), in a clean
+//     environment (PATH, HOME, USER, LOGNAME, the sandbox's and the
+//     request's variables), as the HTTP Basic user or /init's default
+//     "user", uid 2001 (an unknown user is unauthenticated; a stand-in
+//     that is not root cannot switch and runs everything as the test's
+//     uid), in the sandbox's directory, the user's, unless the request
+//     names an existing cwd (a missing one is invalid_argument);
+//   - Connect-Timeout-Ms kills the pid only, not its group;
+//   - end events carry cmd.Wait's error ("exit status 3");
+//   - a Connect to a process that ended within 30 s gets start and end;
+//   - keepalives every 90 s unless Keepalive-Ping-Interval says
+//     otherwise, restarted by each data event; an interval below 1,
+//     which crashes real envd, fails the test;
+//   - a request without a secure sandbox's token is envd's plain JSON
+//     401; files answers are envd's (an upload 200 text/plain with a
+//     JSON list, its file and new directories given to the user, a
+//     missing file 404 "path '...' does not exist").
+//
+// The control plane is E2B's on the points a client depends on: a
+// sandbox's time to live (create's timeout, default 15 s, Options.DefaultTimeout
+// in tests) is enforced: when it elapses a sandbox created with autoPause
+// is paused, any other is killed; POST /sandboxes/{id}/timeout sets it
+// anew from now (404 for a paused sandbox, as the orchestrator no longer
+// holds it), connect only extends it and resumes a paused sandbox, and
+// resume sets it. A paused sandbox freezes every process in it (SIGSTOP
+// of every process tagged with its id, runner-shim's detached sessions
+// included) and resume continues them, as a VM snapshot keeps memory.
+// Listings are newest first and show paused sandboxes beside running
+// ones. Only a sandbox created with secure: true has an envd access
+// token; envd of any other accepts requests without one.
 //
 // And the control plane's faults, on demand: an outage (503 everywhere), a
 // proxy that drops connections, a list body cut mid-page, 429 with
-// Retry-After. Pause stops a sandbox's processes (SIGSTOP) and resume
-// continues them; the envd proxy answers 502 for a paused or absent
-// sandbox, as E2B's edge does. Sandbox time-to-live is not modelled: a
-// sandbox lives until deleted.
+// Retry-After. The envd proxy answers 502 for a paused or absent sandbox,
+// as E2B's edge does.
 //
 // The stand-in deliberately shares no code with package e2b (its own
 // envelope framing and JSON shapes), so a framing mistake in one cannot
@@ -65,9 +95,16 @@ type Options struct {
 	// start event then races a process envd does not know yet (the seeds'
 	// E2B adapter lost that race by about 300 ms).
 	RegisterDelay time.Duration
-	// Dir, when set, is where sandbox directories are made (default
-	// t.TempDir()): keep it short when sandboxes run runner-shim, whose
-	// control socket path must fit in 107 bytes.
+	// DefaultTimeout is the time to live of a sandbox created without a
+	// timeout; 0 means the API's 15 s. Tests shorten it here rather than
+	// in the client. An explicit timeout is always in whole seconds.
+	DefaultTimeout time.Duration
+	// Dir, when set, is where sandbox directories are made (default: a
+	// new directory in the system's temporary directory, removed at the
+	// end): keep it short when sandboxes run runner-shim, whose control
+	// socket path must fit in 107 bytes. Run as root, the stand-in makes
+	// it 0711 so that the sandbox user (uid 2001) reaches its home; the
+	// programs the test runs in sandboxes must be readable by that user.
 	Dir string
 }
 
@@ -88,6 +125,7 @@ type Server struct {
 	// APIKey is the only key the control plane accepts.
 	APIKey string
 
+	t       testing.TB
 	opts    Options
 	root    string
 	closing chan struct{}
@@ -108,13 +146,17 @@ type Server struct {
 type sandbox struct {
 	id, template, token string
 	seq                 uint64
-	timeout             int32 // seconds; recorded, not enforced
+	timeout             int32     // seconds, as last set
+	endAt               time.Time // when the time to live elapses
+	autoPause           bool      // expiry pauses rather than kills
+	pauses              int       // how many times it was paused
 	metadata            map[string]string
 	envVars             map[string]string
 	state               string
 	dir                 string
 	started             time.Time
 	procs               map[uint32]*proc
+	ended               []ended // end events retained for Connect
 	// gone is closed when the sandbox is paused or deleted: its open
 	// streams are cut, as a pause or kill cuts them on E2B.
 	gone chan struct{}
@@ -127,18 +169,37 @@ func New(t testing.TB, opts Options) *Server {
 		opts.ChunkSize = 32 << 10
 	}
 	if opts.Dir == "" {
-		opts.Dir = t.TempDir()
+		// Not t.TempDir(): its parent is 0700, and the sandbox user must
+		// reach its home.
+		dir, err := os.MkdirTemp("", "e2btest")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		opts.Dir = dir
+	}
+	if os.Geteuid() == 0 {
+		// The sandbox user (uid 2001) passes through to its home.
+		if err := os.Chmod(opts.Dir, 0o711); err != nil {
+			t.Fatal(err)
+		}
 	}
 	s := &Server{
 		APIKey:    "e2b_" + randHex(20),
+		t:         t,
 		opts:      opts,
 		root:      opts.Dir,
 		closing:   make(chan struct{}),
 		sandboxes: map[string]*sandbox{},
 		requests:  map[string]int{},
 	}
+	if s.opts.DefaultTimeout <= 0 {
+		s.opts.DefaultTimeout = 15 * time.Second
+	}
 	s.api = httptest.NewServer(s.faults(s.apiMux(), true))
 	s.envd = httptest.NewServer(s.faults(http.HandlerFunc(s.serveEnvd), false))
+	s.wg.Add(1)
+	go s.expire()
 	t.Cleanup(s.shutdown)
 	return s
 }
@@ -174,14 +235,9 @@ func (s *Server) RateLimit(n int, retryAfter time.Duration) {
 
 // Dir returns a sandbox's directory (the working directory of its
 // processes) and whether the sandbox exists.
-func (s *Server) Dir(sandboxID string) (string, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sb, ok := s.sandboxes[sandboxID]
-	if !ok {
-		return "", false
-	}
-	return sb.dir, true
+func (s *Server) Dir(sandboxID string) (dir string, ok bool) {
+	ok = s.with(sandboxID, func(sb *sandbox) { dir = sb.dir })
+	return dir, ok
 }
 
 // Requests returns how many requests matched "METHOD /path" (the path
@@ -285,6 +341,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		TemplateID *string           `json:"templateID"`
 		Timeout    *int32            `json:"timeout"`
+		AutoPause  bool              `json:"autoPause"`
+		Secure     bool              `json:"secure"`
 		Metadata   map[string]string `json:"metadata"`
 		EnvVars    map[string]string `json:"envVars"`
 	}
@@ -309,29 +367,44 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusInternalServerError, "create sandbox directory")
 		return
 	}
+	// The directory stands for /home/user: the user's.
+	if err := users["user"].own(dir); err != nil {
+		apiError(w, http.StatusInternalServerError, "create sandbox directory")
+		return
+	}
+	now := time.Now().UTC()
 	sb := &sandbox{
-		id: id, template: *req.TemplateID, token: randHex(16), seq: s.seq,
+		id: id, template: *req.TemplateID, seq: s.seq, autoPause: req.AutoPause,
 		metadata: req.Metadata, envVars: req.EnvVars, state: "running", dir: dir,
-		started: time.Now().UTC(), procs: map[uint32]*proc{}, gone: make(chan struct{}), timeout: 15,
+		started: now, procs: map[uint32]*proc{}, gone: make(chan struct{}), timeout: 15,
+		endAt: now.Add(s.opts.DefaultTimeout),
+	}
+	if req.Secure {
+		sb.token = randHex(16)
 	}
 	if req.Timeout != nil {
 		sb.timeout = *req.Timeout
+		sb.endAt = now.Add(time.Duration(*req.Timeout) * time.Second)
 	}
 	s.sandboxes[id] = sb
 	writeJSON(w, http.StatusCreated, sb.created())
 }
 
 func (sb *sandbox) created() map[string]any {
-	return map[string]any{
+	m := map[string]any{
 		"templateID": sb.template, "sandboxID": sb.id, "clientID": "stand-in",
-		"envdVersion": EnvdVersion, "envdAccessToken": sb.token, "domain": nil,
+		"envdVersion": EnvdVersion, "domain": nil,
 	}
+	if sb.token != "" {
+		m["envdAccessToken"] = sb.token
+	}
+	return m
 }
 
 func (sb *sandbox) listed() map[string]any {
 	m := map[string]any{
 		"templateID": sb.template, "sandboxID": sb.id, "clientID": "stand-in",
-		"startedAt": sb.started.Format(time.RFC3339Nano), "endAt": sb.started.Add(time.Hour).Format(time.RFC3339Nano),
+		"startedAt": sb.started.Format(time.RFC3339Nano), "endAt": sb.endAt.Format(time.RFC3339Nano),
 		"cpuCount": 2, "memoryMB": 512, "diskSizeMB": 1024, "state": sb.state, "envdVersion": EnvdVersion,
 	}
 	if sb.metadata != nil {
@@ -349,7 +422,9 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m := sb.listed()
-	m["envdAccessToken"] = sb.token
+	if sb.token != "" {
+		m["envdAccessToken"] = sb.token
+	}
 	writeJSON(w, http.StatusOK, m)
 }
 
@@ -361,127 +436,18 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
 		notFound(w, r.PathValue("id"))
 		return
 	}
-	delete(s.sandboxes, sb.id)
-	procs := sb.procs
-	sb.procs = map[uint32]*proc{}
-	if sb.state == "running" {
-		close(sb.gone)
-	}
+	procs := s.removeLocked(sb)
 	s.mu.Unlock()
-	for _, p := range procs {
-		p.abort()
-		<-p.done
-	}
-	standin.KillTagged(TagEnv, sb.id)
-	if err := os.RemoveAll(sb.dir); err != nil {
+	if err := s.kill(sb, procs); err != nil {
 		apiError(w, http.StatusInternalServerError, "remove sandbox directory")
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sb, ok := s.sandboxes[r.PathValue("id")]
-	switch {
-	case !ok:
-		notFound(w, r.PathValue("id"))
-	case sb.state == "paused":
-		apiError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is already paused", sb.id))
-	default:
-		sb.state = "paused"
-		close(sb.gone)
-		// A paused sandbox keeps its memory: its processes stop, they do
-		// not die.
-		for _, p := range sb.procs {
-			p.signalGroup(sigStop)
-		}
-		w.WriteHeader(http.StatusNoContent)
-	}
-}
-
-// wake resumes a paused sandbox; the caller holds s.mu.
-func (sb *sandbox) wake() {
-	sb.state = "running"
-	sb.gone = make(chan struct{})
-	for _, p := range sb.procs {
-		p.signalGroup(sigCont)
-	}
-}
-
-func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sb, ok := s.sandboxes[r.PathValue("id")]
-	switch {
-	case !ok:
-		notFound(w, r.PathValue("id"))
-	case sb.state == "running":
-		apiError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is already running", sb.id))
-	default:
-		sb.wake()
-		writeJSON(w, http.StatusCreated, sb.created())
-	}
-}
-
-// setTimeout validates and records the time to live (the stand-in does
-// not expire sandboxes; Timeout reports the last value set).
-func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Timeout *int32 `json:"timeout"`
-	}
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Timeout == nil || *req.Timeout < 0 {
-		apiError(w, http.StatusBadRequest, "timeout is required")
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sb, ok := s.sandboxes[r.PathValue("id")]
-	if !ok {
-		notFound(w, r.PathValue("id"))
-		return
-	}
-	sb.timeout = *req.Timeout
-	w.WriteHeader(http.StatusNoContent)
-}
-
-// Timeout returns the time to live last set for a sandbox, in seconds
-// (at create or through the timeout call), and whether it exists.
-func (s *Server) Timeout(sandboxID string) (int32, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sb, ok := s.sandboxes[sandboxID]
-	if !ok {
-		return 0, false
-	}
-	return sb.timeout, true
-}
-
-func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Timeout *int32 `json:"timeout"`
-	}
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Timeout == nil || *req.Timeout < 0 {
-		apiError(w, http.StatusBadRequest, "timeout is required")
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sb, ok := s.sandboxes[r.PathValue("id")]
-	switch {
-	case !ok:
-		notFound(w, r.PathValue("id"))
-	case sb.state == "running":
-		writeJSON(w, http.StatusOK, sb.created())
-	default:
-		sb.wake()
-		writeJSON(w, http.StatusCreated, sb.created())
-	}
-}
-
-// list serves GET /v2/sandboxes in creation order. The cursor is the
-// sequence number of the next sandbox, so deletes between pages neither
+// list serves GET /v2/sandboxes newest first (the API's default order,
+// by start time), running and paused alike. The cursor is the sequence
+// number of the next (older) sandbox, so deletes between pages neither
 // repeat nor skip the survivors.
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
@@ -494,7 +460,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	var from uint64
+	from := uint64(1<<64 - 1)
 	if v := q.Get("nextToken"); v != "" {
 		b, err := base64.RawURLEncoding.DecodeString(v)
 		if err == nil {
@@ -526,12 +492,12 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	var match []*sandbox
 	for _, sb := range s.sandboxes {
-		if sb.seq < from || (len(states) > 0 && !states[sb.state]) || !metaMatch(sb.metadata, meta) {
+		if sb.seq > from || (len(states) > 0 && !states[sb.state]) || !metaMatch(sb.metadata, meta) {
 			continue
 		}
 		match = append(match, sb)
 	}
-	sort.Slice(match, func(i, j int) bool { return match[i].seq < match[j].seq })
+	sort.Slice(match, func(i, j int) bool { return match[i].seq > match[j].seq })
 	page := []map[string]any{}
 	for i, sb := range match {
 		if i == limit {

@@ -140,3 +140,36 @@ func winsize(t *testing.T, f *os.File) [2]uint16 {
 	}
 	return [2]uint16{ws.rows, ws.cols}
 }
+
+// procState is the state letter of /proc/pid/stat ("S", "T", "Z").
+func procState(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, _ := strings.Cut(string(b), ") ")
+	return rest[:1]
+}
+
+// TestStopAndContinueTagged: StopTagged freezes every process of the tag
+// (a paused VM) and only those; ContinueTagged lets them run again.
+func TestStopAndContinueTagged(t *testing.T) {
+	const name = "STANDINTEST_PAUSE"
+	tagged, other := startTagged(t, name+"=sb1"), startTagged(t, name+"=sb2")
+	standin.StopTagged(name, "sb1")
+	if got := procState(t, tagged.Process.Pid); got != "T" {
+		t.Errorf("tagged process after StopTagged: state %s, want T (stopped)", got)
+	}
+	if got := procState(t, other.Process.Pid); got == "T" {
+		t.Errorf("a process of another tag was stopped")
+	}
+	standin.ContinueTagged(name, "sb1")
+	deadline := time.Now().Add(5 * time.Second)
+	for procState(t, tagged.Process.Pid) == "T" {
+		if time.Now().After(deadline) {
+			t.Fatal("tagged process still stopped after ContinueTagged")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
