@@ -17,8 +17,15 @@ import (
 
 // Defaults of AdapterConfig.
 const (
-	// DefaultShimPath is where the adapter uploads runner-shim in a sprite.
-	DefaultShimPath = "/usr/local/bin/runner-shim"
+	// DefaultShimPath is where the adapter uploads runner-shim in a
+	// sprite: in the sprite user's home, because fs/write has no asRoot
+	// flag (chmod, chown, copy, delete and rename have one), so it writes
+	// as the `sprite` user, who may not write /usr/local/bin.
+	DefaultShimPath = "/home/sprite/.local/bin/runner-shim"
+	// DefaultTaskSocket is the Sprites Tasks API socket inside a sprite
+	// ("Keeping a Sprite Running"): runner-shim holds a task there while a
+	// session's command runs, so the sprite does not pause under it.
+	DefaultTaskSocket = "/.sprite/api.sock"
 	// DefaultRoot is runner-shim's session root, relative to the working
 	// directory Sprites gives an exec (the same for every call).
 	DefaultRoot = ".runner-shim"
@@ -60,7 +67,18 @@ type AdapterConfig struct {
 	// ReattachWindow is how long a stream attaches again after a cut
 	// (guest.DefaultReattach).
 	ReattachWindow time.Duration
+	// TaskSocket is the Tasks API socket runner-shim holds a task on
+	// while each session's command runs (DefaultTaskSocket; "-" holds
+	// none). A relative path is resolved in the exec's working
+	// directory (the stand-in's sprites have their "/" there).
+	TaskSocket string
+	// ReadyWait bounds how long Create (and Restore) wait for a new or
+	// restarted sprite to take execs (DefaultReadyWait).
+	ReadyWait time.Duration
 }
+
+// DefaultReadyWait is AdapterConfig.ReadyWait's default.
+const DefaultReadyWait = 60 * time.Second
 
 // Adapter is the contract (adapter.Adapter) over Sprites: sprites through
 // the API (the caller's name is the sprite's name), sessions through
@@ -124,6 +142,15 @@ func NewAdapter(cfg AdapterConfig) (*Adapter, error) {
 	}
 	if cfg.Root == "" {
 		cfg.Root = DefaultRoot
+	}
+	switch cfg.TaskSocket {
+	case "":
+		cfg.TaskSocket = DefaultTaskSocket
+	case "-":
+		cfg.TaskSocket = ""
+	}
+	if cfg.ReadyWait <= 0 {
+		cfg.ReadyWait = DefaultReadyWait
 	}
 	return &Adapter{cfg: cfg, creating: map[string]*sync.Mutex{}, guests: map[string]*spriteGuest{}}, nil
 }
@@ -212,19 +239,47 @@ func (a *Adapter) Create(ctx context.Context, name string, opts adapter.CreateOp
 	if err == nil && created {
 		// A new sprite has no runner-shim: upload it now rather than learn
 		// of its absence from an exec's status, which may never arrive.
-		err = sg.x.install(ctx)
+		// A new sprite may not take calls at once: retried until ready.
+		err = a.untilReady(ctx, func(ctx context.Context) error { return sg.x.install(ctx) })
 	}
 	if err == nil {
-		err = sg.g.Verify(ctx)
+		err = a.untilReady(ctx, sg.g.Verify)
 	}
 	if err != nil {
-		if created && errors.Is(err, adapter.ErrProvider) {
+		if created {
+			// Nothing half-made is left: a sprite this call created is
+			// deleted whatever went wrong (bounded, even when ctx ended).
 			a.forget(h.ID)
-			_ = a.cfg.Client.Delete(context.WithoutCancel(ctx), name)
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			_ = a.cfg.Client.Delete(dctx, name)
+			cancel()
 		}
 		return adapter.Handle{}, fmt.Errorf("create %s: %w", name, err)
 	}
 	return h, nil
+}
+
+// untilReady runs f until it succeeds, fails with something other than
+// unavailable, or ReadyWait passes: a new or restored sprite is not ready
+// at once (the checkpoints page: "a following sprite exec automatically
+// retries while the Sprite is still coming back up").
+func (a *Adapter) untilReady(ctx context.Context, f func(context.Context) error) error {
+	deadline := time.Now().Add(a.cfg.ReadyWait)
+	wait := 100 * time.Millisecond
+	for {
+		err := f(ctx)
+		if err == nil || !errors.Is(err, adapter.ErrUnavailable) || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
 }
 
 // Get returns the sprite named name: GET /v1/sprites/{name}, whose 404
@@ -493,32 +548,62 @@ func (x *shimExec) Exec(ctx context.Context, argv []string, stdin io.Reader, std
 		defer cancel()
 	}
 	call := oneShot(argv)
+	if call == "spawn" && x.a.cfg.TaskSocket != "" {
+		argv = append(append(argv[:5:5], "--hold-task", x.a.cfg.TaskSocket), argv[5:]...)
+	}
 	if call == "" {
-		status, err := x.run(ctx, argv, in, stdin != nil, stdout)
-		if errors.Is(err, ErrNoExit) {
-			return -1, fmt.Errorf("%w: %w", guest.ErrNoStatus, err)
+		// A streamed call (attach, read-only) whose exec delivered not
+		// one byte lost its whole output (sprites-py #16; runner-shim's
+		// attach always writes a frame): it proved nothing, so it runs
+		// again, whether its exit came or not (a missing runner-shim,
+		// 127, aside). Once a byte went through, the stream's own decoder
+		// judges a cut.
+		for attempt := 1; ; attempt++ {
+			cw := &counting{w: stdout}
+			status, err := x.run(ctx, argv, in, stdin != nil, cw)
+			lost := cw.n == 0 && (errors.Is(err, ErrNoExit) || err == nil && status != 127)
+			if lost && attempt < maxCallAttempts && ctx.Err() == nil {
+				continue
+			}
+			if errors.Is(err, ErrNoExit) {
+				return -1, fmt.Errorf("%w: %w", guest.ErrNoStatus, err)
+			}
+			if err != nil {
+				return status, x.confirm(ctx, err)
+			}
+			return status, nil
 		}
-		if err != nil {
-			return status, x.confirm(ctx, err)
-		}
-		return status, nil
 	}
 	for attempt := 1; ; attempt++ {
 		out := &capped{max: maxCallAnswer}
 		status, err := x.run(ctx, argv, in, stdin != nil, out)
+		ans := answerOf(out.b.Bytes())
 		switch {
-		case err == nil:
-			_, werr := stdout.Write(out.b.Bytes())
-			return status, werr
-		case !errors.Is(err, ErrNoExit):
+		case err != nil && !errors.Is(err, ErrNoExit):
 			return status, x.confirm(ctx, err)
-		case hasAnswer(out.b.Bytes()):
-			_, werr := stdout.Write(out.b.Bytes())
-			if werr != nil {
+		case ans != nil:
+			// Only up to the answer: stderr merged after it (a replayed
+			// fast command) is not runner-shim's answer.
+			if _, werr := stdout.Write(ans); werr != nil {
 				return -1, werr
 			}
-			return -1, fmt.Errorf("%w: %w", guest.ErrNoStatus, err)
-		case !idempotentCalls[call] || attempt == maxCallAttempts || ctx.Err() != nil:
+			if err != nil {
+				return -1, fmt.Errorf("%w: %w", guest.ErrNoStatus, err)
+			}
+			return status, nil
+		case err == nil && status == 127 && out.b.Len() == 0:
+			// No runner-shim at the path (the stand-in's status, as a
+			// shell's; see docs/providers/sprites.md): adapter/guest
+			// installs it.
+			return status, nil
+		case err == nil:
+			// runner-shim --json always answers, so an exit without an
+			// answer lost its output (sprites-py #16, a replay cut at
+			// 64 KiB): as unknown as a missing exit frame.
+			err = &Error{Op: "runner-shim " + call, kind: &adapter.UnavailableError{
+				Detail: fmt.Sprintf("exit status %d came without runner-shim's answer (%d bytes of output)", status, out.b.Len()), Uncertain: true}, cause: ErrNoExit}
+		}
+		if !idempotentCalls[call] || attempt == maxCallAttempts || ctx.Err() != nil {
 			return -1, x.confirm(ctx, err)
 		}
 	}
@@ -536,14 +621,21 @@ func dataOffArgv(argv []string, stdin io.Reader) ([]string, io.Reader) {
 	return argv[:7:7], strings.NewReader(argv[7] + "\n")
 }
 
-// hasAnswer reports whether b ends with runner-shim's one-line JSON
-// answer, whole.
-func hasAnswer(b []byte) bool {
-	b = bytes.TrimSpace(b)
-	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
-		b = b[i+1:]
+// answerOf returns b up to the end of its last line that is one whole
+// JSON object (runner-shim's one-line answer, printed only once the call
+// took effect), or nil when no line is. What follows that line is not
+// stdout's: a replayed fast command has its stderr merged in after it.
+func answerOf(b []byte) []byte {
+	end := len(b)
+	for end > 0 {
+		start := bytes.LastIndexByte(b[:end], '\n') + 1
+		line := bytes.TrimSpace(b[start:end])
+		if len(line) > 0 && line[0] == '{' && json.Valid(line) {
+			return b[:end]
+		}
+		end = max(start-1, 0)
 	}
-	return len(b) > 0 && b[0] == '{' && json.Valid(b)
+	return nil
 }
 
 // run is one exec: stdin (when given) written beside the reader and then
@@ -614,6 +706,18 @@ func (x *shimExec) install(ctx context.Context) error {
 		return x.confirm(ctx, err)
 	}
 	return nil
+}
+
+// counting counts what goes through to w.
+type counting struct {
+	w io.Writer
+	n int64
+}
+
+func (c *counting) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // capped keeps the first max bytes written to it and drops the rest.

@@ -38,6 +38,11 @@ var (
 	// with Uncertain set.
 	ErrNoExit = errors.New("exec ended without an exit frame")
 
+	// ErrWriteDenied is wrapped by [Client.WriteFile] when the API
+	// answers 403: fs/write has no asRoot flag and writes as the sprite
+	// user, who may not write the path (kind provider, never denied).
+	ErrWriteDenied = errors.New("fs/write may not write the path")
+
 	// ErrNoFile is returned by [Client.ReadFile] when the API answered 404
 	// with its own error body: no such file (or no such sprite; Get tells
 	// them apart). Its taxonomy kind is provider.
@@ -90,6 +95,7 @@ const (
 	opCreate
 	opDelete
 	opReadFile
+	opWriteFile
 )
 
 // apiErrorBody is the API's error answer (sprites-go errors.go: APIError).
@@ -132,6 +138,13 @@ func apiStatusError(op string, kind apiOp, status int, h http.Header, body apiEr
 			d = time.Duration(body.RetryAfterSeconds) * time.Second
 		}
 		e.kind = &adapter.RateLimitedError{RetryAfter: d}
+	case status == http.StatusForbidden && kind == opWriteFile:
+		// fs/write runs as the sprite user: a 403 is a path that user may
+		// not write, not a bad token (which is 401 everywhere).
+		e.kind = &adapter.ProviderError{Provider: provider, Detail: detail + " (fs/write runs as the sprite user)"}
+		e.cause = ErrWriteDenied
+	case status == http.StatusRequestEntityTooLarge:
+		e.kind = &adapter.InvalidError{Detail: detail}
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		e.kind = &adapter.DeniedError{Detail: detail}
 	case (status == http.StatusBadRequest || status == http.StatusConflict) && kind == opCreate:

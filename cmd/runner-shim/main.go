@@ -169,6 +169,7 @@ func run(ctx context.Context, args []string) int {
 		retain := fs.Int64("retain", 0, "bytes to retain per stream (0: all)")
 		clearEnv := fs.Bool("clear-env", false, "start from an empty environment")
 		stdinClosed := fs.Bool("stdin-closed", false, "start the command with its stdin at end of file")
+		holdTask := fs.String("hold-task", "", "Sprites Tasks API socket to hold a task on while the command runs (off when empty)")
 		prune := fs.Duration("prune", 0, "first remove sessions of the root that ended longer ago than this, their shims gone (0: none)")
 		var env multi
 		fs.Var(&env, "env", "K=V added to the environment (repeatable)")
@@ -181,6 +182,15 @@ func run(ctx context.Context, args []string) int {
 		}
 		spec := shim.Spec{ID: *id, Argv: argv, Dir: *cwd, User: *user, TTY: *tty,
 			Rows: uint16(*rows), Cols: uint16(*cols), NetNS: *netns, RetainBytes: *retain, StdinClosed: *stdinClosed}
+		if *holdTask != "" {
+			// Resolved here: the session's shim does not run in this
+			// call's working directory.
+			abs, err := filepath.Abs(*holdTask)
+			if err != nil {
+				return a.fail(err)
+			}
+			spec.HoldTask = abs
+		}
 		if !*clearEnv {
 			spec.Env = os.Environ()
 		}

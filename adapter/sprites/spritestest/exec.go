@@ -41,6 +41,7 @@ type proc struct {
 	stdin   io.WriteCloser // the stdin pipe (nil without stdin) or the PTY master
 	master  *os.File       // TTY only
 	pumps   []func()       // output copiers, started by run
+	closers []io.Closer    // the pipe ends to close once the pumps are done
 	// grace is how long the command runs once detached; 0 is forever.
 	grace  time.Duration
 	conn   *websocket.Conn // the attached client, nil when detached
@@ -50,6 +51,38 @@ type proc struct {
 	done   chan struct{} // closed once the exit is recorded
 	// cut drops every output byte and the exit frame (CutExecs).
 	cut bool
+	// hold is the connection's close hold (nil for a test's own dialer).
+	hold *holdConn
+	// reaped is closed once the command is reaped; textSent once the
+	// non-TTY JSON exit message went out (or will not).
+	reaped, textSent chan struct{}
+	ws               syscall.WaitStatus // set before reaped is closed
+	// dropExit is decided at the reap: the exit frame (and the JSON exit
+	// message) will not be sent.
+	dropExit bool
+
+	// wmu orders this command's writes to its client: a chunk, the
+	// buffered output, the exit. Taken before Server.mu, never inside it.
+	wmu sync.Mutex
+	// buffering holds output in pending while the command may still turn
+	// out fast (Options.LoseOutput), until flush sends it live.
+	buffering bool
+	pending   []chunk
+	flush     *time.Timer
+}
+
+// chunk is one output message held back: its stream id (-1 raw TTY
+// bytes) and its bytes.
+type chunk struct {
+	sid  int
+	data []byte
+}
+
+func (c chunk) msg() []byte {
+	if c.sid < 0 {
+		return c.data
+	}
+	return append([]byte{byte(c.sid)}, c.data...)
 }
 
 // killLocked kills the command's process group. s.mu must be held.
@@ -130,13 +163,15 @@ func parseExecQuery(r *http.Request) (execQuery, string) {
 }
 
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
-	sp, ok := s.lookup(w, r)
-	if !ok {
-		return
-	}
 	// The same path lists the sessions when it is not an upgrade.
 	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
-		s.listSessions(w, sp)
+		if sp, ok := s.lookup(w, r); ok {
+			s.listSessions(w, sp)
+		}
+		return
+	}
+	sp, ok := s.lookupReady(w, r)
+	if !ok {
 		return
 	}
 	eq, bad := parseExecQuery(r)
@@ -147,7 +182,12 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	if !s.opts.NoSignalCapability {
 		w.Header().Set("X-Sprite-Capabilities", "signal")
 	}
-	conn, err := websocket.Accept(w, r, nil)
+	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{OnPingReceived: func(context.Context, []byte) bool {
+		s.mu.Lock()
+		s.pings++
+		s.mu.Unlock()
+		return true
+	}})
 	if err != nil {
 		return
 	}
@@ -168,7 +208,9 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 	}()
 
-	p := &proc{s: s, sp: sp, tty: eq.tty, argv: eq.argv, started: time.Now(), conn: conn, done: make(chan struct{})}
+	p := &proc{s: s, sp: sp, tty: eq.tty, argv: eq.argv, started: time.Now(), conn: conn, done: make(chan struct{}),
+		hold: holdOf(r.Context()), reaped: make(chan struct{}), textSent: make(chan struct{}),
+		buffering: s.opts.LoseOutput}
 	s.mu.Lock()
 	for _, a := range eq.argv {
 		if s.cuts[a] > 0 {
@@ -231,6 +273,9 @@ func (s *Server) startProc(p *proc, eq execQuery) error {
 			cmd.Env = append(cmd.Env, "TERM=xterm")
 		}
 	}
+	// The stand-in's bookkeeping, not Sprites': how a pause finds the
+	// sprite's processes (idle.go).
+	cmd.Env = append(cmd.Env[:len(cmd.Env):len(cmd.Env)], markerEnv+"="+p.sp.id)
 	var pumps []func()
 	if eq.tty {
 		master, slave, err := standin.OpenPTY(eq.rows, eq.cols)
@@ -270,6 +315,10 @@ func (s *Server) startProc(p *proc, eq execQuery) error {
 			return err
 		}
 		pumps = append(pumps, func() { s.pump(p, stdout, sidStdout) }, func() { s.pump(p, stderr, sidStderr) })
+		p.closers = append(p.closers, stdout, stderr)
+		if p.stdin != nil {
+			p.closers = append(p.closers, p.stdin)
+		}
 	}
 	p.cmd, p.pid, p.pumps = cmd, cmd.Process.Pid, pumps
 	s.mu.Lock()
@@ -280,26 +329,73 @@ func (s *Server) startProc(p *proc, eq execQuery) error {
 
 // run starts the command's pumps and its waiter, owned by s.wg.
 func (s *Server) run(p *proc) {
-	cmd := p.cmd
+	// Every Add happens under mu after a look at closing, so none races
+	// shutdown's Wait; a command that lost that race is killed and reaped
+	// here.
+	s.mu.Lock()
+	select {
+	case <-s.closing:
+		s.mu.Unlock()
+		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+		_ = p.cmd.Wait()
+		return
+	default:
+	}
 	var pw sync.WaitGroup
 	for _, f := range p.pumps {
 		pw.Add(1)
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); defer pw.Done(); f() }()
 	}
+	if p.buffering {
+		// A command still running after FastCommand is not fast: what it
+		// wrote so far goes out, and the rest live.
+		p.flush = time.AfterFunc(s.opts.FastCommand, func() { s.flushPending(p) })
+	}
 	s.wg.Add(1)
+	s.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
-		// Drain the output to EOF before reaping, so the exit frame follows
+		// Reaped with Process.Wait, not Cmd.Wait (which would close the
+		// pipes under the pumps): the JSON exit message of a non-TTY exec
+		// goes out at the reap, before the output still in the pipes.
+		st, _ := p.cmd.Process.Wait()
+		if st != nil {
+			p.ws, _ = st.Sys().(syscall.WaitStatus)
+		}
+		s.mu.Lock()
+		p.dropExit = p.cut
+		switch s.dropExit {
+		case DropExitAlways:
+			p.dropExit = true
+		case DropExitRandom:
+			p.dropExit = p.dropExit || time.Since(p.started) < s.opts.FastCommand && s.rng.Float64() < s.opts.DropRate
+		}
+		text := !p.tty && !p.dropExit && !s.opts.NoTextExit
+		s.mu.Unlock()
+		close(p.reaped)
+		if text {
+			s.sendTextExit(p)
+		}
+		close(p.textSent)
+		// Drain the output to EOF before the exit frame, so it follows
 		// every byte.
 		pw.Wait()
-		_ = cmd.Wait()
+		for _, c := range p.closers {
+			c.Close()
+		}
 		if p.master != nil {
 			p.master.Close()
 		}
 		s.finish(p)
 	}()
 }
+
+// textLag is how long an output chunk of a non-TTY exec waits for its
+// command's reap, so the JSON exit message of a command that exits right
+// after writing (runner-shim's one-shot calls) reliably comes first, as
+// the field capture saw.
+const textLag = 30 * time.Millisecond
 
 // pump copies one output stream to the attached client; output while
 // detached is dropped. sid < 0 sends raw bytes (TTY).
@@ -308,18 +404,16 @@ func (s *Server) pump(p *proc, r io.Reader, sid int) {
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
-			var msg []byte
-			if sid < 0 {
-				msg = append([]byte(nil), buf[:n]...)
-			} else {
-				msg = append([]byte{byte(sid)}, buf[:n]...)
+			if sid >= 0 && !s.opts.NoTextExit {
+				t := time.NewTimer(textLag)
+				select {
+				case <-p.reaped:
+					<-p.textSent
+				case <-t.C:
+				}
+				t.Stop()
 			}
-			s.mu.Lock()
-			conn := p.conn
-			s.mu.Unlock()
-			if conn != nil && !p.cut {
-				_ = conn.Write(context.Background(), websocket.MessageBinary, msg)
-			}
+			s.deliver(p, chunk{sid: sid, data: append([]byte(nil), buf[:n]...)})
 		}
 		if err != nil {
 			return
@@ -327,52 +421,153 @@ func (s *Server) pump(p *proc, r io.Reader, sid int) {
 	}
 }
 
-// finish records the exit and, when a client is attached, sends the exit
-// (ONE byte in a stream 3 frame, or the JSON exit message with a TTY) and
-// closes with status 1000 — or, when the quirk strikes, closes with 1000
-// and no exit at all.
-func (s *Server) finish(p *proc) {
-	code := 0
-	if ps := p.cmd.ProcessState; ps != nil {
-		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			code = 128 + int(ws.Signal())
-		} else {
-			code = ps.ExitCode()
-		}
+// deliver sends one chunk, holds it while the command may be fast, or
+// drops it (detached, cut).
+func (s *Server) deliver(p *proc, c chunk) {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	s.mu.Lock()
+	conn, cut := p.conn, p.cut
+	if p.buffering {
+		p.pending = append(p.pending, c)
+		s.mu.Unlock()
+		return
 	}
+	s.mu.Unlock()
+	if conn != nil && !cut {
+		_ = conn.Write(context.Background(), websocket.MessageBinary, c.msg())
+	}
+}
+
+// flushPending ends the buffering of a command that is not fast.
+func (s *Server) flushPending(p *proc) {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	s.mu.Lock()
+	if !p.buffering {
+		s.mu.Unlock()
+		return
+	}
+	p.buffering = false
+	pending, conn, cut := p.pending, p.conn, p.cut
+	p.pending = nil
+	s.mu.Unlock()
+	if conn == nil || cut {
+		return
+	}
+	for _, c := range pending {
+		_ = conn.Write(context.Background(), websocket.MessageBinary, c.msg())
+	}
+}
+
+// The fates of a fast command's output under Options.LoseOutput.
+const (
+	fateKept     = iota // sent as written
+	fateLost            // none of it (sprites-py #16)
+	fateReplayed        // stderr merged into stdout, capped at ReplayCap
+)
+
+func (s *Server) sendTextExit(p *proc) {
+	s.mu.Lock()
+	conn := p.conn
+	s.mu.Unlock()
+	if conn == nil {
+		return
+	}
+	b, _ := json.Marshal(map[string]any{"type": "exit", "exit_code": exitCode(p.ws)})
+	_ = conn.Write(context.Background(), websocket.MessageText, b)
+}
+
+func exitCode(ws syscall.WaitStatus) int {
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}
+
+// finish records the exit and, when a client is attached, sends what a
+// fast command kept of its output, then the exit (ONE byte in a stream 3
+// frame, or the JSON exit message with a TTY), holds the socket
+// CloseHold and closes it with status 1000 — or, when the quirk strikes,
+// closes with 1000 and no exit at all.
+func (s *Server) finish(p *proc) {
+	code := exitCode(p.ws)
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
 	s.mu.Lock()
 	p.exited, p.code = true, code
 	close(p.done)
 	if p.timer != nil {
 		p.timer.Stop()
 	}
+	if p.flush != nil {
+		p.flush.Stop()
+	}
 	conn := p.conn
 	p.conn = nil
-	drop := p.cut
-	switch s.dropExit {
-	case DropExitAlways:
-		drop = true
-	case DropExitRandom:
-		drop = drop || time.Since(p.started) < s.opts.FastCommand && s.rng.Float64() < s.opts.DropRate
+	drop := p.dropExit
+	var pending []chunk
+	fate := fateKept
+	if p.buffering {
+		p.buffering = false
+		pending, p.pending = p.pending, nil
+		if s.dropExit == DropExitRandom && s.rng.Float64() < s.opts.DropRate*2 {
+			fate = fateLost + s.rng.IntN(2)
+		}
 	}
 	if drop && conn != nil {
 		s.dropped++
+	}
+	if fate != fateKept && conn != nil {
+		s.lostOutput++
 	}
 	s.mu.Unlock()
 	if conn == nil {
 		return
 	}
-	s.sendExit(context.Background(), conn, p.tty, code, drop)
+	ctx := context.Background()
+	if !p.cut {
+		switch fate {
+		case fateKept:
+			for _, c := range pending {
+				_ = conn.Write(ctx, websocket.MessageBinary, c.msg())
+			}
+		case fateReplayed:
+			var merged []byte
+			for _, c := range pending {
+				merged = append(merged, c.data...)
+			}
+			merged = merged[:min(len(merged), ReplayCap)]
+			if len(merged) > 0 {
+				_ = conn.Write(ctx, websocket.MessageBinary, append([]byte{sidStdout}, merged...))
+			}
+		}
+	}
+	s.sendExit(ctx, conn, p.hold, p.tty, code, drop)
 }
 
-func (s *Server) sendExit(ctx context.Context, conn *websocket.Conn, tty bool, code int, drop bool) {
+func (s *Server) sendExit(ctx context.Context, conn *websocket.Conn, hold *holdConn, tty bool, code int, drop bool) {
 	if !drop {
+		if hold != nil {
+			hold.arm(s.opts.CloseHold)
+		}
 		if tty {
 			b, _ := json.Marshal(map[string]any{"type": "exit", "exit_code": code})
 			_ = conn.Write(ctx, websocket.MessageText, b)
 		} else {
 			// One byte: the protocol has no room for more.
 			_ = conn.Write(ctx, websocket.MessageBinary, []byte{sidExit, byte(code)})
+		}
+		// The server's own close waits out the hold too (sleeping here
+		// rather than in the write: coder/websocket bounds a close
+		// frame's write by 5 s).
+		if s.opts.CloseHold > 0 {
+			t := time.NewTimer(s.opts.CloseHold)
+			select {
+			case <-t.C:
+			case <-s.closing:
+				t.Stop()
+			}
 		}
 	}
 	_ = conn.Close(websocket.StatusNormalClosure, "")
@@ -398,7 +593,7 @@ func (s *Server) failStart(ctx context.Context, conn *websocket.Conn, tty bool, 
 		s.dropped++
 	}
 	s.mu.Unlock()
-	s.sendExit(ctx, conn, tty, code, drop)
+	s.sendExit(ctx, conn, holdOf(ctx), tty, code, drop)
 }
 
 // readLoop serves the client's frames until it disconnects or the exit
@@ -494,9 +689,13 @@ func (s *Server) listSessions(w http.ResponseWriter, sp *sprite) {
 		if p.exited {
 			continue
 		}
+		// The shape sprites-go's ListSessions reads (session.go, types.go
+		// Session): id (a number here), command, workdir, created,
+		// bytes_per_second, is_active, last_activity, tty.
 		sessions = append(sessions, map[string]any{
-			"id": pid, "command": strings.Join(p.argv, " "), "created": p.started.UTC().Format(time.RFC3339),
-			"is_active": p.conn != nil, "tty": p.tty,
+			"id": pid, "command": strings.Join(p.argv, " "), "workdir": "/" + strings.TrimPrefix(strings.TrimPrefix(p.cmd.Dir, sp.dir), "/"),
+			"created": p.started.UTC().Format(time.RFC3339), "bytes_per_second": 0.0,
+			"is_active": p.conn != nil, "last_activity": p.started.UTC().Format(time.RFC3339), "tty": p.tty,
 		})
 	}
 	s.mu.Unlock()

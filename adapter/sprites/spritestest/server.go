@@ -55,6 +55,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -99,7 +100,40 @@ type Options struct {
 	// one keeps the unix socket paths of a runner-shim inside a sprite
 	// within their 107 bytes.
 	Dir string
+	// CloseHold is how long an exec's socket stays open after its exit
+	// byte before the server closes it or answers the client's close
+	// handshake; 0 means Sprites' 5 s (sprites-py #24, #26; sprites-js
+	// #16), negative closes at once.
+	CloseHold time.Duration
+	// NoTextExit leaves out the JSON exit message a non-TTY exec gets
+	// before its last output and its binary exit frame (the asyncapi's
+	// ExitMessage, seen first by a field capture). Default: sent.
+	NoTextExit bool
+	// LoseOutput makes DropExitRandom also lose output: a fast command's
+	// whole output (sprites-py #16: zero data messages and no exit), or
+	// its output replayed with stderr merged into stdout and capped at
+	// 64 KiB (a field capture), each about as often as a plain missing
+	// exit frame.
+	LoseOutput bool
+	// IdleAfter is how long a sprite without activity (an attached exec,
+	// a live task) runs before it pauses warm, its processes frozen; 0
+	// means Sprites' "about 30 seconds", negative never pauses (idle.go).
+	IdleAfter time.Duration
+	// ReadyDelay is how long a new or restored sprite refuses execs and
+	// fs calls (503) before it takes them. How the real service refuses
+	// them is not documented ("a following sprite exec automatically
+	// retries while the Sprite is still coming back up", the checkpoints
+	// page): 503 is this stand-in's model. 0: ready at once.
+	ReadyDelay time.Duration
+	// ColdAfter is how long a warm sprite stays warm before it goes cold,
+	// its processes killed; 0 means 5 minutes (Sprites says only "long
+	// enough").
+	ColdAfter time.Duration
 }
+
+// ReplayCap is the most a replayed fast command's output holds (a field
+// capture: 64 KiB).
+const ReplayCap = 64 << 10
 
 // Server is the stand-in. Its methods are safe for concurrent use. New
 // registers its shutdown with t.Cleanup: every process it started is
@@ -132,6 +166,9 @@ type Server struct {
 	uris       []string
 	cuts       map[string]int // CutExecs: argv word → execs left to cut
 	dropped    int            // execs closed without their exit frame
+	lostOutput int            // fast execs whose output was lost or replayed
+	pings      int            // WebSocket pings received
+	pauses     int            // warm pauses so far
 }
 
 type sprite struct {
@@ -143,6 +180,8 @@ type sprite struct {
 	auth     string
 	policy   json.RawMessage
 	procs    map[int]*proc
+	life     life
+	readyAt  time.Time // execs and fs calls before it answer 503
 }
 
 // New starts a stand-in for t.
@@ -163,6 +202,21 @@ func New(t testing.TB, opts Options) *Server {
 	if opts.Dir == "" {
 		opts.Dir = t.TempDir()
 	}
+	switch {
+	case opts.IdleAfter == 0:
+		opts.IdleAfter = 30 * time.Second
+	case opts.IdleAfter < 0:
+		opts.IdleAfter = 0
+	}
+	if opts.ColdAfter <= 0 {
+		opts.ColdAfter = 5 * time.Minute
+	}
+	switch {
+	case opts.CloseHold == 0:
+		opts.CloseHold = 5 * time.Second
+	case opts.CloseHold < 0:
+		opts.CloseHold = 0
+	}
 	s := &Server{
 		Token:    "sprites_" + randHex(20),
 		Org:      "stand-in",
@@ -176,7 +230,14 @@ func New(t testing.TB, opts Options) *Server {
 		requests: map[string]int{},
 		cuts:     map[string]int{},
 	}
-	s.srv = httptest.NewServer(s.faults(s.mux()))
+	s.srv = httptest.NewUnstartedServer(s.faults(s.mux()))
+	s.srv.Listener = holdListener{Listener: s.srv.Listener, closing: s.closing}
+	s.srv.Config.ConnContext = connContext
+	s.srv.Start()
+	if opts.IdleAfter > 0 {
+		s.wg.Add(1)
+		go s.idleLoop()
+	}
 	t.Cleanup(s.shutdown)
 	return s
 }
@@ -221,6 +282,13 @@ func (s *Server) CutExecs(word string, n int) { s.mu.Lock(); s.cuts[word] = n; s
 // DroppedExits returns how many execs ended with a close and no exit
 // frame so far (the quirk and CutExecs), so a test can show it met them.
 func (s *Server) DroppedExits() int { s.mu.Lock(); defer s.mu.Unlock(); return s.dropped }
+
+// LostOutputs returns how many fast execs lost their output or had it
+// replayed merged and capped (Options.LoseOutput).
+func (s *Server) LostOutputs() int { s.mu.Lock(); defer s.mu.Unlock(); return s.lostOutput }
+
+// Pings returns how many WebSocket pings the exec endpoints received.
+func (s *Server) Pings() int { s.mu.Lock(); defer s.mu.Unlock(); return s.pings }
 
 // SetDropExit switches the missing-exit-frame quirk.
 func (s *Server) SetDropExit(m DropExitMode) { s.mu.Lock(); s.dropExit = m; s.mu.Unlock() }
@@ -273,11 +341,16 @@ func (s *Server) RequestURIs() []string {
 }
 
 func (s *Server) shutdown() {
-	close(s.closing)
 	s.mu.Lock()
+	close(s.closing)
 	for _, sp := range s.sprites {
 		for _, p := range sp.procs {
 			p.killLocked()
+		}
+		stopTasks(sp)
+		if sp.life.state == stateWarm {
+			signalSprite(sp.id, syscall.SIGKILL)
+			signalSprite(sp.id, syscall.SIGCONT)
 		}
 	}
 	for c := range s.conns {
@@ -407,20 +480,24 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusInternalServerError, "internal", "create sprite directory")
 		return
 	}
+	for _, d := range []string{"home/sprite", "tmp"} {
+		_ = os.MkdirAll(filepath.Join(dir, d), 0o755)
+	}
 	now := time.Now().UTC()
 	sp := &sprite{id: "sprite-" + randUUID(), name: *req.Name, dir: dir, created: now, updated: now,
-		labels: req.Labels, auth: auth, procs: map[int]*proc{}}
+		labels: req.Labels, auth: auth, procs: map[int]*proc{},
+		life: life{state: stateRunning, lastActive: now, tasks: map[string]task{}}, readyAt: now.Add(s.opts.ReadyDelay)}
+	if err := s.startTasks(sp); err != nil {
+		_ = os.RemoveAll(dir)
+		apiError(w, http.StatusInternalServerError, "internal", "start the tasks socket")
+		return
+	}
 	s.sprites[sp.name] = sp
 	writeJSON(w, http.StatusCreated, s.view(sp))
 }
 
 func (s *Server) view(sp *sprite) map[string]any {
-	status := "warm"
-	for _, p := range sp.procs {
-		if !p.exited {
-			status = "running"
-		}
-	}
+	status := sp.life.state
 	return map[string]any{
 		"id": sp.id, "name": sp.name, "organization": s.Org,
 		"url":          "https://" + sp.name + "-standin.sprites.app",
@@ -450,8 +527,14 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
 		for _, p := range sp.procs {
 			p.killLocked()
 		}
+		stopTasks(sp)
 	}
 	s.mu.Unlock()
+	if ok {
+		// Every process of the sprite, daemons and frozen ones included.
+		signalSprite(sp.id, syscall.SIGKILL)
+		signalSprite(sp.id, syscall.SIGCONT)
+	}
 	if !ok {
 		spriteNotFound(w)
 		return
@@ -467,8 +550,8 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	limit := 50
 	if v := q.Get("max_results"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 50 {
-			apiError(w, http.StatusBadRequest, "invalid_max_results", "max_results must be 1-50")
+		if err != nil || n < 1 || n > 500 {
+			apiError(w, http.StatusBadRequest, "invalid_max_results", "max_results must be 1-500")
 			return
 		}
 		limit = n
@@ -548,8 +631,27 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (*sprite, bool) 
 	return sp, ok
 }
 
-func (s *Server) fsWrite(w http.ResponseWriter, r *http.Request) {
+// lookupReady is lookup for the calls that need the sprite's machine
+// (exec, fs): a sprite still starting answers 503 (Options.ReadyDelay),
+// and a paused one wakes.
+func (s *Server) lookupReady(w http.ResponseWriter, r *http.Request) (*sprite, bool) {
 	sp, ok := s.lookup(w, r)
+	if !ok {
+		return nil, false
+	}
+	s.mu.Lock()
+	starting := time.Now().Before(sp.readyAt)
+	s.mu.Unlock()
+	if starting {
+		apiError(w, http.StatusServiceUnavailable, "sprite_starting", "the sprite is starting")
+		return nil, false
+	}
+	s.wake(sp)
+	return sp, true
+}
+
+func (s *Server) fsWrite(w http.ResponseWriter, r *http.Request) {
+	sp, ok := s.lookupReady(w, r)
 	if !ok {
 		return
 	}
@@ -568,15 +670,30 @@ func (s *Server) fsWrite(w http.ResponseWriter, r *http.Request) {
 		mode = os.FileMode(m)
 	}
 	dst := spritePath(sp, q.Get("workingDir"), q.Get("path"))
+	// fs/write has no asRoot flag where chmod, chown, copy, delete and
+	// rename have one (the API reference): it writes as the sprite user,
+	// who owns its home and /tmp and not the system directories.
+	if !userWritable(sp, dst) {
+		apiError(w, http.StatusForbidden, "permission_denied", "permission denied")
+		return
+	}
+	if r.ContentLength > MaxWriteFile {
+		apiError(w, http.StatusRequestEntityTooLarge, "file_too_large", "the body exceeds 16 MiB")
+		return
+	}
 	if q.Get("mkdirParents") == "true" || q.Get("mkdir") == "true" {
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			apiError(w, http.StatusBadRequest, "mkdir_failed", "cannot create parent directories")
 			return
 		}
 	}
-	data, err := io.ReadAll(io.LimitReader(r.Body, 256<<20))
+	data, err := io.ReadAll(io.LimitReader(r.Body, MaxWriteFile+1))
 	if err != nil {
 		apiError(w, http.StatusBadRequest, "invalid_body", "read body")
+		return
+	}
+	if len(data) > MaxWriteFile {
+		apiError(w, http.StatusRequestEntityTooLarge, "file_too_large", "the body exceeds 16 MiB")
 		return
 	}
 	// Write beside and rename, so a command never sees a half-written
@@ -594,8 +711,23 @@ func (s *Server) fsWrite(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"path": q.Get("path"), "size": len(data), "mode": fmt.Sprintf("%04o", mode.Perm())})
 }
 
+// MaxWriteFile is the largest body fs/write takes (16 MiB).
+const MaxWriteFile = 16 << 20
+
+// userWritable reports whether the sprite user may write dst: under its
+// home (/home/sprite) or /tmp.
+func userWritable(sp *sprite, dst string) bool {
+	for _, d := range []string{"home/sprite", "tmp"} {
+		root := filepath.Join(sp.dir, d)
+		if dst == root || strings.HasPrefix(dst, root+string(filepath.Separator)) {
+			return true
+		}
+	}
+	return false
+}
+
 func (s *Server) fsRead(w http.ResponseWriter, r *http.Request) {
-	sp, ok := s.lookup(w, r)
+	sp, ok := s.lookupReady(w, r)
 	if !ok {
 		return
 	}
