@@ -112,7 +112,7 @@ func TestConformance(t *testing.T) {
 	conformance.Run(t, conformance.Harness{
 		New: func(ct conformance.T) conformance.Subject {
 			tb := ct.(testing.TB)
-			srv, c := standIn(tb, spritestest.Options{DropExit: spritestest.DropExitRandom, LoseOutput: true, Seed: seed})
+			srv, c := standIn(tb, spritestest.Options{DropExit: spritestest.DropExitRandom, Seed: seed})
 			tb.Cleanup(func() { dropped.Add(int64(srv.DroppedExits())) })
 			return conformance.Subject{
 				Adapter: newAdapter(tb, c, nil),

@@ -406,3 +406,19 @@ func (c *Client) do(ctx context.Context, op string, kind apiOp, method, path str
 	hasBody := json.Unmarshal(raw, &eb) == nil && (eb.Error != "" || eb.Message != "")
 	return apiStatusError(op, kind, resp.StatusCode, resp.Header, eb, hasBody, red)
 }
+
+// SetURLAuth sets who may open the sprite's URL: PUT /v1/sprites/{name}
+// {"url_settings": {"auth": auth}}, auth "public" (anyone) or "sprite"
+// (the organization's token). It returns the updated sprite.
+func (c *Client) SetURLAuth(ctx context.Context, name, auth string) (Sprite, error) {
+	op := "set url auth of sprite " + name
+	if auth != "public" && auth != "sprite" {
+		return Sprite{}, &Error{Op: op, kind: invalid("auth is public or sprite")}
+	}
+	var s Sprite
+	body := struct {
+		URLSettings URLSettings `json:"url_settings"`
+	}{URLSettings{Auth: auth}}
+	err := c.do(ctx, op, opOther, http.MethodPut, spritePath(name), nil, jsonBody(body), "application/json", []int{http.StatusOK}, &s)
+	return s, err
+}

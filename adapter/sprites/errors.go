@@ -38,6 +38,11 @@ var (
 	// with Uncertain set.
 	ErrNoExit = errors.New("exec ended without an exit frame")
 
+	// ErrNoCheckpoint is wrapped when the API answers 404 for a
+	// checkpoint id of a sprite that exists (kind invalid, never
+	// not_found: that speaks only of the sprite).
+	ErrNoCheckpoint = errors.New("no such checkpoint")
+
 	// ErrWriteDenied is wrapped by [Client.WriteFile] when the API
 	// answers 403: fs/write has no asRoot flag and writes as the sprite
 	// user, who may not write the path (kind provider, never denied).
@@ -96,6 +101,7 @@ const (
 	opDelete
 	opReadFile
 	opWriteFile
+	opCheckpoint
 )
 
 // apiErrorBody is the API's error answer (sprites-go errors.go: APIError).
@@ -128,6 +134,10 @@ func apiStatusError(op string, kind apiOp, status int, h http.Header, body apiEr
 	case status == http.StatusNotFound && hasBody && kind == opReadFile:
 		e.kind = &adapter.ProviderError{Provider: provider, Detail: detail}
 		e.cause = ErrNoFile
+	case status == http.StatusNotFound && hasBody && !apiNotFound && kind == opCheckpoint:
+		// The sprite answered; the checkpoint is not one of its own.
+		e.kind = &adapter.InvalidError{Detail: detail}
+		e.cause = ErrNoCheckpoint
 	case apiNotFound:
 		// The API said so, but the contract reserves not_found for GET of
 		// the sprite; the caller confirms with Get.

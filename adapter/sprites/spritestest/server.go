@@ -172,16 +172,17 @@ type Server struct {
 }
 
 type sprite struct {
-	id, name string
-	dir      string
-	created  time.Time
-	updated  time.Time
-	labels   []string
-	auth     string
-	policy   json.RawMessage
-	procs    map[int]*proc
-	life     life
-	readyAt  time.Time // execs and fs calls before it answer 503
+	id, name    string
+	dir         string
+	created     time.Time
+	updated     time.Time
+	labels      []string
+	auth        string
+	policy      json.RawMessage
+	procs       map[int]*proc
+	life        life
+	readyAt     time.Time // execs and fs calls before it answer 503
+	checkpoints []checkpoint
 }
 
 // New starts a stand-in for t.
@@ -409,6 +410,11 @@ func (s *Server) mux() http.Handler {
 	mux.HandleFunc("GET /v1/sprites", s.list)
 	mux.HandleFunc("GET /v1/sprites/{name}", s.get)
 	mux.HandleFunc("DELETE /v1/sprites/{name}", s.delete)
+	mux.HandleFunc("PUT /v1/sprites/{name}", s.update)
+	mux.HandleFunc("POST /v1/sprites/{name}/checkpoint", s.createCheckpoint)
+	mux.HandleFunc("GET /v1/sprites/{name}/checkpoints", s.listCheckpoints)
+	mux.HandleFunc("GET /v1/sprites/{name}/checkpoints/{id}", s.getCheckpoint)
+	mux.HandleFunc("POST /v1/sprites/{name}/checkpoints/{id}/restore", s.restoreCheckpoint)
 	mux.HandleFunc("PUT /v1/sprites/{name}/fs/write", s.fsWrite)
 	mux.HandleFunc("GET /v1/sprites/{name}/fs/read", s.fsRead)
 	mux.HandleFunc("GET /v1/sprites/{name}/policy/network", s.getPolicy)
@@ -519,6 +525,41 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.view(sp))
 }
 
+// update serves PUT /v1/sprites/{name}: url_settings.auth ("sprite" or
+// "public") is the one setting (the API reference, "Update Sprite").
+func (s *Server) update(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		URLSettings *struct {
+			Auth string `json:"auth"`
+		} `json:"url_settings"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil || req.URLSettings == nil ||
+		(req.URLSettings.Auth != "sprite" && req.URLSettings.Auth != "public") {
+		apiError(w, http.StatusBadRequest, "invalid_request", "url_settings.auth must be sprite or public")
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sp, ok := s.sprites[r.PathValue("name")]
+	if !ok {
+		spriteNotFound(w)
+		return
+	}
+	sp.auth = req.URLSettings.Auth
+	sp.updated = time.Now().UTC()
+	writeJSON(w, http.StatusOK, s.view(sp))
+}
+
+// URLAuth returns a sprite's url_settings.auth ("" for no such sprite).
+func (s *Server) URLAuth(name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sp, ok := s.sprites[name]; ok {
+		return sp.auth
+	}
+	return ""
+}
+
 func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	sp, ok := s.sprites[r.PathValue("name")]
@@ -540,6 +581,7 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = os.RemoveAll(sp.dir)
+	_ = os.RemoveAll(filepath.Join(s.root, ".checkpoints", sp.id))
 	w.WriteHeader(http.StatusNoContent)
 }
 
