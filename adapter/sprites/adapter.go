@@ -83,12 +83,17 @@ const DefaultReadyWait = 60 * time.Second
 // must call Close.
 //
 // Capabilities: attach, tty and terminate_session (runner-shim delivers
-// them). Not advertised: suspend (the API has no suspend call: a sprite
-// goes cold by itself and wakes on any call), network_policy (Sprites'
-// policy is DNS-based and fails open in known cases; the stand-in stores
-// it without enforcing it, so the egress probe has never passed against
-// it), public_url (a sprite's URL is its name, one per sprite, not an
-// unguessable per-port token), checkpoint.
+// them), checkpoint (Sprites' checkpoint API; a restore restarts the
+// sprite and ends every session) and public_url for port 8080 only (the
+// sprite's one URL, made public for the whole sprite). Not advertised:
+// suspend (the API has no suspend call: a sprite pauses by itself when
+// idle and wakes on any call) and network_policy (Sprites' policy is
+// DNS-based and fails open in known cases, and {"rules": []} enforces
+// nothing; the egress probe has never passed against it).
+//
+// Idleness: a sprite pauses about 30 s after its last exec; a detached
+// session runs outside any exec, so runner-shim holds a Tasks API task
+// while each session's command runs (AdapterConfig.TaskSocket).
 //
 // Exit statuses: Sprites closes about 30 % of fast execs with status 1000
 // and no exit frame ([ErrNoExit]). No runner-shim call relies on an exec's

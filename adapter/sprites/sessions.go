@@ -14,13 +14,18 @@ import (
 	"github.com/agentrunner/runner/adapter"
 )
 
-// ExecSession is one entry of GET /v1/sprites/{name}/exec.
+// ExecSession is one entry of GET /v1/sprites/{name}/exec (the fields
+// sprites-go's ListSessions reads: session.go, types.go Session).
 type ExecSession struct {
-	ID       string
-	Command  string
-	Created  time.Time
-	IsActive bool
-	TTY      bool
+	ID             string
+	Command        string
+	Workdir        string
+	Created        time.Time
+	BytesPerSecond float64
+	IsActive       bool
+	// LastActivity is zero when the API gave none.
+	LastActivity time.Time
+	TTY          bool
 }
 
 // ListSessions returns the sprite's exec sessions: GET
@@ -30,11 +35,14 @@ func (c *Client) ListSessions(ctx context.Context, name string) ([]ExecSession, 
 	op := "list exec sessions of sprite " + name
 	var body struct {
 		Sessions *[]struct {
-			ID       json.RawMessage `json:"id"`
-			Command  string          `json:"command"`
-			Created  string          `json:"created"`
-			IsActive bool            `json:"is_active"`
-			TTY      bool            `json:"tty"`
+			ID             json.RawMessage `json:"id"`
+			Command        string          `json:"command"`
+			Workdir        string          `json:"workdir"`
+			Created        string          `json:"created"`
+			BytesPerSecond float64         `json:"bytes_per_second"`
+			IsActive       bool            `json:"is_active"`
+			LastActivity   string          `json:"last_activity"`
+			TTY            bool            `json:"tty"`
 		} `json:"sessions"`
 	}
 	if err := c.do(ctx, op, opOther, http.MethodGet, spritePath(name)+"/exec", nil, nil, "", []int{http.StatusOK}, &body); err != nil {
@@ -45,9 +53,13 @@ func (c *Client) ListSessions(ctx context.Context, name string) ([]ExecSession, 
 	}
 	out := make([]ExecSession, 0, len(*body.Sessions))
 	for _, s := range *body.Sessions {
-		e := ExecSession{ID: strings.Trim(string(s.ID), `"`), Command: s.Command, IsActive: s.IsActive, TTY: s.TTY}
+		e := ExecSession{ID: strings.Trim(string(s.ID), `"`), Command: s.Command, Workdir: s.Workdir,
+			BytesPerSecond: s.BytesPerSecond, IsActive: s.IsActive, TTY: s.TTY}
 		if t, err := time.Parse(time.RFC3339, s.Created); err == nil {
 			e.Created = t
+		}
+		if t, err := time.Parse(time.RFC3339, s.LastActivity); err == nil {
+			e.LastActivity = t
 		}
 		out = append(out, e)
 	}
