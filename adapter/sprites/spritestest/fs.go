@@ -187,4 +187,3 @@ func (s *Server) setPolicy(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]any{})
 }
-

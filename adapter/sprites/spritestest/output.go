@@ -260,4 +260,3 @@ func (s *Server) sendExit(ctx context.Context, conn *websocket.Conn, hold *holdC
 	}
 	_ = conn.Close(websocket.StatusNormalClosure, "")
 }
-
