@@ -402,8 +402,7 @@ func (c *Client) do(ctx context.Context, op string, kind apiOp, method, path str
 		}
 		return nil
 	}
-	var eb apiErrorBody
-	hasBody := json.Unmarshal(raw, &eb) == nil && (eb.Error != "" || eb.Message != "")
+	eb, hasBody := parseErrorBody(raw)
 	return apiStatusError(op, kind, resp.StatusCode, resp.Header, eb, hasBody, red)
 }
 

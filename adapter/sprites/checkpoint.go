@@ -2,8 +2,10 @@ package sprites
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -113,34 +115,55 @@ func (c *Client) stream(ctx context.Context, op, path string, in any) error {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		var eb apiErrorBody
-		hasBody := json.Unmarshal(raw, &eb) == nil && (eb.Error != "" || eb.Message != "")
+		eb, hasBody := parseErrorBody(raw)
 		return apiStatusError(op, opCheckpoint, resp.StatusCode, resp.Header, eb, hasBody, red)
 	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	// The SDKs read to the end of the stream: a clean end (chunked
 	// encoding's last chunk) is the outcome; a cut is a read error.
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" {
-			continue
-		}
+	err = eachEvent(resp.Body, func(line []byte) (bool, error) {
 		var ev struct {
 			Type  string `json:"type"`
 			Data  string `json:"data"`
 			Error string `json:"error"`
 		}
-		if err := json.Unmarshal([]byte(line), &ev); err != nil {
-			return &Error{Op: op, Status: http.StatusOK, kind: &adapter.UnavailableError{Detail: "undecodable progress event", Uncertain: true}}
+		if err := json.Unmarshal(line, &ev); err != nil {
+			return true, &Error{Op: op, Status: http.StatusOK, kind: &adapter.UnavailableError{Detail: "undecodable progress event", Uncertain: true}}
 		}
 		if ev.Type == "error" {
 			msg := red.clean(ev.Error + ev.Data)
-			return &Error{Op: op, Status: http.StatusOK, Message: msg, kind: &adapter.ProviderError{Provider: provider, Detail: msg}}
+			return true, &Error{Op: op, Status: http.StatusOK, Message: msg, kind: &adapter.ProviderError{Provider: provider, Detail: msg}}
+		}
+		return false, nil
+	})
+	var ee eventsError
+	if errors.As(err, &ee) {
+		return transportError(ctx, op, fmt.Errorf("read progress: %w", ee.err), true, red)
+	}
+	return err
+}
+
+// eventsError is eachEvent's failure to read the stream itself.
+type eventsError struct{ err error }
+
+func (e eventsError) Error() string { return e.err.Error() }
+
+// eachEvent calls f with each non-empty line of an NDJSON stream until f
+// says stop or returns an error (returned as is); a read failure is an
+// eventsError.
+func eachEvent(r io.Reader, f func(line []byte) (stop bool, err error)) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		if stop, err := f(line); stop || err != nil {
+			return err
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return transportError(ctx, op, fmt.Errorf("read progress: %w", err), true, red)
+		return eventsError{err}
 	}
 	return nil
 }

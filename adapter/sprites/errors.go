@@ -1,6 +1,7 @@
 package sprites
 
 import (
+	"encoding/json"
 	"context"
 	"errors"
 	"fmt"
@@ -103,6 +104,13 @@ const (
 	opWriteFile
 	opCheckpoint
 )
+
+// parseErrorBody decodes an error answer's body; ok is false when it is
+// not the API's {error, message} (a proxy's page, nothing at all).
+func parseErrorBody(raw []byte) (eb apiErrorBody, ok bool) {
+	ok = json.Unmarshal(raw, &eb) == nil && (eb.Error != "" || eb.Message != "")
+	return eb, ok
+}
 
 // apiErrorBody is the API's error answer (sprites-go errors.go: APIError).
 type apiErrorBody struct {

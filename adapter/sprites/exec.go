@@ -275,8 +275,7 @@ func (c *Client) Exec(ctx context.Context, name string, opts ExecOptions) (*Sess
 			if resp.Body != nil {
 				raw, _ = io.ReadAll(resp.Body)
 			}
-			var eb apiErrorBody
-			hasBody := json.Unmarshal(raw, &eb) == nil && (eb.Error != "" || eb.Message != "")
+			eb, hasBody := parseErrorBody(raw)
 			return nil, apiStatusError(op, opOther, resp.StatusCode, resp.Header, eb, hasBody, red)
 		}
 		return nil, transportError(ctx, op, err, true, red)

@@ -1,9 +1,9 @@
 package sprites
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -112,8 +112,7 @@ func (c *Client) Kill(ctx context.Context, name, id, sig string, wait time.Durat
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		var eb apiErrorBody
-		hasBody := json.Unmarshal(raw, &eb) == nil && (eb.Error != "" || eb.Message != "")
+		eb, hasBody := parseErrorBody(raw)
 		switch {
 		case resp.StatusCode == http.StatusGone:
 			return KillResult{}, &Error{Op: op, Status: resp.StatusCode, kind: adapter.ErrCommandExited}
@@ -124,20 +123,15 @@ func (c *Client) Kill(ctx context.Context, name, id, sig string, wait time.Durat
 		return KillResult{}, apiStatusError(op, opOther, resp.StatusCode, resp.Header, eb, hasBody, red)
 	}
 	var r KillResult
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" {
-			continue
-		}
+	complete := false
+	err = eachEvent(resp.Body, func(line []byte) (bool, error) {
 		var ev struct {
 			Type     string `json:"type"`
 			Message  string `json:"message"`
 			ExitCode *int   `json:"exit_code"`
 		}
-		if err := json.Unmarshal([]byte(line), &ev); err != nil {
-			return r, &Error{Op: op, Status: http.StatusOK, kind: &adapter.UnavailableError{Detail: "undecodable kill event", Uncertain: true}}
+		if err := json.Unmarshal(line, &ev); err != nil {
+			return true, &Error{Op: op, Status: http.StatusOK, kind: &adapter.UnavailableError{Detail: "undecodable kill event", Uncertain: true}}
 		}
 		switch ev.Type {
 		case "signal":
@@ -145,17 +139,25 @@ func (c *Client) Kill(ctx context.Context, name, id, sig string, wait time.Durat
 		case "timeout", "killed":
 			r.TimedOut = true
 		case "error":
-			return r, &Error{Op: op, Status: http.StatusOK, Message: red.clean(ev.Message),
+			return true, &Error{Op: op, Status: http.StatusOK, Message: red.clean(ev.Message),
 				kind: &adapter.ProviderError{Provider: provider, Detail: "kill: " + red.clean(ev.Message)}}
 		case "complete":
 			if ev.ExitCode != nil {
 				r.Exited, r.ExitCode = true, *ev.ExitCode
 			}
-			return r, nil
+			complete = true
+			return true, nil
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return r, transportError(ctx, op, fmt.Errorf("read events: %w", err), true, red)
+		return false, nil
+	})
+	var ee eventsError
+	switch {
+	case errors.As(err, &ee):
+		return r, transportError(ctx, op, fmt.Errorf("read events: %w", ee.err), true, red)
+	case err != nil:
+		return r, err
+	case complete:
+		return r, nil
 	}
 	if wait > 0 || !r.Signalled {
 		return r, &Error{Op: op, Status: http.StatusOK, kind: &adapter.UnavailableError{Detail: "the kill stream ended before its completion", Uncertain: true}}
