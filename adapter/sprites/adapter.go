@@ -31,8 +31,11 @@ const (
 	// disconnectGrace is every runner-shim call's max_run_after_disconnect:
 	// when the adapter lets go of a call (its context ended, its lifetime
 	// passed, the driver died) Sprites kills the call's process this long
-	// after. The sessions runner-shim spawns are not the call's process:
-	// they live on.
+	// after (its process group, the kill endpoint's "process group").
+	// The sessions runner-shim spawns are not the call's process, nor in
+	// its group or below it: their shims double-fork into their own
+	// session, so they live on whether Sprites kills the group or the
+	// process tree.
 	disconnectGrace = 5 * time.Second
 	// maxCallAttempts bounds the runs of one idempotent runner-shim call
 	// whose answer did not arrive.

@@ -45,9 +45,13 @@ func oneShot(argv []string) string {
 // Exec implements guest.Executor. The exit status comes from the exit
 // frame when Sprites sends one. When it does not ([ErrNoExit]), the error
 // wraps guest.ErrNoStatus and runner-shim's answer, if it arrived, is the
-// outcome; a one-shot call whose answer did not arrive is run again when
-// it is idempotent. A one-shot call's stdout is held until the call ends,
-// so a second run never mixes with the first.
+// outcome. A one-shot call whose answer did not arrive — no exit frame,
+// or an exit frame with the output lost or cut (sprites-py #16, the
+// 64 KiB replay) — is run again when it is idempotent and is otherwise an
+// uncertain *adapter.UnavailableError; only its answer line goes on (the
+// merged stderr of a replay after it does not). A one-shot call's stdout
+// is held until the call ends, so a second run never mixes with the
+// first. A spawn gets --hold-task (AdapterConfig.TaskSocket).
 func (x *shimExec) Exec(ctx context.Context, argv []string, stdin io.Reader, stdout io.Writer, lifetime time.Duration) (int, error) {
 	argv, stdin = dataOffArgv(argv, stdin)
 	var in []byte
