@@ -3,6 +3,7 @@ package sprites_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -196,5 +197,38 @@ func TestSessionAcrossIdleness(t *testing.T) {
 	}
 	if !bytes.Equal(out, want.Bytes()) || end.Exit == nil || end.Exit.Code != 9 {
 		t.Errorf("session: %q, end %+v; want 8 ticks and exit 9", out, end)
+	}
+}
+
+// TestLargeListSurvivesReplayCap: a fast exec's output replayed with
+// stderr merged and capped at 64 KiB (a field capture) cuts a listing of
+// many sessions on every run. runner-shim list is paged (--max-bytes,
+// --after) under the cap and the pages joined; before, Sessions failed
+// after four cut answers.
+func TestLargeListSurvivesReplayCap(t *testing.T) {
+	_, c := standIn(t, spritestest.Options{ReplayFast: true, CloseHold: -1})
+	a := newAdapter(t, c, nil)
+	ctx := ctxT(t)
+	h, err := a.Create(ctx, "many", adapter.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pad := strings.Repeat("x", 3000)
+	const n = 30 // ~3 KiB of argv each: ~96 KiB of listing
+	for i := range n {
+		st, err := a.Spawn(ctx, h, adapter.Command{Path: "true", Args: []string{pad}}, adapter.SpawnOptions{SessionID: fmt.Sprintf("s%02d", i)})
+		if err != nil {
+			t.Fatalf("spawn %d: %v", i, err)
+		}
+		st.Close()
+	}
+	list, err := a.Sessions(ctx, h)
+	if err != nil || len(list) != n {
+		t.Fatalf("sessions: %d, %v; want %d", len(list), err, n)
+	}
+	for i, s := range list {
+		if s.ID != fmt.Sprintf("s%02d", i) || len(s.Command.Args) != 1 || s.Command.Args[0] != pad {
+			t.Errorf("session %d: %s %d args, want s%02d in start order with its argv whole", i, s.ID, len(s.Command.Args), i)
+		}
 	}
 }

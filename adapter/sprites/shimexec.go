@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -97,28 +98,45 @@ func (x *shimExec) Exec(ctx context.Context, argv []string, stdin io.Reader, std
 			return status, nil
 		}
 	}
+	var ans []byte
+	var status int
+	var err error
+	if call == "list" && len(argv) == 5 {
+		ans, status, err = x.list(ctx, argv)
+	} else {
+		ans, status, err = x.call(ctx, argv, in, stdin != nil, call)
+	}
+	if ans != nil {
+		if _, werr := stdout.Write(ans); werr != nil {
+			return -1, werr
+		}
+	}
+	return status, err
+}
+
+// call runs one one-shot runner-shim call, again while its answer is
+// lost and it is idempotent. It returns the answer to pass on (nil when
+// none) and the status and error Exec returns.
+func (x *shimExec) call(ctx context.Context, argv []string, in []byte, withStdin bool, call string) ([]byte, int, error) {
 	for attempt := 1; ; attempt++ {
 		out := &capped{max: maxCallAnswer}
-		status, err := x.run(ctx, argv, in, stdin != nil, out)
+		status, err := x.run(ctx, argv, in, withStdin, out)
 		ans := answerOf(out.b.Bytes())
 		switch {
 		case err != nil && !errors.Is(err, ErrNoExit):
-			return status, x.confirm(ctx, err)
+			return nil, status, x.confirm(ctx, err)
 		case ans != nil:
 			// Only up to the answer: stderr merged after it (a replayed
 			// fast command) is not runner-shim's answer.
-			if _, werr := stdout.Write(ans); werr != nil {
-				return -1, werr
-			}
 			if err != nil {
-				return -1, fmt.Errorf("%w: %w", guest.ErrNoStatus, err)
+				return ans, -1, fmt.Errorf("%w: %w", guest.ErrNoStatus, err)
 			}
-			return status, nil
+			return ans, status, nil
 		case err == nil && status == 127 && out.b.Len() == 0:
 			// No runner-shim at the path (the stand-in's status, as a
 			// shell's; see docs/providers/sprites.md): adapter/guest
 			// installs it.
-			return status, nil
+			return nil, status, nil
 		case err == nil:
 			// runner-shim --json always answers, so an exit without an
 			// answer lost its output (sprites-py #16, a replay cut at
@@ -127,8 +145,63 @@ func (x *shimExec) Exec(ctx context.Context, argv []string, stdin io.Reader, std
 				Detail: fmt.Sprintf("exit status %d came without runner-shim's answer (%d bytes of output)", status, out.b.Len()), Uncertain: true}, cause: ErrNoExit}
 		}
 		if !idempotentCalls[call] || attempt == maxCallAttempts || ctx.Err() != nil {
-			return -1, x.confirm(ctx, err)
+			return nil, -1, x.confirm(ctx, err)
 		}
+	}
+}
+
+// listPageBytes bounds each page of a paged list: well under the 64 KiB
+// Sprites caps a replayed fast exec's output at, with room for merged
+// stderr.
+const listPageBytes = 32 << 10
+
+// list runs runner-shim list a page at a time (list --max-bytes
+// --after) and answers the pages joined as one answer, as one list would:
+// a listing of hundreds of sessions is larger than the 64 KiB a replayed
+// fast exec keeps, and would be cut on every run. A page that answers an
+// error (or anything but a page) is passed on as it came.
+func (x *shimExec) list(ctx context.Context, argv []string) ([]byte, int, error) {
+	var all []json.RawMessage
+	after := ""
+	for {
+		page := append(argv[:5:5], "--max-bytes", strconv.Itoa(listPageBytes))
+		if after != "" {
+			page = append(page, "--after", after)
+		}
+		ans, status, err := x.call(ctx, page, nil, false, "list")
+		if ans == nil {
+			return nil, status, err
+		}
+		line := bytes.TrimSpace(ans)
+		if i := bytes.LastIndexByte(line, '\n'); i >= 0 {
+			line = line[i+1:]
+		}
+		var a map[string]json.RawMessage
+		var sessions []json.RawMessage
+		if json.Unmarshal(line, &a) != nil || a["error"] != nil || json.Unmarshal(a["sessions"], &sessions) != nil {
+			return ans, status, err
+		}
+		all = append(all, sessions...)
+		var more bool
+		_ = json.Unmarshal(a["more"], &more)
+		var last struct {
+			ID string `json:"id"`
+		}
+		if more {
+			if len(sessions) == 0 || json.Unmarshal(sessions[len(sessions)-1], &last) != nil || last.ID == "" || last.ID == after {
+				// Never a short listing that looks whole.
+				return nil, -1, &adapter.ProviderError{Provider: provider, Detail: "runner-shim list: a page with more to come and no session to continue after"}
+			}
+			after = last.ID
+			continue
+		}
+		if all == nil {
+			all = []json.RawMessage{}
+		}
+		a["sessions"], _ = json.Marshal(all)
+		delete(a, "more")
+		b, _ := json.Marshal(a)
+		return append(b, '\n'), status, err
 	}
 }
 

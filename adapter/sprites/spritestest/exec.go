@@ -210,7 +210,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 
 	p := &proc{s: s, sp: sp, tty: eq.tty, argv: eq.argv, started: time.Now(), conn: conn, done: make(chan struct{}),
 		hold: holdOf(r.Context()), reaped: make(chan struct{}), textSent: make(chan struct{}),
-		buffering: s.opts.LoseOutput}
+		buffering: s.opts.LoseOutput || s.opts.ReplayFast}
 	s.mu.Lock()
 	for _, a := range eq.argv {
 		if s.cuts[a] > 0 {

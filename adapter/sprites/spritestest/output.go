@@ -199,7 +199,10 @@ func (s *Server) finish(p *proc) {
 	if p.buffering {
 		p.buffering = false
 		pending, p.pending = p.pending, nil
-		if s.dropExit == DropExitRandom && s.rng.Float64() < s.opts.DropRate*2 {
+		switch {
+		case s.opts.ReplayFast:
+			fate = fateReplayed
+		case s.dropExit == DropExitRandom && s.rng.Float64() < s.opts.DropRate*2:
 			fate = fateLost + s.rng.IntN(2)
 		}
 	}

@@ -128,6 +128,10 @@ type Options struct {
 	// 64 KiB (a field capture), each about as often as a plain missing
 	// exit frame.
 	LoseOutput bool
+	// ReplayFast replays every fast command's output, stderr merged into
+	// stdout and capped at ReplayCap (the field capture's behaviour, made
+	// deterministic).
+	ReplayFast bool
 	// IdleAfter is how long a sprite without activity (an attached exec,
 	// a live task) runs before it pauses warm, its processes frozen; 0
 	// means Sprites' "about 30 seconds", negative never pauses (idle.go).
