@@ -19,7 +19,8 @@ import (
 // adapter returns once runner-shim answers again.
 func TestCheckpointRestore(t *testing.T) {
 	srv, c := standIn(t, spritestest.Options{ReadyDelay: time.Second, CloseHold: -1})
-	a := newAdapter(t, c, nil)
+	// The session killed by the restore is given up after this window.
+	a := newAdapter(t, c, func(cfg *sprites.AdapterConfig) { cfg.ReattachWindow = 3 * time.Second })
 	ctx := ctxT(t)
 	h, err := a.Create(ctx, "ckpt", adapter.CreateOptions{})
 	if err != nil {
