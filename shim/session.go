@@ -92,6 +92,11 @@ type Spec struct {
 	// sparing a caller with nothing to send that round trip (runnerd's
 	// exec). Not with TTY.
 	StdinClosed bool `json:"stdin_closed,omitempty"`
+	// HoldTask optionally names a Sprites Tasks API socket (an absolute
+	// path, /.sprite/api.sock in a sprite): while the command runs the
+	// shim holds a task there, so the sprite does not pause under a
+	// detached session (hold.go). Off when empty.
+	HoldTask string `json:"hold_task,omitempty"`
 }
 
 // Streams returns the journal streams of a session with this spec.
@@ -108,6 +113,9 @@ func (s Spec) validate() error {
 	}
 	if len(s.Argv) == 0 || s.Argv[0] == "" {
 		return fmt.Errorf("%w: empty argv", ErrInvalid)
+	}
+	if s.HoldTask != "" && !filepath.IsAbs(s.HoldTask) {
+		return fmt.Errorf("%w: hold_task %q is not an absolute path", ErrInvalid, s.HoldTask)
 	}
 	if s.ResolvConf != "" && !filepath.IsAbs(s.ResolvConf) {
 		return fmt.Errorf("%w: resolv_conf %q is not an absolute path", ErrInvalid, s.ResolvConf)

@@ -157,6 +157,9 @@ func (s *server) run() {
 	// status comes from it, never from exec.Cmd.Wait. Owned by run, which
 	// waits for allDone below.
 	go s.reap.loop()
+	// Held until the exit record is published (hold.go; off unless the
+	// spec names a Tasks API socket).
+	releaseTask := s.holdTask()
 	for _, o := range s.outs {
 		s.pumps.Add(1)
 		go s.pump(o)
@@ -227,6 +230,7 @@ func (s *server) run() {
 		rec.Terminated = true
 	}
 	s.finish(rec)
+	releaseTask()
 
 	// Linger: a descendant that outlived the command (a daemon it
 	// started, a double fork) is reparented to the shim, which stays its

@@ -1,13 +1,9 @@
 package sprites
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,8 +13,15 @@ import (
 
 // Defaults of AdapterConfig.
 const (
-	// DefaultShimPath is where the adapter uploads runner-shim in a sprite.
-	DefaultShimPath = "/usr/local/bin/runner-shim"
+	// DefaultShimPath is where the adapter uploads runner-shim in a
+	// sprite: in the sprite user's home, because fs/write has no asRoot
+	// flag (chmod, chown, copy, delete and rename have one), so it writes
+	// as the `sprite` user, who may not write /usr/local/bin.
+	DefaultShimPath = "/home/sprite/.local/bin/runner-shim"
+	// DefaultTaskSocket is the Sprites Tasks API socket inside a sprite
+	// ("Keeping a Sprite Running"): runner-shim holds a task there while a
+	// session's command runs, so the sprite does not pause under it.
+	DefaultTaskSocket = "/.sprite/api.sock"
 	// DefaultRoot is runner-shim's session root, relative to the working
 	// directory Sprites gives an exec (the same for every call).
 	DefaultRoot = ".runner-shim"
@@ -28,8 +31,11 @@ const (
 	// disconnectGrace is every runner-shim call's max_run_after_disconnect:
 	// when the adapter lets go of a call (its context ended, its lifetime
 	// passed, the driver died) Sprites kills the call's process this long
-	// after. The sessions runner-shim spawns are not the call's process:
-	// they live on.
+	// after (its process group, the kill endpoint's "process group").
+	// The sessions runner-shim spawns are not the call's process, nor in
+	// its group or below it: their shims double-fork into their own
+	// session, so they live on whether Sprites kills the group or the
+	// process tree.
 	disconnectGrace = 5 * time.Second
 	// maxCallAttempts bounds the runs of one idempotent runner-shim call
 	// whose answer did not arrive.
@@ -60,7 +66,18 @@ type AdapterConfig struct {
 	// ReattachWindow is how long a stream attaches again after a cut
 	// (guest.DefaultReattach).
 	ReattachWindow time.Duration
+	// TaskSocket is the Tasks API socket runner-shim holds a task on
+	// while each session's command runs (DefaultTaskSocket; "-" holds
+	// none). A relative path is resolved in the exec's working
+	// directory (the stand-in's sprites have their "/" there).
+	TaskSocket string
+	// ReadyWait bounds how long Create (and Restore) wait for a new or
+	// restarted sprite to take execs (DefaultReadyWait).
+	ReadyWait time.Duration
 }
+
+// DefaultReadyWait is AdapterConfig.ReadyWait's default.
+const DefaultReadyWait = 60 * time.Second
 
 // Adapter is the contract (adapter.Adapter) over Sprites: sprites through
 // the API (the caller's name is the sprite's name), sessions through
@@ -69,12 +86,17 @@ type AdapterConfig struct {
 // must call Close.
 //
 // Capabilities: attach, tty and terminate_session (runner-shim delivers
-// them). Not advertised: suspend (the API has no suspend call: a sprite
-// goes cold by itself and wakes on any call), network_policy (Sprites'
-// policy is DNS-based and fails open in known cases; the stand-in stores
-// it without enforcing it, so the egress probe has never passed against
-// it), public_url (a sprite's URL is its name, one per sprite, not an
-// unguessable per-port token), checkpoint.
+// them), checkpoint (Sprites' checkpoint API; a restore restarts the
+// sprite and ends every session) and public_url for port 8080 only (the
+// sprite's one URL, made public for the whole sprite). Not advertised:
+// suspend (the API has no suspend call: a sprite pauses by itself when
+// idle and wakes on any call) and network_policy (Sprites' policy is
+// DNS-based and fails open in known cases, and {"rules": []} enforces
+// nothing; the egress probe has never passed against it).
+//
+// Idleness: a sprite pauses about 30 s after its last exec; a detached
+// session runs outside any exec, so runner-shim holds a Tasks API task
+// while each session's command runs (AdapterConfig.TaskSocket).
 //
 // Exit statuses: Sprites closes about 30 % of fast execs with status 1000
 // and no exit frame ([ErrNoExit]). No runner-shim call relies on an exec's
@@ -125,6 +147,15 @@ func NewAdapter(cfg AdapterConfig) (*Adapter, error) {
 	if cfg.Root == "" {
 		cfg.Root = DefaultRoot
 	}
+	switch cfg.TaskSocket {
+	case "":
+		cfg.TaskSocket = DefaultTaskSocket
+	case "-":
+		cfg.TaskSocket = ""
+	}
+	if cfg.ReadyWait <= 0 {
+		cfg.ReadyWait = DefaultReadyWait
+	}
 	return &Adapter{cfg: cfg, creating: map[string]*sync.Mutex{}, guests: map[string]*spriteGuest{}}, nil
 }
 
@@ -147,7 +178,7 @@ func (a *Adapter) Provider() string { return provider }
 
 // Capabilities returns what Sprites plus runner-shim deliver.
 func (a *Adapter) Capabilities() adapter.Capabilities {
-	return adapter.Capabilities{adapter.CapAttach, adapter.CapTTY, adapter.CapTerminateSession}
+	return adapter.Capabilities{adapter.CapAttach, adapter.CapTTY, adapter.CapTerminateSession, adapter.CapCheckpoint, adapter.CapPublicURL}
 }
 
 // validName accepts a DNS label, the names the contract promises (and
@@ -212,19 +243,47 @@ func (a *Adapter) Create(ctx context.Context, name string, opts adapter.CreateOp
 	if err == nil && created {
 		// A new sprite has no runner-shim: upload it now rather than learn
 		// of its absence from an exec's status, which may never arrive.
-		err = sg.x.install(ctx)
+		// A new sprite may not take calls at once: retried until ready.
+		err = a.untilReady(ctx, func(ctx context.Context) error { return sg.x.install(ctx) })
 	}
 	if err == nil {
-		err = sg.g.Verify(ctx)
+		err = a.untilReady(ctx, sg.g.Verify)
 	}
 	if err != nil {
-		if created && errors.Is(err, adapter.ErrProvider) {
+		if created {
+			// Nothing half-made is left: a sprite this call created is
+			// deleted whatever went wrong (bounded, even when ctx ended).
 			a.forget(h.ID)
-			_ = a.cfg.Client.Delete(context.WithoutCancel(ctx), name)
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			_ = a.cfg.Client.Delete(dctx, name)
+			cancel()
 		}
 		return adapter.Handle{}, fmt.Errorf("create %s: %w", name, err)
 	}
 	return h, nil
+}
+
+// untilReady runs f until it succeeds, fails with something other than
+// unavailable, or ReadyWait passes: a new or restored sprite is not ready
+// at once (the checkpoints page: "a following sprite exec automatically
+// retries while the Sprite is still coming back up").
+func (a *Adapter) untilReady(ctx context.Context, f func(context.Context) error) error {
+	deadline := time.Now().Add(a.cfg.ReadyWait)
+	wait := 100 * time.Millisecond
+	for {
+		err := f(ctx)
+		if err == nil || !errors.Is(err, adapter.ErrUnavailable) || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
 }
 
 // Get returns the sprite named name: GET /v1/sprites/{name}, whose 404
@@ -439,192 +498,4 @@ func (a *Adapter) TerminateSession(ctx context.Context, h adapter.Handle, id str
 		return adapter.Exit{}, err
 	}
 	return sg.g.Terminate(ctx, id, grace)
-}
-
-// shimExec is guest.Executor over the exec WebSocket of one sprite
-// incarnation.
-type shimExec struct {
-	a        *Adapter
-	name, id string
-}
-
-// idempotentCalls are the runner-shim subcommands that may run again when
-// their answer was lost: running them twice gives the answer of once.
-// spawn is one because adapter/guest always passes --id (a retried spawn
-// of the same request answers the first one's session); write and signal
-// are not.
-var idempotentCalls = map[string]bool{
-	"version": true, "spawn": true, "list": true, "status": true,
-	"close-stdin": true, "resize": true, "terminate": true,
-}
-
-// oneShot returns the subcommand of a runner-shim --json call (adapter/
-// guest's argv: shim --root R --json SUB …), or "" for a streamed call
-// (attach), whose output goes through as it arrives.
-func oneShot(argv []string) string {
-	if len(argv) > 4 && argv[3] == "--json" {
-		return argv[4]
-	}
-	return ""
-}
-
-// Exec implements guest.Executor. The exit status comes from the exit
-// frame when Sprites sends one. When it does not ([ErrNoExit]), the error
-// wraps guest.ErrNoStatus and runner-shim's answer, if it arrived, is the
-// outcome; a one-shot call whose answer did not arrive is run again when
-// it is idempotent. A one-shot call's stdout is held until the call ends,
-// so a second run never mixes with the first.
-func (x *shimExec) Exec(ctx context.Context, argv []string, stdin io.Reader, stdout io.Writer, lifetime time.Duration) (int, error) {
-	argv, stdin = dataOffArgv(argv, stdin)
-	var in []byte
-	if stdin != nil {
-		b, err := io.ReadAll(io.LimitReader(stdin, maxCallStdin+1))
-		if err != nil {
-			return 0, &adapter.InvalidError{Detail: "read stdin: " + err.Error()}
-		}
-		if len(b) > maxCallStdin {
-			return 0, &adapter.InvalidError{Detail: fmt.Sprintf("stdin of one call exceeds %d bytes", maxCallStdin)}
-		}
-		in = b
-	}
-	if lifetime > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, lifetime)
-		defer cancel()
-	}
-	call := oneShot(argv)
-	if call == "" {
-		status, err := x.run(ctx, argv, in, stdin != nil, stdout)
-		if errors.Is(err, ErrNoExit) {
-			return -1, fmt.Errorf("%w: %w", guest.ErrNoStatus, err)
-		}
-		if err != nil {
-			return status, x.confirm(ctx, err)
-		}
-		return status, nil
-	}
-	for attempt := 1; ; attempt++ {
-		out := &capped{max: maxCallAnswer}
-		status, err := x.run(ctx, argv, in, stdin != nil, out)
-		switch {
-		case err == nil:
-			_, werr := stdout.Write(out.b.Bytes())
-			return status, werr
-		case !errors.Is(err, ErrNoExit):
-			return status, x.confirm(ctx, err)
-		case hasAnswer(out.b.Bytes()):
-			_, werr := stdout.Write(out.b.Bytes())
-			if werr != nil {
-				return -1, werr
-			}
-			return -1, fmt.Errorf("%w: %w", guest.ErrNoStatus, err)
-		case !idempotentCalls[call] || attempt == maxCallAttempts || ctx.Err() != nil:
-			return -1, x.confirm(ctx, err)
-		}
-	}
-}
-
-// dataOffArgv moves the bytes of a `write --base64 ID B64` from argv to
-// stdin (one base64 line, which runner-shim reads the same way): an exec's
-// argv travels in the WebSocket URL's query, where stdin bytes (a secret
-// piped to an agent) must never go and where 64 KiB of base64 would
-// overflow URL limits of the proxies on the way.
-func dataOffArgv(argv []string, stdin io.Reader) ([]string, io.Reader) {
-	if stdin != nil || oneShot(argv) != "write" || len(argv) != 8 || argv[5] != "--base64" {
-		return argv, stdin
-	}
-	return argv[:7:7], strings.NewReader(argv[7] + "\n")
-}
-
-// hasAnswer reports whether b ends with runner-shim's one-line JSON
-// answer, whole.
-func hasAnswer(b []byte) bool {
-	b = bytes.TrimSpace(b)
-	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
-		b = b[i+1:]
-	}
-	return len(b) > 0 && b[0] == '{' && json.Valid(b)
-}
-
-// run is one exec: stdin (when given) written beside the reader and then
-// closed, stdout copied as it arrives, stderr dropped.
-func (x *shimExec) run(ctx context.Context, argv []string, in []byte, withStdin bool, stdout io.Writer) (int, error) {
-	s, err := x.a.cfg.Client.Exec(ctx, x.name, ExecOptions{Argv: argv, Stdin: withStdin, MaxRunAfterDisconnect: disconnectGrace})
-	if err != nil {
-		return 0, err
-	}
-	// The writer's owner is this call: Close unblocks it, Wait collects it.
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer s.Close()
-	if withStdin {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if s.WriteStdin(ctx, in) == nil {
-				_ = s.CloseStdin(ctx)
-			}
-		}()
-	}
-	for {
-		ev, err := s.Recv(ctx)
-		if err != nil {
-			return -1, err
-		}
-		switch ev.Kind {
-		case EventStdout:
-			if _, err := stdout.Write(ev.Data); err != nil {
-				// The reader (an attach's consumer) went away.
-				return -1, fmt.Errorf("copy stdout: %w", context.Canceled)
-			}
-		case EventExit:
-			return ev.ExitCode, nil
-		}
-	}
-}
-
-// confirm judges a failed call: one that proves nothing is followed by a
-// GET of the sprite, whose 404 (or another incarnation under the name)
-// makes it not_found. Anything else stays what it was.
-func (x *shimExec) confirm(ctx context.Context, err error) error {
-	if ctx.Err() != nil || !(errors.Is(err, adapter.ErrUnavailable) || errors.Is(err, adapter.ErrProvider)) {
-		return err
-	}
-	sp, gerr := x.a.cfg.Client.Get(ctx, x.name)
-	switch {
-	case errors.Is(gerr, adapter.ErrNotFound):
-		x.a.forget(x.id)
-		return fmt.Errorf("sprite %s: %w", x.name, adapter.ErrNotFound)
-	case gerr == nil && sp.ID != x.id:
-		x.a.forget(x.id)
-		return fmt.Errorf("sprite %s is now %s, not %s: %w", x.name, sp.ID, x.id, adapter.ErrNotFound)
-	}
-	return err
-}
-
-// install uploads runner-shim to the configured path with fs/write, mode
-// 0755, parents created (guest.Config.Install, and Create of a new
-// sprite).
-func (x *shimExec) install(ctx context.Context) error {
-	b, err := x.a.cfg.ShimBinary()
-	if err != nil {
-		return &adapter.ProviderError{Provider: provider, Detail: "read the runner-shim binary: " + err.Error()}
-	}
-	if _, err := x.a.cfg.Client.WriteFile(ctx, x.name, x.a.cfg.Shim, b, 0o755); err != nil {
-		return x.confirm(ctx, err)
-	}
-	return nil
-}
-
-// capped keeps the first max bytes written to it and drops the rest.
-type capped struct {
-	b   bytes.Buffer
-	max int
-}
-
-func (c *capped) Write(p []byte) (int, error) {
-	if room := c.max - c.b.Len(); room > 0 {
-		c.b.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
 }

@@ -22,6 +22,10 @@ import (
 
 const shimVersion = "v0.0.0-sprites-test"
 
+// standInTaskSocket is /.sprite/api.sock of a stand-in sprite, from the
+// working directory of its commands.
+const standInTaskSocket = ".sprite/api.sock"
+
 // The runner-shim binaries the adapter uploads, built once by TestMain
 // from ./cmd/runner-shim: one of shimVersion, one of another version.
 var (
@@ -76,8 +80,10 @@ func binary(path string) func() ([]byte, error) {
 
 func newAdapter(t testing.TB, c *sprites.Client, mod func(*sprites.AdapterConfig)) *sprites.Adapter {
 	t.Helper()
+	// The stand-in's commands run in the sprite's "/", so the Tasks API
+	// socket is found relative to it.
 	cfg := sprites.AdapterConfig{Client: c, Version: shimVersion, ShimBinary: binary(shimBin),
-		Lease: 3 * time.Second, ReattachWindow: 20 * time.Second}
+		Lease: 3 * time.Second, ReattachWindow: 20 * time.Second, TaskSocket: standInTaskSocket}
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -17,8 +17,13 @@ import (
 // DefaultBaseURL is the Sprites API.
 const DefaultBaseURL = "https://api.sprites.dev"
 
-// MaxPageSize is the largest max_results List accepts (the API's 1..50).
-const MaxPageSize = 50
+// MaxPageSize is the largest max_results List accepts: the API reference
+// (openapi v0.1.12) allows 1..500 (an older docs page says 1..50).
+const MaxPageSize = 500
+
+// MaxWriteFile is the largest body fs/write takes (16 MiB): WriteFile
+// refuses more before sending it.
+const MaxWriteFile = 16 << 20
 
 // maxBody bounds every JSON answer read into memory.
 const maxBody = 64 << 20
@@ -35,7 +40,13 @@ type Config struct {
 	// (a copy that refuses redirects); nil means a client with no overall
 	// timeout (exec sessions are long), bounded by each call's context.
 	HTTPClient *http.Client
+	// PingInterval is how often an exec WebSocket is pinged
+	// (DefaultPingInterval, sprites-go's 15 s); negative never pings.
+	PingInterval time.Duration
 }
+
+// DefaultPingInterval is Config.PingInterval's default, the SDK's.
+const DefaultPingInterval = 15 * time.Second
 
 // Client calls the Sprites API. It is safe for concurrent use and holds no
 // goroutines; there is nothing to close.
@@ -43,6 +54,7 @@ type Client struct {
 	base  string
 	token Secret
 	hc    *http.Client
+	ping  time.Duration // exec keepalive interval; 0: none
 }
 
 // New returns a client for cfg. It refuses an empty token and a malformed
@@ -65,7 +77,14 @@ func New(cfg Config) (*Client, error) {
 		hc = *cfg.HTTPClient
 	}
 	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return &Client{base: base, token: cfg.Token, hc: &hc}, nil
+	ping := cfg.PingInterval
+	switch {
+	case ping == 0:
+		ping = DefaultPingInterval
+	case ping < 0:
+		ping = 0
+	}
+	return &Client{base: base, token: cfg.Token, hc: &hc, ping: ping}, nil
 }
 
 // String names the client without its token.
@@ -251,13 +270,16 @@ func (c *Client) WriteFile(ctx context.Context, name, path string, data []byte, 
 	if path == "" {
 		return FileInfo{}, &Error{Op: op, kind: invalid("empty path")}
 	}
+	if len(data) > MaxWriteFile {
+		return FileInfo{}, &Error{Op: op, kind: invalid(fmt.Sprintf("%d bytes exceed fs/write's %d", len(data), MaxWriteFile))}
+	}
 	q := url.Values{}
 	q.Set("path", path)
 	q.Set("workingDir", "/")
 	q.Set("mode", fmt.Sprintf("%04o", perm.Perm()))
 	q.Set("mkdirParents", "true")
 	var fi FileInfo
-	if err := c.do(ctx, op, opOther, http.MethodPut, spritePath(name)+"/fs/write", q, data, "application/octet-stream", []int{http.StatusOK, http.StatusCreated}, &fi); err != nil {
+	if err := c.do(ctx, op, opWriteFile, http.MethodPut, spritePath(name)+"/fs/write", q, data, "application/octet-stream", []int{http.StatusOK, http.StatusCreated}, &fi); err != nil {
 		return FileInfo{}, err
 	}
 	if fi.Size != int64(len(data)) {
@@ -380,7 +402,22 @@ func (c *Client) do(ctx context.Context, op string, kind apiOp, method, path str
 		}
 		return nil
 	}
-	var eb apiErrorBody
-	hasBody := json.Unmarshal(raw, &eb) == nil && (eb.Error != "" || eb.Message != "")
+	eb, hasBody := parseErrorBody(raw)
 	return apiStatusError(op, kind, resp.StatusCode, resp.Header, eb, hasBody, red)
+}
+
+// SetURLAuth sets who may open the sprite's URL: PUT /v1/sprites/{name}
+// {"url_settings": {"auth": auth}}, auth "public" (anyone) or "sprite"
+// (the organization's token). It returns the updated sprite.
+func (c *Client) SetURLAuth(ctx context.Context, name, auth string) (Sprite, error) {
+	op := "set url auth of sprite " + name
+	if auth != "public" && auth != "sprite" {
+		return Sprite{}, &Error{Op: op, kind: invalid("auth is public or sprite")}
+	}
+	var s Sprite
+	body := struct {
+		URLSettings URLSettings `json:"url_settings"`
+	}{URLSettings{Auth: auth}}
+	err := c.do(ctx, op, opOther, http.MethodPut, spritePath(name), nil, jsonBody(body), "application/json", []int{http.StatusOK}, &s)
+	return s, err
 }

@@ -214,8 +214,8 @@ func TestErrorMapping(t *testing.T) {
 					t.Errorf("got %v, want RetryAfter 7s", err)
 				}
 			}},
-		{name: "list max_results out of range", calls: []call{{"list 51", func(ctx context.Context, c *sprites.Client) error {
-			_, err := c.List(ctx, sprites.ListOptions{MaxResults: 51})
+		{name: "list max_results out of range", calls: []call{{"list 501", func(ctx context.Context, c *sprites.Client) error {
+			_, err := c.List(ctx, sprites.ListOptions{MaxResults: 501})
 			return err
 		}}}, want: adapter.KindInvalid},
 		{name: "continuation token the API did not issue", calls: []call{{"list bad token", func(ctx context.Context, c *sprites.Client) error {
@@ -420,7 +420,7 @@ func TestFiles(t *testing.T) {
 	for i := range data {
 		data[i] = byte(i * 7)
 	}
-	fi, err := f.c.WriteFile(ctx, "fs", "/opt/runner/bin/runner-shim", data, 0o755)
+	fi, err := f.c.WriteFile(ctx, "fs", "/home/sprite/bin/runner-shim", data, 0o755)
 	if err != nil {
 		t.Fatalf("write: %v", err)
 	}
@@ -428,19 +428,19 @@ func TestFiles(t *testing.T) {
 		t.Errorf("write answered %+v, want size %d mode 0755", fi, len(data))
 	}
 	dir, _ := f.srv.Dir("fs")
-	st, err := os.Stat(filepath.Join(dir, "opt/runner/bin/runner-shim"))
+	st, err := os.Stat(filepath.Join(dir, "home/sprite/bin/runner-shim"))
 	if err != nil || st.Mode().Perm() != 0o755 {
 		t.Fatalf("stored file: %v, %v; want mode 0755", st, err)
 	}
-	back, err := f.c.ReadFile(ctx, "fs", "/opt/runner/bin/runner-shim")
+	back, err := f.c.ReadFile(ctx, "fs", "/home/sprite/bin/runner-shim")
 	if err != nil || string(back) != string(data) {
 		t.Errorf("read back: %d bytes, %v; want the %d written", len(back), err, len(data))
 	}
 	// The uploaded binary runs (the shim install path).
-	if _, err := f.c.WriteFile(ctx, "fs", "/bin/hello", []byte("#!/bin/sh\necho hi \"$@\"\n"), 0o755); err != nil {
+	if _, err := f.c.WriteFile(ctx, "fs", "/tmp/hello", []byte("#!/bin/sh\necho hi \"$@\"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	r, err := f.c.Run(ctx, "fs", sprites.ExecOptions{Argv: []string{"/bin/hello", "there"}}, nil)
+	r, err := f.c.Run(ctx, "fs", sprites.ExecOptions{Argv: []string{"/tmp/hello", "there"}}, nil)
 	if err != nil || string(r.Stdout) != "hi there\n" || r.ExitCode != 0 {
 		t.Errorf("run the uploaded file: %q exit %d, %v", r.Stdout, r.ExitCode, err)
 	}
@@ -450,10 +450,10 @@ func TestFiles(t *testing.T) {
 	}
 	wantKind(t, "read of a missing file", err, adapter.KindProvider)
 	// ".." cannot leave the sprite.
-	if _, err := f.c.WriteFile(ctx, "fs", "/../../escape", []byte("x"), 0o644); err != nil {
+	if _, err := f.c.WriteFile(ctx, "fs", "/../../tmp/escape", []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(filepath.Dir(dir), "escape")); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(filepath.Dir(dir), "tmp", "escape")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a write escaped the sprite's directory: %v", err)
 	}
 }

@@ -1,8 +1,9 @@
 // Package sprites is the Sprites-specific layer beneath the shim transport:
 // a client for the Sprites API (https://api.sprites.dev, Bearer token):
 // sprites (create, get, paged list, delete), the filesystem endpoints used
-// to upload runner-shim (fs/write, fs/read), the network policy, and exec
-// over a WebSocket with the binary stream protocol.
+// to upload runner-shim (fs/write, fs/read), the network policy, the URL
+// settings, checkpoints (create, list, get, restore: NDJSON progress), and
+// exec over a WebSocket with the binary stream protocol.
 //
 // It is written from the public sources: the Sprites API v1 reference
 // (paths, query parameters, response schemas, the exec frame table, the
@@ -11,7 +12,8 @@
 // signal control messages, the X-Sprite-Capabilities header; exec.go: the
 // cmd/path/env/dir/tty/rows/cols/stdin query; filesystem.go: fs/write's
 // workingDir, mode and mkdirParents; errors.go: the {error, message}
-// error body and Retry-After).
+// error body and Retry-After; checkpoint.go and types.go: the checkpoint
+// calls and their stream; session.go: the exec session list).
 //
 // # Invariants
 //
@@ -21,7 +23,8 @@
 //     given only for a 404 with the API's own {"error":"sprite not found"}
 //     body on GET of a sprite.
 //   - An exec's exit code comes only from an exit frame (stream 3, whose
-//     payload is ONE byte) or the JSON exit message. A session that ends
+//     payload is ONE byte) or, with a TTY, the JSON exit message (without
+//     one that message is not the end: output follows it). A session that ends
 //     without one (Sprites closes about 30 % of fast commands with status
 //     1000 and no exit frame) is an error wrapping [ErrNoExit]: never exit 0.
 //   - The token travels only in the Authorization header, never in a URL
@@ -38,9 +41,12 @@
 // shows; every call on a handle confirms its incarnation with Get),
 // sessions through runner-shim, uploaded with fs/write at create (Sprites
 // has no custom images) and run over the exec WebSocket. It advertises
-// attach, tty and terminate_session only: no suspend call exists, the
-// DNS-based network policy has not passed the egress probe, and a
-// sprite's URL is not a per-port unguessable token.
+// attach, tty, terminate_session, checkpoint and public_url (port 8080,
+// the sprite's one URL): no suspend call exists and the DNS-based network
+// policy has not passed the egress probe. The exec WebSocket is pinged
+// every 15 s and dropped at once when a call is over: Sprites holds the
+// socket about 5 s after the exit byte before it answers a close, and the
+// SDKs never wait for that answer.
 //
 // A missing exit frame ([ErrNoExit]) is survived, never papered over:
 // runner-shim's one-line JSON answer is each call's outcome

@@ -2,6 +2,7 @@ package sprites
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -37,6 +38,16 @@ var (
 	// command's exit is unknown, never 0. Its taxonomy kind is unavailable,
 	// with Uncertain set.
 	ErrNoExit = errors.New("exec ended without an exit frame")
+
+	// ErrNoCheckpoint is wrapped when the API answers 404 for a
+	// checkpoint id of a sprite that exists (kind invalid, never
+	// not_found: that speaks only of the sprite).
+	ErrNoCheckpoint = errors.New("no such checkpoint")
+
+	// ErrWriteDenied is wrapped by [Client.WriteFile] when the API
+	// answers 403: fs/write has no asRoot flag and writes as the sprite
+	// user, who may not write the path (kind provider, never denied).
+	ErrWriteDenied = errors.New("fs/write may not write the path")
 
 	// ErrNoFile is returned by [Client.ReadFile] when the API answered 404
 	// with its own error body: no such file (or no such sprite; Get tells
@@ -90,7 +101,16 @@ const (
 	opCreate
 	opDelete
 	opReadFile
+	opWriteFile
+	opCheckpoint
 )
+
+// parseErrorBody decodes an error answer's body; ok is false when it is
+// not the API's {error, message} (a proxy's page, nothing at all).
+func parseErrorBody(raw []byte) (eb apiErrorBody, ok bool) {
+	ok = json.Unmarshal(raw, &eb) == nil && (eb.Error != "" || eb.Message != "")
+	return eb, ok
+}
 
 // apiErrorBody is the API's error answer (sprites-go errors.go: APIError).
 type apiErrorBody struct {
@@ -122,6 +142,10 @@ func apiStatusError(op string, kind apiOp, status int, h http.Header, body apiEr
 	case status == http.StatusNotFound && hasBody && kind == opReadFile:
 		e.kind = &adapter.ProviderError{Provider: provider, Detail: detail}
 		e.cause = ErrNoFile
+	case status == http.StatusNotFound && hasBody && !apiNotFound && kind == opCheckpoint:
+		// The sprite answered; the checkpoint is not one of its own.
+		e.kind = &adapter.InvalidError{Detail: detail}
+		e.cause = ErrNoCheckpoint
 	case apiNotFound:
 		// The API said so, but the contract reserves not_found for GET of
 		// the sprite; the caller confirms with Get.
@@ -132,6 +156,13 @@ func apiStatusError(op string, kind apiOp, status int, h http.Header, body apiEr
 			d = time.Duration(body.RetryAfterSeconds) * time.Second
 		}
 		e.kind = &adapter.RateLimitedError{RetryAfter: d}
+	case status == http.StatusForbidden && kind == opWriteFile:
+		// fs/write runs as the sprite user: a 403 is a path that user may
+		// not write, not a bad token (which is 401 everywhere).
+		e.kind = &adapter.ProviderError{Provider: provider, Detail: detail + " (fs/write runs as the sprite user)"}
+		e.cause = ErrWriteDenied
+	case status == http.StatusRequestEntityTooLarge:
+		e.kind = &adapter.InvalidError{Detail: detail}
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		e.kind = &adapter.DeniedError{Detail: detail}
 	case (status == http.StatusBadRequest || status == http.StatusConflict) && kind == opCreate:

@@ -157,8 +157,14 @@ const (
 	EventExit
 	// EventInfo carries the session_info message.
 	EventInfo
-	// EventText carries any other JSON message (port notifications) as is.
+	// EventText carries any other JSON message (port notifications, and
+	// the JSON exit message of a non-TTY session, which is not the end:
+	// output still follows it) as is.
 	EventText
+	// EventNoExit is an exit frame without its code byte: the command
+	// ended with an unknown status. Recv turns it into an error wrapping
+	// [ErrNoExit]; ParseFrame returns it as is.
+	EventNoExit
 )
 
 // Event is one thing the exec WebSocket delivered.
@@ -175,9 +181,12 @@ type Event struct {
 // ParseFrame decodes one binary message of a non-TTY session. The exit
 // frame's payload is ONE byte: the code is payload[0], 0..255 (a client
 // that read four bytes once reported a 0 nobody sent). An exit frame
-// without a payload is an error, never exit 0. ok is false for a stream
-// this client does not handle (SSH agent, stdin echoes, empty messages),
-// which the caller skips.
+// without a payload is [EventNoExit]: the command ended and its code is
+// unknown — never exit 0, and not a protocol error either (sprites-go's
+// ExitCode gives -1 for "no code received"; the caller's own record, such
+// as runner-shim's answer, decides). ok is false for a stream this client
+// does not handle (SSH agent, stdin echoes, empty messages), which the
+// caller skips.
 func ParseFrame(msg []byte) (ev Event, ok bool, err error) {
 	if len(msg) == 0 {
 		return Event{}, false, nil
@@ -190,7 +199,7 @@ func ParseFrame(msg []byte) (ev Event, ok bool, err error) {
 		return Event{Kind: EventStderr, Data: payload}, true, nil
 	case StreamExit:
 		if len(payload) == 0 {
-			return Event{}, false, &adapter.ProviderError{Provider: provider, Detail: "exit frame without a code"}
+			return Event{Kind: EventNoExit}, true, nil
 		}
 		return Event{Kind: EventExit, ExitCode: int(payload[0])}, true, nil
 	}
@@ -220,6 +229,9 @@ type Session struct {
 	stdin bool
 	caps  map[string]bool
 	red   redactor
+
+	stopPing context.CancelFunc // ends the pinger
+	pinger   sync.WaitGroup     // the pinger goroutine, owned by the Session
 
 	mu         sync.Mutex // guards the fields below
 	info       SessionInfo
@@ -263,8 +275,7 @@ func (c *Client) Exec(ctx context.Context, name string, opts ExecOptions) (*Sess
 			if resp.Body != nil {
 				raw, _ = io.ReadAll(resp.Body)
 			}
-			var eb apiErrorBody
-			hasBody := json.Unmarshal(raw, &eb) == nil && (eb.Error != "" || eb.Message != "")
+			eb, hasBody := parseErrorBody(raw)
 			return nil, apiStatusError(op, opOther, resp.StatusCode, resp.Header, eb, hasBody, red)
 		}
 		return nil, transportError(ctx, op, err, true, red)
@@ -276,7 +287,36 @@ func (c *Client) Exec(ctx context.Context, name string, opts ExecOptions) (*Sess
 			s.caps[cp] = true
 		}
 	}
+	pctx, stop := context.WithCancel(context.Background())
+	s.stopPing = stop
+	if c.ping > 0 {
+		s.pinger.Add(1)
+		go s.keepalive(pctx, c.ping)
+	}
 	return s, nil
+}
+
+// keepalive pings every interval until Close, as sprites-go does
+// (websocket.go: wsPingInterval = 15 s), so the proxies on the way never
+// take a quiet exec (an attach waiting for output) for a dead one. A ping
+// answered late or not at all is not an error of the session: its reads
+// say whether the connection is alive.
+func (s *Session) keepalive(ctx context.Context, every time.Duration) {
+	defer s.pinger.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, every)
+		// coder/websocket's Ping needs a concurrent Read for its pong: a
+		// Session that nobody reads just sees the timeout here.
+		_ = s.conn.Ping(pctx)
+		cancel()
+	}
 }
 
 // HasCapability reports whether the server advertised cap ("signal") in
@@ -317,6 +357,8 @@ func (s *Session) Recv(ctx context.Context) (Event, error) {
 			continue
 		}
 		switch ev.Kind {
+		case EventNoExit:
+			return Event{}, &Error{Op: s.op, kind: &adapter.UnavailableError{Detail: "the exit frame carried no code", Uncertain: true}, cause: ErrNoExit}
 		case EventExit:
 			s.mu.Lock()
 			s.exited, s.exitCode = true, ev.ExitCode
@@ -348,6 +390,13 @@ func (s *Session) decode(typ websocket.MessageType, msg []byte) (Event, bool, er
 		}
 		switch m.Type {
 		case "exit":
+			if !s.tty {
+				// The asyncapi's ExitMessage, seen by a field capture before
+				// the binary exit frame of a non-TTY exec: output may still
+				// follow it (runner-shim's answer did), so it ends nothing.
+				// The binary frame (stream 3) is the non-TTY exit.
+				return Event{Kind: EventText, Data: msg}, true, nil
+			}
 			if m.ExitCode == nil || *m.ExitCode < 0 || *m.ExitCode > 255 {
 				return Event{}, false, &adapter.ProviderError{Provider: provider, Detail: "exit message without a valid exit_code"}
 			}
@@ -520,8 +569,15 @@ func (s *Session) writeError(ctx context.Context, what string, err error) error 
 	return &Error{Op: s.op + ": " + what, kind: &adapter.UnavailableError{Detail: s.red.clean(urlFree(err)), Uncertain: true}}
 }
 
-// Close disconnects (a normal closure). It is idempotent. A command still
-// running goes on for its MaxRunAfterDisconnect.
+// Close disconnects at once. It is idempotent and never waits for the
+// server: Sprites holds an exec's socket about 5 s after the exit byte
+// before it answers a close handshake (sprites-py #24 and #26, sprites-js
+// #16), and the official SDKs never wait for that answer (sprites-go's
+// wsCmd.Close writes its close frame and closes the connection). The
+// connection is dropped without a close frame (coder/websocket cannot
+// send one without waiting for the reply); to the server that is the
+// same disconnect. A command still running goes on for its
+// MaxRunAfterDisconnect.
 func (s *Session) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -530,9 +586,11 @@ func (s *Session) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	s.stopPing()
 	// An error here means the peer was gone already: a disconnect either
 	// way, so there is nothing to report.
-	_ = s.conn.Close(websocket.StatusNormalClosure, "")
+	_ = s.conn.CloseNow()
+	s.pinger.Wait()
 	return nil
 }
 

@@ -107,7 +107,7 @@ func TestParseFrame(t *testing.T) {
 		{"exit 3", []byte{3, 3}, true, false, sprites.Event{Kind: sprites.EventExit, ExitCode: 3}},
 		{"exit 255 is not -1", []byte{3, 0xff}, true, false, sprites.Event{Kind: sprites.EventExit, ExitCode: 255}},
 		{"exit 137", []byte{3, 137}, true, false, sprites.Event{Kind: sprites.EventExit, ExitCode: 137}},
-		{"exit without a code is an error, not 0", []byte{3}, false, true, sprites.Event{}},
+		{"exit without a code is no exit, not 0", []byte{3}, true, false, sprites.Event{Kind: sprites.EventNoExit}},
 		{"empty message skipped", []byte{}, false, false, sprites.Event{}},
 		{"stdin echo skipped", []byte{0, 'x'}, false, false, sprites.Event{}},
 		{"ssh agent skipped", []byte{5, 'x'}, false, false, sprites.Event{}},
@@ -190,10 +190,10 @@ func TestBinaryStdoutByteExact(t *testing.T) {
 		t.Fatal(err)
 	}
 	data[0], data[1] = 0, 0 // NULs and every other byte
-	if _, err := f.c.WriteFile(ctxFor(t), "bin", "/data.bin", data, 0o644); err != nil {
+	if _, err := f.c.WriteFile(ctxFor(t), "bin", "/tmp/data.bin", data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r, err := f.c.Run(ctxFor(t), "bin", sprites.ExecOptions{Argv: []string{"cat", "data.bin"}}, nil)
+	r, err := f.c.Run(ctxFor(t), "bin", sprites.ExecOptions{Argv: []string{"cat", "tmp/data.bin"}}, nil)
 	if err != nil || r.ExitCode != 0 {
 		t.Fatalf("cat: exit %d, %v", r.ExitCode, err)
 	}
@@ -475,11 +475,11 @@ func TestDisconnect(t *testing.T) {
 func TestEnvDirAndPath(t *testing.T) {
 	f := newFixture(t, spritestest.Options{})
 	mustCreate(t, f, "env")
-	if _, err := f.c.WriteFile(ctxFor(t), "env", "/work/sub/marker", []byte("m"), 0o644); err != nil {
+	if _, err := f.c.WriteFile(ctxFor(t), "env", "/tmp/sub/marker", []byte("m"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	r, err := f.c.Run(ctxFor(t), "env", sprites.ExecOptions{
-		Argv: sh(`echo "$A|$B"; ls`), Env: []string{"A=1", "B=two words", "PATH=/usr/bin:/bin"}, Dir: "/work/sub",
+		Argv: sh(`echo "$A|$B"; ls`), Env: []string{"A=1", "B=two words", "PATH=/usr/bin:/bin"}, Dir: "/tmp/sub",
 	}, nil)
 	if err != nil || string(r.Stdout) != "1|two words\nmarker\n" {
 		t.Errorf("got %q, %v; want env and dir applied", r.Stdout, err)

@@ -19,7 +19,12 @@ import (
 //
 // SPRITES_API_URL overrides https://api.sprites.dev. It uploads the
 // runner-shim TestMain builds (the host's GOARCH: run it on linux/amd64),
-// creates one sprite named runner-smoke-<time>, and destroys it.
+// creates one sprite named runner-smoke-<time>, and destroys it. Besides
+// exits, stdin and attach it runs the four checks that matter first
+// against the real service (issue 31): a loop of execs timed (no 5 s
+// close stall), a session across 90 s of idleness (the task hold), a
+// 200 KiB fast command byte-exact (lost or capped output), and the
+// upload path (fs/write as the sprite user).
 func TestLiveSmoke(t *testing.T) {
 	token := os.Getenv("SPRITES_TOKEN")
 	if token == "" {
@@ -40,7 +45,7 @@ func TestLiveSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	name := "runner-smoke-" + strings.ToLower(time.Now().UTC().Format("20060102t150405"))
 	h, err := a.Create(ctx, name, adapter.CreateOptions{})
@@ -52,6 +57,48 @@ func TestLiveSmoke(t *testing.T) {
 			t.Errorf("Destroy = %v", err)
 		}
 	}()
+	// 4. The upload path: Create uploaded runner-shim to DefaultShimPath
+	// as the sprite user; say whether /usr/local/bin would have taken it.
+	if _, err := c.WriteFile(ctx, name, "/usr/local/bin/runner-smoke-probe", []byte("x"), 0o644); err != nil {
+		t.Logf("upload path: fs/write to /usr/local/bin refused (%v); %s took it", err, sprites.DefaultShimPath)
+	} else {
+		t.Logf("upload path: fs/write to /usr/local/bin accepted; %s took it too", sprites.DefaultShimPath)
+	}
+	// 1. A loop of execs, timed: each runner-shim call well under the
+	// 5 s close hold.
+	start := time.Now()
+	for range 10 {
+		if _, err := a.Sessions(ctx, h); err != nil {
+			t.Fatalf("Sessions = %v", err)
+		}
+	}
+	per := time.Since(start) / 10
+	t.Logf("exec loop: %v per runner-shim call", per)
+	if per > 3*time.Second {
+		t.Errorf("exec loop: %v per call, want no 5 s close stall", per)
+	}
+	// 3. A 200 KiB fast command, byte-exact.
+	big, err := a.Exec(ctx, h, adapter.Shell("head -c 204800 /dev/zero | tr '\\0' 'x'; echo err >&2"))
+	if err != nil || len(big.Stdout) != 204800 || strings.Trim(string(big.Stdout), "x") != "" || string(big.Stderr) != "err\n" {
+		t.Errorf("200 KiB exec: %d bytes of stdout, stderr %q, %v; want 204800 x and err", len(big.Stdout), big.Stderr, err)
+	}
+	// 2. A session across 90 s of idleness: detached, nothing of ours
+	// attached, it must end with its true exit and every byte.
+	idle, err := a.Spawn(ctx, h, adapter.Shell("echo before; sleep 90; echo after; exit 7"), adapter.SpawnOptions{SessionID: "idle"})
+	if err != nil {
+		t.Fatalf("Spawn idle = %v", err)
+	}
+	readUntil(t, idle, "before\n")
+	idle.Close()
+	time.Sleep(100 * time.Second)
+	idle, err = a.Attach(ctx, h, "idle", adapter.Cursor{})
+	if err != nil {
+		t.Fatalf("Attach idle = %v", err)
+	}
+	if out, _, end := readAll(t, idle); string(out) != "before\nafter\n" || end.Exit == nil || end.Exit.Code != 7 {
+		t.Errorf("session across idleness: %q, %+v; want before, after, exit 7", out, end)
+	}
+	idle.Close()
 	for _, code := range []int{0, 3, 255} {
 		r, err := a.Exec(ctx, h, adapter.Shell("echo hello; exit "+strconv.Itoa(code)))
 		if err != nil || string(r.Stdout) != "hello\n" || r.Exit.Code != code {
@@ -83,7 +130,7 @@ func TestLiveSmoke(t *testing.T) {
 		t.Fatalf("attach from 6: %q", tail)
 	}
 	list, err := a.Sessions(ctx, h)
-	if err != nil || len(list) != 1 || list[0].ID != "smoke" || list[0].Stdout != 10 {
+	if err != nil || len(list) != 2 || list[1].ID != "smoke" || list[1].Stdout != 10 {
 		t.Fatalf("Sessions = %+v %v", list, err)
 	}
 }

@@ -1,9 +1,9 @@
 package sprites
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,13 +14,18 @@ import (
 	"github.com/agentrunner/runner/adapter"
 )
 
-// ExecSession is one entry of GET /v1/sprites/{name}/exec.
+// ExecSession is one entry of GET /v1/sprites/{name}/exec (the fields
+// sprites-go's ListSessions reads: session.go, types.go Session).
 type ExecSession struct {
-	ID       string
-	Command  string
-	Created  time.Time
-	IsActive bool
-	TTY      bool
+	ID             string
+	Command        string
+	Workdir        string
+	Created        time.Time
+	BytesPerSecond float64
+	IsActive       bool
+	// LastActivity is zero when the API gave none.
+	LastActivity time.Time
+	TTY          bool
 }
 
 // ListSessions returns the sprite's exec sessions: GET
@@ -30,11 +35,14 @@ func (c *Client) ListSessions(ctx context.Context, name string) ([]ExecSession, 
 	op := "list exec sessions of sprite " + name
 	var body struct {
 		Sessions *[]struct {
-			ID       json.RawMessage `json:"id"`
-			Command  string          `json:"command"`
-			Created  string          `json:"created"`
-			IsActive bool            `json:"is_active"`
-			TTY      bool            `json:"tty"`
+			ID             json.RawMessage `json:"id"`
+			Command        string          `json:"command"`
+			Workdir        string          `json:"workdir"`
+			Created        string          `json:"created"`
+			BytesPerSecond float64         `json:"bytes_per_second"`
+			IsActive       bool            `json:"is_active"`
+			LastActivity   string          `json:"last_activity"`
+			TTY            bool            `json:"tty"`
 		} `json:"sessions"`
 	}
 	if err := c.do(ctx, op, opOther, http.MethodGet, spritePath(name)+"/exec", nil, nil, "", []int{http.StatusOK}, &body); err != nil {
@@ -45,9 +53,13 @@ func (c *Client) ListSessions(ctx context.Context, name string) ([]ExecSession, 
 	}
 	out := make([]ExecSession, 0, len(*body.Sessions))
 	for _, s := range *body.Sessions {
-		e := ExecSession{ID: strings.Trim(string(s.ID), `"`), Command: s.Command, IsActive: s.IsActive, TTY: s.TTY}
+		e := ExecSession{ID: strings.Trim(string(s.ID), `"`), Command: s.Command, Workdir: s.Workdir,
+			BytesPerSecond: s.BytesPerSecond, IsActive: s.IsActive, TTY: s.TTY}
 		if t, err := time.Parse(time.RFC3339, s.Created); err == nil {
 			e.Created = t
+		}
+		if t, err := time.Parse(time.RFC3339, s.LastActivity); err == nil {
+			e.LastActivity = t
 		}
 		out = append(out, e)
 	}
@@ -100,8 +112,7 @@ func (c *Client) Kill(ctx context.Context, name, id, sig string, wait time.Durat
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		var eb apiErrorBody
-		hasBody := json.Unmarshal(raw, &eb) == nil && (eb.Error != "" || eb.Message != "")
+		eb, hasBody := parseErrorBody(raw)
 		switch {
 		case resp.StatusCode == http.StatusGone:
 			return KillResult{}, &Error{Op: op, Status: resp.StatusCode, kind: adapter.ErrCommandExited}
@@ -112,20 +123,15 @@ func (c *Client) Kill(ctx context.Context, name, id, sig string, wait time.Durat
 		return KillResult{}, apiStatusError(op, opOther, resp.StatusCode, resp.Header, eb, hasBody, red)
 	}
 	var r KillResult
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" {
-			continue
-		}
+	complete := false
+	err = eachEvent(resp.Body, func(line []byte) (bool, error) {
 		var ev struct {
 			Type     string `json:"type"`
 			Message  string `json:"message"`
 			ExitCode *int   `json:"exit_code"`
 		}
-		if err := json.Unmarshal([]byte(line), &ev); err != nil {
-			return r, &Error{Op: op, Status: http.StatusOK, kind: &adapter.UnavailableError{Detail: "undecodable kill event", Uncertain: true}}
+		if err := json.Unmarshal(line, &ev); err != nil {
+			return true, &Error{Op: op, Status: http.StatusOK, kind: &adapter.UnavailableError{Detail: "undecodable kill event", Uncertain: true}}
 		}
 		switch ev.Type {
 		case "signal":
@@ -133,17 +139,25 @@ func (c *Client) Kill(ctx context.Context, name, id, sig string, wait time.Durat
 		case "timeout", "killed":
 			r.TimedOut = true
 		case "error":
-			return r, &Error{Op: op, Status: http.StatusOK, Message: red.clean(ev.Message),
+			return true, &Error{Op: op, Status: http.StatusOK, Message: red.clean(ev.Message),
 				kind: &adapter.ProviderError{Provider: provider, Detail: "kill: " + red.clean(ev.Message)}}
 		case "complete":
 			if ev.ExitCode != nil {
 				r.Exited, r.ExitCode = true, *ev.ExitCode
 			}
-			return r, nil
+			complete = true
+			return true, nil
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return r, transportError(ctx, op, fmt.Errorf("read events: %w", err), true, red)
+		return false, nil
+	})
+	var ee eventsError
+	switch {
+	case errors.As(err, &ee):
+		return r, transportError(ctx, op, fmt.Errorf("read events: %w", ee.err), true, red)
+	case err != nil:
+		return r, err
+	case complete:
+		return r, nil
 	}
 	if wait > 0 || !r.Signalled {
 		return r, &Error{Op: op, Status: http.StatusOK, kind: &adapter.UnavailableError{Detail: "the kill stream ended before its completion", Uncertain: true}}

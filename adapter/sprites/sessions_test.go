@@ -43,6 +43,10 @@ func TestListSessionsAndKill(t *testing.T) {
 	ids := map[string]bool{}
 	for _, s := range list {
 		ids[s.ID] = true
+		// sprites-go's shape: workdir and last_activity are read too.
+		if s.Workdir != "/" || s.LastActivity.IsZero() || s.Created.IsZero() {
+			t.Errorf("session %s: workdir %q, created %v, last activity %v; want /, both set", s.ID, s.Workdir, s.Created, s.LastActivity)
+		}
 	}
 	if len(list) != 2 || !ids[term] || !ids[stubborn] {
 		t.Fatalf("sessions %+v, want %s and %s", list, term, stubborn)

@@ -26,7 +26,7 @@ func TestRealRunnerShim(t *testing.T) {
 	f := newFixture(t, spritestest.Options{})
 	mustCreate(t, f, "shim")
 	ctx := ctxFor(t)
-	const shimPath = "/usr/local/bin/runner-shim"
+	const shimPath = "/home/sprite/.local/bin/runner-shim"
 	if _, err := f.c.WriteFile(ctx, "shim", shimPath, data, 0o755); err != nil {
 		t.Fatalf("install runner-shim: %v", err)
 	}

@@ -92,6 +92,7 @@ type answer struct {
 	Written  int         `json:"written"`
 	Session  *shim.Info  `json:"session"`
 	Sessions []shim.Info `json:"sessions"`
+	More     bool        `json:"more"`
 	Exit     *wire.Exit  `json:"exit"`
 	Error    *wire.Error `json:"error"`
 }
@@ -371,6 +372,32 @@ func TestListOrder(t *testing.T) {
 	}
 	if a.Sessions[2].Exit == nil || a.Sessions[2].Exit.Code != 4 {
 		t.Errorf("list[2].exit = %+v, want code 4", a.Sessions[2].Exit)
+	}
+	// Paged: --max-bytes ends a page early (at least one session) with
+	// "more"; --after continues in start order; an unknown --after is
+	// invalid, never an empty page.
+	var paged []string
+	after := ""
+	for range 4 {
+		args := []string{"list", "--max-bytes", "1"}
+		if after != "" {
+			args = append(args, "--after", after)
+		}
+		p, code := c.json("", args...)
+		if code != 0 || len(p.Sessions) != 1 {
+			t.Fatalf("list page after %q: %+v %d, want one session", after, p, code)
+		}
+		paged = append(paged, p.Sessions[0].ID)
+		after = p.Sessions[0].ID
+		if !p.More {
+			break
+		}
+	}
+	if strings.Join(paged, ",") != "zz,aa,mm" {
+		t.Errorf("pages %v, want zz,aa,mm then no more", paged)
+	}
+	if p, _ := c.json("", "list", "--after", "nope"); p.Error == nil || p.Error.Code != wire.CodeInvalid {
+		t.Errorf("list --after an unknown id: %+v, want invalid", p)
 	}
 	// The human form: one object per line, same order.
 	out, _, code := c.run("", "list")

@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -83,9 +85,10 @@ Commands:
       print the exit record as JSON once it is in the journal.
   status ID
       Print the session (state, argv, byte counts, exit record) as JSON.
-  list
+  list [--max-bytes N] [--after ID]
       Print every session in start order, one JSON object per line
-      (--json: one object {"sessions":[...]}).
+      (--json: one object {"sessions":[...]}); --max-bytes ends a page
+      early with "more": true, --after ID continues after that session.
   version
       Print runner-shim's version.
   serve [--detach] [--ready-fd N] DIR
@@ -169,6 +172,7 @@ func run(ctx context.Context, args []string) int {
 		retain := fs.Int64("retain", 0, "bytes to retain per stream (0: all)")
 		clearEnv := fs.Bool("clear-env", false, "start from an empty environment")
 		stdinClosed := fs.Bool("stdin-closed", false, "start the command with its stdin at end of file")
+		holdTask := fs.String("hold-task", "", "Sprites Tasks API socket to hold a task on while the command runs (off when empty)")
 		prune := fs.Duration("prune", 0, "first remove sessions of the root that ended longer ago than this, their shims gone (0: none)")
 		var env multi
 		fs.Var(&env, "env", "K=V added to the environment (repeatable)")
@@ -181,6 +185,15 @@ func run(ctx context.Context, args []string) int {
 		}
 		spec := shim.Spec{ID: *id, Argv: argv, Dir: *cwd, User: *user, TTY: *tty,
 			Rows: uint16(*rows), Cols: uint16(*cols), NetNS: *netns, RetainBytes: *retain, StdinClosed: *stdinClosed}
+		if *holdTask != "" {
+			// Resolved here: the session's shim does not run in this
+			// call's working directory.
+			abs, err := filepath.Abs(*holdTask)
+			if err != nil {
+				return a.fail(err)
+			}
+			spec.HoldTask = abs
+		}
 		if !*clearEnv {
 			spec.Env = os.Environ()
 		}
@@ -336,6 +349,8 @@ func run(ctx context.Context, args []string) int {
 		return a.ok("", answer)
 
 	case "list":
+		after := fs.String("after", "", "list only the sessions started after this one (a page's last id)")
+		maxBytes := fs.Int("max-bytes", 0, "end the page (\"more\": true) before its sessions' JSON passes this many bytes; at least one session (0: no bound)")
 		if _, ok := pos(0); !ok {
 			return wire.ShimExitUsage
 		}
@@ -343,11 +358,21 @@ func run(ctx context.Context, args []string) int {
 		if err != nil {
 			return a.fail(err)
 		}
+		list, more, err := listPage(list, *after, *maxBytes)
+		if err != nil {
+			return a.fail(err)
+		}
 		var lines strings.Builder
 		for _, in := range list {
 			lines.WriteString(compact(in))
 		}
-		return a.ok(lines.String(), map[string]any{"sessions": list})
+		fields := map[string]any{"sessions": list}
+		if more {
+			// Paged so that one answer fits where a transport caps output
+			// (Sprites replays a fast exec's output capped at 64 KiB).
+			fields["more"] = true
+		}
+		return a.ok(lines.String(), fields)
 
 	case "help", "-h", "--help":
 		fmt.Print(usage)
@@ -355,6 +380,31 @@ func run(ctx context.Context, args []string) int {
 	}
 	a.usage(fmt.Sprintf("unknown command %q", cmd))
 	return wire.ShimExitUsage
+}
+
+// listPage returns the sessions after the one named after (all when
+// empty; an unknown one is invalid, never an empty page) up to about
+// maxBytes of JSON (0: no bound), at least one, and whether more follow.
+func listPage(list []shim.Info, after string, maxBytes int) ([]shim.Info, bool, error) {
+	if after != "" {
+		i := slices.IndexFunc(list, func(in shim.Info) bool { return in.ID == after })
+		if i < 0 {
+			return nil, false, fmt.Errorf("%w: --after %q is not a session of this root", shim.ErrInvalid, after)
+		}
+		list = list[i+1:]
+	}
+	if maxBytes <= 0 {
+		return list, false, nil
+	}
+	size := 0
+	for i, in := range list {
+		b, _ := json.Marshal(in)
+		size += len(b) + 1
+		if size > maxBytes && i > 0 {
+			return list[:i], true, nil
+		}
+	}
+	return list, false, nil
 }
 
 // errConflict is spawn --id of an existing session with another request.

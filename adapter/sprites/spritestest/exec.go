@@ -41,6 +41,7 @@ type proc struct {
 	stdin   io.WriteCloser // the stdin pipe (nil without stdin) or the PTY master
 	master  *os.File       // TTY only
 	pumps   []func()       // output copiers, started by run
+	closers []io.Closer    // the pipe ends to close once the pumps are done
 	// grace is how long the command runs once detached; 0 is forever.
 	grace  time.Duration
 	conn   *websocket.Conn // the attached client, nil when detached
@@ -50,6 +51,38 @@ type proc struct {
 	done   chan struct{} // closed once the exit is recorded
 	// cut drops every output byte and the exit frame (CutExecs).
 	cut bool
+	// hold is the connection's close hold (nil for a test's own dialer).
+	hold *holdConn
+	// reaped is closed once the command is reaped; textSent once the
+	// non-TTY JSON exit message went out (or will not).
+	reaped, textSent chan struct{}
+	ws               syscall.WaitStatus // set before reaped is closed
+	// dropExit is decided at the reap: the exit frame (and the JSON exit
+	// message) will not be sent.
+	dropExit bool
+
+	// wmu orders this command's writes to its client: a chunk, the
+	// buffered output, the exit. Taken before Server.mu, never inside it.
+	wmu sync.Mutex
+	// buffering holds output in pending while the command may still turn
+	// out fast (Options.LoseOutput), until flush sends it live.
+	buffering bool
+	pending   []chunk
+	flush     *time.Timer
+}
+
+// chunk is one output message held back: its stream id (-1 raw TTY
+// bytes) and its bytes.
+type chunk struct {
+	sid  int
+	data []byte
+}
+
+func (c chunk) msg() []byte {
+	if c.sid < 0 {
+		return c.data
+	}
+	return append([]byte{byte(c.sid)}, c.data...)
 }
 
 // killLocked kills the command's process group. s.mu must be held.
@@ -130,13 +163,15 @@ func parseExecQuery(r *http.Request) (execQuery, string) {
 }
 
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
-	sp, ok := s.lookup(w, r)
-	if !ok {
-		return
-	}
 	// The same path lists the sessions when it is not an upgrade.
 	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
-		s.listSessions(w, sp)
+		if sp, ok := s.lookup(w, r); ok {
+			s.listSessions(w, sp)
+		}
+		return
+	}
+	sp, ok := s.lookupReady(w, r)
+	if !ok {
 		return
 	}
 	eq, bad := parseExecQuery(r)
@@ -147,7 +182,12 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	if !s.opts.NoSignalCapability {
 		w.Header().Set("X-Sprite-Capabilities", "signal")
 	}
-	conn, err := websocket.Accept(w, r, nil)
+	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{OnPingReceived: func(context.Context, []byte) bool {
+		s.mu.Lock()
+		s.pings++
+		s.mu.Unlock()
+		return true
+	}})
 	if err != nil {
 		return
 	}
@@ -168,7 +208,9 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 	}()
 
-	p := &proc{s: s, sp: sp, tty: eq.tty, argv: eq.argv, started: time.Now(), conn: conn, done: make(chan struct{})}
+	p := &proc{s: s, sp: sp, tty: eq.tty, argv: eq.argv, started: time.Now(), conn: conn, done: make(chan struct{}),
+		hold: holdOf(r.Context()), reaped: make(chan struct{}), textSent: make(chan struct{}),
+		buffering: s.opts.LoseOutput || s.opts.ReplayFast}
 	s.mu.Lock()
 	for _, a := range eq.argv {
 		if s.cuts[a] > 0 {
@@ -231,6 +273,9 @@ func (s *Server) startProc(p *proc, eq execQuery) error {
 			cmd.Env = append(cmd.Env, "TERM=xterm")
 		}
 	}
+	// The stand-in's bookkeeping, not Sprites': how a pause finds the
+	// sprite's processes (idle.go).
+	cmd.Env = append(cmd.Env[:len(cmd.Env):len(cmd.Env)], markerEnv+"="+p.sp.id)
 	var pumps []func()
 	if eq.tty {
 		master, slave, err := standin.OpenPTY(eq.rows, eq.cols)
@@ -270,112 +315,16 @@ func (s *Server) startProc(p *proc, eq execQuery) error {
 			return err
 		}
 		pumps = append(pumps, func() { s.pump(p, stdout, sidStdout) }, func() { s.pump(p, stderr, sidStderr) })
+		p.closers = append(p.closers, stdout, stderr)
+		if p.stdin != nil {
+			p.closers = append(p.closers, p.stdin)
+		}
 	}
 	p.cmd, p.pid, p.pumps = cmd, cmd.Process.Pid, pumps
 	s.mu.Lock()
 	p.sp.procs[p.pid] = p
 	s.mu.Unlock()
 	return nil
-}
-
-// run starts the command's pumps and its waiter, owned by s.wg.
-func (s *Server) run(p *proc) {
-	cmd := p.cmd
-	var pw sync.WaitGroup
-	for _, f := range p.pumps {
-		pw.Add(1)
-		s.wg.Add(1)
-		go func() { defer s.wg.Done(); defer pw.Done(); f() }()
-	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		// Drain the output to EOF before reaping, so the exit frame follows
-		// every byte.
-		pw.Wait()
-		_ = cmd.Wait()
-		if p.master != nil {
-			p.master.Close()
-		}
-		s.finish(p)
-	}()
-}
-
-// pump copies one output stream to the attached client; output while
-// detached is dropped. sid < 0 sends raw bytes (TTY).
-func (s *Server) pump(p *proc, r io.Reader, sid int) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			var msg []byte
-			if sid < 0 {
-				msg = append([]byte(nil), buf[:n]...)
-			} else {
-				msg = append([]byte{byte(sid)}, buf[:n]...)
-			}
-			s.mu.Lock()
-			conn := p.conn
-			s.mu.Unlock()
-			if conn != nil && !p.cut {
-				_ = conn.Write(context.Background(), websocket.MessageBinary, msg)
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// finish records the exit and, when a client is attached, sends the exit
-// (ONE byte in a stream 3 frame, or the JSON exit message with a TTY) and
-// closes with status 1000 — or, when the quirk strikes, closes with 1000
-// and no exit at all.
-func (s *Server) finish(p *proc) {
-	code := 0
-	if ps := p.cmd.ProcessState; ps != nil {
-		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			code = 128 + int(ws.Signal())
-		} else {
-			code = ps.ExitCode()
-		}
-	}
-	s.mu.Lock()
-	p.exited, p.code = true, code
-	close(p.done)
-	if p.timer != nil {
-		p.timer.Stop()
-	}
-	conn := p.conn
-	p.conn = nil
-	drop := p.cut
-	switch s.dropExit {
-	case DropExitAlways:
-		drop = true
-	case DropExitRandom:
-		drop = drop || time.Since(p.started) < s.opts.FastCommand && s.rng.Float64() < s.opts.DropRate
-	}
-	if drop && conn != nil {
-		s.dropped++
-	}
-	s.mu.Unlock()
-	if conn == nil {
-		return
-	}
-	s.sendExit(context.Background(), conn, p.tty, code, drop)
-}
-
-func (s *Server) sendExit(ctx context.Context, conn *websocket.Conn, tty bool, code int, drop bool) {
-	if !drop {
-		if tty {
-			b, _ := json.Marshal(map[string]any{"type": "exit", "exit_code": code})
-			_ = conn.Write(ctx, websocket.MessageText, b)
-		} else {
-			// One byte: the protocol has no room for more.
-			_ = conn.Write(ctx, websocket.MessageBinary, []byte{sidExit, byte(code)})
-		}
-	}
-	_ = conn.Close(websocket.StatusNormalClosure, "")
 }
 
 func (s *Server) failStart(ctx context.Context, conn *websocket.Conn, tty bool, err error) {
@@ -398,7 +347,7 @@ func (s *Server) failStart(ctx context.Context, conn *websocket.Conn, tty bool, 
 		s.dropped++
 	}
 	s.mu.Unlock()
-	s.sendExit(ctx, conn, tty, code, drop)
+	s.sendExit(ctx, conn, holdOf(ctx), tty, code, drop)
 }
 
 // readLoop serves the client's frames until it disconnects or the exit
@@ -494,9 +443,13 @@ func (s *Server) listSessions(w http.ResponseWriter, sp *sprite) {
 		if p.exited {
 			continue
 		}
+		// The shape sprites-go's ListSessions reads (session.go, types.go
+		// Session): id (a number here), command, workdir, created,
+		// bytes_per_second, is_active, last_activity, tty.
 		sessions = append(sessions, map[string]any{
-			"id": pid, "command": strings.Join(p.argv, " "), "created": p.started.UTC().Format(time.RFC3339),
-			"is_active": p.conn != nil, "tty": p.tty,
+			"id": pid, "command": strings.Join(p.argv, " "), "workdir": "/" + strings.TrimPrefix(strings.TrimPrefix(p.cmd.Dir, sp.dir), "/"),
+			"created": p.started.UTC().Format(time.RFC3339), "bytes_per_second": 0.0,
+			"is_active": p.conn != nil, "last_activity": p.started.UTC().Format(time.RFC3339), "tty": p.tty,
 		})
 	}
 	s.mu.Unlock()

@@ -1,7 +1,7 @@
 // Package spritestest is a stand-in for the Sprites API, written from the
 // public spec, for tests: an httptest server with the control plane
-// (POST/GET/DELETE /v1/sprites[/{name}], the paged list, fs/write and
-// fs/read, the network policy) and the exec WebSocket, which runs REAL
+// (POST/GET/PUT/DELETE /v1/sprites[/{name}], the paged list, fs/write and
+// fs/read, the network policy, checkpoints) and the exec WebSocket, which runs REAL
 // processes, each sprite in its own directory under t.TempDir().
 //
 // It reproduces the behaviours a client must survive:
@@ -19,7 +19,21 @@
 //     exit message;
 //   - fs/write stores the body with the requested mode and creates parent
 //     directories with mkdirParents;
-//   - a duplicate create answers 409 (or 400, Options.DuplicateStatus).
+//   - a duplicate create answers 409 (or 400, Options.DuplicateStatus);
+//   - the socket is held Options.CloseHold (5 s) after the exit byte before
+//     the server closes it or answers a close (hold.go);
+//   - a non-TTY exec gets the JSON exit message at its reap, before the
+//     output still in its pipes, and the binary exit frame last;
+//   - with Options.LoseOutput, fast commands also lose their whole output
+//     or get it replayed with stderr merged, capped at [ReplayCap];
+//   - fs/write writes as the sprite user (403 outside /home/sprite and
+//     /tmp) and takes at most 16 MiB; max_results is 1..500;
+//   - a sprite pauses Options.IdleAfter (30 s) after its last attached
+//     exec or task, warm (processes frozen) then cold (killed), with the
+//     Tasks API on its /.sprite/api.sock (idle.go);
+//   - a new or restored sprite answers 503 for Options.ReadyDelay;
+//   - checkpoints and restore (checkpoint.go), the URL settings, and
+//     WebSocket pings (counted).
 //
 // And the faults, on demand: an outage (503 everywhere), a proxy that drops
 // connections, a proxy answering 502, a proxy's bare 404, a list body cut
@@ -43,7 +57,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"io"
 	mrand "math/rand/v2"
 	"net/http"
@@ -55,6 +68,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -99,7 +113,44 @@ type Options struct {
 	// one keeps the unix socket paths of a runner-shim inside a sprite
 	// within their 107 bytes.
 	Dir string
+	// CloseHold is how long an exec's socket stays open after its exit
+	// byte before the server closes it or answers the client's close
+	// handshake; 0 means Sprites' 5 s (sprites-py #24, #26; sprites-js
+	// #16), negative closes at once.
+	CloseHold time.Duration
+	// NoTextExit leaves out the JSON exit message a non-TTY exec gets
+	// before its last output and its binary exit frame (the asyncapi's
+	// ExitMessage, seen first by a field capture). Default: sent.
+	NoTextExit bool
+	// LoseOutput makes DropExitRandom also lose output: a fast command's
+	// whole output (sprites-py #16: zero data messages and no exit), or
+	// its output replayed with stderr merged into stdout and capped at
+	// 64 KiB (a field capture), each about as often as a plain missing
+	// exit frame.
+	LoseOutput bool
+	// ReplayFast replays every fast command's output, stderr merged into
+	// stdout and capped at ReplayCap (the field capture's behaviour, made
+	// deterministic).
+	ReplayFast bool
+	// IdleAfter is how long a sprite without activity (an attached exec,
+	// a live task) runs before it pauses warm, its processes frozen; 0
+	// means Sprites' "about 30 seconds", negative never pauses (idle.go).
+	IdleAfter time.Duration
+	// ReadyDelay is how long a new or restored sprite refuses execs and
+	// fs calls (503) before it takes them. How the real service refuses
+	// them is not documented ("a following sprite exec automatically
+	// retries while the Sprite is still coming back up", the checkpoints
+	// page): 503 is this stand-in's model. 0: ready at once.
+	ReadyDelay time.Duration
+	// ColdAfter is how long a warm sprite stays warm before it goes cold,
+	// its processes killed; 0 means 5 minutes (Sprites says only "long
+	// enough").
+	ColdAfter time.Duration
 }
+
+// ReplayCap is the most a replayed fast command's output holds (a field
+// capture: 64 KiB).
+const ReplayCap = 64 << 10
 
 // Server is the stand-in. Its methods are safe for concurrent use. New
 // registers its shutdown with t.Cleanup: every process it started is
@@ -132,17 +183,23 @@ type Server struct {
 	uris       []string
 	cuts       map[string]int // CutExecs: argv word → execs left to cut
 	dropped    int            // execs closed without their exit frame
+	lostOutput int            // fast execs whose output was lost or replayed
+	pings      int            // WebSocket pings received
+	pauses     int            // warm pauses so far
 }
 
 type sprite struct {
-	id, name string
-	dir      string
-	created  time.Time
-	updated  time.Time
-	labels   []string
-	auth     string
-	policy   json.RawMessage
-	procs    map[int]*proc
+	id, name    string
+	dir         string
+	created     time.Time
+	updated     time.Time
+	labels      []string
+	auth        string
+	policy      json.RawMessage
+	procs       map[int]*proc
+	life        life
+	readyAt     time.Time // execs and fs calls before it answer 503
+	checkpoints []checkpoint
 }
 
 // New starts a stand-in for t.
@@ -163,6 +220,21 @@ func New(t testing.TB, opts Options) *Server {
 	if opts.Dir == "" {
 		opts.Dir = t.TempDir()
 	}
+	switch {
+	case opts.IdleAfter == 0:
+		opts.IdleAfter = 30 * time.Second
+	case opts.IdleAfter < 0:
+		opts.IdleAfter = 0
+	}
+	if opts.ColdAfter <= 0 {
+		opts.ColdAfter = 5 * time.Minute
+	}
+	switch {
+	case opts.CloseHold == 0:
+		opts.CloseHold = 5 * time.Second
+	case opts.CloseHold < 0:
+		opts.CloseHold = 0
+	}
 	s := &Server{
 		Token:    "sprites_" + randHex(20),
 		Org:      "stand-in",
@@ -176,7 +248,14 @@ func New(t testing.TB, opts Options) *Server {
 		requests: map[string]int{},
 		cuts:     map[string]int{},
 	}
-	s.srv = httptest.NewServer(s.faults(s.mux()))
+	s.srv = httptest.NewUnstartedServer(s.faults(s.mux()))
+	s.srv.Listener = holdListener{Listener: s.srv.Listener, closing: s.closing}
+	s.srv.Config.ConnContext = connContext
+	s.srv.Start()
+	if opts.IdleAfter > 0 {
+		s.wg.Add(1)
+		go s.idleLoop()
+	}
 	t.Cleanup(s.shutdown)
 	return s
 }
@@ -221,6 +300,13 @@ func (s *Server) CutExecs(word string, n int) { s.mu.Lock(); s.cuts[word] = n; s
 // DroppedExits returns how many execs ended with a close and no exit
 // frame so far (the quirk and CutExecs), so a test can show it met them.
 func (s *Server) DroppedExits() int { s.mu.Lock(); defer s.mu.Unlock(); return s.dropped }
+
+// LostOutputs returns how many fast execs lost their output or had it
+// replayed merged and capped (Options.LoseOutput).
+func (s *Server) LostOutputs() int { s.mu.Lock(); defer s.mu.Unlock(); return s.lostOutput }
+
+// Pings returns how many WebSocket pings the exec endpoints received.
+func (s *Server) Pings() int { s.mu.Lock(); defer s.mu.Unlock(); return s.pings }
 
 // SetDropExit switches the missing-exit-frame quirk.
 func (s *Server) SetDropExit(m DropExitMode) { s.mu.Lock(); s.dropExit = m; s.mu.Unlock() }
@@ -273,11 +359,16 @@ func (s *Server) RequestURIs() []string {
 }
 
 func (s *Server) shutdown() {
-	close(s.closing)
 	s.mu.Lock()
+	close(s.closing)
 	for _, sp := range s.sprites {
 		for _, p := range sp.procs {
 			p.killLocked()
+		}
+		stopTasks(sp)
+		if sp.life.state == stateWarm {
+			signalSprite(sp.id, syscall.SIGKILL)
+			signalSprite(sp.id, syscall.SIGCONT)
 		}
 	}
 	for c := range s.conns {
@@ -336,6 +427,11 @@ func (s *Server) mux() http.Handler {
 	mux.HandleFunc("GET /v1/sprites", s.list)
 	mux.HandleFunc("GET /v1/sprites/{name}", s.get)
 	mux.HandleFunc("DELETE /v1/sprites/{name}", s.delete)
+	mux.HandleFunc("PUT /v1/sprites/{name}", s.update)
+	mux.HandleFunc("POST /v1/sprites/{name}/checkpoint", s.createCheckpoint)
+	mux.HandleFunc("GET /v1/sprites/{name}/checkpoints", s.listCheckpoints)
+	mux.HandleFunc("GET /v1/sprites/{name}/checkpoints/{id}", s.getCheckpoint)
+	mux.HandleFunc("POST /v1/sprites/{name}/checkpoints/{id}/restore", s.restoreCheckpoint)
 	mux.HandleFunc("PUT /v1/sprites/{name}/fs/write", s.fsWrite)
 	mux.HandleFunc("GET /v1/sprites/{name}/fs/read", s.fsRead)
 	mux.HandleFunc("GET /v1/sprites/{name}/policy/network", s.getPolicy)
@@ -407,20 +503,24 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusInternalServerError, "internal", "create sprite directory")
 		return
 	}
+	for _, d := range []string{"home/sprite", "tmp"} {
+		_ = os.MkdirAll(filepath.Join(dir, d), 0o755)
+	}
 	now := time.Now().UTC()
 	sp := &sprite{id: "sprite-" + randUUID(), name: *req.Name, dir: dir, created: now, updated: now,
-		labels: req.Labels, auth: auth, procs: map[int]*proc{}}
+		labels: req.Labels, auth: auth, procs: map[int]*proc{},
+		life: life{state: stateRunning, lastActive: now, tasks: map[string]task{}}, readyAt: now.Add(s.opts.ReadyDelay)}
+	if err := s.startTasks(sp); err != nil {
+		_ = os.RemoveAll(dir)
+		apiError(w, http.StatusInternalServerError, "internal", "start the tasks socket")
+		return
+	}
 	s.sprites[sp.name] = sp
 	writeJSON(w, http.StatusCreated, s.view(sp))
 }
 
 func (s *Server) view(sp *sprite) map[string]any {
-	status := "warm"
-	for _, p := range sp.procs {
-		if !p.exited {
-			status = "running"
-		}
-	}
+	status := sp.life.state
 	return map[string]any{
 		"id": sp.id, "name": sp.name, "organization": s.Org,
 		"url":          "https://" + sp.name + "-standin.sprites.app",
@@ -442,6 +542,41 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.view(sp))
 }
 
+// update serves PUT /v1/sprites/{name}: url_settings.auth ("sprite" or
+// "public") is the one setting (the API reference, "Update Sprite").
+func (s *Server) update(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		URLSettings *struct {
+			Auth string `json:"auth"`
+		} `json:"url_settings"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil || req.URLSettings == nil ||
+		(req.URLSettings.Auth != "sprite" && req.URLSettings.Auth != "public") {
+		apiError(w, http.StatusBadRequest, "invalid_request", "url_settings.auth must be sprite or public")
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sp, ok := s.sprites[r.PathValue("name")]
+	if !ok {
+		spriteNotFound(w)
+		return
+	}
+	sp.auth = req.URLSettings.Auth
+	sp.updated = time.Now().UTC()
+	writeJSON(w, http.StatusOK, s.view(sp))
+}
+
+// URLAuth returns a sprite's url_settings.auth ("" for no such sprite).
+func (s *Server) URLAuth(name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sp, ok := s.sprites[name]; ok {
+		return sp.auth
+	}
+	return ""
+}
+
 func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	sp, ok := s.sprites[r.PathValue("name")]
@@ -450,13 +585,20 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
 		for _, p := range sp.procs {
 			p.killLocked()
 		}
+		stopTasks(sp)
 	}
 	s.mu.Unlock()
+	if ok {
+		// Every process of the sprite, daemons and frozen ones included.
+		signalSprite(sp.id, syscall.SIGKILL)
+		signalSprite(sp.id, syscall.SIGCONT)
+	}
 	if !ok {
 		spriteNotFound(w)
 		return
 	}
 	_ = os.RemoveAll(sp.dir)
+	_ = os.RemoveAll(filepath.Join(s.root, ".checkpoints", sp.id))
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -467,8 +609,8 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	limit := 50
 	if v := q.Get("max_results"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 50 {
-			apiError(w, http.StatusBadRequest, "invalid_max_results", "max_results must be 1-50")
+		if err != nil || n < 1 || n > 500 {
+			apiError(w, http.StatusBadRequest, "invalid_max_results", "max_results must be 1-500")
 			return
 		}
 		limit = n
@@ -527,131 +669,6 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		f.Flush()
 	}
 	panic(http.ErrAbortHandler)
-}
-
-// spritePath resolves an API path inside the sprite's directory; cleaning
-// it as an absolute path first keeps ".." from leaving the directory.
-func spritePath(sp *sprite, workingDir, p string) string {
-	if !strings.HasPrefix(p, "/") {
-		p = filepath.Join("/", workingDir, p)
-	}
-	return filepath.Join(sp.dir, filepath.Clean("/"+p))
-}
-
-func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (*sprite, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sp, ok := s.sprites[r.PathValue("name")]
-	if !ok {
-		spriteNotFound(w)
-	}
-	return sp, ok
-}
-
-func (s *Server) fsWrite(w http.ResponseWriter, r *http.Request) {
-	sp, ok := s.lookup(w, r)
-	if !ok {
-		return
-	}
-	q := r.URL.Query()
-	if q.Get("path") == "" {
-		apiError(w, http.StatusBadRequest, "invalid_path", "path is required")
-		return
-	}
-	mode := os.FileMode(0o644)
-	if v := q.Get("mode"); v != "" {
-		m, err := strconv.ParseUint(v, 8, 32)
-		if err != nil || m > 0o7777 {
-			apiError(w, http.StatusBadRequest, "invalid_mode", "mode must be octal")
-			return
-		}
-		mode = os.FileMode(m)
-	}
-	dst := spritePath(sp, q.Get("workingDir"), q.Get("path"))
-	if q.Get("mkdirParents") == "true" || q.Get("mkdir") == "true" {
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			apiError(w, http.StatusBadRequest, "mkdir_failed", "cannot create parent directories")
-			return
-		}
-	}
-	data, err := io.ReadAll(io.LimitReader(r.Body, 256<<20))
-	if err != nil {
-		apiError(w, http.StatusBadRequest, "invalid_body", "read body")
-		return
-	}
-	// Write beside and rename, so a command never sees a half-written
-	// binary; chmod explicitly, since the umask would mask OpenFile's mode.
-	tmp := dst + ".standin-tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		apiError(w, http.StatusNotFound, "not_found", "parent directory does not exist")
-		return
-	}
-	if err := os.Chmod(tmp, mode); err != nil || os.Rename(tmp, dst) != nil {
-		_ = os.Remove(tmp)
-		apiError(w, http.StatusInternalServerError, "write_failed", "write failed")
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"path": q.Get("path"), "size": len(data), "mode": fmt.Sprintf("%04o", mode.Perm())})
-}
-
-func (s *Server) fsRead(w http.ResponseWriter, r *http.Request) {
-	sp, ok := s.lookup(w, r)
-	if !ok {
-		return
-	}
-	q := r.URL.Query()
-	data, err := os.ReadFile(spritePath(sp, q.Get("workingDir"), q.Get("path")))
-	if err != nil {
-		apiError(w, http.StatusNotFound, "file_not_found", "no such file")
-		return
-	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	_, _ = w.Write(data)
-}
-
-func (s *Server) getPolicy(w http.ResponseWriter, r *http.Request) {
-	sp, ok := s.lookup(w, r)
-	if !ok {
-		return
-	}
-	s.mu.Lock()
-	p := sp.policy
-	s.mu.Unlock()
-	if p == nil {
-		p = json.RawMessage(`{"rules":[]}`)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(p)
-}
-
-func (s *Server) setPolicy(w http.ResponseWriter, r *http.Request) {
-	sp, ok := s.lookup(w, r)
-	if !ok {
-		return
-	}
-	var p struct {
-		Rules *[]struct {
-			Domain  string `json:"domain"`
-			Action  string `json:"action"`
-			Include string `json:"include"`
-		} `json:"rules"`
-	}
-	b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	if err != nil || json.Unmarshal(b, &p) != nil || p.Rules == nil {
-		apiError(w, http.StatusBadRequest, "invalid_policy", "rules are required")
-		return
-	}
-	for _, rule := range *p.Rules {
-		if rule.Include == "" && (rule.Domain == "" || (rule.Action != "allow" && rule.Action != "deny")) {
-			apiError(w, http.StatusBadRequest, "invalid_rule", "a rule needs a domain and an action of allow or deny")
-			return
-		}
-	}
-	norm, _ := json.Marshal(p)
-	s.mu.Lock()
-	sp.policy = norm
-	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{})
 }
 
 func randHex(n int) string {

@@ -40,10 +40,15 @@ func create(t *testing.T, s *spritestest.Server, name string) {
 }
 
 type frames struct {
-	info  map[string]any
-	out   []byte
-	exit  []byte // the raw exit message, nil when none came
-	close websocket.StatusCode
+	info     map[string]any
+	out      []byte
+	exit     []byte // the raw exit message, nil when none came
+	textExit []byte // the JSON exit message, nil when none came
+	// textFirst: the JSON exit message came before some output.
+	textFirst bool
+	close     websocket.StatusCode
+	// exitToClose is how long the close came after the exit frame.
+	exitToClose time.Duration
 }
 
 // runRaw runs argv and reads every message to the close.
@@ -59,25 +64,36 @@ func runRaw(t *testing.T, s *spritestest.Server, name string, argv ...string) fr
 	}
 	defer conn.CloseNow()
 	var f frames
+	var exitAt time.Time
 	for {
 		typ, msg, err := conn.Read(ctx)
 		if err != nil {
 			f.close = websocket.CloseStatus(err)
+			if !exitAt.IsZero() {
+				f.exitToClose = time.Since(exitAt)
+			}
 			return f
 		}
 		switch {
-		case typ == websocket.MessageText:
-			if f.info != nil || f.out != nil {
-				t.Errorf("a text message after output: %s", msg)
-			}
+		case typ == websocket.MessageText && f.info == nil:
 			_ = json.Unmarshal(msg, &f.info)
+		case typ == websocket.MessageText:
+			var m map[string]any
+			if json.Unmarshal(msg, &m) != nil || m["type"] != "exit" || f.textExit != nil || f.exit != nil {
+				t.Errorf("unexpected text message %s", msg)
+			}
+			f.textExit = msg
 		case msg[0] == 1:
 			if f.info == nil {
 				t.Error("output before session_info")
 			}
+			if f.textExit != nil {
+				f.textFirst = true
+			}
 			f.out = append(f.out, msg[1:]...)
 		case msg[0] == 3:
 			f.exit = msg
+			exitAt = time.Now()
 		}
 	}
 }
@@ -96,6 +112,47 @@ func TestExecWireFrames(t *testing.T) {
 	// already 300 mod 256.
 	if !bytes.Equal(f.exit, []byte{3, 300 % 256}) || f.close != websocket.StatusNormalClosure {
 		t.Errorf("exit % x close %d, want 03 2c and 1000", f.exit, f.close)
+	}
+	// The JSON exit message comes first, before the output still in the
+	// pipes (the asyncapi's ExitMessage, seen early by a field capture).
+	if string(f.textExit) != `{"exit_code":44,"type":"exit"}` || !f.textFirst {
+		t.Errorf("text exit %s (before output: %v), want exit_code 44 before the output", f.textExit, f.textFirst)
+	}
+}
+
+// TestCloseHold: the socket stays open about CloseHold after the exit
+// byte, whoever starts the close handshake (sprites-py #24, #26).
+func TestCloseHold(t *testing.T) {
+	s := spritestest.New(t, spritestest.Options{CloseHold: 1500 * time.Millisecond})
+	create(t, s, "hold")
+	f := runRaw(t, s, "hold", "true")
+	if !bytes.Equal(f.exit, []byte{3, 0}) || f.exitToClose < 1400*time.Millisecond {
+		t.Errorf("exit % x, close %v after it; want 03 00 and about 1.5 s", f.exit, f.exitToClose)
+	}
+	// A client that answers the exit with its own close waits the hold
+	// for the server's reply.
+	h := http.Header{}
+	h.Set("Authorization", "Bearer "+s.Token)
+	ctx := ctxFor(t)
+	conn, _, err := websocket.Dial(ctx, s.URL()+"/v1/sprites/hold/exec?cmd=true", &websocket.DialOptions{HTTPHeader: h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseNow()
+	for {
+		_, msg, err := conn.Read(ctx)
+		if err != nil {
+			t.Fatalf("read before the exit frame: %v", err)
+		}
+		if len(msg) == 2 && msg[0] == 3 {
+			break
+		}
+	}
+	start := time.Now()
+	go func() { _, _, _ = conn.Read(ctx) }() // coder/websocket reads the reply here
+	_ = conn.Close(websocket.StatusNormalClosure, "")
+	if d := time.Since(start); d < 1400*time.Millisecond {
+		t.Errorf("the close handshake took %v, want the 1.5 s hold", d)
 	}
 }
 
