@@ -149,21 +149,3 @@ func TestAuth(t *testing.T) {
 		t.Fatalf("wrong key: got %d, want 401", resp.StatusCode)
 	}
 }
-
-func TestSplitCommand(t *testing.T) {
-	cases := []struct {
-		in   string
-		want []string
-	}{
-		{"echo a  b", []string{"echo", "a", "b"}},
-		{`sh -c "echo 'x y'; true"`, []string{"sh", "-c", "echo 'x y'; true"}},
-		{`printf ''`, []string{"printf", ""}},
-		{`a\ b`, []string{`a\`, "b"}},
-	}
-	for _, tc := range cases {
-		got := splitCommand(tc.in)
-		if strings.Join(got, "|") != strings.Join(tc.want, "|") || len(got) != len(tc.want) {
-			t.Fatalf("splitCommand(%q): got %q, want %q", tc.in, got, tc.want)
-		}
-	}
-}
