@@ -371,11 +371,24 @@ func TestToolboxErrors(t *testing.T) {
 	if !daytona.IsToolboxNotFound(err) {
 		t.Fatalf("Command unknown: got %v", err)
 	}
+	wantKind(t, err, adapter.KindProvider)
 	_, err = tb.Exec(ctx, "dup", "  ", true)
 	wantKind(t, err, adapter.KindInvalid)
 	_, err = tb.Download(ctx, "missing.txt")
-	if !daytona.IsToolboxNotFound(err) {
+	if !daytona.IsToolboxNotFound(err) || errors.Is(err, adapter.ErrNotFound) {
 		t.Fatalf("Download missing: got %v", err)
+	}
+	wantKind(t, err, adapter.KindInvalid)
+	err = tb.Upload(ctx, "", []byte("x"))
+	wantKind(t, err, adapter.KindInvalid)
+	err = tb.Upload(ctx, "/outside/the/sandbox", []byte("x"))
+	wantKind(t, err, adapter.KindInvalid)
+	// A session id with a dot is accepted.
+	if err := tb.CreateSession(ctx, "a.b"); err != nil {
+		t.Fatalf("CreateSession a.b: %v", err)
+	}
+	if r, err := tb.Exec(ctx, "a.b", "echo dot", false); err != nil || r.Output == nil || *r.Output != "dot\n" {
+		t.Fatalf("Exec in a.b: %+v, %v", r, err)
 	}
 }
 

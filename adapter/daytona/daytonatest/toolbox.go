@@ -171,6 +171,10 @@ func (s *Server) serveToolbox(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "502 Bad Gateway", http.StatusBadGateway)
 		return
 	}
+	// The daemon sees the path without the proxy's prefix (its error
+	// bodies name it).
+	r = r.Clone(r.Context())
+	r.URL.Path = path
 	parts := strings.Split(strings.Trim(path, "/"), "/")
 	switch {
 	case r.Method == http.MethodPost && path == "/process/execute":
