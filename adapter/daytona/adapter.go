@@ -143,9 +143,9 @@ func containsSlash(s string) bool {
 	return false
 }
 
-// plainPath reports whether p needs no quoting anywhere: it goes into a
-// command line that /process/execute splits without a shell and a session
-// hands to one.
+// plainPath reports whether p needs no quoting anywhere: it goes into the
+// command lines that /process/execute and a session hand to the sandbox's
+// shell.
 func plainPath(p string) bool {
 	if p == "" || p[0] == '-' {
 		return false

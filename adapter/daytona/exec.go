@@ -23,7 +23,7 @@ import (
 // session's shell runs one command at a time, and an attach runs for its
 // lease): the argv, quoted by this package, goes into a script uploaded
 // with the files API (so no text of the caller's ever passes through a
-// command line Daytona splits or a shell reads from the session's input),
+// command line a shell reads from the session's input),
 // and its stdin, when there is one, into a file the script redirects from
 // (the toolbox's input is a JSON string with "\n" appended, echoed into
 // the log, and never closed). The session's shell runs `sh script` (a
@@ -421,7 +421,7 @@ func (x *sessionExec) install(ctx context.Context) error {
 	if err := x.tb.Upload(ctx, x.a.cfg.Shim, b); err != nil {
 		return x.confirm(ctx, err)
 	}
-	// Shim is a plain path (NewAdapter): safe in the split command line.
+	// Shim is a plain path (NewAdapter): safe in the shell's command line.
 	r, err := x.tb.Execute(ctx, ExecuteRequest{Command: "chmod 0755 " + x.a.cfg.Shim, Timeout: 60})
 	if err != nil {
 		return x.confirm(ctx, err)
