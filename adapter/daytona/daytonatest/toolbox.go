@@ -123,6 +123,9 @@ func typedError(w http.ResponseWriter, r *http.Request, status int, msg string) 
 	if status == http.StatusBadRequest && strings.HasPrefix(msg, "invalid body request: ") {
 		code = "INVALID_REQUEST_BODY"
 	}
+	// The middleware sets the type before gin renders, so gin's own
+	// "; charset=utf-8" is not added.
+	w.Header().Set("Content-Type", "application/json")
 	writeJSON(w, status, map[string]any{
 		"statusCode": status, "message": msg, "code": code,
 		"timestamp": time.Now().UTC().Format(time.RFC3339Nano), "path": r.URL.Path, "method": r.Method,
@@ -130,6 +133,7 @@ func typedError(w http.ResponseWriter, r *http.Request, status int, msg string) 
 }
 
 func defaultError(w http.ResponseWriter, msg string) {
+	w.Header().Set("Content-Type", "application/json")
 	writeJSON(w, http.StatusInternalServerError, map[string]any{
 		"statusCode": http.StatusInternalServerError, "message": msg, "timestamp": "0001-01-01T00:00:00Z", "path": "",
 	})
