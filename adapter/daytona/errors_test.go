@@ -91,6 +91,21 @@ func wrapped500(msg string) string {
 	return fmt.Sprintf(`{"statusCode":500,"message":%q,"timestamp":"0001-01-01T00:00:00Z","path":""}`, msg)
 }
 
+// cannedClient is a client and a toolbox whose API and toolbox proxy are
+// the server at u.
+func cannedClient(t *testing.T, u string) (*daytona.Client, *daytona.Toolbox) {
+	t.Helper()
+	c, err := daytona.New(daytona.Config{APIKey: daytona.NewSecret("key"), APIURL: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := c.Toolbox(testCtx(t), daytona.Sandbox{ID: "sb", ToolboxProxyURL: u + "/toolbox"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, tb
+}
+
 // TestErrorMap drives every mapping rule through a real HTTP answer.
 func TestErrorMap(t *testing.T) {
 	cases := []struct {
@@ -173,15 +188,8 @@ func TestErrorMap(t *testing.T) {
 				fmt.Fprint(w, tc.answer.body)
 			}))
 			defer hs.Close()
-			c, err := daytona.New(daytona.Config{APIKey: daytona.NewSecret("key"), APIURL: hs.URL})
-			if err != nil {
-				t.Fatal(err)
-			}
-			tb, err := c.Toolbox(testCtx(t), daytona.Sandbox{ID: "sb", ToolboxProxyURL: hs.URL + "/toolbox"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			err = tc.call.do(testCtx(t), c, tb)
+			c, tb := cannedClient(t, hs.URL)
+			err := tc.call.do(testCtx(t), c, tb)
 			if err == nil {
 				t.Fatalf("got no error")
 			}
@@ -359,14 +367,7 @@ func TestCommandReadRetried(t *testing.T) {
 				fmt.Fprint(w, `{"id":"c","command":"true","exitCode":3}`)
 			}))
 			defer hs.Close()
-			c, err := daytona.New(daytona.Config{APIKey: daytona.NewSecret("key"), APIURL: hs.URL})
-			if err != nil {
-				t.Fatal(err)
-			}
-			tb, err := c.Toolbox(testCtx(t), daytona.Sandbox{ID: "sb", ToolboxProxyURL: hs.URL + "/toolbox"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, tb := cannedClient(t, hs.URL)
 			cmd, err := tb.Command(testCtx(t), "s", "c")
 			if tc.kind == "" {
 				if err != nil || cmd.ExitCode == nil || *cmd.ExitCode != 3 {

@@ -138,19 +138,29 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 	}
 }
 
+// queryPath resolves the request's path parameter: none is the daemon's
+// bare 400; one outside the stand-in's disk answers outside (what the
+// daemon answers for a path it cannot use there).
+func queryPath(w http.ResponseWriter, r *http.Request, sb *sandbox, outside int) (string, bool) {
+	q := r.URL.Query().Get("path")
+	if q == "" {
+		abort(w, http.StatusBadRequest)
+		return "", false
+	}
+	p, ok := resolve(sb, q)
+	if !ok {
+		abort(w, outside)
+	}
+	return p, ok
+}
+
 // upload is POST /files/upload: every failure is gin's AbortWithError (a
 // 400 and no body); parent directories are created 0750 and the file
 // with os.Create's mode, as gin's SaveUploadedFile does.
 func (s *Server) upload(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 	defer func() { _, _ = io.Copy(io.Discard, r.Body) }()
-	q := r.URL.Query().Get("path")
-	if q == "" {
-		abort(w, http.StatusBadRequest)
-		return
-	}
-	p, ok := resolve(sb, q)
+	p, ok := queryPath(w, r, sb, http.StatusBadRequest)
 	if !ok {
-		abort(w, http.StatusBadRequest)
 		return
 	}
 	f, _, err := r.FormFile("file")
@@ -182,14 +192,8 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 // download is GET /files/download: a missing path is 404 and a directory
 // 400, with no body (AbortWithError).
 func (s *Server) download(w http.ResponseWriter, r *http.Request, sb *sandbox) {
-	q := r.URL.Query().Get("path")
-	if q == "" {
-		abort(w, http.StatusBadRequest)
-		return
-	}
-	p, ok := resolve(sb, q)
+	p, ok := queryPath(w, r, sb, http.StatusNotFound)
 	if !ok {
-		abort(w, http.StatusNotFound)
 		return
 	}
 	fi, err := os.Stat(p)
