@@ -96,7 +96,9 @@ func TestLogFormatFollowsHeaders(t *testing.T) {
 	s := New(t, Options{})
 	id := startedSandbox(t, s)
 	tb := newSession(t, s, id, "logs")
-	cid := execAsync(t, s, tb, "logs", `printf '\377y\n'; echo e >&2`)
+	// The pause orders the lines: the two streams' loops write the log
+	// independently.
+	cid := execAsync(t, s, tb, "logs", `printf '\377y\n'; sleep 0.2; echo e >&2`)
 	waitCode(t, s, tb, "logs", cid)
 	cases := []struct {
 		name      string
