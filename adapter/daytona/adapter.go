@@ -83,6 +83,9 @@ type Adapter struct {
 	mu     sync.Mutex // guards guests and closed
 	guests map[string]*sandboxGuest
 	closed bool
+	// perCallSessions makes executors use a toolbox session per call,
+	// deleted on the call's path (set by tests and the benchmark only).
+	perCallSessions bool
 }
 
 var _ adapter.Adapter = (*Adapter)(nil)
@@ -91,6 +94,14 @@ var _ adapter.Adapter = (*Adapter)(nil)
 type sandboxGuest struct {
 	name string
 	g    *guest.Guest
+	x    *sessionExec
+}
+
+// close stops the transport's attaches, then deletes its idle toolbox
+// sessions and waits for the deletes.
+func (sg *sandboxGuest) close() {
+	sg.g.Close()
+	sg.x.Close()
 }
 
 // NewAdapter returns the adapter for cfg.
@@ -132,9 +143,9 @@ func containsSlash(s string) bool {
 	return false
 }
 
-// plainPath reports whether p needs no quoting anywhere: it goes into a
-// command line that /process/execute splits without a shell and a session
-// hands to one.
+// plainPath reports whether p needs no quoting anywhere: it goes into the
+// command lines that /process/execute and a session hand to the sandbox's
+// shell.
 func plainPath(p string) bool {
 	if p == "" || p[0] == '-' {
 		return false
@@ -148,7 +159,8 @@ func plainPath(p string) bool {
 }
 
 // Close stops every attach this adapter runs (sessions and sandboxes keep
-// running). It is idempotent.
+// running), deletes the idle toolbox sessions its executors keep, and
+// waits for those deletes. It is idempotent.
 func (a *Adapter) Close() error {
 	a.mu.Lock()
 	a.closed = true
@@ -156,7 +168,7 @@ func (a *Adapter) Close() error {
 	a.guests = map[string]*sandboxGuest{}
 	a.mu.Unlock()
 	for _, sg := range gs {
-		sg.g.Close()
+		sg.close()
 	}
 	return nil
 }
@@ -409,7 +421,7 @@ func (a *Adapter) forget(id string) {
 	delete(a.guests, id)
 	a.mu.Unlock()
 	if sg != nil {
-		sg.g.Close()
+		sg.close()
 	}
 }
 
@@ -445,7 +457,7 @@ func (a *Adapter) guest(ctx context.Context, h adapter.Handle) (*sandboxGuest, e
 	if err != nil {
 		return nil, err
 	}
-	x := &sessionExec{a: a, id: h.ID, tb: tb}
+	x := &sessionExec{a: a, id: h.ID, tb: tb, perCall: a.perCallSessions}
 	gcfg := guest.Config{Provider: provider, Exec: x, Shim: a.cfg.Shim, Root: a.cfg.Root, Version: a.cfg.Version,
 		TextSafe: true, Lease: a.cfg.Lease, ReattachWindow: a.cfg.ReattachWindow}
 	if a.cfg.ShimBinary != nil {
@@ -466,7 +478,7 @@ func (a *Adapter) guest(ctx context.Context, h adapter.Handle) (*sandboxGuest, e
 		g.Close()
 		return nil, &adapter.InvalidError{Detail: "adapter closed"}
 	}
-	sg = &sandboxGuest{name: h.Name, g: g}
+	sg = &sandboxGuest{name: h.Name, g: g, x: x}
 	a.guests[h.ID] = sg
 	a.mu.Unlock()
 	// Once per sandbox and adapter: clear what a dead driver left.

@@ -20,7 +20,9 @@
 //     exactly one kind of the adapter taxonomy (see errors.go), or a context
 //     error when the caller's context ended first. [adapter.ErrNotFound] is
 //     given only for a 404 with the API's own error body on GET of a
-//     sandbox. A 409 on create additionally matches [ErrNameTaken], so the
+//     sandbox. A toolbox answer is judged by the status the daemon meant
+//     ([Error.DaemonStatus]: a wrapped 500's common-go prefix, gin's
+//     empty-bodied 400 and 404), never as a sandbox's absence. A 409 on create additionally matches [ErrNameTaken], so the
 //     layer above can adopt the existing sandbox (GET it by name).
 //   - The API key travels only in the Authorization header, never across a
 //     redirect (none is followed), and never in URLs, errors, logs or any
@@ -29,19 +31,30 @@
 //   - A listing is honest: a page cut short, unparsable or without its
 //     items is an error, never a short page.
 //
-// # What the toolbox does to bytes
+// # What the toolbox does to commands and bytes
 //
-// Session command output is not a byte stream. The daemon runs each
-// command with stdout and stderr piped through a line-reading shell loop
-// that prefixes every line with a stream marker (01 01 01 for stdout,
-// 02 02 02 for stderr) in one log file. So NUL bytes are dropped, a final
-// newline is added to an unterminated last line, the markers may also
-// occur inside a payload, and invalid UTF-8 comes back replaced. Input is
-// a JSON string with "\n" appended when missing, also echoed into the log
-// as stdout; there is no way to close a command's stdin or to kill one
-// command. A caller that needs bytes must encode them (runner-shim's
-// text-safe mode) and take exit codes from its own protocol. See
-// [Toolbox.Logs] and the tests named TestQuirk*.
+// (As daemon v0.190.0 does, checked against one built from that tag.) A
+// session is a shell (zsh or bash, as /etc/shells lists them) reading
+// commands on its stdin; each command is sourced in that shell itself, so
+// its cd and variables carry over and its `exit` ends the session (that
+// command never gets an exit code, and the next exec fails). Its output
+// is not a byte stream: stdout and stderr pass through a line-reading
+// shell loop that prefixes every line with a stream marker (01 01 01 for
+// stdout, 02 02 02 for stderr) in one log file. So NUL bytes are dropped,
+// a final newline is added to an unterminated last line, and the markers
+// may also occur inside a payload. The plain-text log keeps invalid UTF-8
+// as raw bytes; only JSON answers (a synchronous exec's output, a log
+// asked for with an SDK version from 0.167.0) carry U+FFFD. Input is a
+// JSON string with "\n" appended when missing, also echoed into the log
+// as stdout, and its write blocks with no deadline until the command
+// reads; there is no way to close a command's stdin or to kill one
+// command, only to delete its session (SIGTERM, a 100 ms check, SIGKILL
+// after 5 s). The exit code is appended to its file with `>>`, so a read
+// of a command's record can meet it empty and answer 500 (Command reads
+// it again). /process/execute runs its command through the shell. A
+// caller that needs bytes must encode them (runner-shim's text-safe mode)
+// and take exit codes from its own protocol. See [Toolbox.Logs] and the
+// tests named TestQuirk*.
 //
 // # The contract adapter
 //
@@ -50,12 +63,15 @@
 // not_found only from the definitive 404), suspend as stop and start
 // (the disk is kept), and sessions through runner-shim driven by
 // adapter/guest in its text-safe mode only. Its executor (exec.go) runs
-// each runner-shim call in a toolbox session of its own: the argv, quoted
-// here, in an uploaded script (no caller text crosses a command line
-// Daytona splits), stdin in an uploaded file, stderr discarded, and a
-// trailer line with a per-call nonce and the exit status; it polls the
-// command's log and takes the status only from the trailer, never from
-// the toolbox's exitCode. Every byte read back is base64 or JSON, which
+// each runner-shim call in a toolbox session it holds for the call (idle
+// sessions are pooled, so the session DELETE's 100 ms is off the call's
+// path): the argv, quoted here, in an uploaded script run by a child
+// shell (no caller text crosses a command line or the session's input),
+// stdin in an uploaded file, stderr discarded, and a trailer line with a
+// per-call nonce and the exit status; it polls the command's log and
+// takes the status only from the trailer, never from the toolbox's
+// exitCode, and gives a call with no trailer up after its lifetime as
+// unavailable wrapping guest.ErrNoStatus. Every byte read back is base64 or JSON, which
 // the toolbox's mangling leaves intact. docs/providers/daytona.md has
 // the mapping of every call and the error map.
 package daytona

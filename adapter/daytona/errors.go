@@ -36,6 +36,13 @@ type Error struct {
 	// OwnBody is true when the answer carried the API's or the toolbox
 	// daemon's own error body (not a proxy's).
 	OwnBody bool
+	// DaemonStatus is, for an answer the toolbox daemon gave (its JSON
+	// error body, or the empty body of gin's AbortWithError on a 400 or
+	// 404), the status its answer means: Status, or the status the
+	// message's common-go prefix names when the daemon wrapped a typed
+	// error into a 500 ("failed to execute command: not found: session
+	// not found" means 404). 0 for every other answer.
+	DaemonStatus int
 	// Message is the provider's message with every secret removed.
 	Message string
 	kind    error
@@ -53,12 +60,15 @@ func (e *Error) Unwrap() []error {
 	return []error{e.kind}
 }
 
-// IsToolboxNotFound reports whether err is the toolbox daemon's own 404: no
-// such session or command (or file). It says nothing about the sandbox,
-// so its taxonomy kind is provider, never not_found.
+// IsToolboxNotFound reports whether err is the toolbox daemon's own "not
+// found": no such session or command (a 404, or the 500 an exec answers
+// for an unknown session), or no such file (a 404 with an empty body). It
+// says nothing about the sandbox, so its taxonomy kind is provider (a
+// session or command) or invalid (a file the caller named), never
+// not_found.
 func IsToolboxNotFound(err error) bool {
 	var e *Error
-	return errors.As(err, &e) && e.Status == http.StatusNotFound && e.OwnBody && strings.HasPrefix(e.Op, "toolbox ")
+	return errors.As(err, &e) && e.DaemonStatus == http.StatusNotFound && strings.HasPrefix(e.Op, "toolbox ")
 }
 
 // IsSessionExists reports whether err is the toolbox daemon's 409 on
@@ -66,7 +76,15 @@ func IsToolboxNotFound(err error) bool {
 // before a lost answer).
 func IsSessionExists(err error) bool {
 	var e *Error
-	return errors.As(err, &e) && e.Status == http.StatusConflict && e.OwnBody && strings.HasPrefix(e.Op, "toolbox create session")
+	return errors.As(err, &e) && e.DaemonStatus == http.StatusConflict && strings.HasPrefix(e.Op, "toolbox create session")
+}
+
+// isDaemonAnswer reports whether err is an answer of the toolbox daemon
+// itself (not a proxy's, not a transport failure): the daemon refused or
+// failed the call after reading it.
+func isDaemonAnswer(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.DaemonStatus != 0
 }
 
 // op says which call failed: a GET of a sandbox may turn a 404 into
@@ -79,6 +97,9 @@ const (
 	opGetSandbox
 	opCreate
 	opToolbox
+	// opToolboxFile is a toolbox files call: its 404 is a path the caller
+	// named that is not there (invalid), not a session the daemon lost.
+	opToolboxFile
 )
 
 // errorBody is the error body of the API (NestJS: {statusCode, message,
@@ -113,10 +134,71 @@ func parseErrorBody(raw []byte, status int) (string, bool) {
 	return b.text(), true
 }
 
+// ginNotFound is the body gin answers for a route it does not have.
+const ginNotFound = "404 page not found"
+
+// commonGoPrefixes are the prefixes the toolbox daemon's typed errors
+// (daytonaio/common-go pkg/errors: NewNotFoundError, ...) put in front of
+// their message, and the status each one is answered with when it reaches
+// the error middleware unwrapped. A handler that wraps one (the session
+// exec handler's fmt.Errorf("failed to execute command: %w")) turns it into
+// a 500 whose message still carries the prefix: the only place the
+// daemon's classification survives, so it is read from there.
+var commonGoPrefixes = map[string]int{
+	"not found":            http.StatusNotFound,
+	"conflict":             http.StatusConflict,
+	"gone":                 http.StatusGone,
+	"bad request":          http.StatusBadRequest,
+	"invalid body request": http.StatusBadRequest,
+	"unauthorized":         http.StatusUnauthorized,
+	"forbidden":            http.StatusForbidden,
+	"request timeout":      http.StatusRequestTimeout,
+	"unprocessable entity": http.StatusUnprocessableEntity,
+}
+
+// prefixStatus returns the status named by the first common-go prefix in
+// a wrapped message ("failed to execute command: not found: ..."), 0 when
+// it has none.
+func prefixStatus(msg string) int {
+	for _, part := range strings.Split(msg, ": ") {
+		if st, ok := commonGoPrefixes[part]; ok {
+			return st
+		}
+	}
+	return 0
+}
+
+// daemonStatus judges a toolbox answer: the status it means when the
+// toolbox daemon gave it, 0 when it did not (a proxy, a load balancer).
+func daemonStatus(status int, raw []byte, own bool, msg string) int {
+	switch {
+	case own && status == http.StatusInternalServerError:
+		if st := prefixStatus(msg); st != 0 {
+			return st
+		}
+		return status
+	case own:
+		return status
+	case len(raw) == 0 && (status == http.StatusBadRequest || status == http.StatusNotFound):
+		// gin's AbortWithError writes the status and no body: the
+		// daemon's upload, download and exec-binding failures.
+		return status
+	}
+	return 0
+}
+
 // statusError maps an answer that is not a success.
 func statusError(opName string, kind op, status int, h http.Header, raw []byte, red redactor) error {
 	msg, own := parseErrorBody(raw, status)
 	e := &Error{Op: opName, Status: status, OwnBody: own, Message: red.clean(msg)}
+	toolbox := kind == opToolbox || kind == opToolboxFile
+	eff := status
+	if toolbox {
+		e.DaemonStatus = daemonStatus(status, raw, own, msg)
+		if e.DaemonStatus != 0 {
+			eff, own = e.DaemonStatus, true
+		}
+	}
 	detail := fmt.Sprintf("HTTP %d", status)
 	if e.Message != "" {
 		detail += ": " + e.Message
@@ -126,22 +208,31 @@ func statusError(opName string, kind op, status int, h http.Header, raw []byte, 
 		e.kind = &adapter.RateLimitedError{RetryAfter: retryAfter(h)}
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		e.kind = &adapter.DeniedError{Detail: detail}
+	case toolbox && !own && status == http.StatusNotFound && strings.TrimSpace(string(raw)) == ginNotFound:
+		// gin's answer for a route the daemon does not have (an older
+		// or newer daemon, a wrong URL): asking again gets the same.
+		e.kind = &adapter.ProviderError{Provider: provider, Detail: detail + ": the toolbox has no such route"}
 	case !own:
 		// A proxy's answer (the toolbox proxy gives 502 for a sandbox it
 		// cannot reach), a 404 from a wrong URL, a 5xx page: it proves
 		// nothing about the sandbox.
 		e.kind = &adapter.UnavailableError{Detail: detail}
-	case status == http.StatusNotFound && kind == opGetSandbox:
+	case eff == http.StatusNotFound && kind == opGetSandbox:
 		e.kind = adapter.ErrNotFound
-	case status == http.StatusConflict && kind == opCreate:
+	case eff == http.StatusNotFound && kind == opToolboxFile:
+		// A path the caller named is not there.
+		e.kind = &adapter.InvalidError{Detail: detail}
+	case eff == http.StatusConflict && kind == opCreate:
 		e.kind = &adapter.InvalidError{Detail: detail}
 		e.taken = true
-	case status == http.StatusGone && kind == opToolbox:
+	case eff == http.StatusGone && toolbox:
 		// Input to a command that already completed.
 		e.kind = adapter.ErrCommandExited
-	case status == http.StatusBadRequest || status == http.StatusConflict || status == http.StatusUnprocessableEntity:
+	case eff == http.StatusUnauthorized || eff == http.StatusForbidden:
+		e.kind = &adapter.DeniedError{Detail: detail}
+	case eff == http.StatusBadRequest || eff == http.StatusConflict || eff == http.StatusUnprocessableEntity:
 		e.kind = &adapter.InvalidError{Detail: detail}
-	case status == http.StatusRequestTimeout || status == http.StatusServiceUnavailable || status == http.StatusBadGateway || status == http.StatusGatewayTimeout:
+	case eff == http.StatusRequestTimeout || eff == http.StatusServiceUnavailable || eff == http.StatusBadGateway || eff == http.StatusGatewayTimeout:
 		e.kind = &adapter.UnavailableError{Detail: detail}
 	default:
 		// 404 of anything but GET sandbox (delete, stop, a toolbox session:

@@ -72,7 +72,39 @@ var (
 		_, err := tb.Logs(ctx, "s", "c", false)
 		return err
 	}}
+	uploadCall = call{"upload", func(ctx context.Context, _ *daytona.Client, tb *daytona.Toolbox) error {
+		return tb.Upload(ctx, "f", []byte("x"))
+	}}
+	downloadCall = call{"download", func(ctx context.Context, _ *daytona.Client, tb *daytona.Toolbox) error {
+		_, err := tb.Download(ctx, "f")
+		return err
+	}}
+	deleteSessionCall = call{"delete session", func(ctx context.Context, _ *daytona.Client, tb *daytona.Toolbox) error {
+		return tb.DeleteSession(ctx, "s")
+	}}
 )
+
+// wrapped500 is the body the toolbox daemon answers for an error its
+// handler wrapped (common-go's default handler: no code, a zero
+// timestamp, an empty path), as daemon v0.190.0 answers it.
+func wrapped500(msg string) string {
+	return fmt.Sprintf(`{"statusCode":500,"message":%q,"timestamp":"0001-01-01T00:00:00Z","path":""}`, msg)
+}
+
+// cannedClient is a client and a toolbox whose API and toolbox proxy are
+// the server at u.
+func cannedClient(t *testing.T, u string) (*daytona.Client, *daytona.Toolbox) {
+	t.Helper()
+	c, err := daytona.New(daytona.Config{APIKey: daytona.NewSecret("key"), APIURL: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := c.Toolbox(testCtx(t), daytona.Sandbox{ID: "sb", ToolboxProxyURL: u + "/toolbox"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, tb
+}
 
 // TestErrorMap drives every mapping rule through a real HTTP answer.
 func TestErrorMap(t *testing.T) {
@@ -127,6 +159,24 @@ func TestErrorMap(t *testing.T) {
 		{"toolbox 500 with the daemon body", inputCall, canned{500, nil, daemonBody(500, "failed to open input pipe")}, adapter.KindProvider, nil, ""},
 		{"toolbox 408", execCall, canned{408, nil, daemonBody(408, "command execution timeout")}, adapter.KindUnavailable, nil, ""},
 		{"exec 202 without cmdId", execCall, canned{202, nil, `{}`}, adapter.KindUnavailable, nil, ""},
+		// The daemon's answers as v0.190.0 gives them.
+		{"upload failure: 400, no body", uploadCall, canned{400, nil, ""}, adapter.KindInvalid, nil, ""},
+		{"bad exec request: 400, no body", execCall, canned{400, nil, ""}, adapter.KindInvalid, nil, ""},
+		{"missing download: 404, no body", downloadCall, canned{404, nil, ""}, adapter.KindInvalid,
+			daytona.IsToolboxNotFound, "IsToolboxNotFound"},
+		{"unknown route: gin's 404 page", logsCall, canned{404, map[string]string{"Content-Type": "text/plain"}, "404 page not found"}, adapter.KindProvider,
+			func(err error) bool { return !daytona.IsToolboxNotFound(err) }, "not IsToolboxNotFound"},
+		{"exec in an unknown session: a wrapped 500", execCall, canned{500, nil, wrapped500("failed to execute command: not found: session not found")}, adapter.KindProvider,
+			daytona.IsToolboxNotFound, "IsToolboxNotFound"},
+		{"exec in a session whose shell exited: a wrapped bad request", execCall, canned{500, nil, wrapped500("failed to execute command: bad request: failed to write command: write |1: broken pipe")}, adapter.KindInvalid, nil, ""},
+		{"exec with a taken command id: a wrapped conflict", execCall, canned{500, nil, wrapped500("failed to execute command: conflict: command with the given ID already exists")}, adapter.KindInvalid, nil, ""},
+		{"delete of an unknown session: not found prefix", deleteSessionCall, canned{404, nil, daemonBody(404, "not found: session not found")}, adapter.KindProvider,
+			daytona.IsToolboxNotFound, "IsToolboxNotFound"},
+		{"session taken: conflict prefix", sessionCall, canned{409, nil, daemonBody(409, "conflict: session already exists")}, adapter.KindInvalid,
+			daytona.IsSessionExists, "IsSessionExists"},
+		{"input to an exited session shell: gone prefix", inputCall, canned{410, nil, daemonBody(410, "gone: session process has exited")}, adapter.KindCommandExited, nil, ""},
+		{"a 500 of the daemon's own, no prefix", logsCall, canned{500, nil, wrapped500("failed to read log: EIO")}, adapter.KindProvider, nil, ""},
+		{"a 500 without a body is not the daemon's", logsCall, canned{500, nil, ""}, adapter.KindUnavailable, nil, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -138,15 +188,8 @@ func TestErrorMap(t *testing.T) {
 				fmt.Fprint(w, tc.answer.body)
 			}))
 			defer hs.Close()
-			c, err := daytona.New(daytona.Config{APIKey: daytona.NewSecret("key"), APIURL: hs.URL})
-			if err != nil {
-				t.Fatal(err)
-			}
-			tb, err := c.Toolbox(testCtx(t), daytona.Sandbox{ID: "sb", ToolboxProxyURL: hs.URL + "/toolbox"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			err = tc.call.do(testCtx(t), c, tb)
+			c, tb := cannedClient(t, hs.URL)
+			err := tc.call.do(testCtx(t), c, tb)
 			if err == nil {
 				t.Fatalf("got no error")
 			}
@@ -285,4 +328,59 @@ func TestNewRefuses(t *testing.T) {
 	// A toolbox proxy URL from an answer must be http(s).
 	_, err := c.Toolbox(testCtx(t), daytona.Sandbox{ID: "x", ToolboxProxyURL: "file:///etc"})
 	wantKind(t, err, adapter.KindInvalid)
+}
+
+// TestCommandReadRetried: a read of a command record that meets the
+// daemon's exit-code race (500 "failed to convert exit code to int") is
+// read again, bounded: six reads, then the error in its kind; a read that
+// succeeds on the third answers. A wrapped typed error (a 404) is not
+// retried.
+func TestCommandReadRetried(t *testing.T) {
+	race := wrapped500(`failed to convert exit code to int: strconv.Atoi: parsing "": invalid syntax`)
+	cases := []struct {
+		name   string
+		fail   int // answers before a success; -1: never
+		body   string
+		status int
+		reads  int
+		kind   adapter.Kind // "" for success
+	}{
+		{"race then success", 2, race, 500, 3, ""},
+		{"race every time", -1, race, 500, 6, adapter.KindProvider},
+		{"a 404 is not retried", -1, daemonBody(404, "not found: command not found"), 404, 1, adapter.KindProvider},
+		{"a proxy's 500 is not retried", -1, "<html>oops</html>", 500, 1, adapter.KindUnavailable},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			reads := 0
+			hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				reads++
+				n := reads
+				mu.Unlock()
+				if tc.fail < 0 || n <= tc.fail {
+					w.WriteHeader(tc.status)
+					fmt.Fprint(w, tc.body)
+					return
+				}
+				fmt.Fprint(w, `{"id":"c","command":"true","exitCode":3}`)
+			}))
+			defer hs.Close()
+			_, tb := cannedClient(t, hs.URL)
+			cmd, err := tb.Command(testCtx(t), "s", "c")
+			if tc.kind == "" {
+				if err != nil || cmd.ExitCode == nil || *cmd.ExitCode != 3 {
+					t.Fatalf("Command = %+v, %v; want exit code 3", cmd, err)
+				}
+			} else {
+				wantKind(t, err, tc.kind)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if reads != tc.reads {
+				t.Fatalf("reads = %d, want %d", reads, tc.reads)
+			}
+		})
+	}
 }

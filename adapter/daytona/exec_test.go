@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/agentrunner/runner/adapter/guest"
 
 	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/adapter/daytona/daytonatest"
@@ -15,10 +19,16 @@ import (
 
 // newExec returns the executor of a fresh started sandbox in a stand-in.
 func newExec(t *testing.T) (*sessionExec, context.Context) {
+	x, ctx, _ := newExecIn(t, daytonatest.Options{})
+	return x, ctx
+}
+
+// newExecIn is newExec with the stand-in's options, and the stand-in.
+func newExecIn(t *testing.T, opts daytonatest.Options) (*sessionExec, context.Context, *daytonatest.Server) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
-	srv := daytonatest.New(t, daytonatest.Options{})
+	srv := daytonatest.New(t, opts)
 	c, err := New(Config{APIKey: NewSecret(srv.APIKey), APIURL: srv.URL(), PollInterval: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +49,9 @@ func newExec(t *testing.T) (*sessionExec, context.Context) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &sessionExec{a: a, id: sb.ID, tb: tb}, ctx
+	x := &sessionExec{a: a, id: sb.ID, tb: tb}
+	t.Cleanup(x.Close)
+	return x, ctx, srv
 }
 
 // TestExecutorStatusOnlyFromTrailer: a script killed before its trailer
@@ -145,5 +157,156 @@ func TestSweepDeletesStaleSessions(t *testing.T) {
 	}
 	if got[old] || !got[fresh] || !got["someone-else"] || !got[sessionPrefix+"x"] || len(got) != 3 {
 		t.Fatalf("sessions after a sweep = %v, want all but %s", got, old)
+	}
+}
+
+// TestExitCodeRaceForced: with the stand-in answering the daemon's 500
+// for an exit code file met empty on a tenth of the command reads, 300 calls
+// all end with their status and no error: the read is retried.
+// Without the retry (Toolbox.Command reading once) the first race fails
+// its call as a provider error.
+func TestExitCodeRaceForced(t *testing.T) {
+	x, ctx, srv := newExecIn(t, daytonatest.Options{})
+	srv.SetExitCodeRace(0.1)
+	x.a.cfg.PollInterval = 2 * time.Millisecond // more reads of the record per call
+	// 300 calls, four at a time (each worker has a pooled session).
+	errs := make(chan error, 300)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < 300; i += 4 {
+				// A pause, so the call polls the command record while it runs.
+				status, err := x.Exec(ctx, []string{"sh", "-c", "sleep 0.01; exit " + itoa(i%3)}, nil, io.Discard, time.Minute)
+				if err != nil || status != i%3 {
+					errs <- fmt.Errorf("call %d = %d, %v; want %d", i, status, err, i%3)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("%v (after %d forced races)", err, srv.ExitCodeRaces())
+	}
+	if n := srv.ExitCodeRaces(); n < 30 {
+		t.Fatalf("the stand-in forced %d races: too few for the test to prove anything", n)
+	}
+}
+
+// TestCallDoesNotWaitForDelete: with the stand-in's DELETE made slow (a
+// termination check every 700 ms), a call through the session pool
+// takes far less, while a call with a session of its own, deleted on its
+// path, waits for the DELETE.
+func TestCallDoesNotWaitForDelete(t *testing.T) {
+	x, ctx, _ := newExecIn(t, daytonatest.Options{TerminationCheck: 700 * time.Millisecond})
+	call := func() time.Duration {
+		start := time.Now()
+		if status, err := x.Exec(ctx, []string{"true"}, nil, io.Discard, time.Minute); err != nil || status != 0 {
+			t.Fatalf("call = %d, %v", status, err)
+		}
+		return time.Since(start)
+	}
+	call() // creates the session the next calls reuse
+	for range 3 {
+		if d := call(); d >= 700*time.Millisecond {
+			t.Fatalf("a pooled call took %v: it waited for a DELETE", d)
+		}
+	}
+	x.perCall = true
+	if d := call(); d < 700*time.Millisecond {
+		t.Fatalf("a per-call session's call took %v, want at least the DELETE's 700 ms (the baseline is wrong)", d)
+	}
+}
+
+// TestShellKilledCallBounded: the OOM killer takes the session's shell and
+// its command mid-call: the daemon never records an exit code, so the
+// call ends once its lifetime (plus noStatusMargin) passed, as
+// unavailable wrapping guest.ErrNoStatus, with what arrived; it never
+// invents a status. The next call works (the dead session is not
+// reused). Without the bound the call polls until ctx ends.
+func TestShellKilledCallBounded(t *testing.T) {
+	x, ctx, srv := newExecIn(t, daytonatest.Options{})
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	var out syncBuffer
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := x.Exec(cctx, []string{"sh", "-c", "echo started; exec sleep 60"}, nil, &out, time.Second)
+		done <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); out.String() == ""; {
+		if time.Now().After(deadline) {
+			t.Fatal("the command never started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	l, err := x.tb.ListSessions(ctx)
+	if err != nil || len(l) != 1 {
+		t.Fatalf("sessions = %v, %v; want the call's one", l, err)
+	}
+	if !srv.OOMKillSession(x.id, l[0].SessionID) {
+		t.Fatal("no such session")
+	}
+	err = <-done
+	if !errors.Is(err, guest.ErrNoStatus) || !errors.Is(err, adapter.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Exec whose shell was killed = %v; want unavailable wrapping ErrNoStatus, before ctx ended", err)
+	}
+	if d := time.Since(start); d > time.Second+noStatusMargin+3*time.Second {
+		t.Fatalf("it took %v", d)
+	}
+	if out.String() != "started\n" {
+		t.Fatalf("stdout = %q, want what arrived", out.String())
+	}
+	if status, err := x.Exec(ctx, []string{"true"}, nil, io.Discard, time.Minute); err != nil || status != 0 {
+		t.Fatalf("the next call = %d, %v", status, err)
+	}
+}
+
+// TestDeadIdleSessionReplaced: an idle pooled session whose shell died
+// (the exec answers the daemon's 500 "broken pipe") is replaced by a
+// fresh one and the call runs once. Without the retry the call fails.
+func TestDeadIdleSessionReplaced(t *testing.T) {
+	x, ctx, srv := newExecIn(t, daytonatest.Options{})
+	if _, err := x.Exec(ctx, []string{"true"}, nil, io.Discard, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	x.mu.Lock()
+	if len(x.idle) != 1 {
+		x.mu.Unlock()
+		t.Fatalf("idle sessions = %d, want 1", len(x.idle))
+	}
+	idle := x.idle[0].id
+	x.mu.Unlock()
+	srv.OOMKillSession(x.id, idle)
+	time.Sleep(100 * time.Millisecond)
+	var out bytes.Buffer
+	status, err := x.Exec(ctx, []string{"sh", "-c", "echo once >> ran; cat ran"}, nil, &out, time.Minute)
+	if err != nil || status != 0 || out.String() != "once\n" {
+		t.Fatalf("call on a dead idle session = %d %q %v; want it run once on a fresh one", status, out.String(), err)
+	}
+}
+
+// TestCloseDeletesIdleSessions: Close deletes the pool's sessions and
+// waits for the deletes.
+func TestCloseDeletesIdleSessions(t *testing.T) {
+	x, ctx, _ := newExecIn(t, daytonatest.Options{})
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			x.Exec(ctx, []string{"sleep", "0.2"}, nil, io.Discard, time.Minute)
+		}()
+	}
+	wg.Wait()
+	if l, err := x.tb.ListSessions(ctx); err != nil || len(l) != 3 {
+		t.Fatalf("sessions before Close = %d, %v; want 3 idle", len(l), err)
+	}
+	x.Close()
+	if l, err := x.tb.ListSessions(ctx); err != nil || len(l) != 0 {
+		t.Fatalf("sessions after Close = %v, %v; want none", l, err)
 	}
 }

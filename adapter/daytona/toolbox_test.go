@@ -15,10 +15,18 @@ import (
 	"github.com/agentrunner/runner/adapter/daytona/daytonatest"
 )
 
+// shellName is the shell the stand-ins of box run: the one their shells
+// file lists (as a Daytona image's /etc/shells does).
+const shellName = "/bin/bash"
+
 // box is a started sandbox of a fresh stand-in and its toolbox.
 func box(t *testing.T) (*daytonatest.Server, daytona.Sandbox, *daytona.Toolbox) {
 	t.Helper()
-	srv := daytonatest.New(t, daytonatest.Options{})
+	shells := filepath.Join(t.TempDir(), "shells")
+	if err := os.WriteFile(shells, []byte("# /etc/shells\n/bin/sh\n"+shellName+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv := daytonatest.New(t, daytonatest.Options{ShellsFile: shells})
 	c := newClient(t, srv)
 	sb := started(t, c, "box-"+strconv.FormatInt(time.Now().UnixNano(), 36))
 	tb, err := c.Toolbox(testCtx(t), sb)
@@ -90,10 +98,11 @@ func TestExecuteMergesOutput(t *testing.T) {
 		out  string
 	}{
 		{"merged streams", daytona.ExecuteRequest{Command: `sh -c "echo out; echo err >&2; exit 3"`}, 3, "out\nerr\n"},
-		{"no shell: quotes split, nothing expanded", daytona.ExecuteRequest{Command: `echo '$HOME' "a b"`}, 0, "$HOME a b\n"},
+		{"through a shell: quotes, nothing expanded in single ones", daytona.ExecuteRequest{Command: `echo '$HOME' "a b"`}, 0, "$HOME a b\n"},
+		{"through a shell: a script", daytona.ExecuteRequest{Command: "x=4\necho $((x+1)) | tr 5 6"}, 0, "6\n"},
 		{"envs", daytona.ExecuteRequest{Command: `sh -c 'echo $FOO'`, Envs: map[string]string{"FOO": "bar"}}, 0, "bar\n"},
 		{"invalid UTF-8 replaced, NUL kept", daytona.ExecuteRequest{Command: `printf '\377\000ok'`}, 0, "\uFFFD\x00ok"},
-		{"missing program", daytona.ExecuteRequest{Command: "no-such-program-xyz"}, -1, ""},
+		{"missing program is the shell's 127", daytona.ExecuteRequest{Command: "no-such-program-xyz"}, 127, shellName + ": line 1: no-such-program-xyz: command not found\n"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -123,24 +132,58 @@ func TestExecuteMergesOutput(t *testing.T) {
 
 func TestSessionCommandExitCodeAndLogs(t *testing.T) {
 	_, _, tb := box(t)
-	out, code := logsOf(t, tb, "echo hi; echo there; exit 4", false)
+	out, code := logsOf(t, tb, "echo hi; echo there; (exit 4)", false)
 	if code != 4 || out != "hi\nthere\n" {
 		t.Fatalf("got exit %d log %q, want 4 %q", code, out, "hi\nthere\n")
 	}
-	// exit ends the command, not the session's shell.
+}
+
+// TestQuirkCommandsRunInTheSessionShell: a command is sourced in the
+// session's own shell: its cd and variables are there for the next
+// command, and its exit ends the session: that command never gets an
+// exit code, and the next exec is the daemon's 500 "broken pipe" (kind
+// invalid: a bad request wrapped by the handler).
+func TestQuirkCommandsRunInTheSessionShell(t *testing.T) {
+	_, _, tb := box(t)
 	ctx := testCtx(t)
-	sid, cid := runAsync(t, tb, "exit 5")
-	if code := waitExit(t, tb, sid, cid); code != 5 {
-		t.Fatalf("exit 5: got %d", code)
+	if err := tb.Upload(ctx, "sub/f", []byte("x")); err != nil {
+		t.Fatal(err)
 	}
-	r, err := tb.Exec(ctx, sid, "echo still here", false)
-	if err != nil || r.Output == nil || *r.Output != "still here\n" || r.ExitCode == nil || *r.ExitCode != 0 {
-		t.Fatalf("sync Exec after exit: got %+v, %v", r, err)
+	sid, cid := runAsync(t, tb, "cd sub; X=7")
+	waitExit(t, tb, sid, cid)
+	r, err := tb.Exec(ctx, sid, "pwd; echo $X", false)
+	if err != nil || r.Output == nil || !strings.HasSuffix(*r.Output, "/home/sub\n7\n") {
+		t.Fatalf("the next command: got %+v, %v; want it in sub with X=7", r, err)
 	}
-	s, err := tb.GetSession(ctx, sid)
-	if err != nil || len(s.Commands) != 2 || s.Commands[0].ID != cid {
-		t.Fatalf("GetSession: got %+v, %v", s, err)
+	r, err = tb.Exec(ctx, sid, "echo $0", false)
+	if err != nil || r.Output == nil || *r.Output != shellName+"\n" {
+		t.Fatalf("the session's shell: got %+v, %v; want %s", r, err, shellName)
 	}
+	_, cid = runAsync2(t, tb, sid, "echo before; exit 4")
+	time.Sleep(500 * time.Millisecond)
+	c, err := tb.Command(ctx, sid, cid)
+	if err != nil || c.ExitCode != nil {
+		t.Fatalf("the command that exited its session: got %+v, %v; want no exit code ever", c, err)
+	}
+	if b, err := tb.Logs(ctx, sid, cid, false); err != nil || string(b) != "before\n" {
+		t.Fatalf("its log: got %q, %v", b, err)
+	}
+	_, err = tb.Exec(ctx, sid, "echo after", true)
+	var e *daytona.Error
+	if !errors.As(err, &e) || e.Status != 500 || !strings.Contains(e.Message, "failed to write command") || !strings.Contains(e.Message, "broken pipe") {
+		t.Fatalf("exec after the session's exit: got %v, want the daemon's 500 broken pipe", err)
+	}
+	wantKind(t, err, adapter.KindInvalid)
+}
+
+// runAsync2 runs script in the existing session sid.
+func runAsync2(t *testing.T, tb *daytona.Toolbox, sid, script string) (string, string) {
+	t.Helper()
+	r, err := tb.Exec(testCtx(t), sid, script, true)
+	if err != nil {
+		t.Fatalf("Exec: %v", err)
+	}
+	return sid, r.CmdID
 }
 
 // The quirks of session output, exactly as a client sees them.
@@ -159,10 +202,21 @@ func TestQuirkFinalNewlineAdded(t *testing.T) {
 	}
 }
 
-func TestQuirkInvalidUTF8Replaced(t *testing.T) {
+// TestQuirkInvalidUTF8KeptInPlainLogs: the plain-text log keeps invalid
+// UTF-8 as raw bytes, split or not; only a JSON answer (a synchronous
+// exec's output) carries U+FFFD.
+func TestQuirkInvalidUTF8KeptInPlainLogs(t *testing.T) {
 	_, _, tb := box(t)
-	if out, _ := logsOf(t, tb, `printf '\377x\n'`, false); out != "\uFFFDx\n" {
-		t.Fatalf("got %q, want %q", out, "\uFFFDx\n")
+	if out, _ := logsOf(t, tb, `printf '\377x\n'`, false); out != "\xffx\n" {
+		t.Fatalf("combined: got %q, want %q", out, "\xffx\n")
+	}
+	if out, _ := logsOf(t, tb, `printf '\377x\n'`, true); out != "\x01\x01\x01\xffx\n" {
+		t.Fatalf("split: got %q", out)
+	}
+	sid, _ := runAsync(t, tb, "true")
+	r, err := tb.Exec(testCtx(t), sid, `printf '\377y\n'`, false)
+	if err != nil || r.Output == nil || *r.Output != "\uFFFDy\n" {
+		t.Fatalf("sync exec output: got %+v, %v; want U+FFFD", r, err)
 	}
 }
 
@@ -317,11 +371,24 @@ func TestToolboxErrors(t *testing.T) {
 	if !daytona.IsToolboxNotFound(err) {
 		t.Fatalf("Command unknown: got %v", err)
 	}
+	wantKind(t, err, adapter.KindProvider)
 	_, err = tb.Exec(ctx, "dup", "  ", true)
 	wantKind(t, err, adapter.KindInvalid)
 	_, err = tb.Download(ctx, "missing.txt")
-	if !daytona.IsToolboxNotFound(err) {
+	if !daytona.IsToolboxNotFound(err) || errors.Is(err, adapter.ErrNotFound) {
 		t.Fatalf("Download missing: got %v", err)
+	}
+	wantKind(t, err, adapter.KindInvalid)
+	err = tb.Upload(ctx, "", []byte("x"))
+	wantKind(t, err, adapter.KindInvalid)
+	err = tb.Upload(ctx, "/outside/the/sandbox", []byte("x"))
+	wantKind(t, err, adapter.KindInvalid)
+	// A session id with a dot is accepted.
+	if err := tb.CreateSession(ctx, "a.b"); err != nil {
+		t.Fatalf("CreateSession a.b: %v", err)
+	}
+	if r, err := tb.Exec(ctx, "a.b", "echo dot", false); err != nil || r.Output == nil || *r.Output != "dot\n" {
+		t.Fatalf("Exec in a.b: %+v, %v", r, err)
 	}
 }
 

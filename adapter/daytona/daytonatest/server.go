@@ -12,29 +12,54 @@
 // once. Transitions happen when the sandbox is next looked at, so the
 // stand-in runs no timers.
 //
-// The toolbox reproduces what the daemon's source does to a session
-// command, which a client must survive:
+// The toolbox reproduces what the daemon (v0.190.0, checked against a
+// daemon built from that tag) does to a session command, which a client
+// must survive:
 //
-//   - a session is a real bash reading commands on its stdin, so its
-//     commands run one after another;
+//   - a session is a real shell (zsh, else bash, as /etc/shells lists them:
+//     Options.ShellsFile) reading commands on its stdin; each command's
+//     file is SOURCED in that shell, so commands run one after another,
+//     `exit 4` ends the session (its command never gets an exit code, and
+//     a later exec answers 500 "...broken pipe"), and cd and variables
+//     carry over to the next command;
 //   - each command's stdout and stderr pass through a line-reading shell
 //     loop into one log, every line prefixed with 01 01 01 (stdout) or
 //     02 02 02 (stderr): NUL bytes are dropped, a final newline is added,
 //     the markers are not escaped (the same bytes in a payload look alike);
-//   - the log is served with the markers kept (X-Daytona-Split-Output:
-//     true) or with every marker sequence removed, payload ones too, and
-//     with invalid UTF-8 replaced by U+FFFD;
+//   - the exit code is appended with `>>` once the loops drained, so a
+//     read can meet the file empty: GET .../command/{id} then answers 500
+//     "failed to convert exit code to int: ..." (SetExitCodeRace forces it);
+//   - the log's format follows X-Daytona-SDK-Version and
+//     X-Daytona-Split-Output: plain text with the markers removed or
+//     kept, raw bytes (invalid UTF-8 stays as it is), or, for an SDK from
+//     0.167.0, JSON {output, stdout, stderr} (where invalid UTF-8 becomes
+//     U+FFFD);
 //   - input is a JSON string; "\n" is appended unless present and the input
-//     is echoed into the log as stdout; input to a completed command is 410;
-//   - a command's stdin is held open by the wrapper: there is no way to
-//     close it, and none to kill one command (only deleting its session);
-//   - /process/execute runs without a shell and merges stdout and stderr
-//     into one JSON string.
+//     is echoed into the log as stdout; the write blocks, with no deadline,
+//     until the command opens its stdin and reads; input to a command whose
+//     exit code the daemon has read is 410;
+//   - an async command's stdin is held open by a `sleep 3600` that outlives
+//     the command until its session goes: there is no way to close a
+//     command's stdin, and none to kill one command;
+//   - DELETE of a session sends SIGTERM to its process group and every
+//     descendant, checks every 100 ms (Options.TerminationCheck) and sends
+//     SIGKILL after 5 s (Options.TerminationGrace): it answers after one
+//     check at best;
+//   - /process/execute runs the command through the shell (stdin), merges
+//     stdout and stderr into one JSON string, and has no timeout unless
+//     one is given;
+//   - errors come in the daemon's three shapes: a typed error's JSON body
+//     with its prefix ("not found: session not found"), a wrapped one as a
+//     500 ("failed to execute command: not found: session not found"),
+//     and gin's AbortWithError, a status with an empty body (upload
+//     failures, a missing download, a bad exec request); an unknown route
+//     is gin's plain "404 page not found".
 //
 // And the faults, on demand: an outage (503 everywhere), a proxy that drops
-// connections, a list body cut mid-page, 429 with Retry-After. The toolbox
-// proxy answers 502 with a plain body for a sandbox that is not started or
-// does not exist, as a proxy does.
+// connections, a list body cut mid-page, 429 with Retry-After, the
+// exit-code race at a rate, a session shell killed as the OOM killer does
+// (OOMKillSession). The toolbox proxy answers 502 with a plain body for a
+// sandbox that is not started or does not exist, as a proxy does.
 //
 // The stand-in deliberately shares no code with package daytona, so a
 // mistake in one cannot hide in the other.
@@ -55,6 +80,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -71,6 +97,15 @@ type Options struct {
 	// FailSnapshot, when set, names a snapshot whose sandboxes end in state
 	// error (errorReason set) instead of started.
 	FailSnapshot string
+	// ShellsFile is the file the shell is chosen from (default
+	// /etc/shells), as the daemon's GetShell reads it.
+	ShellsFile string
+	// TerminationGrace is how long a session DELETE waits after SIGTERM
+	// before SIGKILL; 0 means the daemon's default, 5 s.
+	TerminationGrace time.Duration
+	// TerminationCheck is how often a session DELETE checks that the
+	// session's processes are gone; 0 means the daemon's default, 100 ms.
+	TerminationCheck time.Duration
 	// Dir, when set, is where sandbox directories are made (default
 	// t.TempDir()): keep it short when sandboxes run runner-shim, whose
 	// control socket path must fit in 107 bytes.
@@ -109,6 +144,9 @@ type Server struct {
 	rateLimit   int
 	retryAfter  time.Duration
 	requests    map[string]int
+	// raceRate is the rate of forced exit-code races; races counts them.
+	raceRate float64
+	races    int
 }
 
 type sandbox struct {
@@ -137,6 +175,15 @@ func New(t testing.TB, opts Options) *Server {
 	}
 	if opts.Dir == "" {
 		opts.Dir = t.TempDir()
+	}
+	if opts.ShellsFile == "" {
+		opts.ShellsFile = "/etc/shells"
+	}
+	if opts.TerminationGrace <= 0 {
+		opts.TerminationGrace = 5 * time.Second
+	}
+	if opts.TerminationCheck <= 0 {
+		opts.TerminationCheck = 100 * time.Millisecond
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
@@ -182,6 +229,36 @@ func (s *Server) RateLimit(n int, retryAfter time.Duration) {
 	s.mu.Lock()
 	s.rateLimit, s.retryAfter = n, retryAfter
 	s.mu.Unlock()
+}
+
+// SetExitCodeRace makes each read of a command record whose exit code the
+// daemon has not cached yet (GET of the command, of its session, of the
+// session list) answer, at rate (0..1), the daemon's 500 for an exit code
+// file met empty. The real window is the moment between `>>` creating the
+// file and writing the code, so the stand-in forces it wherever a reader
+// may meet it.
+func (s *Server) SetExitCodeRace(rate float64) { s.mu.Lock(); s.raceRate = rate; s.mu.Unlock() }
+
+// ExitCodeRaces returns how many answers SetExitCodeRace forced.
+func (s *Server) ExitCodeRaces() int { s.mu.Lock(); defer s.mu.Unlock(); return s.races }
+
+// OOMKillSession kills the session's shell and everything in its process
+// group with SIGKILL, as the OOM killer may: nothing of the wrapper runs
+// after, so its command never gets an exit code and its FIFOs stay. The
+// session stays listed, as on the daemon, which never notices. It reports
+// whether the session exists.
+func (s *Server) OOMKillSession(sandboxID, sessionID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.sandboxes[sandboxID]
+	if !ok {
+		return false
+	}
+	ss, ok := sb.sessions[sessionID]
+	if ok {
+		_ = syscall.Kill(-ss.shell.Process.Pid, syscall.SIGKILL)
+	}
+	return ok
 }
 
 // Home returns a sandbox's home directory (the working directory of its
@@ -273,7 +350,9 @@ func apiError(w http.ResponseWriter, status int, msg string) {
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, _ := json.Marshal(v)
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	if w.Header().Get("Content-Type") == "" {
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	}
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
 	_, _ = w.Write(b)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -150,20 +151,50 @@ func TestAuth(t *testing.T) {
 	}
 }
 
-func TestSplitCommand(t *testing.T) {
+// TestDaemonErrorShapes pins each error answer of the toolbox as daemon
+// v0.190.0 gives it: status, content type and body (timestamps aside).
+func TestDaemonErrorShapes(t *testing.T) {
+	s := New(t, Options{})
+	id := startedSandbox(t, s)
+	tb := s.ToolboxProxyURL() + "/" + id
+	if code, b := req(t, s, "POST", tb+"/process/session", `{"sessionId":"s.1"}`); code != 201 {
+		t.Fatalf("create s.1: %d %s", code, b)
+	}
+	stamp := regexp.MustCompile(`"timestamp":"[^"]*"`)
 	cases := []struct {
-		in   string
-		want []string
+		name, method, path, body string
+		status                   int
+		want                     string
 	}{
-		{"echo a  b", []string{"echo", "a", "b"}},
-		{`sh -c "echo 'x y'; true"`, []string{"sh", "-c", "echo 'x y'; true"}},
-		{`printf ''`, []string{"printf", ""}},
-		{`a\ b`, []string{`a\`, "b"}},
+		{"unknown route", "GET", "/no/such/route", "", 404, "404 page not found"},
+		{"exec in an unknown session", "POST", "/process/session/nope/exec", `{"command":"true","runAsync":true}`, 500,
+			`{"message":"failed to execute command: not found: session not found","path":"","statusCode":500,"timestamp":""}`},
+		{"exec of an empty command", "POST", "/process/session/s.1/exec", `{"command":"  "}`, 400, ""},
+		{"exec of a bad body", "POST", "/process/session/s.1/exec", `{bad`, 400, ""},
+		{"command of an unknown session", "GET", "/process/session/nope/command/c", "", 404,
+			`{"code":"NOT_FOUND","message":"not found: session not found","method":"GET","path":"/process/session/nope/command/c","statusCode":404,"timestamp":""}`},
+		{"session taken", "POST", "/process/session", `{"sessionId":"s.1"}`, 409,
+			`{"code":"CONFLICT","message":"conflict: session already exists","method":"POST","path":"/process/session","statusCode":409,"timestamp":""}`},
+		{"download of a missing file", "GET", "/files/download?path=/nonexist", "", 404, ""},
+		{"upload without a path", "POST", "/files/upload", "", 400, ""},
+		{"execute of an empty command", "POST", "/process/execute", `{"command":" "}`, 400,
+			`{"code":"BAD_REQUEST","message":"bad request: command cannot be empty or whitespace-only","method":"POST","path":"/process/execute","statusCode":400,"timestamp":""}`},
 	}
 	for _, tc := range cases {
-		got := splitCommand(tc.in)
-		if strings.Join(got, "|") != strings.Join(tc.want, "|") || len(got) != len(tc.want) {
-			t.Fatalf("splitCommand(%q): got %q, want %q", tc.in, got, tc.want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			code, b := req(t, s, tc.method, tb+tc.path, tc.body)
+			got := string(b)
+			if strings.HasPrefix(got, "{") {
+				var m map[string]any
+				if err := json.Unmarshal(b, &m); err != nil {
+					t.Fatal(err)
+				}
+				nb, _ := json.Marshal(m) // keys sorted
+				got = stamp.ReplaceAllString(string(nb), `"timestamp":""`)
+			}
+			if code != tc.status || got != tc.want {
+				t.Fatalf("got %d %s, want %d %s", code, got, tc.status, tc.want)
+			}
+		})
 	}
 }

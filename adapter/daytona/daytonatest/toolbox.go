@@ -2,10 +2,11 @@ package daytonatest
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,7 +15,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"github.com/agentrunner/runner/adapter/internal/standin"
 )
@@ -31,33 +31,65 @@ type session struct {
 	shell *exec.Cmd
 	stdin io.WriteCloser
 	done  chan struct{} // closed when the shell has been reaped
-	cmds  map[string]*command
-	order []string
+	// deleted is closed when a DELETE has ended the session (a waiting
+	// synchronous exec then answers "session cancelled").
+	deleted chan struct{}
+	cmds    map[string]*command
+	order   []string
 }
 
 type command struct {
 	id, text, dir string
+	// exitCode is the code once the daemon has read it from the exit
+	// code file (it caches it then, and only then does input answer 410).
+	exitCode *int
 }
 
-// exitCode reads the command's exit code file: nil while it runs.
-func (c *command) exitCode() *int {
+// readExitCode reads the command's exit code file as the daemon does: no
+// file is "running" (nil, nil); a file that is there but does not hold a
+// number (the moment between `>>` creating it and writing the code) is the
+// daemon's error.
+func (c *command) readExitCode() (*int, error) {
+	if c.exitCode != nil {
+		return c.exitCode, nil
+	}
 	b, err := os.ReadFile(filepath.Join(c.dir, "exit_code"))
-	if err != nil {
-		return nil
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
 	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("failed to read exit code file: %w", err)
 	}
-	return &n
+	n, err := strconv.Atoi(strings.TrimRight(string(b), "\n"))
+	if err != nil {
+		return nil, fmt.Errorf("failed to convert exit code to int: %w", err)
+	}
+	c.exitCode = &n
+	return &n, nil
 }
 
-func (c *command) record() map[string]any {
-	m := map[string]any{"id": c.id, "command": c.text}
-	if ec := c.exitCode(); ec != nil {
+// exitCodeRaceErr is the daemon's answer to a read of a command record
+// that met the exit code file created but still empty.
+var exitCodeRaceErr = fmt.Errorf("failed to convert exit code to int: %w", &strconv.NumError{Func: "Atoi", Num: "", Err: strconv.ErrSyntax})
+
+// record reads a command's record; the caller holds s.mu. At the rate
+// SetExitCodeRace set, a command whose exit code the daemon has not cached
+// yet answers the race's error (the window is a few microseconds on the
+// real daemon, so it is forced here to be met at all).
+func (s *Server) record(c *command) (map[string]any, error) {
+	if c.exitCode == nil && s.raceRate > 0 && rand.Float64() < s.raceRate {
+		s.races++
+		return nil, exitCodeRaceErr
+	}
+	ec, err := c.readExitCode()
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]any{"id": c.id, "command": c.text, "suppressInputEcho": false}
+	if ec != nil {
 		m["exitCode"] = *ec
 	}
-	return m
+	return m, nil
 }
 
 // killSessions ends every process of the sandbox, as a stopped or
@@ -68,18 +100,52 @@ func (c *command) record() map[string]any {
 func (sb *sandbox) killSessions() {
 	for _, ss := range sb.sessions {
 		_ = syscall.Kill(-ss.shell.Process.Pid, syscall.SIGKILL)
+		ss.stdin.Close()
 	}
 	sb.sessions = map[string]*session{}
 	standin.KillTagged(TagEnv, sb.id)
 }
 
-// daemonError writes the toolbox daemon's error body (common-go).
-func daemonError(w http.ResponseWriter, r *http.Request, status int, msg string) {
-	code := strings.ToUpper(strings.ReplaceAll(http.StatusText(status), " ", "_"))
+// The daemon's three shapes of an error answer (common-go's error
+// middleware behind gin):
+//
+//   - typedError: a typed error (NewNotFoundError, ...) reaching the
+//     middleware as it is: its status, its prefixed message, a code;
+//   - defaultError: any other error (a typed one a handler wrapped with
+//     fmt.Errorf): 500, the message, a zero timestamp and an empty path;
+//   - abort: gin's AbortWithError: the status and no body at all.
+func typedError(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	codes := map[int]string{
+		http.StatusBadRequest: "BAD_REQUEST", http.StatusNotFound: "NOT_FOUND", http.StatusConflict: "CONFLICT",
+		http.StatusGone: "GONE", http.StatusRequestTimeout: "REQUEST_TIMEOUT", http.StatusInternalServerError: "INTERNAL_SERVER_ERROR",
+	}
+	code := codes[status]
+	if status == http.StatusBadRequest && strings.HasPrefix(msg, "invalid body request: ") {
+		code = "INVALID_REQUEST_BODY"
+	}
+	// The middleware sets the type before gin renders, so gin's own
+	// "; charset=utf-8" is not added.
+	w.Header().Set("Content-Type", "application/json")
 	writeJSON(w, status, map[string]any{
 		"statusCode": status, "message": msg, "code": code,
-		"timestamp": time.Now().UTC().Format(time.RFC3339), "path": r.URL.Path, "method": r.Method,
+		"timestamp": time.Now().UTC().Format(time.RFC3339Nano), "path": r.URL.Path, "method": r.Method,
 	})
+}
+
+func defaultError(w http.ResponseWriter, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	writeJSON(w, http.StatusInternalServerError, map[string]any{
+		"statusCode": http.StatusInternalServerError, "message": msg, "timestamp": "0001-01-01T00:00:00Z", "path": "",
+	})
+}
+
+func abort(w http.ResponseWriter, status int) { w.WriteHeader(status) }
+
+// notFoundRoute is gin's answer for a route it does not have.
+func notFoundRoute(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/plain")
+	w.WriteHeader(http.StatusNotFound)
+	_, _ = io.WriteString(w, "404 page not found")
 }
 
 // serveToolbox is the toolbox proxy: /toolbox/{sandboxID}/<daemon path>.
@@ -109,6 +175,10 @@ func (s *Server) serveToolbox(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "502 Bad Gateway", http.StatusBadGateway)
 		return
 	}
+	// The daemon sees the path without the proxy's prefix (its error
+	// bodies name it).
+	r = r.Clone(r.Context())
+	r.URL.Path = path
 	parts := strings.Split(strings.Trim(path, "/"), "/")
 	switch {
 	case r.Method == http.MethodPost && path == "/process/execute":
@@ -134,7 +204,7 @@ func (s *Server) serveToolbox(w http.ResponseWriter, r *http.Request) {
 	case len(parts) == 6 && parts[1] == "session" && parts[3] == "command" && parts[5] == "input" && r.Method == http.MethodPost:
 		s.input(w, r, sb, parts[2], parts[4])
 	default:
-		daemonError(w, r, http.StatusNotFound, "route not found")
+		notFoundRoute(w)
 	}
 }
 
@@ -142,22 +212,22 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request, sb *sandb
 	var req struct {
 		SessionID string `json:"sessionId"`
 	}
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.SessionID == "" || strings.ContainsAny(req.SessionID, "/.") {
-		daemonError(w, r, http.StatusBadRequest, "invalid request body")
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.SessionID == "" {
+		typedError(w, r, http.StatusBadRequest, "invalid body request: Key: 'CreateSessionRequest.SessionId' Error:Field validation for 'SessionId' failed on the 'required' tag")
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := sb.sessions[req.SessionID]; ok {
-		daemonError(w, r, http.StatusConflict, "session already exists")
+		typedError(w, r, http.StatusConflict, "conflict: session already exists")
 		return
 	}
 	dir := filepath.Join(sb.dir, "daemon", "sessions", req.SessionID)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		daemonError(w, r, http.StatusInternalServerError, "create session directory")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		defaultError(w, err.Error())
 		return
 	}
-	sh := exec.Command("bash")
+	sh := exec.Command(s.shell())
 	sh.Dir = filepath.Join(sb.dir, "home")
 	sh.Env = append(os.Environ(), "HOME="+sh.Dir, TagEnv+"="+sb.id)
 	for k, v := range sb.env {
@@ -166,15 +236,24 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request, sb *sandb
 	// Its own process group, so deleting the session or stopping the
 	// sandbox ends every process it started.
 	sh.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stdin, err := sh.StdinPipe()
-	if err == nil {
-		err = sh.Start()
-	}
+	// A pipe of its own rather than StdinPipe: Wait would close the write
+	// side, and the daemon never waits for a live session's shell, so a
+	// write after the shell died fails as "broken pipe" there.
+	pr, stdin, err := os.Pipe()
 	if err != nil {
-		daemonError(w, r, http.StatusInternalServerError, "start session shell")
+		defaultError(w, err.Error())
 		return
 	}
-	ss := &session{id: req.SessionID, dir: dir, shell: sh, stdin: stdin, done: make(chan struct{}), cmds: map[string]*command{}}
+	sh.Stdin = pr
+	err = sh.Start()
+	pr.Close()
+	if err != nil {
+		stdin.Close()
+		defaultError(w, err.Error())
+		return
+	}
+	ss := &session{id: req.SessionID, dir: dir, shell: sh, stdin: stdin, done: make(chan struct{}),
+		deleted: make(chan struct{}), cmds: map[string]*command{}}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -189,9 +268,22 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request, sb *sandb
 func lookupSession(w http.ResponseWriter, r *http.Request, sb *sandbox, sid string) (*session, bool) {
 	ss, ok := sb.sessions[sid]
 	if !ok {
-		daemonError(w, r, http.StatusNotFound, "session not found")
+		typedError(w, r, http.StatusNotFound, "not found: session not found")
 	}
 	return ss, ok
+}
+
+// records renders a session's commands; the caller holds s.mu.
+func (s *Server) records(ss *session) ([]map[string]any, error) {
+	cmds := []map[string]any{}
+	for _, id := range ss.order {
+		m, err := s.record(ss.cmds[id])
+		if err != nil {
+			return nil, err
+		}
+		cmds = append(cmds, m)
+	}
+	return cmds, nil
 }
 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request, sb *sandbox) {
@@ -199,9 +291,10 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request, sb *sandbo
 	defer s.mu.Unlock()
 	out := []map[string]any{}
 	for _, ss := range sb.sessions {
-		cmds := []map[string]any{}
-		for _, id := range ss.order {
-			cmds = append(cmds, ss.cmds[id].record())
+		cmds, err := s.records(ss)
+		if err != nil {
+			defaultError(w, err.Error())
+			return
 		}
 		out = append(out, map[string]any{"sessionId": ss.id, "commands": cmds})
 	}
@@ -215,52 +308,136 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request, sb *sandbox,
 	if !ok {
 		return
 	}
-	cmds := []map[string]any{}
-	for _, id := range ss.order {
-		cmds = append(cmds, ss.cmds[id].record())
+	cmds, err := s.records(ss)
+	if err != nil {
+		defaultError(w, err.Error())
+		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"sessionId": sid, "commands": cmds})
 }
 
+// deleteSession ends a session as the daemon does: SIGTERM to the shell's
+// process group and to every descendant found by walking the process tree
+// (what left the group with setsid), then a check every
+// Options.TerminationCheck (first after one interval) until the shell is
+// gone or has no children; after Options.TerminationGrace, SIGKILL to the
+// group, the tree and the shell. Only then is the session removed and
+// the answer sent: a DELETE costs at least one check interval.
 func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request, sb *sandbox, sid string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	ss, ok := lookupSession(w, r, sb, sid)
+	s.mu.Unlock()
 	if !ok {
 		return
 	}
-	_ = syscall.Kill(-ss.shell.Process.Pid, syscall.SIGKILL)
-	delete(sb.sessions, sid)
+	pid := ss.shell.Process.Pid
+	_ = syscall.Kill(-pid, syscall.SIGTERM)
+	signalTree(pid, syscall.SIGTERM)
+	if !s.waitTerminated(pid) {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		signalTree(pid, syscall.SIGKILL)
+		_ = ss.shell.Process.Kill()
+	}
+	s.mu.Lock()
+	if sb.sessions[sid] == ss {
+		delete(sb.sessions, sid)
+		close(ss.deleted)
+		ss.stdin.Close()
+	}
+	s.mu.Unlock()
 	_ = os.RemoveAll(ss.dir)
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// wrapper is what the session shell runs for one command: the command in a
-// subshell whose stdout and stderr go through FIFOs into line-reading
-// loops that prefix each line with its stream's marker and append it to
-// one log; its stdin is a FIFO a sleeping writer holds open (so the
-// command never sees EOF); the exit code is written once both loops have
-// drained. @DIR@ and @CMD@ are replaced.
+// waitTerminated polls as the daemon's waitForTermination does: true once
+// the shell is gone or childless, false when the grace ran out.
+func (s *Server) waitTerminated(pid int) bool {
+	grace := time.NewTimer(s.opts.TerminationGrace)
+	defer grace.Stop()
+	t := time.NewTicker(s.opts.TerminationCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-grace.C:
+			return false
+		case <-s.ctx.Done():
+			return false
+		case <-t.C:
+			if !exists(pid) || len(children(pid)) == 0 {
+				return true
+			}
+		}
+	}
+}
+
+// exists reports whether pid is a process that has not been reaped.
+func exists(pid int) bool {
+	_, err := os.Stat("/proc/" + strconv.Itoa(pid))
+	return err == nil
+}
+
+// children returns the pids whose parent is pid, from /proc.
+func children(pid int) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(st, ')')
+		f := strings.Fields(string(st[i+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// signalTree signals every descendant of pid, deepest first.
+func signalTree(pid int, sig syscall.Signal) {
+	for _, c := range children(pid) {
+		signalTree(c, sig)
+		_ = syscall.Kill(c, sig)
+	}
+}
+
+// wrapper is what the session shell is fed for one command, written from
+// the daemon's behaviour (pkg/session execute.go): FIFOs for the
+// command's stdout, stderr and stdin; a line-reading loop per output
+// stream that prefixes each line with its marker and appends it to the
+// log; a stdin holder (async: a loop of `sleep 3600` writing to the stdin
+// FIFO, whose sleep outlives the loop's kill and stays until the session
+// goes; sync: an immediate EOF); the command file SOURCED in the session's
+// own shell, so `exit` ends the session and cd and variables carry over;
+// then, once both loops drained, the exit code APPENDED to its file with
+// `>>` (which creates it empty first). A trap removes the FIFOs on exit.
+// The placeholders are replaced.
 const wrapper = `{
-d='@DIR@'
-o="$d/stdout.pipe"; e="$d/stderr.pipe"; i="$d/input.pipe"
-mkfifo "$o" "$e" "$i"
-( while IFS= read -r l || [ -n "$l" ]; do printf '\001\001\001%s\n' "$l"; done < "$o" ) >> "$d/output.log" &
-lo=$!
-( while IFS= read -r l || [ -n "$l" ]; do printf '\002\002\002%s\n' "$l"; done < "$e" ) >> "$d/output.log" &
-le=$!
-sleep 2147483647 > "$i" &
-h=$!
-(
-@CMD@
-) < "$i" > "$o" 2> "$e"
-c=$?
-kill "$h" 2>/dev/null
-wait "$lo" "$le"
-echo "$c" > "$d/exit_code.tmp" && mv "$d/exit_code.tmp" "$d/exit_code"
-rm -f "$o" "$e" "$i"
+_d=@DIR@
+_o="$_d/stdout.pipe"; _e="$_d/stderr.pipe"; _i=@INPUT@
+rm -f "$_o" "$_e" "$_i" && mkfifo "$_o" "$_e" "$_i" || exit 1
+trap 'rm -f "$_o" "$_e" "$_i"' EXIT HUP INT TERM
+( while IFS= read -r l || [ -n "$l" ]; do printf '\001\001\001%s\n' "$l"; done < "$_o" ) >> @LOG@ & _r1=$!
+( while IFS= read -r l || [ -n "$l" ]; do printf '\002\002\002%s\n' "$l"; done < "$_e" ) >> @LOG@ & _r2=$!
+@HOLDER@
+_h=$!
+{ . @CMDFILE@; } < "$_i" > "$_o" 2> "$_e"
+_c=$?
+kill "$_h" 2>/dev/null; wait "$_h" 2>/dev/null
+wait "$_r1" "$_r2"
+echo "$_c" >> @EXIT@
+rm -f "$_o" "$_e" "$_i"
 }
 `
+
+// shellQuote is s as one double-quoted shell word (the daemon uses Go's
+// %q, which the shell reads the same for these plain paths).
+func shellQuote(s string) string { return strconv.Quote(s) }
 
 func (s *Server) exec(w http.ResponseWriter, r *http.Request, sb *sandbox, sid string) {
 	var req struct {
@@ -268,59 +445,96 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, sb *sandbox, sid s
 		RunAsync bool   `json:"runAsync"`
 		Async    bool   `json:"async"`
 	}
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		daemonError(w, r, http.StatusBadRequest, "invalid request body")
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || strings.TrimSpace(req.Command) == "" {
+		// The handler's AbortWithError: a status and no body.
+		abort(w, http.StatusBadRequest)
 		return
 	}
-	if strings.TrimSpace(req.Command) == "" {
-		daemonError(w, r, http.StatusBadRequest, "command cannot be empty")
-		return
-	}
+	async := req.RunAsync || req.Async
+	format := logFormat(r.Header)
 	s.mu.Lock()
-	ss, ok := lookupSession(w, r, sb, sid)
+	ss, ok := sb.sessions[sid]
 	if !ok {
 		s.mu.Unlock()
+		// The service's NotFoundError, wrapped by the handler: a 500.
+		defaultError(w, "failed to execute command: not found: session not found")
 		return
 	}
 	c := &command{id: randUUID(), text: req.Command}
 	c.dir = filepath.Join(ss.dir, c.id)
-	if err := os.MkdirAll(c.dir, 0o700); err != nil {
+	fail := func(msg string, err error) {
 		s.mu.Unlock()
-		daemonError(w, r, http.StatusBadRequest, "failed to create log directory")
-		return
-	}
-	if err := os.WriteFile(filepath.Join(c.dir, "output.log"), nil, 0o600); err != nil {
-		s.mu.Unlock()
-		daemonError(w, r, http.StatusBadRequest, "failed to create log file")
-		return
-	}
-	script := strings.NewReplacer("@DIR@", c.dir, "@CMD@", req.Command).Replace(wrapper)
-	if _, err := io.WriteString(ss.stdin, script); err != nil {
-		s.mu.Unlock()
-		daemonError(w, r, http.StatusBadRequest, "failed to write command")
-		return
+		defaultError(w, "failed to execute command: bad request: "+msg+": "+err.Error())
 	}
 	ss.cmds[c.id] = c
 	ss.order = append(ss.order, c.id)
-	done := ss.done
-	s.mu.Unlock()
-	if req.RunAsync || req.Async {
-		writeJSON(w, http.StatusAccepted, map[string]any{"cmdId": c.id})
+	if err := os.MkdirAll(c.dir, 0o755); err != nil {
+		fail("failed to create log directory", err)
 		return
 	}
-	t := time.NewTicker(20 * time.Millisecond)
+	logPath := filepath.Join(c.dir, "output.log")
+	if err := os.WriteFile(logPath, nil, 0o666); err != nil {
+		fail("failed to create log file", err)
+		return
+	}
+	cmdFile := filepath.Join(c.dir, "cmd.sh")
+	if err := os.WriteFile(cmdFile, []byte(req.Command), 0o600); err != nil {
+		fail("failed to write command file", err)
+		return
+	}
+	holder := `cat /dev/null > "$_i" &`
+	if async {
+		holder = `while :; do sleep 3600; done > "$_i" &`
+	}
+	script := strings.NewReplacer("@DIR@", shellQuote(c.dir), "@INPUT@", shellQuote(filepath.Join(c.dir, "input.pipe")),
+		"@LOG@", shellQuote(logPath), "@HOLDER@", holder, "@CMDFILE@", shellQuote(cmdFile),
+		"@EXIT@", shellQuote(filepath.Join(c.dir, "exit_code"))).Replace(wrapper)
+	if _, err := io.WriteString(ss.stdin, script); err != nil {
+		// A shell that exited (`exit` in an earlier command, a kill):
+		// its stdin pipe is broken.
+		fail("failed to write command", err)
+		return
+	}
+	deleted := ss.deleted
+	s.mu.Unlock()
+	if async {
+		writeJSON(w, http.StatusAccepted, map[string]any{"cmdId": c.id, "output": nil, "stdout": nil, "stderr": nil, "exitCode": nil})
+		return
+	}
+	// Synchronous: poll the exit code file every 50 ms, for ever (a shell
+	// that died never writes it) unless the session is deleted.
+	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
-		if ec := c.exitCode(); ec != nil {
-			out := readLog(c, false)
-			writeJSON(w, http.StatusOK, map[string]any{"cmdId": c.id, "output": string(out), "exitCode": *ec})
+		s.mu.Lock()
+		ec, err := c.readExitCode()
+		s.mu.Unlock()
+		if err != nil {
+			defaultError(w, "failed to execute command: bad request: "+err.Error())
+			return
+		}
+		if ec != nil {
+			b, _ := os.ReadFile(logPath)
+			out := map[string]any{"cmdId": c.id, "output": nil, "stdout": nil, "stderr": nil, "exitCode": *ec}
+			switch format {
+			case formatCombined:
+				out["output"] = string(stripMarkers(b))
+			case formatJSON:
+				o, e := demux(b)
+				out["output"], out["stdout"], out["stderr"] = string(b), string(o), string(e)
+			default:
+				out["output"] = string(b)
+			}
+			writeJSON(w, http.StatusOK, out)
 			return
 		}
 		select {
-		case <-done:
-			daemonError(w, r, http.StatusBadRequest, "session cancelled")
+		case <-deleted:
+			defaultError(w, "failed to execute command: bad request: session cancelled")
 			return
 		case <-r.Context().Done():
+			return
+		case <-s.ctx.Done():
 			return
 		case <-t.C:
 		}
@@ -328,264 +542,235 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, sb *sandbox, sid s
 }
 
 // lookupCommand returns a command; the caller holds s.mu.
-func lookupCommand(w http.ResponseWriter, r *http.Request, sb *sandbox, sid, cid string) (*command, bool) {
+func lookupCommand(w http.ResponseWriter, r *http.Request, sb *sandbox, sid, cid string) (*session, *command, bool) {
 	ss, ok := lookupSession(w, r, sb, sid)
 	if !ok {
-		return nil, false
+		return nil, nil, false
 	}
 	c, ok := ss.cmds[cid]
 	if !ok {
-		daemonError(w, r, http.StatusNotFound, "command not found")
+		typedError(w, r, http.StatusNotFound, "not found: command not found")
 	}
-	return c, ok
+	return ss, c, ok
 }
 
 func (s *Server) getCommand(w http.ResponseWriter, r *http.Request, sb *sandbox, sid, cid string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if c, ok := lookupCommand(w, r, sb, sid, cid); ok {
-		writeJSON(w, http.StatusOK, c.record())
+	_, c, ok := lookupCommand(w, r, sb, sid, cid)
+	if !ok {
+		return
 	}
+	m, err := s.record(c)
+	if err != nil {
+		defaultError(w, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
 }
 
-// readLog returns the command's log, its markers kept (split) or every
-// marker sequence removed.
-func readLog(c *command, split bool) []byte {
-	b, _ := os.ReadFile(filepath.Join(c.dir, "output.log"))
-	if !split {
-		b = bytes.ReplaceAll(bytes.ReplaceAll(b, stdoutMarker, nil), stderrMarker, nil)
+// The formats of a log answer, chosen by the SDK version header and
+// X-Daytona-Split-Output as the daemon's IsCombinedOutput and
+// SkipServerDemux choose them.
+const (
+	// formatCombined: plain text, every marker sequence removed (no SDK
+	// version and no split header; or an SDK older than 0.27.0).
+	formatCombined = iota
+	// formatSplit: plain text with the markers (no SDK version and
+	// X-Daytona-Split-Output: true; or an SDK from 0.27.0 to before
+	// 0.167.0).
+	formatSplit
+	// formatJSON: {output, stdout, stderr} (an SDK from 0.167.0, or a
+	// dev version); JSON replaces invalid UTF-8 with U+FFFD.
+	formatJSON
+)
+
+func logFormat(h http.Header) int {
+	v := h.Get("X-Daytona-SDK-Version")
+	if v == "" {
+		if h.Get("X-Daytona-Split-Output") == "true" {
+			return formatSplit
+		}
+		return formatCombined
 	}
-	return b
+	if strings.Contains(v, "dev") {
+		return formatJSON
+	}
+	cmp27, ok27 := compareVersion(v, [3]int{0, 27, 0})
+	if ok27 && cmp27 < 0 {
+		return formatCombined
+	}
+	if cmp167, ok := compareVersion(v, [3]int{0, 167, 0}); !ok || cmp167 < 0 {
+		return formatSplit
+	}
+	return formatJSON
+}
+
+// compareVersion compares X.Y.Z[-pre] with want-0 (the lowest
+// pre-release of want): -1, 0 or 1, and false when v does not parse.
+func compareVersion(v string, want [3]int) (int, bool) {
+	v = strings.TrimPrefix(v, "v")
+	core, pre, hasPre := strings.Cut(v, "-")
+	if !hasPre {
+		// "1.2.3rc1": the daemon dashes a suffix glued to the core.
+		for i := len(core) - 1; i >= 0; i-- {
+			if core[i] >= '0' && core[i] <= '9' {
+				core, pre, hasPre = core[:i+1], core[i+1:], i+1 < len(core)
+				break
+			}
+		}
+	}
+	parts := strings.Split(core, ".")
+	if len(parts) != 3 {
+		return 0, false
+	}
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 {
+			return 0, false
+		}
+		if n != want[i] {
+			if n < want[i] {
+				return -1, true
+			}
+			return 1, true
+		}
+	}
+	// Equal cores: want-0 is below every other pre-release of it and
+	// below the release.
+	if hasPre && pre == "0" {
+		return 0, true
+	}
+	return 1, true
+}
+
+func stripMarkers(b []byte) []byte {
+	return bytes.ReplaceAll(bytes.ReplaceAll(b, stdoutMarker, nil), stderrMarker, nil)
+}
+
+// demux splits a split log into its streams: the bytes after each marker
+// up to the next marker of either kind; bytes before the first marker are
+// dropped.
+func demux(b []byte) (stdout, stderr []byte) {
+	var cur *[]byte
+	for len(b) > 0 {
+		switch {
+		case bytes.HasPrefix(b, stdoutMarker):
+			cur, b = &stdout, b[3:]
+			continue
+		case bytes.HasPrefix(b, stderrMarker):
+			cur, b = &stderr, b[3:]
+			continue
+		}
+		if cur != nil {
+			*cur = append(*cur, b[0])
+		}
+		b = b[1:]
+	}
+	return stdout, stderr
 }
 
 func (s *Server) logs(w http.ResponseWriter, r *http.Request, sb *sandbox, sid, cid string) {
 	s.mu.Lock()
-	c, ok := lookupCommand(w, r, sb, sid, cid)
+	_, c, ok := lookupCommand(w, r, sb, sid, cid)
 	s.mu.Unlock()
 	if !ok {
 		return
 	}
-	if r.URL.Query().Get("follow") == "true" {
-		// Follow is a WebSocket upgrade on the daemon; the stand-in serves
-		// only the HTTP log.
-		daemonError(w, r, http.StatusBadRequest, "follow needs a websocket upgrade")
+	if r.Header.Get("Upgrade") == "websocket" {
+		// Follow is a WebSocket on the daemon; the stand-in serves only
+		// the HTTP log.
+		typedError(w, r, http.StatusBadRequest, "bad request: the stand-in serves no websocket")
 		return
 	}
-	b := validUTF8(readLog(c, r.Header.Get("X-Daytona-Split-Output") == "true"))
+	b, err := os.ReadFile(filepath.Join(c.dir, "output.log"))
+	if err != nil {
+		typedError(w, r, http.StatusNotFound, "not found: "+err.Error())
+		return
+	}
+	switch logFormat(r.Header) {
+	case formatJSON:
+		o, e := demux(b)
+		writeJSON(w, http.StatusOK, map[string]string{"output": string(b), "stdout": string(o), "stderr": string(e)})
+		return
+	case formatCombined:
+		b = stripMarkers(b)
+	}
+	// Plain text keeps the bytes as they are, invalid UTF-8 included.
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
 }
 
-// validUTF8 replaces every byte of an invalid UTF-8 sequence with U+FFFD,
-// as encoding/json does to a Go string.
-func validUTF8(b []byte) []byte {
-	if utf8.Valid(b) {
-		return b
-	}
-	out := make([]byte, 0, len(b)+16)
-	for len(b) > 0 {
-		r, n := utf8.DecodeRune(b)
-		if r == utf8.RuneError && n == 1 {
-			out = utf8.AppendRune(out, utf8.RuneError)
-		} else {
-			out = append(out, b[:n]...)
-		}
-		b = b[n:]
-	}
-	return out
-}
-
 func (s *Server) input(w http.ResponseWriter, r *http.Request, sb *sandbox, sid, cid string) {
 	var req struct {
-		Data *string `json:"data"`
+		Data string `json:"data"`
 	}
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Data == nil {
-		daemonError(w, r, http.StatusBadRequest, "invalid request body")
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Data == "" {
+		typedError(w, r, http.StatusBadRequest, "invalid body request: Key: 'SessionSendInputRequest.Data' Error:Field validation for 'Data' failed on the 'required' tag")
 		return
 	}
 	s.mu.Lock()
-	c, ok := lookupCommand(w, r, sb, sid, cid)
+	_, c, ok := lookupCommand(w, r, sb, sid, cid)
+	var ec *int
+	if ok {
+		ec = c.exitCode
+	}
 	s.mu.Unlock()
 	if !ok {
 		return
 	}
-	if ec := c.exitCode(); ec != nil {
-		daemonError(w, r, http.StatusGone, "command has already completed with exit code "+strconv.Itoa(*ec))
+	// Only an exit code the daemon has already read makes it 410.
+	if ec != nil {
+		typedError(w, r, http.StatusGone, "gone: command has already completed with exit code "+strconv.Itoa(*ec))
 		return
 	}
-	data := *req.Data
+	data := req.Data
 	if !strings.HasSuffix(data, "\n") {
 		data += "\n"
 	}
-	// Non-blocking, so a FIFO with no reader (the command has not opened
-	// it yet, or is gone) fails instead of hanging the handler, and the
-	// write is bounded by a deadline.
-	f, err := os.OpenFile(filepath.Join(c.dir, "input.pipe"), os.O_WRONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		daemonError(w, r, http.StatusInternalServerError, "failed to open input pipe")
-		return
-	}
-	defer f.Close()
-	_ = f.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	if _, err := f.WriteString(data); err != nil {
-		daemonError(w, r, http.StatusInternalServerError, "failed to write to input pipe")
+	// A blocking open and write, with no deadline, as the daemon's: the
+	// open waits for the command to open its stdin, the write for room in
+	// the pipe. Only the stand-in's shutdown releases them.
+	pipe := filepath.Join(c.dir, "input.pipe")
+	if err := s.writeFIFO(pipe, data); err != nil {
+		typedError(w, r, http.StatusInternalServerError, "internal server error: "+err.Error())
 		return
 	}
 	// The daemon echoes the input into the log as stdout.
-	if lf, err := os.OpenFile(filepath.Join(c.dir, "output.log"), os.O_APPEND|os.O_WRONLY, 0); err == nil {
+	if lf, err := os.OpenFile(filepath.Join(c.dir, "output.log"), os.O_APPEND|os.O_WRONLY, 0o600); err == nil {
 		_, _ = lf.Write(append(append([]byte{}, stdoutMarker...), data...))
 		lf.Close()
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// splitCommand splits on spaces honouring single and double quotes,
-// without escapes, as the daemon's execute does; no shell runs.
-func splitCommand(cmd string) []string {
-	var args []string
-	var cur strings.Builder
-	var quote rune
-	have := false
-	for _, r := range cmd {
-		switch {
-		case quote != 0 && r == quote:
-			quote = 0
-		case quote == 0 && (r == '"' || r == '\''):
-			quote, have = r, true
-		case quote == 0 && r == ' ':
-			if have || cur.Len() > 0 {
-				args = append(args, cur.String())
+// writeFIFO opens path for writing, blocking, and writes data. The stand-in's
+// shutdown unblocks a waiting open by opening the FIFO's read side itself
+// (the killed command no longer will); the goroutine doing so is this
+// call's, and the call waits for it.
+func (s *Server) writeFIFO(path, data string) error {
+	done := make(chan struct{})
+	released := make(chan struct{})
+	go func() {
+		defer close(released)
+		select {
+		case <-done:
+		case <-s.ctx.Done():
+			if f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0); err == nil {
+				f.Close()
 			}
-			cur.Reset()
-			have = false
-		default:
-			cur.WriteRune(r)
 		}
-	}
-	if have || cur.Len() > 0 {
-		args = append(args, cur.String())
-	}
-	return args
-}
-
-// resolve maps a path in the sandbox to the stand-in's disk: relative to
-// the home directory, or absolute inside the sandbox's directory (the
-// stand-in has no root filesystem of its own).
-func resolve(sb *sandbox, p string) (string, bool) {
-	home := filepath.Join(sb.dir, "home")
-	if p == "" {
-		return home, true
-	}
-	if !filepath.IsAbs(p) {
-		p = filepath.Join(home, p)
-	}
-	p = filepath.Clean(p)
-	return p, p == sb.dir || strings.HasPrefix(p, sb.dir+string(filepath.Separator))
-}
-
-func (s *Server) execute(w http.ResponseWriter, r *http.Request, sb *sandbox) {
-	var req struct {
-		Command string            `json:"command"`
-		Cwd     string            `json:"cwd"`
-		Envs    map[string]string `json:"envs"`
-		Timeout *int              `json:"timeout"`
-	}
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		daemonError(w, r, http.StatusBadRequest, "command is required")
-		return
-	}
-	argv := splitCommand(req.Command)
-	if len(argv) == 0 {
-		daemonError(w, r, http.StatusBadRequest, "empty command")
-		return
-	}
-	dir, ok := resolve(sb, req.Cwd)
-	if !ok {
-		daemonError(w, r, http.StatusBadRequest, "cwd outside the sandbox")
-		return
-	}
-	timeout := 360 * time.Second
-	if req.Timeout != nil && *req.Timeout > 0 {
-		timeout = time.Duration(*req.Timeout) * time.Second
-	}
-	ctx, cancel := context.WithTimeout(s.ctx, timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "HOME="+filepath.Join(sb.dir, "home"), TagEnv+"="+sb.id)
-	for k, v := range sb.env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	for k, v := range req.Envs {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = time.Second
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	switch {
-	case ctx.Err() != nil:
-		daemonError(w, r, http.StatusRequestTimeout, "command execution timeout")
-	case err == nil:
-		writeJSON(w, http.StatusOK, map[string]any{"exitCode": cmd.ProcessState.ExitCode(), "result": string(out)})
-	case errors.As(err, &ee):
-		writeJSON(w, http.StatusOK, map[string]any{"exitCode": ee.ExitCode(), "result": string(out)})
-	default:
-		writeJSON(w, http.StatusOK, map[string]any{"exitCode": -1, "result": string(out)})
-	}
-}
-
-func (s *Server) upload(w http.ResponseWriter, r *http.Request, sb *sandbox) {
-	p, ok := resolve(sb, r.URL.Query().Get("path"))
-	if !ok || r.URL.Query().Get("path") == "" {
-		daemonError(w, r, http.StatusBadRequest, "invalid path")
-		return
-	}
-	f, _, err := r.FormFile("file")
+	}()
+	defer func() { close(done); <-released }()
+	f, err := os.OpenFile(path, os.O_WRONLY, 0o600)
 	if err != nil {
-		daemonError(w, r, http.StatusBadRequest, "file is required")
-		return
+		return fmt.Errorf("failed to open input pipe: %w", err)
 	}
 	defer f.Close()
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		daemonError(w, r, http.StatusBadRequest, "create parent directory")
-		return
+	if _, err := f.WriteString(data); err != nil {
+		return fmt.Errorf("failed to write to input pipe: %w", err)
 	}
-	out, err := os.OpenFile(p, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
-		daemonError(w, r, http.StatusBadRequest, "create file")
-		return
-	}
-	_, err = io.Copy(out, f)
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		daemonError(w, r, http.StatusInternalServerError, "write file")
-		return
-	}
-	w.WriteHeader(http.StatusOK)
-}
-
-func (s *Server) download(w http.ResponseWriter, r *http.Request, sb *sandbox) {
-	p, ok := resolve(sb, r.URL.Query().Get("path"))
-	if !ok {
-		daemonError(w, r, http.StatusBadRequest, "invalid path")
-		return
-	}
-	b, err := os.ReadFile(p)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		daemonError(w, r, http.StatusNotFound, "file not found")
-	case err != nil:
-		daemonError(w, r, http.StatusBadRequest, "read file")
-	default:
-		w.Header().Set("Content-Type", "application/octet-stream")
-		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(b)
-	}
+	return nil
 }
