@@ -62,6 +62,12 @@ func runProbe(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	cmd := exec.Command(probePath(t), args...)
 	cmd.Dir = "/"
+	return runCmd(t, cmd)
+}
+
+// runCmd runs cmd and returns its stdout, stderr and exit code.
+func runCmd(t *testing.T, cmd *exec.Cmd) (stdout, stderr string, code int) {
+	t.Helper()
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -70,7 +76,7 @@ func runProbe(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	case errors.As(err, &ee):
 		code = ee.ExitCode()
 	case err != nil:
-		t.Fatalf("run probe %v: %v", args, err)
+		t.Fatalf("run %v: %v", cmd.Args, err)
 	}
 	return out.String(), errb.String(), code
 }
@@ -192,17 +198,7 @@ func TestWorkloadUnderFilter(t *testing.T) {
 		cmd := exec.Command(unshare, append([]string{"--net", "--", probePath(t), "-setup-net", "-uid", "65534", "-filter"}, args...)...)
 		cmd.Dir = dir
 		cmd.Env = []string{"HOME=" + dir, "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "TMPDIR=" + dir, "LANG=C"}
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		code := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return out.String(), errb.String(), code
+		return runCmd(t, cmd)
 	}
 	t.Run("go", func(t *testing.T) {
 		out, stderr, code := run(t, "workload")
