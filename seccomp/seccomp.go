@@ -138,7 +138,8 @@ func compile(prof *specs.LinuxSeccomp, info *arch.Info) (*Filter, error) {
 		}
 		g := &policy.Syscalls[gi]
 		for _, name := range rule.Names {
-			if _, known := info.SyscallNames[name]; !known {
+			name, known := tableName(info, name)
+			if !known {
 				if !slices.Contains(f.skipped, name) {
 					f.skipped = append(f.skipped, name)
 				}
@@ -190,6 +191,24 @@ func compile(prof *specs.LinuxSeccomp, info *arch.Info) (*Filter, error) {
 		f.raw = append(f.raw, unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K})
 	}
 	return f, nil
+}
+
+// aliases maps, per architecture, a name the profile uses (libseccomp's,
+// from the kernel's unistd.h) to the one the compiler's table has for the
+// same number. Without it the call would be denied: on arm64 that is
+// stat(2) itself. TestTableNamesDecided finds any new mismatch.
+var aliases = map[string]map[string]string{
+	"aarch64": {"newfstatat": "fstatat"}, // 79
+}
+
+// tableName returns the compiler's name for the profile's name on info's
+// architecture, and whether the table has it.
+func tableName(info *arch.Info, name string) (string, bool) {
+	if a, ok := aliases[info.Name][name]; ok {
+		name = a
+	}
+	_, ok := info.SyscallNames[name]
+	return name, ok
 }
 
 // bpfMaxInsns is the kernel's limit on a classic BPF program (BPF_MAXINSNS).
