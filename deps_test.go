@@ -67,6 +67,11 @@ var rules = []struct {
 		module + "/daemon", module + "/client", module + "/journal", module + "/shim", module + "/adapter",
 	}},
 	{pkg: "cgroup/oom", stdlibOnly: true},
+	// seccomp is the isolated command's filter: the moby profile and a
+	// pure-Go compiler, nothing of the runner (the in-guest shim imports it).
+	{pkg: "seccomp", forbidden: []string{
+		module + "/daemon", module + "/client", module + "/shim", module + "/netpolicy", module + "/adapter", module + "/journal", module + "/cgroup",
+	}},
 	{pkg: "cgroup", forbidden: []string{
 		module + "/daemon", module + "/client", module + "/shim", module + "/netpolicy", module + "/adapter", module + "/journal",
 	}},

@@ -82,7 +82,7 @@ func TestAheadHelperRunsCommand(t *testing.T) {
 		warm := waitWarm(t, p, 1)
 		helper := aheadHelperOf(t, warm[0])
 		dir, st := poolStart(t, p, Spec{User: "nobody", Isolate: true, Cgroups: dirsOf(cgs), NetNS: ns,
-			Argv: []string{"sh", "-c", "grep -E '^(NoNewPrivs|CapBnd|Uid):' /proc/self/status; cat /proc/self/cgroup; stat -L -c 'netns %i' /proc/self/ns/net"}})
+			Argv: []string{"sh", "-c", "grep -E '^(NoNewPrivs|CapBnd|Uid|Seccomp):' /proc/self/status; cat /proc/self/cgroup; stat -L -c 'netns %i' /proc/self/ns/net"}})
 		if st.PID != helper {
 			t.Fatalf("command pid %d, want the helper started ahead %d", st.PID, helper)
 		}
@@ -91,7 +91,7 @@ func TestAheadHelperRunsCommand(t *testing.T) {
 		}
 		out := stdoutOf(t, dir)
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		want := []string{"NoNewPrivs:\t1", "CapBnd:\t0000000000000000", "Uid:\t65534\t65534\t65534\t65534", fmt.Sprintf("netns %d", ino)}
+		want := []string{"NoNewPrivs:\t1", "CapBnd:\t0000000000000000", "Seccomp:\t2", "Uid:\t65534\t65534\t65534\t65534", fmt.Sprintf("netns %d", ino)}
 		for _, c := range cgs {
 			want = append(want, c.Line)
 		}

@@ -235,8 +235,8 @@ func (s *server) resize(rows, cols uint16) (byte, []byte) {
 	if s.isExited() {
 		return stExited, nil
 	}
-	// TIOCSWINSZ on the master also sends SIGWINCH to the foreground group.
-	if err := withFd(s.master, func(fd int) error { return setWinsize(fd, rows, cols) }); err != nil {
+	// The resize also sends SIGWINCH to the foreground group (resizePTY).
+	if err := resizePTY(s.master, rows, cols); err != nil {
 		return stError, errorBody(codeProvider, err.Error())
 	}
 	return stOK, nil

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/agentrunner/runner/seccomp"
 	"golang.org/x/sys/unix"
 )
 
@@ -40,7 +41,10 @@ import (
 //     execve(2) of a setuid binary or one with file capabilities gains
 //     nothing;
 //  9. chdir(Spec.Dir), as the user, as exec.Cmd does;
-//  10. execve(2).
+//  10. seccomp filter (Spec.Isolate): Docker's default profile (package
+//     seccomp), last before the execve because it needs no_new_privs and
+//     denies the mount and unshare calls of the steps above;
+//  11. execve(2).
 //
 // Each step is done either at the fork (on the forking thread or by Go's
 // child through SysProcAttr, whose own order is clone, setsid and
@@ -178,6 +182,9 @@ var execSteps = []execStep{
 		active: func(p *execPlan) bool { return p.Dir != "" },
 		fork:   func(p *execPlan, f *forkSetup) error { f.cmd.Dir = p.Dir; return nil },
 		helper: func(p *execPlan) (string, error) { return "chdir " + p.Dir, unix.Chdir(p.Dir) }},
+	{name: "load the seccomp filter", phase: PhaseSetup,
+		active: func(p *execPlan) bool { return p.Isolate },
+		helper: loadSeccomp},
 }
 
 // newExecPlan resolves cmd (as server.start built it, Credential and Dir
@@ -401,6 +408,17 @@ func clearCaps(*execPlan) (string, error) {
 		return "nsexec: clear inheritable capabilities", err
 	}
 	return "", nil
+}
+
+// loadSeccomp installs the isolated command's system-call filter on the
+// helper, whose execve passes it on to the command. A filter that cannot
+// be built (an architecture it does not handle) fails the start.
+func loadSeccomp(*execPlan) (string, error) {
+	f, err := seccomp.Default()
+	if err != nil {
+		return "nsexec: build the seccomp filter", err
+	}
+	return "nsexec: load the seccomp filter", f.Load()
 }
 
 // cgroupKind reports whether dir is a cgroup v2 directory (else v1), or

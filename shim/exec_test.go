@@ -38,7 +38,7 @@ func TestExecStepOrder(t *testing.T) {
 	want := []string{
 		"join cgroup v2", "enter network namespace", "join cgroups v1", "mount resolv.conf",
 		"empty the capability bounding set", "switch user", "clear ambient and inheritable capabilities",
-		"set no_new_privs", "chdir",
+		"set no_new_privs", "chdir", "load the seccomp filter",
 	}
 	if !slices.Equal(names, want) {
 		t.Fatalf("steps: got %q, want %q", names, want)
@@ -134,8 +134,8 @@ func TestIsolateDropsEverything(t *testing.T) {
 	code := waitExit(t, dir).Code
 	out := stdoutOf(t, dir)
 	st := procStatus(out)
-	if code != 0 || st["NoNewPrivs"] != "1" {
-		t.Fatalf("isolate: exit %d, NoNewPrivs %q, want 0 and 1\n%s", code, st["NoNewPrivs"], out)
+	if code != 0 || st["NoNewPrivs"] != "1" || st["Seccomp"] != "2" {
+		t.Fatalf("isolate: exit %d, NoNewPrivs %q, Seccomp %q, want 0, 1 and 2 (a filter)\n%s", code, st["NoNewPrivs"], st["Seccomp"], out)
 	}
 	for _, f := range capFields {
 		if st[f] != "0000000000000000" {
@@ -150,8 +150,8 @@ func TestIsolateDropsEverything(t *testing.T) {
 	startWithInheritable(t, dir, Spec{Argv: argv, User: "nobody"})
 	waitExit(t, dir)
 	st = procStatus(stdoutOf(t, dir))
-	if st["NoNewPrivs"] != "0" || st["CapBnd"] == "0000000000000000" || st["CapInh"] == "0000000000000000" {
-		t.Fatalf("control without isolate: NoNewPrivs %q CapBnd %q CapInh %q, want 0, a full set, CAP_NET_RAW", st["NoNewPrivs"], st["CapBnd"], st["CapInh"])
+	if st["NoNewPrivs"] != "0" || st["CapBnd"] == "0000000000000000" || st["CapInh"] == "0000000000000000" || st["Seccomp"] != "0" {
+		t.Fatalf("control without isolate: NoNewPrivs %q CapBnd %q CapInh %q Seccomp %q, want 0, a full set, CAP_NET_RAW, 0", st["NoNewPrivs"], st["CapBnd"], st["CapInh"], st["Seccomp"])
 	}
 }
 

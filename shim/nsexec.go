@@ -56,7 +56,8 @@ import (
 //
 // and the user switch (setgroups, setgid, setuid, all threads) comes
 // after the mounts because an unprivileged user cannot mount. Last come
-// chdir(Spec.Dir), as the user, and execve(2) of the path the shim looked
+// chdir(Spec.Dir), as the user, the seccomp filter (Isolate), and
+// execve(2) of the path the shim looked
 // up (PATH lookup is the shim's, unchanged), with the command's argv and
 // environment.
 //

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 )
 
@@ -20,39 +21,64 @@ import (
 // the spec's environment, so both sides agree).
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// openPTY opens a pseudo-terminal pair. The master is opened non-blocking
-// so that its *os.File uses the runtime poller (read/write deadlines work,
-// which the drain window and stdin cancellation rely on); the slave is for
-// the child only.
+// openPTY opens a pseudo-terminal pair with github.com/creack/pty, sized
+// rows x cols. The master must be non-blocking so that its *os.File uses
+// the runtime poller (read/write deadlines work, which the drain window
+// and stdin cancellation rely on), but pty.Open and pty.Setsize reach the
+// descriptor through Fd(), which leaves it blocking; so, once the library
+// has opened, unlocked and sized the pair, the master's descriptor is
+// duplicated, made non-blocking and wrapped anew (the original closed).
+// Opening /dev/ptmx never makes it a controlling terminal, so the shim
+// gets none; the slave is opened O_NOCTTY by the library and is for the
+// child only, which takes it as its controlling terminal at the fork
+// (SysProcAttr Setsid and Setctty, as the library's own Start sets them;
+// the start itself is the exec path's, not the library's).
 func openPTY(rows, cols uint16) (master, slave *os.File, err error) {
-	fd, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	m, s, err := pty.Open()
 	if err != nil {
-		return nil, nil, fmt.Errorf("open /dev/ptmx: %w", err)
+		return nil, nil, fmt.Errorf("open pty: %w", err)
 	}
-	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil {
-		unix.Close(fd)
-		return nil, nil, fmt.Errorf("unlock pty: %w", err)
+	defer m.Close()
+	if err := pty.Setsize(m, &pty.Winsize{Rows: rows, Cols: cols}); err != nil {
+		s.Close()
+		return nil, nil, fmt.Errorf("set terminal size: %w", err)
 	}
-	n, err := unix.IoctlGetInt(fd, unix.TIOCGPTN)
+	fd, err := unix.FcntlInt(m.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
-		unix.Close(fd)
-		return nil, nil, fmt.Errorf("get pty number: %w", err)
+		s.Close()
+		return nil, nil, fmt.Errorf("duplicate pty master: %w", err)
 	}
-	if err := setWinsize(fd, rows, cols); err != nil {
+	if err := unix.SetNonblock(fd, true); err != nil {
 		unix.Close(fd)
-		return nil, nil, err
+		s.Close()
+		return nil, nil, fmt.Errorf("make pty master non-blocking: %w", err)
 	}
-	name := "/dev/pts/" + strconv.Itoa(n)
-	sfd, err := unix.Open(name, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		unix.Close(fd)
-		return nil, nil, fmt.Errorf("open %s: %w", name, err)
-	}
-	return os.NewFile(uintptr(fd), "/dev/ptmx"), os.NewFile(uintptr(sfd), name), nil
+	return os.NewFile(uintptr(fd), "/dev/ptmx"), s, nil
 }
 
-func setWinsize(fd int, rows, cols uint16) error {
-	if err := unix.IoctlSetWinsize(fd, unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols}); err != nil {
+// resizePTY sets the terminal size of master's pair, which also sends
+// SIGWINCH to the terminal's foreground process group. pty.Setsize takes
+// the slave side (TIOCSWINSZ acts on the one terminal either way): a
+// slave descriptor fetched from the master itself (TIOCGPTPEER, no path
+// lookup), so master stays non-blocking.
+func resizePTY(master *os.File, rows, cols uint16) error {
+	var peer int
+	if err := withFd(master, func(fd int) error {
+		r, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TIOCGPTPEER, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC)
+		if errno != 0 {
+			return errno
+		}
+		peer = int(r)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("open terminal peer: %w", err)
+	}
+	return setSize(os.NewFile(uintptr(peer), "pty peer"), rows, cols)
+}
+
+func setSize(f *os.File, rows, cols uint16) error {
+	defer f.Close()
+	if err := pty.Setsize(f, &pty.Winsize{Rows: rows, Cols: cols}); err != nil {
 		return fmt.Errorf("set terminal size: %w", err)
 	}
 	return nil
