@@ -92,6 +92,10 @@ type Spec struct {
 	// sparing a caller with nothing to send that round trip (runnerd's
 	// exec). Not with TTY.
 	StdinClosed bool `json:"stdin_closed,omitempty"`
+	// MergeStderr gives the command one pipe as stdout and stderr, so
+	// the stdout stream holds both in the order they were written and
+	// the stderr stream stays empty. Not with TTY.
+	MergeStderr bool `json:"merge_stderr,omitempty"`
 }
 
 // Streams returns the journal streams of a session with this spec.
@@ -156,6 +160,9 @@ func (s Spec) validate() error {
 	}
 	if s.StdinClosed && s.TTY {
 		return fmt.Errorf("%w: stdin_closed with a tty", ErrInvalid)
+	}
+	if s.MergeStderr && s.TTY {
+		return fmt.Errorf("%w: merge_stderr with a tty", ErrInvalid)
 	}
 	return nil
 }

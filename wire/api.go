@@ -217,6 +217,12 @@ type CreateSession struct {
 	TTY  bool     `json:"tty,omitempty"`
 	Rows int      `json:"rows,omitempty"`
 	Cols int      `json:"cols,omitempty"`
+	// MergeStderr gives the command one pipe for stdout and stderr (as
+	// `2>&1` does), so the stdout stream holds both in the order the
+	// command wrote them and the stderr stream stays empty. Two pipes
+	// cannot say which of two writes came first; one pipe can. Not with
+	// TTY (a terminal has one stream already).
+	MergeStderr bool `json:"merge_stderr,omitempty"`
 }
 
 // Session describes one session. Lengths is the length in bytes of each
