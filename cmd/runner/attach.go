@@ -311,7 +311,7 @@ func attachCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 		if err != nil {
 			return err
 		}
-		return endOf(what, r.frame)
+		return e.endOf(ctx, c, what, name, r.frame)
 	}
 }
 

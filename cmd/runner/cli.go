@@ -250,7 +250,11 @@ func report(w io.Writer, err error, where string, asJSON bool) int {
 			code = ce.code
 		}
 	}
-	detail := tidy(oneLine(detailOf(err)))
+	inner := err
+	if ce != nil {
+		inner = ce.err
+	}
+	detail := tidy(oneLine(detailOf(inner)))
 	hint := hintFor(err, where)
 	if ce != nil && ce.hint != "" {
 		hint = ce.hint

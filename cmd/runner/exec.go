@@ -255,5 +255,5 @@ func execBody(ctx context.Context, e *env, fs *flag.FlagSet, f *execFlags, what,
 			}
 		}
 	}
-	return endOf(what, r.frame)
+	return e.endOf(ctx, c, what, name, r.frame)
 }

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	units "github.com/docker/go-units"
 	"golang.org/x/term"
 
 	"github.com/agentrunner/runner/adapter"
@@ -290,9 +291,21 @@ func terminalFd(e *env) (int, bool) {
 	return 0, false
 }
 
+// memoryLimit is sandbox name's memory limit for a message: "64MiB", or
+// "of its sandbox" when it cannot be read now.
+func (e *env) memoryLimit(ctx context.Context, c *client.Client, name string) string {
+	cctx, cancel := e.callCtx(ctx)
+	defer cancel()
+	sb, err := c.GetSandbox(cctx, name)
+	if err != nil || sb.Limits == nil || sb.Limits.MemoryBytes == 0 {
+		return "of its sandbox"
+	}
+	return units.BytesSize(float64(sb.Limits.MemoryBytes))
+}
+
 // endOf turns a session's terminal frame into runner's exit: the
 // command's status, lost (254), or the error frame's code.
-func endOf(what string, f wire.Frame) error {
+func (e *env) endOf(ctx context.Context, c *client.Client, what, name string, f wire.Frame) error {
 	switch f.Kind {
 	case wire.FrameExit, wire.FrameLost:
 		x, err := f.Exit()
@@ -302,7 +315,11 @@ func endOf(what string, f wire.Frame) error {
 		if f.Kind == wire.FrameLost {
 			x.Reason = wire.ExitLost
 		}
-		return exitErrorOf(what, x)
+		limit := ""
+		if x.OOMKilled {
+			limit = e.memoryLimit(ctx, c, name)
+		}
+		return exitErrorOf(what, x, limit)
 	}
 	we, err := f.Err()
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/testcap"
+	"github.com/agentrunner/runner/wire"
 )
 
 // The tests of issue #25's CLI items, each against a real runnerd.
@@ -172,5 +173,108 @@ func TestExecInteractiveTmux(t *testing.T) {
 	x.line("exit 9")
 	if got := waitFile(t, exit4); got != "EXIT=9" {
 		t.Errorf("second run after exit 9: %s", got)
+	}
+}
+
+// limitsDaemon is a runnerd that enforces resource limits: root, cgroups
+// on, under a cgroup root of its own (absolute, so its directories are
+// known and removed at the end).
+func limitsDaemon(t *testing.T) *daemon {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testcap.Skip(t, "root", "resource limits need root to write cgroups")
+	}
+	root := fmt.Sprintf("/runner-cli-test-%d", os.Getpid())
+	d, err := startDaemonArgs(filepath.Join(binDir, "runnerd"), t.TempDir(), "--netpolicy", "off", "--cgroup-root", root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		d.stop() // removes the sandboxes, and so their cgroups
+		dirs, _ := filepath.Glob("/sys/fs/cgroup/*" + root)
+		for _, dir := range dirs {
+			if err := os.Remove(dir); err != nil && !os.IsNotExist(err) {
+				t.Errorf("remove test cgroup root: %v", err)
+			}
+		}
+	})
+	if caps := d.ok(t, "caps"); !strings.Contains(caps, "resource_limits\n") {
+		testcap.Skip(t, "cgroups", "this host gives runnerd no cgroups with memory, pids and cpu: "+caps)
+	}
+	return d
+}
+
+// TestCreateLimitsAndOOM (items 5 and 6): create takes docker run's limit
+// flags and they reach the sandbox as the API's limits; an OOM kill says
+// so in text, with the limit; what runnerd refuses is shown with its
+// detail and leaves nothing made.
+func TestCreateLimitsAndOOM(t *testing.T) {
+	d := limitsDaemon(t)
+	out := d.ok(t, "create", "hog", "--memory", "32m", "--cpus", "0.5", "--pids", "64")
+	if want := "limits: memory 32MiB, cpus 0.5, pids 64\n"; !strings.HasSuffix(out, want) {
+		t.Errorf("create with limits: got %q, want it to end %q", out, want)
+	}
+	sb := decode[wire.Sandbox](t, d.ok(t, "get", "hog", "--json"))
+	if l := sb.Limits; l == nil || l.MemoryBytes != 32<<20 || l.CPUQuotaUS != 50000 || l.CPUPeriodUS != 100000 || l.Pids != 64 {
+		t.Errorf("limits: got %+v, want memory 32 MiB, quota 50000/100000, pids 64", sb.Limits)
+	}
+	_, errOut, code := d.cli(t, nil, "exec", "hog", "--", "tail", "/dev/zero")
+	if want := "runner: exec hog: killed by the OOM killer (memory limit 32MiB), exit code 137\n"; code != 137 || errOut != want {
+		t.Errorf("exec of a memory hog: exit %d stderr %q; want 137, %q", code, errOut, want)
+	}
+	if out := d.ok(t, "sessions", "hog"); !strings.Contains(out, "137 (SIGKILL), OOM killed") {
+		t.Errorf("sessions table does not show the OOM kill:\n%s", out)
+	}
+
+	// runnerd refuses a memory limit below 1 MiB: its detail is shown,
+	// and nothing is created.
+	_, errOut, code = d.cli(t, nil, "create", "tiny", "--memory", "100k")
+	if code != exitInvalid || !strings.HasPrefix(errOut, "runner: create tiny: invalid: ") || !strings.Contains(errOut, "memory") {
+		t.Errorf("create --memory 100k: exit %d stderr %q; want %d and runnerd's detail", code, errOut, exitInvalid)
+	}
+	if _, _, code := d.cli(t, nil, "get", "tiny"); code != exitNotFound {
+		t.Errorf("after a refused create: get exit %d, want %d", code, exitNotFound)
+	}
+	// A policy this runnerd does not enforce (--netpolicy off) is refused
+	// with its reason, never accepted.
+	_, errOut, code = d.cli(t, nil, "create", "net", "--allow", "example.com", "--allow", "pypi.org")
+	if code != exitNotSupported || !strings.Contains(errOut, "network policy is not enforced on this host") {
+		t.Errorf("create --allow without network_policy: exit %d stderr %q", code, errOut)
+	}
+	if _, _, code := d.cli(t, nil, "get", "net"); code != exitNotFound {
+		t.Errorf("after a refused create: get exit %d, want %d", code, exitNotFound)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"create", "x", "--memory", "12q"}, exitUsage, "runner create: --memory \"12q\": want a size such as 512m or 2g (see runner create --help)\n"},
+		{[]string{"create", "x", "--deny-all", "--allow", "a.com"}, exitUsage, "runner create: --deny-all and --allow exclude each other (see runner create --help)\n"},
+		{[]string{"create", "x", "--disk", "1g"}, exitNotSupported, "runner: create x: not_supported: --disk: runnerd's API has no disk limit yet (its limits are memory, cpus and pids): not supported\nrunner: hint: runner refuses it rather than create a sandbox without it: nothing was created\n"},
+	} {
+		if _, errOut, code := d.cli(t, nil, tc.args...); code != tc.code || errOut != tc.want {
+			t.Errorf("runner %s: exit %d stderr %q; want %d %q", strings.Join(tc.args, " "), code, errOut, tc.code, tc.want)
+		}
+	}
+}
+
+// TestUnavailableSaysWhy (item 6): a runnerd that answers 503 is
+// running: runner prints its detail and no "is runnerd running?" hint,
+// which is kept for a connection nothing accepted.
+func TestUnavailableSaysWhy(t *testing.T) {
+	d, err := startDaemonArgs(filepath.Join(binDir, "runnerd"), t.TempDir(), "--netpolicy", "off", "--cgroups", "off", "--max-sandboxes", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.stop)
+	d.ok(t, "create", "one")
+	_, errOut, code := d.cli(t, nil, "create", "two")
+	if code != exitUnavailable || !strings.HasPrefix(errOut, "runner: create two: unavailable: exhausted: ") || strings.Contains(errOut, "is runnerd running") {
+		t.Errorf("create past --max-sandboxes: exit %d stderr %q; want %d, runnerd's detail, no runnerd hint", code, errOut, exitUnavailable)
+	}
+	_, errOut, _ = d.cli(t, nil, "--json", "create", "two")
+	if e := decode[jsonError](t, errOut); e.Error.Kind != "unavailable" || !strings.HasPrefix(e.Error.Detail, "exhausted: ") || e.Error.Hint != "" {
+		t.Errorf("--json: got %+v, want unavailable with runnerd's detail and no hint", e.Error)
 	}
 }
