@@ -59,6 +59,9 @@ func sameFile(a, b *os.File) bool {
 	if syscall.Fstat(int(a.Fd()), &sa) != nil || syscall.Fstat(int(b.Fd()), &sb) != nil {
 		return false
 	}
+	if sa.Mode&syscall.S_IFMT == syscall.S_IFCHR && !term.IsTerminal(int(a.Fd())) {
+		return false // /dev/null: nobody reads it; the journal keeps both streams
+	}
 	return sa.Dev == sb.Dev && sa.Ino == sb.Ino
 }
 

@@ -403,35 +403,45 @@ func TestSessionsOrderAndEmpty(t *testing.T) {
 func TestTail(t *testing.T) {
 	d := sharedDaemon(t)
 	box := d.sandbox(t, "tail-box")
-	id := strings.TrimSpace(d.ok(t, "spawn", box, "--", "sh", "-c", "printf 0123456789; printf abcdef >&2; exit 3"))
+	// logs --tail counts lines (issue 25 item 4), of each stream; a last
+	// line without a newline counts. attach --tail still counts bytes.
+	id := strings.TrimSpace(d.ok(t, "spawn", box, "--", "sh", "-c", "printf 'a\\nb\\nc\\nd'; printf 'e1\\ne2\\n' >&2; exit 3"))
 	d.ok(t, "logs", box, id, "-f")
 	for _, tt := range []struct {
-		args []string
-		want string
+		args              []string
+		wantOut, wantErr string
 	}{
-		{[]string{"--tail", "4"}, "6789"},
-		{[]string{"--tail", "4", "--stream", "stderr"}, "cdef"},
-		{[]string{"--tail", "0"}, ""},
-		{[]string{"--tail", "100"}, "0123456789"},
-		{[]string{"--tail", "4", "-f"}, "6789"},
+		{[]string{"--tail", "2"}, "c\nd", "e1\ne2\n"},
+		{[]string{"--tail", "1", "--stream", "stderr"}, "e2\n", ""},
+		{[]string{"--tail", "1", "--stream", "stdout"}, "d", ""},
+		{[]string{"--tail", "0"}, "", ""},
+		{[]string{"--tail", "100"}, "a\nb\nc\nd", "e1\ne2\n"},
+		{[]string{"--tail", "2", "-f"}, "c\nd", "e1\ne2\n"},
+		{nil, "a\nb\nc\nd", "e1\ne2\n"},
+		{[]string{"--stream", "stderr", "--cursor", "3"}, "e2\n", ""},
+		{[]string{"--cursor", "6", "--stderr-cursor", "3"}, "d", "e2\n"},
 	} {
-		if got := d.ok(t, append([]string{"logs", box, id}, tt.args...)...); got != tt.want {
-			t.Errorf("logs %v: got %q, want %q", tt.args, got, tt.want)
+		out, errOut, code := d.cli(t, nil, append([]string{"logs", box, id}, tt.args...)...)
+		if out != tt.wantOut || errOut != tt.wantErr || code != 0 {
+			t.Errorf("logs %v: stdout %q stderr %q exit %d; want %q, %q, 0", tt.args, out, errOut, code, tt.wantOut, tt.wantErr)
 		}
 	}
 	out, errOut, code := d.cli(t, nil, "attach", box, id, "--tail", "3")
-	if out != "789" || errOut != "def" || code != 3 {
-		t.Errorf("attach --tail 3: stdout %q stderr %q exit %d; want 789, def, 3", out, errOut, code)
+	if out != "c\nd" || errOut != "e2\n" || code != 3 {
+		t.Errorf("attach --tail 3: stdout %q stderr %q exit %d; want c\\nd, e2\\n, 3", out, errOut, code)
 	}
 	if _, errOut, code := d.cli(t, nil, "logs", box, id, "--tail", "2", "--cursor", "1"); code != 2 || !strings.Contains(errOut, "--tail and --cursor") {
 		t.Errorf("logs --tail --cursor: exit %d stderr %q; want 2", code, errOut)
 	}
+	if _, errOut, code := d.cli(t, nil, "logs", box, id, "--stream", "all"); code != 2 || errOut != "runner logs: --stream \"all\": want both, stdout or stderr (see runner logs --help)\n" {
+		t.Errorf("logs --stream all: exit %d stderr %q; want 2", code, errOut)
+	}
 
 	// A running session: the tail of what exists, then what follows.
 	sb := decode[wire.Sandbox](t, d.ok(t, "get", box, "--json"))
-	id = strings.TrimSpace(d.ok(t, "spawn", box, "--", "sh", "-c", "printf 0123456789; while [ ! -e go ]; do sleep 0.05; done; printf XY"))
+	id = strings.TrimSpace(d.ok(t, "spawn", box, "--", "sh", "-c", "printf '1\\n2\\n3\\n4\\n'; while [ ! -e go ]; do sleep 0.05; done; printf XY"))
 	deadline := time.Now().Add(10 * time.Second)
-	for d.ok(t, "logs", box, id) != "0123456789" {
+	for d.ok(t, "logs", box, id) != "1\n2\n3\n4\n" {
 		if time.Now().After(deadline) {
 			t.Fatal("no output")
 		}
@@ -443,14 +453,14 @@ func TestTail(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		o, _, code := runCLIEnv(d.env(), nil, "logs", box, id, "--tail", "3", "-f")
+		o, _, code := runCLIEnv(d.env(), nil, "logs", box, id, "--tail", "2", "-f")
 		done <- result{string(o), code}
 	}()
 	time.Sleep(500 * time.Millisecond) // logs has computed its cursor
 	if err := os.WriteFile(filepath.Join(sb.Workspace, "go"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if r := <-done; r.out != "789XY" || r.code != 0 {
-		t.Errorf("logs --tail 3 -f of a running session: got %q exit %d, want 789XY, 0", r.out, r.code)
+	if r := <-done; r.out != "3\n4\nXY" || r.code != 0 {
+		t.Errorf("logs --tail 2 -f of a running session: got %q exit %d, want 3 4 XY, 0", r.out, r.code)
 	}
 }

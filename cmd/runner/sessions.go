@@ -102,20 +102,6 @@ Examples:
 have ended (whatever its code); if runnerd cannot confirm the end it is
 unavailable (255) and the session may still run: terminate again.`,
 			setup: terminateCmd},
-		&command{name: "logs", args: "NAME ID [--stream stdout|stderr] [--cursor N | --tail N | --since DURATION|TIME] [-f]", min: 2, max: 2,
-			short: "print a session's output from a byte cursor; -f follows until it ends",
-			long: `Output is replayed byte-exactly from the journal, live or long after the command
-ended. A cursor is a byte offset in the stream: resume with --cursor at the
-number of bytes you already have; --tail N starts N bytes before the end (a
-terminal stream may then start in the middle of an escape sequence or a UTF-8
-character). --since starts at output written since a time: a Go duration (10m:
-that long ago) or an RFC 3339 time; it may start up to 1 s of output earlier,
-never later (a terminal stream may start mid escape sequence).
-A TTY session has only stdout.
-Without -f runner prints what exists now and exits 0. With -f it prints until
-the session ends. A session that ended without an exit record (lost) exits 254;
-a cut connection exits 255 and says the cursor to resume from.`,
-			setup: logsCmd},
 		&command{name: "rm-session", args: "NAME ID...", min: 2, max: -1,
 			short: "delete ended sessions: their journals and records",
 			long: `Only a session that has ended (and left no process behind) can be deleted;
@@ -381,95 +367,6 @@ func terminateCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []stri
 			fmt.Fprintf(e.io.out, "%s killed by %s (code %d)\n", pos[1], client.SignalName(x.Signal), x.Code)
 		default:
 			fmt.Fprintf(e.io.out, "%s lost: ended without an exit record\n", pos[1])
-		}
-		return nil
-	}
-}
-
-func logsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
-	stream := fs.String("stream", "stdout", "stdout or stderr")
-	cursor := fs.Int64("cursor", 0, "byte offset to start from")
-	tail := fs.Int64("tail", -1, "start N bytes before the end of the stream instead of at --cursor")
-	follow := fs.Bool("f", false, "follow: keep printing until the session ends")
-	fs.BoolVar(follow, "follow", false, "same as -f")
-	sinceFlag := fs.String("since", "", "start at output written since a time: a duration ago (10m) or an RFC 3339 time")
-	return func(ctx context.Context, e *env, pos, _ []string) error {
-		name, id := pos[0], pos[1]
-		var since time.Time
-		if set := flagsSet(fs); set["since"] {
-			if set["cursor"] || set["tail"] {
-				return usagef("logs", "--since and --cursor/--tail exclude each other")
-			}
-			var err error
-			if since, err = parseSince(*sinceFlag, time.Now()); err != nil {
-				return usagef("logs", "%v", err)
-			}
-		}
-		if *stream != "stdout" && *stream != "stderr" {
-			return usagef("logs", "--stream %q: want stdout or stderr", *stream)
-		}
-		if *cursor < 0 {
-			return usagef("logs", "--cursor %d: want a byte offset >= 0", *cursor)
-		}
-		if *tail < -1 {
-			return usagef("logs", "--tail %d: want a byte count >= 0", *tail)
-		}
-		if *tail >= 0 && *cursor != 0 {
-			return usagef("logs", "--tail and --cursor exclude each other")
-		}
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
-		what := "logs " + name + " " + id
-		if !*follow {
-			var cancel context.CancelFunc
-			ctx, cancel = e.callCtx(ctx)
-			defer cancel()
-		}
-		if *tail >= 0 {
-			sctx, scancel := e.callCtx(ctx)
-			s, err := c.Session(sctx, name, id)
-			scancel()
-			if err != nil {
-				return fail(what, err)
-			}
-			*cursor = tailCursor(s, *stream, *tail)
-		}
-		var body *client.StreamBody
-		if since.IsZero() {
-			body, err = c.Stream(ctx, name, id, *stream, *cursor, *follow)
-		} else {
-			body, err = c.StreamSince(ctx, name, id, *stream, since, *follow)
-		}
-		if err != nil {
-			ce := &cliError{what: what, err: err}
-			if errors.Is(err, adapter.ErrTruncated) {
-				ce.hint = "the start of this stream is no longer retained: pass a larger --cursor"
-			}
-			return ce
-		}
-		defer body.Close()
-		_, cerr := io.Copy(e.io.out, body)
-		next := body.Start() + body.N() // a --since read resumes by cursor
-		if cerr != nil {
-			return &cliError{what: what, err: cerr,
-				hint: fmt.Sprintf("the connection was cut; resume with: runner logs %s %s --stream %s --cursor %d", name, id, *stream, next)}
-		}
-		end, err := body.End()
-		if err != nil {
-			return &cliError{what: what, err: err,
-				hint: fmt.Sprintf("resume with: runner logs %s %s --stream %s --cursor %d", name, id, *stream, next)}
-		}
-		switch end.How {
-		case "lost":
-			return &exitError{code: exitLost, kind: "lost", what: what, msg: fmt.Sprintf("runner: %s: lost: the session ended without an exit record", what)}
-		case "error":
-			ce := &cliError{what: what, err: end.Err}
-			if errors.Is(end.Err, adapter.ErrTruncated) {
-				ce.hint = "retention dropped bytes before they were read: pass a larger --cursor"
-			}
-			return ce
 		}
 		return nil
 	}
