@@ -408,7 +408,7 @@ func TestTail(t *testing.T) {
 	id := strings.TrimSpace(d.ok(t, "spawn", box, "--", "sh", "-c", "printf 'a\\nb\\nc\\nd'; printf 'e1\\ne2\\n' >&2; exit 3"))
 	d.ok(t, "logs", box, id, "-f")
 	for _, tt := range []struct {
-		args              []string
+		args             []string
 		wantOut, wantErr string
 	}{
 		{[]string{"--tail", "2"}, "c\nd", "e1\ne2\n"},
