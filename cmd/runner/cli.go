@@ -52,7 +52,8 @@ const exitTable = `Exit codes:
     126  exec, spawn: the command exists but cannot be run (not executable)
     127  exec, spawn: the command was not found in the sandbox
     130  interrupted (Ctrl-C); a command started by exec may still run
-    245  attach: detached with the detach key; the session still runs
+    245  attach, exec -it, run: detached (the detach key on a terminal,
+         Ctrl-C or SIGTERM on an attach without one); the session still runs
     246  provider, restore_failed or write_failed
     247  rate_limited
     248  truncated: the cursor is behind the retained output
@@ -484,8 +485,8 @@ Run "runner COMMAND --help" for a command's flags and examples.
 
 var groups = [][]string{
 	{"create", "ls", "get", "rm", "suspend", "resume", "policy", "url"},
-	{"exec", "run", "spawn", "sessions", "attach", "logs", "write", "close-stdin", "signal", "terminate", "rm-session"},
-	{"caps", "version"},
+	{"exec", "run", "spawn", "ps", "sessions", "attach", "logs", "write", "close-stdin", "signal", "terminate", "rm-session"},
+	{"info", "caps", "version", "completion"},
 }
 
 func printTopUsage(w io.Writer) {

@@ -278,3 +278,161 @@ func TestUnavailableSaysWhy(t *testing.T) {
 		t.Errorf("--json: got %+v, want unavailable with runnerd's detail and no hint", e.Error)
 	}
 }
+
+// TestListingsForScripts (item 7): -q and --format on ls, sessions and
+// ps; ps spans sandboxes; rm-session -f terminates first; rm -f is
+// accepted.
+func TestListingsForScripts(t *testing.T) {
+	d, err := startDaemon(t.TempDir()) // its own: ls and ps see only this test's sandboxes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.stop)
+	d.ok(t, "create", "lst-a")
+	d.ok(t, "create", "lst-b")
+	d.ok(t, "spawn", "lst-a", "--id", "run1", "--", "sleep", "60")
+	d.ok(t, "spawn", "lst-b", "--id", "run2", "--", "sleep", "60")
+	d.ok(t, "exec", "lst-b", "--id", "done1", "--", "true")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ls", "-q"}, "lst-a\nlst-b\n"},
+		{[]string{"ls", "--format", "{{.Name}}={{.State}}"}, "lst-a=running\nlst-b=running\n"},
+		{[]string{"sessions", "lst-b", "-q"}, "run2\ndone1\n"},
+		{[]string{"sessions", "lst-b", "--format", "{{.ID}} {{.State}}"}, "run2 running\ndone1 exited\n"},
+		{[]string{"ps", "-q"}, "lst-a run1\nlst-b run2\n"},
+		{[]string{"ps", "-a", "-q"}, "lst-a run1\nlst-b run2\nlst-b done1\n"},
+		{[]string{"ps", "--format", "{{.Sandbox}}/{{.Session.ID}}"}, "lst-a/run1\nlst-b/run2\n"},
+	} {
+		if got := d.ok(t, tc.args...); got != tc.want {
+			t.Errorf("runner %s: got %q, want %q", strings.Join(tc.args, " "), got, tc.want)
+		}
+	}
+	if out := d.ok(t, "ps"); !strings.HasPrefix(out, "SANDBOX  ID    STATE    EXIT") || !strings.Contains(out, "\nlst-a    run1  running  -") || !strings.Contains(out, "\nlst-b    run2  running  -") {
+		t.Errorf("ps table:\n%s", out)
+	}
+	if _, errOut, code := d.cli(t, nil, "ls", "-q", "--format", "x"); code != exitUsage || errOut != "runner ls: -q and --format exclude each other (see runner ls --help)\n" {
+		t.Errorf("ls -q --format: exit %d stderr %q", code, errOut)
+	}
+	if _, errOut, code := d.cli(t, nil, "ls", "--format", "{{.Nope}}"); code != exitUsage || !strings.Contains(errOut, "Nope") {
+		t.Errorf("ls --format with an unknown field: exit %d stderr %q", code, errOut)
+	}
+
+	// rm-session refuses a running session; -f terminates it first.
+	if _, _, code := d.cli(t, nil, "rm-session", "lst-a", "run1"); code != exitInvalid {
+		t.Errorf("rm-session of a running session: exit %d, want %d", code, exitInvalid)
+	}
+	if out := d.ok(t, "rm-session", "-f", "lst-a", "run1"); out != "removed session run1\n" {
+		t.Errorf("rm-session -f: got %q", out)
+	}
+	if out := d.ok(t, "rm", "-f", "lst-b"); out != "removed lst-b\n" {
+		t.Errorf("rm -f: got %q", out)
+	}
+	if got := d.ok(t, "ps", "-a", "-q"); got != "" {
+		t.Errorf("ps -a after the removals: got %q, want nothing", got)
+	}
+}
+
+// TestCompletion (item 7): the bash script, generated from the command
+// table, completes commands, a command's flags and sandbox names; the
+// zsh and fish scripts name every command.
+func TestCompletion(t *testing.T) {
+	d := sharedDaemon(t)
+	box := d.sandbox(t, "compl-box")
+	script := d.ok(t, "completion", "bash")
+	for _, tc := range []struct {
+		words []string
+		want  string
+	}{
+		{[]string{"runner", "sessi"}, "sessions"},
+		{[]string{"runner", "exec", "--max"}, "--max-time"},
+		{[]string{"runner", "--timeout", "5s", "logs", "--tai"}, "--tail"},
+		{[]string{"runner", "exec", "compl-b"}, box},
+		{[]string{"runner", "exec", box, "compl-b"}, ""}, // the command, not a sandbox
+	} {
+		words := ""
+		for _, w := range tc.words {
+			words += fmt.Sprintf(" %q", w)
+		}
+		prog := script + fmt.Sprintf("\nCOMP_WORDS=(%s); COMP_CWORD=%d; _runner; echo \"${COMPREPLY[*]}\"\n", words, len(tc.words)-1)
+		cmd := exec.Command("bash", "-c", prog)
+		cmd.Env = append(d.env(), "PATH="+binDir+":/usr/bin:/bin")
+		out, err := cmd.CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != tc.want {
+			t.Errorf("complete %v: got %q (%v), want %q", tc.words, out, err, tc.want)
+		}
+	}
+	for _, shell := range []string{"zsh", "fish"} {
+		s := d.ok(t, "completion", shell)
+		for _, c := range commands {
+			if !strings.Contains(s, c.name) {
+				t.Errorf("%s completion lacks %s", shell, c.name)
+			}
+		}
+	}
+	if _, errOut, code := d.cli(t, nil, "completion", "tcsh"); code != exitUsage || errOut != "runner completion: shell \"tcsh\": want bash, zsh or fish (see runner completion --help)\n" {
+		t.Errorf("completion tcsh: exit %d stderr %q", code, errOut)
+	}
+}
+
+// TestDetachCodeOnPipes (item 7): detaching is exit 245 on a terminal
+// (Ctrl-], TestAttachTmux) and on pipes, where Ctrl-C (SIGINT) is how an
+// attach is left: one documented code, and the session keeps running.
+func TestDetachCodeOnPipes(t *testing.T) {
+	d := sharedDaemon(t)
+	box := d.sandbox(t, "detach-box")
+	d.ok(t, "spawn", box, "--id", "long", "--", "sh", "-c", "echo up; sleep 60")
+	cmd := exec.Command(filepath.Join(binDir, "runner"), "attach", box, "long")
+	cmd.Env = d.env()
+	var out, errOut syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for out.String() != "up\n" {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("attach printed %q", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != exitDetached || !strings.Contains(errOut.String(), "runner: detached from "+box+" long; it keeps running.") {
+		t.Errorf("attach after SIGINT: exit %d stderr %q; want %d and the detach message", code, errOut.String(), exitDetached)
+	}
+	if s := decode[wire.Session](t, d.ok(t, "sessions", box, "long", "--json")); s.State != wire.SessionRunning {
+		t.Errorf("after the detach: session %s, want running", s.State)
+	}
+}
+
+// TestInfoCLI (item 9): runner info shows runnerd's view, text and JSON.
+func TestInfoCLI(t *testing.T) {
+	d, err := startDaemonArgs(filepath.Join(binDir, "runnerd"), t.TempDir(), "--netpolicy", "off", "--cgroups", "off", "--max-sandboxes", "5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.stop)
+	d.ok(t, "create", "info-a")
+	d.ok(t, "spawn", "info-a", "--", "sleep", "60")
+	in := decode[wire.Info](t, d.ok(t, "info", "--json"))
+	if in.StateDir != d.state || in.Capacity.Sandboxes != 1 || in.Capacity.Sessions != 1 || in.Capacity.MaxSandboxes != 5 || in.Cgroups != "off" {
+		t.Errorf("info --json: %+v", in)
+	}
+	out := d.ok(t, "info")
+	for _, want := range []string{
+		"\nstate:            " + d.state + "\n",
+		"\nsandboxes:        1 of at most 5\n",
+		"\nsessions:         1 running\n",
+		"\ncapabilities:     attach, suspend, terminate_session, tty\n",
+		"\ncgroups:          off (resource limits are refused)\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("info lacks %q:\n%s", want, out)
+		}
+	}
+}

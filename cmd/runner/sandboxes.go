@@ -38,9 +38,18 @@ Examples:
 		&command{name: "ls", args: "", min: 0, max: 0,
 			short: "list sandboxes",
 			long: `--json prints an array of sandbox objects (docs/protocol.md, "Sandbox"); [] when
-there are none.`,
+there are none. -q prints the names only, one a line; --format a Go template
+per sandbox, over the fields of the sandbox object ({{.Name}}, {{.State}},
+{{.Workspace}}, {{.CreatedAt}}, {{.Limits}}...), as docker ls --format.
+Example:
+  runner ls -q | xargs runner rm`,
 			setup: func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+				lf := registerListFlags(fs, "sandbox names")
 				return func(ctx context.Context, e *env, _, _ []string) error {
+					tmpl, err := lf.template("ls")
+					if err != nil {
+						return err
+					}
 					c, err := e.client()
 					if err != nil {
 						return err
@@ -50,6 +59,9 @@ there are none.`,
 					all, err := c.ListAllSandboxes(ctx)
 					if err != nil {
 						return fail("list sandboxes", err)
+					}
+					if *lf.quiet || tmpl != nil {
+						return printEach(e, all, tmpl, func(sb wire.Sandbox) string { return sb.Name })
 					}
 					if e.g.json {
 						if all == nil {
@@ -92,10 +104,14 @@ there are none.`,
 			}},
 		&command{name: "rm", args: "NAME...", min: 1, max: -1,
 			short: "destroy sandboxes: stop their sessions, delete workspace and journals",
-			long: `Running sessions get SIGTERM, then SIGKILL after 5 s. Removing a sandbox that
-does not exist succeeds (it is gone either way).
+			long: `Running sessions get SIGTERM, then SIGKILL after 5 s (with or without -f, which
+is accepted as docker rm -f spells it). Removing a sandbox that does not exist
+succeeds (it is gone either way).
 --json prints {"removed": [NAME...]}.`,
 			setup: func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+				// rm always stops what runs (the sandbox's sessions are
+				// its own); -f is docker rm -f's spelling of that.
+				fs.Bool("f", false, "stop the sandbox's running sessions first (what rm always does; for docker rm -f habits)")
 				return func(ctx context.Context, e *env, pos, _ []string) error {
 					c, err := e.client()
 					if err != nil {

@@ -79,7 +79,9 @@ Examples:
 		&command{name: "sessions", args: "NAME [ID]", min: 1, max: 2,
 			short: "list a sandbox's sessions (running and ended), or show one",
 			long: `Sessions are listed by start time, oldest first. --json prints an array of
-session objects (or one object with ID); [] when there are none.`,
+session objects (or one object with ID); [] when there are none. -q prints the
+ids only; --format a Go template per session ({{.ID}}, {{.State}}, {{.Argv}},
+{{.Exit}}...). runner ps lists the sessions of every sandbox.`,
 			setup: sessionsCmd},
 		&command{name: "write", args: "NAME ID [DATA|-]", min: 2, max: 3,
 			short: "write to a session's stdin (DATA plus a newline, or stdin with -)",
@@ -107,8 +109,11 @@ unavailable (255) and the session may still run: terminate again.`,
 			long: `Only a session that has ended (and left no process behind) can be deleted;
 a running one is refused (terminate it first). Deleting a session that does not
 exist succeeds. Its output cannot be replayed afterwards: save what you need.
+With -f a running session is terminated first (SIGTERM, SIGKILL after 5 s), as
+docker rm -f does.
 --json prints {"sandbox": NAME, "removed": [ID...]}.`,
 			setup: func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+				force := fs.Bool("f", false, "terminate a running session first (SIGTERM, SIGKILL after 5 s)")
 				return func(ctx context.Context, e *env, pos, _ []string) error {
 					c, err := e.client()
 					if err != nil {
@@ -116,6 +121,14 @@ exist succeeds. Its output cannot be replayed afterwards: save what you need.
 					}
 					out := removedSessions{Sandbox: pos[0], Removed: []string{}}
 					for _, id := range pos[1:] {
+						if *force {
+							tctx, cancel := context.WithTimeout(ctx, e.g.timeout+15*time.Second)
+							_, err := c.Terminate(tctx, pos[0], id, 5*time.Second)
+							cancel()
+							if err != nil && !errors.Is(err, adapter.ErrNotFound) {
+								return fail("rm-session "+pos[0]+" "+id+": terminate", err)
+							}
+						}
 						cctx, cancel := e.callCtx(ctx) // not below the client's own bound (--timeout plus the delete's wait)
 						err := c.DeleteSession(cctx, pos[0], id)
 						cancel()
@@ -209,7 +222,12 @@ func spawnCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) 
 }
 
 func sessionsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+	lf := registerListFlags(fs, "session ids")
 	return func(ctx context.Context, e *env, pos, _ []string) error {
+		tmpl, err := lf.template("sessions")
+		if err != nil {
+			return err
+		}
 		c, err := e.client()
 		if err != nil {
 			return err
@@ -232,6 +250,9 @@ func sessionsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []strin
 				return fail("sessions "+pos[0], err)
 			}
 			sortByStart(list)
+			if *lf.quiet || tmpl != nil {
+				return printEach(e, list, tmpl, func(s wire.Session) string { return s.ID })
+			}
 			if e.g.json {
 				if list == nil {
 					list = []wire.Session{}
