@@ -436,3 +436,58 @@ func TestInfoCLI(t *testing.T) {
 		}
 	}
 }
+
+// TestOneCommitOneVersion (item 8): a binary built as the README says
+// (go build, which stamps the checkout's VCS state) and the version
+// images/install.sh stamps into runnerd for the same checkout are the same
+// string, clean and dirty, so runner version never warns that two builds
+// of one commit were built apart. The checkout is a fresh repository
+// (go build does not stamp inside a git worktree) holding this tree's
+// version package, install.sh and a main that prints version.String(), so
+// the build is seconds, not a build of all of runner.
+func TestOneCommitOneVersion(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		testcap.Skip(t, "git", "the version comes from a checkout: "+err.Error())
+	}
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := strings.TrimSpace(string(root))
+	repo, bin := t.TempDir(), t.TempDir()
+	sh := func(dir, script string) string {
+		t.Helper()
+		cmd := exec.Command("sh", "-c", script)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t", "GIT_CONFIG_NOSYSTEM=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v: %s", script, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	sh(src, "tar -cf - go.mod images/install.sh version/version.go | tar -xf - -C "+repo)
+	if err := os.MkdirAll(filepath.Join(repo, "cmd", "vprint"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	main := "package main\n\nimport (\n\t\"fmt\"\n\n\t\"github.com/agentrunner/runner/version\"\n)\n\nfunc main() { fmt.Println(version.String()) }\n"
+	if err := os.WriteFile(filepath.Join(repo, "cmd", "vprint", "main.go"), []byte(main), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sh(repo, "git init -q && git add -A && git commit -qm tree")
+	rev := sh(repo, "git rev-parse HEAD")[:12]
+	for _, tc := range []struct{ state, prepare, want string }{
+		{"clean", "true", "dev-" + rev},
+		{"dirty", "echo x > untracked-file", "dev-" + rev + "-dirty"},
+		{"tagged", "rm untracked-file && git tag v1.2.3", "v1.2.3"},
+		{"tagged dirty", "echo '// x' >> version/version.go", "dev-" + rev + "-dirty"},
+	} {
+		sh(repo, tc.prepare)
+		sh(repo, "go build -buildvcs=true -o "+bin+"/ ./cmd/vprint")
+		built := sh(bin, "./vprint")
+		installed := sh(repo, "images/install.sh --print-version")
+		if built != tc.want || installed != tc.want {
+			t.Errorf("%s: go build gives %q, install.sh stamps %q; want both %q", tc.state, built, installed, tc.want)
+		}
+	}
+}
