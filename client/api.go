@@ -35,6 +35,15 @@ func (c *Client) Capacity(ctx context.Context) (wire.Capacity, error) {
 	return cp, err
 }
 
+// Info is GET /v1/info: this runnerd's version, capabilities, capacity,
+// state directory, cgroup and isolation modes and warm pool. A runnerd
+// from before it answers invalid ("no such route").
+func (c *Client) Info(ctx context.Context) (wire.Info, error) {
+	var out wire.Info
+	err := c.do(ctx, call{method: http.MethodGet, path: apiPath("info")}, &out)
+	return out, err
+}
+
 // CreateSandbox calls POST /v1/sandboxes. It is idempotent: creating a
 // name that exists returns the existing sandbox.
 func (c *Client) CreateSandbox(ctx context.Context, req wire.CreateSandbox) (wire.Sandbox, error) {

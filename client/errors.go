@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
@@ -71,12 +73,40 @@ func unavailablef(format string, args ...any) error {
 
 // transportErr classifies a failure to get an answer at all: the caller's
 // own context ending is returned as that context error; everything else
-// (refused, reset, timeout, DNS, TLS, a cut body) is unavailable.
+// (refused, reset, timeout, DNS, TLS, a cut body) is unavailable, and
+// keeps the transport's error as its cause (see [Refused]).
 func transportErr(ctx context.Context, op string, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		return fmt.Errorf("%s: %w", op, cerr)
 	}
-	return unavailablef("%s: %v", op, err)
+	return &transportError{kind: &adapter.UnavailableError{Detail: fmt.Sprintf("%s: %v", op, err)}, cause: err}
+}
+
+// transportError is an unavailable error that no answer caused: it is
+// *adapter.UnavailableError for errors.As and errors.Is, and the
+// transport's own error (a *net.OpError, syscall.ECONNREFUSED) too.
+type transportError struct {
+	kind  *adapter.UnavailableError
+	cause error
+}
+
+func (e *transportError) Error() string   { return e.kind.Error() }
+func (e *transportError) Unwrap() []error { return []error{e.kind, e.cause} }
+
+// Refused reports whether err is a connection that nothing accepted: a
+// TCP connect refused, or a unix socket that does not exist or that no
+// process listens on. Then no runnerd serves at the address (as opposed
+// to one that answered 503, or a connection cut mid-call).
+func Refused(err error) bool {
+	var te *transportError
+	if !errors.As(err, &te) {
+		return false
+	}
+	var op *net.OpError
+	if !errors.As(te.cause, &op) || op.Op != "dial" {
+		return false
+	}
+	return errors.Is(op.Err, syscall.ECONNREFUSED) || errors.Is(op.Err, syscall.ENOENT)
 }
 
 // responseErr classifies a non-2xx answer. It reads (a bounded part of)

@@ -156,15 +156,23 @@ func (s *server) writeExhausted(w http.ResponseWriter, r *http.Request, detail s
 }
 
 func (s *server) handleCapacity(w http.ResponseWriter, r *http.Request) {
+	c, err := s.capacity()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, c)
+}
+
+// capacity is GET /v1/capacity's answer (also part of GET /v1/info).
+func (s *server) capacity() (wire.Capacity, error) {
 	n, err := s.reg.CountSandboxes()
 	if err != nil {
-		s.writeError(w, r, errUnavailable("count sandboxes: %v", err))
-		return
+		return wire.Capacity{}, errUnavailable("count sandboxes: %v", err)
 	}
 	live, err := s.liveSessions()
 	if err != nil {
-		s.writeError(w, r, errUnavailable("count sessions: %v", err))
-		return
+		return wire.Capacity{}, errUnavailable("count sessions: %v", err)
 	}
 	c := wire.Capacity{
 		Sandboxes:    n,
@@ -175,14 +183,12 @@ func (s *server) handleCapacity(w http.ResponseWriter, r *http.Request) {
 	}
 	c.Exhausted = c.MaxSandboxes > 0 && n >= c.MaxSandboxes
 	if c.MemoryAvailableBytes, err = memAvailable(); err != nil {
-		s.writeError(w, r, errUnavailable("read memory: %v", err))
-		return
+		return wire.Capacity{}, errUnavailable("read memory: %v", err)
 	}
 	if c.PIDsFree, err = pidsFree(); err != nil {
-		s.writeError(w, r, errUnavailable("read tasks: %v", err))
-		return
+		return wire.Capacity{}, errUnavailable("read tasks: %v", err)
 	}
-	s.writeJSON(w, http.StatusOK, c)
+	return c, nil
 }
 
 // memAvailable returns MemAvailable of /proc/meminfo in bytes.

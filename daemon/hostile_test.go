@@ -198,8 +198,10 @@ func TestHostileCommand(t *testing.T) {
 		}
 		r = a.do("PUT", "/v1/sandboxes/plain/network", wire.Network{Allow: []string{}})
 		a.wantError(r, http.StatusBadRequest, wire.CodeInvalid)
-		if d := r.errBody(t).Detail; !strings.Contains(d, "as root") || !strings.Contains(d, "omit user") {
-			t.Errorf("detail %q does not say why", d)
+		// Its creator omitted user already: the advice is to create it
+		// with its policy (issue 25 item 5), not to omit user.
+		if d := r.errBody(t).Detail; !strings.Contains(d, "(root)") || !strings.Contains(d, "create it with its policy") || strings.Contains(d, "omit user") {
+			t.Errorf("detail %q does not say why and what to do", d)
 		}
 		a.must("GET", "/v1/sandboxes/plain", nil, 200, &plain)
 		if plain.Network != nil {

@@ -173,7 +173,11 @@ func (s *server) checkContainable(sb registry.Sandbox) error {
 		return nil
 	}
 	if sb.User == "" {
-		return errRootContained(fmt.Sprintf("sandbox %q has no user", sb.Name))
+		// Not errRootContained: its advice (omit user) is what this
+		// sandbox's creator already did.
+		return errInvalid("sandbox %q was created without a network policy, so its commands run as runnerd's own user (root), "+
+			"who can leave any namespace; a policy cannot contain it afterwards: destroy it and create it with its policy "+
+			"(network in the create; runner create %s --allow HOST or --deny-all), and runnerd gives it a uid of its own", sb.Name, sb.Name)
 	}
 	u, err := user.Lookup(sb.User)
 	if err != nil {

@@ -131,6 +131,7 @@ func (s *server) routes() {
 	m.HandleFunc("GET /metrics", s.handleMetrics)
 	m.HandleFunc("GET /v1/capabilities", s.handleCapabilities)
 	m.HandleFunc("GET /v1/capacity", s.handleCapacity)
+	m.HandleFunc("GET /v1/info", s.handleInfo) // info.go
 
 	m.HandleFunc("POST /v1/sandboxes", s.admitSandbox(s.handleCreateSandbox))
 	m.HandleFunc("GET /v1/sandboxes", s.handleListSandboxes)
@@ -405,6 +406,11 @@ func (s *server) handleHealth(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) handleCapabilities(w http.ResponseWriter, r *http.Request) {
+	s.writeJSON(w, http.StatusOK, wire.Capabilities{Capabilities: s.capabilities()})
+}
+
+// capabilities is what this host delivers, sorted.
+func (s *server) capabilities() []string {
 	// Only what this host delivers: no network_policy unless egress is
 	// enforced, no public_url without a preview listener.
 	caps := []string{wire.CapAttach, wire.CapSuspend, wire.CapTerminateSession, wire.CapTTY}
@@ -418,7 +424,7 @@ func (s *server) handleCapabilities(w http.ResponseWriter, r *http.Request) {
 		caps = append(caps, wire.CapResourceLimits)
 	}
 	slices.Sort(caps)
-	s.writeJSON(w, http.StatusOK, wire.Capabilities{Capabilities: caps})
+	return caps
 }
 
 // keyedMutex is a set of mutexes by key, created on demand and dropped when

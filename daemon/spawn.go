@@ -43,6 +43,9 @@ func normalize(req *wire.CreateSession) error {
 	} else if req.Rows != 0 || req.Cols != 0 {
 		return errInvalid("rows and cols apply to tty sessions only")
 	}
+	if req.TTY && req.MergeStderr {
+		return errInvalid("merge_stderr applies to pipes sessions only (a tty has one stream)")
+	}
 	return nil
 }
 
@@ -57,7 +60,7 @@ func validTermSize(rows, cols int) error {
 
 func sameRequest(a, b wire.CreateSession) bool {
 	return slices.Equal(a.Argv, b.Argv) && slices.Equal(a.Env, b.Env) && a.Cwd == b.Cwd &&
-		a.TTY == b.TTY && a.Rows == b.Rows && a.Cols == b.Cols
+		a.TTY == b.TTY && a.Rows == b.Rows && a.Cols == b.Cols && a.MergeStderr == b.MergeStderr
 }
 
 func envWith(env []string, key, value string) []string {
@@ -110,6 +113,7 @@ func (s *server) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolic
 		// start is answered truncated, never silently skipped.
 		RetainBytes: s.cfg.JournalRetainBytes,
 		StdinClosed: opts.stdinClosed && !req.TTY,
+		MergeStderr: req.MergeStderr,
 	}
 	if nsb != nil {
 		spec.NetNS, spec.ResolvConf = nsb.NetNSPath, nsb.ResolvConfPath

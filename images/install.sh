@@ -10,14 +10,20 @@
 # adopts them from its registry (docs/operations.md).
 #
 # The binaries carry one version (runnerd --version, /healthz, runner
-# version): `git describe` of the checkout, or VERSION=... from the caller.
+# version), in the form a plain `go build` of the same checkout has (see
+# package version): the vX.Y.Z tag of a clean tagged commit, else
+# dev-<12 hex digits of the commit>, with -dirty when the tree has
+# changes; or VERSION=... from the caller. `install.sh --print-version`
+# prints it and does nothing else.
 
 set -euo pipefail
 
 start=1
+print_version=0
 for arg in "$@"; do
   case "$arg" in
     --no-start) start=0 ;;
+    --print-version) print_version=1 ;;
     -h|--help) sed -n '2,/^$/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     *) echo "install.sh: unknown argument $arg" >&2; exit 2 ;;
   esac
@@ -37,7 +43,24 @@ trap 'rm -rf "$build"' EXIT
 # status"). So the version is asked of git here, with this one checkout
 # marked safe for this one command, and stamped with -ldflags; -buildvcs=false
 # keeps go build from asking again.
-version=${VERSION:-$(git -c safe.directory="$src" -C "$src" describe --tags --always --dirty 2>/dev/null || echo dev)}
+git_() { git -c safe.directory="$src" -C "$src" "$@"; }
+checkout_version() {
+  local rev dirty= tag
+  rev=$(git_ rev-parse HEAD 2>/dev/null) || { echo dev; return; }
+  # Go's vcs.modified: any line of git status --porcelain, untracked files too.
+  [ -n "$(git_ status --porcelain 2>/dev/null)" ] && dirty=1
+  tag=$(git_ tag --points-at HEAD 2>/dev/null | grep -E '^v[0-9]+\.[0-9]+\.[0-9]+$' | sort -V | tail -n 1)
+  if [ -n "$tag" ] && [ -z "$dirty" ]; then
+    echo "$tag"
+  else
+    echo "dev-${rev:0:12}${dirty:+-dirty}"
+  fi
+}
+version=${VERSION:-$(checkout_version)}
+if [ "$print_version" = 1 ]; then
+  echo "$version"
+  exit 0
+fi
 (cd "$src" && CGO_ENABLED=0 go build -buildvcs=false -trimpath \
   -ldflags "-X github.com/agentrunner/runner/version.Version=$version" \
   -o "$build/" ./cmd/runnerd ./cmd/runner ./cmd/runner-shim)

@@ -266,6 +266,13 @@ func (p *Pool) take() *warmShim {
 	return w
 }
 
+// Idle returns how many warm shims wait for a session now.
+func (p *Pool) Idle() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.idle)
+}
+
 // pids returns the pids of the idle warm shims.
 func (p *Pool) pids() []int {
 	p.mu.Lock()

@@ -97,6 +97,10 @@ type Spec struct {
 	// shim holds a task there, so the sprite does not pause under a
 	// detached session (hold.go). Off when empty.
 	HoldTask string `json:"hold_task,omitempty"`
+	// MergeStderr gives the command one pipe as stdout and stderr, so
+	// the stdout stream holds both in the order they were written and
+	// the stderr stream stays empty. Not with TTY.
+	MergeStderr bool `json:"merge_stderr,omitempty"`
 }
 
 // Streams returns the journal streams of a session with this spec.
@@ -164,6 +168,9 @@ func (s Spec) validate() error {
 	}
 	if s.StdinClosed && s.TTY {
 		return fmt.Errorf("%w: stdin_closed with a tty", ErrInvalid)
+	}
+	if s.MergeStderr && s.TTY {
+		return fmt.Errorf("%w: merge_stderr with a tty", ErrInvalid)
 	}
 	return nil
 }

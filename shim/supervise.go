@@ -92,6 +92,12 @@ func (s *server) startWith(spec Spec, gate func() error, ahead *nsexecAhead) (er
 		s.stdin = pipes[0][1]
 		s.outs = []output{{"stdout", pipes[1][0]}, {"stderr", pipes[2][0]}}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = pipes[0][0], pipes[1][1], pipes[2][1]
+		if s.spec.MergeStderr {
+			// One pipe for both: the order of the command's writes is
+			// the pipe's, so the stdout stream holds it. The stderr
+			// pipe stays open and empty, so its stream ends at 0.
+			cmd.Stderr = pipes[1][1]
+		}
 		// Ours from here: the child's ends stay in childEnds.
 		childEnds = []*os.File{pipes[0][0], pipes[1][1], pipes[2][1]}
 		s.closers = append(s.closers, func() {

@@ -24,6 +24,12 @@ func TestResolve(t *testing.T) {
 		{"linker wins", "v1.4.0-3-gabc", info("v9.9.9", rev), "v1.4.0-3-gabc"},
 		{"module version", "", info("v1.2.3", rev), "v1.2.3"},
 		{"vcs revision", "", info("(devel)", rev, clean), "dev-9341c11a0b1c"},
+		// Go 1.24+ stamps a checkout's build with a pseudo-version; the
+		// version is the revision form install.sh stamps too.
+		{"pseudo-version", "", info("v0.0.0-20261202023455-9341c11a0b1c", rev, clean), "dev-9341c11a0b1c"},
+		{"pseudo-version dirty", "", info("v0.0.0-20261202023455-9341c11a0b1c+dirty", rev, dirty), "dev-9341c11a0b1c-dirty"},
+		{"clean tag", "", info("v1.2.3", rev, clean), "v1.2.3"},
+		{"dirty tag", "", info("v1.2.3+dirty", rev, dirty), "dev-9341c11a0b1c-dirty"},
 		{"dirty tree", "", info("(devel)", rev, dirty), "dev-9341c11a0b1c-dirty"},
 		{"nothing stamped", "", info("(devel)"), "dev"},
 		{"no build info", "", none, "dev"},

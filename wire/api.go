@@ -217,6 +217,12 @@ type CreateSession struct {
 	TTY  bool     `json:"tty,omitempty"`
 	Rows int      `json:"rows,omitempty"`
 	Cols int      `json:"cols,omitempty"`
+	// MergeStderr gives the command one pipe for stdout and stderr (as
+	// `2>&1` does), so the stdout stream holds both in the order the
+	// command wrote them and the stderr stream stays empty. Two pipes
+	// cannot say which of two writes came first; one pipe can. Not with
+	// TTY (a terminal has one stream already).
+	MergeStderr bool `json:"merge_stderr,omitempty"`
 }
 
 // Session describes one session. Lengths is the length in bytes of each
@@ -345,6 +351,40 @@ type Capacity struct {
 	// Exhausted is set when a create of a new sandbox would be refused
 	// now (Sandboxes >= MaxSandboxes).
 	Exhausted bool `json:"exhausted"`
+}
+
+// Info is the answer of GET /v1/info: what this runnerd is and holds, for
+// an operator (runner info), in one read.
+type Info struct {
+	// Version is the build (as GET /healthz says it).
+	Version string `json:"version"`
+	// Capabilities is GET /v1/capabilities' list.
+	Capabilities []string `json:"capabilities"`
+	// Capacity is GET /v1/capacity's answer: sandboxes, running
+	// sessions and the bounds.
+	Capacity Capacity `json:"capacity"`
+	// StateDir is runnerd's state directory.
+	StateDir string `json:"state_dir"`
+	// Cgroups is how resource limits are enforced: "v1", "v2", or "off"
+	// (not enforced: resource_limits is not advertised).
+	Cgroups string `json:"cgroups"`
+	// CgroupRoot is the cgroup the sandboxes' cgroups go under (as
+	// configured: relative to runnerd's own cgroup unless absolute); ""
+	// when Cgroups is off.
+	CgroupRoot string `json:"cgroup_root,omitempty"`
+	// Isolation is which sandboxes run as an unprivileged identity of
+	// their own: "contained" (those with a network policy), "all", or
+	// "off" (runnerd is not root: none).
+	Isolation string `json:"isolation"`
+	// WarmShims is the warm pool: the shims kept started ahead (Target,
+	// 0 when the pool is off) and those waiting now (Idle).
+	WarmShims WarmShims `json:"warm_shims"`
+}
+
+// WarmShims is the warm shim pool's size (Info.WarmShims).
+type WarmShims struct {
+	Target int `json:"target"`
+	Idle   int `json:"idle"`
 }
 
 // Health is the answer of GET /healthz.

@@ -1,20 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
-
-	"golang.org/x/term"
 
 	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/client"
@@ -92,6 +86,9 @@ type attachRun struct {
 	// byTime (owned by the frame pump) says cur is not yet a cursor for
 	// every stream: a --since attach that has not seen a byte of one.
 	byTime bool
+	// lostMsg, when set, is the notice when the connection is lost
+	// (exec names its session).
+	lostMsg string
 }
 
 // resumeFlags are the flags that attach again where a left off.
@@ -205,7 +202,11 @@ func (a *attachRun) pump(out, errw io.Writer, notice func(string)) pumpResult {
 		}
 		if lostAt.IsZero() {
 			lostAt = time.Now()
-			notice("connection to runnerd lost; reconnecting (the session keeps running)...")
+			if a.lostMsg != "" {
+				notice(a.lostMsg)
+			} else {
+				notice("connection to runnerd lost; reconnecting (the session keeps running)...")
+			}
 		}
 		if time.Since(lostAt) > reconnectFor {
 			return pumpResult{err: err}
@@ -304,191 +305,13 @@ func attachCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 			*cursor = tailCursor(s, "stdout", *tail)
 			*stderrCursor = tailCursor(s, "stderr", *tail)
 		}
-		running := s.State == wire.SessionRunning
-		inFd := int(e.io.in.Fd())
-		interactive := s.TTY && running && term.IsTerminal(inFd)
-		forwardStdin := running && (s.TTY || *sendStdin)
-
-		actx, acancel := context.WithCancel(ctx)
-		defer acancel()
-		a := &attachRun{c: c, e: e, name: name, id: id, ctx: actx, cancel: acancel,
-			cur: client.Cursors{Stdout: *cursor, Stderr: *stderrCursor}, since: since, tty: s.TTY, byTime: !since.IsZero()}
-
-		// From here on, the terminal may be raw: every message goes
-		// through notice (CR LF) and the terminal is restored before
-		// runner prints its final word.
-		var restore func()
-		if interactive {
-			old, err := term.MakeRaw(inFd)
-			if err != nil {
-				return &exitError{code: exitOther, kind: "io", what: what, msg: fmt.Sprintf("runner: %s: put the terminal in raw mode: %v", what, err)}
-			}
-			var once sync.Once
-			restore = func() { once.Do(func() { _ = term.Restore(inFd, old) }) }
-			defer restore()
+		r, err := e.follow(ctx, c, followOpts{what: what, name: name, id: id, s: s,
+			cur: client.Cursors{Stdout: *cursor, Stderr: *stderrCursor}, since: since,
+			key: key, useKey: useKey, stdin: s.TTY || *sendStdin})
+		if err != nil {
+			return err
 		}
-		var noticeMu sync.Mutex
-		notice := func(msg string) {
-			noticeMu.Lock()
-			defer noticeMu.Unlock()
-			fmt.Fprintf(e.io.err, "\r\nrunner: %s\r\n", msg)
-		}
-
-		var wg sync.WaitGroup
-		done := make(chan struct{}) // closed when runner is finishing
-		defer func() { close(done); wg.Wait() }()
-
-		// Follow the terminal's size.
-		if s.TTY && running {
-			sizeFd := int(e.io.out.Fd())
-			if !term.IsTerminal(sizeFd) {
-				sizeFd = inFd
-			}
-			if term.IsTerminal(sizeFd) {
-				resize := func() {
-					w, h, err := term.GetSize(sizeFd)
-					if err != nil || w <= 0 || h <= 0 {
-						return
-					}
-					rctx, cancel := e.callCtx(actx)
-					defer cancel()
-					_ = c.Resize(rctx, name, id, h, w) // a resize racing the exit is harmless
-				}
-				resize()
-				winch := make(chan os.Signal, 1)
-				signal.Notify(winch, syscall.SIGWINCH)
-				wg.Go(func() {
-					defer signal.Stop(winch)
-					for {
-						select {
-						case <-done:
-							return
-						case <-winch:
-							resize()
-						}
-					}
-				})
-			}
-		}
-
-		// Signals that end the attach (in raw mode Ctrl-C is a key and
-		// goes to the session instead).
-		sigs := make(chan os.Signal, 1)
-		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-		defer signal.Stop(sigs)
-
-		// The stdin pump. Its goroutine may stay blocked in a read of
-		// the terminal when runner finishes; runner exits right after,
-		// so it is not waited for.
-		detached := make(chan struct{}, 1)
-		if forwardStdin {
-			go func() {
-				buf := make([]byte, 32<<10)
-				warned := false
-				for {
-					n, rerr := e.io.in.Read(buf)
-					p := buf[:n]
-					hit := false
-					if interactive && useKey {
-						if i := bytes.IndexByte(p, key); i >= 0 {
-							p, hit = p[:i], true
-						}
-					}
-					if len(p) > 0 {
-						wctx, cancel := e.callCtx(actx)
-						err := c.WriteStdin(wctx, name, id, append([]byte(nil), p...))
-						cancel()
-						if errors.Is(err, adapter.ErrCommandExited) {
-							return // the exit frame follows
-						}
-						if err != nil && actx.Err() == nil && !warned {
-							warned = true
-							notice("typing did not reach the session: " + oneLine(detailOf(err)))
-						}
-					}
-					if hit {
-						detached <- struct{}{}
-						return
-					}
-					if rerr != nil {
-						if rerr == io.EOF && !s.TTY {
-							cctx, cancel := e.callCtx(actx)
-							_ = c.CloseStdin(cctx, name, id)
-							cancel()
-						}
-						return
-					}
-				}
-			}()
-		}
-
-		results := make(chan pumpResult, 1)
-		wg.Go(func() { results <- a.pump(e.io.out, e.io.err, notice) })
-
-		var res pumpResult
-		stopCode := 0
-		select {
-		case res = <-results:
-		case <-detached:
-			stopCode = exitDetached
-		case <-sigs:
-			stopCode = exitInterrupted
-		}
-		if stopCode != 0 {
-			a.stop()
-			res = <-results
-			if res.frame == nil {
-				if restore != nil {
-					restore()
-				}
-				again := fmt.Sprintf("runner attach %s %s %s", name, id, a.resumeFlags())
-				msg := fmt.Sprintf("\r\nrunner: detached from %s %s; it keeps running.\nrunner: reattach with: %s\n"+
-					"runner: (that shows only what is new; without the cursors it replays the session from its start)", name, id, again)
-				kind := "detached"
-				if stopCode == exitInterrupted {
-					kind = "interrupted"
-				}
-				return &exitError{code: stopCode, kind: kind, what: what, msg: msg}
-			}
-		}
-		if restore != nil {
-			restore()
-		}
-		if res.frame == nil {
-			ce := &cliError{what: what, err: res.err}
-			if errors.Is(res.err, adapter.ErrUnavailable) {
-				ce.hint = hintFor("unavailable", e.where) + "\n" + fmt.Sprintf("the session may still run; reattach with: runner attach %s %s %s", name, id, a.resumeFlags())
-			} else if errors.Is(res.err, adapter.ErrTruncated) {
-				ce.hint = "that cursor is behind the retained output: pass a larger --cursor"
-			}
-			return ce
-		}
-		f := *res.frame
-		switch f.Kind {
-		case wire.FrameExit, wire.FrameLost:
-			x, err := f.Exit()
-			if err != nil {
-				return fail(what, &adapter.UnavailableError{Detail: "decode the exit frame: " + err.Error()})
-			}
-			if f.Kind == wire.FrameLost {
-				x.Reason = wire.ExitLost
-			}
-			return exitErrorOf(what, x)
-		default:
-			we, err := f.Err()
-			if err != nil {
-				return fail(what, &adapter.UnavailableError{Detail: "decode the error frame: " + err.Error()})
-			}
-			code := exitOther
-			if row, ok := wire.RowOf(we.Code); ok {
-				code = row.Exit
-			}
-			msg := fmt.Sprintf("runner: %s: %s: %s", what, we.Code, oneLine(we.Detail))
-			if we.Code == wire.CodeTruncated {
-				msg += "\nrunner: hint: retention dropped output before it was read; reattach with a larger --cursor"
-			}
-			return &exitError{code: code, kind: string(we.Code), what: what, msg: msg}
-		}
+		return e.endOf(ctx, c, what, name, r.frame)
 	}
 }
 

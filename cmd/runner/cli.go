@@ -52,7 +52,8 @@ const exitTable = `Exit codes:
     126  exec, spawn: the command exists but cannot be run (not executable)
     127  exec, spawn: the command was not found in the sandbox
     130  interrupted (Ctrl-C); a command started by exec may still run
-    245  attach: detached with the detach key; the session still runs
+    245  attach, exec -it, run: detached (the detach key on a terminal,
+         Ctrl-C or SIGTERM on an attach without one); the session still runs
     246  provider, restore_failed or write_failed
     247  rate_limited
     248  truncated: the cursor is behind the retained output
@@ -250,10 +251,18 @@ func report(w io.Writer, err error, where string, asJSON bool) int {
 			code = ce.code
 		}
 	}
-	detail := tidy(oneLine(detailOf(err)))
-	hint := hintFor(kind, where)
+	inner := err
+	if ce != nil {
+		inner = ce.err
+	}
+	detail := tidy(oneLine(detailOf(inner)))
+	hint := hintFor(err, where)
 	if ce != nil && ce.hint != "" {
 		hint = ce.hint
+	}
+	var api *client.APIError
+	if errors.As(err, &api) && api.ExecError != "" {
+		detail += " (exec_error: " + string(api.ExecError) + ")"
 	}
 	if asJSON {
 		writeJSONError(w, jsonErrorBody{Kind: kind, Op: what, Detail: detail, ExitCode: code, Hint: hint})
@@ -285,9 +294,15 @@ func tidy(s string) string {
 	return urlPrefix.ReplaceAllString(s, "")
 }
 
-func hintFor(kind, where string) string {
-	switch kind {
+// hintFor is runner's advice for err, "" when it has none. "Is runnerd
+// running?" is only for a connection nothing accepted: a runnerd that
+// answered (a 503 with its detail) or cut the connection is running.
+func hintFor(err error, where string) string {
+	switch _, kind := codeOf(err); kind {
 	case "unavailable":
+		if !client.Refused(err) {
+			return ""
+		}
 		if where != "" {
 			where = " at " + where
 		}
@@ -298,6 +313,17 @@ func hintFor(kind, where string) string {
 		return "`runner caps` lists what this runnerd can do"
 	}
 	return ""
+}
+
+// hints joins hint lines, leaving out empty ones.
+func hints(lines ...string) string {
+	var keep []string
+	for _, l := range lines {
+		if l != "" {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
 }
 
 func oneLine(s string) string { return strings.ReplaceAll(strings.TrimSpace(s), "\n", " ") }
@@ -459,8 +485,8 @@ Run "runner COMMAND --help" for a command's flags and examples.
 
 var groups = [][]string{
 	{"create", "ls", "get", "rm", "suspend", "resume", "policy", "url"},
-	{"exec", "spawn", "sessions", "attach", "logs", "write", "close-stdin", "signal", "terminate", "rm-session"},
-	{"caps", "version"},
+	{"exec", "run", "spawn", "ps", "sessions", "attach", "logs", "write", "close-stdin", "signal", "terminate", "rm-session"},
+	{"info", "caps", "version", "completion"},
 }
 
 func printTopUsage(w io.Writer) {
@@ -483,16 +509,10 @@ func printTopUsage(w io.Writer) {
 func run(ctx context.Context, args []string, io stdio) int {
 	e := &env{io: io}
 	asJSON := wantsJSON(args)
-	// flagError reports a flag the parser refused: its message, then (in
-	// text mode) the usage, on stderr.
-	flagError := func(cmd string, err error, usage func(w stdioWriter)) int {
-		if asJSON {
-			writeJSONError(io.err, jsonErrorBody{Kind: "usage", Op: cmd, Detail: err.Error(), ExitCode: exitUsage})
-			return exitUsage
-		}
-		fmt.Fprintln(io.err, err)
-		usage(io.err)
-		return exitUsage
+	// flagError reports a flag the parser refused: one line, on stderr,
+	// that says where the help is (the help itself would bury it).
+	flagError := func(cmd string, err error) int {
+		return report(io.err, usagef(cmd, "%v", err), "", asJSON)
 	}
 	// Global flags before the command.
 	top := flag.NewFlagSet("runner", flag.ContinueOnError)
@@ -505,7 +525,7 @@ func run(ctx context.Context, args []string, io stdio) int {
 			printTopUsage(io.out)
 			return exitOK
 		}
-		return flagError("", err, func(w stdioWriter) { printTopUsage(w) })
+		return flagError("", err)
 	}
 	rest := top.Args()
 	if *showVersion {
@@ -531,7 +551,11 @@ func run(ctx context.Context, args []string, io stdio) int {
 	}
 	cmd := lookup(name)
 	if cmd == nil {
-		return report(io.err, usagef("", "unknown command %q (commands: %s)", name, strings.Join(names(), ", ")), "", asJSON)
+		msg := fmt.Sprintf("unknown command %q", name)
+		if near := nearest(name, names()); near != "" {
+			msg += fmt.Sprintf("; did you mean %q?", near)
+		}
+		return report(io.err, usagef("", "%s", msg), "", asJSON)
 	}
 	fs := flag.NewFlagSet("runner "+cmd.name, flag.ContinueOnError)
 	fs.SetOutput(discard)
@@ -558,7 +582,7 @@ func run(ctx context.Context, args []string, io stdio) int {
 			cmdUsage(io.out, cmd, fs)
 			return exitOK
 		}
-		return flagError(cmd.name, err, func(w stdioWriter) { cmdUsage(w, cmd, fs) })
+		return flagError(cmd.name, err)
 	}
 	asJSON = e.g.json
 	if len(pos) < cmd.min || (cmd.max >= 0 && len(pos) > cmd.max) {
@@ -597,6 +621,52 @@ func wantsJSON(args []string) bool {
 		}
 	}
 	return on
+}
+
+// nearest is the command name closest to a mistyped one: within two
+// edits (a transposition is one), or the only command it is a prefix of;
+// "" when none is close enough to be worth suggesting.
+func nearest(typed string, all []string) string {
+	best, bestD := "", 3
+	var prefixed []string
+	for _, n := range all {
+		if strings.HasPrefix(n, typed) {
+			prefixed = append(prefixed, n)
+		}
+		if d := editDistance(typed, n); d < bestD {
+			best, bestD = n, d
+		}
+	}
+	if best == "" && len(prefixed) == 1 {
+		return prefixed[0]
+	}
+	return best
+}
+
+// editDistance is the optimal-string-alignment distance: insertions,
+// deletions, substitutions and transpositions of neighbours each cost 1.
+func editDistance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
 }
 
 func names() []string {
@@ -645,6 +715,7 @@ func cmdUsage(w io.Writer, cmd *command, fs *flag.FlagSet) {
 // `runner exec box ls -la` runs `ls -la`.
 func parseInterspersed(fs *flag.FlagSet, args []string, argvAfter int) (pos, argv []string, err error) {
 	for {
+		args = expandShort(fs, args)
 		if argvAfter > 0 && len(pos) == argvAfter {
 			// Flags may still come before the command; the first
 			// non-flag (or what follows "--") starts it.
@@ -672,6 +743,53 @@ func parseInterspersed(fs *flag.FlagSet, args []string, argvAfter int) (pos, arg
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
+}
+
+// expandShort splits combined one-letter boolean flags ("-it" into "-i",
+// "-t", as docker and POSIX getopt take them) among the flags the parser
+// reads next: the run of flag arguments at the start of args, up to the
+// first non-flag or "--". What follows (a command's own "-la") is left
+// as it is. A token that names a flag itself is never split.
+func expandShort(fs *flag.FlagSet, args []string) []string {
+	isBool := func(name string) bool {
+		f := fs.Lookup(name)
+		if f == nil {
+			return false
+		}
+		b, ok := f.Value.(interface{ IsBoolFlag() bool })
+		return ok && b.IsBoolFlag()
+	}
+	var out []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || len(a) < 2 || a[0] != '-' {
+			return append(out, args[i:]...)
+		}
+		name := strings.TrimLeft(a, "-")
+		name, _, hasValue := strings.Cut(name, "=")
+		if fs.Lookup(name) != nil {
+			out = append(out, a)
+			if !hasValue && !isBool(name) && i+1 < len(args) {
+				i++ // the flag's value
+				out = append(out, args[i])
+			}
+			continue
+		}
+		combined := a[1] != '-' && !hasValue && len(name) > 1
+		for _, r := range name {
+			if !isBool(string(r)) {
+				combined = false
+				break
+			}
+		}
+		if !combined {
+			return append(out, args[i:]...) // the parser reports it
+		}
+		for _, r := range name {
+			out = append(out, "-"+string(r))
+		}
+	}
+	return out
 }
 
 // stringList is a repeatable flag.

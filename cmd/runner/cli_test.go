@@ -241,7 +241,7 @@ func TestErrors(t *testing.T) {
 		{"bad name", []string{"create", "Bad_Name"}, exitInvalid, "runner: create Bad_Name: invalid: ", ""},
 		{"unknown command", []string{"frobnicate"}, exitUsage, `runner: unknown command "frobnicate"`, ""},
 		{"missing argument", []string{"get"}, exitUsage, "runner get: usage: runner get NAME", ""},
-		{"unknown flag", []string{"ls", "--bogus"}, exitUsage, "flag provided but not defined: -bogus", ""},
+		{"unknown flag", []string{"ls", "--bogus"}, exitUsage, "runner ls: flag provided but not defined: -bogus (see runner ls --help)", ""},
 		{"exec without a command", []string{"exec", box}, exitUsage, "runner exec: no command to run", ""},
 		{"signal missing session", []string{"signal", box, "nope", "TERM"}, exitNotFound, "runner: signal " + box + " nope: not_found", ""},
 		{"bad signal", []string{"signal", box, "nope", "NOPE"}, exitInvalid, "runner: signal " + box + " nope: invalid: ", "NOPE"},

@@ -1,21 +1,22 @@
 package main
 
-// runner exec: run a command to completion, rejoining the session when the
-// connection to runnerd is lost, and print its output or its --json shape.
+// runner exec and runner run: start a command as a session and follow it
+// as it writes (spawn, then attach), rejoining across runnerd restarts,
+// and exit with its code.
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
-	"os/signal"
 	"syscall"
 	"time"
+
+	"golang.org/x/term"
 
 	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/client"
@@ -43,11 +44,6 @@ type execJSON struct {
 	Exit            wire.Exit `json:"exit"`
 }
 
-func execJSONOf(r wire.ExecResult) execJSON {
-	return execJSON{Session: r.Session, StdoutBase64: nonNil(r.Stdout), StderrBase64: nonNil(r.Stderr),
-		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated, TimedOut: r.TimedOut, Exit: r.Exit}
-}
-
 func nonNil(b []byte) []byte {
 	if b == nil {
 		return []byte{}
@@ -55,184 +51,212 @@ func nonNil(b []byte) []byte {
 	return b
 }
 
-// execRejoin runs req and, when the connection to runnerd is lost before
-// the answer (runnerd restarted, or the connection was cut), sends it
-// again with the same session id for up to reconnectFor: runnerd then
-// rejoins the running session (a retried id never starts a second
-// process, and stdin is not sent twice) and answers its whole output and
-// exit once it ends, so every byte is printed once. A --max-time keeps
-// its original deadline.
-func execRejoin(ctx context.Context, e *env, c *client.Client, name string, req wire.Exec) (wire.ExecResult, error) {
-	start := time.Now()
-	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
+// sameFile reports whether a and b are one open file (a terminal, or
+// one pipe or file after 2>&1): then the order of stdout and stderr is
+// all a reader of it can see, and exec asks for one merged stream.
+func sameFile(a, b *os.File) bool {
+	var sa, sb syscall.Stat_t
+	if syscall.Fstat(int(a.Fd()), &sa) != nil || syscall.Fstat(int(b.Fd()), &sb) != nil {
+		return false
+	}
+	if sa.Mode&syscall.S_IFMT == syscall.S_IFCHR && !term.IsTerminal(int(a.Fd())) {
+		return false // /dev/null: nobody reads it; the journal keeps both streams
+	}
+	return sa.Dev == sb.Dev && sa.Ino == sb.Ino
+}
+
+// retryUnavailable runs call and, while it fails unavailable (runnerd
+// restarting, a cut connection), runs it again for up to reconnectFor,
+// saying so once. Only for calls that are safe to repeat: a spawn with
+// its id, a close-stdin.
+func retryUnavailable(ctx context.Context, e *env, id string, call func(context.Context) error) error {
 	var lostAt time.Time
 	backoff := 250 * time.Millisecond
 	for {
-		if timeout > 0 {
-			req.TimeoutMS = int(max((timeout-time.Since(start))/time.Millisecond, 1))
-		}
-		r, err := c.Exec(ctx, name, req)
+		cctx, cancel := e.callCtx(ctx)
+		err := call(cctx)
+		cancel()
 		if err == nil || ctx.Err() != nil || !errors.Is(err, adapter.ErrUnavailable) {
-			return r, err
+			return err
+		}
+		var api *client.APIError
+		if errors.As(err, &api) && api.Exhausted {
+			return err // nothing was created; waiting does not make room
 		}
 		if lostAt.IsZero() {
 			lostAt = time.Now()
-			msg := fmt.Sprintf("connection to runnerd lost; rejoining session %s (the command keeps running)...", req.ID)
+			msg := fmt.Sprintf("connection to runnerd lost; rejoining session %s (the command keeps running)...", id)
 			if e.g.json {
 				writeJSONWarning(e, msg)
 			} else {
 				fmt.Fprintf(e.io.err, "runner: %s\n", msg)
 			}
 		} else if time.Since(lostAt) > reconnectFor {
-			return r, err
+			return err
 		}
 		select {
 		case <-ctx.Done():
-			return r, err
+			return err
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 2*time.Second)
 	}
 }
 
+// execFlags are exec's and run's flags.
+type execFlags struct {
+	envs           stringList
+	cwd, id, dkey  *string
+	stdin, tty     *bool
+	maxTime        *time.Duration
+	ttyDefaultAuto bool // run: -t and -i default to "runner's stdin is a terminal"
+}
+
+func registerExecFlags(fs *flag.FlagSet, f *execFlags) {
+	fs.Var(&f.envs, "env", "set KEY=VALUE in the command's environment (repeatable)")
+	f.cwd = fs.String("cwd", "", "working directory, relative to the workspace")
+	f.id = fs.String("id", "", "session id (default: exec-<random>); a retry with the same id never runs twice")
+	f.stdin = fs.Bool("i", false, "interactive: send runner's stdin to the command as it is typed or read (its EOF closes the command's stdin)")
+	f.tty = fs.Bool("t", false, "run the command on a terminal (a PTY); with -i this terminal becomes it (raw mode, size followed)")
+	f.dkey = fs.String("detach-key", "ctrl-]", `with -it: the key that detaches, leaving the command running: ctrl-X, or "none"`)
+	f.maxTime = fs.Duration("max-time", 0, "terminate the command (SIGTERM, SIGKILL 1 s later) after this long (0: no limit)")
+}
+
 func execCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
-	var envs stringList
-	fs.Var(&envs, "env", "set KEY=VALUE in the command's environment (repeatable)")
-	cwd := fs.String("cwd", "", "working directory, relative to the workspace")
-	id := fs.String("id", "", "session id (default: exec-<random>); a retry with the same id never runs twice")
-	stdin := fs.Bool("i", false, "send runner's own stdin (read to EOF) as the command's stdin")
-	maxTime := fs.Duration("max-time", 0, "terminate the command after this long (0: no limit)")
+	f := &execFlags{}
+	registerExecFlags(fs, f)
+	return func(ctx context.Context, e *env, pos, argv []string) error {
+		return execBody(ctx, e, fs, f, "exec "+pos[0], pos[0], argv)
+	}
+}
+
+func runCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+	f := &execFlags{ttyDefaultAuto: true}
+	registerExecFlags(fs, f)
 	return func(ctx context.Context, e *env, pos, argv []string) error {
 		name := pos[0]
 		c, err := e.client()
 		if err != nil {
 			return err
 		}
-		req := wire.Exec{ID: *id, Argv: argv, Env: envs, Cwd: *cwd}
-		if req.ID == "" {
-			req.ID = newID("exec-")
+		cctx, cancel := e.callCtx(ctx)
+		_, err = c.CreateSandbox(cctx, wire.CreateSandbox{Name: name})
+		cancel()
+		if err != nil {
+			return fail("create "+name, err)
 		}
-		if *maxTime > 0 {
-			req.TimeoutMS = int(max(*maxTime/time.Millisecond, 1))
-		}
-		if *stdin {
-			b, err := io.ReadAll(io.LimitReader(e.io.in, wire.MaxStdinBody+1))
-			if err != nil {
-				return &exitError{code: exitUsage, kind: "usage", msg: fmt.Sprintf("runner: exec: read stdin: %v", err)}
-			}
-			if len(b) > wire.MaxStdinBody {
-				return usagef("exec", "-i: stdin is larger than %d bytes; use spawn and write instead", wire.MaxStdinBody)
-			}
-			req.Stdin = b
-			// runnerd reads an exec request as one JSON body of at most
-			// wire.MaxJSONBody bytes, stdin in base64 (about 768 KiB of
-			// it): refuse here, as the usage mistake it is, rather than
-			// send a request runnerd must refuse.
-			if body, err := json.Marshal(req); err == nil && len(body) > wire.MaxJSONBody {
-				return usagef("exec", "-i: %d bytes of stdin do not fit in one exec request (%d bytes of JSON, stdin in base64: about %d KiB of stdin at most); use spawn and write instead",
-					len(b), wire.MaxJSONBody, wire.MaxJSONBody*3/4>>10)
-			}
-		}
-		what := "exec " + name
-		sigs := make(chan os.Signal, 2)
-		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-		defer signal.Stop(sigs)
-
-		// Ask runnerd once before the exec: rejoining after a cut
-		// connection is only for a daemon that was there (a runnerd that
-		// never answered is reported at once, not waited for).
-		hctx, hcancel := e.callCtx(ctx)
-		_, herr := c.Health(hctx)
-		hcancel()
-		if herr != nil {
-			ce := &cliError{what: what, err: herr}
-			if _, kind := codeOf(herr); kind == "unavailable" {
-				ce.hint = hintFor(kind, e.where)
-			}
-			return ce
-		}
-
-		ectx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		type result struct {
-			r   wire.ExecResult
-			err error
-		}
-		done := make(chan result, 1)
-		go func() {
-			r, err := execRejoin(ectx, e, c, name, req)
-			done <- result{r, err}
-		}()
-		interrupts := 0
-		var res result
-	wait:
-		for {
-			select {
-			case res = <-done:
-				break wait
-			case s := <-sigs:
-				interrupts++
-				if interrupts > 1 {
-					cancel()
-					<-done
-					return &exitError{code: exitInterrupted, kind: "interrupted", what: what, msg: fmt.Sprintf(
-						"runner: %s: stopped waiting; the command may still run\nrunner: hint: runner logs %s %s -f   |   runner terminate %s %s",
-						what, name, req.ID, name, req.ID)}
-				}
-				sig := "INT"
-				if s == syscall.SIGTERM {
-					sig = "TERM"
-				}
-				sctx, scancel := e.callCtx(ctx)
-				err := c.Signal(sctx, name, req.ID, sig)
-				scancel()
-				if err != nil {
-					fmt.Fprintf(e.io.err, "runner: %s: could not forward SIG%s: %s\n", what, sig, oneLine(detailOf(err)))
-				}
-				fmt.Fprintf(e.io.err, "runner: sent SIG%s to %s; Ctrl-C again to stop waiting (the command keeps running)\n", sig, req.ID)
-			}
-		}
-		if res.err != nil {
-			if xe := startFailure(res.err, what, name, argv[0]); xe != nil {
-				return xe
-			}
-			ce := &cliError{what: what, err: res.err}
-			switch _, kind := codeOf(res.err); kind {
-			case "unavailable":
-				ce.hint = hintFor(kind, e.where) + "\n" + fmt.Sprintf(
-					"if runnerd got the request, the outcome is unknown and the command may still run as session %s: runner sessions %s %s", req.ID, name, req.ID)
-			case "not_found":
-				ce.hint = noSandboxHint
-			}
-			return ce
-		}
-		r := res.r
-		if e.g.json {
-			if err := e.printJSON(execJSONOf(r)); err != nil {
-				return err
-			}
-		} else {
-			if _, err := e.io.out.Write(r.Stdout); err != nil {
-				return err
-			}
-			if _, err := e.io.err.Write(r.Stderr); err != nil {
-				return err
-			}
-		}
-		// In --json mode the object says all this (stdout_truncated,
-		// stderr_truncated, timed_out, exit) and stderr stays JSON-only.
-		for _, t := range []struct {
-			trunc  bool
-			stream string
-		}{{r.StdoutTruncated, "stdout"}, {r.StderrTruncated, "stderr"}} {
-			if t.trunc && !e.g.json {
-				fmt.Fprintf(e.io.err, "runner: %s: %s was cut at %d MiB; the rest: runner logs %s %s --stream %s --cursor %d\n",
-					what, t.stream, wire.MaxExecOutput>>20, name, r.Session, t.stream, wire.MaxExecOutput)
-			}
-		}
-		if r.TimedOut && !e.g.json {
-			fmt.Fprintf(e.io.err, "runner: %s: terminated after --max-time %s\n", what, *maxTime)
-		}
-		return exitErrorOf(what, r.Exit)
+		return execBody(ctx, e, fs, f, "run "+name, name, argv)
 	}
+}
+
+// execBody starts argv as a session of sandbox name and follows it to
+// its end: exec, and run after its create.
+func execBody(ctx context.Context, e *env, fs *flag.FlagSet, f *execFlags, what, name string, argv []string) error {
+	key, useKey, err := parseDetachKey(*f.dkey)
+	if err != nil {
+		return usagef(fs.Name()[len("runner "):], "%v", err)
+	}
+	if *f.maxTime < 0 {
+		return usagef(fs.Name()[len("runner "):], "--max-time %s: want a duration >= 0", *f.maxTime)
+	}
+	tty, stdin := *f.tty, *f.stdin
+	if f.ttyDefaultAuto {
+		set := flagsSet(fs)
+		isTerm := term.IsTerminal(int(e.io.in.Fd()))
+		if !set["t"] {
+			tty = isTerm
+		}
+		if !set["i"] {
+			stdin = true
+		}
+	}
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+	req := wire.CreateSession{ID: *f.id, Argv: argv, Env: f.envs, Cwd: *f.cwd, TTY: tty}
+	if req.ID == "" {
+		req.ID = newID("exec-")
+	}
+	if tty {
+		if fd, ok := terminalFd(e); ok {
+			if w, h, err := term.GetSize(fd); err == nil && w > 0 && h > 0 {
+				req.Rows, req.Cols = h, w
+			}
+		}
+	} else if !e.g.json && sameFile(e.io.out, e.io.err) {
+		// Whoever reads runner's output sees one stream: give the
+		// command one pipe, so the order it wrote in is the order shown.
+		req.MergeStderr = true
+	}
+
+	// Ask runnerd once before the spawn: rejoining after a cut
+	// connection is only for a daemon that was there (a runnerd that
+	// never answered is reported at once, not waited for).
+	hctx, hcancel := e.callCtx(ctx)
+	_, herr := c.Health(hctx)
+	hcancel()
+	if herr != nil {
+		return &cliError{what: what, err: herr}
+	}
+
+	var s wire.Session
+	err = retryUnavailable(ctx, e, req.ID, func(cctx context.Context) error {
+		var err error
+		s, _, err = c.CreateSession(cctx, name, req)
+		return err
+	})
+	if err != nil {
+		if xe := startFailure(err, what, name, argv[0]); xe != nil {
+			return xe
+		}
+		ce := &cliError{what: what, err: err}
+		switch _, kind := codeOf(err); kind {
+		case "unavailable":
+			ce.hint = hints(hintFor(err, e.where), fmt.Sprintf(
+				"if runnerd got the request, the outcome is unknown and the command may still run as session %s: runner sessions %s %s", req.ID, name, req.ID))
+		case "not_found":
+			ce.hint = noSandboxHint
+		case "invalid":
+			var api *client.APIError
+			if errors.As(err, &api) && api.Status == 409 {
+				ce.hint = fmt.Sprintf("session %s exists with another command: runner attach %s %s, or pick another --id", req.ID, name, req.ID)
+			}
+		}
+		return ce
+	}
+	if !stdin && !tty {
+		// The command reads EOF at once, as from </dev/null.
+		err := retryUnavailable(ctx, e, req.ID, func(cctx context.Context) error { return c.CloseStdin(cctx, name, s.ID) })
+		if err != nil && !errors.Is(err, adapter.ErrCommandExited) {
+			return &cliError{what: what, err: err, hint: fmt.Sprintf("the command runs with its stdin open: runner close-stdin %s %s", name, s.ID)}
+		}
+	}
+
+	var outBuf, errBuf bytes.Buffer
+	o := followOpts{what: what, name: name, id: s.ID, s: s, key: key, useKey: useKey,
+		stdin: stdin, exec: true, maxTime: *f.maxTime}
+	if e.g.json {
+		o.out, o.errw = &outBuf, &errBuf
+	}
+	r, err := e.follow(ctx, c, o)
+	if err != nil {
+		return err
+	}
+	if r.timedOut && !e.g.json {
+		fmt.Fprintf(e.io.err, "runner: %s: terminated after --max-time %s\n", what, *f.maxTime)
+	}
+	if e.g.json && r.frame.Kind != wire.FrameError {
+		x, err := r.frame.Exit()
+		if err == nil {
+			if r.frame.Kind == wire.FrameLost {
+				x.Reason = wire.ExitLost
+			}
+			if err := e.printJSON(execJSON{Session: s.ID, StdoutBase64: nonNil(outBuf.Bytes()), StderrBase64: nonNil(errBuf.Bytes()),
+				TimedOut: r.timedOut, Exit: x}); err != nil {
+				return err
+			}
+		}
+	}
+	return e.endOf(ctx, c, what, name, r.frame)
 }

@@ -93,13 +93,19 @@ func startDaemon(state string) (*daemon, error) {
 
 // startDaemonBin is startDaemon with the runnerd binary at bin.
 func startDaemonBin(bin, state string) (*daemon, error) {
+	return startDaemonArgs(bin, state,
+		"--netpolicy", "off", // as root, auto would set up nftables in the real host's namespace
+		"--cgroups", "off") // and sandbox cgroups in the test process's own cgroup
+}
+
+// startDaemonArgs is startDaemonBin with runnerd's flags beyond --state
+// and --listen.
+func startDaemonArgs(bin, state string, args ...string) (*daemon, error) {
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		return nil, err
 	}
 	d := &daemon{state: state, log: &syncBuffer{}, done: make(chan struct{})}
-	d.cmd = exec.Command(bin, "--state", state, "--listen", "127.0.0.1:0",
-		"--netpolicy", "off", // as root, auto would set up nftables in the real host's namespace
-		"--cgroups", "off") // and sandbox cgroups in the test process's own cgroup
+	d.cmd = exec.Command(bin, append([]string{"--state", state, "--listen", "127.0.0.1:0"}, args...)...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	d.cmd.Env = append(os.Environ(), "RUNNERD_TOKEN=")
 	if err := d.cmd.Start(); err != nil {

@@ -4,50 +4,52 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	units "github.com/docker/go-units"
 	"golang.org/x/term"
 
+	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/wire"
 )
 
 func init() {
 	commands = append(commands,
-		&command{name: "create", args: "NAME [--user USER]", min: 1, max: 1,
+		&command{name: "create", args: "NAME [--user USER] [--memory SIZE] [--cpus N] [--pids N] [--allow HOST]... [--deny-all]", min: 1, max: 1,
 			short: "create a sandbox (idempotent: an existing NAME is returned as is)",
 			long: `NAME is a DNS label: 1-63 characters of a-z, 0-9 and '-'. The sandbox gets a
 workspace directory that commands run in and that outlives every session.
-Example:
-  runner create web-1`,
-			setup: func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
-				user := fs.String("user", "", "run the sandbox's commands as this host user")
-				return func(ctx context.Context, e *env, pos, _ []string) error {
-					c, err := e.client()
-					if err != nil {
-						return err
-					}
-					ctx, cancel := e.callCtx(ctx)
-					defer cancel()
-					sb, err := c.CreateSandbox(ctx, wire.CreateSandbox{Name: pos[0], User: *user})
-					if err != nil {
-						return fail("create "+pos[0], err)
-					}
-					if e.g.json {
-						return e.printJSON(sb)
-					}
-					fmt.Fprintf(e.io.out, "%s %s (workspace %s)\n", sb.Name, sb.State, sb.Workspace)
-					return nil
-				}
-			}},
+Limits bound all its sessions together, enforced by the kernel in its cgroup
+(resource_limits in runner caps), as docker run takes them: --memory 512m
+(b, k, m, g: powers of 1024), --cpus 1.5 (CPU time of 1.5 cores), --pids 256.
+A network policy makes it contained from the start (network_policy in runner
+caps): --allow HOST (repeatable: a name, *.suffix, an IPv4 address or CIDR)
+allows only those, --deny-all allows nothing. A host that cannot enforce what
+is asked refuses it (not_supported) and nothing is created; runner prints
+runnerd's reason.
+Examples:
+  runner create web-1
+  runner create agent-7 --memory 1g --cpus 2 --pids 512 --allow api.github.com --allow pypi.org`,
+			setup: createCmd},
 		&command{name: "ls", args: "", min: 0, max: 0,
 			short: "list sandboxes",
 			long: `--json prints an array of sandbox objects (docs/protocol.md, "Sandbox"); [] when
-there are none.`,
+there are none. -q prints the names only, one a line; --format a Go template
+per sandbox, over the fields of the sandbox object ({{.Name}}, {{.State}},
+{{.Workspace}}, {{.CreatedAt}}, {{.Limits}}...), as docker ls --format.
+Example:
+  runner ls -q | xargs runner rm`,
 			setup: func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+				lf := registerListFlags(fs, "sandbox names")
 				return func(ctx context.Context, e *env, _, _ []string) error {
+					tmpl, err := lf.template("ls")
+					if err != nil {
+						return err
+					}
 					c, err := e.client()
 					if err != nil {
 						return err
@@ -57,6 +59,9 @@ there are none.`,
 					all, err := c.ListAllSandboxes(ctx)
 					if err != nil {
 						return fail("list sandboxes", err)
+					}
+					if *lf.quiet || tmpl != nil {
+						return printEach(e, all, tmpl, func(sb wire.Sandbox) string { return sb.Name })
 					}
 					if e.g.json {
 						if all == nil {
@@ -99,10 +104,14 @@ there are none.`,
 			}},
 		&command{name: "rm", args: "NAME...", min: 1, max: -1,
 			short: "destroy sandboxes: stop their sessions, delete workspace and journals",
-			long: `Running sessions get SIGTERM, then SIGKILL after 5 s. Removing a sandbox that
-does not exist succeeds (it is gone either way).
+			long: `Running sessions get SIGTERM, then SIGKILL after 5 s (with or without -f, which
+is accepted as docker rm -f spells it). Removing a sandbox that does not exist
+succeeds (it is gone either way).
 --json prints {"removed": [NAME...]}.`,
 			setup: func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+				// rm always stops what runs (the sandbox's sessions are
+				// its own); -f is docker rm -f's spelling of that.
+				fs.Bool("f", false, "stop the sandbox's running sessions first (what rm always does; for docker rm -f habits)")
 				return func(ctx context.Context, e *env, pos, _ []string) error {
 					c, err := e.client()
 					if err != nil {
@@ -239,6 +248,116 @@ with --preview-listen and --preview-url (public_url in runner caps).`,
 	)
 }
 
+func createCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+	user := fs.String("user", "", "run the sandbox's commands as this host user")
+	memory := fs.String("memory", "", "memory limit: 512m, 2g (b, k, m, g; powers of 1024)")
+	cpus := fs.Float64("cpus", 0, "CPU limit in cores: 1.5 is 150 ms of CPU time each 100 ms")
+	pids := fs.Int64("pids", 0, "most tasks (processes and threads) alive at once")
+	disk := fs.String("disk", "", "disk limit (not in runnerd's API yet: refused)")
+	var allow stringList
+	fs.Var(&allow, "allow", "allow egress to HOST only (repeatable): a name, *.suffix, an IPv4 address or CIDR")
+	denyAll := fs.Bool("deny-all", false, "deny all egress (DNS and raw IPs too)")
+	return func(ctx context.Context, e *env, pos, _ []string) error {
+		name := pos[0]
+		req := wire.CreateSandbox{Name: name, User: *user}
+		var lim wire.Limits
+		if *memory != "" {
+			n, err := units.RAMInBytes(*memory)
+			if err != nil || n <= 0 {
+				return usagef("create", "--memory %q: want a size such as 512m or 2g", *memory)
+			}
+			lim.MemoryBytes = n
+		}
+		if *cpus < 0 {
+			return usagef("create", "--cpus %v: want a number of cores > 0", *cpus)
+		}
+		if *cpus > 0 {
+			lim.CPUPeriodUS = 100000
+			lim.CPUQuotaUS = int64(math.Round(*cpus * 100000))
+		}
+		if *pids < 0 {
+			return usagef("create", "--pids %d: want a count > 0", *pids)
+		}
+		lim.Pids = *pids
+		if lim != (wire.Limits{}) {
+			req.Limits = &lim
+		}
+		if *disk != "" {
+			return &cliError{what: "create " + name, code: exitNotSupported,
+				err:  fmt.Errorf("--disk: runnerd's API has no disk limit yet (its limits are memory, cpus and pids): %w", adapter.ErrNotSupported),
+				hint: "runner refuses it rather than create a sandbox without it: nothing was created"}
+		}
+		switch {
+		case *denyAll && len(allow) > 0:
+			return usagef("create", "--deny-all and --allow exclude each other")
+		case *denyAll:
+			req.Network = &wire.Network{Allow: []string{}}
+		case len(allow) > 0:
+			req.Network = &wire.Network{Allow: allow}
+		}
+		c, err := e.client()
+		if err != nil {
+			return err
+		}
+		ctx, cancel := e.callCtx(ctx)
+		defer cancel()
+		sb, err := c.CreateSandbox(ctx, req)
+		if err != nil {
+			ce := &cliError{what: "create " + name, err: err}
+			if _, kind := codeOf(err); kind == "not_supported" {
+				ce.hint = "nothing was created; `runner caps` lists what this runnerd enforces (resource_limits for limits, network_policy for --allow/--deny-all)"
+			}
+			return ce
+		}
+		if e.g.json {
+			return e.printJSON(sb)
+		}
+		fmt.Fprintf(e.io.out, "%s %s (workspace %s)\n", sb.Name, sb.State, sb.Workspace)
+		if sb.Limits != nil {
+			fmt.Fprintf(e.io.out, "limits: %s\n", limitsText(*sb.Limits))
+		}
+		if sb.Network != nil {
+			fmt.Fprintf(e.io.out, "network: %s\n", networkText(sb.Network))
+		}
+		return nil
+	}
+}
+
+// limitsText says a sandbox's limits as create takes them.
+func limitsText(l wire.Limits) string {
+	var parts []string
+	if l.MemoryBytes > 0 {
+		parts = append(parts, "memory "+units.BytesSize(float64(l.MemoryBytes)))
+	}
+	if l.CPUQuotaUS > 0 {
+		period := l.CPUPeriodUS
+		if period == 0 {
+			period = 100000
+		}
+		parts = append(parts, "cpus "+strconv.FormatFloat(float64(l.CPUQuotaUS)/float64(period), 'f', -1, 64))
+	}
+	if l.CPUWeight > 0 && l.CPUWeight != 100 {
+		parts = append(parts, fmt.Sprintf("cpu weight %d", l.CPUWeight))
+	}
+	if l.Pids > 0 {
+		parts = append(parts, fmt.Sprintf("pids %d", l.Pids))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func networkText(n *wire.Network) string {
+	switch {
+	case n == nil:
+		return "unrestricted (no policy)"
+	case len(n.Allow) == 0:
+		return "all egress denied"
+	}
+	return "allow " + strings.Join(n.Allow, ", ")
+}
+
 // removedSandboxes is what rm --json prints.
 type removedSandboxes struct {
 	Removed []string `json:"removed"`
@@ -287,13 +406,9 @@ func printSandbox(e *env, sb wire.Sandbox) {
 	if sb.User != "" {
 		fmt.Fprintf(tw, "user:\t%s\n", sb.User)
 	}
-	switch {
-	case sb.Network == nil:
-		fmt.Fprintf(tw, "network:\tunrestricted (no policy)\n")
-	case len(sb.Network.Allow) == 0:
-		fmt.Fprintf(tw, "network:\tall egress denied\n")
-	default:
-		fmt.Fprintf(tw, "network:\tallow %s\n", strings.Join(sb.Network.Allow, ", "))
+	fmt.Fprintf(tw, "network:\t%s\n", networkText(sb.Network))
+	if sb.Limits != nil {
+		fmt.Fprintf(tw, "limits:\t%s\n", limitsText(*sb.Limits))
 	}
 	tw.Flush()
 }

@@ -15,7 +15,9 @@ import (
 
 // exitOf turns an exit record into runner's exit code and, for anything but
 // a plain exit, a message.
-func exitOf(what string, e wire.Exit) (int, string) {
+// memLimit names the sandbox's memory limit for an OOM kill's message
+// ("64MiB"; "of its sandbox" when runner could not read it).
+func exitOf(what string, e wire.Exit, memLimit string) (int, string) {
 	switch e.Reason {
 	case wire.ExitExited:
 		return e.Code, ""
@@ -23,6 +25,9 @@ func exitOf(what string, e wire.Exit) (int, string) {
 		code := e.Code
 		if code == 0 {
 			code = 128 + e.Signal
+		}
+		if e.OOMKilled {
+			return code, fmt.Sprintf("runner: %s: killed by the OOM killer (memory limit %s), exit code %d", what, memLimit, code)
 		}
 		return code, fmt.Sprintf("runner: %s: killed by signal %d (%s), exit code %d", what, e.Signal, client.SignalName(e.Signal), code)
 	}
@@ -35,8 +40,8 @@ func exitOf(what string, e wire.Exit) (int, string) {
 
 // exitErrorOf is the error that ends runner for an exit record: nil for a
 // success, the command's own status, or lost.
-func exitErrorOf(what string, x wire.Exit) error {
-	code, msg := exitOf(what, x)
+func exitErrorOf(what string, x wire.Exit, memLimit string) error {
+	code, msg := exitOf(what, x, memLimit)
 	switch {
 	case code == 0 && msg == "":
 		return nil
@@ -97,6 +102,9 @@ func exitColumn(s wire.Session) string {
 		col = fmt.Sprint(s.Exit.Code)
 	case wire.ExitSignaled:
 		col = fmt.Sprintf("%d (%s)", s.Exit.Code, client.SignalName(s.Exit.Signal))
+		if s.Exit.OOMKilled {
+			col += ", OOM killed"
+		}
 	default:
 		return "lost"
 	}

@@ -22,24 +22,50 @@ import (
 
 func init() {
 	commands = append(commands,
-		&command{name: "exec", args: "NAME [flags] [--] COMMAND [ARG...]", min: 1, max: 1, argvAfter: 1,
-			short: "run a command to completion; print its stdout and stderr; exit with its code",
+		&command{name: "exec", args: "NAME [-i] [-t] [flags] [--] COMMAND [ARG...]", min: 1, max: 1, argvAfter: 1,
+			short: "run a command, print its output as it writes it, exit with its code",
 			long: `The command runs as a session of its own (listed by runner sessions, its output
-journaled). runner waits for its exit and exits with the same code (128+N when
-signal N killed it). runner sends no local environment: pass --env.
+journaled); runner follows it live, stdout to stdout and stderr to stderr, and
+exits with its code (128+N when signal N killed it). There is no size cut.
+runner sends no local environment: pass --env.
+Order: when runner's stdout and stderr are one file (a terminal, or 2>&1), the
+command gets one pipe for both, so its output shows in the order it wrote it
+(the session's stderr stream is then empty). When they are apart, each stream
+keeps its own order and the two interleave as runnerd journaled them, which
+may differ from the order the command wrote them.
+-i streams runner's stdin to the command as it is typed or read; EOF closes the
+command's stdin. Without -i the command's stdin is at EOF from the start.
+-t runs the command on a terminal (one output stream); -it makes this terminal
+the command's (raw mode, size followed, Ctrl-] detaches), as docker exec -it.
 Ctrl-C sends SIGINT to the command and keeps waiting; a second Ctrl-C stops
 waiting (exit 130) and leaves the command running.
 If the connection to runnerd is lost (runnerd restarts), runner rejoins the
-same session, as attach reconnects, for up to 30 s, and still exits with the
-command's code; the output is printed once. If runnerd stays away the outcome is
-unknown: runner says so and exits 255 (never 0), naming the session to look at.
+same session from where its output was, for up to 30 s, and still exits with
+the command's code; every byte is printed once. If runnerd stays away the
+outcome is unknown: runner says so and exits 255 (never 0), naming the session.
 A command that does not exist exits 127, one that cannot be run 126, as in sh.
---json prints one object: {"session", "stdout_base64", "stderr_base64",
-"stdout_truncated", "stderr_truncated", "timed_out", "exit"} (docs/cli.md).
+--max-time is kept by runner: the command is terminated when it passes.
+--json prints one object once the command ends: {"session", "stdout_base64",
+"stderr_base64", "stdout_truncated", "stderr_truncated", "timed_out", "exit"}
+(docs/cli.md); the *_truncated flags are always false.
 Examples:
   runner exec web-1 -- sh -c 'echo hi; exit 3'; echo $?      # hi, 3
-  tar c src | runner exec web-1 -i -- tar x                  # -i: send local stdin`,
+  tar c src | runner exec web-1 -i -- tar x                  # -i: send local stdin
+  runner exec -it web-1 -- bash                              # a shell, as docker exec -it`,
 			setup: execCmd},
+		&command{name: "run", args: "NAME [-i] [-t] [--id ID] [flags] [--] COMMAND [ARG...]", min: 1, max: 1, argvAfter: 1,
+			short: "create the sandbox if missing, then run a command in it and attach (-it on a terminal)",
+			long: `run is create NAME (idempotent) followed by exec. On a terminal it is exec -it:
+this terminal becomes the command's; elsewhere -i (stdin streamed). -t=false or
+-i=false turn either off.
+With --id, run is tmux's new -A: the first run starts session ID; a run with the
+same id and command while it runs attaches to it instead of starting another
+(its output is replayed from the start); once it has ended, run shows its output
+and exit again. The same id with another command is refused.
+Examples:
+  runner run dev -- bash
+  runner run dev --id shell -- bash     # again later: back in the same shell`,
+			setup: runCmd},
 		&command{name: "spawn", args: "NAME [--tty] [--id ID] [flags] [--] COMMAND [ARG...]", min: 1, max: 1, argvAfter: 1,
 			short: "start a long-running session; print its id once the command runs",
 			long: `The session lives until its command ends, whatever happens to runner or to
@@ -53,7 +79,9 @@ Examples:
 		&command{name: "sessions", args: "NAME [ID]", min: 1, max: 2,
 			short: "list a sandbox's sessions (running and ended), or show one",
 			long: `Sessions are listed by start time, oldest first. --json prints an array of
-session objects (or one object with ID); [] when there are none.`,
+session objects (or one object with ID); [] when there are none. -q prints the
+ids only; --format a Go template per session ({{.ID}}, {{.State}}, {{.Argv}},
+{{.Exit}}...). runner ps lists the sessions of every sandbox.`,
 			setup: sessionsCmd},
 		&command{name: "write", args: "NAME ID [DATA|-]", min: 2, max: 3,
 			short: "write to a session's stdin (DATA plus a newline, or stdin with -)",
@@ -76,27 +104,16 @@ Examples:
 have ended (whatever its code); if runnerd cannot confirm the end it is
 unavailable (255) and the session may still run: terminate again.`,
 			setup: terminateCmd},
-		&command{name: "logs", args: "NAME ID [--stream stdout|stderr] [--cursor N | --tail N | --since DURATION|TIME] [-f]", min: 2, max: 2,
-			short: "print a session's output from a byte cursor; -f follows until it ends",
-			long: `Output is replayed byte-exactly from the journal, live or long after the command
-ended. A cursor is a byte offset in the stream: resume with --cursor at the
-number of bytes you already have; --tail N starts N bytes before the end (a
-terminal stream may then start in the middle of an escape sequence or a UTF-8
-character). --since starts at output written since a time: a Go duration (10m:
-that long ago) or an RFC 3339 time; it may start up to 1 s of output earlier,
-never later (a terminal stream may start mid escape sequence).
-A TTY session has only stdout.
-Without -f runner prints what exists now and exits 0. With -f it prints until
-the session ends. A session that ended without an exit record (lost) exits 254;
-a cut connection exits 255 and says the cursor to resume from.`,
-			setup: logsCmd},
 		&command{name: "rm-session", args: "NAME ID...", min: 2, max: -1,
 			short: "delete ended sessions: their journals and records",
 			long: `Only a session that has ended (and left no process behind) can be deleted;
 a running one is refused (terminate it first). Deleting a session that does not
 exist succeeds. Its output cannot be replayed afterwards: save what you need.
+With -f a running session is terminated first (SIGTERM, SIGKILL after 5 s), as
+docker rm -f does.
 --json prints {"sandbox": NAME, "removed": [ID...]}.`,
 			setup: func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+				force := fs.Bool("f", false, "terminate a running session first (SIGTERM, SIGKILL after 5 s)")
 				return func(ctx context.Context, e *env, pos, _ []string) error {
 					c, err := e.client()
 					if err != nil {
@@ -104,6 +121,14 @@ exist succeeds. Its output cannot be replayed afterwards: save what you need.
 					}
 					out := removedSessions{Sandbox: pos[0], Removed: []string{}}
 					for _, id := range pos[1:] {
+						if *force {
+							tctx, cancel := context.WithTimeout(ctx, e.g.timeout+15*time.Second)
+							_, err := c.Terminate(tctx, pos[0], id, 5*time.Second)
+							cancel()
+							if err != nil && !errors.Is(err, adapter.ErrNotFound) {
+								return fail("rm-session "+pos[0]+" "+id+": terminate", err)
+							}
+						}
 						cctx, cancel := e.callCtx(ctx) // not below the client's own bound (--timeout plus the delete's wait)
 						err := c.DeleteSession(cctx, pos[0], id)
 						cancel()
@@ -173,9 +198,9 @@ func spawnCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) 
 			ce := &cliError{what: "spawn " + name, err: err}
 			switch _, kind := codeOf(err); {
 			case kind == "unavailable" && req.ID != "":
-				ce.hint = hintFor(kind, e.where) + "\n" + fmt.Sprintf("if runnerd got the request the session may exist; retrying the same command with --id %s is safe", req.ID)
+				ce.hint = hints(hintFor(err, e.where), fmt.Sprintf("if runnerd got the request the session may exist; retrying the same command with --id %s is safe", req.ID))
 			case kind == "unavailable":
-				ce.hint = hintFor(kind, e.where) + "\n" + fmt.Sprintf("if runnerd got the request the session may exist: runner sessions %s (give --id to make a retry safe)", name)
+				ce.hint = hints(hintFor(err, e.where), fmt.Sprintf("if runnerd got the request the session may exist: runner sessions %s (give --id to make a retry safe)", name))
 			case kind == "not_found":
 				ce.hint = noSandboxHint
 			}
@@ -197,7 +222,12 @@ func spawnCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) 
 }
 
 func sessionsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+	lf := registerListFlags(fs, "session ids")
 	return func(ctx context.Context, e *env, pos, _ []string) error {
+		tmpl, err := lf.template("sessions")
+		if err != nil {
+			return err
+		}
 		c, err := e.client()
 		if err != nil {
 			return err
@@ -220,6 +250,9 @@ func sessionsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []strin
 				return fail("sessions "+pos[0], err)
 			}
 			sortByStart(list)
+			if *lf.quiet || tmpl != nil {
+				return printEach(e, list, tmpl, func(s wire.Session) string { return s.ID })
+			}
 			if e.g.json {
 				if list == nil {
 					list = []wire.Session{}
@@ -355,95 +388,6 @@ func terminateCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []stri
 			fmt.Fprintf(e.io.out, "%s killed by %s (code %d)\n", pos[1], client.SignalName(x.Signal), x.Code)
 		default:
 			fmt.Fprintf(e.io.out, "%s lost: ended without an exit record\n", pos[1])
-		}
-		return nil
-	}
-}
-
-func logsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
-	stream := fs.String("stream", "stdout", "stdout or stderr")
-	cursor := fs.Int64("cursor", 0, "byte offset to start from")
-	tail := fs.Int64("tail", -1, "start N bytes before the end of the stream instead of at --cursor")
-	follow := fs.Bool("f", false, "follow: keep printing until the session ends")
-	fs.BoolVar(follow, "follow", false, "same as -f")
-	sinceFlag := fs.String("since", "", "start at output written since a time: a duration ago (10m) or an RFC 3339 time")
-	return func(ctx context.Context, e *env, pos, _ []string) error {
-		name, id := pos[0], pos[1]
-		var since time.Time
-		if set := flagsSet(fs); set["since"] {
-			if set["cursor"] || set["tail"] {
-				return usagef("logs", "--since and --cursor/--tail exclude each other")
-			}
-			var err error
-			if since, err = parseSince(*sinceFlag, time.Now()); err != nil {
-				return usagef("logs", "%v", err)
-			}
-		}
-		if *stream != "stdout" && *stream != "stderr" {
-			return usagef("logs", "--stream %q: want stdout or stderr", *stream)
-		}
-		if *cursor < 0 {
-			return usagef("logs", "--cursor %d: want a byte offset >= 0", *cursor)
-		}
-		if *tail < -1 {
-			return usagef("logs", "--tail %d: want a byte count >= 0", *tail)
-		}
-		if *tail >= 0 && *cursor != 0 {
-			return usagef("logs", "--tail and --cursor exclude each other")
-		}
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
-		what := "logs " + name + " " + id
-		if !*follow {
-			var cancel context.CancelFunc
-			ctx, cancel = e.callCtx(ctx)
-			defer cancel()
-		}
-		if *tail >= 0 {
-			sctx, scancel := e.callCtx(ctx)
-			s, err := c.Session(sctx, name, id)
-			scancel()
-			if err != nil {
-				return fail(what, err)
-			}
-			*cursor = tailCursor(s, *stream, *tail)
-		}
-		var body *client.StreamBody
-		if since.IsZero() {
-			body, err = c.Stream(ctx, name, id, *stream, *cursor, *follow)
-		} else {
-			body, err = c.StreamSince(ctx, name, id, *stream, since, *follow)
-		}
-		if err != nil {
-			ce := &cliError{what: what, err: err}
-			if errors.Is(err, adapter.ErrTruncated) {
-				ce.hint = "the start of this stream is no longer retained: pass a larger --cursor"
-			}
-			return ce
-		}
-		defer body.Close()
-		_, cerr := io.Copy(e.io.out, body)
-		next := body.Start() + body.N() // a --since read resumes by cursor
-		if cerr != nil {
-			return &cliError{what: what, err: cerr,
-				hint: fmt.Sprintf("the connection was cut; resume with: runner logs %s %s --stream %s --cursor %d", name, id, *stream, next)}
-		}
-		end, err := body.End()
-		if err != nil {
-			return &cliError{what: what, err: err,
-				hint: fmt.Sprintf("resume with: runner logs %s %s --stream %s --cursor %d", name, id, *stream, next)}
-		}
-		switch end.How {
-		case "lost":
-			return &exitError{code: exitLost, kind: "lost", what: what, msg: fmt.Sprintf("runner: %s: lost: the session ended without an exit record", what)}
-		case "error":
-			ce := &cliError{what: what, err: end.Err}
-			if errors.Is(end.Err, adapter.ErrTruncated) {
-				ce.hint = "retention dropped bytes before they were read: pass a larger --cursor"
-			}
-			return ce
 		}
 		return nil
 	}

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentrunner/runner/internal/testcap"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -91,9 +90,6 @@ var cursorRe = regexp.MustCompile(`--cursor (\d+)`)
 // TestAttachTmux drives `runner attach` on a real PTY session from a real
 // terminal: tmux runs a shell in which the test types like a person.
 func TestAttachTmux(t *testing.T) {
-	if _, err := exec.LookPath("tmux"); err != nil {
-		testcap.Skip(t, "tmux", "drives runner attach from a real terminal: "+err.Error())
-	}
 	d := sharedDaemon(t)
 	box := d.sandbox(t, "tmux-box")
 	dir := t.TempDir()
@@ -101,15 +97,7 @@ func TestAttachTmux(t *testing.T) {
 	// A PTY shell in the sandbox, started by a script (24x80 by default).
 	d.ok(t, "spawn", box, "--tty", "--id", "sh1", "--env", "PS1=in$ ", "--", "sh")
 
-	x := &tmux{t: t, sock: filepath.Join(dir, "sock"), env: cliEnv()}
-	shell := fmt.Sprintf("env PATH=%s:/usr/bin:/bin RUNNERD_STATE=%s GORACE=atexit_sleep_ms=0 PS1='host$ ' sh", binDir, d.state)
-	x.run("new-session", "-d", "-s", "t", "-x", "120", "-y", "40", shell)
-	t.Cleanup(func() {
-		cmd := exec.Command("tmux", "-S", x.sock, "kill-server")
-		cmd.Env = x.env
-		_ = cmd.Run()
-	})
-	x.waitFor("host$ ")
+	x := newTmux(t, d)
 
 	exit1, exit2 := filepath.Join(dir, "exit1"), filepath.Join(dir, "exit2")
 	x.line(fmt.Sprintf("runner attach %s sh1; echo EXIT=$? > %s", box, exit1))

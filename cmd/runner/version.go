@@ -4,6 +4,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	units "github.com/docker/go-units"
 
 	"github.com/agentrunner/runner/version"
 )
@@ -68,5 +72,68 @@ func versionCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string
 			}
 		}
 		return nil
+	}
+}
+
+func init() {
+	commands = append(commands, &command{name: "info", args: "", min: 0, max: 0,
+		short: "show what this runnerd is and holds (docker info for runnerd)",
+		long: `Prints runnerd's version (and runner's), its capabilities, the sandboxes and
+running sessions it holds against its bounds, its state directory, how it
+enforces resource limits (cgroups v1, v2, or off), which sandboxes it isolates
+(contained, all, or off when it is not root) and its warm shim pool: GET
+/v1/info. --json prints that object (docs/protocol.md, "GET /v1/info").`,
+		setup: infoCmd})
+}
+
+func infoCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+	return func(ctx context.Context, e *env, _, _ []string) error {
+		c, err := e.client()
+		if err != nil {
+			return err
+		}
+		ctx, cancel := e.callCtx(ctx)
+		defer cancel()
+		in, err := c.Info(ctx)
+		if err != nil {
+			return fail("info", err)
+		}
+		if e.g.json {
+			return e.printJSON(in)
+		}
+		bound := func(n, max int) string {
+			if max == 0 {
+				return fmt.Sprint(n)
+			}
+			return fmt.Sprintf("%d of at most %d", n, max)
+		}
+		cg := in.Cgroups
+		if in.CgroupRoot != "" {
+			cg += " (root " + in.CgroupRoot + ")"
+		}
+		if in.Cgroups == "off" {
+			cg += " (resource limits are refused)"
+		}
+		pool := "off"
+		if in.WarmShims.Target > 0 {
+			pool = fmt.Sprintf("%d warm shims, %d idle", in.WarmShims.Target, in.WarmShims.Idle)
+		}
+		caps := strings.Join(in.Capabilities, ", ")
+		tw := tabwriter.NewWriter(e.io.out, 0, 4, 1, ' ', 0)
+		fmt.Fprintf(tw, "daemon:\t%s at %s\n", in.Version, e.where)
+		fmt.Fprintf(tw, "client:\t%s\n", version.String())
+		fmt.Fprintf(tw, "state:\t%s\n", in.StateDir)
+		fmt.Fprintf(tw, "sandboxes:\t%s\n", bound(in.Capacity.Sandboxes, in.Capacity.MaxSandboxes))
+		fmt.Fprintf(tw, "sessions:\t%s running\n", bound(in.Capacity.Sessions, in.Capacity.MaxSessions))
+		fmt.Fprintf(tw, "capabilities:\t%s\n", caps)
+		fmt.Fprintf(tw, "cgroups:\t%s\n", cg)
+		fmt.Fprintf(tw, "isolation:\t%s\n", in.Isolation)
+		fmt.Fprintf(tw, "warm pool:\t%s\n", pool)
+		fmt.Fprintf(tw, "memory available:\t%s\n", units.BytesSize(float64(in.Capacity.MemoryAvailableBytes)))
+		fmt.Fprintf(tw, "pids free:\t%d\n", in.Capacity.PIDsFree)
+		if in.Capacity.Exhausted {
+			fmt.Fprintf(tw, "exhausted:\tyes: a new sandbox is refused\n")
+		}
+		return tw.Flush()
 	}
 }

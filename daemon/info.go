@@ -1,0 +1,46 @@
+package daemon
+
+import (
+	"net/http"
+
+	"github.com/agentrunner/runner/cgroup"
+	"github.com/agentrunner/runner/wire"
+)
+
+// handleInfo is GET /v1/info: the operator's view of this runnerd in one
+// read (runner info, as docker info is dockerd's). Everything in it is
+// read from what Run set up, never from what was asked for: cgroups say
+// "off" unless limits are enforced, isolation "off" unless runnerd can
+// give identities.
+func (s *server) handleInfo(w http.ResponseWriter, r *http.Request) {
+	c, err := s.capacity()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	info := wire.Info{
+		Version:      s.cfg.Version,
+		Capabilities: s.capabilities(),
+		Capacity:     c,
+		StateDir:     s.cfg.StateDir,
+		Cgroups:      "off",
+		Isolation:    "off",
+	}
+	if s.cg != nil {
+		info.Cgroups = s.cg.Mode().String()
+		info.CgroupRoot = s.cfg.CgroupRoot
+		if info.CgroupRoot == "" {
+			info.CgroupRoot = cgroup.DefaultRoot
+		}
+	}
+	switch {
+	case s.ids.enabled && s.ids.all:
+		info.Isolation = "all"
+	case s.ids.enabled:
+		info.Isolation = "contained"
+	}
+	if p := s.cfg.pool; p != nil {
+		info.WarmShims = wire.WarmShims{Target: s.cfg.WarmShims, Idle: p.Idle()}
+	}
+	s.writeJSON(w, http.StatusOK, info)
+}
