@@ -204,6 +204,11 @@ type Exit struct {
 	Time       time.Time        `json:"time"`
 	Terminated bool             `json:"terminated,omitempty"`
 	OOMKilled  bool             `json:"oom_killed,omitempty"`
+	// UnstoredBytes counts output a terminated session's command wrote
+	// after its journal could not take more (disk full, disk budget): given
+	// up so that the session could end, and named in Detail. Lengths are
+	// what was stored.
+	UnstoredBytes int64 `json:"unstored_bytes,omitempty"`
 }
 
 // CreateSession is the body of POST /v1/sandboxes/{name}/sessions.
