@@ -1,0 +1,63 @@
+package daemon
+
+// A full state disk: what runnerd does so that control operations still
+// work when a sandbox (or anything else) has filled the state file system.
+//
+//   - Every journal holds a reserve that its Finish frees first (package
+//     journal), so a session can always record its end; a shim asked to
+//     terminate gives up, counted in the exit record, the output its
+//     journal cannot take once the command has ended (package shim).
+//   - The registry holds a reserve (registry.SetReserve) that the commits
+//     which record an end or remove something release and retry once
+//     when the file system refuses them; a destroy or delete, which free
+//     space, set it aside again (replenishReserve).
+//   - What still cannot be written is 507 write_failed with
+//     retry_after_ms, promptly (errNoSpace), never a hang.
+
+import (
+	"errors"
+	"syscall"
+	"time"
+)
+
+// DefaultDiskReserve is Config.DiskReserve when it is 0.
+const DefaultDiskReserve = 8 << 20
+
+// reserveFile is the registry's reserve under STATE.
+const reserveFile = "registry.reserve"
+
+// noSpaceRetry is the wait a write_failed answer for a full disk asks for:
+// space comes back when something is deleted, not at a known time.
+const noSpaceRetry = 5 * time.Second
+
+// isNoSpace reports whether err is a file system out of blocks, inodes or
+// quota.
+func isNoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
+
+// errNoSpace is the answer for what could not be written because the
+// file system is full: 507 write_failed, retry_after_ms set.
+func errNoSpace(what string, err error) *apiError {
+	ae := errWriteFailed("%s: %v", what, err)
+	ae.retryAfterMS = noSpaceRetry.Milliseconds()
+	return ae
+}
+
+// errRegistryWrite is the answer for a registry commit that failed: a full
+// disk is write_failed (errNoSpace), anything else unavailable.
+func errRegistryWrite(err error) *apiError {
+	if isNoSpace(err) {
+		return errNoSpace("write registry", err)
+	}
+	return errUnavailable("write registry: %v", err)
+}
+
+// replenishReserve sets the registry's reserve aside again after
+// something freed space (a destroy, a deleted session); a failure is only
+// logged: the next release finds no reserve and says so.
+func (s *server) replenishReserve() {
+	if _, err := s.reg.ReplenishReserve(); err != nil {
+		s.log.Warn("registry reserve not set aside", "err", err)
+	}
+}
