@@ -18,6 +18,8 @@ import (
 	"errors"
 	"syscall"
 	"time"
+
+	"github.com/agentrunner/runner/wire"
 )
 
 // DefaultDiskReserve is Config.DiskReserve when it is 0.
@@ -51,6 +53,17 @@ func errRegistryWrite(err error) *apiError {
 		return errNoSpace("write registry", err)
 	}
 	return errUnavailable("write registry: %v", err)
+}
+
+// refuseDiskBudget answers a disk budget (limits disk_bytes, disk_inodes)
+// 501 not_supported: runnerd does not enforce one yet (package quota is
+// the kernel side, which needs project quotas on the state file system),
+// and a limit that is not enforced is never accepted nor reported.
+func refuseDiskBudget(l *wire.Limits) error {
+	if l != nil && (l.DiskBytes != 0 || l.DiskInodes != 0) {
+		return errNotSupported("disk_bytes and disk_inodes are not enforced by this runnerd (a disk budget needs project quotas, not built yet; docs/operations.md, \"When the disk fills\")")
+	}
+	return nil
 }
 
 // replenishReserve sets the registry's reserve aside again after

@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -71,6 +72,20 @@ func answeredPromptly(t *testing.T, what string, r response, took time.Duration,
 	}
 }
 
+// fullDiskDaemon starts runnerd on a tmpfs state directory mounted with
+// opts, with sandboxes filler, "other" and "busy" (running sleep 600 as
+// session b).
+func fullDiskDaemon(t *testing.T, opts, filler string) (*api, string) {
+	t.Helper()
+	state := stateTmpfs(t, opts)
+	a := startDaemonCfg(t, daemon.Config{StateDir: state, Token: testToken, NetPolicy: daemon.NetPolicyOff})
+	for _, name := range []string{filler, "other", "busy"} {
+		a.createSandbox(name)
+	}
+	a.spawn("busy", wire.CreateSession{ID: "b", Argv: []string{"sleep", "600"}})
+	return a, state
+}
+
 // TestDiskFullFlood: a command writes more to stdout than the state file
 // system holds. Another sandbox's exec answers promptly (success or 507
 // with retry_after_ms); suspending a third sandbox stops its session and
@@ -79,12 +94,7 @@ func answeredPromptly(t *testing.T, what string, r response, took time.Duration,
 // names what was not stored, and the destroy frees the space and sets
 // the registry's reserve aside again.
 func TestDiskFullFlood(t *testing.T) {
-	state := stateTmpfs(t, "size=48m")
-	a := startDaemonCfg(t, daemon.Config{StateDir: state, Token: testToken, NetPolicy: daemon.NetPolicyOff})
-	for _, name := range []string{"flood", "other", "busy"} {
-		a.createSandbox(name)
-	}
-	a.spawn("busy", wire.CreateSession{ID: "b", Argv: []string{"sleep", "600"}})
+	a, state := fullDiskDaemon(t, "size=48m", "flood")
 	a.spawn("flood", wire.CreateSession{ID: "f", Argv: []string{"head", "-c", "100000000", "/dev/zero"}})
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -168,12 +178,7 @@ func TestDiskFullFlood(t *testing.T) {
 // retry_after_ms; a suspend of another sandbox and the filler's destroy
 // work, and the destroy gives the inodes back.
 func TestDiskFullInodes(t *testing.T) {
-	state := stateTmpfs(t, "size=256m,nr_inodes=2500")
-	a := startDaemonCfg(t, daemon.Config{StateDir: state, Token: testToken, NetPolicy: daemon.NetPolicyOff})
-	for _, name := range []string{"filler", "other", "busy"} {
-		a.createSandbox(name)
-	}
-	a.spawn("busy", wire.CreateSession{ID: "b", Argv: []string{"sleep", "600"}})
+	a, state := fullDiskDaemon(t, "size=256m,nr_inodes=2500", "filler")
 	q := quick(a, 20*time.Second)
 	t0 := time.Now()
 	r := doTimed(q, "POST", "/v1/sandboxes/filler/exec", `{"argv":["sh","-c","seq -f f%g 5000 | xargs touch 2>/dev/null; echo done"]}`)
@@ -213,4 +218,38 @@ func doTimed(a *api, method, path, body string) response {
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	return response{status: resp.StatusCode, header: resp.Header, body: raw}
+}
+
+// TestDiskBudgetRefused: a disk budget, which this runnerd does not
+// enforce, is refused 501 not_supported at create (leaving no sandbox and
+// no workspace) and by PUT .../limits (leaving the limits as they were),
+// with resource limits on, so that the refusal is the disk budget's own.
+func TestDiskBudgetRefused(t *testing.T) {
+	a := startDaemon(t)
+	var caps wire.Capabilities
+	a.must("GET", "/v1/capabilities", nil, 200, &caps)
+	hasLimits := false
+	for _, c := range caps.Capabilities {
+		hasLimits = hasLimits || c == wire.CapResourceLimits
+	}
+	for _, body := range []string{
+		`{"name":"box","limits":{"disk_bytes":1048576}}`,
+		`{"name":"box","limits":{"memory_bytes":67108864,"disk_inodes":100}}`,
+	} {
+		a.wantError(a.do("POST", "/v1/sandboxes", body), 501, wire.CodeNotSupported)
+		a.wantError(a.do("GET", "/v1/sandboxes/box", nil), 404, wire.CodeNotFound)
+		if _, err := os.Stat(filepath.Join(a.state, "sandboxes", "box")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("after a refused create: workspace stat err %v, want none", err)
+		}
+	}
+	if !hasLimits {
+		testcap.Skip(t, "cgroups", "PUT .../limits needs resource_limits")
+	}
+	var sb wire.Sandbox
+	a.must("POST", "/v1/sandboxes", `{"name":"box","limits":{"memory_bytes":67108864}}`, 200, &sb)
+	a.wantError(a.do("PUT", "/v1/sandboxes/box/limits", `{"memory_bytes":67108864,"disk_bytes":1048576}`), 501, wire.CodeNotSupported)
+	a.must("GET", "/v1/sandboxes/box", nil, 200, &sb)
+	if sb.Limits == nil || sb.Limits.DiskBytes != 0 || sb.Limits.MemoryBytes != 67108864 {
+		t.Errorf("limits after a refused update: got %+v, want memory_bytes 67108864 and no disk_bytes", sb.Limits)
+	}
 }

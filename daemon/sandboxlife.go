@@ -61,6 +61,9 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (reg
 			return registry.Sandbox{}, err
 		}
 	}
+	if err := refuseDiskBudget(req.Limits); err != nil { // diskfull.go
+		return registry.Sandbox{}, err
+	}
 	limits, err := s.parseLimits(req.Limits) // limits.go: not_supported or invalid before anything is made
 	if err != nil {
 		return registry.Sandbox{}, err
