@@ -15,10 +15,13 @@ package daemon
 //     retry_after_ms, promptly (errNoSpace), never a hang.
 
 import (
+	"context"
 	"errors"
 	"syscall"
 	"time"
 
+	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/shim"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -64,6 +67,41 @@ func refuseDiskBudget(l *wire.Limits) error {
 		return errNotSupported("disk_bytes and disk_inodes are not enforced by this runnerd (a disk budget needs project quotas, not built yet; docs/operations.md, \"When the disk fills\")")
 	}
 	return nil
+}
+
+// execStorageCheck is how often an exec that has not ended asks its
+// shim whether its output is waiting for space; execStuckStrikes checks
+// in a row that say so end it (execStuck).
+const (
+	execStorageCheck = time.Second
+	execStuckStrikes = 2
+)
+
+// execStuck asks the shim of an exec's session whether its journal is
+// failing writes (write_error) and counts the answers in a row in
+// *strikes. It returns the write error once execStuckStrikes answers
+// said so, "" otherwise (also when the shim cannot be asked: the exec
+// keeps waiting for its end as before). The exec then terminates the
+// command and answers 507: its result could not be stored, and waiting
+// for space would leave the caller without an answer for as long as the
+// disk stays full.
+func (s *server) execStuck(ctx context.Context, ss registry.Session, strikes *int) string {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	c, err := shim.Dial(ctx, s.sessionDir(ss))
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	st, err := c.Status(ctx)
+	if err != nil || st.WriteError == "" {
+		*strikes = 0
+		return ""
+	}
+	if *strikes++; *strikes < execStuckStrikes {
+		return ""
+	}
+	return st.WriteError
 }
 
 // replenishReserve sets the registry's reserve aside again after

@@ -120,7 +120,9 @@ func TestDiskFullFlood(t *testing.T) {
 		return r, time.Since(t0)
 	}
 	for i := range 3 { // more than the warm shims: cold starts too
-		r, took := timed("POST", "/v1/sandboxes/other/exec", `{"argv":["true"]}`)
+		// Output that needs a block the disk does not have: the exec
+		// must answer, not wait for space.
+		r, took := timed("POST", "/v1/sandboxes/other/exec", `{"argv":["sh","-c","head -c 300000 /dev/zero; echo done"]}`)
 		answeredPromptly(t, fmt.Sprint("other's exec ", i), r, took, 200)
 	}
 	r, took := timed("POST", "/v1/sandboxes/busy/suspend", "")
