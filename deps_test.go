@@ -76,6 +76,9 @@ var rules = []struct {
 		module + "/daemon", module + "/client", module + "/shim", module + "/netpolicy", module + "/adapter", module + "/journal",
 	}},
 	{pkg: "daemon", forbidden: []string{module + "/client", module + "/adapter"}},
+	{pkg: "quota", forbidden: []string{
+		module + "/daemon", module + "/client", module + "/shim", module + "/netpolicy", module + "/adapter", module + "/journal", module + "/cgroup",
+	}},
 }
 
 // TestDependencyDirection fails when a package imports across the lines in

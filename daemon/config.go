@@ -124,6 +124,12 @@ type Config struct {
 	// disables the pool (every spawn starts its shim cold). Each idle warm
 	// shim costs about what an idle session's shim does (~1.5 MiB private).
 	WarmShims int
+	// DiskReserve is the space runnerd sets aside on the state file system
+	// (STATE/registry.reserve) for the registry commits that must land
+	// when the disk is full: terminate, signal, delete, suspend, destroy.
+	// 0 means DefaultDiskReserve (docs/operations.md, "When the
+	// disk fills").
+	DiskReserve int64
 	// MaxExecs bounds the execs in flight: each buffers up to twice
 	// wire.MaxExecOutput plus its JSON answer, so the bound is runnerd's
 	// exec memory. An exec beyond it is answered 429 rate_limited. 0 means

@@ -123,6 +123,8 @@ func classify(err error) *apiError {
 		return errCommandExited()
 	case errors.Is(err, shim.ErrInvalid):
 		return errInvalid("%v", err)
+	case errors.Is(err, shim.ErrWriteFailed) && isNoSpace(err):
+		return errNoSpace("session", err) // diskfull.go
 	case errors.Is(err, shim.ErrWriteFailed):
 		return errWriteFailed("%v", err)
 	case errors.Is(err, shim.ErrFailed):
@@ -200,7 +202,7 @@ func classifyStart(err error) error {
 	case errors.Is(err, shim.ErrInvalid) && !errors.As(err, &se):
 		return errInvalid("start command: %v", err)
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return errWriteFailed("start session: %v", err)
+		return errNoSpace("start session", err) // diskfull.go
 	}
 	return errUnavailable("start session: %v", err)
 }

@@ -193,25 +193,52 @@ func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
 		timeout = t.C
 	}
 	timedOut := false
-	select {
-	case <-finished:
-	case <-timeout:
-		timedOut = true
-		if _, err := s.terminate(ctx, ss, execGrace); err != nil {
+	// An exec whose output cannot be stored (a full disk) would wait for
+	// space with no answer: watch for that (diskfull.go, execStuck).
+	watch := time.NewTicker(execStorageCheck)
+	defer watch.Stop()
+	strikes := 0
+wait:
+	for {
+		select {
+		case <-finished:
+			break wait
+		case <-timeout:
+			timedOut = true
+			if _, err := s.terminate(ctx, ss, execGrace); err != nil {
+				rcancel()
+				<-finished
+				s.writeError(w, r, err)
+				return
+			}
+			<-finished // the exit record is in: the readers end at once
+			break wait
+		case <-watch.C:
+			werr := s.execStuck(ctx, ss, &strikes)
+			if werr == "" {
+				continue
+			}
+			e, err := s.terminate(ctx, ss, execGrace)
 			rcancel()
 			<-finished
+			if err == nil {
+				var lost int64
+				if e.Exit != nil {
+					lost = e.Exit.UnstoredBytes
+				}
+				err = errNoSpace("exec", fmt.Errorf("its output could not be stored (%s); the command was terminated (%d bytes not stored)", werr, lost))
+			}
 			s.writeError(w, r, err)
 			return
+		case <-ctx.Done():
+			// The client left or runnerd stops: the command keeps running.
+			rcancel()
+			<-finished
+			if r.Context().Err() == nil {
+				s.writeError(w, r, errUnavailable("runnerd is stopping"))
+			}
+			return
 		}
-		<-finished // the exit record is in: the readers end at once
-	case <-ctx.Done():
-		// The client left or runnerd stops: the command keeps running.
-		rcancel()
-		<-finished
-		if r.Context().Err() == nil {
-			s.writeError(w, r, errUnavailable("runnerd is stopping"))
-		}
-		return
 	}
 	lost := false
 	for _, c := range caps {

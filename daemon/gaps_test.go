@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentrunner/runner/daemon"
 	"github.com/agentrunner/runner/internal/testcap"
+	"github.com/agentrunner/runner/journal"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -200,6 +201,16 @@ func TestWriteFailed(t *testing.T) {
 	sess := a.spawn("box", wire.CreateSession{ID: "s1", Argv: []string{"sh", "-c", "echo ready; exec sleep 60"}})
 	a.attach(ctxFor(t, 10*time.Second), "box", sess.ID, "", func(wire.Frame) bool { return true })
 
+	// Without its reserve, as a journal recovered after its writer
+	// crashed is: with it, the exit record is written on a full disk
+	// (TestDiskFullFlood).
+	reserves, _ := filepath.Glob(filepath.Join(sdir, "[^.]*", "journal", journal.ReserveFile))
+	if len(reserves) != 1 {
+		t.Fatalf("journal reserves of the session: %v, want one", reserves)
+	}
+	if err := os.Remove(reserves[0]); err != nil {
+		t.Fatal(err)
+	}
 	filler := filepath.Join(sdir, "filler")
 	f, err := os.Create(filler)
 	if err != nil {

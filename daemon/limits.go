@@ -232,6 +232,9 @@ func (s *server) setLimits(ctx context.Context, name string, req wire.Limits) (r
 	if err := validName(name); err != nil {
 		return registry.Sandbox{}, err
 	}
+	if err := refuseDiskBudget(&req); err != nil { // diskfull.go
+		return registry.Sandbox{}, err
+	}
 	if s.cg == nil {
 		// not_found first, as PUT .../network answers.
 		if sb, err := s.scopedSandbox(ctx, name); err != nil {

@@ -67,6 +67,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return fmt.Errorf("%w (is another runnerd using %s?)", err, cfg.StateDir)
 	}
 	defer reg.Close()
+	if err := reg.SetReserve(filepath.Join(cfg.StateDir, reserveFile), cfg.DiskReserve); err != nil {
+		return err
+	}
 	if cfg.WarmShims > 0 {
 		// Closed after the listeners and in-flight requests are done (the
 		// defers run in reverse): idle warm shims exit, taken ones are

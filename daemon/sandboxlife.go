@@ -61,6 +61,9 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (reg
 			return registry.Sandbox{}, err
 		}
 	}
+	if err := refuseDiskBudget(req.Limits); err != nil { // diskfull.go
+		return registry.Sandbox{}, err
+	}
 	limits, err := s.parseLimits(req.Limits) // limits.go: not_supported or invalid before anything is made
 	if err != nil {
 		return registry.Sandbox{}, err
@@ -101,7 +104,7 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (reg
 		Limits:    limits,
 	}, pool)
 	if err != nil {
-		return sb, errUnavailable("write registry: %v", err)
+		return sb, errRegistryWrite(err) // diskfull.go
 	}
 	if !created && req.User != "" && sb.User != req.User { // absent: whatever it is, as network
 		return sb, errConflict("%s: sandbox %q exists with user %q", wire.DetailConflict, sb.Name, sb.User)
@@ -201,11 +204,12 @@ func (s *server) destroySandbox(ctx context.Context, name string) error {
 		return errUnavailable("remove workspace: %v", err)
 	}
 	if err := s.reg.DeletePreviews(name); err != nil {
-		return errUnavailable("write registry: %v", err)
+		return errRegistryWrite(err) // diskfull.go
 	}
 	if err := s.reg.DeleteSandbox(name); err != nil {
-		return errUnavailable("write registry: %v", err)
+		return errRegistryWrite(err)
 	}
+	s.replenishReserve()
 	s.log.Info("sandbox destroyed", "sandbox", name)
 	return nil
 }
@@ -284,6 +288,8 @@ func (s *server) registryErr(err error, name string) error {
 		return ae
 	case errors.Is(err, registry.ErrNotFound):
 		return errNotFound("sandbox %q does not exist", name)
+	case isNoSpace(err): // diskfull.go
+		return errNoSpace("write registry", err)
 	}
 	return errUnavailable("registry: %v", err)
 }

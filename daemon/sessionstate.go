@@ -184,6 +184,9 @@ func (s *server) recordExit(ss registry.Session, exit wire.Exit) (registry.Sessi
 		return ss, nil // destroyed meanwhile; the answer is still true
 	}
 	if err != nil {
+		if isNoSpace(err) {
+			return ss, errNoSpace("record exit", err) // diskfull.go
+		}
 		return ss, errUnavailable("record exit: %v", err)
 	}
 	return out, nil

@@ -143,6 +143,9 @@ func (s *server) stopSessions(ctx context.Context, sessions []registry.Session, 
 		if err != nil {
 			// Every command has ended (its exit is in its journal); only
 			// the registry lags, and any read repairs it.
+			if isNoSpace(err) {
+				return errNoSpace("record exits", err)
+			}
 			return errUnavailable("record exits: %v", err)
 		}
 	}
@@ -236,11 +239,12 @@ func (s *server) removeSession(ctx context.Context, ss registry.Session) error {
 		return errConflict("session %s changed during the delete; retry", ss.ID)
 	}
 	if err != nil {
-		return errUnavailable("delete session record: %v", err)
+		return errRegistryWrite(err) // diskfull.go
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return errUnavailable("remove session %s: %v", ss.ID, err)
 	}
+	s.replenishReserve()
 	s.removeSessionCgroup(ctx, ss) // limits.go
 	s.log.Info("session deleted", "sandbox", ss.Sandbox, "session", ss.ID)
 	return nil

@@ -23,10 +23,15 @@ const (
 	indexTmpName = ".index.db.creating"
 	exitName     = "exit.json"
 	metaName     = "journal.json"
-	metaTmpName  = ".journal.json.tmp"
-	exitTmpName  = ".exit.json.tmp"
-	segSuffix    = ".seg"
-	segNameLen   = 20 // digits of the first offset
+	// ReserveFile is the writer's reserve (ReserveBytes, allocated at
+	// Create, removed first thing by Finish): the space and the inode
+	// that finishing takes, held so that a journal can always be finished
+	// on a file system its own or anyone's output has filled.
+	ReserveFile = "reserve"
+	metaTmpName = ".journal.json.tmp"
+	exitTmpName = ".exit.json.tmp"
+	segSuffix   = ".seg"
+	segNameLen  = 20 // digits of the first offset
 )
 
 // Defaults for zero Options fields.
@@ -132,6 +137,13 @@ type Exit struct {
 	// memory. Reason stays ReasonSignaled, Signal 9. Records written
 	// before this field existed read as false.
 	OOMKilled bool `json:"oom_killed,omitempty"`
+	// UnstoredBytes counts output the command wrote that its journal
+	// could not take (a full disk or a disk budget) and that its
+	// supervisor gave up because the session was terminated after the
+	// command ended; Detail names the write error. The Lengths are what
+	// was stored, all readable. 0 in every other case: output is never
+	// dropped otherwise.
+	UnstoredBytes int64 `json:"unstored_bytes,omitempty"`
 }
 
 func segName(off int64) string { return fmt.Sprintf("%020d%s", off, segSuffix) }
@@ -202,11 +214,18 @@ func writeExit(dir string, b []byte) error {
 // directory entry is durable once dir is fsynced, which the caller does.
 func publishExit(dir string, b []byte) error {
 	tmp := filepath.Join(dir, exitTmpName)
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	// Overwritten in place, not truncated first: the temporary file may
+	// be the journal's reserve (releaseReserve), whose inode and first
+	// block are what a full file system would refuse.
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("write exit record: %w", err)
 	}
-	if _, err := f.Write(b); err != nil {
+	if _, err := f.WriteAt(b, 0); err != nil {
+		f.Close()
+		return fmt.Errorf("write exit record: %w", err)
+	}
+	if err := f.Truncate(int64(len(b))); err != nil {
 		f.Close()
 		return fmt.Errorf("write exit record: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/agentrunner/runner/journal"
@@ -384,9 +385,17 @@ func FinishLost(dir, detail string) (journal.Exit, error) {
 			// saying so beats an unavailable answer forever.
 			return journal.Exit{Reason: wire.ExitLost, Detail: fmt.Sprintf("%s; journal unreadable: %v", detail, err), Lengths: map[string]int64{}, Time: time.Now().UTC()}, nil
 		}
+		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+			// Its record cannot be written now (a full disk): an answer
+			// in the taxonomy, retried once there is space.
+			return journal.Exit{}, fmt.Errorf("%w: recover journal: %w", ErrWriteFailed, err)
+		}
 		return journal.Exit{}, fmt.Errorf("%w: recover journal: %v", ErrUnavailable, err)
 	default:
 		if err := w.Finish(journal.Exit{Reason: wire.ExitLost, Detail: detail}); err != nil && !errors.Is(err, journal.ErrFinished) {
+			if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+				return journal.Exit{}, fmt.Errorf("%w: finish lost journal: %w", ErrWriteFailed, err)
+			}
 			return journal.Exit{}, fmt.Errorf("%w: finish lost journal: %v", ErrUnavailable, err)
 		}
 	}
@@ -420,5 +429,5 @@ func JournalCode(err error) wire.Code {
 // WireExit converts a journal exit record to its wire form (the same JSON
 // shape).
 func WireExit(e journal.Exit) wire.Exit {
-	return wire.Exit{Reason: e.Reason, Code: e.Code, Signal: e.Signal, Detail: e.Detail, Lengths: e.Lengths, Time: e.Time, Terminated: e.Terminated, OOMKilled: e.OOMKilled}
+	return wire.Exit{Reason: e.Reason, Code: e.Code, Signal: e.Signal, Detail: e.Detail, Lengths: e.Lengths, Time: e.Time, Terminated: e.Terminated, OOMKilled: e.OOMKilled, UnstoredBytes: e.UnstoredBytes}
 }

@@ -76,7 +76,13 @@ type server struct {
 	mu       sync.Mutex
 	exit     *journal.Exit
 	writeErr string
-	conns    map[*net.UnixConn]struct{}
+	// unstored counts the output bytes a terminated session's journal
+	// could not take after its command ended (writeJournal gives them up
+	// rather than keep the session from ending); unstoredErr is the write
+	// error that cost them. Both go into the exit record.
+	unstored    int64
+	unstoredErr string
+	conns       map[*net.UnixConn]struct{}
 
 	pumps    sync.WaitGroup // output pumps
 	handlers sync.WaitGroup // acceptor and connection handlers

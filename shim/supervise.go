@@ -349,12 +349,20 @@ func (s *server) pump(o output) {
 	}
 }
 
-// writeJournal appends p to the journal and never drops a byte: on a write
-// failure (disk full) it records the error and retries with backoff, so the
-// pump stops reading and the command blocks on its full pipe.
+// writeJournal appends p to the journal and never drops a byte silently:
+// on a write failure (disk full, a disk budget reached) it records the
+// error and retries with backoff, so the pump stops reading and the
+// command blocks on its full pipe. The one exception is a session that was
+// asked to stop and whose command has ended (giveUp): what its journal
+// cannot take then is counted into the exit record (unstored_bytes, with
+// the error in its detail) instead of keeping the session from ending,
+// because waiting could last until an operator frees space by hand.
 func (s *server) writeJournal(stream string, p []byte) {
 	backoff := minBackoff
 	failed := false
+	// The command's end may change what to do (giveUp): a wait ends
+	// there rather than after up to maxBackoff, once (exited stays closed).
+	wake := s.exited
 	for len(p) > 0 {
 		n, err := s.jw.Load().Write(stream, p)
 		p = p[n:]
@@ -362,11 +370,31 @@ func (s *server) writeJournal(stream string, p []byte) {
 			continue
 		}
 		failed = true
-		s.retryWait(fmt.Sprintf("write journal %s: %v", stream, err), &backoff)
+		if s.giveUp() {
+			s.mu.Lock()
+			s.unstored += int64(len(p))
+			s.unstoredErr = err.Error()
+			s.writeErr = "" // not waiting any more: the exit record is next
+			s.mu.Unlock()
+			return
+		}
+		if s.isExited() {
+			// A terminate may come at any time now: be ready for it.
+			wake = nil
+			backoff = min(backoff, exitedBackoff)
+		}
+		s.retryWaitOr(fmt.Sprintf("write journal %s: %v", stream, err), &backoff, wake)
 	}
 	if failed {
 		s.setWriteErr("")
 	}
+}
+
+// giveUp reports whether output that cannot be stored may be given up:
+// a terminate (or a suspend or destroy, which terminate) was asked and the
+// command has ended.
+func (s *server) giveUp() bool {
+	return s.stopAsked.Load() && s.isExited()
 }
 
 func (s *server) setWriteErr(msg string) {
@@ -379,8 +407,19 @@ func (s *server) setWriteErr(msg string) {
 // error and sleeps out *backoff before the next attempt, doubling *backoff
 // up to maxBackoff.
 func (s *server) retryWait(msg string, backoff *time.Duration) {
+	s.retryWaitOr(msg, backoff, nil)
+}
+
+// retryWaitOr is retryWait that also ends when wake is closed (a nil
+// wake never does).
+func (s *server) retryWaitOr(msg string, backoff *time.Duration, wake <-chan struct{}) {
 	s.setWriteErr(msg)
-	time.Sleep(*backoff)
+	t := time.NewTimer(*backoff)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-wake:
+	}
 	*backoff = min(2**backoff, maxBackoff)
 }
 
@@ -395,12 +434,27 @@ func (s *server) finish(rec journal.Exit) {
 	// an exit record and report the session lost. So wait for space with
 	// the writer still open, and only then finish.
 	for {
+		// A journal that holds its reserve needs no probe: Finish frees
+		// the reserve before it writes, and the reserve is what it writes.
+		if s.jw.Load().HasReserve() {
+			break
+		}
 		err := probeSpace(jdir)
 		if err == nil {
 			break
 		}
 		s.retryWait(fmt.Sprintf("finish journal: %v", err), &backoff)
 	}
+	s.mu.Lock()
+	if s.unstored > 0 {
+		rec.UnstoredBytes = s.unstored
+		d := fmt.Sprintf("%d bytes of output were not stored after the command ended: %s", s.unstored, s.unstoredErr)
+		if rec.Detail != "" {
+			d = rec.Detail + "; " + d
+		}
+		rec.Detail = d
+	}
+	s.mu.Unlock()
 	backoff = minBackoff
 	for {
 		jw := s.jw.Load()
@@ -433,6 +487,11 @@ func (s *server) finish(rec journal.Exit) {
 	s.mu.Unlock()
 	close(s.done)
 }
+
+// exitedBackoff caps the wait between journal write retries once the
+// command has ended, so that a terminate then gives the output up
+// (giveUp) in well under the terminate's write_failed answer.
+const exitedBackoff = 50 * time.Millisecond
 
 // finishSpace is what probeSpace asks for: far more than Finish writes (a
 // few index pages and a small exit.json).

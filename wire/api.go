@@ -127,6 +127,12 @@ type Limits struct {
 	// CPUPeriodUS (default 100000): quota 2×period is two full cores.
 	CPUQuotaUS  int64 `json:"cpu_quota_us,omitempty"`
 	CPUPeriodUS int64 `json:"cpu_period_us,omitempty"`
+	// DiskBytes and DiskInodes would cap the sandbox's workspace and
+	// journals on the state file system. runnerd does not enforce them
+	// yet: any non-zero value is refused 501 not_supported
+	// (docs/protocol.md), never stored.
+	DiskBytes  int64 `json:"disk_bytes,omitempty"`
+	DiskInodes int64 `json:"disk_inodes,omitempty"`
 }
 
 // Usage is what a sandbox has consumed, read from its cgroup when the
@@ -204,6 +210,11 @@ type Exit struct {
 	Time       time.Time        `json:"time"`
 	Terminated bool             `json:"terminated,omitempty"`
 	OOMKilled  bool             `json:"oom_killed,omitempty"`
+	// UnstoredBytes counts output a terminated session's command wrote
+	// after its journal could not take more (disk full, disk budget): given
+	// up so that the session could end, and named in Detail. Lengths are
+	// what was stored.
+	UnstoredBytes int64 `json:"unstored_bytes,omitempty"`
 }
 
 // CreateSession is the body of POST /v1/sandboxes/{name}/sessions.

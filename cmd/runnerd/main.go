@@ -109,6 +109,7 @@ func run(args []string) int {
 	defQuota := fs.Int64("default-cpu-quota-us", 0, "CPU time in microseconds per --default-cpu-period-us a sandbox created without a quota may use (200000 per 100000 is two cores); 0: none")
 	defPeriod := fs.Int64("default-cpu-period-us", 0, "accounting period of --default-cpu-quota-us (1000..1000000; 0: 100000)")
 	shimBin := fs.String("shim", envOr("RUNNERD_SHIM", ""), `the per-session supervisor binary (runner-shim, run as "PATH serve"), built from the same source as this runnerd; empty: runnerd re-executes itself as "runnerd shim" (one binary, ~0.4 MiB more private memory per idle session)`)
+	diskReserve := fs.Int64("disk-reserve", daemon.DefaultDiskReserve, "bytes set aside on the state file system for the registry commits of terminate, delete, suspend and destroy on a full disk")
 	warmShims := fs.Int("warm-shims", daemon.DefaultWarmShims, "pre-started shims kept waiting for a session, so a spawn skips two process starts (~1.5 MiB private memory each while idle); 0 disables")
 	maxExecs := fs.Int("max-execs", daemon.DefaultMaxExecs, "execs in flight at once (each buffers up to 2x16 MiB of output); one more is answered 429 rate_limited")
 	maxSandboxes := fs.Int("max-sandboxes", 0, "most sandboxes this host holds; a create of one more is answered 503 unavailable with exhausted set (GET /v1/capacity reports it); 0: no bound")
@@ -178,6 +179,7 @@ func run(args []string) int {
 		Capacity:    daemon.CapacityLimits{MaxSandboxes: *maxSandboxes, MaxSessions: *maxSessions},
 		ShimCommand: shimCommand,
 		WarmShims:   *warmShims,
+		DiskReserve: *diskReserve,
 		StateDir:    *state, // "": daemon.DefaultStateDir
 		Listen:      *listen,
 		Socket:      *socket,

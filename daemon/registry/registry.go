@@ -93,6 +93,7 @@ type Session struct {
 // Registry is the open registry file.
 type Registry struct {
 	db        *bolt.DB
+	res       reserve // reserve.go
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -209,7 +210,7 @@ func (r *Registry) GetSandbox(name string) (Sandbox, error) {
 // fn's error (nothing is stored then).
 func (r *Registry) UpdateSandbox(name string, fn func(*Sandbox) error) (Sandbox, error) {
 	var out Sandbox
-	err := r.db.Update(func(tx *bolt.Tx) error {
+	err := r.urgent(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketSandboxes)
 		cur, err := get[Sandbox](b, []byte(name))
 		if err != nil {
@@ -267,7 +268,7 @@ func (r *Registry) CountSandboxes() (int, error) {
 // DeleteSandbox removes the sandbox and all its session records, and
 // frees its identity. Absent is not an error.
 func (r *Registry) DeleteSandbox(name string) error {
-	return r.db.Update(func(tx *bolt.Tx) error {
+	return r.urgent(func(tx *bolt.Tx) error {
 		if err := freeIdentity(tx, name); err != nil {
 			return err
 		}
@@ -424,7 +425,7 @@ func (r *Registry) GetSession(sandbox, id string) (Session, error) {
 // UpdateSession applies fn to the stored session and stores the result.
 func (r *Registry) UpdateSession(sandbox, id string, fn func(*Session) error) (Session, error) {
 	var out Session
-	err := r.db.Update(func(tx *bolt.Tx) error {
+	err := r.urgent(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketSessions)
 		cur, err := get[Session](b, sessionKey(sandbox, id))
 		if err != nil {
@@ -445,7 +446,7 @@ func (r *Registry) UpdateSession(sandbox, id string, fn func(*Session) error) (S
 // sandbox named in ids and stores the results, all in one transaction (one
 // fsync for any number of sessions). An id without a record is skipped.
 func (r *Registry) UpdateSessions(sandbox string, ids []string, fn func(*Session)) error {
-	return r.db.Update(func(tx *bolt.Tx) error {
+	return r.urgent(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketSessions)
 		for _, id := range ids {
 			cur, err := get[Session](b, sessionKey(sandbox, id))
@@ -468,7 +469,7 @@ func (r *Registry) UpdateSessions(sandbox string, ids []string, fn func(*Session
 
 // DeleteSession removes one session record. Absent is not an error.
 func (r *Registry) DeleteSession(sandbox, id string) error {
-	return r.db.Update(func(tx *bolt.Tx) error {
+	return r.urgent(func(tx *bolt.Tx) error {
 		cur, err := get[Session](tx.Bucket(bucketSessions), sessionKey(sandbox, id))
 		if errors.Is(err, ErrNotFound) {
 			return nil
@@ -493,7 +494,7 @@ func deleteSession(tx *bolt.Tx, s Session) error {
 // check's error and removes nothing. Absent is not an error (check is not
 // called).
 func (r *Registry) DeleteSessionIf(sandbox, id string, check func(Session) error) error {
-	return r.db.Update(func(tx *bolt.Tx) error {
+	return r.urgent(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketSessions)
 		cur, err := get[Session](b, sessionKey(sandbox, id))
 		if errors.Is(err, ErrNotFound) {
@@ -664,7 +665,7 @@ func (r *Registry) GetPreview(token string) (Preview, error) {
 
 // DeletePreviews removes every preview of sandbox.
 func (r *Registry) DeletePreviews(sandbox string) error {
-	return r.db.Update(func(tx *bolt.Tx) error {
+	return r.urgent(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketPreviews)
 		if b == nil {
 			return nil
