@@ -1,7 +1,9 @@
 package quota_test
 
 import (
+	"compress/gzip"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,6 +71,9 @@ func projectFS(t *testing.T, on bool) string {
 		})
 		t.Logf("project quotas on %s", fs.mkfs[0])
 		return mnt
+	}
+	if lacks := kernelLacksProjectQuotas(); lacks != "" {
+		testcap.Absent(t, lacks, strings.Join(tried, "; "))
 	}
 	testcap.Skip(t, "project quotas", strings.Join(tried, "; "))
 	return ""
@@ -162,4 +167,37 @@ func TestNotSupported(t *testing.T) {
 	if err := quota.SetLimit(mnt, 1001, quota.Limit{Bytes: 1 << 20}); err == nil {
 		t.Fatal("SetLimit without prjquota succeeded")
 	}
+}
+
+// kernelLacksProjectQuotas names the kernel options missing for project
+// quotas on ext4 (CONFIG_QFMT_V2) and xfs (CONFIG_XFS_QUOTA), by the
+// kernel's own configuration in /proc/config.gz, or says "" where either
+// is built or the configuration cannot be read (then a refused mount is
+// a missing capability, not the kernel's).
+func kernelLacksProjectQuotas() string {
+	f, err := os.Open("/proc/config.gz")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		return ""
+	}
+	conf, err := io.ReadAll(zr)
+	if err != nil {
+		return ""
+	}
+	built := func(opt string) bool {
+		for _, line := range strings.Split(string(conf), "\n") {
+			if line == opt+"=y" || line == opt+"=m" {
+				return true
+			}
+		}
+		return false
+	}
+	if built("CONFIG_QFMT_V2") || built("CONFIG_XFS_QUOTA") {
+		return ""
+	}
+	return "CONFIG_QFMT_V2 and CONFIG_XFS_QUOTA (per /proc/config.gz)"
 }

@@ -35,3 +35,16 @@ func Skip(t testing.TB, capability, why string) {
 	}
 	t.Skipf("SKIPPED, NOT VERIFIED HERE: needs %s: %s", capability, why)
 }
+
+// Absent skips t because the running kernel was built without feature
+// (say, CONFIG_QUOTA), which no package a host can install brings back:
+// unlike Skip it skips under CI=true too, since failing there would only
+// say that CI's kernel is the kernel it is. Call it only on the kernel's
+// own answer (a /proc or /sys file the feature creates is missing, a
+// mount refused for the feature); a missing tool or privilege is Skip's.
+// .ci/run prints the kernel features the suite looks for, so an absent
+// one is in CI's output rather than only under -v.
+func Absent(t testing.TB, feature, why string) {
+	t.Helper()
+	t.Skipf("SKIPPED, NOT VERIFIED ON THIS KERNEL: it lacks %s: %s", feature, why)
+}

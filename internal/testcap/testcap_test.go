@@ -41,3 +41,23 @@ func TestSkip(t *testing.T) {
 		})
 	}
 }
+
+// TestAbsent checks that a feature the kernel lacks skips under every
+// environment, CI's included, and says so.
+func TestAbsent(t *testing.T) {
+	if os.Getenv("TESTCAP_CHILD") == "1" {
+		Absent(t, "CONFIG_EXAMPLE", "no /proc/sys/example")
+		t.Fatal("Absent returned")
+	}
+	for _, env := range [][]string{{"CI="}, {"CI=true"}, {"RUNNER_TEST_REQUIRE_ALL=1"}} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestAbsent$", "-test.v")
+		cmd.Env = append(append(os.Environ(), "TESTCAP_CHILD=1"), env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v: child failed: %v\n%s", env, err, out)
+		}
+		if want := "SKIPPED, NOT VERIFIED ON THIS KERNEL: it lacks CONFIG_EXAMPLE"; !strings.Contains(string(out), want) {
+			t.Errorf("%v: child output lacks %q:\n%s", env, want, out)
+		}
+	}
+}
