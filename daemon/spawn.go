@@ -206,6 +206,7 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 		}
 	}
 	var sb registry.Sandbox
+	s.adm.nameSession(ctx, name, ss.ID) // before the commit: capacity.go counts it once
 	cur, err := s.reg.CreateSession(ss, func(rec registry.Sandbox) error {
 		if err := checkIncarnation(ctx, rec); err != nil {
 			return err
