@@ -16,6 +16,7 @@ import (
 	"github.com/agentrunner/runner/netpolicy"
 	"github.com/agentrunner/runner/shim"
 	"github.com/agentrunner/runner/wire"
+	"golang.org/x/sys/unix"
 )
 
 // Network containment (package netpolicy) as runnerd uses it:
@@ -234,26 +235,51 @@ func sameNetwork(a, b *wire.Network) bool {
 	return slices.Equal(a.Allow, b.Allow)
 }
 
+// netNSCheck is the check verifyNetNS makes (a variable for tests, which
+// replace it with one that answers as the kernel does for a command that
+// has just ended).
+var netNSCheck = netpolicy.ProcessInNetNS
+
 // verifyNetNS checks that the command of a session that was to start in
-// the namespace at path runs there. A command that already exited cannot
-// be checked; the shim fails its start if it cannot enter the namespace,
-// so that is not an escape.
-func verifyNetNS(pid int, path, sessionDir string) error {
-	ok, err := netpolicy.ProcessInNetNS(pid, path)
+// the namespace at path runs there. A command that already ended cannot
+// be checked and is not an escape: the shim forked it from a thread it
+// had proved to be inside (shim.startIn), so its spawn is answered with
+// the session, whose exit follows. "Ended" is what the kernel says of the
+// pid (no such file: reaped, or a zombie whose namespaces are released;
+// no such process: exiting) or, when the check fails or finds the pid
+// outside (a pid the kernel already gave to another process), what the
+// session's shim says of its command (exited). Only a command that the
+// shim says runs and that is not in the namespace is an escape.
+func verifyNetNS(ctx context.Context, pid int, path, sessionDir string) error {
+	ok, err := netNSCheck(pid, path)
+	switch {
+	case err == nil && ok:
+		return nil
+	case err != nil && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH)):
+		return nil
+	}
+	if commandEnded(ctx, sessionDir) {
+		return nil
+	}
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			// The command has already ended (a fast exit, or a zombie
-			// whose namespaces are released). A process that is gone
-			// cannot be outside the namespace, and the shim forked it
-			// from a thread it had proved to be inside (shim.startIn).
-			return nil
-		}
 		return fmt.Errorf("verify network namespace of pid %d: %w", pid, err)
 	}
-	if !ok {
-		return fmt.Errorf("pid %d is not in the sandbox's network namespace", pid)
+	return fmt.Errorf("pid %d is not in the sandbox's network namespace", pid)
+}
+
+// commandEnded reports whether the shim of the session at dir says its
+// command has exited; false when it cannot say.
+func commandEnded(ctx context.Context, dir string) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	c, err := shim.Dial(ctx, dir)
+	if err != nil {
+		st, rerr := shim.ReadStatus(dir)
+		return rerr == nil && st.State == shim.StateExited
 	}
-	return nil
+	defer c.Close()
+	st, err := c.Status(ctx)
+	return err == nil && st.State == shim.StateExited
 }
 
 // killUnverified stops a session whose command could not be shown to run
