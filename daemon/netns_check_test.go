@@ -37,6 +37,21 @@ func (b *syncBuffer) String() string {
 	return b.b.String()
 }
 
+// startNetDaemon runs daemon.Run in this process with network
+// containment against a lab of its own.
+func startNetDaemon(t *testing.T, state string, log *slog.Logger) *api {
+	t.Helper()
+	lab := netlab.New(t)
+	netState := t.TempDir()
+	t.Cleanup(func() { netlab.UnmountLeftovers(netState) })
+	return startDaemonCfg(t, daemon.Config{
+		StateDir: state, Token: testToken,
+		NetPolicyState: netState, NetPolicyPool: netlab.Pool, NetPolicyHostNetNS: lab.HostNetNS,
+		DNSUpstream: []netip.AddrPort{netip.AddrPortFrom(netlab.C, 53)},
+		Logger:      log,
+	})
+}
+
 // TestNetNSCheckAfterExit: a command of a contained sandbox that has
 // already ended when runnerd checks its namespace is not an escape: its
 // spawn is answered with the session (201) and its exit, and nothing is
@@ -45,17 +60,9 @@ func (b *syncBuffer) String() string {
 // ESRCH for an exiting pid, or "not in the namespace" for a pid the
 // kernel has given to another process.
 func TestNetNSCheckAfterExit(t *testing.T) {
-	lab := netlab.New(t)
-	netState := t.TempDir()
-	t.Cleanup(func() { netlab.UnmountLeftovers(netState) })
 	var logs syncBuffer
 	state := passableTempDir(t)
-	a := startDaemonCfg(t, daemon.Config{
-		StateDir: state, Token: testToken,
-		NetPolicyState: netState, NetPolicyPool: netlab.Pool, NetPolicyHostNetNS: lab.HostNetNS,
-		DNSUpstream: []netip.AddrPort{netip.AddrPortFrom(netlab.C, 53)},
-		Logger:      slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
-	})
+	a := startNetDaemon(t, state, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "boxed", Network: &wire.Network{Allow: []string{}}}, 200, nil)
 	for _, tc := range []struct {
 		name   string

@@ -360,6 +360,7 @@ func (s *server) handleNetwork(w http.ResponseWriter, r *http.Request) {
 	}
 	// The record first: from here on every spawn goes into the namespace
 	// (or is refused until it exists).
+	old := sb
 	sb, err = s.reg.UpdateSandbox(name, func(rec *registry.Sandbox) error {
 		rec.Isolated = rec.Isolated || s.isolating(true)
 		rec.Network = policy
@@ -372,12 +373,43 @@ func (s *server) handleNetwork(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
 	defer cancel()
 	if _, err := s.ensureNet(ctx, sb); err != nil {
-		s.writeError(w, r, err)
+		s.writeError(w, r, s.restorePolicy(ctx, old, err))
 		return
 	}
 	s.log.Info("sandbox network policy set", "sandbox", name, "allow", policy.Allow)
 	s.warnRootContained(sb)
 	s.writeJSON(w, http.StatusOK, toWireSandbox(sb))
+}
+
+// restorePolicy follows a policy the kernel did not take (failed, the
+// sandbox now denies all egress): the policy old had is applied again and
+// recorded, so GET shows what the kernel holds; where there is none to
+// go back to (the sandbox was on the host network) or it cannot be
+// applied either, the record says deny-all (allow: []), which is what the
+// namespace enforces. The answer says which. The caller holds the lock.
+func (s *server) restorePolicy(ctx context.Context, old registry.Sandbox, failed error) error {
+	holds := "it now denies all egress"
+	network := &wire.Network{Allow: []string{}}
+	if old.Network != nil {
+		if _, err := s.ensureNet(ctx, old); err == nil {
+			network, holds = old.Network, "the old policy stays in force"
+		} else {
+			s.log.Error("restore the old network policy after a failed update; the sandbox denies all egress", "sandbox", old.Name, "err", err)
+		}
+	}
+	if _, err := s.reg.UpdateSandbox(old.Name, func(rec *registry.Sandbox) error {
+		rec.Network = network
+		return nil
+	}); err != nil {
+		s.log.Error("record the network policy in force after a failed update", "sandbox", old.Name, "err", err)
+	}
+	var ae *apiError
+	if errors.As(failed, &ae) {
+		cp := *ae
+		cp.detail += "; " + holds
+		return &cp
+	}
+	return errUnavailable("%v; %s", failed, holds)
 }
 
 // runningSessions counts the sessions of a sandbox that run (or start).
