@@ -66,14 +66,7 @@ func TestV1KernelBounds(t *testing.T) {
 // back, as the kernel does with an out-of-range value) fails Ensure's
 // check with ErrNotHeld.
 func TestVerifyCatchesWhatIsNotHeld(t *testing.T) {
-	b, mount := fakeV2(t)
-	sb := filepath.Join(mount, "runner", "sb")
-	if err := os.MkdirAll(sb, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(sb, "cgroup.subtree_control"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	b, _, sb := fakeV2Sandbox(t)
 	m := &Manager{mode: ModeV2, b: b}
 	l := Limits{MemoryBytes: 64 << 20, Pids: 20, CPUQuota: 50 * time.Millisecond}
 	if err := m.Ensure("sb", l); err != nil {
