@@ -99,7 +99,7 @@ func run(args []string) int {
 		`which sandboxes run (when runnerd is root) as an unprivileged uid of their own with no way back to privilege: "contained" (those with a network policy) or "all" (multi-tenant hosts; needs root); uncontained sandboxes under "contained" run as their user or as runnerd's (for a VM that is itself the boundary)`)
 	identityRange := fs.String("identity-range", envOr(daemon.EnvIdentityRange, ""),
 		"FIRST-LAST: the uids (gid = uid) given to isolated sandboxes; must hold no uid or gid the host uses and overlap no other runnerd's (default: 65,536 ids chosen for the state directory in a range systemd documents as unused, saved in it, held by no other live runnerd)")
-	claimDir := fs.String("claim-dir", daemon.DefaultClaimDir, "directory where runnerd claims its identity range and cgroup root against the host's other runnerds")
+	claimDir := fs.String("claim-dir", "", "directory where runnerd claims its identity range and cgroup root against the host's other runnerds (default "+daemon.DefaultClaimDir+", or $TMPDIR/runnerd-UID/claims when not root)")
 	cgroups := fs.String("cgroups", envOr("RUNNERD_CGROUPS", daemon.CgroupsAuto),
 		`per-sandbox cgroups with resource limits: "auto" (when this host can enforce them: root or a delegated subtree with the memory, pids and cpu controllers; resource_limits is advertised) or "off" (never; limits are refused with not_supported)`)
 	cgroupRoot := fs.String("cgroup-root", "", "cgroup under which sandboxes' cgroups go, relative to runnerd's own cgroup in each hierarchy unless absolute (default \"runner\")")
