@@ -144,7 +144,8 @@ func TestInstalledShim(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	d := exec.Command(filepath.Join(bin, "runnerd"), "--state", state, "--listen", addr, "--socket", "none",
-		"--netpolicy", "off", "--shim", filepath.Join(bin, "runner-shim"))
+		"--netpolicy", "off", "--cgroups", "off", // the default cgroup root is another test runnerd's to claim
+		"--shim", filepath.Join(bin, "runner-shim"))
 	d.Env = append(os.Environ(), "RUNNERD_TOKEN=install-test-token")
 	var logs bytes.Buffer
 	d.Stdout, d.Stderr = &logs, &logs

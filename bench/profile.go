@@ -99,8 +99,11 @@ func startInProcess(ctx context.Context, state string, shimCmd []string) (*daemo
 			Token:       token,
 			ShimCommand: shimCmd,
 			NetPolicy:   daemon.NetPolicyOff, // never touch the real host's network
-			Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
-			Ready:       func(string) { close(ready) },
+			// Not the process runnerd's root: two runnerds in one cgroup
+			// must not share one (runnerd refuses to start; daemon/claim.go).
+			CgroupRoot: "runner-profile",
+			Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Ready:      func(string) { close(ready) },
 		})
 	}()
 	select {

@@ -3,6 +3,7 @@ package cgroup
 import (
 	"errors"
 	"fmt"
+	"os"
 	"time"
 )
 
@@ -15,16 +16,38 @@ var (
 	// ErrNotSupported is returned when limits or usage are asked for where
 	// they cannot be enforced or read (see Manager.Available).
 	ErrNotSupported = errors.New("not supported")
+	// ErrNotHeld is returned by Ensure and Update when the limits read
+	// back from the kernel after writing are not the ones written (a
+	// value it rounded, clamped or did not take): the cgroup then holds
+	// something other than what was asked, which the caller must not
+	// report as enforced.
+	ErrNotHeld = errors.New("limits not held by the kernel")
 	// ErrNotFound is returned by Update, Usage and SessionDirs for a
 	// sandbox whose cgroup does not exist.
 	ErrNotFound = errors.New("not found")
 )
 
-// Bounds of the limits, the kernel's where it has one.
+// Bounds of the limits, the kernel's where it has one. A value the
+// kernel would refuse, round or clamp is refused by Validate before
+// anything is written, so a limit accepted is the limit the kernel holds.
 const (
 	// MinMemoryBytes is the smallest memory limit accepted: below it a
 	// shell cannot even start, so a smaller value is a mistake.
 	MinMemoryBytes = 1 << 20
+	// MaxMemoryBytes is the largest memory limit accepted. The kernel
+	// stores a limit in pages up to PAGE_COUNTER_MAX and silently turns
+	// anything above it into "no limit" (v1 memory.limit_in_bytes, v2
+	// memory.max); 4 EiB is well below that on every page size. A memory
+	// limit must also be a whole number of pages (os.Getpagesize): the
+	// kernel rounds any other value down.
+	MaxMemoryBytes = 1 << 62
+	// MaxPids is the largest pids limit the kernel accepts: PID_MAX_LIMIT
+	// on a 64-bit kernel (pids.max answers EINVAL above it, v1 and v2).
+	MaxPids = 4 << 20
+	// MaxCPUQuota is the largest quota per period the kernel accepts
+	// (max_cfs_runtime, 2^44-1 microseconds: cpu.cfs_quota_us and cpu.max
+	// answer EINVAL above it).
+	MaxCPUQuota = (1<<44 - 1) * time.Microsecond
 	// MaxCPUWeight and MinCPUWeight bound CPUWeight (cgroup v2 cpu.weight).
 	MinCPUWeight = 1
 	MaxCPUWeight = 10000
@@ -77,14 +100,22 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("memory %d: negative: %w", l.MemoryBytes, ErrInvalid)
 	case l.MemoryBytes > 0 && l.MemoryBytes < MinMemoryBytes:
 		return fmt.Errorf("memory %d: below the minimum %d bytes: %w", l.MemoryBytes, MinMemoryBytes, ErrInvalid)
+	case l.MemoryBytes > MaxMemoryBytes:
+		return fmt.Errorf("memory %d: above the maximum %d bytes: %w", l.MemoryBytes, int64(MaxMemoryBytes), ErrInvalid)
+	case l.MemoryBytes%int64(os.Getpagesize()) != 0:
+		return fmt.Errorf("memory %d: not a whole number of %d-byte pages (the kernel would round it down): %w", l.MemoryBytes, os.Getpagesize(), ErrInvalid)
 	case l.Pids < 0:
 		return fmt.Errorf("pids %d: negative: %w", l.Pids, ErrInvalid)
+	case l.Pids > MaxPids:
+		return fmt.Errorf("pids %d: above the kernel's maximum %d: %w", l.Pids, MaxPids, ErrInvalid)
 	case l.CPUWeight != 0 && (l.CPUWeight < MinCPUWeight || l.CPUWeight > MaxCPUWeight):
 		return fmt.Errorf("cpu weight %d: outside %d..%d: %w", l.CPUWeight, MinCPUWeight, MaxCPUWeight, ErrInvalid)
 	case l.CPUQuota < 0:
 		return fmt.Errorf("cpu quota %v: negative: %w", l.CPUQuota, ErrInvalid)
 	case l.CPUQuota > 0 && l.CPUQuota < MinCPUQuota:
 		return fmt.Errorf("cpu quota %v: below the minimum %v: %w", l.CPUQuota, MinCPUQuota, ErrInvalid)
+	case l.CPUQuota > MaxCPUQuota:
+		return fmt.Errorf("cpu quota %dus: above the kernel's maximum %dus: %w", l.CPUQuota.Microseconds(), MaxCPUQuota.Microseconds(), ErrInvalid)
 	case l.CPUQuota%time.Microsecond != 0:
 		return fmt.Errorf("cpu quota %v: not a whole number of microseconds: %w", l.CPUQuota, ErrInvalid)
 	case l.CPUPeriod != 0 && l.CPUQuota == 0:

@@ -2,6 +2,7 @@ package cgroup
 
 import (
 	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -21,6 +22,14 @@ func TestValidate(t *testing.T) {
 		{"memory negative", Limits{MemoryBytes: -1}, false},
 		{"pids negative", Limits{Pids: -5}, false},
 		{"pids one", Limits{Pids: 1}, true},
+		{"pids at the kernel's maximum", Limits{Pids: MaxPids}, true},
+		{"pids above the kernel's maximum", Limits{Pids: MaxPids + 1}, false},
+		{"pids 2^62", Limits{Pids: 1 << 62}, false},
+		{"memory not whole pages", Limits{MemoryBytes: MinMemoryBytes + 1}, false},
+		{"memory at maximum", Limits{MemoryBytes: MaxMemoryBytes}, true},
+		{"memory above maximum", Limits{MemoryBytes: MaxMemoryBytes + int64(os.Getpagesize())}, false},
+		{"quota at the kernel's maximum", Limits{CPUQuota: MaxCPUQuota}, true},
+		{"quota above the kernel's maximum", Limits{CPUQuota: MaxCPUQuota + time.Microsecond}, false},
 		{"weight at bounds", Limits{CPUWeight: MaxCPUWeight}, true},
 		{"weight above max", Limits{CPUWeight: MaxCPUWeight + 1}, false},
 		{"quota negative", Limits{CPUQuota: -time.Millisecond}, false},

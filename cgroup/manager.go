@@ -73,6 +73,8 @@ type backend interface {
 	removeSession(ctx context.Context, name, session string) error
 	remove(ctx context.Context, name string) error
 	list() ([]string, error)
+	// held reads back what the kernel holds of a cgroup's limits.
+	held(name string) (held, error)
 	// rootDirs are Root's directories, one per hierarchy.
 	rootDirs() []string
 }
@@ -192,6 +194,23 @@ func (m *Manager) Ensure(name string, l Limits) error {
 	if err := m.b.ensure(name, l); err != nil {
 		return fmt.Errorf("ensure cgroup %s: %w", name, err)
 	}
+	return m.verify(name, l)
+}
+
+// verify reads back what the kernel holds of name's limits and fails
+// unless it is l: a write the kernel rounded, clamped or dropped is never
+// reported as done. Nothing to compare where limits are not enforced.
+func (m *Manager) verify(name string, l Limits) error {
+	if m.b.available() != nil {
+		return nil
+	}
+	h, err := m.b.held(name)
+	if err != nil {
+		return fmt.Errorf("read back limits of cgroup %s: %w", name, err)
+	}
+	if err := checkHeld(h, l.want()); err != nil {
+		return fmt.Errorf("limit cgroup %s: %v: %w", name, err, ErrNotHeld)
+	}
 	return nil
 }
 
@@ -208,7 +227,7 @@ func (m *Manager) Update(name string, l Limits) error {
 	if err := m.b.ensure(name, l); err != nil {
 		return fmt.Errorf("update cgroup %s: %w", name, err)
 	}
-	return nil
+	return m.verify(name, l)
 }
 
 func (m *Manager) check(name string, l Limits) error {

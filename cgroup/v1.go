@@ -213,6 +213,35 @@ func (b *v1) setMemory(cg cgroup1.Cgroup, name string, limit int64) error {
 	return memsw()
 }
 
+// held reads back the limits of name's cgroup (see held).
+func (b *v1) held(name string) (held, error) {
+	var h held
+	v, err := b.read(name, cgroup1.Memory, "memory.limit_in_bytes")
+	if err == nil {
+		h.memory, err = parseMemory(v)
+	}
+	if err == nil && b.memsw {
+		var sw string
+		if sw, err = b.read(name, cgroup1.Memory, "memory.memsw.limit_in_bytes"); err == nil {
+			var n int64
+			if n, err = parseMemory(sw); err == nil && n != h.memory {
+				err = fmt.Errorf("memory.memsw.limit_in_bytes %q differs from memory.limit_in_bytes %q", sw, v)
+			}
+		}
+	}
+	if err == nil {
+		if v, err = b.read(name, cgroup1.Pids, "pids.max"); err == nil {
+			h.pids, err = parseMax(v)
+		}
+	}
+	if err == nil {
+		if v, err = b.read(name, cgroup1.Cpu, "cpu.cfs_quota_us"); err == nil {
+			h.quotaUS, err = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return h, err
+}
+
 func (b *v1) file(name string, n cgroup1.Name, file string) (string, error) {
 	rel, err := b.path(name)(n)
 	if err != nil {

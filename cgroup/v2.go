@@ -152,6 +152,26 @@ func (b *v2) ensure(name string, l Limits) error {
 	return err
 }
 
+// held reads back the limits of name's cgroup (see held).
+func (b *v2) held(name string) (held, error) {
+	var h held
+	read := func(file string, parse func(string) (int64, error), into *int64) error {
+		raw, err := os.ReadFile(filepath.Join(b.dir(name), file))
+		if err != nil {
+			return err
+		}
+		*into, err = parse(strings.TrimSpace(string(raw)))
+		return err
+	}
+	if err := read("memory.max", parseMemory, &h.memory); err != nil {
+		return h, err
+	}
+	if err := read("pids.max", parseMax, &h.pids); err != nil {
+		return h, err
+	}
+	return h, read("cpu.max", parseCPUMax, &h.quotaUS)
+}
+
 func (b *v2) exists(name string) (bool, error) {
 	_, err := os.Stat(b.dir(name))
 	if errors.Is(err, os.ErrNotExist) {

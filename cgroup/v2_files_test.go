@@ -31,7 +31,10 @@ func fakeV2(t *testing.T) (*v2, string) {
 	return &v2{mount: mount, root: "/runner", swap: true}, mount
 }
 
-func TestV2LimitFiles(t *testing.T) {
+// fakeV2Sandbox is fakeV2 with the sandbox "sb" made, returned with its
+// directory.
+func fakeV2Sandbox(t *testing.T) (*v2, string, string) {
+	t.Helper()
 	b, mount := fakeV2(t)
 	sb := filepath.Join(mount, "runner", "sb")
 	// containerd opens subtree_control without O_CREATE, as the kernel
@@ -42,6 +45,11 @@ func TestV2LimitFiles(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(sb, "cgroup.subtree_control"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return b, mount, sb
+}
+
+func TestV2LimitFiles(t *testing.T) {
+	b, mount, sb := fakeV2Sandbox(t)
 	for _, tc := range []struct {
 		name string
 		l    Limits

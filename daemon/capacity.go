@@ -3,6 +3,7 @@ package daemon
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -29,13 +31,36 @@ type CapacityLimits struct {
 }
 
 // admission counts the creates in flight, so that concurrent creates
-// cannot together pass a bound that each alone would respect: a create is
-// admitted when what the registry holds plus what is in flight is below
-// the bound.
+// cannot together pass a bound that each alone would respect, and counts
+// each exactly once: a create in flight is named (a sandbox by its name
+// from the start, a session by its id once spawn has chosen it, before
+// its record is committed), and the count is the union of what the
+// registry holds and the in-flight names it does not hold yet. The
+// registry is read and the in-flight set consulted under mu, and a name
+// is set before its record is committed, so a create is counted either
+// as a record or as in flight, never as both (which would under-admit)
+// nor as neither (which would over-admit).
 type admission struct {
-	mu       sync.Mutex // guards the counts
-	sandbox  int        // sandbox creates in flight
-	sessions int        // session creates in flight
+	mu        sync.Mutex          // guards the sets
+	sandboxes map[string]int      // sandbox creates in flight, by name (a count: concurrent creates of one name)
+	sessions  map[*admitSlot]bool // session creates in flight
+}
+
+// admitSlot is one session create in flight; key is "" until spawn names it.
+type admitSlot struct{ key string }
+
+type admitSlotKey struct{}
+
+// nameSession names the session create in flight of ctx (if admitted
+// under a bound) before spawn commits its record.
+func (a *admission) nameSession(ctx context.Context, sandbox, id string) {
+	slot, _ := ctx.Value(admitSlotKey{}).(*admitSlot)
+	if slot == nil {
+		return
+	}
+	a.mu.Lock()
+	slot.key = sandbox + "\x00" + id
+	a.mu.Unlock()
 }
 
 // peekBody reads the request body (bounded as decodeJSON bounds it) and
@@ -52,32 +77,40 @@ func (s *server) admitSandbox(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		max := s.cfg.Capacity.MaxSandboxes
 		var req wire.CreateSandbox
-		if max <= 0 || !peekBody(r, &req) {
+		if max <= 0 || !peekBody(r, &req) || validName(req.Name) != nil {
 			h(w, r)
-			return
-		}
-		if _, err := s.reg.GetSandbox(req.Name); err == nil {
-			h(w, r) // idempotent re-create: takes nothing new
 			return
 		}
 		a := &s.adm
 		a.mu.Lock()
-		n, err := s.reg.CountSandboxes()
+		sbs, _, err := s.reg.ListSandboxes("", -1) // one snapshot: every name
 		if err != nil {
 			a.mu.Unlock()
 			s.writeError(w, r, errUnavailable("count sandboxes: %v", err))
 			return
 		}
-		if n+a.sandbox >= max {
+		held := make(map[string]bool, len(sbs)+len(a.sandboxes))
+		for _, sb := range sbs {
+			held[sb.Name] = true
+		}
+		for name := range a.sandboxes {
+			held[name] = true
+		}
+		if !held[req.Name] && len(held) >= max {
 			a.mu.Unlock()
-			s.writeExhausted(w, r, fmt.Sprintf("host holds %d sandboxes (%d being created) of at most %d", n, a.sandbox, max))
+			s.writeExhausted(w, r, fmt.Sprintf("host holds %d sandboxes (%d being created) of at most %d", len(sbs), len(held)-len(sbs), max))
 			return
 		}
-		a.sandbox++
+		if a.sandboxes == nil {
+			a.sandboxes = map[string]int{}
+		}
+		a.sandboxes[req.Name]++
 		a.mu.Unlock()
 		defer func() {
 			a.mu.Lock()
-			a.sandbox--
+			if a.sandboxes[req.Name]--; a.sandboxes[req.Name] == 0 {
+				delete(a.sandboxes, req.Name)
+			}
 			a.mu.Unlock()
 		}()
 		h(w, r)
@@ -101,25 +134,45 @@ func (s *server) admitSession(h http.HandlerFunc) http.HandlerFunc {
 		}
 		a := &s.adm
 		a.mu.Lock()
-		n, err := s.liveSessions()
+		all, err := s.reg.AllSessions() // one snapshot
 		if err != nil {
 			a.mu.Unlock()
 			s.writeError(w, r, errUnavailable("count sessions: %v", err))
 			return
 		}
-		if n+a.sessions >= max {
+		n, recorded := 0, make(map[string]bool, len(all))
+		for _, ss := range all {
+			recorded[ss.Sandbox+"\x00"+ss.ID] = true
+			if liveSession(ss) {
+				n++
+			}
+		}
+		inFlight := 0
+		for slot := range a.sessions {
+			if slot.key == "" || !recorded[slot.key] {
+				if slot.key != "" {
+					recorded[slot.key] = true // two creates of one id take one slot
+				}
+				inFlight++
+			}
+		}
+		if n+inFlight >= max {
 			a.mu.Unlock()
-			s.writeExhausted(w, r, fmt.Sprintf("host runs %d sessions (%d being started) of at most %d", n, a.sessions, max))
+			s.writeExhausted(w, r, fmt.Sprintf("host runs %d sessions (%d being started) of at most %d", n, inFlight, max))
 			return
 		}
-		a.sessions++
+		slot := &admitSlot{}
+		if a.sessions == nil {
+			a.sessions = map[*admitSlot]bool{}
+		}
+		a.sessions[slot] = true
 		a.mu.Unlock()
 		defer func() {
 			a.mu.Lock()
-			a.sessions--
+			delete(a.sessions, slot)
 			a.mu.Unlock()
 		}()
-		h(w, r)
+		h(w, r.WithContext(context.WithValue(r.Context(), admitSlotKey{}, slot)))
 	}
 }
 
@@ -133,11 +186,17 @@ func (s *server) liveSessions() (int, error) {
 	}
 	n := 0
 	for _, ss := range all {
-		if ss.Exit == nil && (ss.State == wire.SessionRunning || ss.State == stateStarting) {
+		if liveSession(ss) {
 			n++
 		}
 	}
 	return n, nil
+}
+
+// liveSession reports whether ss takes a session slot: its record says
+// running or starting and holds no exit.
+func liveSession(ss registry.Session) bool {
+	return ss.Exit == nil && (ss.State == wire.SessionRunning || ss.State == stateStarting)
 }
 
 // writeExhausted answers 503 unavailable with Exhausted set (see

@@ -189,8 +189,9 @@ type Config struct {
 	// Isolate is IsolateContained (the default when empty) or IsolateAll.
 	Isolate string
 	// IdentityFirst and IdentityLast bound the uids given to isolated
-	// sandboxes (gid = uid); both 0 means DefaultIdentityFirst and
-	// DefaultIdentityLast. The range must not hold 0, 65534, 65535 or
+	// sandboxes (gid = uid); both 0 means a range of 65,536 ids chosen for
+	// the state directory and saved in it (claim.go), which no other live
+	// runnerd on the host holds. The range must not hold 0, 65534, 65535 or
 	// 4294967295, and should hold no uid or gid the host uses (one that
 	// resolves through NSS is skipped).
 	IdentityFirst, IdentityLast uint32
@@ -201,6 +202,10 @@ type Config struct {
 	// (cgroup.Config.Root): relative to runnerd's own cgroup in each
 	// hierarchy unless absolute. Empty means cgroup.DefaultRoot.
 	CgroupRoot string
+	// ClaimDir is where runnerd claims its identity range and cgroup root
+	// against the other runnerds of the host (claim.go); empty means
+	// DefaultClaimDir.
+	ClaimDir string
 	// DefaultLimits fill every field a sandbox's create leaves zero (and
 	// apply to a create without limits), where limits are enforced.
 	// Checked at start: a bad value fails Run.
@@ -316,11 +321,10 @@ func (cfg Config) withDefaults() (Config, error) {
 	default:
 		return cfg, fmt.Errorf("config: isolate %q: want %q or %q", cfg.Isolate, IsolateContained, IsolateAll)
 	}
-	if cfg.IdentityFirst == 0 && cfg.IdentityLast == 0 {
-		cfg.IdentityFirst, cfg.IdentityLast = DefaultIdentityFirst, DefaultIdentityLast
-	}
-	if err := checkIdentityRange(cfg.IdentityFirst, cfg.IdentityLast); err != nil {
-		return cfg, err
+	if cfg.IdentityFirst != 0 || cfg.IdentityLast != 0 { // unset: chosen by claimHost
+		if err := checkIdentityRange(cfg.IdentityFirst, cfg.IdentityLast); err != nil {
+			return cfg, err
+		}
 	}
 	switch cfg.Cgroups {
 	case "":

@@ -9,3 +9,11 @@ func SetShimStartTimeout(d time.Duration) (restore func()) {
 	shimStartTimeout = d
 	return func() { shimStartTimeout = old }
 }
+
+// SetNetNSCheck replaces the spawn's network namespace check until the
+// returned function restores it.
+func SetNetNSCheck(f func(pid int, path string) (bool, error)) (restore func()) {
+	old := netNSCheck
+	netNSCheck = f
+	return func() { netNSCheck = old }
+}

@@ -133,7 +133,7 @@ func (s *server) ensureCgroup(sb registry.Sandbox) error {
 		if errors.Is(err, cgroup.ErrInvalid) {
 			return errInvalid("limits: %v", err)
 		}
-		return errUnavailable("create cgroup: %v", err)
+		return errUnavailable("create cgroup: %v", err) // ErrNotHeld among them: never reported enforced
 	}
 	return nil
 }
@@ -257,13 +257,24 @@ func (s *server) setLimits(ctx context.Context, name string, req wire.Limits) (r
 		if errors.Is(err, cgroup.ErrNotFound) {
 			err = s.cg.Ensure(name, toCgroupLimits(l))
 		}
-		switch {
-		case errors.Is(err, cgroup.ErrInvalid):
-			return sb, errInvalid("limits: %v", err)
-		case err != nil:
+		if err != nil {
+			// The kernel may hold part of the new limits (they are
+			// written one file at a time): the old ones are written back,
+			// so the cgroup holds what the record says.
+			kept := "the old limits stay"
+			if rerr := s.cg.Ensure(name, toCgroupLimits(sb.Limits)); rerr != nil {
+				s.log.Error("restore limits after a failed update", "sandbox", name, "err", rerr)
+				kept = "restoring the old limits failed too (" + rerr.Error() + "); a spawn or resume converges them"
+			}
+			switch {
+			case errors.Is(err, cgroup.ErrInvalid):
+				return sb, errInvalid("limits: %v; %s", err, kept)
+			case errors.Is(err, cgroup.ErrNotHeld):
+				return sb, errUnavailable("apply limits: %v; %s", err, kept)
+			}
 			// Lowering memory below what the sandbox holds fails (EBUSY)
-			// once the kernel cannot reclaim: the old limits stay.
-			return sb, errConflict("apply limits: %v", err)
+			// once the kernel cannot reclaim.
+			return sb, errConflict("apply limits: %v; %s", err, kept)
 		}
 	}
 	sb, err = s.reg.UpdateSandbox(name, func(sb *registry.Sandbox) error {

@@ -16,6 +16,7 @@ import (
 	"github.com/agentrunner/runner/netpolicy"
 	"github.com/agentrunner/runner/shim"
 	"github.com/agentrunner/runner/wire"
+	"golang.org/x/sys/unix"
 )
 
 // Network containment (package netpolicy) as runnerd uses it:
@@ -234,26 +235,51 @@ func sameNetwork(a, b *wire.Network) bool {
 	return slices.Equal(a.Allow, b.Allow)
 }
 
+// netNSCheck is the check verifyNetNS makes (a variable for tests, which
+// replace it with one that answers as the kernel does for a command that
+// has just ended).
+var netNSCheck = netpolicy.ProcessInNetNS
+
 // verifyNetNS checks that the command of a session that was to start in
-// the namespace at path runs there. A command that already exited cannot
-// be checked; the shim fails its start if it cannot enter the namespace,
-// so that is not an escape.
-func verifyNetNS(pid int, path, sessionDir string) error {
-	ok, err := netpolicy.ProcessInNetNS(pid, path)
+// the namespace at path runs there. A command that already ended cannot
+// be checked and is not an escape: the shim forked it from a thread it
+// had proved to be inside (shim.startIn), so its spawn is answered with
+// the session, whose exit follows. "Ended" is what the kernel says of the
+// pid (no such file: reaped, or a zombie whose namespaces are released;
+// no such process: exiting) or, when the check fails or finds the pid
+// outside (a pid the kernel already gave to another process), what the
+// session's shim says of its command (exited). Only a command that the
+// shim says runs and that is not in the namespace is an escape.
+func verifyNetNS(ctx context.Context, pid int, path, sessionDir string) error {
+	ok, err := netNSCheck(pid, path)
+	switch {
+	case err == nil && ok:
+		return nil
+	case err != nil && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH)):
+		return nil
+	}
+	if commandEnded(ctx, sessionDir) {
+		return nil
+	}
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			// The command has already ended (a fast exit, or a zombie
-			// whose namespaces are released). A process that is gone
-			// cannot be outside the namespace, and the shim forked it
-			// from a thread it had proved to be inside (shim.startIn).
-			return nil
-		}
 		return fmt.Errorf("verify network namespace of pid %d: %w", pid, err)
 	}
-	if !ok {
-		return fmt.Errorf("pid %d is not in the sandbox's network namespace", pid)
+	return fmt.Errorf("pid %d is not in the sandbox's network namespace", pid)
+}
+
+// commandEnded reports whether the shim of the session at dir says its
+// command has exited; false when it cannot say.
+func commandEnded(ctx context.Context, dir string) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	c, err := shim.Dial(ctx, dir)
+	if err != nil {
+		st, rerr := shim.ReadStatus(dir)
+		return rerr == nil && st.State == shim.StateExited
 	}
-	return nil
+	defer c.Close()
+	st, err := c.Status(ctx)
+	return err == nil && st.State == shim.StateExited
 }
 
 // killUnverified stops a session whose command could not be shown to run
@@ -334,6 +360,7 @@ func (s *server) handleNetwork(w http.ResponseWriter, r *http.Request) {
 	}
 	// The record first: from here on every spawn goes into the namespace
 	// (or is refused until it exists).
+	old := sb
 	sb, err = s.reg.UpdateSandbox(name, func(rec *registry.Sandbox) error {
 		rec.Isolated = rec.Isolated || s.isolating(true)
 		rec.Network = policy
@@ -346,12 +373,43 @@ func (s *server) handleNetwork(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
 	defer cancel()
 	if _, err := s.ensureNet(ctx, sb); err != nil {
-		s.writeError(w, r, err)
+		s.writeError(w, r, s.restorePolicy(ctx, old, err))
 		return
 	}
 	s.log.Info("sandbox network policy set", "sandbox", name, "allow", policy.Allow)
 	s.warnRootContained(sb)
 	s.writeJSON(w, http.StatusOK, toWireSandbox(sb))
+}
+
+// restorePolicy follows a policy the kernel did not take (failed, the
+// sandbox now denies all egress): the policy old had is applied again and
+// recorded, so GET shows what the kernel holds; where there is none to
+// go back to (the sandbox was on the host network) or it cannot be
+// applied either, the record says deny-all (allow: []), which is what the
+// namespace enforces. The answer says which. The caller holds the lock.
+func (s *server) restorePolicy(ctx context.Context, old registry.Sandbox, failed error) error {
+	holds := "it now denies all egress"
+	network := &wire.Network{Allow: []string{}}
+	if old.Network != nil {
+		if _, err := s.ensureNet(ctx, old); err == nil {
+			network, holds = old.Network, "the old policy stays in force"
+		} else {
+			s.log.Error("restore the old network policy after a failed update; the sandbox denies all egress", "sandbox", old.Name, "err", err)
+		}
+	}
+	if _, err := s.reg.UpdateSandbox(old.Name, func(rec *registry.Sandbox) error {
+		rec.Network = network
+		return nil
+	}); err != nil {
+		s.log.Error("record the network policy in force after a failed update", "sandbox", old.Name, "err", err)
+	}
+	var ae *apiError
+	if errors.As(failed, &ae) {
+		cp := *ae
+		cp.detail += "; " + holds
+		return &cp
+	}
+	return errUnavailable("%v; %s", failed, holds)
 }
 
 // runningSessions counts the sessions of a sandbox that run (or start).

@@ -79,6 +79,19 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		defer cfg.pool.Close()
 	}
 
+	// Before anything touches identities or cgroups: another runnerd on
+	// the host must not hold the same ones (claim.go).
+	ids, err := reg.Identities()
+	if err != nil {
+		return fmt.Errorf("read registry: %w", err)
+	}
+	hc, err := claimHost(&cfg, len(ids) > 0)
+	if err != nil {
+		return err
+	}
+	defer hc.release()
+	log.Info("identity range and cgroup root claimed", "identity_range", fmt.Sprintf("%d-%d", cfg.IdentityFirst, cfg.IdentityLast), "cgroup_root", cfg.CgroupRoot)
+
 	s := newServer(cfg, reg)
 	if err := s.initIdentities(); err != nil {
 		return err

@@ -42,12 +42,14 @@ func (s *server) workspace(name string) string {
 //     its cgroup with the recorded limits (createCgroup; different limits
 //     asked of an existing sandbox are a conflict), so a retry repairs it;
 //  5. set up the network namespace of a contained sandbox (ensureNet), so
-//     no command can run outside it; a failure leaves the record, denying
-//     all, and a retry sets it up;
+//     no command can run outside it;
 //  6. the workspace is given to the sandbox's identity (ownWorkspace, on
 //     every create: it repairs a crash before it), or a new sandbox's to
 //     its run-as user.
-func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (registry.Sandbox, error) {
+//
+// A new sandbox whose steps 4-6 fail is undone (undoCreate): a failed
+// create leaves nothing, and its retry starts afresh.
+func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (_ registry.Sandbox, err error) {
 	if err := validName(req.Name); err != nil {
 		return registry.Sandbox{}, err
 	}
@@ -84,6 +86,8 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (reg
 	unlock := s.locks.Lock(req.Name)
 	defer unlock()
 	ws := s.workspace(req.Name)
+	_, wsErr := os.Lstat(ws)
+	madeWS := errors.Is(wsErr, os.ErrNotExist) // removed again if this create fails (undo.go)
 	// 0700 (and owned by the run-as user, below): the workspace is the
 	// agent's memory and may hold its credentials; no other local user,
 	// including another sandbox's run-as user, may read it.
@@ -104,7 +108,17 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (reg
 		Limits:    limits,
 	}, pool)
 	if err != nil {
+		s.undoWorkspace(ws, madeWS)
 		return sb, errRegistryWrite(err) // diskfull.go
+	}
+	if created {
+		// A new sandbox whose setup fails below is undone: a failed
+		// create leaves nothing, and a retry starts afresh (undo.go).
+		defer func() {
+			if err != nil {
+				s.undoCreate(ctx, sb, madeWS)
+			}
+		}()
 	}
 	if !created && req.User != "" && sb.User != req.User { // absent: whatever it is, as network
 		return sb, errConflict("%s: sandbox %q exists with user %q", wire.DetailConflict, sb.Name, sb.User)

@@ -39,6 +39,7 @@ type server struct {
 	execs   chan struct{}      // one token per exec in flight; cap is Config.MaxExecs
 	ids     identities         // isolation policy (identity.go); set by Run, then read-only
 	adm     admission          // creates in flight under Config.Capacity (capacity.go)
+	stdin   stdinGates         // per-session bounds of stdin writes (stdingate.go)
 
 	netMu sync.Mutex                    // guards nets
 	nets  map[string]*netpolicy.Sandbox // by netID: namespaces this runnerd set up

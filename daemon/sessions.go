@@ -82,9 +82,28 @@ func (s *server) handleStdin(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, wire.MaxStdinBody))
+	// Admitted under the session's bounds before the body is read (a
+	// refused write costs no buffer), delivered in turn (stdingate.go).
+	n := int64(wire.MaxStdinBody)
+	if r.ContentLength >= 0 && r.ContentLength < n {
+		n = r.ContentLength
+	}
+	wait, done, err := s.stdin.admit(ss.Key, n)
+	if err != nil {
+		// Read and dropped (never buffered) so the caller, still
+		// sending, gets the answer rather than a broken connection.
+		io.Copy(io.Discard, io.LimitReader(r.Body, wire.MaxStdinBody))
+		s.writeError(w, r, err)
+		return
+	}
+	defer done()
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, n))
 	if err != nil {
 		s.writeError(w, r, err)
+		return
+	}
+	if err := wait(r.Context()); err != nil {
+		s.writeError(w, r, errUnavailable("stdin write abandoned: %v", err))
 		return
 	}
 	s.writeNoContent(w, r, s.writeStdin(r.Context(), ss, body))

@@ -210,6 +210,7 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 		}
 	}
 	var sb registry.Sandbox
+	s.adm.nameSession(ctx, name, ss.ID) // before the commit: capacity.go counts it once
 	cur, err := s.reg.CreateSession(ss, func(rec registry.Sandbox) error {
 		if err := checkIncarnation(ctx, rec); err != nil {
 			return err
@@ -287,7 +288,7 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 	if nsb != nil {
 		// Advertise or refuse, never pretend: a contained sandbox's command
 		// that is not in the namespace is killed, and the spawn fails.
-		if verr := verifyNetNS(st.PID, nsb.NetNSPath, s.sessionDir(ss)); verr != nil {
+		if verr := verifyNetNS(sctx, st.PID, nsb.NetNSPath, s.sessionDir(ss)); verr != nil {
 			s.log.Error("session escaped its sandbox's network namespace; killing it", "sandbox", name, "session", ss.ID, "err", verr)
 			if kerr := s.killUnverified(sctx, s.sessionDir(ss)); kerr != nil {
 				// Not removed: the record (starting) and directory stay, so

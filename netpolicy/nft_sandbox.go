@@ -150,6 +150,10 @@ func dispatchElem(ifName, chain string) nftables.SetElement {
 
 // setStatic replaces the static set's content with prefixes (atomically).
 // With flushDyn it also empties the resolver-admitted set.
+// setChunk is the most set elements one netlink message carries (an
+// interval set takes two per prefix).
+const setChunk = 512
+
 func (m *Manager) setStatic(n sbNames, prefixes []netip.Prefix, flushDyn bool) error {
 	c, err := m.nft()
 	if err != nil {
@@ -160,10 +164,17 @@ func (m *Manager) setStatic(n sbNames, prefixes []netip.Prefix, flushDyn bool) e
 	if flushDyn {
 		c.FlushSet(dyn)
 	}
-	if elems := intervalElements(prefixes); len(elems) > 0 {
-		if err := c.SetAddElements(static, elems); err != nil {
+	// In messages of at most setChunk elements, all in the one batch (one
+	// transaction: the set is replaced whole or not at all). One message
+	// of every element passes the kernel's netlink message size at a few
+	// thousand prefixes (EMSGSIZE).
+	elems := intervalElements(prefixes)
+	for len(elems) > 0 {
+		k := min(len(elems), setChunk)
+		if err := c.SetAddElements(static, elems[:k]); err != nil {
 			return fmt.Errorf("add elements to %s: %w", n.static, err)
 		}
+		elems = elems[k:]
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("update set %s: %w", n.static, err)

@@ -24,6 +24,14 @@ type Policy struct {
 	Allow []string `json:"allow"`
 }
 
+// MaxEntries is the most entries a Policy may list (after duplicates are
+// removed). The addresses and CIDRs of a policy are replaced in the
+// kernel in one nftables transaction, and that batch must fit one
+// netlink send: about 8,000 prefixes do not. A longer policy is refused
+// with ErrInvalidPolicy before anything changes, never accepted and
+// left unenforced; hostnames count too, so the bound is one number.
+const MaxEntries = 4096
+
 // ErrInvalidPolicy is returned (wrapped) by SetPolicy and ParsePolicy when
 // an allowlist entry is malformed or names something the package does not
 // enforce.
@@ -102,6 +110,9 @@ func parsePolicy(p Policy) (*parsedPolicy, error) {
 		if !seen[norm] {
 			seen[norm] = true
 			pp.norm.Allow = append(pp.norm.Allow, norm)
+			if len(pp.norm.Allow) > MaxEntries {
+				return nil, fmt.Errorf("more than %d entries (the most a policy may list): %w", MaxEntries, ErrInvalidPolicy)
+			}
 		}
 	}
 	return pp, nil

@@ -131,6 +131,9 @@ func (s *server) handle(op byte, body []byte) (byte, []byte) {
 		if s.isExited() {
 			return stExited, nil
 		}
+		if syscall.Signal(sig) == syscall.SIGKILL {
+			s.killSent.Store(true) // before the kill: its exit is never an OOM (oomKilled)
+		}
 		if err := s.signalGroup(syscall.Signal(sig)); err != nil {
 			if errors.Is(err, syscall.ESRCH) {
 				return stExited, nil

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentrunner/runner/cgroup/oom"
 	"github.com/agentrunner/runner/journal"
 )
 
@@ -71,6 +72,14 @@ type server struct {
 	// is among them). Written by start, read by run after the reap.
 	oomBase uint64
 	oomSeen bool
+	// kmsg is the kernel log opened just before the command started,
+	// where the OOM killer names its victim (oomKilled); nil where it is
+	// not readable. Written by start, read and closed by run.
+	kmsg *oom.KernelLog
+	// killSent is set when the shim itself sends the command SIGKILL (the
+	// signal op, or terminate's grace): a SIGKILL exit after it is that
+	// kill, never an OOM kill.
+	killSent atomic.Bool
 
 	// mu guards the fields below.
 	mu       sync.Mutex

@@ -127,6 +127,7 @@ func (s *server) startWith(spec Spec, gate func() error, ahead *nsexecAhead) (er
 			// the command can be killed, so a rise is a kill in its life.
 			if n, err := oom.Kills(s.spec.Cgroups); err == nil {
 				s.oomBase, s.oomSeen = n, true
+				s.kmsg, _ = oom.OpenKernelLog() // nil: no kill is attributed (oomKilled)
 			}
 		}
 		s.at = time.Now().UTC()
@@ -229,7 +230,12 @@ func (s *server) run() {
 	drain.Stop()
 
 	rec := exitRecord(s.reap.status, s.reap.err)
-	rec.OOMKilled = s.oomKilled(rec)
+	var note string
+	rec.OOMKilled, note = s.oomKilled(rec)
+	if note != "" {
+		rec.Detail += "; " + note
+	}
+	s.kmsg.Close()
 	// Read after the reap: a terminate that asked before the command ended
 	// has set it by now (it sets it before signalling).
 	if s.stopAsked.Load() && rec.Reason != journal.ReasonLost {
@@ -267,25 +273,52 @@ func awaitReadable(f *os.File) {
 }
 
 // oomKilled reports whether the command, which ended as rec says, was
-// killed by the kernel's OOM killer: it died of SIGKILL and the OOM kill
-// count of its cgroups rose since it started. The kernel counts the kill
-// right after it sends the signal, which a reaper can beat: a SIGKILL
-// exit without a rise reads the counter once more after a short pause,
-// so an OOM kill is not reported as a plain kill (the pause costs only
-// SIGKILL exits of sessions with a memory cgroup).
-func (s *server) oomKilled(rec journal.Exit) bool {
+// killed by the kernel's OOM killer. It is true only when the evidence
+// names the command: it died of SIGKILL, the shim sent it none (the
+// signal op, terminate's grace: s.killSent, s.stopAsked), the OOM kill
+// counter of its cgroups rose during its life, and the kernel log names
+// its pid as the OOM killer's victim. The counter alone is not enough: a
+// command shares its cgroup with its children, so a child's OOM kill
+// followed by a SIGKILL of the command (its own kill -9 $$, or one from
+// outside runnerd) would read the same. The kernel logs the victim right
+// after it sends the signal, which a reaper can beat: without the record
+// the log is read again after short pauses (only for SIGKILL exits of
+// sessions whose counter rose). Where the counter rose but the log is
+// not readable or does not name the command, oomKilled is false and the
+// note (for the exit record's detail) says a kill happened whose victim
+// is not known to be the command.
+func (s *server) oomKilled(rec journal.Exit) (bool, string) {
 	if !s.oomSeen || rec.Reason != journal.ReasonSignaled || rec.Signal != int(syscall.SIGKILL) {
-		return false
+		return false, ""
 	}
-	for try := 0; ; try++ {
-		if n, err := oom.Kills(s.spec.Cgroups); err == nil && n > s.oomBase {
-			return true
-		}
-		if try == 1 {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
+	if s.killSent.Load() || s.stopAsked.Load() {
+		return false, "" // the shim's own kill
 	}
+	rose := false
+	for try := 0; try < 10; try++ {
+		if try > 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if !rose {
+			n, err := oom.Kills(s.spec.Cgroups)
+			rose = err == nil && n > s.oomBase
+			if !rose && try >= 1 {
+				return false, "" // no OOM kill in its cgroup: a plain SIGKILL
+			}
+			if !rose {
+				continue
+			}
+		}
+		if s.kmsg == nil {
+			return false, "the session's cgroup counted an OOM kill, but the kernel log that names its victim is not readable"
+		}
+		if ok, err := s.kmsg.KilledPID(s.pid); ok {
+			return true, ""
+		} else if err != nil {
+			return false, "the session's cgroup counted an OOM kill; reading the kernel log that names its victim failed: " + err.Error()
+		}
+	}
+	return false, "the session's cgroup counted an OOM kill, but the kernel log does not name the command as its victim (another process of the session was killed)"
 }
 
 // exitRecord converts a wait status into the exit record: the true code,

@@ -97,8 +97,9 @@ func run(args []string) int {
 	hostNetNS := fs.String("netpolicy-host-netns", "", "TESTING: network namespace file that plays the host for containment (veths, rules, resolvers), so tests never change the real host's network; empty: runnerd's own")
 	isolate := fs.String("isolate", envOr(daemon.EnvIsolate, daemon.IsolateContained),
 		`which sandboxes run (when runnerd is root) as an unprivileged uid of their own with no way back to privilege: "contained" (those with a network policy) or "all" (multi-tenant hosts; needs root); uncontained sandboxes under "contained" run as their user or as runnerd's (for a VM that is itself the boundary)`)
-	identityRange := fs.String("identity-range", envOr(daemon.EnvIdentityRange, fmt.Sprintf("%d-%d", daemon.DefaultIdentityFirst, daemon.DefaultIdentityLast)),
-		"FIRST-LAST: the uids (gid = uid) given to isolated sandboxes; must hold no uid or gid the host uses (the default lies in a range systemd documents as unused)")
+	identityRange := fs.String("identity-range", envOr(daemon.EnvIdentityRange, ""),
+		"FIRST-LAST: the uids (gid = uid) given to isolated sandboxes; must hold no uid or gid the host uses and overlap no other runnerd's (default: 65,536 ids chosen for the state directory in a range systemd documents as unused, saved in it, held by no other live runnerd)")
+	claimDir := fs.String("claim-dir", "", "directory where runnerd claims its identity range and cgroup root against the host's other runnerds (default "+daemon.DefaultClaimDir+", or $TMPDIR/runnerd-UID/claims when not root)")
 	cgroups := fs.String("cgroups", envOr("RUNNERD_CGROUPS", daemon.CgroupsAuto),
 		`per-sandbox cgroups with resource limits: "auto" (when this host can enforce them: root or a delegated subtree with the memory, pids and cpu controllers; resource_limits is advertised) or "off" (never; limits are refused with not_supported)`)
 	cgroupRoot := fs.String("cgroup-root", "", "cgroup under which sandboxes' cgroups go, relative to runnerd's own cgroup in each hierarchy unless absolute (default \"runner\")")
@@ -142,10 +143,14 @@ func run(args []string) int {
 		}
 		pool = p
 	}
-	idFirst, idLast, err := daemon.ParseIdentityRange(*identityRange)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "runnerd: --identity-range: %v\n", err)
-		return 2
+	var idFirst, idLast uint32
+	if *identityRange != "" {
+		var err error
+		idFirst, idLast, err = daemon.ParseIdentityRange(*identityRange)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "runnerd: --identity-range: %v\n", err)
+			return 2
+		}
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(strings.ToUpper(*logLevel))); err != nil {
@@ -198,6 +203,7 @@ func run(args []string) int {
 		Isolate:       *isolate,
 		IdentityFirst: idFirst,
 		IdentityLast:  idLast,
+		ClaimDir:      *claimDir,
 
 		Cgroups:    *cgroups,
 		CgroupRoot: *cgroupRoot,

@@ -1,0 +1,287 @@
+package daemon
+
+// Several runnerds on one host. Each runnerd owns a uid range (the
+// identities of its isolated sandboxes) and a cgroup root (its
+// sandboxes' cgroups); two that share either can signal each other's
+// processes, read each other's workspaces, or adopt and remove each
+// other's cgroups. So runnerd claims both at start and refuses to start,
+// naming the other daemon, when a live runnerd holds an overlapping range
+// or the same cgroup root.
+//
+// The claims are files in Config.ClaimDir (default /run/runnerd/claims: a
+// tmpfs, gone at reboot with the processes they describe), one per state
+// directory, named by a hash of its path, holding the owner's state
+// directory, pid, identity range and cgroup root as JSON. The owner holds
+// an exclusive flock on its file for as long as it runs, so a claim is
+// live exactly while its owner lives: the kernel drops the lock when the
+// process dies, however it dies, and a stale file is ignored (and
+// replaced). The check of the others and the write of one's own happen
+// under an exclusive flock of ClaimDir/.lock, so two runnerds starting at
+// once cannot both pass.
+//
+// The default identity range is per state directory, not one range for
+// every runnerd: the 4,094 ranges of 65,536 ids in the part of the uid
+// space systemd documents as unused (0x70000000-0x7FFDFFFF) are slots,
+// and a state directory starts at the slot its path hashes to and takes
+// the first one no live runnerd holds. The choice is saved in
+// STATE/identity-range and kept across restarts (the registry's
+// identities were allocated from it); a state directory whose registry
+// already holds identities and has no saved choice keeps the range
+// older versions used for every runnerd (slot 0, 0x70000000-0x7000FFFF).
+// An explicit --identity-range is used as given, and refused on overlap.
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentrunner/runner/cgroup"
+	"github.com/agentrunner/runner/internal/atomicfile"
+)
+
+// DefaultClaimDir is Config.ClaimDir's default.
+const DefaultClaimDir = "/run/runnerd/claims"
+
+// Identity range slots (see the file comment).
+const (
+	identitySlotSize  = 1 << 16
+	identitySlotFirst = DefaultIdentityFirst // slot 0: the range every runnerd used before
+	identitySlots     = (0x7FFE0000 - identitySlotFirst) / identitySlotSize
+)
+
+// identityRangeFile is where a derived identity range is saved.
+const identityRangeFile = "identity-range"
+
+// claim is the content of a claim file.
+type claim struct {
+	StateDir      string `json:"state_dir"`
+	PID           int    `json:"pid"`
+	IdentityFirst uint32 `json:"identity_first"`
+	IdentityLast  uint32 `json:"identity_last"`
+	// CgroupRoot is the cgroup root as a path from the hierarchy's root
+	// (relative roots resolved against runnerd's own cgroup); "" with
+	// cgroups off.
+	CgroupRoot string `json:"cgroup_root,omitempty"`
+}
+
+func (c claim) String() string {
+	return fmt.Sprintf("runnerd pid %d (state directory %s)", c.PID, c.StateDir)
+}
+
+// errClaimed is returned (wrapped) when another live runnerd holds what
+// this one would claim.
+var errClaimed = errors.New("claimed by another runnerd")
+
+// hostClaim is this runnerd's claim, held until release.
+type hostClaim struct {
+	f    *os.File
+	path string
+}
+
+// release gives the claim up (the file goes; the lock with it).
+func (h *hostClaim) release() {
+	if h == nil {
+		return
+	}
+	os.Remove(h.path)
+	h.f.Close()
+}
+
+// claimHost fills cfg's identity range when it is unset (see the file
+// comment), then claims it and the cgroup root in cfg.ClaimDir, failing
+// with errClaimed naming the other runnerd on an overlap. hasIdentities
+// says whether the registry already holds identities (for the legacy
+// default). The caller releases the claim when it stops.
+func claimHost(cfg *Config, hasIdentities bool) (*hostClaim, error) {
+	dir := cfg.ClaimDir
+	if dir == "" {
+		dir = DefaultClaimDir
+		if os.Geteuid() != 0 {
+			// /run/runnerd is root's; an unprivileged runnerd's claims
+			// (cgroup roots of a delegated subtree) are its user's.
+			dir = filepath.Join(os.TempDir(), fmt.Sprintf("runnerd-%d", os.Geteuid()), "claims")
+		}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("claim identity range and cgroup root: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("claim identity range and cgroup root: %w", err)
+	}
+	defer lock.Close() // drops the flock
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		return nil, fmt.Errorf("lock %s: %w", lock.Name(), err)
+	}
+	sum := sha256.Sum256([]byte(cfg.StateDir))
+	mine := filepath.Join(dir, hex.EncodeToString(sum[:8])+".json")
+	others, err := liveClaims(dir, mine)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.IdentityFirst == 0 && cfg.IdentityLast == 0 {
+		if err := defaultIdentityRange(cfg, sum, hasIdentities, others); err != nil {
+			return nil, err
+		}
+	}
+	c := claim{StateDir: cfg.StateDir, PID: os.Getpid(), IdentityFirst: cfg.IdentityFirst, IdentityLast: cfg.IdentityLast}
+	if cfg.Cgroups != CgroupsOff {
+		if c.CgroupRoot, err = resolveCgroupRoot(cfg.CgroupRoot); err != nil {
+			return nil, err
+		}
+	}
+	for _, o := range others {
+		if o.IdentityFirst <= c.IdentityLast && c.IdentityFirst <= o.IdentityLast {
+			return nil, fmt.Errorf("identity range %d-%d overlaps %d-%d of %s: give each runnerd its own --identity-range: %w",
+				c.IdentityFirst, c.IdentityLast, o.IdentityFirst, o.IdentityLast, o, errClaimed)
+		}
+		if c.CgroupRoot != "" && c.CgroupRoot == o.CgroupRoot {
+			return nil, fmt.Errorf("cgroup root %s is used by %s: give each runnerd its own --cgroup-root: %w", c.CgroupRoot, o, errClaimed)
+		}
+	}
+	f, err := os.OpenFile(mine, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("claim identity range and cgroup root: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("state directory %s is used by another runnerd: %w", cfg.StateDir, errClaimed)
+		}
+		return nil, fmt.Errorf("lock %s: %w", mine, err)
+	}
+	b, _ := json.Marshal(c)
+	if err := f.Truncate(0); err == nil {
+		_, err = f.WriteAt(append(b, '\n'), 0)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("write claim %s: %w", mine, err)
+	}
+	return &hostClaim{f: f, path: mine}, nil
+}
+
+// liveClaims returns the claims in dir whose owner still holds its lock,
+// other than the file mine.
+func liveClaims(dir, mine string) ([]claim, error) {
+	names, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return nil, err
+	}
+	var out []claim
+	for _, n := range names {
+		if n == mine {
+			continue
+		}
+		f, err := os.Open(n)
+		if err != nil {
+			continue // removed by its owner meanwhile
+		}
+		err = unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
+		if err == nil {
+			f.Close() // no owner: a stale claim
+			os.Remove(n)
+			continue
+		}
+		var c claim
+		if derr := json.NewDecoder(f).Decode(&c); derr != nil {
+			f.Close()
+			// Locked but not yet written cannot be: files are written
+			// under the directory lock this caller holds.
+			return nil, fmt.Errorf("read claim %s: %w", n, derr)
+		}
+		f.Close()
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// defaultIdentityRange sets cfg's range: the saved one, else the legacy
+// slot 0 for a registry that holds identities, else the first slot from
+// the state directory's hash that no live runnerd overlaps; a new choice
+// is saved.
+func defaultIdentityRange(cfg *Config, sum [32]byte, hasIdentities bool, others []claim) error {
+	saved := filepath.Join(cfg.StateDir, identityRangeFile)
+	if b, err := os.ReadFile(saved); err == nil {
+		first, last, err := ParseIdentityRange(strings.TrimSpace(string(b)))
+		if err == nil {
+			err = checkIdentityRange(first, last)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", saved, err)
+		}
+		cfg.IdentityFirst, cfg.IdentityLast = first, last
+		return nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	slot := func(k uint32) (uint32, uint32) {
+		first := identitySlotFirst + k*identitySlotSize
+		return first, first + identitySlotSize - 1
+	}
+	first, last := slot(0)
+	if !hasIdentities {
+		start := binary.BigEndian.Uint32(sum[:4]) % identitySlots
+		found := false
+		for i := uint32(0); i < identitySlots && !found; i++ {
+			first, last = slot((start + i) % identitySlots)
+			found = true
+			for _, o := range others {
+				if o.IdentityFirst <= last && first <= o.IdentityLast {
+					found = false
+					break
+				}
+			}
+		}
+		if !found {
+			return fmt.Errorf("no identity range is free: every one is held by another runnerd: %w", errClaimed)
+		}
+	}
+	if err := atomicfile.WriteFileSync(saved, fmt.Appendf(nil, "%d-%d\n", first, last), 0o600); err != nil {
+		return fmt.Errorf("save identity range: %w", err)
+	}
+	cfg.IdentityFirst, cfg.IdentityLast = first, last
+	return nil
+}
+
+// resolveCgroupRoot is the cgroup root as cgroup.New will place it: an
+// absolute root as it is, a relative one inside runnerd's own cgroup (the
+// memory controller's under v1, the unified one under v2).
+func resolveCgroupRoot(root string) (string, error) {
+	if root == "" {
+		root = cgroup.DefaultRoot
+	}
+	if strings.HasPrefix(root, "/") {
+		return path.Clean(root), nil
+	}
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", fmt.Errorf("read own cgroup: %w", err)
+	}
+	own, unified := "", ""
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		switch {
+		case parts[1] == "":
+			unified = parts[2]
+		case strings.Contains(","+parts[1]+",", ",memory,"):
+			own = parts[2]
+		}
+	}
+	if own == "" {
+		own = unified
+	}
+	return path.Join("/", own, root), nil
+}
