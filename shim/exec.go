@@ -28,9 +28,15 @@ import (
 //     command's setup, let alone the command;
 //  4. mount namespace: unshare, make every mount a slave, bind
 //     Spec.ResolvConf read-only over /etc/resolv.conf (nsexec.go);
-//  5. capability bounding set emptied (Spec.Isolate): PR_CAPBSET_DROP
-//     needs CAP_SETPCAP, which the uid change below takes away, so it
-//     comes first, as in runc;
+//  5. capability bounding set emptied but for CAP_NET_RAW (Spec.Isolate):
+//     PR_CAPBSET_DROP needs CAP_SETPCAP, which the uid change below takes
+//     away, so it comes first, as in runc. CAP_NET_RAW stays in the
+//     bounding set only so that execve(2) of a binary with that file
+//     capability (Debian's ping: cap_net_raw=ep) is not refused EPERM
+//     (the kernel refuses an effective file capability the bounding set
+//     cannot grant); no_new_privs (step 8) means the exec never grants
+//     it, so the command's permitted and effective sets stay empty and
+//     ping falls back to the ICMP echo socket ping_group_range allows;
 //  6. credentials (Spec.User): setgroups, setgid, setuid, in that order
 //     (each later call needs the privilege the earlier ones keep);
 //  7. ambient and inheritable capabilities cleared (Spec.Isolate): setuid
@@ -350,10 +356,17 @@ func enterNetNS(p *execPlan) (string, error) {
 	return "", nil
 }
 
+// keptBounding is the bounding set an Isolate command keeps (step 5):
+// CAP_NET_RAW alone, which no_new_privs keeps it from ever holding.
+const keptBounding = 1 << unix.CAP_NET_RAW
+
 func dropBoundingSet(*execPlan) (string, error) {
 	// Every capability the kernel knows: PR_CAPBSET_DROP answers EINVAL
 	// past the last one (as libcap's cap_drop_bound loop relies on).
 	for c := 0; c < 64; c++ {
+		if keptBounding&(1<<c) != 0 {
+			continue
+		}
 		err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0)
 		if errors.Is(err, unix.EINVAL) {
 			return "", nil

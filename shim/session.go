@@ -67,8 +67,8 @@ type Spec struct {
 	// (see nsexec.go); a failure fails the start.
 	ResolvConf string `json:"resolv_conf,omitempty"`
 	// Isolate runs the command with no way back up: PR_SET_NO_NEW_PRIVS,
-	// an empty capability bounding set and empty ambient and inheritable
-	// sets, so a setuid binary or one with file capabilities gains
+	// a capability bounding set of CAP_NET_RAW alone (exec.go, step 5)
+	// and empty ambient and inheritable sets, so a setuid binary or one with file capabilities gains
 	// nothing. It needs a User that is not root (root without
 	// capabilities still owns root's files): an Isolate spec whose User is
 	// empty or resolves to uid 0 is refused with ErrInvalid. The steps run
