@@ -24,6 +24,12 @@ type Policy struct {
 	Allow []string `json:"allow"`
 }
 
+// OpenEgress is the policy of a sandbox whose egress is open: every name
+// resolves and every IPv4 destination outside the host and the pool is
+// reachable. The host (every address of it) and other sandboxes stay
+// unreachable whatever a policy says.
+func OpenEgress() Policy { return Policy{Allow: []string{"*", "0.0.0.0/0"}} }
+
 // ErrInvalidPolicy is returned (wrapped) by SetPolicy and ParsePolicy when
 // an allowlist entry is malformed or names something the package does not
 // enforce.
@@ -35,6 +41,7 @@ type parsedPolicy struct {
 	prefixes []netip.Prefix // static addresses and CIDRs (masked, IPv4)
 	names    map[string]bool
 	wild     []string // suffixes, each starting with "." ("*.a.b" -> ".a.b")
+	allNames bool     // "*": every name
 }
 
 // ParsePolicy validates p and returns it normalized: entries lowercased,
@@ -58,6 +65,9 @@ func parsePolicy(p Policy) (*parsedPolicy, error) {
 		}
 		var norm string
 		switch {
+		case e == "*":
+			pp.allNames = true
+			norm = e
 		case strings.Contains(e, "/"):
 			pfx, err := netip.ParsePrefix(e)
 			if err != nil {
@@ -141,7 +151,7 @@ func (pp *parsedPolicy) allowsName(q string) bool {
 	if pp == nil {
 		return false
 	}
-	if pp.names[q] {
+	if pp.names[q] || pp.allNames {
 		return true
 	}
 	for _, s := range pp.wild {
@@ -155,6 +165,12 @@ func (pp *parsedPolicy) allowsName(q string) bool {
 // namesSubsetOf reports whether every name entry of pp is also in other,
 // i.e. changing from pp to other revokes no name.
 func (pp *parsedPolicy) namesSubsetOf(other *parsedPolicy) bool {
+	if other.allNames {
+		return true
+	}
+	if pp.allNames {
+		return false
+	}
 	for n := range pp.names {
 		if !other.names[n] {
 			return false
