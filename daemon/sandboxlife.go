@@ -78,6 +78,12 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (reg
 	if err != nil {
 		return registry.Sandbox{}, err
 	}
+	asked := network != nil
+	if !asked && isolated && s.net != nil {
+		// Isolated means its own network too: open egress, never the host
+		// or another sandbox (identity.go).
+		network = openEgress()
+	}
 	unlock := s.locks.Lock(req.Name)
 	defer unlock()
 	ws := s.workspace(req.Name)
@@ -109,13 +115,13 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (reg
 	// A create that asks for containment never gets a sandbox contained
 	// less (or differently) than asked; one that does not ask gets the
 	// sandbox as it is.
-	if !created && network != nil && !sameNetwork(sb.Network, network) {
+	if !created && asked && !sameNetwork(sb.Network, network) {
 		return sb, errConflict("%s: sandbox %q exists with a different network policy (change it with PUT /v1/sandboxes/%s/network)", wire.DetailConflict, sb.Name, sb.Name)
 	}
 	if err := s.createCgroup(sb, created, req.Limits != nil, limits); err != nil { // limits.go
 		return sb, err
 	}
-	if sb.Network != nil && (created || network != nil) {
+	if sb.Network != nil && (created || asked) {
 		// Contained before create returns, so no command can run outside.
 		// The namespace outlives this request: a client that goes away
 		// must not cancel its setup half-way. Bound it instead.
