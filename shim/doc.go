@@ -56,7 +56,7 @@
 //     capability bounding set, setgroups/setgid/setuid, ambient and
 //     inheritable capabilities, no_new_privs, chdir) is listed once, in
 //     one order, and done at the fork or in the nsexec helper; an
-//     ordinary session (no Cgroups v1, ResolvConf or Isolate) takes the
+//     ordinary session (no Cgroups v1, ResolvConf, Binds or Isolate) takes the
 //     direct path. The shim itself is never in a command's cgroups.
 //   - Isolate: a command of an Isolate spec runs as a user that is not
 //     root, with no_new_privs, empty ambient and inheritable sets and a

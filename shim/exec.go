@@ -27,7 +27,10 @@ import (
 //     cgroup.procs as its first act, before it runs anything else of the
 //     command's setup, let alone the command;
 //  4. mount namespace: unshare, make every mount a slave, bind
-//     Spec.ResolvConf read-only over /etc/resolv.conf (nsexec.go);
+//     Spec.ResolvConf read-only over /etc/resolv.conf (nsexec.go), then
+//     Spec.Binds (a sandbox's private /tmp, /var/tmp, /dev/shm; unsharing
+//     here when there was no resolv.conf), all as root, before the user
+//     switch;
 //  5. capability bounding set emptied but for CAP_NET_RAW (Spec.Isolate):
 //     PR_CAPBSET_DROP needs CAP_SETPCAP, which the uid change below takes
 //     away, so it comes first, as in runc. CAP_NET_RAW stays in the
@@ -103,6 +106,7 @@ type execPlan struct {
 
 	CgroupsV1  []string    `json:"cgroups_v1,omitempty"`
 	ResolvConf string      `json:"resolv_conf,omitempty"`
+	Binds      []Bind      `json:"binds,omitempty"`
 	Isolate    bool        `json:"isolate,omitempty"`
 	Cred       *nsexecCred `json:"cred,omitempty"` // nil keeps the shim's own
 	Dir        string      `json:"dir,omitempty"`
@@ -162,6 +166,9 @@ var execSteps = []execStep{
 	{name: "mount resolv.conf", phase: PhaseSetup,
 		active: func(p *execPlan) bool { return p.ResolvConf != "" },
 		helper: mountResolvConf},
+	{name: "bind directories", phase: PhaseSetup,
+		active: func(p *execPlan) bool { return len(p.Binds) > 0 },
+		helper: bindDirs},
 	{name: "empty the capability bounding set", phase: PhaseSetup,
 		active: func(p *execPlan) bool { return p.Isolate },
 		helper: dropBoundingSet},
@@ -189,7 +196,7 @@ var execSteps = []execStep{
 // newExecPlan resolves cmd (as server.start built it, Credential and Dir
 // included) and spec into a plan.
 func newExecPlan(cmd *exec.Cmd, spec Spec) (*execPlan, error) {
-	p := &execPlan{NetNS: spec.NetNS, ResolvConf: spec.ResolvConf, Isolate: spec.Isolate,
+	p := &execPlan{NetNS: spec.NetNS, ResolvConf: spec.ResolvConf, Binds: spec.Binds, Isolate: spec.Isolate,
 		Dir: cmd.Dir} // Path, Argv and Env only for the helper (startNsexec)
 	if c := cmd.SysProcAttr.Credential; c != nil {
 		p.Cred = &nsexecCred{UID: c.Uid, GID: c.Gid, Groups: c.Groups}
@@ -230,7 +237,7 @@ func (p *execPlan) needsHelper() bool {
 // (what startCommand decides, without the command): a cgroup that is not
 // v2 counts, one that cannot be read does not.
 func (spec Spec) needsHelper() bool {
-	p := &execPlan{ResolvConf: spec.ResolvConf, Isolate: spec.Isolate}
+	p := &execPlan{ResolvConf: spec.ResolvConf, Binds: spec.Binds, Isolate: spec.Isolate}
 	for _, dir := range spec.Cgroups {
 		if v2, err := cgroupKind(dir); err == nil && !v2 {
 			p.CgroupsV1 = append(p.CgroupsV1, dir)

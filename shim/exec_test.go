@@ -37,7 +37,7 @@ func TestExecStepOrder(t *testing.T) {
 		}
 	}
 	want := []string{
-		"join cgroup v2", "enter network namespace", "join cgroups v1", "mount resolv.conf",
+		"join cgroup v2", "enter network namespace", "join cgroups v1", "mount resolv.conf", "bind directories",
 		"empty the capability bounding set", "switch user", "clear ambient and inheritable capabilities",
 		"set no_new_privs", "chdir",
 	}

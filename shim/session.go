@@ -66,6 +66,16 @@ type Spec struct {
 	// execs the command, so the command's pid is still the one reported
 	// (see nsexec.go); a failure fails the start.
 	ResolvConf string `json:"resolv_conf,omitempty"`
+	// Binds optionally lists directories the command sees at other paths
+	// (runnerd's private /tmp, /var/tmp and /dev/shm of a sandbox, as
+	// systemd's PrivateTmp= does): the command then runs in its own mount
+	// namespace, where each Source (absolute, an existing directory) is
+	// bind-mounted nosuid and nodev over its Target (absolute, existing),
+	// in order, before the user switch (an unprivileged user cannot
+	// mount). Every Source is opened before the first mount, so a Source
+	// under an earlier Target is still the host's. A failure fails the
+	// start. The shim's and the host's mount tables are never changed.
+	Binds []Bind `json:"binds,omitempty"`
 	// Isolate runs the command with no way back up: PR_SET_NO_NEW_PRIVS,
 	// a capability bounding set of CAP_NET_RAW alone (exec.go, step 5)
 	// and empty ambient and inheritable sets, so a setuid binary or one with file capabilities gains
@@ -94,6 +104,12 @@ type Spec struct {
 	StdinClosed bool `json:"stdin_closed,omitempty"`
 }
 
+// Bind is one bind mount of Spec.Binds.
+type Bind struct {
+	Source string `json:"source"`
+	Target string `json:"target"`
+}
+
 // Streams returns the journal streams of a session with this spec.
 func (s Spec) Streams() []string {
 	if s.TTY {
@@ -108,6 +124,11 @@ func (s Spec) validate() error {
 	}
 	if len(s.Argv) == 0 || s.Argv[0] == "" {
 		return fmt.Errorf("%w: empty argv", ErrInvalid)
+	}
+	for _, b := range s.Binds {
+		if !filepath.IsAbs(b.Source) || !filepath.IsAbs(b.Target) {
+			return fmt.Errorf("%w: bind %q over %q: not absolute paths", ErrInvalid, b.Source, b.Target)
+		}
 	}
 	if s.ResolvConf != "" && !filepath.IsAbs(s.ResolvConf) {
 		return fmt.Errorf("%w: resolv_conf %q is not an absolute path", ErrInvalid, s.ResolvConf)
