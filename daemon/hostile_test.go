@@ -99,7 +99,7 @@ func TestHostileCommand(t *testing.T) {
 	uid := *hostile.UID
 
 	// The victim: a secret in its workspace and a running command.
-	a.run("victim", "sh", "-c", "echo secret > secret")
+	a.run("victim", "sh", "-c", "echo secret > secret; for d in /var/tmp /dev/shm; do echo secret > $d/victim-secret; chmod 644 $d/victim-secret; done")
 	victimCmd := a.spawn("victim", wire.CreateSession{ID: "victim-sleep", Argv: []string{"sleep", "600"}})
 	// The hostile sandbox's own running command, whose shim it attacks,
 	// and a second one of its own, to show the ptrace refusal is the uid
@@ -161,6 +161,11 @@ func TestHostileCommand(t *testing.T) {
 		{"kill -9 its shim", []string{"kill", strconv.Itoa(shimPID)}, "kill:EPERM"},
 		{"kill -9 another sandbox's command", []string{"kill", strconv.Itoa(victimCmd.PID)}, "kill:EPERM"},
 		{"mount", []string{"mount", hostile.Workspace}, "mount:EPERM"},
+		// Its /var/tmp and /dev/shm are its own (privatetmp.go); /tmp too,
+		// but not here: the test's state directory lies under /tmp, which
+		// runnerd then leaves shared (TestPrivateTmpTargets).
+		{"read another sandbox's /var/tmp", []string{"read", "/var/tmp/victim-secret"}, "open:ENOENT"},
+		{"read another sandbox's /dev/shm", []string{"read", "/dev/shm/victim-secret"}, "open:ENOENT"},
 		// Its loopback is its own: runnerd's (the host's) is not there.
 		{"reach the host's loopback service", []string{"dial", loop.Addr().String()}, "connect:ECONNREFUSED"},
 		// Open egress reaches the lab's host A, never the host: its
@@ -225,6 +230,30 @@ func TestHostileCommand(t *testing.T) {
 		}
 	})
 
+	run("private tmp is gone after destroy", func(t *testing.T) {
+		var sb wire.Sandbox
+		a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "shm"}, 200, &sb)
+		// 1 MiB in /dev/shm: in its own tmpfs, never the host's.
+		a.run("shm", "sh", "-c", "head -c 1048576 /dev/zero > /dev/shm/left-behind")
+		if _, err := os.Stat("/dev/shm/left-behind"); !os.IsNotExist(err) {
+			t.Errorf("the host's /dev/shm/left-behind: %v, want absent", err)
+		}
+		dir := filepath.Join(state, "private", sb.Name+"-"+sb.Incarnation)
+		if fi, err := os.Stat(filepath.Join(dir, "shm", "left-behind")); err != nil || fi.Size() != 1<<20 {
+			t.Fatalf("the sandbox's /dev/shm file in %s: %v, %v; want 1 MiB", dir, fi, err)
+		}
+		a.must("DELETE", "/v1/sandboxes/shm", nil, 204, nil)
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("private tmp %s after destroy: %v, want gone", dir, err)
+		}
+		mi, err := os.ReadFile("/proc/self/mountinfo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(mi), dir) {
+			t.Errorf("private tmp %s still mounted after destroy", dir)
+		}
+	})
 	run("ping an allowed host", func(t *testing.T) {
 		// ICMP echo without CAP_NET_RAW: ping_group_range in its netns.
 		if _, err := exec.LookPath("ping"); err != nil {

@@ -70,6 +70,9 @@ func (s *server) initIdentities() error {
 	if s.cfg.Isolate == IsolateAll && !root {
 		return errors.New("config: --isolate all needs runnerd to run as root (each sandbox runs as its own uid)")
 	}
+	if shared := sharedTmps(s.cfg.StateDir); root && len(shared) > 0 {
+		s.log.Warn("the state directory lies under a directory isolated sandboxes would get a private copy of; that one stays shared with the host (its files are visible to every sandbox)", "shared", shared, "state", s.cfg.StateDir)
+	}
 	switch {
 	case !root:
 		s.log.Warn("runnerd is not root: sandboxes are not isolated from each other or from runnerd's user: they run as runnerd's uid, read its state and token, and see and signal its processes; network policies are refused (they need root). Run runnerd as root for isolation, or inside a VM that is the boundary")

@@ -118,6 +118,9 @@ func (s *server) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolic
 		return shim.Spec{}, err
 	}
 	var err error
+	if spec.Binds, err = s.privateBinds(sb); err != nil { // privatetmp.go
+		return shim.Spec{}, err
+	}
 	if spec.Cgroups, err = s.sessionCgroups(sb, ss); err != nil { // limits.go
 		return shim.Spec{}, err
 	}

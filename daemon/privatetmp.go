@@ -1,0 +1,138 @@
+package daemon
+
+// Private /tmp, /var/tmp and /dev/shm of isolated sandboxes.
+//
+// Each isolated sandbox incarnation gets a tmpfs of its own, mounted in
+// runnerd's (the host's) mount namespace at STATE/private/ID (ID as
+// netID: name and incarnation), holding tmp, var-tmp and shm (01777).
+// Every command of the sandbox sees them as /tmp, /var/tmp and /dev/shm
+// (shim.Spec.Binds: bind mounts in the command's own mount namespace), so
+// no sandbox sees another's or the host's files there. One that holds
+// runnerd's state directory stays the host's (its workspaces would vanish
+// behind the private one): runnerd says so at start.
+// STATE/private is 0700: no command reaches another sandbox's through the
+// host's path. A tmpfs page is charged to the memory cgroup of the task
+// that first touches it, the sandbox's command, so what it leaves there
+// counts against its memory limit (which also bounds the tmpfs's size);
+// destroy unmounts it (the pages are freed) before anything else of the
+// sandbox goes. Suspend keeps it mounted (contents survive park and
+// resume and runnerd restarts), a reboot empties it (as a host's /tmp).
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/shim"
+)
+
+// privateTmps are the sandbox's private directories: the subdirectory of
+// its tmpfs, and the path its commands see it at.
+var privateTmps = []shim.Bind{{Source: "tmp", Target: "/tmp"}, {Source: "var-tmp", Target: "/var/tmp"}, {Source: "shm", Target: "/dev/shm"}}
+
+// privateTargets returns privateTmps without those holding state (a
+// test's, or an operator's state under /tmp), and those it left out.
+func privateTargets(state string) (kept []shim.Bind, shared []string) {
+	for _, b := range privateTmps {
+		if state == b.Target || strings.HasPrefix(state, b.Target+"/") {
+			shared = append(shared, b.Target)
+			continue
+		}
+		kept = append(kept, b)
+	}
+	return kept, shared
+}
+
+// privateTmpDir is sb's private tmpfs mount point.
+func (s *server) privateTmpDir(sb registry.Sandbox) string {
+	return filepath.Join(s.cfg.StateDir, "private", netID(sb.Name, sb.Incarnation))
+}
+
+// ensurePrivateTmp mounts sb's tmpfs (sized by its memory limit, when it
+// has one) unless it is mounted, and makes its subdirectories. Idempotent;
+// the caller holds sb's lock.
+func (s *server) ensurePrivateTmp(sb registry.Sandbox) (string, error) {
+	dir := s.privateTmpDir(sb)
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return "", errUnavailable("create private tmp: %v", err)
+	}
+	if err := os.Chmod(filepath.Dir(dir), 0o700); err != nil {
+		return "", errUnavailable("create private tmp: %v", err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", errUnavailable("create private tmp: %v", err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return "", errUnavailable("private tmp: %v", err)
+	}
+	if st.Type != unix.TMPFS_MAGIC {
+		opts := "mode=0755"
+		if sb.Limits != nil && sb.Limits.MemoryBytes > 0 {
+			opts += ",size=" + strconv.FormatInt(sb.Limits.MemoryBytes, 10)
+		}
+		if err := unix.Mount("runner-tmp", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+			return "", errUnavailable("mount private tmp of sandbox %q: %v", sb.Name, err)
+		}
+	}
+	for _, b := range privateTmps {
+		p := filepath.Join(dir, b.Source)
+		if err := os.Mkdir(p, 0o777|os.ModeSticky); err != nil && !errors.Is(err, os.ErrExist) {
+			return "", errUnavailable("create private %s: %v", b.Target, err)
+		}
+		if err := os.Chmod(p, 0o777|os.ModeSticky); err != nil { // Mkdir's mode passes the umask
+			return "", errUnavailable("create private %s: %v", b.Target, err)
+		}
+	}
+	return dir, nil
+}
+
+// removePrivateTmp unmounts and removes sb's private tmpfs (absent is
+// success). It runs once no process of the sandbox is left.
+func (s *server) removePrivateTmp(sb registry.Sandbox) error {
+	dir := s.privateTmpDir(sb)
+	for {
+		err := unix.Unmount(dir, unix.MNT_DETACH)
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+			break // not (or no longer) a mount point
+		}
+		if err != nil {
+			return errUnavailable("unmount private tmp of sandbox %q: %v", sb.Name, err)
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return errUnavailable("remove private tmp of sandbox %q: %v", sb.Name, err)
+	}
+	return nil
+}
+
+// privateBinds returns the binds of an isolated sandbox's command: its
+// private directories over their targets (none for a sandbox that is not
+// isolated).
+func (s *server) privateBinds(sb registry.Sandbox) ([]shim.Bind, error) {
+	if !s.isolated(sb) || !s.ids.enabled {
+		return nil, nil
+	}
+	dir, err := s.ensurePrivateTmp(sb)
+	if err != nil {
+		return nil, err
+	}
+	kept, _ := privateTargets(s.cfg.StateDir)
+	binds := make([]shim.Bind, len(kept))
+	for i, b := range kept {
+		binds[i] = shim.Bind{Source: filepath.Join(dir, b.Source), Target: b.Target}
+	}
+	return binds, nil
+}
+
+// sharedTmps are the private directories runnerd leaves the host's
+// because they hold state.
+func sharedTmps(state string) []string {
+	_, shared := privateTargets(state)
+	return shared
+}
