@@ -31,6 +31,7 @@ import (
 //     Spec.Binds (a sandbox's private /tmp, /var/tmp, /dev/shm; unsharing
 //     here when there was no resolv.conf), all as root, before the user
 //     switch;
+//  4b. UTS namespace (Spec.Hostname): unshare, sethostname, as root;
 //  5. capability bounding set emptied but for CAP_NET_RAW (Spec.Isolate):
 //     PR_CAPBSET_DROP needs CAP_SETPCAP, which the uid change below takes
 //     away, so it comes first, as in runc. CAP_NET_RAW stays in the
@@ -48,7 +49,12 @@ import (
 //  8. no_new_privs (Spec.Isolate), last of the privilege steps: from here
 //     execve(2) of a setuid binary or one with file capabilities gains
 //     nothing;
-//  9. chdir(Spec.Dir), as the user, as exec.Cmd does;
+//  9. chdir(Spec.Dir), as the user, as exec.Cmd does; in the helper the
+//     directory is opened (O_PATH) as root just before the user switch
+//     and entered with fchdir(2) after it, so only the directory itself
+//     must let the user in, not every directory above it (a sandbox's
+//     uid reaches its own workspace under a state directory whose parent,
+//     such as root's home or a test's temporary directory, is 0700);
 //  10. execve(2).
 //
 // Each step is done either at the fork (on the forking thread or by Go's
@@ -107,12 +113,17 @@ type execPlan struct {
 	CgroupsV1  []string    `json:"cgroups_v1,omitempty"`
 	ResolvConf string      `json:"resolv_conf,omitempty"`
 	Binds      []Bind      `json:"binds,omitempty"`
+	Hostname   string      `json:"hostname,omitempty"`
 	Isolate    bool        `json:"isolate,omitempty"`
 	Cred       *nsexecCred `json:"cred,omitempty"` // nil keeps the shim's own
 	Dir        string      `json:"dir,omitempty"`
 	Path       string      `json:"path"` // as looked up by the shim
 	Argv       []string    `json:"argv"`
 	Env        []string    `json:"env"`
+
+	// dirFD is Dir opened (O_PATH) by the helper as root before the user
+	// switch, for enterDir; 0: not opened.
+	dirFD int
 }
 
 type nsexecCred struct {
@@ -169,9 +180,17 @@ var execSteps = []execStep{
 	{name: "bind directories", phase: PhaseSetup,
 		active: func(p *execPlan) bool { return len(p.Binds) > 0 },
 		helper: bindDirs},
+	{name: "set hostname", phase: PhaseSetup,
+		active: func(p *execPlan) bool { return p.Hostname != "" },
+		helper: setHostname},
 	{name: "empty the capability bounding set", phase: PhaseSetup,
 		active: func(p *execPlan) bool { return p.Isolate },
 		helper: dropBoundingSet},
+	{name: "open the working directory", phase: PhaseExec,
+		active: func(p *execPlan) bool { return p.Dir != "" && p.Cred != nil },
+		// At the fork exec.Cmd chdirs after the user switch, as before.
+		fork:   func(*execPlan, *forkSetup) error { return nil },
+		helper: openDir},
 	{name: "switch user", phase: PhaseSetup,
 		active: func(p *execPlan) bool { return p.Cred != nil },
 		fork: func(p *execPlan, f *forkSetup) error {
@@ -190,13 +209,13 @@ var execSteps = []execStep{
 	{name: "chdir", phase: PhaseExec,
 		active: func(p *execPlan) bool { return p.Dir != "" },
 		fork:   func(p *execPlan, f *forkSetup) error { f.cmd.Dir = p.Dir; return nil },
-		helper: func(p *execPlan) (string, error) { return "chdir " + p.Dir, unix.Chdir(p.Dir) }},
+		helper: enterDir},
 }
 
 // newExecPlan resolves cmd (as server.start built it, Credential and Dir
 // included) and spec into a plan.
 func newExecPlan(cmd *exec.Cmd, spec Spec) (*execPlan, error) {
-	p := &execPlan{NetNS: spec.NetNS, ResolvConf: spec.ResolvConf, Binds: spec.Binds, Isolate: spec.Isolate,
+	p := &execPlan{NetNS: spec.NetNS, ResolvConf: spec.ResolvConf, Binds: spec.Binds, Hostname: spec.Hostname, Isolate: spec.Isolate,
 		Dir: cmd.Dir} // Path, Argv and Env only for the helper (startNsexec)
 	if c := cmd.SysProcAttr.Credential; c != nil {
 		p.Cred = &nsexecCred{UID: c.Uid, GID: c.Gid, Groups: c.Groups}
@@ -237,7 +256,7 @@ func (p *execPlan) needsHelper() bool {
 // (what startCommand decides, without the command): a cgroup that is not
 // v2 counts, one that cannot be read does not.
 func (spec Spec) needsHelper() bool {
-	p := &execPlan{ResolvConf: spec.ResolvConf, Binds: spec.Binds, Isolate: spec.Isolate}
+	p := &execPlan{ResolvConf: spec.ResolvConf, Binds: spec.Binds, Hostname: spec.Hostname, Isolate: spec.Isolate}
 	for _, dir := range spec.Cgroups {
 		if v2, err := cgroupKind(dir); err == nil && !v2 {
 			p.CgroupsV1 = append(p.CgroupsV1, dir)
@@ -385,6 +404,17 @@ func dropBoundingSet(*execPlan) (string, error) {
 	return "", nil
 }
 
+// openDir is the helper's first half of step 9: Dir opened as root
+// (O_PATH: no permission on the directory itself is used), for enterDir.
+func openDir(p *execPlan) (string, error) {
+	fd, err := unix.Open(p.Dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "chdir " + p.Dir, err // as the chdir itself would report it
+	}
+	p.dirFD = fd
+	return "", nil
+}
+
 func switchUser(p *execPlan) (string, error) {
 	c := p.Cred
 	groups := make([]int, len(c.Groups))
@@ -401,6 +431,16 @@ func switchUser(p *execPlan) (string, error) {
 		return "nsexec: setuid", err
 	}
 	return "", nil
+}
+
+// enterDir is the helper's chdir step: fchdir(2) into the directory
+// switchUser opened before the switch (its own search permission is
+// checked, as the user, and nothing above it), else chdir(2).
+func enterDir(p *execPlan) (string, error) {
+	if p.dirFD > 0 {
+		return "chdir " + p.Dir, unix.Fchdir(p.dirFD)
+	}
+	return "chdir " + p.Dir, unix.Chdir(p.Dir)
 }
 
 func clearCaps(*execPlan) (string, error) {

@@ -37,8 +37,8 @@ func TestExecStepOrder(t *testing.T) {
 		}
 	}
 	want := []string{
-		"join cgroup v2", "enter network namespace", "join cgroups v1", "mount resolv.conf", "bind directories",
-		"empty the capability bounding set", "switch user", "clear ambient and inheritable capabilities",
+		"join cgroup v2", "enter network namespace", "join cgroups v1", "mount resolv.conf", "bind directories", "set hostname",
+		"empty the capability bounding set", "open the working directory", "switch user", "clear ambient and inheritable capabilities",
 		"set no_new_privs", "chdir",
 	}
 	if !slices.Equal(names, want) {
@@ -591,5 +591,44 @@ func testPoolIsolateCgroups(t *testing.T, cgs []testCgroup, mode HelperMode) {
 		if !slices.Contains(lines, c.Line) {
 			t.Errorf("output lacks %q:\n%s", c.Line, out)
 		}
+	}
+}
+
+// TestIsolateDirBehindClosedParent: an Isolate command's working
+// directory, its own (nobody's, 0700), lies under a directory only root
+// may pass (0700, as root's home or a test's temporary directory): the
+// command starts there and reads its files, because the helper opens the
+// directory as root before the user switch and fchdirs after it; a
+// directory the user may not enter itself still fails the start.
+func TestIsolateDirBehindClosedParent(t *testing.T) {
+	needRoot(t)
+	closed := t.TempDir()
+	if err := os.Chmod(closed, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(closed, "ws")
+	if err := os.Mkdir(ws, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "f"), []byte("mine\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{ws, filepath.Join(ws, "f")} {
+		if err := os.Chown(p, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, code := runToEnd(t, Spec{Argv: []string{"sh", "-c", "pwd; cat f"}, Dir: ws, User: "nobody", Isolate: true})
+	if code != 0 || out != ws+"\nmine\n" {
+		t.Fatalf("isolate in %s: exit %d output %q, want 0 and %q", ws, code, out, ws+"\nmine\n")
+	}
+	// The directory itself must still let the user in.
+	if err := os.Chown(ws, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	dir := sessionDir(t)
+	_, err := Start(ctxT(t, 10*time.Second), shimExe, dir, Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, Dir: ws, User: "nobody", Isolate: true})
+	if !errors.Is(err, unix.EACCES) {
+		t.Fatalf("start in root's 0700 %s as nobody: %v, want EACCES", ws, err)
 	}
 }
