@@ -504,6 +504,18 @@ func bindDirs(p *execPlan) (string, error) {
 	return "", nil
 }
 
+// setHostname is the helper's UTS step: a UTS namespace of the command's
+// own, named p.Hostname; the host's name is neither seen nor settable.
+func setHostname(p *execPlan) (string, error) {
+	if err := unix.Unshare(unix.CLONE_NEWUTS); err != nil {
+		return "nsexec: unshare uts namespace", err
+	}
+	if err := unix.Sethostname([]byte(p.Hostname)); err != nil {
+		return "nsexec: set hostname", err
+	}
+	return "", nil
+}
+
 // keptFlags are the per-mount flags a read-only remount must repeat (the
 // kernel refuses to clear locked ones, and would clear the others).
 func keptFlags(st int64) uintptr {

@@ -266,3 +266,27 @@ func TestBinds(t *testing.T) {
 		t.Fatalf("start without %s: %v, want a StartError wrapping ENOENT", binds[2].Source, err)
 	}
 }
+
+// TestHostname: with Spec.Hostname a command (isolated, as nobody) runs in
+// a UTS namespace of its own with that name; the host's is unchanged, and
+// a name sethostname(2) would not take is refused (ErrInvalid).
+func TestHostname(t *testing.T) {
+	needRoot(t)
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, code := runToEnd(t, Spec{Argv: []string{"cat", "/proc/sys/kernel/hostname"}, User: "nobody", Isolate: true, Hostname: "sbx-hostname-test"})
+	if code != 0 || out != "sbx-hostname-test\n" {
+		t.Fatalf("hostname inside: %q exit %d, want sbx-hostname-test", out, code)
+	}
+	if now, _ := os.Hostname(); now != host {
+		t.Errorf("the host's name changed: %q, was %q", now, host)
+	}
+	for _, bad := range []string{"a b", "x/y", strings.Repeat("a", 65)} {
+		spec := Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, Hostname: bad}
+		if err := spec.validate(); !errors.Is(err, ErrInvalid) {
+			t.Errorf("hostname %q: %v, want ErrInvalid", bad, err)
+		}
+	}
+}

@@ -76,6 +76,10 @@ type Spec struct {
 	// under an earlier Target is still the host's. A failure fails the
 	// start. The shim's and the host's mount tables are never changed.
 	Binds []Bind `json:"binds,omitempty"`
+	// Hostname optionally runs the command in a UTS namespace of its own
+	// with this host name (runnerd: the sandbox's name), so it neither
+	// sees nor can set the host's. At most 64 bytes of [A-Za-z0-9.-].
+	Hostname string `json:"hostname,omitempty"`
 	// Isolate runs the command with no way back up: PR_SET_NO_NEW_PRIVS,
 	// a capability bounding set of CAP_NET_RAW alone (exec.go, step 5)
 	// and empty ambient and inheritable sets, so a setuid binary or one with file capabilities gains
@@ -104,6 +108,21 @@ type Spec struct {
 	StdinClosed bool `json:"stdin_closed,omitempty"`
 }
 
+// validHostname accepts "" (none) and what sethostname(2) and a
+// resolver take: at most 64 bytes of letters, digits, '.' and '-'.
+func validHostname(h string) bool {
+	if len(h) > 64 {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
 // Bind is one bind mount of Spec.Binds.
 type Bind struct {
 	Source string `json:"source"`
@@ -124,6 +143,9 @@ func (s Spec) validate() error {
 	}
 	if len(s.Argv) == 0 || s.Argv[0] == "" {
 		return fmt.Errorf("%w: empty argv", ErrInvalid)
+	}
+	if !validHostname(s.Hostname) {
+		return fmt.Errorf("%w: hostname %q (want at most 64 of [A-Za-z0-9.-])", ErrInvalid, s.Hostname)
 	}
 	for _, b := range s.Binds {
 		if !filepath.IsAbs(b.Source) || !filepath.IsAbs(b.Target) {
