@@ -230,10 +230,16 @@ func TestHostileCommand(t *testing.T) {
 		}
 	})
 
+	run("hostname is the sandbox's name", func(t *testing.T) {
+		host, _ := os.Hostname()
+		if got := a.run("hostile", "cat", "/proc/sys/kernel/hostname"); got != "hostile" {
+			t.Errorf("hostname inside: %q, want hostile (the host's is %q)", got, host)
+		}
+	})
 	run("private tmp is gone after destroy", func(t *testing.T) {
 		var sb wire.Sandbox
 		a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "shm"}, 200, &sb)
-		// 1 MiB in /dev/shm: in its own tmpfs, never the host's.
+		// 1 MiB in /dev/shm: in its own directory, never the host's.
 		a.run("shm", "sh", "-c", "head -c 1048576 /dev/zero > /dev/shm/left-behind")
 		if _, err := os.Stat("/dev/shm/left-behind"); !os.IsNotExist(err) {
 			t.Errorf("the host's /dev/shm/left-behind: %v, want absent", err)
@@ -245,13 +251,6 @@ func TestHostileCommand(t *testing.T) {
 		a.must("DELETE", "/v1/sandboxes/shm", nil, 204, nil)
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
 			t.Errorf("private tmp %s after destroy: %v, want gone", dir, err)
-		}
-		mi, err := os.ReadFile("/proc/self/mountinfo")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.Contains(string(mi), dir) {
-			t.Errorf("private tmp %s still mounted after destroy", dir)
 		}
 	})
 	run("ping an allowed host", func(t *testing.T) {

@@ -85,12 +85,13 @@ func (s *server) initIdentities() error {
 		pool:    registry.IdentityPool{First: s.cfg.IdentityFirst, Last: s.cfg.IdentityLast, Taken: hostUsesID},
 	}
 	if root {
-		// An isolated command chdirs into its workspace as its own uid
-		// (after the switch), so every directory above must let others
-		// pass. Say so now rather than at each spawn's refusal.
+		// An isolated command starts in its workspace whatever the
+		// directories above it allow (the shim opens it as root before the
+		// user switch), but reaches it by its absolute path only if every
+		// one lets others pass. Say so now.
 		for d := filepath.Dir(s.cfg.StateDir); ; d = filepath.Dir(d) {
 			if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
-				s.log.Warn("isolated sandboxes cannot reach their workspaces: a directory above the state directory is not passable by other users (chmod o+x)", "dir", d)
+				s.log.Warn("a directory above the state directory is not passable by other users (chmod o+x): isolated sandboxes start in their workspaces but cannot reach them by absolute path", "dir", d)
 				break
 			}
 			if d == filepath.Dir(d) {

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"golang.org/x/sys/unix"
 
 	"github.com/agentrunner/runner/daemon"
 	"github.com/agentrunner/runner/netpolicy/netlab"
@@ -281,15 +280,7 @@ func passableState(t *testing.T, state string) {
 	if os.Geteuid() != 0 || !strings.HasPrefix(parent, os.TempDir()+"/") {
 		return
 	}
-	// Before TempDir's removal (cleanups run last-in first-out): the
-	// private tmpfs of sandboxes a test left (a runnerd killed or stopped
-	// without destroying them) stay mounted, as they do on a host.
-	t.Cleanup(func() {
-		ents, _ := os.ReadDir(filepath.Join(state, "private"))
-		for _, e := range ents {
-			unix.Unmount(filepath.Join(state, "private", e.Name()), unix.MNT_DETACH)
-		}
-	})
+
 	if err := os.Chmod(parent, 0o711); err != nil && !os.IsNotExist(err) {
 		t.Fatal(err)
 	}

@@ -2,37 +2,35 @@ package daemon
 
 // Private /tmp, /var/tmp and /dev/shm of isolated sandboxes.
 //
-// Each isolated sandbox incarnation gets a tmpfs of its own, mounted in
-// runnerd's (the host's) mount namespace at STATE/private/ID (ID as
-// netID: name and incarnation), holding tmp, var-tmp and shm (01777).
-// Every command of the sandbox sees them as /tmp, /var/tmp and /dev/shm
-// (shim.Spec.Binds: bind mounts in the command's own mount namespace), so
-// no sandbox sees another's or the host's files there. One that holds
-// runnerd's state directory stays the host's (its workspaces would vanish
-// behind the private one): runnerd says so at start.
-// STATE/private is 0700: no command reaches another sandbox's through the
-// host's path. A tmpfs page is charged to the memory cgroup of the task
-// that first touches it, the sandbox's command, so what it leaves there
-// counts against its memory limit (which also bounds the tmpfs's size);
-// destroy unmounts it (the pages are freed) before anything else of the
-// sandbox goes. Suspend keeps it mounted (contents survive park and
-// resume and runnerd restarts), a reboot empties it (as a host's /tmp).
+// Each isolated sandbox incarnation gets a directory of its own,
+// STATE/private/ID (ID as netID: name and incarnation), holding tmp,
+// var-tmp and shm (01777). Every command of the sandbox sees them as
+// /tmp, /var/tmp and /dev/shm (shim.Spec.Binds: bind mounts in the
+// command's own mount namespace), so no sandbox sees another's or the
+// host's files there. STATE/private is 0700: no command reaches another
+// sandbox's through the host's path. They live on the state directory's
+// disk, not in RAM (a /dev/shm file is a disk file's pages, reclaimable,
+// not pinned in host memory), survive park, resume and runnerd restarts,
+// and destroy removes them once no process of the sandbox is left. A
+// tmpfs per sandbox (its pages charged to the sandbox's memory cgroup)
+// would bound them by the memory limit, at the price of a host mount per
+// sandbox that outlives a runnerd stopped with sandboxes: not done.
+// One of the three that holds runnerd's state directory stays the host's
+// (its workspaces would vanish behind the private one): runnerd says so
+// at start.
 
 import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/shim"
 )
 
 // privateTmps are the sandbox's private directories: the subdirectory of
-// its tmpfs, and the path its commands see it at.
+// its private directory, and the path its commands see it at.
 var privateTmps = []shim.Bind{{Source: "tmp", Target: "/tmp"}, {Source: "var-tmp", Target: "/var/tmp"}, {Source: "shm", Target: "/dev/shm"}}
 
 // privateTargets returns privateTmps without those holding state (a
@@ -48,14 +46,13 @@ func privateTargets(state string) (kept []shim.Bind, shared []string) {
 	return kept, shared
 }
 
-// privateTmpDir is sb's private tmpfs mount point.
+// privateTmpDir is the directory holding sb's private directories.
 func (s *server) privateTmpDir(sb registry.Sandbox) string {
 	return filepath.Join(s.cfg.StateDir, "private", netID(sb.Name, sb.Incarnation))
 }
 
-// ensurePrivateTmp mounts sb's tmpfs (sized by its memory limit, when it
-// has one) unless it is mounted, and makes its subdirectories. Idempotent;
-// the caller holds sb's lock.
+// ensurePrivateTmp makes sb's private directories unless they exist.
+// Idempotent; the caller holds sb's lock.
 func (s *server) ensurePrivateTmp(sb registry.Sandbox) (string, error) {
 	dir := s.privateTmpDir(sb)
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
@@ -64,21 +61,8 @@ func (s *server) ensurePrivateTmp(sb registry.Sandbox) (string, error) {
 	if err := os.Chmod(filepath.Dir(dir), 0o700); err != nil {
 		return "", errUnavailable("create private tmp: %v", err)
 	}
-	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return "", errUnavailable("create private tmp: %v", err)
-	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return "", errUnavailable("private tmp: %v", err)
-	}
-	if st.Type != unix.TMPFS_MAGIC {
-		opts := "mode=0755"
-		if sb.Limits != nil && sb.Limits.MemoryBytes > 0 {
-			opts += ",size=" + strconv.FormatInt(sb.Limits.MemoryBytes, 10)
-		}
-		if err := unix.Mount("runner-tmp", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-			return "", errUnavailable("mount private tmp of sandbox %q: %v", sb.Name, err)
-		}
 	}
 	for _, b := range privateTmps {
 		p := filepath.Join(dir, b.Source)
@@ -92,20 +76,10 @@ func (s *server) ensurePrivateTmp(sb registry.Sandbox) (string, error) {
 	return dir, nil
 }
 
-// removePrivateTmp unmounts and removes sb's private tmpfs (absent is
-// success). It runs once no process of the sandbox is left.
+// removePrivateTmp removes sb's private directories (absent is success).
+// It runs once no process of the sandbox is left.
 func (s *server) removePrivateTmp(sb registry.Sandbox) error {
-	dir := s.privateTmpDir(sb)
-	for {
-		err := unix.Unmount(dir, unix.MNT_DETACH)
-		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
-			break // not (or no longer) a mount point
-		}
-		if err != nil {
-			return errUnavailable("unmount private tmp of sandbox %q: %v", sb.Name, err)
-		}
-	}
-	if err := os.RemoveAll(dir); err != nil {
+	if err := os.RemoveAll(s.privateTmpDir(sb)); err != nil {
 		return errUnavailable("remove private tmp of sandbox %q: %v", sb.Name, err)
 	}
 	return nil

@@ -159,9 +159,8 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (reg
 //  2. terminate every session and every process a session started
 //     (stopSandboxSessions, cfg.TerminateGrace): after it no process of
 //     the sandbox runs;
-//  3. unmount its private tmpfs (removePrivateTmp: its pages are charged
-//     to the cgroup), remove its cgroup (removeCgroup: kills anything
-//     left, the backstop),
+//  3. remove its private /tmp, /var/tmp, /dev/shm (removePrivateTmp),
+//     its cgroup (removeCgroup: kills anything left, the backstop),
 //     then tear down its network namespace (teardownNet): nothing is in
 //     either;
 //  4. remove each session's directory (journal included);
@@ -194,8 +193,7 @@ func (s *server) destroySandbox(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	// Before the cgroup: its tmpfs pages are charged there (privatetmp.go).
-	if err := s.removePrivateTmp(sb); err != nil {
+	if err := s.removePrivateTmp(sb); err != nil { // privatetmp.go
 		return err
 	}
 	if err := s.removeCgroup(ctx, name); err != nil { // limits.go
