@@ -6,8 +6,8 @@ package daemon
 // When runnerd runs as root, every sandbox is isolated by default
 // (--isolate all); under --isolate none only a contained one (with a
 // network policy) is. An isolated sandbox runs its commands with
-// shim.Spec.Isolate (no_new_privs, empty capability bounding, ambient and
-// inheritable sets) as an unprivileged user: the one it names, or else a
+// shim.Spec.Isolate (no_new_privs, empty ambient and inheritable sets, a
+// bounding set of CAP_NET_RAW alone) as an unprivileged user: the one it names, or else a
 // uid/gid of its own that the registry allocates with its record
 // (registry.Identity) from Config.IdentityFirst..IdentityLast and frees
 // with it. Its workspace belongs to that identity, mode 0700. Where
