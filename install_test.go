@@ -137,6 +137,11 @@ func TestInstalledShim(t *testing.T) {
 	}
 	bin := filepath.Join(root, "bin")
 	state := t.TempDir()
+	// As root the sandbox runs as a uid of its own (--isolate all), which
+	// must pass t.TempDir's parent (0700) to reach its workspace.
+	if err := os.Chmod(filepath.Dir(state), 0o711); err != nil {
+		t.Fatal(err)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -104,11 +104,11 @@ func TestConformanceNetworkPolicy(t *testing.T) {
 	lab := netlab.New(t) // skips, loudly, without root, netns or nf_tables
 	netState := t.TempDir()
 	t.Cleanup(func() { netlab.UnmountLeftovers(netState) }) // after d.stop: cleanups run last-in first-out
-	// --isolate all: the suite creates a sandbox and then sets its policy,
-	// which runnerd refuses for a sandbox whose commands run as root (the
-	// default for an uncontained sandbox); with every sandbox isolated, each
-	// has its own unprivileged identity from the start.
-	d := startDaemon(t, append(lab.RunnerdArgs(netState), "--isolate", "all")...)
+	// runnerd's default isolation (as root: every sandbox isolated, with
+	// its own identity and network namespace from the start), which the
+	// suite's create-then-set-policy needs: a policy on a sandbox whose
+	// commands run as root is refused.
+	d := startDaemon(t, lab.RunnerdArgs(netState)...)
 	t.Cleanup(d.stop)
 	fx := conformance.ShellFixtures()
 	fx.Probe = func(host string) adapter.Command {

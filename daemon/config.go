@@ -51,17 +51,24 @@ const (
 	NetPolicyOff = "off"
 )
 
-// Isolation modes (Config.Isolate).
+// Isolation modes (Config.Isolate). The default (empty) is IsolateAll
+// when runnerd runs as root and IsolateNone otherwise.
 const (
-	// IsolateContained gives every contained sandbox (one with a network
-	// policy) its own identity and no way back to privilege, when runnerd
-	// runs as root. Uncontained sandboxes run as their user, or as
-	// runnerd's: right where runnerd is the in-guest daemon of a VM that
-	// is itself the boundary.
-	IsolateContained = "contained"
-	// IsolateAll isolates every sandbox (multi-tenant hosts). It needs
-	// runnerd to run as root.
+	// IsolateAll isolates every sandbox: its commands run as a uid of its
+	// own with no way back to privilege, and (where network policies are
+	// enforced) in a network namespace of its own, whose egress is open
+	// but never to the host unless a policy narrows it. It needs runnerd
+	// to run as root. The default as root.
 	IsolateAll = "all"
+	// IsolateNone opts out, for a VM that is itself the boundary: a
+	// sandbox without a network policy runs as its user or as runnerd's
+	// (root: it reads runnerd's token, sees and signals every process,
+	// writes the host), on the host's network. A sandbox with a policy is
+	// still isolated, since root could undo the policy. The default where
+	// runnerd is not root.
+	IsolateNone = "none"
+	// IsolateContained is the former name of IsolateNone, still accepted.
+	IsolateContained = "contained"
 )
 
 // DefaultIdentityFirst and DefaultIdentityLast bound the uids (and gids)
@@ -186,7 +193,9 @@ type Config struct {
 	// runnerd's own. For tests, so they never modify the real host.
 	NetPolicyHostNetNS string
 
-	// Isolate is IsolateContained (the default when empty) or IsolateAll.
+	// Isolate is IsolateAll or IsolateNone (IsolateContained is read as
+	// IsolateNone); empty means IsolateAll when runnerd runs as root, else
+	// IsolateNone.
 	Isolate string
 	// IdentityFirst and IdentityLast bound the uids given to isolated
 	// sandboxes (gid = uid); both 0 means a range of 65,536 ids chosen for
@@ -226,7 +235,9 @@ type Config struct {
 
 // DefaultStateDir resolves the state directory the way the docs say:
 // $STATE_DIRECTORY (systemd), else $RUNNERD_STATE, else
-// $XDG_STATE_HOME/runnerd, else ~/.local/state/runnerd.
+// $XDG_STATE_HOME/runnerd, else, for root, RootStateDir (or
+// ~/.local/state/runnerd where an older runnerd left its registry there),
+// else ~/.local/state/runnerd.
 func DefaultStateDir() (string, error) {
 	if d := os.Getenv("STATE_DIRECTORY"); d != "" {
 		// systemd may pass several, colon-separated; the first is ours.
@@ -240,11 +251,25 @@ func DefaultStateDir() (string, error) {
 		return filepath.Join(d, "runnerd"), nil
 	}
 	home, err := os.UserHomeDir()
-	if err != nil {
+	if err != nil && os.Geteuid() != 0 {
 		return "", fmt.Errorf("find state directory: %w", err)
 	}
-	return filepath.Join(home, ".local", "state", "runnerd"), nil
+	legacy := filepath.Join(home, ".local", "state", "runnerd")
+	if os.Geteuid() == 0 {
+		// Root's home is 0700: an isolated sandbox's uid could not pass it
+		// to reach its workspace under STATE/sandboxes.
+		if _, err := os.Stat(filepath.Join(legacy, "registry.db")); home == "" || err != nil {
+			return RootStateDir, nil
+		}
+	}
+	return legacy, nil
 }
+
+// RootStateDir is the state directory of a root runnerd that is told none
+// (systemd's StateDirectory=runnerd names the same): every directory
+// above it is passable, as an isolated sandbox's way to its workspace
+// needs.
+const RootStateDir = "/var/lib/runnerd"
 
 // withDefaults returns cfg with every unset field filled.
 func (cfg Config) withDefaults() (Config, error) {
@@ -316,10 +341,15 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	switch cfg.Isolate {
 	case "":
-		cfg.Isolate = IsolateContained
-	case IsolateContained, IsolateAll:
+		cfg.Isolate = IsolateNone
+		if os.Geteuid() == 0 {
+			cfg.Isolate = IsolateAll
+		}
+	case IsolateContained:
+		cfg.Isolate = IsolateNone
+	case IsolateNone, IsolateAll:
 	default:
-		return cfg, fmt.Errorf("config: isolate %q: want %q or %q", cfg.Isolate, IsolateContained, IsolateAll)
+		return cfg, fmt.Errorf("config: isolate %q: want %q or %q", cfg.Isolate, IsolateAll, IsolateNone)
 	}
 	if cfg.IdentityFirst != 0 || cfg.IdentityLast != 0 { // unset: chosen by claimHost
 		if err := checkIdentityRange(cfg.IdentityFirst, cfg.IdentityLast); err != nil {

@@ -3,20 +3,25 @@ package daemon_test
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/agentrunner/runner/internal/testcap"
 	"github.com/agentrunner/runner/netpolicy/netlab"
 	"github.com/agentrunner/runner/wire"
 )
 
-// The hostile-command suite: from inside a contained sandbox created with
-// default settings (no user, allow: []), testdata/attack tries each escape
+// The hostile-command suite: from inside a sandbox created with no options
+// on a runnerd with its default isolation, testdata/attack tries each escape
 // through the API, as a command would, and must fail with the expected
 // errno. runnerd is the real binary, as root, with containment in a
 // netlab.Lab, so no real host network is touched.
@@ -58,12 +63,34 @@ func TestHostileCommand(t *testing.T) {
 	}
 
 	deny := &wire.Network{Allow: []string{}}
+	for _, port := range []int{7323, 8080} {
+		hostService(t, lab, port)
+	}
+	// A service on runnerd's own loopback (the real host's, where the
+	// test runs): a sandbox on the host network would reach it.
+	loop, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loop.Close()
+	go func() {
+		for {
+			c, err := loop.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
 	var hostile, victim wire.Sandbox
-	a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "hostile", Network: deny}, 200, &hostile)
-	a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "victim", Network: deny}, 200, &victim)
+	a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "hostile"}, 200, &hostile)
+	a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "victim"}, 200, &victim)
 	for _, sb := range []wire.Sandbox{hostile, victim} {
 		if !sb.Isolated || sb.UID == nil || sb.GID == nil || *sb.UID == 0 {
-			t.Fatalf("contained sandbox %s: isolated %v uid %v gid %v, want isolated with a uid of its own", sb.Name, sb.Isolated, sb.UID, sb.GID)
+			t.Fatalf("sandbox %s created with no options: isolated %v uid %v gid %v, want isolated with a uid of its own", sb.Name, sb.Isolated, sb.UID, sb.GID)
+		}
+		if sb.Network == nil || !slices.Equal(sb.Network.Allow, []string{"*", "0.0.0.0/0"}) {
+			t.Fatalf("sandbox %s created with no options: network %+v, want its own with open egress [* 0.0.0.0/0]", sb.Name, sb.Network)
 		}
 	}
 	if *hostile.UID == *victim.UID {
@@ -72,7 +99,7 @@ func TestHostileCommand(t *testing.T) {
 	uid := *hostile.UID
 
 	// The victim: a secret in its workspace and a running command.
-	a.run("victim", "sh", "-c", "echo secret > secret")
+	a.run("victim", "sh", "-c", "echo secret > secret; for d in /var/tmp /dev/shm; do echo secret > $d/victim-secret; chmod 644 $d/victim-secret; done")
 	victimCmd := a.spawn("victim", wire.CreateSession{ID: "victim-sleep", Argv: []string{"sleep", "600"}})
 	// The hostile sandbox's own running command, whose shim it attacks,
 	// and a second one of its own, to show the ptrace refusal is the uid
@@ -134,6 +161,26 @@ func TestHostileCommand(t *testing.T) {
 		{"kill -9 its shim", []string{"kill", strconv.Itoa(shimPID)}, "kill:EPERM"},
 		{"kill -9 another sandbox's command", []string{"kill", strconv.Itoa(victimCmd.PID)}, "kill:EPERM"},
 		{"mount", []string{"mount", hostile.Workspace}, "mount:EPERM"},
+		// Its /var/tmp and /dev/shm are its own (privatetmp.go); /tmp too,
+		// but not here: the test's state directory lies under /tmp, which
+		// runnerd then leaves shared (TestPrivateTmpTargets).
+		{"read another sandbox's /var/tmp", []string{"read", "/var/tmp/victim-secret"}, "open:ENOENT"},
+		{"read another sandbox's /dev/shm", []string{"read", "/dev/shm/victim-secret"}, "open:ENOENT"},
+		// Its loopback is its own: runnerd's (the host's) is not there.
+		{"reach the host's loopback service", []string{"dial", loop.Addr().String()}, "connect:ECONNREFUSED"},
+		// Open egress reaches the lab's host A, never the host: its
+		// gateway and uplink refuse (netpolicy's input rejects).
+		{"reach the outside", []string{"dial", netlab.A.String() + ":80"}, "ok"},
+	}
+	for _, ip := range hostAddrs(t, lab) {
+		for _, port := range []int{7323, 8080} {
+			addr := netip.AddrPortFrom(ip, uint16(port)).String()
+			cases = append(cases, struct {
+				name string
+				argv []string
+				want string
+			}{"reach the host service " + addr, []string{"dial", addr}, "connect:ECONNREFUSED"})
+		}
 	}
 	for _, c := range cases {
 		run(c.name, func(t *testing.T) {
@@ -183,29 +230,53 @@ func TestHostileCommand(t *testing.T) {
 		}
 	})
 
+	run("hostname is the sandbox's name", func(t *testing.T) {
+		host, _ := os.Hostname()
+		if got := a.run("hostile", "cat", "/proc/sys/kernel/hostname"); got != "hostile" {
+			t.Errorf("hostname inside: %q, want hostile (the host's is %q)", got, host)
+		}
+	})
+	run("private tmp is gone after destroy", func(t *testing.T) {
+		var sb wire.Sandbox
+		a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "shm"}, 200, &sb)
+		// 1 MiB in /dev/shm: in its own directory, never the host's.
+		a.run("shm", "sh", "-c", "head -c 1048576 /dev/zero > /dev/shm/left-behind")
+		if _, err := os.Stat("/dev/shm/left-behind"); !os.IsNotExist(err) {
+			t.Errorf("the host's /dev/shm/left-behind: %v, want absent", err)
+		}
+		dir := filepath.Join(state, "private", sb.Name+"-"+sb.Incarnation)
+		if fi, err := os.Stat(filepath.Join(dir, "shm", "left-behind")); err != nil || fi.Size() != 1<<20 {
+			t.Fatalf("the sandbox's /dev/shm file in %s: %v, %v; want 1 MiB", dir, fi, err)
+		}
+		a.must("DELETE", "/v1/sandboxes/shm", nil, 204, nil)
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("private tmp %s after destroy: %v, want gone", dir, err)
+		}
+	})
+	run("ping an allowed host", func(t *testing.T) {
+		// ICMP echo without CAP_NET_RAW: ping_group_range in its netns.
+		if _, err := exec.LookPath("ping"); err != nil {
+			testcap.Skip(t, "ping", "iputils-ping is not installed")
+		}
+		res := a.exec("hostile", wire.Exec{Argv: []string{"ping", "-c", "1", "-W", "5", netlab.A.String()}, TimeoutMS: 20000})
+		if res.Exit.Reason != wire.ExitExited || res.Exit.Code != 0 {
+			t.Errorf("ping %s: exit %+v stdout %q stderr %q, want exit 0", netlab.A, res.Exit, res.Stdout, res.Stderr)
+		}
+		a.putNetwork("hostile") // allow: []: the same ping is now refused
+		res = a.exec("hostile", wire.Exec{Argv: []string{"ping", "-c", "1", "-W", "2", netlab.A.String()}, TimeoutMS: 20000})
+		if res.Exit.Code == 0 {
+			t.Errorf("ping %s under allow []: exit %+v, want a failure", netlab.A, res.Exit)
+		}
+	})
+
 	run("root refused", func(t *testing.T) {
-		r := a.do("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "rooted", User: "root", Network: deny})
-		a.wantError(r, http.StatusBadRequest, wire.CodeInvalid)
-		if d := r.errBody(t).Detail; !strings.Contains(d, "omit user") {
-			t.Errorf("detail %q does not say how to get a contained sandbox", d)
-		}
-		a.wantError(a.do("GET", "/v1/sandboxes/rooted", nil), http.StatusNotFound, wire.CodeNotFound)
-		// A sandbox whose commands run as root cannot be given a policy.
-		var plain wire.Sandbox
-		a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "plain"}, 200, &plain)
-		if plain.Isolated || plain.UID != nil {
-			t.Fatalf("uncontained sandbox: isolated %v uid %v, want neither (--isolate contained)", plain.Isolated, plain.UID)
-		}
-		r = a.do("PUT", "/v1/sandboxes/plain/network", wire.Network{Allow: []string{}})
-		a.wantError(r, http.StatusBadRequest, wire.CodeInvalid)
-		// Its creator omitted user already: the advice is to create it
-		// with its policy (issue 25 item 5), not to omit user.
-		if d := r.errBody(t).Detail; !strings.Contains(d, "(root)") || !strings.Contains(d, "create it with its policy") || strings.Contains(d, "omit user") {
-			t.Errorf("detail %q does not say why and what to do", d)
-		}
-		a.must("GET", "/v1/sandboxes/plain", nil, 200, &plain)
-		if plain.Network != nil {
-			t.Errorf("refused PUT set network %+v", plain.Network)
+		for _, req := range []wire.CreateSandbox{{Name: "rooted", User: "root"}, {Name: "rooted", User: "root", Network: deny}} {
+			r := a.do("POST", "/v1/sandboxes", req)
+			a.wantError(r, http.StatusBadRequest, wire.CodeInvalid)
+			if d := r.errBody(t).Detail; !strings.Contains(d, "omit user") {
+				t.Errorf("detail %q does not say how to get a contained sandbox", d)
+			}
+			a.wantError(a.do("GET", "/v1/sandboxes/rooted", nil), http.StatusNotFound, wire.CodeNotFound)
 		}
 		// Naming an unprivileged user: kept, and isolated too.
 		var named wire.Sandbox
@@ -213,7 +284,7 @@ func TestHostileCommand(t *testing.T) {
 		if !named.Isolated || named.UID != nil {
 			t.Errorf("contained sandbox naming nobody: isolated %v uid %v, want isolated, no uid of its own", named.Isolated, named.UID)
 		}
-		if got := a.run("named", attack, "status"); !strings.HasPrefix(got, "uid=65534 euid=65534 ") || !strings.HasSuffix(got, "CapBnd=0000000000000000 CapAmb=0000000000000000 NoNewPrivs=1") {
+		if got := a.run("named", attack, "status"); !strings.HasPrefix(got, "uid=65534 euid=65534 ") || !strings.HasSuffix(got, "CapBnd="+keptBounding+" CapAmb=0000000000000000 NoNewPrivs=1") {
 			t.Errorf("status as nobody: %s", got)
 		}
 	})

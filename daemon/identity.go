@@ -3,21 +3,27 @@ package daemon
 // Identities and isolation: who a sandbox's commands run as, and the
 // permissions of runnerd's state that keep them out of it.
 //
-// When runnerd runs as root, an isolated sandbox (a contained one, or
-// every one under --isolate all) runs its commands with shim.Spec.Isolate
-// (no_new_privs, empty capability bounding, ambient and inheritable sets)
-// as an unprivileged user: the one it names, or else a uid/gid of its own
-// that the registry allocates with its record (registry.Identity) from
-// Config.IdentityFirst..IdentityLast and frees with it. Its workspace
-// belongs to that identity, mode 0700. Root is never the user of an
-// isolated sandbox: a create naming it, or a policy added to a sandbox
+// When runnerd runs as root, every sandbox is isolated by default
+// (--isolate all); under --isolate none only a contained one (with a
+// network policy) is. An isolated sandbox runs its commands with
+// shim.Spec.Isolate (no_new_privs, empty ambient and inheritable sets, a
+// bounding set of CAP_NET_RAW alone) as an unprivileged user: the one it names, or else a
+// uid/gid of its own that the registry allocates with its record
+// (registry.Identity) from Config.IdentityFirst..IdentityLast and frees
+// with it. Its workspace belongs to that identity, mode 0700. Where
+// network policies are enforced, an isolated sandbox created without one
+// gets a network namespace of its own anyway, with open egress
+// (openEgress): every name resolves and every address outside the host
+// and the pool is reachable, the host never is. Root is never the user of
+// an isolated sandbox: a create naming it, or a policy added to a sandbox
 // whose commands run as root, is refused (invalid), because root, even
 // without capabilities, owns root's files, and with them leaves any
 // namespace.
 //
 // Where runnerd is not root there are no identities: it cannot switch
 // users, and a contained sandbox cannot exist (netpolicy needs root);
-// --isolate all is refused at start.
+// --isolate all is refused at start, and the start log says what is not
+// isolated.
 
 import (
 	"errors"
@@ -28,7 +34,9 @@ import (
 	"strconv"
 
 	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/netpolicy"
 	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/wire"
 )
 
 // identities is the isolation policy of one runnerd, fixed at start.
@@ -62,18 +70,28 @@ func (s *server) initIdentities() error {
 	if s.cfg.Isolate == IsolateAll && !root {
 		return errors.New("config: --isolate all needs runnerd to run as root (each sandbox runs as its own uid)")
 	}
+	if shared := sharedTmps(s.cfg.StateDir); root && len(shared) > 0 {
+		s.log.Warn("the state directory lies under a directory isolated sandboxes would get a private copy of; that one stays shared with the host (its files are visible to every sandbox)", "shared", shared, "state", s.cfg.StateDir)
+	}
+	switch {
+	case !root:
+		s.log.Warn("runnerd is not root: sandboxes are not isolated from each other or from runnerd's user: they run as runnerd's uid, read its state and token, and see and signal its processes; network policies are refused (they need root). Run runnerd as root for isolation, or inside a VM that is the boundary")
+	case s.cfg.Isolate == IsolateNone:
+		s.log.Warn("--isolate none: a sandbox without a network policy runs as root (or its user) on the host network: it can read runnerd's token and state, see and signal every process, and write the host. Only for a VM that is itself the boundary")
+	}
 	s.ids = identities{
 		enabled: root,
 		all:     s.cfg.Isolate == IsolateAll,
 		pool:    registry.IdentityPool{First: s.cfg.IdentityFirst, Last: s.cfg.IdentityLast, Taken: hostUsesID},
 	}
 	if root {
-		// An isolated command chdirs into its workspace as its own uid
-		// (after the switch), so every directory above must let others
-		// pass. Say so now rather than at each spawn's refusal.
+		// An isolated command starts in its workspace whatever the
+		// directories above it allow (the shim opens it as root before the
+		// user switch), but reaches it by its absolute path only if every
+		// one lets others pass. Say so now.
 		for d := filepath.Dir(s.cfg.StateDir); ; d = filepath.Dir(d) {
 			if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
-				s.log.Warn("isolated sandboxes cannot reach their workspaces: a directory above the state directory is not passable by other users (chmod o+x)", "dir", d)
+				s.log.Warn("a directory above the state directory is not passable by other users (chmod o+x): isolated sandboxes start in their workspaces but cannot reach them by absolute path", "dir", d)
 				break
 			}
 			if d == filepath.Dir(d) {
@@ -92,6 +110,12 @@ func hostUsesID(id uint32) bool {
 	}
 	_, err := user.LookupGroupId(n)
 	return err == nil
+}
+
+// openEgress is the network of an isolated sandbox created without a
+// policy: its own namespace, open egress (netpolicy.OpenEgress).
+func openEgress() *wire.Network {
+	return &wire.Network{Allow: netpolicy.OpenEgress().Allow}
 }
 
 // isolating says whether a sandbox created now, contained or not, is

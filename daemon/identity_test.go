@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentrunner/runner/daemon"
 	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/internal/testcap"
 	"github.com/agentrunner/runner/netpolicy/netlab"
 	"github.com/agentrunner/runner/wire"
 )
@@ -159,11 +160,16 @@ func (a *api) run(sandbox string, argv ...string) string {
 }
 
 // isolatedStatus is what `attack status` prints for a command running as
-// uid (= gid) with no capabilities and no_new_privs.
+// uid (= gid) with no capabilities and no_new_privs (its bounding set
+// keeps CAP_NET_RAW alone, which no_new_privs keeps it from holding:
+// shim/exec.go, step 5).
 func isolatedStatus(uid uint32) string {
 	const zero = "0000000000000000"
-	return fmt.Sprintf("uid=%d euid=%d gid=%d Groups= CapInh=%s CapPrm=%s CapEff=%s CapBnd=%s CapAmb=%s NoNewPrivs=1", uid, uid, uid, zero, zero, zero, zero, zero)
+	return fmt.Sprintf("uid=%d euid=%d gid=%d Groups= CapInh=%s CapPrm=%s CapEff=%s CapBnd=%s CapAmb=%s NoNewPrivs=1", uid, uid, uid, zero, zero, zero, keptBounding, zero)
 }
+
+// keptBounding is CapBnd of an isolated command: CAP_NET_RAW only.
+const keptBounding = "0000000000002000"
 
 // ownerOf returns the uid, gid and mode of path.
 func ownerOf(t *testing.T, path string) (uid, gid uint32, mode os.FileMode) {
@@ -181,8 +187,7 @@ func ownerOf(t *testing.T, path string) (uid, gid uint32, mode os.FileMode) {
 // workspace 0700, the uid its commands run as, with no capabilities and
 // no_new_privs); one naming an unprivileged user keeps it, isolated; one
 // naming root is refused with a message that says how to get a contained
-// sandbox. Under the default (contained) an uncontained sandbox keeps
-// today's behaviour: it runs as runnerd's user.
+// sandbox.
 func TestIsolateAll(t *testing.T) {
 	attack := buildAttack(t)
 	first, last := testIdentityRange(4)
@@ -220,8 +225,8 @@ func TestIsolateAll(t *testing.T) {
 		t.Fatalf("named sandbox: isolated %v uid %v user %q, want isolated, no uid, user nobody", named.Isolated, named.UID, named.User)
 	}
 	const zero = "0000000000000000"
-	want := fmt.Sprintf("uid=65534 euid=65534 gid=65534 Groups= CapInh=%s CapPrm=%s CapEff=%s CapBnd=%s CapAmb=%s NoNewPrivs=1", zero, zero, zero, zero, zero)
-	if got := a.run("named", attack, "status"); !strings.HasPrefix(got, "uid=65534 euid=65534 ") || !strings.Contains(got, "CapBnd="+zero) || !strings.HasSuffix(got, "NoNewPrivs=1") {
+	want := fmt.Sprintf("uid=65534 euid=65534 gid=65534 Groups= CapInh=%s CapPrm=%s CapEff=%s CapBnd=%s CapAmb=%s NoNewPrivs=1", zero, zero, zero, keptBounding, zero)
+	if got := a.run("named", attack, "status"); !strings.HasPrefix(got, "uid=65534 euid=65534 ") || !strings.Contains(got, "CapBnd="+keptBounding) || !strings.HasSuffix(got, "NoNewPrivs=1") {
 		t.Errorf("status as nobody:\n got %s\nwant %s", got, want)
 	}
 
@@ -235,17 +240,108 @@ func TestIsolateAll(t *testing.T) {
 	a.wantError(a.do("GET", "/v1/sandboxes/rooted", nil), http.StatusNotFound, wire.CodeNotFound)
 }
 
-// TestIsolateContainedDefault: by default an uncontained sandbox keeps
-// today's behaviour (it runs as runnerd's user, root here) and shows no
-// identity.
-func TestIsolateContainedDefault(t *testing.T) {
-	a := startDaemonCfg(t, daemon.Config{StateDir: passableTempDir(t), Token: testToken, NetPolicy: daemon.NetPolicyOff})
-	sb := a.createSandbox("plain")
-	if sb.Isolated || sb.UID != nil {
-		t.Fatalf("uncontained sandbox: isolated %v uid %v, want neither", sb.Isolated, sb.UID)
+// TestIsolateNone: --isolate none (and its old name, contained) opts out:
+// a sandbox created with no options runs as runnerd's user (root here),
+// shows no identity and cannot be given a policy (root would undo it).
+func TestIsolateNone(t *testing.T) {
+	for _, mode := range []string{daemon.IsolateNone, daemon.IsolateContained} {
+		t.Run(mode, func(t *testing.T) {
+			a := startDaemonCfg(t, daemon.Config{StateDir: passableTempDir(t), Token: testToken, NetPolicy: daemon.NetPolicyOff, Isolate: mode})
+			sb := a.createSandbox("plain")
+			if sb.Isolated || sb.UID != nil || sb.Network != nil {
+				t.Fatalf("sandbox under --isolate %s: isolated %v uid %v network %+v, want none of them", mode, sb.Isolated, sb.UID, sb.Network)
+			}
+			if got := a.run("plain", "id", "-u"); got != strconv.Itoa(os.Geteuid()) {
+				t.Errorf("id -u: got %q, want runnerd's %d", got, os.Geteuid())
+			}
+		})
 	}
-	if got := a.run("plain", "id", "-u"); got != strconv.Itoa(os.Geteuid()) {
-		t.Errorf("id -u: got %q, want runnerd's %d", got, os.Geteuid())
+	t.Run("policy on a root sandbox refused", func(t *testing.T) {
+		lab := netlab.New(t)
+		netState := t.TempDir()
+		t.Cleanup(func() { netlab.UnmountLeftovers(netState) })
+		a, _ := startRunnerdProc(t, lab, passableTempDir(t), netState, "--isolate", "none")
+		var plain wire.Sandbox
+		a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "plain"}, 200, &plain)
+		if plain.Isolated || plain.UID != nil || plain.Network != nil {
+			t.Fatalf("sandbox under --isolate none: isolated %v uid %v network %+v, want none of them", plain.Isolated, plain.UID, plain.Network)
+		}
+		r := a.do("PUT", "/v1/sandboxes/plain/network", wire.Network{Allow: []string{}})
+		a.wantError(r, http.StatusBadRequest, wire.CodeInvalid)
+		// Its creator omitted user already: the advice is to create it
+		// with its policy (issue 25 item 5), not to omit user.
+		if d := r.errBody(t).Detail; !strings.Contains(d, "(root)") || !strings.Contains(d, "create it with its policy") || strings.Contains(d, "omit user") {
+			t.Errorf("detail %q does not say why and what to do", d)
+		}
+		a.must("GET", "/v1/sandboxes/plain", nil, 200, &plain)
+		if plain.Network != nil {
+			t.Errorf("refused PUT set network %+v", plain.Network)
+		}
+		// A sandbox created with a policy is still isolated.
+		var contained wire.Sandbox
+		a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "contained", Network: &wire.Network{Allow: []string{}}}, 200, &contained)
+		if !contained.Isolated || contained.UID == nil {
+			t.Errorf("contained sandbox under --isolate none: isolated %v uid %v, want isolated with a uid", contained.Isolated, contained.UID)
+		}
+	})
+}
+
+// TestIsolateDefault: a root runnerd told nothing isolates every sandbox
+// (no options: a uid of its own), and a state directory whose parents
+// runnerd creates is reachable by that uid (they are made 0755, not 0700
+// as ~/.local/state was), so the command starts in its workspace.
+func TestIsolateDefault(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testcap.Skip(t, "root", "the default isolation applies to a root runnerd")
+	}
+	attack := buildAttack(t)
+	first, last := testIdentityRange(2)
+	state := filepath.Join(passableTempDir(t), "home", ".local", "state", "runnerd")
+	a := startDaemonCfg(t, daemon.Config{StateDir: state, Token: testToken, NetPolicy: daemon.NetPolicyOff,
+		IdentityFirst: first, IdentityLast: last})
+	sb := a.createSandbox("plain")
+	if !sb.Isolated || sb.UID == nil || *sb.UID != first {
+		t.Fatalf("sandbox with no options: isolated %v uid %v, want isolated uid %d", sb.Isolated, sb.UID, first)
+	}
+	if got := a.run("plain", attack, "status"); got != isolatedStatus(first) {
+		t.Errorf("status:\n got %s\nwant %s", got, isolatedStatus(first))
+	}
+	if got := a.run("plain", "pwd"); got != sb.Workspace {
+		t.Errorf("pwd: %q, want its workspace %s", got, sb.Workspace)
+	}
+	for d := filepath.Dir(state); d != filepath.Dir(filepath.Dir(filepath.Dir(filepath.Dir(state)))); d = filepath.Dir(d) {
+		if _, _, mode := ownerOf(t, d); mode != os.ModeDir|0o755 {
+			t.Errorf("%s: mode %v, want drwxr-xr-x (made by runnerd, holding nothing of its own)", d, mode)
+		}
+	}
+}
+
+// TestDefaultStateDirRoot: as root with nothing in the environment the
+// state goes to /var/lib/runnerd (root's home is 0700, a dead end for an
+// isolated sandbox's uid), unless an older runnerd's registry is in
+// ~/.local/state/runnerd, which is kept.
+func TestDefaultStateDirRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testcap.Skip(t, "root", "the root default is only taken as root")
+	}
+	home := t.TempDir()
+	for _, k := range []string{"STATE_DIRECTORY", daemon.EnvState, "XDG_STATE_HOME"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+	t.Setenv("HOME", home)
+	if got, err := daemon.DefaultStateDir(); err != nil || got != daemon.RootStateDir {
+		t.Errorf("DefaultStateDir: %q, %v; want %s", got, err, daemon.RootStateDir)
+	}
+	legacy := filepath.Join(home, ".local", "state", "runnerd")
+	if err := os.MkdirAll(legacy, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(legacy, "registry.db"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := daemon.DefaultStateDir(); err != nil || got != legacy {
+		t.Errorf("DefaultStateDir with an older runnerd's registry: %q, %v; want %s", got, err, legacy)
 	}
 }
 

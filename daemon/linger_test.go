@@ -98,6 +98,7 @@ func TestNetworkRefusedWithLeftovers(t *testing.T) {
 		StateDir: passableTempDir(t), Token: testToken,
 		NetPolicyState: netState, NetPolicyPool: netlab.Pool, NetPolicyHostNetNS: lab.HostNetNS,
 		DNSUpstream: []netip.AddrPort{netip.AddrPortFrom(netlab.C, 53)},
+		Isolate:     daemon.IsolateNone, // only there is a sandbox without a policy on the host network
 	})
 	// An unprivileged user: a policy is never added to a sandbox whose
 	// commands run as root (TestHostileCommand).

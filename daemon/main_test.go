@@ -268,6 +268,36 @@ func startDaemonIn(t *testing.T, state, token string) *api {
 	return startDaemonCfg(t, daemon.Config{StateDir: state, Token: token, NetPolicy: daemon.NetPolicyOff})
 }
 
+// passableState lets other uids pass the directory above a test's state
+// directory: as root every sandbox runs as a uid of its own (the default
+// --isolate all), which must pass it to reach its workspace, and
+// t.TempDir's parent is 0700 (as root's home is, which is why a root
+// runnerd's default state is /var/lib/runnerd). Only a test's own
+// temporary directories are touched.
+func passableState(t *testing.T, state string) {
+	t.Helper()
+	parent := filepath.Dir(state)
+	if os.Geteuid() != 0 || !strings.HasPrefix(parent, os.TempDir()+"/") {
+		return
+	}
+
+	if err := os.Chmod(parent, 0o711); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+}
+
+// sharedTempDir is a t.TempDir the commands of isolated sandboxes (other
+// uids) may write, for markers a test reads.
+func sharedTempDir(t *testing.T) string {
+	t.Helper()
+	d := t.TempDir()
+	passableState(t, d)
+	if err := os.Chmod(d, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 // startDaemonCfg runs daemon.Run with cfg plus the test defaults.
 func startDaemonCfg(t *testing.T, cfg daemon.Config) *api {
 	t.Helper()
@@ -281,6 +311,7 @@ func startDaemonCfg(t *testing.T, cfg daemon.Config) *api {
 func startDaemonStoppable(t *testing.T, cfg daemon.Config) (*api, func()) {
 	t.Helper()
 	state, token := cfg.StateDir, cfg.Token
+	passableState(t, state)
 	if cfg.CgroupRoot == "" {
 		// Its own, so daemons of different tests never share a sandbox's
 		// cgroup; removed after the daemon (cleanups run in reverse).

@@ -59,7 +59,11 @@ func buildProbe(t *testing.T) string {
 func startNetRunnerd(t *testing.T, lab *netlab.Lab, state, netState string) (a *api, stop func()) {
 	t.Helper()
 	sock := filepath.Join(state, "runnerd.sock")
-	cmd := exec.Command(runnerdBin, append([]string{"--state", state, "--listen", "none", "--socket", sock, "--cgroup-root", testCgroupRoot(t)},
+	// --isolate none: TestNetworkPolicy moves a host-network sandbox into
+	// a namespace, and only under none does a sandbox created without a
+	// policy use the host network (its contained sandboxes are isolated
+	// all the same). The default's own network is TestHostileCommand's.
+	cmd := exec.Command(runnerdBin, append([]string{"--state", state, "--listen", "none", "--socket", sock, "--cgroup-root", testCgroupRoot(t), "--isolate", "none"},
 		lab.RunnerdArgs(netState)...)...)
 	cmd.Env = append(os.Environ(), "RUNNERD_TOKEN="+testToken)
 	lw := &logWriter{t: t}
@@ -384,6 +388,7 @@ func TestNetworkPolicyEscapeKilled(t *testing.T) {
 		NetPolicyState: netState, NetPolicyPool: netlab.Pool, NetPolicyHostNetNS: lab.HostNetNS,
 		DNSUpstream: []netip.AddrPort{netip.AddrPortFrom(netlab.C, 53)},
 		ShimCommand: []string{"/bin/sh", "-c", lying, runnerdBin},
+		Isolate:     daemon.IsolateNone, // "plain" on the host network
 	})
 	// The wrapper itself works: a host-network sandbox runs normally.
 	a.createSandbox("plain")

@@ -17,6 +17,6 @@ func TestRecreateWithoutUser(t *testing.T) {
 	if again.Incarnation != first.Incarnation || again.User != "nobody" {
 		t.Fatalf("re-create by name: got %+v, want the sandbox as it is (%+v)", again, first)
 	}
-	r := a.do("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "box", User: "root"})
+	r := a.do("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "box", User: "daemon"})
 	a.wantError(r, 409, wire.CodeInvalid)
 }

@@ -32,6 +32,7 @@ func startProcess(t *testing.T, state string, extra ...string) (*api, *proc) {
 // prlimit ... --), which must exec it in its own process.
 func startProcessWrapped(t *testing.T, state string, wrapper []string, extra ...string) (*api, *proc) {
 	t.Helper()
+	passableState(t, state)
 	sock := filepath.Join(state, "runnerd.sock")
 	args := []string{"--state", state, "--listen", "none", "--socket", sock, "--netpolicy", "off"}
 	if !slices.Contains(extra, "--cgroup-root") {

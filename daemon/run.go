@@ -44,6 +44,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	} else {
 		log.Info("descriptor limit", "soft", lim.Cur, "hard", lim.Max)
 	}
+	// The directories above the state directory that runnerd creates hold
+	// nothing of its own: 0755, so an isolated sandbox's uid can pass them
+	// on its way to its workspace (MkdirAll with 0700 made ~/.local/state
+	// a dead end).
+	if err := os.MkdirAll(filepath.Dir(cfg.StateDir), 0o755); err != nil {
+		return fmt.Errorf("create state directory: %w", err)
+	}
 	for _, d := range []string{cfg.StateDir, filepath.Join(cfg.StateDir, "sandboxes"), filepath.Join(cfg.StateDir, "s")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("create state directory: %w", err)
@@ -125,6 +132,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}()
 	}
 	s.startNetPolicy(ctx)
+	if s.net == nil && s.ids.all {
+		log.Warn("network policy is not enforced here, so isolated sandboxes get no network namespace of their own: they run as their own uid on the host's network and can reach its loopback services")
+	}
 	if s.net != nil {
 		// Sandboxes stay contained: Close stops only the resolvers.
 		defer s.net.Close()

@@ -83,6 +83,12 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (_ r
 	if err != nil {
 		return registry.Sandbox{}, err
 	}
+	asked := network != nil
+	if !asked && isolated && s.net != nil {
+		// Isolated means its own network too: open egress, never the host
+		// or another sandbox (identity.go).
+		network = openEgress()
+	}
 	unlock := s.locks.Lock(req.Name)
 	defer unlock()
 	ws := s.workspace(req.Name)
@@ -126,13 +132,13 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (_ r
 	// A create that asks for containment never gets a sandbox contained
 	// less (or differently) than asked; one that does not ask gets the
 	// sandbox as it is.
-	if !created && network != nil && !sameNetwork(sb.Network, network) {
+	if !created && asked && !sameNetwork(sb.Network, network) {
 		return sb, errConflict("%s: sandbox %q exists with a different network policy (change it with PUT /v1/sandboxes/%s/network)", wire.DetailConflict, sb.Name, sb.Name)
 	}
 	if err := s.createCgroup(sb, created, req.Limits != nil, limits); err != nil { // limits.go
 		return sb, err
 	}
-	if sb.Network != nil && (created || network != nil) {
+	if sb.Network != nil && (created || asked) {
 		// Contained before create returns, so no command can run outside.
 		// The namespace outlives this request: a client that goes away
 		// must not cancel its setup half-way. Bound it instead.
@@ -170,7 +176,8 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (_ r
 //  2. terminate every session and every process a session started
 //     (stopSandboxSessions, cfg.TerminateGrace): after it no process of
 //     the sandbox runs;
-//  3. remove its cgroup (removeCgroup: kills anything left, the backstop),
+//  3. remove its private /tmp, /var/tmp, /dev/shm (removePrivateTmp),
+//     its cgroup (removeCgroup: kills anything left, the backstop),
 //     then tear down its network namespace (teardownNet): nothing is in
 //     either;
 //  4. remove each session's directory (journal included);
@@ -201,6 +208,9 @@ func (s *server) destroySandbox(ctx context.Context, name string) error {
 	}
 	sessions, err := s.stopSandboxSessions(ctx, name, s.cfg.TerminateGrace)
 	if err != nil {
+		return err
+	}
+	if err := s.removePrivateTmp(sb); err != nil { // privatetmp.go
 		return err
 	}
 	if err := s.removeCgroup(ctx, name); err != nil { // limits.go

@@ -122,6 +122,12 @@ func (s *server) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolic
 		return shim.Spec{}, err
 	}
 	var err error
+	if spec.Binds, err = s.privateBinds(sb); err != nil { // privatetmp.go
+		return shim.Spec{}, err
+	}
+	if s.ids.enabled && s.isolated(sb) {
+		spec.Hostname = sb.Name // its own UTS namespace: the host's name is not its business
+	}
 	if spec.Cgroups, err = s.sessionCgroups(sb, ss); err != nil { // limits.go
 		return shim.Spec{}, err
 	}

@@ -31,7 +31,7 @@ func slowShimDaemon(t *testing.T, delay string) *api {
 func TestSpawnUncertainKeepsRecord(t *testing.T) {
 	a := slowShimDaemon(t, "1.5")
 	a.createSandbox("slow")
-	marker := filepath.Join(t.TempDir(), "marker")
+	marker := filepath.Join(sharedTempDir(t), "marker")
 	req := wire.CreateSession{ID: "u1", Argv: []string{"sh", "-c", "echo x >> " + marker + "; exec sleep 30"}}
 	r := a.do("POST", "/v1/sandboxes/slow/sessions", req)
 	a.wantError(r, http.StatusServiceUnavailable, wire.CodeUnavailable)
@@ -65,7 +65,7 @@ func waitFile(t *testing.T, path string) {
 func TestStartingSessionResolves(t *testing.T) {
 	a := slowShimDaemon(t, "2")
 	a.createSandbox("slow")
-	marker := filepath.Join(t.TempDir(), "marker")
+	marker := filepath.Join(sharedTempDir(t), "marker")
 	req := wire.CreateSession{ID: "u2", Argv: []string{"sh", "-c", "echo x >> " + marker + "; exec sleep 30"}}
 	a.wantError(a.do("POST", "/v1/sandboxes/slow/sessions", req), http.StatusServiceUnavailable, wire.CodeUnavailable)
 	a.wantError(a.do("DELETE", "/v1/sandboxes/slow", nil), http.StatusServiceUnavailable, wire.CodeUnavailable)

@@ -39,7 +39,9 @@ func TestWorkspacePrivate(t *testing.T) {
 			t.Errorf("%s: workspace mode %v, want 0700", tc.name, perm)
 		}
 		wantUID := os.Geteuid()
-		if tc.user != "" {
+		if sb.UID != nil { // isolated (the default as root): its own identity
+			wantUID = int(*sb.UID)
+		} else if tc.user != "" {
 			u, err := user.Lookup(tc.user)
 			if err != nil {
 				t.Fatal(err)

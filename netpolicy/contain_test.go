@@ -278,7 +278,7 @@ func TestRevocationKeepsAllowedFlows(t *testing.T) {
 // TestAdmittedAddressTimeoutKeepsFlows documents what happens when a
 // resolver-admitted address's set element times out: new connections to
 // it are refused until the name is resolved again, and established flows
-// to it are kept (the name is still allowed; see docs/netpolicy.md).
+// to it are kept (the name is still allowed; see docs/isolation.md).
 func TestAdmittedAddressTimeoutKeepsFlows(t *testing.T) {
 	l := newLab(t)
 	m := newManager(t, l)

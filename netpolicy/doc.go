@@ -34,5 +34,5 @@
 //   - Containment assumes the command is not host root: a process with
 //     CAP_SYS_ADMIN in the host's user namespace can setns out.
 //
-// See docs/netpolicy.md for the design and threat model.
+// See docs/isolation.md for the design and threat model.
 package netpolicy

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -114,7 +115,29 @@ func (m *Manager) ensureLinks(n sbNames, nsPath string, gw, addr netip.Addr) err
 	if err := sbH.RouteReplace(route); err != nil {
 		return fmt.Errorf("add sandbox default route: %w", err)
 	}
-	return nil
+	return enablePing(sbNS)
+}
+
+// pingGroupRange lets every group open ICMP echo sockets (SOCK_DGRAM,
+// IPPROTO_ICMP): ping without CAP_NET_RAW, which a sandbox's commands
+// never hold. A new network namespace starts at "1 0" (nobody). The
+// socket can send echo requests only (the kernel builds the header), so
+// it opens nothing the sandbox's rules do not already judge.
+const pingGroupRange = "0\t2147483647"
+
+// enablePing sets net.ipv4.ping_group_range in ns (a per-namespace sysctl:
+// /proc/sys/net is the namespace of the thread that opens it).
+func enablePing(ns netns.NsHandle) error {
+	return inNetNS(ns, func() error {
+		const p = "/proc/sys/net/ipv4/ping_group_range"
+		if b, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(b)) == pingGroupRange {
+			return nil
+		}
+		if err := os.WriteFile(p, []byte(pingGroupRange+"\n"), 0o644); err != nil {
+			return fmt.Errorf("set sandbox ping_group_range: %w", err)
+		}
+		return nil
+	})
 }
 
 // replaceOnlyAddr makes a the link's only IPv4 address (in a /30).

@@ -32,6 +32,12 @@ type Policy struct {
 // left unenforced; hostnames count too, so the bound is one number.
 const MaxEntries = 4096
 
+// OpenEgress is the policy of a sandbox whose egress is open: every name
+// resolves and every IPv4 destination outside the host and the pool is
+// reachable. The host (every address of it) and other sandboxes stay
+// unreachable whatever a policy says.
+func OpenEgress() Policy { return Policy{Allow: []string{"*", "0.0.0.0/0"}} }
+
 // ErrInvalidPolicy is returned (wrapped) by SetPolicy and ParsePolicy when
 // an allowlist entry is malformed or names something the package does not
 // enforce.
@@ -43,6 +49,7 @@ type parsedPolicy struct {
 	prefixes []netip.Prefix // static addresses and CIDRs (masked, IPv4)
 	names    map[string]bool
 	wild     []string // suffixes, each starting with "." ("*.a.b" -> ".a.b")
+	allNames bool     // "*": every name
 }
 
 // ParsePolicy validates p and returns it normalized: entries lowercased,
@@ -66,6 +73,9 @@ func parsePolicy(p Policy) (*parsedPolicy, error) {
 		}
 		var norm string
 		switch {
+		case e == "*":
+			pp.allNames = true
+			norm = e
 		case strings.Contains(e, "/"):
 			pfx, err := netip.ParsePrefix(e)
 			if err != nil {
@@ -152,7 +162,7 @@ func (pp *parsedPolicy) allowsName(q string) bool {
 	if pp == nil {
 		return false
 	}
-	if pp.names[q] {
+	if pp.names[q] || pp.allNames {
 		return true
 	}
 	for _, s := range pp.wild {
@@ -166,6 +176,12 @@ func (pp *parsedPolicy) allowsName(q string) bool {
 // namesSubsetOf reports whether every name entry of pp is also in other,
 // i.e. changing from pp to other revokes no name.
 func (pp *parsedPolicy) namesSubsetOf(other *parsedPolicy) bool {
+	if other.allNames {
+		return true
+	}
+	if pp.allNames {
+		return false
+	}
 	for n := range pp.names {
 		if !other.names[n] {
 			return false

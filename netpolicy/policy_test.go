@@ -38,7 +38,8 @@ func TestParsePolicy(t *testing.T) {
 		{name: "space inside", in: []string{"exa mple.com"}, wantErr: true},
 		{name: "leading hyphen", in: []string{"-bad.com"}, wantErr: true},
 		{name: "empty label", in: []string{"a..com"}, wantErr: true},
-		{name: "bare wildcard", in: []string{"*"}, wantErr: true},
+		{name: "every name", in: []string{" * ", "0.0.0.0/0", "*"}, want: []string{"*", "0.0.0.0/0"}},
+		{name: "wildcard of the root", in: []string{"*."}, wantErr: true},
 		{name: "inner wildcard", in: []string{"a.*.com"}, wantErr: true},
 		{name: "numeric tld is not a name", in: []string{"1.2.3"}, wantErr: true},
 		{name: "one bad entry rejects all", in: []string{"ok.test", "bad..test"}, wantErr: true},
@@ -85,6 +86,19 @@ func TestAllowsName(t *testing.T) {
 	var none *parsedPolicy
 	if none.allowsName("a.test") {
 		t.Errorf("nil policy admits a name")
+	}
+	open, err := parsePolicy(OpenEgress())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"a.test", "example.com", "x.y.z"} {
+		if !open.allowsName(q) {
+			t.Errorf("OpenEgress: allowsName(%q) false, want true", q)
+		}
+	}
+	// Narrowing from every name revokes names; widening to it does not.
+	if open.namesSubsetOf(pp) || !pp.namesSubsetOf(open) {
+		t.Errorf("namesSubsetOf: open⊆pp %v, pp⊆open %v; want false, true", open.namesSubsetOf(pp), pp.namesSubsetOf(open))
 	}
 }
 

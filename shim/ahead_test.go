@@ -91,7 +91,7 @@ func TestAheadHelperRunsCommand(t *testing.T) {
 		}
 		out := stdoutOf(t, dir)
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		want := []string{"NoNewPrivs:\t1", "CapBnd:\t0000000000000000", "Seccomp:\t2", "Uid:\t65534\t65534\t65534\t65534", fmt.Sprintf("netns %d", ino)}
+		want := []string{"NoNewPrivs:\t1", "CapBnd:\t" + keptBoundingHex, "Seccomp:\t2", "Uid:\t65534\t65534\t65534\t65534", fmt.Sprintf("netns %d", ino)}
 		for _, c := range cgs {
 			want = append(want, c.Line)
 		}

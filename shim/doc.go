@@ -56,11 +56,13 @@
 //     capability bounding set, setgroups/setgid/setuid, ambient and
 //     inheritable capabilities, no_new_privs, chdir) is listed once, in
 //     one order, and done at the fork or in the nsexec helper; an
-//     ordinary session (no Cgroups v1, ResolvConf or Isolate) takes the
+//     ordinary session (no Cgroups v1, ResolvConf, Binds or Isolate) takes the
 //     direct path. The shim itself is never in a command's cgroups.
 //   - Isolate: a command of an Isolate spec runs as a user that is not
-//     root, with no_new_privs and empty bounding, ambient and inheritable
-//     sets, so no setuid binary or file capability lifts it back up.
+//     root, with no_new_privs, empty ambient and inheritable sets and a
+//     bounding set of CAP_NET_RAW alone (so a binary with that file
+//     capability, ping, can exec; no_new_privs keeps it from gaining it),
+//     so no setuid binary or file capability lifts it back up.
 //
 // Files, by side and role: launch.go is the launcher (what runnerd calls:
 // Start and the readiness line); main.go the shim process's own entry

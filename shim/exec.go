@@ -28,10 +28,20 @@ import (
 //     cgroup.procs as its first act, before it runs anything else of the
 //     command's setup, let alone the command;
 //  4. mount namespace: unshare, make every mount a slave, bind
-//     Spec.ResolvConf read-only over /etc/resolv.conf (nsexec.go);
-//  5. capability bounding set emptied (Spec.Isolate): PR_CAPBSET_DROP
-//     needs CAP_SETPCAP, which the uid change below takes away, so it
-//     comes first, as in runc;
+//     Spec.ResolvConf read-only over /etc/resolv.conf (nsexec.go), then
+//     Spec.Binds (a sandbox's private /tmp, /var/tmp, /dev/shm; unsharing
+//     here when there was no resolv.conf), all as root, before the user
+//     switch;
+//  4b. UTS namespace (Spec.Hostname): unshare, sethostname, as root;
+//  5. capability bounding set emptied but for CAP_NET_RAW (Spec.Isolate):
+//     PR_CAPBSET_DROP needs CAP_SETPCAP, which the uid change below takes
+//     away, so it comes first, as in runc. CAP_NET_RAW stays in the
+//     bounding set only so that execve(2) of a binary with that file
+//     capability (Debian's ping: cap_net_raw=ep) is not refused EPERM
+//     (the kernel refuses an effective file capability the bounding set
+//     cannot grant); no_new_privs (step 8) means the exec never grants
+//     it, so the command's permitted and effective sets stay empty and
+//     ping falls back to the ICMP echo socket ping_group_range allows;
 //  6. credentials (Spec.User): setgroups, setgid, setuid, in that order
 //     (each later call needs the privilege the earlier ones keep);
 //  7. ambient and inheritable capabilities cleared (Spec.Isolate): setuid
@@ -40,7 +50,12 @@ import (
 //  8. no_new_privs (Spec.Isolate), last of the privilege steps: from here
 //     execve(2) of a setuid binary or one with file capabilities gains
 //     nothing;
-//  9. chdir(Spec.Dir), as the user, as exec.Cmd does;
+//  9. chdir(Spec.Dir), as the user, as exec.Cmd does; in the helper the
+//     directory is opened (O_PATH) as root just before the user switch
+//     and entered with fchdir(2) after it, so only the directory itself
+//     must let the user in, not every directory above it (a sandbox's
+//     uid reaches its own workspace under a state directory whose parent,
+//     such as root's home or a test's temporary directory, is 0700);
 //  10. seccomp filter (Spec.Isolate): Docker's default profile (package
 //     seccomp), last before the execve because it needs no_new_privs and
 //     denies the mount and unshare calls of the steps above;
@@ -101,12 +116,18 @@ type execPlan struct {
 
 	CgroupsV1  []string    `json:"cgroups_v1,omitempty"`
 	ResolvConf string      `json:"resolv_conf,omitempty"`
+	Binds      []Bind      `json:"binds,omitempty"`
+	Hostname   string      `json:"hostname,omitempty"`
 	Isolate    bool        `json:"isolate,omitempty"`
 	Cred       *nsexecCred `json:"cred,omitempty"` // nil keeps the shim's own
 	Dir        string      `json:"dir,omitempty"`
 	Path       string      `json:"path"` // as looked up by the shim
 	Argv       []string    `json:"argv"`
 	Env        []string    `json:"env"`
+
+	// dirFD is Dir opened (O_PATH) by the helper as root before the user
+	// switch, for enterDir; 0: not opened.
+	dirFD int
 }
 
 type nsexecCred struct {
@@ -160,9 +181,20 @@ var execSteps = []execStep{
 	{name: "mount resolv.conf", phase: PhaseSetup,
 		active: func(p *execPlan) bool { return p.ResolvConf != "" },
 		helper: mountResolvConf},
+	{name: "bind directories", phase: PhaseSetup,
+		active: func(p *execPlan) bool { return len(p.Binds) > 0 },
+		helper: bindDirs},
+	{name: "set hostname", phase: PhaseSetup,
+		active: func(p *execPlan) bool { return p.Hostname != "" },
+		helper: setHostname},
 	{name: "empty the capability bounding set", phase: PhaseSetup,
 		active: func(p *execPlan) bool { return p.Isolate },
 		helper: dropBoundingSet},
+	{name: "open the working directory", phase: PhaseExec,
+		active: func(p *execPlan) bool { return p.Dir != "" && p.Cred != nil },
+		// At the fork exec.Cmd chdirs after the user switch, as before.
+		fork:   func(*execPlan, *forkSetup) error { return nil },
+		helper: openDir},
 	{name: "switch user", phase: PhaseSetup,
 		active: func(p *execPlan) bool { return p.Cred != nil },
 		fork: func(p *execPlan, f *forkSetup) error {
@@ -181,7 +213,7 @@ var execSteps = []execStep{
 	{name: "chdir", phase: PhaseExec,
 		active: func(p *execPlan) bool { return p.Dir != "" },
 		fork:   func(p *execPlan, f *forkSetup) error { f.cmd.Dir = p.Dir; return nil },
-		helper: func(p *execPlan) (string, error) { return "chdir " + p.Dir, unix.Chdir(p.Dir) }},
+		helper: enterDir},
 	{name: "load the seccomp filter", phase: PhaseSetup,
 		active: func(p *execPlan) bool { return p.Isolate },
 		helper: loadSeccomp},
@@ -190,7 +222,7 @@ var execSteps = []execStep{
 // newExecPlan resolves cmd (as server.start built it, Credential and Dir
 // included) and spec into a plan.
 func newExecPlan(cmd *exec.Cmd, spec Spec) (*execPlan, error) {
-	p := &execPlan{NetNS: spec.NetNS, ResolvConf: spec.ResolvConf, Isolate: spec.Isolate,
+	p := &execPlan{NetNS: spec.NetNS, ResolvConf: spec.ResolvConf, Binds: spec.Binds, Hostname: spec.Hostname, Isolate: spec.Isolate,
 		Dir: cmd.Dir} // Path, Argv and Env only for the helper (startNsexec)
 	if c := cmd.SysProcAttr.Credential; c != nil {
 		p.Cred = &nsexecCred{UID: c.Uid, GID: c.Gid, Groups: c.Groups}
@@ -231,7 +263,7 @@ func (p *execPlan) needsHelper() bool {
 // (what startCommand decides, without the command): a cgroup that is not
 // v2 counts, one that cannot be read does not.
 func (spec Spec) needsHelper() bool {
-	p := &execPlan{ResolvConf: spec.ResolvConf, Isolate: spec.Isolate}
+	p := &execPlan{ResolvConf: spec.ResolvConf, Binds: spec.Binds, Hostname: spec.Hostname, Isolate: spec.Isolate}
 	for _, dir := range spec.Cgroups {
 		if v2, err := cgroupKind(dir); err == nil && !v2 {
 			p.CgroupsV1 = append(p.CgroupsV1, dir)
@@ -357,10 +389,17 @@ func enterNetNS(p *execPlan) (string, error) {
 	return "", nil
 }
 
+// keptBounding is the bounding set an Isolate command keeps (step 5):
+// CAP_NET_RAW alone, which no_new_privs keeps it from ever holding.
+const keptBounding = 1 << unix.CAP_NET_RAW
+
 func dropBoundingSet(*execPlan) (string, error) {
 	// Every capability the kernel knows: PR_CAPBSET_DROP answers EINVAL
 	// past the last one (as libcap's cap_drop_bound loop relies on).
 	for c := 0; c < 64; c++ {
+		if keptBounding&(1<<c) != 0 {
+			continue
+		}
 		err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0)
 		if errors.Is(err, unix.EINVAL) {
 			return "", nil
@@ -369,6 +408,17 @@ func dropBoundingSet(*execPlan) (string, error) {
 			return fmt.Sprintf("nsexec: drop capability %d from the bounding set", c), err
 		}
 	}
+	return "", nil
+}
+
+// openDir is the helper's first half of step 9: Dir opened as root
+// (O_PATH: no permission on the directory itself is used), for enterDir.
+func openDir(p *execPlan) (string, error) {
+	fd, err := unix.Open(p.Dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "chdir " + p.Dir, err // as the chdir itself would report it
+	}
+	p.dirFD = fd
 	return "", nil
 }
 
@@ -388,6 +438,16 @@ func switchUser(p *execPlan) (string, error) {
 		return "nsexec: setuid", err
 	}
 	return "", nil
+}
+
+// enterDir is the helper's chdir step: fchdir(2) into the directory
+// switchUser opened before the switch (its own search permission is
+// checked, as the user, and nothing above it), else chdir(2).
+func enterDir(p *execPlan) (string, error) {
+	if p.dirFD > 0 {
+		return "chdir " + p.Dir, unix.Fchdir(p.dirFD)
+	}
+	return "chdir " + p.Dir, unix.Chdir(p.Dir)
 }
 
 func clearCaps(*execPlan) (string, error) {

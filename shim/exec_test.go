@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -36,8 +37,8 @@ func TestExecStepOrder(t *testing.T) {
 		}
 	}
 	want := []string{
-		"join cgroup v2", "enter network namespace", "join cgroups v1", "mount resolv.conf",
-		"empty the capability bounding set", "switch user", "clear ambient and inheritable capabilities",
+		"join cgroup v2", "enter network namespace", "join cgroups v1", "mount resolv.conf", "bind directories", "set hostname",
+		"empty the capability bounding set", "open the working directory", "switch user", "clear ambient and inheritable capabilities",
 		"set no_new_privs", "chdir", "load the seccomp filter",
 	}
 	if !slices.Equal(names, want) {
@@ -119,9 +120,12 @@ func procStatus(text string) map[string]string {
 
 var capFields = []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"}
 
+// keptBoundingHex is CapBnd of an Isolate command: CAP_NET_RAW only.
+const keptBoundingHex = "0000000000002000"
+
 // TestIsolateDropsEverything runs `cat /proc/self/status` as an Isolate
 // command of a non-root user: no_new_privs set, every capability set
-// empty. Without Isolate the same user keeps a full bounding set (the
+// empty but the bounding set's CAP_NET_RAW (exec.go, step 5). Without Isolate the same user keeps a full bounding set (the
 // control that shows the check can fail).
 //
 // The shim is started with CAP_NET_RAW inheritable and ambient, which a
@@ -138,8 +142,12 @@ func TestIsolateDropsEverything(t *testing.T) {
 		t.Fatalf("isolate: exit %d, NoNewPrivs %q, Seccomp %q, want 0, 1 and 2 (a filter)\n%s", code, st["NoNewPrivs"], st["Seccomp"], out)
 	}
 	for _, f := range capFields {
-		if st[f] != "0000000000000000" {
-			t.Errorf("isolate: %s = %q, want all zero", f, st[f])
+		want := "0000000000000000"
+		if f == "CapBnd" {
+			want = keptBoundingHex
+		}
+		if st[f] != want {
+			t.Errorf("isolate: %s = %q, want %s", f, st[f], want)
 		}
 	}
 	if st["Uid"] != "65534\t65534\t65534\t65534" {
@@ -188,6 +196,48 @@ func startWithInheritable(t *testing.T, dir string, spec Spec) {
 	}()
 	if err := <-done; err != nil {
 		t.Fatalf("start with CAP_NET_RAW inheritable: %v", err)
+	}
+}
+
+// TestIsolateExecsFileCapability: a copy of cat(1) with the file
+// capability cap_net_raw=ep (as Debian ships ping) runs as an Isolate
+// command, which an empty bounding set refuses (EPERM at execve), and
+// gains nothing from it (no_new_privs): its permitted and effective sets
+// stay empty.
+func TestIsolateExecsFileCapability(t *testing.T) {
+	needRoot(t)
+	dir, err := os.MkdirTemp("", "fcap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile("/usr/bin/cat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat := filepath.Join(dir, "cat")
+	if err := os.WriteFile(cat, raw, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// struct vfs_cap_data, revision 2, effective: permitted CAP_NET_RAW.
+	fcap := make([]byte, 20)
+	const revision2, effective = 0x02000000, 0x000001 // linux/capability.h
+	binary.LittleEndian.PutUint32(fcap[0:], revision2|effective)
+	binary.LittleEndian.PutUint32(fcap[4:], 1<<unix.CAP_NET_RAW)
+	if err := unix.Setxattr(cat, "security.capability", fcap, 0); err != nil {
+		t.Skipf("SKIPPED: cannot set a file capability in %s: %v", dir, err)
+	}
+	out, code := runToEnd(t, Spec{Argv: []string{cat, "/proc/self/status"}, User: "nobody"})
+	if st := procStatus(out); code != 0 || st["CapEff"] != "0000000000002000" {
+		t.Fatalf("control without isolate: exit %d CapEff %q, want 0 and CAP_NET_RAW (the file capability works here)", code, st["CapEff"])
+	}
+	out, code = runToEnd(t, Spec{Argv: []string{cat, "/proc/self/status"}, User: "nobody", Isolate: true})
+	st := procStatus(out)
+	if code != 0 || st["CapPrm"] != "0000000000000000" || st["CapEff"] != "0000000000000000" || st["NoNewPrivs"] != "1" {
+		t.Fatalf("isolate: exit %d CapPrm %q CapEff %q NoNewPrivs %q, want 0, none, none, 1\n%s", code, st["CapPrm"], st["CapEff"], st["NoNewPrivs"], out)
 	}
 }
 
@@ -532,7 +582,7 @@ func testPoolIsolateCgroups(t *testing.T, cgs []testCgroup, mode HelperMode) {
 	}
 	out := stdoutOf(t, dir)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	for _, want := range []string{"NoNewPrivs:\t1", "CapBnd:\t0000000000000000"} {
+	for _, want := range []string{"NoNewPrivs:\t1", "CapBnd:\t" + keptBoundingHex} {
 		if !slices.Contains(lines, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -541,5 +591,44 @@ func testPoolIsolateCgroups(t *testing.T, cgs []testCgroup, mode HelperMode) {
 		if !slices.Contains(lines, c.Line) {
 			t.Errorf("output lacks %q:\n%s", c.Line, out)
 		}
+	}
+}
+
+// TestIsolateDirBehindClosedParent: an Isolate command's working
+// directory, its own (nobody's, 0700), lies under a directory only root
+// may pass (0700, as root's home or a test's temporary directory): the
+// command starts there and reads its files, because the helper opens the
+// directory as root before the user switch and fchdirs after it; a
+// directory the user may not enter itself still fails the start.
+func TestIsolateDirBehindClosedParent(t *testing.T) {
+	needRoot(t)
+	closed := t.TempDir()
+	if err := os.Chmod(closed, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(closed, "ws")
+	if err := os.Mkdir(ws, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "f"), []byte("mine\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{ws, filepath.Join(ws, "f")} {
+		if err := os.Chown(p, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, code := runToEnd(t, Spec{Argv: []string{"sh", "-c", "pwd; cat f"}, Dir: ws, User: "nobody", Isolate: true})
+	if code != 0 || out != ws+"\nmine\n" {
+		t.Fatalf("isolate in %s: exit %d output %q, want 0 and %q", ws, code, out, ws+"\nmine\n")
+	}
+	// The directory itself must still let the user in.
+	if err := os.Chown(ws, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	dir := sessionDir(t)
+	_, err := Start(ctxT(t, 10*time.Second), shimExe, dir, Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, Dir: ws, User: "nobody", Isolate: true})
+	if !errors.Is(err, unix.EACCES) {
+		t.Fatalf("start in root's 0700 %s as nobody: %v, want EACCES", ws, err)
 	}
 }

@@ -20,7 +20,7 @@ import (
 )
 
 // The nsexec helper runs the exec path's steps (exec.go) that Go's fork
-// cannot: a mount namespace for Spec.ResolvConf, joining cgroup v1
+// cannot: a mount namespace for Spec.ResolvConf and Spec.Binds, joining cgroup v1
 // directories, and Spec.Isolate's capability and no_new_privs steps. Go
 // runs no code of ours in a child between fork and execve, so the shim
 // starts itself as a small helper that does those steps on its locked
@@ -53,6 +53,9 @@ import (
 //     start;
 //  4. remounts that bind read-only (keeping the mount's nosuid, nodev,
 //     noexec and atime flags, which the kernel may insist on);
+//  5. then (bindDirs; steps 1-2 there when there is no ResolvConf) opens
+//     every Spec.Binds source, and bind-mounts each over its target,
+//     remounted nosuid and nodev;
 //
 // and the user switch (setgroups, setgid, setuid, all threads) comes
 // after the mounts because an unprivileged user cannot mount. Last come
@@ -459,6 +462,57 @@ func mountResolvConf(p *execPlan) (string, error) {
 	}
 	if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|keptFlags(int64(sfs.Flags)), ""); err != nil {
 		return "nsexec: remount " + target + " read-only", err
+	}
+	return "", nil
+}
+
+// bindDirs is the helper's bind step: in the command's mount namespace
+// (made here when mountResolvConf did not run), each of p.Binds, nosuid
+// and nodev.
+func bindDirs(p *execPlan) (string, error) {
+	if p.ResolvConf == "" {
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			return "nsexec: unshare mount namespace", err
+		}
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+			return "nsexec: make mounts slave", err
+		}
+	}
+	// Every source is opened before the first mount: a source under /tmp
+	// (the host's) would be looked up in the private one once that is
+	// mounted.
+	srcs := make([]int, len(p.Binds))
+	for i, b := range p.Binds {
+		fd, err := unix.Open(b.Source, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return "nsexec: open " + b.Source, err
+		}
+		defer unix.Close(fd)
+		srcs[i] = fd
+	}
+	for i, b := range p.Binds {
+		if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", srcs[i]), b.Target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Sprintf("nsexec: bind-mount %s over %s", b.Source, b.Target), err
+		}
+		var sfs unix.Statfs_t
+		if err := unix.Statfs(b.Target, &sfs); err != nil {
+			return "nsexec: statfs " + b.Target, err
+		}
+		if err := unix.Mount("", b.Target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV|keptFlags(int64(sfs.Flags)), ""); err != nil {
+			return "nsexec: remount " + b.Target + " nosuid,nodev", err
+		}
+	}
+	return "", nil
+}
+
+// setHostname is the helper's UTS step: a UTS namespace of the command's
+// own, named p.Hostname; the host's name is neither seen nor settable.
+func setHostname(p *execPlan) (string, error) {
+	if err := unix.Unshare(unix.CLONE_NEWUTS); err != nil {
+		return "nsexec: unshare uts namespace", err
+	}
+	if err := unix.Sethostname([]byte(p.Hostname)); err != nil {
+		return "nsexec: set hostname", err
 	}
 	return "", nil
 }

@@ -203,3 +203,90 @@ func TestNsexecReport(t *testing.T) {
 		}
 	}
 }
+
+// TestBinds: with Spec.Binds of a directory's tmp, var-tmp and shm over
+// /tmp, /var/tmp and /dev/shm (as runnerd makes a sandbox's private ones),
+// a command (as nobody, isolated or not) writes there, never the host's,
+// and sees none of the host's files; the sources lie under /tmp, which
+// the first bind replaces (each is opened before any mount). A missing
+// source fails the start. The host's mount table does not change.
+func TestBinds(t *testing.T) {
+	needRoot(t)
+	before := hostMounts(t)
+	priv := t.TempDir()
+	if err := os.Chmod(priv, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	binds := []Bind{{priv + "/tmp", "/tmp"}, {priv + "/var-tmp", "/var/tmp"}, {priv + "/shm", "/dev/shm"}}
+	for _, b := range binds {
+		if err := os.Mkdir(b.Source, 0o777|os.ModeSticky); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(b.Source, 0o777|os.ModeSticky); err != nil {
+			t.Fatal(err)
+		}
+	}
+	name := fmt.Sprintf("runner-binds-%d", time.Now().UnixNano())
+	// A host file in each target: the command must not see it.
+	for _, b := range binds {
+		host := filepath.Join(b.Target, name+"-host")
+		if err := os.WriteFile(host, []byte("host\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Remove(host) })
+	}
+	script := fmt.Sprintf(`for d in /tmp /var/tmp /dev/shm; do echo "$d" > "$d/%[1]s" || exit 1; cat "$d/%[1]s-host" 2>/dev/null && exit 2; done; echo ok`, name)
+	for _, isolate := range []bool{false, true} {
+		out, code := runToEnd(t, Spec{Argv: []string{"sh", "-c", script}, User: "nobody", Isolate: isolate, Binds: binds})
+		if code != 0 || out != "ok\n" {
+			t.Fatalf("isolate %v: exit %d output %q, want 0 and ok (the host's files unseen)", isolate, code, out)
+		}
+		for _, b := range binds {
+			got, err := os.ReadFile(filepath.Join(b.Source, name))
+			if err != nil || string(got) != b.Target+"\n" {
+				t.Errorf("isolate %v: %s/%s: %q, %v; want %q", isolate, b.Source, name, got, err, b.Target+"\n")
+			}
+			if _, err := os.Stat(filepath.Join(b.Target, name)); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("isolate %v: the host's %s/%s: %v, want it absent", isolate, b.Target, name, err)
+			}
+			os.Remove(filepath.Join(b.Source, name))
+		}
+	}
+	if after := hostMounts(t); after != before {
+		t.Errorf("host mounts changed:\nbefore %s\nafter %s", before, after)
+	}
+	if err := os.Remove(binds[2].Source); err != nil {
+		t.Fatal(err)
+	}
+	dir := sessionDir(t)
+	spec := Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, User: "nobody", Isolate: true, Binds: binds}
+	_, err := Start(ctxT(t, 10*time.Second), shimExe, dir, spec)
+	var se *StartError
+	if !errors.As(err, &se) || !errors.Is(err, unix.ENOENT) {
+		t.Fatalf("start without %s: %v, want a StartError wrapping ENOENT", binds[2].Source, err)
+	}
+}
+
+// TestHostname: with Spec.Hostname a command (isolated, as nobody) runs in
+// a UTS namespace of its own with that name; the host's is unchanged, and
+// a name sethostname(2) would not take is refused (ErrInvalid).
+func TestHostname(t *testing.T) {
+	needRoot(t)
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, code := runToEnd(t, Spec{Argv: []string{"cat", "/proc/sys/kernel/hostname"}, User: "nobody", Isolate: true, Hostname: "sbx-hostname-test"})
+	if code != 0 || out != "sbx-hostname-test\n" {
+		t.Fatalf("hostname inside: %q exit %d, want sbx-hostname-test", out, code)
+	}
+	if now, _ := os.Hostname(); now != host {
+		t.Errorf("the host's name changed: %q, was %q", now, host)
+	}
+	for _, bad := range []string{"a b", "x/y", strings.Repeat("a", 65)} {
+		spec := Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, Hostname: bad}
+		if err := spec.validate(); !errors.Is(err, ErrInvalid) {
+			t.Errorf("hostname %q: %v, want ErrInvalid", bad, err)
+		}
+	}
+}

@@ -66,9 +66,23 @@ type Spec struct {
 	// execs the command, so the command's pid is still the one reported
 	// (see nsexec.go); a failure fails the start.
 	ResolvConf string `json:"resolv_conf,omitempty"`
+	// Binds optionally lists directories the command sees at other paths
+	// (runnerd's private /tmp, /var/tmp and /dev/shm of a sandbox, as
+	// systemd's PrivateTmp= does): the command then runs in its own mount
+	// namespace, where each Source (absolute, an existing directory) is
+	// bind-mounted nosuid and nodev over its Target (absolute, existing),
+	// in order, before the user switch (an unprivileged user cannot
+	// mount). Every Source is opened before the first mount, so a Source
+	// under an earlier Target is still the host's. A failure fails the
+	// start. The shim's and the host's mount tables are never changed.
+	Binds []Bind `json:"binds,omitempty"`
+	// Hostname optionally runs the command in a UTS namespace of its own
+	// with this host name (runnerd: the sandbox's name), so it neither
+	// sees nor can set the host's. At most 64 bytes of [A-Za-z0-9.-].
+	Hostname string `json:"hostname,omitempty"`
 	// Isolate runs the command with no way back up: PR_SET_NO_NEW_PRIVS,
-	// an empty capability bounding set and empty ambient and inheritable
-	// sets, so a setuid binary or one with file capabilities gains
+	// a capability bounding set of CAP_NET_RAW alone (exec.go, step 5)
+	// and empty ambient and inheritable sets, so a setuid binary or one with file capabilities gains
 	// nothing. It needs a User that is not root (root without
 	// capabilities still owns root's files): an Isolate spec whose User is
 	// empty or resolves to uid 0 is refused with ErrInvalid. The steps run
@@ -103,6 +117,27 @@ type Spec struct {
 	MergeStderr bool `json:"merge_stderr,omitempty"`
 }
 
+// validHostname accepts "" (none) and what sethostname(2) and a
+// resolver take: at most 64 bytes of letters, digits, '.' and '-'.
+func validHostname(h string) bool {
+	if len(h) > 64 {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// Bind is one bind mount of Spec.Binds.
+type Bind struct {
+	Source string `json:"source"`
+	Target string `json:"target"`
+}
+
 // Streams returns the journal streams of a session with this spec.
 func (s Spec) Streams() []string {
 	if s.TTY {
@@ -120,6 +155,14 @@ func (s Spec) validate() error {
 	}
 	if s.HoldTask != "" && !filepath.IsAbs(s.HoldTask) {
 		return fmt.Errorf("%w: hold_task %q is not an absolute path", ErrInvalid, s.HoldTask)
+	}
+	if !validHostname(s.Hostname) {
+		return fmt.Errorf("%w: hostname %q (want at most 64 of [A-Za-z0-9.-])", ErrInvalid, s.Hostname)
+	}
+	for _, b := range s.Binds {
+		if !filepath.IsAbs(b.Source) || !filepath.IsAbs(b.Target) {
+			return fmt.Errorf("%w: bind %q over %q: not absolute paths", ErrInvalid, b.Source, b.Target)
+		}
 	}
 	if s.ResolvConf != "" && !filepath.IsAbs(s.ResolvConf) {
 		return fmt.Errorf("%w: resolv_conf %q is not an absolute path", ErrInvalid, s.ResolvConf)

@@ -31,8 +31,10 @@ Usage: runnerd [flags]
 
 With no flags runnerd serves on 127.0.0.1:7323 and STATE/runnerd.sock, keeps
 its state in the first of $STATE_DIRECTORY, $RUNNERD_STATE,
-$XDG_STATE_HOME/runnerd, ~/.local/state/runnerd, and generates its bearer
-token into STATE/token (mode 0600) on first start.
+$XDG_STATE_HOME/runnerd, ~/.local/state/runnerd (as root: /var/lib/runnerd,
+unless an older runnerd's registry is in ~/.local/state/runnerd), and
+generates its bearer token into STATE/token (mode 0600) on first start. As
+root every sandbox is isolated (--isolate all) unless --isolate none.
 
 Flags:
 `
@@ -95,8 +97,8 @@ func run(args []string) int {
 	var upstreams addrPorts
 	fs.Var(&upstreams, "dns-upstream", "DNS server (IP or IP:port) the sandboxes' resolvers forward allowed names to; repeatable (default: the nameservers of /etc/resolv.conf)")
 	hostNetNS := fs.String("netpolicy-host-netns", "", "TESTING: network namespace file that plays the host for containment (veths, rules, resolvers), so tests never change the real host's network; empty: runnerd's own")
-	isolate := fs.String("isolate", envOr(daemon.EnvIsolate, daemon.IsolateContained),
-		`which sandboxes run (when runnerd is root) as an unprivileged uid of their own with no way back to privilege: "contained" (those with a network policy) or "all" (multi-tenant hosts; needs root); uncontained sandboxes under "contained" run as their user or as runnerd's (for a VM that is itself the boundary)`)
+	isolate := fs.String("isolate", envOr(daemon.EnvIsolate, ""),
+		`"all" (the default as root): every sandbox runs as an unprivileged uid of its own with no way back to privilege, in a network namespace of its own (open egress, never the host, unless a policy narrows it); "none" (the default when not root; "contained" is its old name): a sandbox without a network policy runs as its user or as runnerd's, on the host network, and so can do whatever that user can (as root: read runnerd's token, signal any process, write the host) — only for a VM that is itself the boundary`)
 	identityRange := fs.String("identity-range", envOr(daemon.EnvIdentityRange, ""),
 		"FIRST-LAST: the uids (gid = uid) given to isolated sandboxes; must hold no uid or gid the host uses and overlap no other runnerd's (default: 65,536 ids chosen for the state directory in a range systemd documents as unused, saved in it, held by no other live runnerd)")
 	claimDir := fs.String("claim-dir", "", "directory where runnerd claims its identity range and cgroup root against the host's other runnerds (default "+daemon.DefaultClaimDir+", or $TMPDIR/runnerd-UID/claims when not root)")

@@ -197,7 +197,7 @@ func UnmountLeftovers(netState string) {
 
 // ProbeArgv is a command that exits 0 if and only if it can open a TCP
 // connection to host:80 within 5 s, using only bash and coreutils
-// (bash's /dev/tcp). host should be an IP address: see docs/netpolicy.md
+// (bash's /dev/tcp). host should be an IP address: see docs/isolation.md
 // on name resolution inside a sandbox.
 func ProbeArgv(host string) []string {
 	return []string{"timeout", "5", "bash", "-c", "exec 3<>/dev/tcp/" + host + "/80"}

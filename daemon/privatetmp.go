@@ -1,0 +1,112 @@
+package daemon
+
+// Private /tmp, /var/tmp and /dev/shm of isolated sandboxes.
+//
+// Each isolated sandbox incarnation gets a directory of its own,
+// STATE/private/ID (ID as netID: name and incarnation), holding tmp,
+// var-tmp and shm (01777). Every command of the sandbox sees them as
+// /tmp, /var/tmp and /dev/shm (shim.Spec.Binds: bind mounts in the
+// command's own mount namespace), so no sandbox sees another's or the
+// host's files there. STATE/private is 0700: no command reaches another
+// sandbox's through the host's path. They live on the state directory's
+// disk, not in RAM (a /dev/shm file is a disk file's pages, reclaimable,
+// not pinned in host memory), survive park, resume and runnerd restarts,
+// and destroy removes them once no process of the sandbox is left. A
+// tmpfs per sandbox (its pages charged to the sandbox's memory cgroup)
+// would bound them by the memory limit, at the price of a host mount per
+// sandbox that outlives a runnerd stopped with sandboxes: not done.
+// One of the three that holds runnerd's state directory stays the host's
+// (its workspaces would vanish behind the private one): runnerd says so
+// at start.
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/shim"
+)
+
+// privateTmps are the sandbox's private directories: the subdirectory of
+// its private directory, and the path its commands see it at.
+var privateTmps = []shim.Bind{{Source: "tmp", Target: "/tmp"}, {Source: "var-tmp", Target: "/var/tmp"}, {Source: "shm", Target: "/dev/shm"}}
+
+// privateTargets returns privateTmps without those holding state (a
+// test's, or an operator's state under /tmp), and those it left out.
+func privateTargets(state string) (kept []shim.Bind, shared []string) {
+	for _, b := range privateTmps {
+		if state == b.Target || strings.HasPrefix(state, b.Target+"/") {
+			shared = append(shared, b.Target)
+			continue
+		}
+		kept = append(kept, b)
+	}
+	return kept, shared
+}
+
+// privateTmpDir is the directory holding sb's private directories.
+func (s *server) privateTmpDir(sb registry.Sandbox) string {
+	return filepath.Join(s.cfg.StateDir, "private", netID(sb.Name, sb.Incarnation))
+}
+
+// ensurePrivateTmp makes sb's private directories unless they exist.
+// Idempotent; the caller holds sb's lock.
+func (s *server) ensurePrivateTmp(sb registry.Sandbox) (string, error) {
+	dir := s.privateTmpDir(sb)
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return "", errUnavailable("create private tmp: %v", err)
+	}
+	if err := os.Chmod(filepath.Dir(dir), 0o700); err != nil {
+		return "", errUnavailable("create private tmp: %v", err)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", errUnavailable("create private tmp: %v", err)
+	}
+	for _, b := range privateTmps {
+		p := filepath.Join(dir, b.Source)
+		if err := os.Mkdir(p, 0o777|os.ModeSticky); err != nil && !errors.Is(err, os.ErrExist) {
+			return "", errUnavailable("create private %s: %v", b.Target, err)
+		}
+		if err := os.Chmod(p, 0o777|os.ModeSticky); err != nil { // Mkdir's mode passes the umask
+			return "", errUnavailable("create private %s: %v", b.Target, err)
+		}
+	}
+	return dir, nil
+}
+
+// removePrivateTmp removes sb's private directories (absent is success).
+// It runs once no process of the sandbox is left.
+func (s *server) removePrivateTmp(sb registry.Sandbox) error {
+	if err := os.RemoveAll(s.privateTmpDir(sb)); err != nil {
+		return errUnavailable("remove private tmp of sandbox %q: %v", sb.Name, err)
+	}
+	return nil
+}
+
+// privateBinds returns the binds of an isolated sandbox's command: its
+// private directories over their targets (none for a sandbox that is not
+// isolated).
+func (s *server) privateBinds(sb registry.Sandbox) ([]shim.Bind, error) {
+	if !s.isolated(sb) || !s.ids.enabled {
+		return nil, nil
+	}
+	dir, err := s.ensurePrivateTmp(sb)
+	if err != nil {
+		return nil, err
+	}
+	kept, _ := privateTargets(s.cfg.StateDir)
+	binds := make([]shim.Bind, len(kept))
+	for i, b := range kept {
+		binds[i] = shim.Bind{Source: filepath.Join(dir, b.Source), Target: b.Target}
+	}
+	return binds, nil
+}
+
+// sharedTmps are the private directories runnerd leaves the host's
+// because they hold state.
+func sharedTmps(state string) []string {
+	_, shared := privateTargets(state)
+	return shared
+}
