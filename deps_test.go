@@ -28,6 +28,9 @@ var rules = []struct {
 	// adapter/hosted is the portable hosted adapter the providers' drivers
 	// plug into.
 	{pkg: "adapter/hosted", stdlibOnly: true, allowed: []string{"adapter", "adapter/guest", "adapter/stream", "wire"}},
+	// adapter/hosted/hostedtest is the provider scenarios every driver's
+	// tests run (stdlib + testing).
+	{pkg: "adapter/hosted/hostedtest", stdlibOnly: true, allowed: []string{"adapter"}},
 	// adapter/internal/standin is the PTY and process-tag plumbing the
 	// provider stand-ins share.
 	{pkg: "adapter/internal/standin", stdlibOnly: true},
@@ -43,6 +46,9 @@ var rules = []struct {
 	{pkg: "adapter/sprites/spritestest", stdlibOnly: true, allowed: []string{"adapter", "adapter/secret", "adapter/internal/standin", "adapter/sprites", "adapter/guest", "adapter/hosted", "adapter/stream", "wire", "github.com/coder/websocket"}},
 	{pkg: "wire", stdlibOnly: true},
 	{pkg: "internal/atomicfile", stdlibOnly: true},
+	// internal/runnerdtest starts real runnerd processes for tests; it
+	// runs the binary, never imports the daemon.
+	{pkg: "internal/runnerdtest", stdlibOnly: true},
 	{pkg: "client", forbidden: []string{
 		module + "/daemon", module + "/journal", module + "/shim", module + "/netpolicy",
 		"go.etcd.io/bbolt", "github.com/google/nftables", "github.com/vishvananda/",
