@@ -168,19 +168,7 @@ func TestBinarySurvives(t *testing.T) {
 	if err := a.CloseStdin(ctx, h, "echo"); err != nil {
 		t.Fatal(err)
 	}
-	var out []byte
-	for f := range st.Frames() {
-		if f.Err != nil {
-			t.Fatalf("stream: %v", f.Err)
-		}
-		if f.Exit != nil {
-			if !f.Exit.Success() {
-				t.Fatalf("exit %v", f.Exit)
-			}
-			break
-		}
-		out = append(out, f.Data...)
-	}
+	out := hostedtest.ReadToExit(t, st)
 	if string(out) != mangled {
 		t.Fatalf("cat of stdin = %q, want %q", out, mangled)
 	}
@@ -326,7 +314,7 @@ func TestSuspendedRefusesSessions(t *testing.T) {
 	}
 	var pid int
 	fmt.Sscan(string(b), &pid)
-	if running(pid) {
+	if hostedtest.Running(pid) {
 		t.Fatalf("the session's command %d outlived the stop", pid)
 	}
 	if _, err := a.Exec(ctx, h, adapter.Shell("true")); !errors.Is(err, adapter.ErrInvalid) {
@@ -339,19 +327,6 @@ func TestSuspendedRefusesSessions(t *testing.T) {
 	if err != nil || string(r.Stdout) != "kept\n" {
 		t.Fatalf("after resume cat f = %q %v", r.Stdout, err)
 	}
-}
-
-// running reports whether pid is a live process (not gone, not a zombie),
-// waiting up to 2s for it to end.
-func running(pid int) bool {
-	for range 200 {
-		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil || strings.Contains(string(st), ") Z ") {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
 }
 
 // TestRateLimitedAndOutage: 429 is rate_limited with its Retry-After; a

@@ -96,19 +96,7 @@ func DriverKilledMidAttach(t *testing.T, s Subject) {
 		t.Fatal(err)
 	}
 	defer st2.Close()
-	for {
-		f := <-st2.Frames()
-		if f.Err != nil {
-			t.Fatalf("resumed stream: %v", f.Err)
-		}
-		if f.Exit != nil {
-			if !f.Exit.Success() {
-				t.Fatalf("exit %v", f.Exit)
-			}
-			break
-		}
-		got = append(got, f.Data...)
-	}
+	got = append(got, ReadToExit(t, st2)...)
 	r, err := a2.Exec(ctx, h2, adapter.Shell("cat data"))
 	if err != nil {
 		t.Fatal(err)
@@ -203,4 +191,26 @@ func Running(pid int) bool {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return true
+}
+
+// ReadToExit reads st to its terminal frame and returns every byte of
+// data before it; an error frame, an exit other than success, or frames
+// that end with no terminal frame fail t.
+func ReadToExit(t testing.TB, st adapter.Stream) []byte {
+	t.Helper()
+	var out []byte
+	for f := range st.Frames() {
+		if f.Err != nil {
+			t.Fatalf("stream: %v", f.Err)
+		}
+		if f.Exit != nil {
+			if !f.Exit.Success() {
+				t.Fatalf("exit %v", f.Exit)
+			}
+			return out
+		}
+		out = append(out, f.Data...)
+	}
+	t.Fatalf("the stream ended without a terminal frame after %d bytes", len(out))
+	return nil
 }
