@@ -48,7 +48,7 @@ var rules = []struct {
 	{pkg: "internal/atomicfile", stdlibOnly: true},
 	// internal/runnerdtest starts real runnerd processes for tests; it
 	// runs the binary, never imports the daemon.
-	{pkg: "internal/runnerdtest", stdlibOnly: true},
+	{pkg: "internal/runnerdtest", stdlibOnly: true, allowed: []string{"go.uber.org/goleak"}},
 	{pkg: "client", forbidden: []string{
 		module + "/daemon", module + "/journal", module + "/shim", module + "/netpolicy",
 		"go.etcd.io/bbolt", "github.com/google/nftables", "github.com/vishvananda/",

@@ -1,12 +1,9 @@
 package client_test
 
 import (
-	"fmt"
 	"os"
 	"syscall"
 	"testing"
-
-	"go.uber.org/goleak"
 
 	"github.com/agentrunner/runner/internal/runnerdtest"
 )
@@ -15,37 +12,18 @@ import (
 var runnerdBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "client-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if runnerdBin, err = runnerdtest.Build(dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	// The runnable Example finds its daemon the way a user's program does:
-	// through RUNNERD_URL and RUNNERD_TOKEN.
-	ex, err := runnerdtest.Launch(runnerdBin)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		runnerdtest.StopAll()
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	os.Setenv("RUNNERD_URL", ex.URL())
-	os.Setenv("RUNNERD_TOKEN", ex.Token)
-	code := m.Run()
-	runnerdtest.StopAll()
-	os.RemoveAll(dir)
-	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
+	os.Exit(runnerdtest.Main(m, "client-test-", func(bin string) error {
+		runnerdBin = bin
+		// The runnable Example finds its daemon the way a user's program
+		// does: through RUNNERD_URL and RUNNERD_TOKEN.
+		ex, err := runnerdtest.Launch(bin)
+		if err != nil {
+			return err
 		}
-	}
-	os.Exit(code)
+		os.Setenv("RUNNERD_URL", ex.URL())
+		os.Setenv("RUNNERD_TOKEN", ex.Token)
+		return nil
+	}))
 }
 
 // daemon is a real runnerd (internal/runnerdtest) under the names these

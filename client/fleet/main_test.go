@@ -1,12 +1,9 @@
 package fleet_test
 
 import (
-	"fmt"
 	"os"
 	"syscall"
 	"testing"
-
-	"go.uber.org/goleak"
 
 	"github.com/agentrunner/runner/internal/runnerdtest"
 )
@@ -15,26 +12,7 @@ import (
 var runnerdBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "fleet-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if runnerdBin, err = runnerdtest.Build(dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	runnerdtest.StopAll()
-	os.RemoveAll(dir)
-	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(runnerdtest.Main(m, "fleet-test-", func(bin string) error { runnerdBin = bin; return nil }))
 }
 
 // daemon is a runner endpoint: a real runnerd started by startDaemon

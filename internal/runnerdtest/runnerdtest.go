@@ -31,7 +31,41 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
+
+// Main is a test package's TestMain body: it builds runnerd into a fresh
+// temporary directory (prefix names it), calls setup with the binary's
+// path (nil: none), runs the tests, stops every daemon this package
+// started, removes the directory, and when the tests passed fails the run
+// on a leaked goroutine (goleak). It returns the exit code for os.Exit.
+func Main(m *testing.M, prefix string, setup func(bin string) error) int {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	bin, err := Build(dir)
+	if err == nil && setup != nil {
+		err = setup(bin)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		StopAll()
+		return 1
+	}
+	code := m.Run()
+	StopAll()
+	if code == 0 {
+		if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	return code
+}
 
 // Build compiles cmd/runnerd into dir and returns the binary's path.
 func Build(dir string) (string, error) {
