@@ -30,7 +30,7 @@ var rules = []struct {
 	{pkg: "adapter/hosted", stdlibOnly: true, allowed: []string{"adapter", "adapter/guest", "adapter/stream", "wire"}},
 	// adapter/hosted/hostedtest is the provider scenarios every driver's
 	// tests run (stdlib + testing).
-	{pkg: "adapter/hosted/hostedtest", stdlibOnly: true, allowed: []string{"adapter"}},
+	{pkg: "adapter/hosted/hostedtest", stdlibOnly: true, allowed: []string{"adapter", "adapter/conformance"}},
 	// adapter/internal/standin is the PTY and process-tag plumbing the
 	// provider stand-ins share.
 	{pkg: "adapter/internal/standin", stdlibOnly: true},

@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
-	"github.com/agentrunner/runner/adapter/conformance"
 	"github.com/agentrunner/runner/adapter/daytona"
 	"github.com/agentrunner/runner/adapter/daytona/daytonatest"
 	"github.com/agentrunner/runner/adapter/hosted/hostedtest"
@@ -34,12 +32,7 @@ func TestMain(m *testing.M) {
 	}
 	shimBin, oldShimBin = filepath.Join(dir, "runner-shim"), filepath.Join(dir, "runner-shim-old")
 	for bin, v := range map[string]string{shimBin: shimVersion, oldShimBin: "v0.0.0-old"} {
-		cmd := exec.Command("go", "build", "-ldflags", "-X github.com/agentrunner/runner/version.Version="+v,
-			"-o", bin, "github.com/agentrunner/runner/cmd/runner-shim")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/runner-shim: %v\n%s", err, out)
+		if buildErr = hostedtest.BuildShim(bin, v); buildErr != nil {
 			break
 		}
 	}
@@ -84,28 +77,9 @@ func newAdapter(t testing.TB, c *daytona.Client, mod func(*daytona.AdapterConfig
 }
 
 // TestConformance runs the provider-neutral suite against the adapter
-// and the stand-in, every command through the real runner-shim.
-func TestConformance(t *testing.T) {
-	conformance.Run(t, conformance.Harness{
-		New: func(ct conformance.T) conformance.Subject {
-			tb := ct.(testing.TB)
-			srv, c := standIn(tb)
-			return conformance.Subject{
-				Adapter: newAdapter(tb, c, nil),
-				Outage: func() func() {
-					// The API answers 503; the toolbox proxy drops every
-					// connection.
-					srv.SetOutage(true)
-					srv.SetDropToolbox(true)
-					return func() { srv.SetOutage(false); srv.SetDropToolbox(false) }
-				},
-				InterruptList: func() { srv.InterruptList(1) },
-			}
-		},
-		Fixtures: conformance.ShellFixtures(),
-		Timeout:  90 * time.Second,
-	})
-}
+// and the stand-in, every command through the real runner-shim; an outage
+// is the API's 503 with the toolbox proxy dropping every connection.
+func TestConformance(t *testing.T) { hostedtest.Conformance(t, subject) }
 
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -119,8 +93,8 @@ func TestDriverKilledMidAttach(t *testing.T) { hostedtest.DriverKilledMidAttach(
 
 // subject is the adapters over one stand-in, for adapter/hosted/hostedtest:
 // an outage is the API's 503 with the toolbox proxy dropping connections.
-func subject(t *testing.T) hostedtest.Subject {
-	srv, c := standIn(t)
+func subject(tb testing.TB) hostedtest.Subject {
+	srv, c := standIn(tb)
 	return hostedtest.Subject{
 		New:       func(t testing.TB) hostedtest.Adapter { return newAdapter(t, c, nil) },
 		Dir:       func(h adapter.Handle) string { home, _ := srv.Home(h.ID); return home },
@@ -130,6 +104,7 @@ func subject(t *testing.T) hostedtest.Subject {
 			srv.SetDropToolbox(true)
 			return func() { srv.SetOutage(false); srv.SetDropToolbox(false) }
 		},
+		InterruptList: func() { srv.InterruptList(1) },
 	}
 }
 

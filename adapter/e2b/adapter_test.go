@@ -3,16 +3,13 @@ package e2b_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
-	"github.com/agentrunner/runner/adapter/conformance"
 	"github.com/agentrunner/runner/adapter/e2b"
 	"github.com/agentrunner/runner/adapter/e2b/e2btest"
 	"github.com/agentrunner/runner/adapter/hosted/hostedtest"
@@ -39,12 +36,7 @@ func TestMain(m *testing.M) {
 	}
 	shimBin, oldShimBin = filepath.Join(dir, "runner-shim"), filepath.Join(dir, "runner-shim-old")
 	for bin, v := range map[string]string{shimBin: shimVersion, oldShimBin: "v0.0.0-old"} {
-		cmd := exec.Command("go", "build", "-ldflags", "-X github.com/agentrunner/runner/version.Version="+v,
-			"-o", bin, "github.com/agentrunner/runner/cmd/runner-shim")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/runner-shim: %v\n%s", err, out)
+		if buildErr = hostedtest.BuildShim(bin, v); buildErr != nil {
 			break
 		}
 	}
@@ -96,28 +88,10 @@ func newAdapter(t testing.TB, c *e2b.Client, mod func(*e2b.AdapterConfig)) *e2b.
 }
 
 // TestConformance runs the provider-neutral suite against the adapter
-// and the stand-in, every command through the real runner-shim.
-func TestConformance(t *testing.T) {
-	conformance.Run(t, conformance.Harness{
-		New: func(ct conformance.T) conformance.Subject {
-			tb := ct.(testing.TB)
-			srv, c := standIn(tb)
-			return conformance.Subject{
-				Adapter: newAdapter(tb, c, nil),
-				Outage: func() func() {
-					// The control plane answers 503; the envd proxy drops
-					// every connection.
-					srv.SetOutage(true)
-					srv.SetDropEnvd(true)
-					return func() { srv.SetOutage(false); srv.SetDropEnvd(false) }
-				},
-				InterruptList: func() { srv.InterruptList(1) },
-			}
-		},
-		Fixtures: conformance.ShellFixtures(),
-		Timeout:  90 * time.Second,
-	})
-}
+// and the stand-in, every command through the real runner-shim; an outage
+// is the control plane's 503 with the envd proxy dropping every
+// connection.
+func TestConformance(t *testing.T) { hostedtest.Conformance(t, subject) }
 
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -174,13 +148,18 @@ func TestVerifyAtCreate(t *testing.T) {
 func TestSandboxGone(t *testing.T) { hostedtest.SandboxGone(t, subject(t)) }
 
 // subject is the adapters over one stand-in, for adapter/hosted/hostedtest.
-func subject(t *testing.T) hostedtest.Subject {
-	srv, c := standIn(t)
+func subject(tb testing.TB) hostedtest.Subject {
+	srv, c := standIn(tb)
 	return hostedtest.Subject{
 		New:       func(t testing.TB) hostedtest.Adapter { return newAdapter(t, c, nil) },
 		Dir:       func(h adapter.Handle) string { dir, _ := srv.Dir(h.ID); return dir },
 		RateLimit: srv.RateLimit,
-		Outage:    func() func() { srv.SetOutage(true); return func() { srv.SetOutage(false) } },
+		Outage: func() func() {
+			srv.SetOutage(true)
+			srv.SetDropEnvd(true)
+			return func() { srv.SetOutage(false); srv.SetDropEnvd(false) }
+		},
+		InterruptList: func() { srv.InterruptList(1) },
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
-	"github.com/agentrunner/runner/adapter/conformance"
 	"github.com/agentrunner/runner/adapter/hosted/hostedtest"
 	"github.com/agentrunner/runner/adapter/sprites"
 	"github.com/agentrunner/runner/adapter/sprites/spritestest"
@@ -41,11 +39,7 @@ func TestMain(m *testing.M) {
 	}
 	shimBin, oldShimBin = filepath.Join(dir, "runner-shim"), filepath.Join(dir, "runner-shim-old")
 	for bin, v := range map[string]string{shimBin: shimVersion, oldShimBin: "v0.0.0-old"} {
-		cmd := exec.Command("go", "build", "-ldflags", "-X github.com/agentrunner/runner/version.Version="+v,
-			"-o", bin, "github.com/agentrunner/runner/cmd/runner-shim")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/runner-shim: %v\n%s", err, out)
+		if buildErr = hostedtest.BuildShim(bin, v); buildErr != nil {
 			break
 		}
 	}
@@ -110,22 +104,17 @@ func TestConformance(t *testing.T) {
 			t.Errorf("no exec lost its exit frame: the run did not exercise the quirk")
 		}
 	})
-	conformance.Run(t, conformance.Harness{
-		New: func(ct conformance.T) conformance.Subject {
-			tb := ct.(testing.TB)
-			srv, c := standIn(tb, spritestest.Options{DropExit: spritestest.DropExitRandom, Seed: seed})
-			tb.Cleanup(func() { dropped.Add(int64(srv.DroppedExits())) })
-			return conformance.Subject{
-				Adapter: newAdapter(tb, c, nil),
-				Outage: func() func() {
-					srv.SetOutage(true)
-					return func() { srv.SetOutage(false) }
-				},
-				InterruptList: func() { srv.InterruptList(1) },
-			}
-		},
-		Fixtures: conformance.ShellFixtures(),
-		Timeout:  90 * time.Second,
+	hostedtest.Conformance(t, func(tb testing.TB) hostedtest.Subject {
+		srv, c := standIn(tb, spritestest.Options{DropExit: spritestest.DropExitRandom, Seed: seed})
+		tb.Cleanup(func() { dropped.Add(int64(srv.DroppedExits())) })
+		return hostedtest.Subject{
+			New: func(t testing.TB) hostedtest.Adapter { return newAdapter(t, c, nil) },
+			Outage: func() func() {
+				srv.SetOutage(true)
+				return func() { srv.SetOutage(false) }
+			},
+			InterruptList: func() { srv.InterruptList(1) },
+		}
 	})
 }
 

@@ -5,7 +5,8 @@
 // Each provider's tests call them with a [Subject] made over its
 // stand-in, as go-cloud's drivertest runs one suite over every driver.
 //
-// Invariants: hostedtest imports only the standard library and adapter;
+// Invariants: hostedtest imports only the standard library, adapter and
+// adapter/conformance;
 // a scenario ends only processes it started, and only through the
 // adapter; every check reads got X, want Y.
 package hostedtest
@@ -42,6 +43,8 @@ type Subject struct {
 	// Outage makes every provider endpoint fail (503, dropped
 	// connections) until the returned func is called.
 	Outage func() (restore func())
+	// InterruptList cuts the body of the next list answer midway.
+	InterruptList func()
 }
 
 func ctxT(t *testing.T) context.Context {
