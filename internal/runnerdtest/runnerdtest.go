@@ -56,10 +56,13 @@ func Main(m *testing.M, prefix string, setup func(bin string) error) int {
 		StopAll()
 		return 1
 	}
+	// What runs now is not the tests': snapshot it before they start (a
+	// snapshot taken after them would ignore every goroutine they leaked).
+	before := goleak.IgnoreCurrent()
 	code := m.Run()
 	StopAll()
 	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {
+		if err := goleak.Find(before); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}
