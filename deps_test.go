@@ -25,21 +25,30 @@ var rules = []struct {
 	// (TestAdapterSubpackagesHaveRules insists).
 	{pkg: "adapter/stream", stdlibOnly: true, allowed: []string{"adapter", "wire"}},
 	{pkg: "adapter/guest", stdlibOnly: true, allowed: []string{"adapter", "adapter/stream", "wire"}},
+	// adapter/hosted is the portable hosted adapter the providers' drivers
+	// plug into.
+	{pkg: "adapter/hosted", stdlibOnly: true, allowed: []string{"adapter", "adapter/guest", "adapter/stream", "wire"}},
+	// adapter/hosted/hostedtest is the provider scenarios every driver's
+	// tests run (stdlib + testing).
+	{pkg: "adapter/hosted/hostedtest", stdlibOnly: true, allowed: []string{"adapter", "adapter/conformance"}},
 	// adapter/internal/standin is the PTY and process-tag plumbing the
 	// provider stand-ins share.
 	{pkg: "adapter/internal/standin", stdlibOnly: true},
 	// adapter/secret is the credential type the hosted providers share.
 	{pkg: "adapter/secret", stdlibOnly: true},
-	{pkg: "adapter/e2b", stdlibOnly: true, allowed: []string{"adapter", "adapter/secret", "adapter/guest", "adapter/stream", "wire"}},
-	{pkg: "adapter/e2b/e2btest", stdlibOnly: true, allowed: []string{"adapter", "adapter/secret", "adapter/internal/standin", "adapter/e2b", "adapter/guest", "adapter/stream", "wire"}},
-	{pkg: "adapter/daytona", stdlibOnly: true, allowed: []string{"adapter", "adapter/secret", "adapter/guest", "adapter/stream", "wire"}},
-	{pkg: "adapter/daytona/daytonatest", stdlibOnly: true, allowed: []string{"adapter", "adapter/secret", "adapter/internal/standin", "adapter/daytona", "adapter/guest", "adapter/stream", "wire"}},
+	{pkg: "adapter/e2b", stdlibOnly: true, allowed: []string{"adapter", "adapter/secret", "adapter/guest", "adapter/hosted", "adapter/stream", "wire"}},
+	{pkg: "adapter/e2b/e2btest", stdlibOnly: true, allowed: []string{"adapter", "adapter/secret", "adapter/internal/standin", "adapter/e2b", "adapter/guest", "adapter/hosted", "adapter/stream", "wire"}},
+	{pkg: "adapter/daytona", stdlibOnly: true, allowed: []string{"adapter", "adapter/secret", "adapter/guest", "adapter/hosted", "adapter/stream", "wire"}},
+	{pkg: "adapter/daytona/daytonatest", stdlibOnly: true, allowed: []string{"adapter", "adapter/secret", "adapter/internal/standin", "adapter/daytona", "adapter/guest", "adapter/hosted", "adapter/stream", "wire"}},
 	// The Sprites exec API is a WebSocket: coder/websocket (stdlib-only
 	// itself) is the one module outside this one these two may use.
-	{pkg: "adapter/sprites", stdlibOnly: true, allowed: []string{"adapter", "adapter/secret", "adapter/guest", "adapter/stream", "wire", "github.com/coder/websocket"}},
-	{pkg: "adapter/sprites/spritestest", stdlibOnly: true, allowed: []string{"adapter", "adapter/secret", "adapter/internal/standin", "adapter/sprites", "adapter/guest", "adapter/stream", "wire", "github.com/coder/websocket"}},
+	{pkg: "adapter/sprites", stdlibOnly: true, allowed: []string{"adapter", "adapter/secret", "adapter/guest", "adapter/hosted", "adapter/stream", "wire", "github.com/coder/websocket"}},
+	{pkg: "adapter/sprites/spritestest", stdlibOnly: true, allowed: []string{"adapter", "adapter/secret", "adapter/internal/standin", "adapter/sprites", "adapter/guest", "adapter/hosted", "adapter/stream", "wire", "github.com/coder/websocket"}},
 	{pkg: "wire", stdlibOnly: true},
 	{pkg: "internal/atomicfile", stdlibOnly: true},
+	// internal/runnerdtest starts real runnerd processes for tests; it
+	// runs the binary, never imports the daemon.
+	{pkg: "internal/runnerdtest", stdlibOnly: true, allowed: []string{"go.uber.org/goleak"}},
 	{pkg: "client", forbidden: []string{
 		module + "/daemon", module + "/journal", module + "/shim", module + "/netpolicy",
 		"go.etcd.io/bbolt", "github.com/google/nftables", "github.com/vishvananda/",

@@ -1,381 +1,63 @@
 package client_test
 
 import (
-	"bytes"
-	"context"
-	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
-	"time"
 
-	"go.uber.org/goleak"
+	"github.com/agentrunner/runner/internal/runnerdtest"
 )
 
 // runnerdBin is the real runnerd, built once in TestMain.
 var runnerdBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "client-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	runnerdBin = filepath.Join(dir, "runnerd")
-	cmd := exec.Command("go", "build", "-o", runnerdBin, "github.com/agentrunner/runner/cmd/runnerd")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build runnerd:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	// The runnable Example finds its daemon the way a user's program does:
-	// through RUNNERD_URL and RUNNERD_TOKEN.
-	ex, err := launchDaemon()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		stopAllDaemons()
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	os.Setenv("RUNNERD_URL", ex.url())
-	os.Setenv("RUNNERD_TOKEN", ex.token)
-	code := m.Run()
-	stopAllDaemons()
-	os.RemoveAll(dir)
-	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
+	os.Exit(runnerdtest.Main(m, "client-test-", func(bin string) error {
+		runnerdBin = bin
+		// The runnable Example finds its daemon the way a user's program
+		// does: through RUNNERD_URL and RUNNERD_TOKEN.
+		ex, err := runnerdtest.Launch(bin)
+		if err != nil {
+			return err
 		}
-	}
-	os.Exit(code)
+		os.Setenv("RUNNERD_URL", ex.URL())
+		os.Setenv("RUNNERD_TOKEN", ex.Token)
+		return nil
+	}))
 }
 
-// daemon is a real runnerd process on a state directory and a loopback
-// port that stay the same across restarts.
+// daemon is a real runnerd (internal/runnerdtest) under the names these
+// tests use.
 type daemon struct {
-	state   string
-	addr    string // 127.0.0.1:port
-	preview string // the preview listener's 127.0.0.1:port
-	token   string
-	log     *os.File
-	flags   []string // extra runnerd flags, kept across restarts
-
-	mu  sync.Mutex // guards cmd
-	cmd *exec.Cmd
+	*runnerdtest.Daemon
+	state, addr, token string
 }
 
-var daemons struct {
-	sync.Mutex
-	all []*daemon
-}
-
-// startDaemon starts a runnerd on a fresh state directory (not a
-// t.TempDir: a shared daemon outlives the test that started it) and
-// returns once it answers /healthz.
-//
-// Network containment is off ("--netpolicy off"): as root, runnerd would
-// otherwise set up nftables in the real host's namespace. A test that
-// wants it passes netlab's flags in flags, which confine it to namespaces
-// the test creates.
+// startDaemon starts a runnerd on a fresh state directory and loopback
+// port, with network containment off unless flags say otherwise
+// (runnerdtest.Start).
 func startDaemon(tb testing.TB, flags ...string) *daemon {
 	tb.Helper()
-	d, err := launchDaemon(flags...)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return d
+	d := runnerdtest.Start(tb, runnerdBin, flags...)
+	return &daemon{Daemon: d, state: d.State, addr: d.Addr, token: d.Token}
 }
 
-// launchDaemon is startDaemon without a test (TestMain's example daemon).
-func launchDaemon(flags ...string) (*daemon, error) {
-	if len(flags) == 0 {
-		flags = []string{"--netpolicy", "off"}
-	}
-	// Sandbox cgroups are the daemon tests' subject (each with a cgroup
-	// root of its own, removed at cleanup); here they would be made in the
-	// test process's cgroup and outlive a runnerd a test kills.
-	flags = append(flags, "--cgroups", "off")
-	state, err := os.MkdirTemp("", "runnerd-state-")
-	if err != nil {
-		return nil, err
-	}
-	free := func() (string, error) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return "", err
-		}
-		defer ln.Close()
-		return ln.Addr().String(), nil
-	}
-	addr, err := free()
-	if err != nil {
-		return nil, err
-	}
-	paddr, err := free()
-	if err != nil {
-		return nil, err
-	}
-	log, err := os.Create(filepath.Join(state, "runnerd.log"))
-	if err != nil {
-		return nil, err
-	}
-	d := &daemon{state: state, addr: addr, preview: paddr, log: log, flags: flags}
-	daemons.Lock()
-	daemons.all = append(daemons.all, d)
-	daemons.Unlock()
-	if err := d.start(); err != nil {
-		return nil, fmt.Errorf("start runnerd: %v\n%s", err, d.logTail())
-	}
-	b, err := os.ReadFile(filepath.Join(state, "token"))
-	if err != nil {
-		return nil, err
-	}
-	d.token = strings.TrimSpace(string(b))
-	return d, nil
-}
+func (d *daemon) url() string               { return d.URL() }
+func (d *daemon) kill9()                    { d.Kill9() }
+func (d *daemon) restart(tb testing.TB)     { tb.Helper(); d.Restart(tb) }
+func (d *daemon) signal(sig syscall.Signal) { d.Signal(sig) }
+func (d *daemon) stop()                     { d.Stop() }
+func (d *daemon) logTail() string           { return d.LogTail() }
 
-func (d *daemon) url() string { return "http://" + d.addr }
-
-func (d *daemon) start() error {
-	_, port, _ := net.SplitHostPort(d.preview)
-	cmd := exec.Command(runnerdBin, "--state", d.state, "--listen", d.addr, "--socket", "none", "--log-level", "debug",
-		"--preview-listen", d.preview, "--preview-url", "http://{token}.localhost:"+port+"/")
-	cmd.Args = append(cmd.Args, d.flags...)
-	cmd.Env = append(os.Environ(), "RUNNERD_TOKEN=")
-	cmd.Stdout, cmd.Stderr = d.log, d.log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	d.mu.Lock()
-	d.cmd = cmd
-	d.mu.Unlock()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(d.url() + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return nil
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return fmt.Errorf("runnerd did not answer /healthz within 20s")
-}
-
-// kill9 kills the daemon process (not its sessions: shims are detached).
-func (d *daemon) kill9() {
-	d.mu.Lock()
-	cmd := d.cmd
-	d.cmd = nil
-	d.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	_ = cmd.Wait()
-}
-
-// restart starts the daemon again on the same state directory and port.
-func (d *daemon) restart(tb testing.TB) {
-	tb.Helper()
-	if err := d.start(); err != nil {
-		tb.Fatalf("restart runnerd: %v\n%s", err, d.logTail())
-	}
-}
-
-// signal sends sig to the daemon; for SIGSTOP it returns once the
-// process is stopped (the kernel stops a thread busy on another CPU a
-// moment later, and a request sent in that moment would still be served).
-func (d *daemon) signal(sig syscall.Signal) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.cmd == nil {
-		return
-	}
-	_ = d.cmd.Process.Signal(sig)
-	if sig != syscall.SIGSTOP {
-		return
-	}
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		if allStopped(d.cmd.Process.Pid) {
-			return
-		}
-	}
-}
-
-// allStopped reports whether every thread of pid is stopped (state T), or
-// pid cannot be read.
-func allStopped(pid int) bool {
-	stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
-	if err != nil || len(stats) == 0 {
-		return true
-	}
-	for _, st := range stats {
-		b, err := os.ReadFile(st)
-		if i := bytes.LastIndexByte(b, ')'); err == nil && i > 0 && i+2 < len(b) && b[i+2] != 'T' {
-			return false
-		}
-	}
-	return true
-}
-
-// stop stops the daemon gracefully, then every shim it started, then
-// removes the state directory.
-func (d *daemon) stop() {
-	d.signal(syscall.SIGCONT)
-	d.mu.Lock()
-	cmd := d.cmd
-	d.cmd = nil
-	d.mu.Unlock()
-	if cmd != nil {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	}
-	pids, _ := filepath.Glob(filepath.Join(d.state, "s", "*", "shim.pid"))
-	for _, p := range pids {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
-			// Our own session's shim (started by our daemon): its process
-			// group is its session; kill the group, then the shim.
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
-	d.log.Close()
-	os.RemoveAll(d.state)
-}
-
-func (d *daemon) logTail() string {
-	b, _ := os.ReadFile(filepath.Join(d.state, "runnerd.log"))
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
-	}
-	return string(b)
-}
-
-func stopAllDaemons() {
-	daemons.Lock()
-	all := daemons.all
-	daemons.all = nil
-	daemons.Unlock()
-	for _, d := range all {
-		d.stop()
-	}
-}
-
-// proxy is a loopback HTTP proxy in front of a daemon that the test
-// controls: it can cut the next sandbox listing mid-body.
-type proxy struct {
-	srv      *http.Server
-	ln       net.Listener
-	upstream *url.URL
-	rp       *httputil.ReverseProxy
-	wg       sync.WaitGroup
-
-	mu      sync.Mutex // guards cutList
-	cutList int        // number of listings still to cut
-}
+// proxy is a loopback proxy in front of a daemon that can cut the next
+// sandbox listing mid-body.
+type proxy struct{ *runnerdtest.Proxy }
 
 func startProxy(tb testing.TB, upstream string) *proxy {
 	tb.Helper()
-	u, err := url.Parse(upstream)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	p := &proxy{ln: ln, upstream: u}
-	p.rp = httputil.NewSingleHostReverseProxy(u)
-	p.rp.ErrorLog = nil
-	p.rp.FlushInterval = -1
-	p.rp.Transport = &http.Transport{Proxy: nil, DisableKeepAlives: true}
-	p.srv = &http.Server{Handler: p, ErrorLog: nil}
-	p.wg.Go(func() { _ = p.srv.Serve(ln) })
-	return p
+	return &proxy{runnerdtest.StartProxy(tb, upstream)}
 }
 
-func (p *proxy) url() string { return "http://" + p.ln.Addr().String() }
-
-// interruptList makes the next GET /v1/sandboxes answer be cut after its
-// headers and part of its body (the connection is closed).
-func (p *proxy) interruptList() {
-	p.mu.Lock()
-	p.cutList++
-	p.mu.Unlock()
-}
-
-func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method == http.MethodGet && r.URL.Path == "/v1/sandboxes" {
-		p.mu.Lock()
-		cut := p.cutList > 0
-		if cut {
-			p.cutList--
-		}
-		p.mu.Unlock()
-		if cut {
-			p.cut(w, r)
-			return
-		}
-	}
-	p.rp.ServeHTTP(w, r)
-}
-
-// cut forwards r, sends the answer's headers (Content-Length included) and
-// half of its body, then aborts the connection.
-func (p *proxy) cut(w http.ResponseWriter, r *http.Request) {
-	out := r.Clone(r.Context())
-	out.RequestURI = ""
-	out.URL.Scheme, out.URL.Host = p.upstream.Scheme, p.upstream.Host
-	resp, err := http.DefaultTransport.RoundTrip(out)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	for k, v := range resp.Header {
-		w.Header()[k] = v
-	}
-	w.WriteHeader(resp.StatusCode)
-	w.Write(body[:len(body)/2])
-	w.(http.Flusher).Flush()
-	panic(http.ErrAbortHandler)
-}
-
-func (p *proxy) close() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = p.srv.Shutdown(ctx)
-	_ = p.srv.Close()
-	p.wg.Wait()
-	if t, ok := p.rp.Transport.(*http.Transport); ok {
-		t.CloseIdleConnections()
-	}
-	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
-}
+func (p *proxy) url() string    { return p.URL() }
+func (p *proxy) interruptList() { p.InterruptList() }
+func (p *proxy) close()         { p.Close() }

@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
+	"strings"
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/adapter/guest"
+	"github.com/agentrunner/runner/adapter/hosted"
 )
 
 // DefaultRoot is runner-shim's session root in the guest, relative to the
@@ -77,12 +78,8 @@ type AdapterConfig struct {
 // network_policy (the stand-in does not enforce egress, so the suite's
 // egress probe cannot be passed honestly), public_url, checkpoint.
 type Adapter struct {
-	adapter.Unsupported
+	*hosted.Adapter
 	cfg AdapterConfig
-
-	mu     sync.Mutex // guards guests and closed
-	guests map[string]*sandboxGuest
-	closed bool
 	// perCallSessions makes executors use a toolbox session per call,
 	// deleted on the call's path (set by tests and the benchmark only).
 	perCallSessions bool
@@ -90,19 +87,9 @@ type Adapter struct {
 
 var _ adapter.Adapter = (*Adapter)(nil)
 
-// sandboxGuest is one sandbox's session transport.
-type sandboxGuest struct {
-	name string
-	g    *guest.Guest
-	x    *sessionExec
-}
-
-// close stops the transport's attaches, then deletes its idle toolbox
-// sessions and waits for the deletes.
-func (sg *sandboxGuest) close() {
-	sg.g.Close()
-	sg.x.Close()
-}
+// driver is the Daytona half of hosted.Adapter: named sandboxes, toolbox
+// sessions.
+type driver struct{ a *Adapter }
 
 // NewAdapter returns the adapter for cfg.
 func NewAdapter(cfg AdapterConfig) (*Adapter, error) {
@@ -113,7 +100,7 @@ func NewAdapter(cfg AdapterConfig) (*Adapter, error) {
 	if cfg.Shim == "" {
 		cfg.Shim = guest.DefaultShim
 	}
-	if cfg.ShimBinary != nil && !containsSlash(cfg.Shim) {
+	if cfg.ShimBinary != nil && !strings.Contains(cfg.Shim, "/") {
 		return nil, &Error{Op: op, kind: invalid("with ShimBinary, Shim is the path to install it at (a name is looked up in PATH)")}
 	}
 	if cfg.Root == "" {
@@ -131,16 +118,14 @@ func NewAdapter(cfg AdapterConfig) (*Adapter, error) {
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 25 * time.Millisecond
 	}
-	return &Adapter{cfg: cfg, guests: map[string]*sandboxGuest{}}, nil
-}
-
-func containsSlash(s string) bool {
-	for _, c := range []byte(s) {
-		if c == '/' {
-			return true
-		}
+	a := &Adapter{cfg: cfg}
+	h, err := hosted.New(hosted.Config{Driver: driver{a}, Version: cfg.Version, Shim: cfg.Shim, Root: cfg.Root,
+		Lease: cfg.Lease, ReattachWindow: cfg.ReattachWindow})
+	if err != nil {
+		return nil, err
 	}
-	return false
+	a.Adapter = h
+	return a, nil
 }
 
 // plainPath reports whether p needs no quoting anywhere: it goes into the
@@ -158,41 +143,16 @@ func plainPath(p string) bool {
 	return true
 }
 
-// Close stops every attach this adapter runs (sessions and sandboxes keep
-// running), deletes the idle toolbox sessions its executors keep, and
-// waits for those deletes. It is idempotent.
-func (a *Adapter) Close() error {
-	a.mu.Lock()
-	a.closed = true
-	gs := a.guests
-	a.guests = map[string]*sandboxGuest{}
-	a.mu.Unlock()
-	for _, sg := range gs {
-		sg.close()
-	}
-	return nil
-}
+// forget closes and drops a sandbox's transport (its executor deletes its
+// idle toolbox sessions).
+func (a *Adapter) forget(id string) { a.Forget(id) }
 
 // Provider returns "daytona".
-func (a *Adapter) Provider() string { return provider }
+func (driver) Provider() string { return provider }
 
 // Capabilities returns what Daytona plus runner-shim deliver.
-func (a *Adapter) Capabilities() adapter.Capabilities {
+func (driver) Capabilities() adapter.Capabilities {
 	return adapter.Capabilities{adapter.CapSuspend, adapter.CapAttach, adapter.CapTTY, adapter.CapTerminateSession}
-}
-
-// validName accepts a DNS label, the names the contract promises (and a
-// subset of Daytona's: letters, digits, dots, underscores and dashes).
-func validName(name string) bool {
-	if len(name) == 0 || len(name) > 63 || name[0] == '-' || name[len(name)-1] == '-' {
-		return false
-	}
-	for _, c := range []byte(name) {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 func handle(sb Sandbox) adapter.Handle {
@@ -203,92 +163,79 @@ func handle(sb Sandbox) adapter.Handle {
 // out or out: its name is already free.
 func gone(state string) bool { return state == StateDestroying || state == StateDestroyed }
 
-// Create returns the sandbox named name, creating it with that name; a
-// 409 (the name is taken, perhaps by this caller's earlier create whose
-// answer was lost) adopts the existing one. It waits for the sandbox to
-// be started and verifies (or installs) runner-shim in it.
-func (a *Adapter) Create(ctx context.Context, name string, opts adapter.CreateOptions) (adapter.Handle, error) {
-	if !validName(name) {
-		return adapter.Handle{}, &adapter.InvalidError{Detail: fmt.Sprintf("sandbox name %q is not a DNS label", name)}
-	}
-	if opts.NetworkPolicy != nil {
-		return adapter.Handle{}, fmt.Errorf("create %s with a network policy: %w", name, adapter.ErrNotSupported)
-	}
-	req := CreateSandbox{Name: name, Snapshot: a.cfg.Snapshot, Labels: a.cfg.Labels, AutoStopInterval: a.cfg.AutoStopInterval}
-	sb, err := a.cfg.Client.Create(ctx, req)
+// Create creates the sandbox with name; a 409 (the name is taken,
+// perhaps by this caller's earlier create whose answer was lost) adopts
+// the existing one. It waits for the sandbox to be started; an adopted
+// stopped one is returned parked.
+func (d driver) Create(ctx context.Context, name string, _ adapter.CreateOptions) (hosted.Created, error) {
+	c, cfg := d.a.cfg.Client, d.a.cfg
+	req := CreateSandbox{Name: name, Snapshot: cfg.Snapshot, Labels: cfg.Labels, AutoStopInterval: cfg.AutoStopInterval}
+	sb, err := c.Create(ctx, req)
 	created := err == nil
 	if errors.Is(err, ErrNameTaken) {
-		sb, err = a.cfg.Client.Get(ctx, name)
+		sb, err = c.Get(ctx, name)
 		if err == nil && sb.Name != name {
 			// The name is another sandbox's id (GET takes either).
-			if sb, err = a.named(ctx, name); errors.Is(err, adapter.ErrNotFound) {
+			if sb, err = d.named(ctx, name); errors.Is(err, adapter.ErrNotFound) {
 				err = &adapter.InvalidError{Detail: fmt.Sprintf("the name %q is taken by a sandbox id", name)}
 			}
 		}
 		if err == nil && gone(sb.State) {
 			// Deleted, but the name is already free: create again.
-			sb, err = a.cfg.Client.Create(ctx, req)
+			sb, err = c.Create(ctx, req)
 			created = err == nil
 		}
 	}
 	if err != nil {
-		return adapter.Handle{}, fmt.Errorf("create %s: %w", name, err)
+		return hosted.Created{}, err
 	}
 	if sb.State != StateStarted {
 		if sb.State == StateStopped || sb.State == StateStopping {
 			// An adopted, parked sandbox: its disk is what was asked for.
-			return handle(sb), nil
+			return hosted.Created{Handle: handle(sb), Parked: true}, nil
 		}
-		if sb, err = a.cfg.Client.WaitState(ctx, sb.ID, StateStarted); err != nil {
+		if sb, err = c.WaitState(ctx, sb.ID, StateStarted); err != nil {
 			if created && errors.Is(err, adapter.ErrProvider) {
-				a.cfg.Client.Delete(context.WithoutCancel(ctx), sb.ID)
+				c.Delete(context.WithoutCancel(ctx), sb.ID)
 			}
-			return adapter.Handle{}, fmt.Errorf("create %s: %w", name, err)
+			return hosted.Created{}, err
 		}
 	}
-	h := handle(sb)
-	// Verify runner-shim at create: a sandbox whose snapshot lacks the
-	// right one is refused now, not at its first command.
-	sg, err := a.guest(ctx, h)
-	if err == nil {
-		err = sg.g.Verify(ctx)
+	return hosted.Created{Handle: handle(sb), New: created}, nil
+}
+
+// Discard deletes a sandbox this adapter created whose runner-shim is
+// refused (a provider error: it can never work).
+func (d driver) Discard(ctx context.Context, h adapter.Handle, err error) {
+	if errors.Is(err, adapter.ErrProvider) {
+		d.a.forget(h.ID)
+		d.a.cfg.Client.Delete(context.WithoutCancel(ctx), h.ID)
 	}
-	if err != nil {
-		if created && errors.Is(err, adapter.ErrProvider) {
-			a.forget(h.ID)
-			a.cfg.Client.Delete(context.WithoutCancel(ctx), h.ID)
-		}
-		return adapter.Handle{}, fmt.Errorf("create %s: %w", name, err)
-	}
-	return h, nil
 }
 
 // Get returns the sandbox named name. Not found is only GET's 404 with the
 // API's own body, or a sandbox already being destroyed (its name is free).
-func (a *Adapter) Get(ctx context.Context, name string) (adapter.Handle, error) {
-	if !validName(name) {
-		return adapter.Handle{}, &adapter.InvalidError{Detail: fmt.Sprintf("sandbox name %q is not a DNS label", name)}
-	}
-	sb, err := a.cfg.Client.Get(ctx, name)
+func (d driver) Get(ctx context.Context, name string) (adapter.Handle, error) {
+	sb, err := d.a.cfg.Client.Get(ctx, name)
 	if err == nil && sb.Name != name {
 		// GET takes an id or a name, and a name may be another sandbox's
 		// id (a UUID is a DNS label): only a complete listing filtered on
 		// the name says whether one has it.
-		sb, err = a.named(ctx, name)
+		sb, err = d.named(ctx, name)
 	}
 	if err != nil {
-		return adapter.Handle{}, fmt.Errorf("get %s: %w", name, err)
+		return adapter.Handle{}, err
 	}
 	if gone(sb.State) {
-		return adapter.Handle{}, fmt.Errorf("get %s: %w", name, adapter.ErrNotFound)
+		return adapter.Handle{}, adapter.ErrNotFound
 	}
 	return handle(sb), nil
 }
 
 // named returns the sandbox whose name is name from a complete listing;
 // not_found when the complete listing has none.
-func (a *Adapter) named(ctx context.Context, name string) (Sandbox, error) {
-	all, err := a.cfg.Client.ListAll(ctx, ListOptions{Name: name, Limit: MaxListLimit})
+func (d driver) named(ctx context.Context, name string) (Sandbox, error) {
+	all, err := d.a.cfg.Client.ListAll(ctx, ListOptions{Name: name, Limit: MaxListLimit})
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -303,18 +250,18 @@ func (a *Adapter) named(ctx context.Context, name string) (Sandbox, error) {
 // List returns one page of sandboxes; Daytona's cursor is the page token.
 // Sandboxes being destroyed and names the contract cannot hold are left
 // out.
-func (a *Adapter) List(ctx context.Context, opts adapter.ListOptions) (adapter.Page, error) {
+func (d driver) List(ctx context.Context, opts adapter.ListOptions) (adapter.Page, error) {
 	limit := opts.PageSize
 	if limit <= 0 || limit > MaxListLimit {
 		limit = MaxListLimit
 	}
-	p, err := a.cfg.Client.List(ctx, ListOptions{Cursor: opts.PageToken, Limit: limit, Labels: a.cfg.Labels})
+	p, err := d.a.cfg.Client.List(ctx, ListOptions{Cursor: opts.PageToken, Limit: limit, Labels: d.a.cfg.Labels})
 	if err != nil {
-		return adapter.Page{}, fmt.Errorf("list sandboxes: %w", err)
+		return adapter.Page{}, err
 	}
 	out := adapter.Page{NextPageToken: p.NextCursor}
 	for _, sb := range p.Items {
-		if validName(sb.Name) && !gone(sb.State) {
+		if hosted.ValidName(sb.Name) && !gone(sb.State) {
 			out.Handles = append(out.Handles, handle(sb))
 		}
 	}
@@ -323,22 +270,41 @@ func (a *Adapter) List(ctx context.Context, opts adapter.ListOptions) (adapter.P
 
 // Destroy deletes the sandbox (asynchronously, at Daytona). Absent (a 404
 // on delete, confirmed by GET's 404) is success.
-func (a *Adapter) Destroy(ctx context.Context, h adapter.Handle) error {
-	if h.ID == "" {
-		return &adapter.InvalidError{Detail: "destroy: a handle without an id"}
-	}
-	a.forget(h.ID)
-	err := a.cfg.Client.Delete(ctx, h.ID)
+func (d driver) Destroy(ctx context.Context, h adapter.Handle) error {
+	err := d.a.cfg.Client.Delete(ctx, h.ID)
 	var e *Error
 	if errors.As(err, &e) && e.Status == http.StatusNotFound {
-		if _, gerr := a.cfg.Client.Get(ctx, h.ID); errors.Is(gerr, adapter.ErrNotFound) {
+		if _, gerr := d.a.cfg.Client.Get(ctx, h.ID); errors.Is(gerr, adapter.ErrNotFound) {
 			return nil
 		}
 	}
+	return err
+}
+
+// Open makes h's transport from a GET of the sandbox (which names its
+// toolbox proxy): 404 is not_found, a stopped sandbox is invalid
+// (suspended), another name is not_found (not this incarnation).
+func (d driver) Open(ctx context.Context, h adapter.Handle) (*hosted.Transport, error) {
+	a := d.a
+	sb, err := a.sandbox(ctx, h)
 	if err != nil {
-		return fmt.Errorf("destroy %s: %w", h.ID, err)
+		return nil, err
 	}
-	return nil
+	if sb.State != StateStarted {
+		return nil, &adapter.InvalidError{Detail: fmt.Sprintf("sandbox %s is %s", h.ID, sb.State)}
+	}
+	tb, err := a.cfg.Client.Toolbox(ctx, sb)
+	if err != nil {
+		return nil, err
+	}
+	x := &sessionExec{a: a, id: h.ID, tb: tb, perCall: a.perCallSessions}
+	t := &hosted.Transport{Exec: x, TextSafe: true, Close: x.Close,
+		// Once per sandbox and adapter: clear what a dead driver left.
+		Opened: func(ctx context.Context) { x.sweep(ctx, time.Now()) }}
+	if a.cfg.ShimBinary != nil {
+		t.Install = x.install
+	}
+	return t, nil
 }
 
 // Suspend stops the sandbox (Daytona keeps its disk; its processes end)
@@ -412,153 +378,4 @@ func (a *Adapter) sandbox(ctx context.Context, h adapter.Handle) (Sandbox, error
 		return Sandbox{}, fmt.Errorf("sandbox %s is not %q: %w", h.ID, h.Name, adapter.ErrNotFound)
 	}
 	return sb, nil
-}
-
-// forget closes and drops a sandbox's transport.
-func (a *Adapter) forget(id string) {
-	a.mu.Lock()
-	sg := a.guests[id]
-	delete(a.guests, id)
-	a.mu.Unlock()
-	if sg != nil {
-		sg.close()
-	}
-}
-
-// guest returns h's session transport, making it from a GET of the
-// sandbox (which names its toolbox proxy): 404 is not_found, a stopped
-// sandbox is invalid (suspended), another name is not_found (not this
-// incarnation).
-func (a *Adapter) guest(ctx context.Context, h adapter.Handle) (*sandboxGuest, error) {
-	if h.ID == "" || h.Provider != provider {
-		return nil, &adapter.InvalidError{Detail: fmt.Sprintf("handle %v is not a daytona sandbox", h)}
-	}
-	a.mu.Lock()
-	sg, ok := a.guests[h.ID]
-	closed := a.closed
-	a.mu.Unlock()
-	if closed {
-		return nil, &adapter.InvalidError{Detail: "adapter closed"}
-	}
-	if ok {
-		if sg.name != h.Name {
-			return nil, fmt.Errorf("sandbox %s is not %q: %w", h.ID, h.Name, adapter.ErrNotFound)
-		}
-		return sg, nil
-	}
-	sb, err := a.sandbox(ctx, h)
-	if err != nil {
-		return nil, err
-	}
-	if sb.State != StateStarted {
-		return nil, &adapter.InvalidError{Detail: fmt.Sprintf("sandbox %s is %s", h.ID, sb.State)}
-	}
-	tb, err := a.cfg.Client.Toolbox(ctx, sb)
-	if err != nil {
-		return nil, err
-	}
-	x := &sessionExec{a: a, id: h.ID, tb: tb, perCall: a.perCallSessions}
-	gcfg := guest.Config{Provider: provider, Exec: x, Shim: a.cfg.Shim, Root: a.cfg.Root, Version: a.cfg.Version,
-		TextSafe: true, Lease: a.cfg.Lease, ReattachWindow: a.cfg.ReattachWindow}
-	if a.cfg.ShimBinary != nil {
-		gcfg.Install = x.install
-	}
-	g, err := guest.New(gcfg)
-	if err != nil {
-		return nil, err
-	}
-	a.mu.Lock()
-	if prev, ok := a.guests[h.ID]; ok {
-		a.mu.Unlock()
-		g.Close()
-		return prev, nil
-	}
-	if a.closed {
-		a.mu.Unlock()
-		g.Close()
-		return nil, &adapter.InvalidError{Detail: "adapter closed"}
-	}
-	sg = &sandboxGuest{name: h.Name, g: g, x: x}
-	a.guests[h.ID] = sg
-	a.mu.Unlock()
-	// Once per sandbox and adapter: clear what a dead driver left.
-	x.sweep(ctx, time.Now())
-	return sg, nil
-}
-
-// Exec runs c to completion in the sandbox.
-func (a *Adapter) Exec(ctx context.Context, h adapter.Handle, c adapter.Command) (adapter.Result, error) {
-	sg, err := a.guest(ctx, h)
-	if err != nil {
-		return adapter.Result{}, err
-	}
-	return sg.g.Exec(ctx, c)
-}
-
-// Spawn starts c as a session once runner-shim acknowledged it.
-func (a *Adapter) Spawn(ctx context.Context, h adapter.Handle, c adapter.Command, opts adapter.SpawnOptions) (adapter.Stream, error) {
-	sg, err := a.guest(ctx, h)
-	if err != nil {
-		return nil, err
-	}
-	return sg.g.Spawn(ctx, c, opts)
-}
-
-// Attach rejoins session id from the cursor.
-func (a *Adapter) Attach(ctx context.Context, h adapter.Handle, id string, from adapter.Cursor) (adapter.Stream, error) {
-	sg, err := a.guest(ctx, h)
-	if err != nil {
-		return nil, err
-	}
-	return sg.g.Attach(ctx, id, from)
-}
-
-// Sessions lists the sandbox's sessions in start order.
-func (a *Adapter) Sessions(ctx context.Context, h adapter.Handle) ([]adapter.SessionInfo, error) {
-	sg, err := a.guest(ctx, h)
-	if err != nil {
-		return nil, err
-	}
-	return sg.g.Sessions(ctx)
-}
-
-// WriteStdin writes p to session id's stdin (base64, through runner-shim
-// write: the toolbox's own input is never used).
-func (a *Adapter) WriteStdin(ctx context.Context, h adapter.Handle, id string, p []byte) error {
-	sg, err := a.guest(ctx, h)
-	if err != nil {
-		return err
-	}
-	return sg.g.WriteStdin(ctx, id, p)
-}
-
-// CloseStdin sends session id's stdin a real EOF (runner-shim close-stdin:
-// the toolbox has none).
-func (a *Adapter) CloseStdin(ctx context.Context, h adapter.Handle, id string) error {
-	sg, err := a.guest(ctx, h)
-	if err != nil {
-		return err
-	}
-	return sg.g.CloseStdin(ctx, id)
-}
-
-// Resize sets a TTY session's size.
-func (a *Adapter) Resize(ctx context.Context, h adapter.Handle, id string, size adapter.TTYSize) error {
-	sg, err := a.guest(ctx, h)
-	if err != nil {
-		return err
-	}
-	return sg.g.Resize(ctx, id, size)
-}
-
-// TerminateSession stops session id and returns its recorded exit.
-func (a *Adapter) TerminateSession(ctx context.Context, h adapter.Handle, id string, grace time.Duration) (adapter.Exit, error) {
-	if err := adapter.CheckGrace(grace); err != nil {
-		return adapter.Exit{}, err
-	}
-	sg, err := a.guest(ctx, h)
-	if err != nil {
-		return adapter.Exit{}, err
-	}
-	return sg.g.Terminate(ctx, id, grace)
 }

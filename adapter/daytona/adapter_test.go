@@ -5,16 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
-	"github.com/agentrunner/runner/adapter/conformance"
 	"github.com/agentrunner/runner/adapter/daytona"
 	"github.com/agentrunner/runner/adapter/daytona/daytonatest"
+	"github.com/agentrunner/runner/adapter/hosted/hostedtest"
 )
 
 const shimVersion = "v0.0.0-daytona-test"
@@ -33,12 +32,7 @@ func TestMain(m *testing.M) {
 	}
 	shimBin, oldShimBin = filepath.Join(dir, "runner-shim"), filepath.Join(dir, "runner-shim-old")
 	for bin, v := range map[string]string{shimBin: shimVersion, oldShimBin: "v0.0.0-old"} {
-		cmd := exec.Command("go", "build", "-ldflags", "-X github.com/agentrunner/runner/version.Version="+v,
-			"-o", bin, "github.com/agentrunner/runner/cmd/runner-shim")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/runner-shim: %v\n%s", err, out)
+		if buildErr = hostedtest.BuildShim(bin, v); buildErr != nil {
 			break
 		}
 	}
@@ -83,28 +77,9 @@ func newAdapter(t testing.TB, c *daytona.Client, mod func(*daytona.AdapterConfig
 }
 
 // TestConformance runs the provider-neutral suite against the adapter
-// and the stand-in, every command through the real runner-shim.
-func TestConformance(t *testing.T) {
-	conformance.Run(t, conformance.Harness{
-		New: func(ct conformance.T) conformance.Subject {
-			tb := ct.(testing.TB)
-			srv, c := standIn(tb)
-			return conformance.Subject{
-				Adapter: newAdapter(tb, c, nil),
-				Outage: func() func() {
-					// The API answers 503; the toolbox proxy drops every
-					// connection.
-					srv.SetOutage(true)
-					srv.SetDropToolbox(true)
-					return func() { srv.SetOutage(false); srv.SetDropToolbox(false) }
-				},
-				InterruptList: func() { srv.InterruptList(1) },
-			}
-		},
-		Fixtures: conformance.ShellFixtures(),
-		Timeout:  90 * time.Second,
-	})
-}
+// and the stand-in, every command through the real runner-shim; an outage
+// is the API's 503 with the toolbox proxy dropping every connection.
+func TestConformance(t *testing.T) { hostedtest.Conformance(t, subject) }
 
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -112,73 +87,24 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-// TestDriverKilledMidAttach: the driver (its adapter) dies while it reads
-// a session that streams 3 MB of random bytes; a new adapter attaches from
-// the cursor it had and the two reads are the session's bytes exactly.
-func TestDriverKilledMidAttach(t *testing.T) {
-	_, c := standIn(t)
-	ctx := ctxT(t)
-	a1 := newAdapter(t, c, nil)
-	h, err := a1.Create(ctx, "killed-driver", adapter.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := a1.Spawn(ctx, h, adapter.Shell(`head -c 3000000 /dev/urandom > data; echo ready; read go; cat data`), adapter.SpawnOptions{SessionID: "big"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []byte
-	for !strings.Contains(string(got), "ready\n") {
-		f := <-st.Frames()
-		if f.Terminal() {
-			t.Fatalf("ended early: %v", f)
-		}
-		got = append(got, f.Data...)
-	}
-	if err := a1.WriteStdin(ctx, h, "big", []byte("go\n")); err != nil {
-		t.Fatal(err)
-	}
-	for len(got) < 1000000 {
-		f := <-st.Frames()
-		if f.Terminal() {
-			t.Fatalf("ended early: %v", f)
-		}
-		if f.Stream == adapter.Stdout {
-			got = append(got, f.Data...)
-		}
-	}
-	a1.Close() // the driver dies mid-attach
+// TestDriverKilledMidAttach: hostedtest.DriverKilledMidAttach through
+// toolbox sessions (3 MB of random bytes, every frame base64 in the log).
+func TestDriverKilledMidAttach(t *testing.T) { hostedtest.DriverKilledMidAttach(t, subject(t)) }
 
-	a2 := newAdapter(t, c, nil)
-	h2, err := a2.Get(ctx, "killed-driver")
-	if err != nil || !h2.Same(h) {
-		t.Fatalf("Get = %v %v", h2, err)
-	}
-	st2, err := a2.Attach(ctx, h2, "big", adapter.Cursor{Stdout: int64(len(got))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st2.Close()
-	for {
-		f := <-st2.Frames()
-		if f.Err != nil {
-			t.Fatalf("resumed stream: %v", f.Err)
-		}
-		if f.Exit != nil {
-			if !f.Exit.Success() {
-				t.Fatalf("exit %v", f.Exit)
-			}
-			break
-		}
-		got = append(got, f.Data...)
-	}
-	r, err := a2.Exec(ctx, h2, adapter.Shell("cat data"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := append([]byte("ready\n"), r.Stdout...)
-	if len(r.Stdout) != 3000000 || string(got) != string(want) {
-		t.Fatalf("read %d bytes across the driver's death, want the %d the session wrote, byte-exact", len(got), len(want))
+// subject is the adapters over one stand-in, for adapter/hosted/hostedtest:
+// an outage is the API's 503 with the toolbox proxy dropping connections.
+func subject(tb testing.TB) hostedtest.Subject {
+	srv, c := standIn(tb)
+	return hostedtest.Subject{
+		New:       func(t testing.TB) hostedtest.Adapter { return newAdapter(t, c, nil) },
+		Dir:       func(h adapter.Handle) string { home, _ := srv.Home(h.ID); return home },
+		RateLimit: srv.RateLimit,
+		Outage: func() func() {
+			srv.SetOutage(true)
+			srv.SetDropToolbox(true)
+			return func() { srv.SetOutage(false); srv.SetDropToolbox(false) }
+		},
+		InterruptList: func() { srv.InterruptList(1) },
 	}
 }
 
@@ -217,19 +143,7 @@ func TestBinarySurvives(t *testing.T) {
 	if err := a.CloseStdin(ctx, h, "echo"); err != nil {
 		t.Fatal(err)
 	}
-	var out []byte
-	for f := range st.Frames() {
-		if f.Err != nil {
-			t.Fatalf("stream: %v", f.Err)
-		}
-		if f.Exit != nil {
-			if !f.Exit.Success() {
-				t.Fatalf("exit %v", f.Exit)
-			}
-			break
-		}
-		out = append(out, f.Data...)
-	}
+	out := hostedtest.ReadToExit(t, st)
 	if string(out) != mangled {
 		t.Fatalf("cat of stdin = %q, want %q", out, mangled)
 	}
@@ -337,43 +251,8 @@ func TestCreateAdoptsTakenName(t *testing.T) {
 
 // TestSandboxGone: a sandbox deleted behind the adapter's back reads as
 // not_found for its sessions (the proxy's 502, confirmed by GET), and its
-// detached runner-shim sessions die with it.
-func TestSandboxGone(t *testing.T) {
-	srv, c := standIn(t)
-	ctx := ctxT(t)
-	a := newAdapter(t, c, nil)
-	h, err := a.Create(ctx, "gone", adapter.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := a.Spawn(ctx, h, adapter.Shell("echo $$ > pid; echo ready; exec sleep 60"), adapter.SpawnOptions{SessionID: "s"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	for f := range st.Frames() {
-		if strings.Contains(string(f.Data), "ready") {
-			break
-		}
-	}
-	home, _ := srv.Home(h.ID)
-	b, err := os.ReadFile(filepath.Join(home, "pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	other := newAdapter(t, c, nil)
-	if err := other.Destroy(ctx, h); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Sessions(ctx, h); !errors.Is(err, adapter.ErrNotFound) {
-		t.Fatalf("Sessions of a deleted sandbox = %v, want not_found", err)
-	}
-	var pid int
-	fmt.Sscan(string(b), &pid)
-	if running(pid) {
-		t.Fatalf("the session's command %d outlived its sandbox", pid)
-	}
-}
+// detached runner-shim sessions die with it (hostedtest.SandboxGone).
+func TestSandboxGone(t *testing.T) { hostedtest.SandboxGone(t, subject(t)) }
 
 // TestSuspendedRefusesSessions: a stopped sandbox's session calls are
 // invalid (suspended), never not_found; after Resume, files survive and
@@ -410,7 +289,7 @@ func TestSuspendedRefusesSessions(t *testing.T) {
 	}
 	var pid int
 	fmt.Sscan(string(b), &pid)
-	if running(pid) {
+	if hostedtest.Running(pid) {
 		t.Fatalf("the session's command %d outlived the stop", pid)
 	}
 	if _, err := a.Exec(ctx, h, adapter.Shell("true")); !errors.Is(err, adapter.ErrInvalid) {
@@ -425,56 +304,11 @@ func TestSuspendedRefusesSessions(t *testing.T) {
 	}
 }
 
-// running reports whether pid is a live process (not gone, not a zombie),
-// waiting up to 2s for it to end.
-func running(pid int) bool {
-	for range 200 {
-		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil || strings.Contains(string(st), ") Z ") {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
-}
-
 // TestRateLimitedAndOutage: 429 is rate_limited with its Retry-After; a
 // 503 outage of the API with the toolbox proxy dropping connections is
-// unavailable, never not_found, for get, create and exec.
-func TestRateLimitedAndOutage(t *testing.T) {
-	srv, c := standIn(t)
-	ctx := ctxT(t)
-	a := newAdapter(t, c, nil)
-	h, err := a.Create(ctx, "limited", adapter.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.RateLimit(1, 2*time.Second)
-	_, err = a.Get(ctx, "limited")
-	var rl *adapter.RateLimitedError
-	if !errors.As(err, &rl) || rl.RetryAfter != 2*time.Second {
-		t.Fatalf("Get under a rate limit = %v, want rate_limited after 2s", err)
-	}
-	srv.SetOutage(true)
-	srv.SetDropToolbox(true)
-	for name, err := range map[string]error{
-		"Get":    func() error { _, err := a.Get(ctx, "limited"); return err }(),
-		"Create": func() error { _, err := a.Create(ctx, "limited", adapter.CreateOptions{}); return err }(),
-		"Exec":   func() error { _, err := a.Exec(ctx, h, adapter.Shell("true")); return err }(),
-	} {
-		if !errors.Is(err, adapter.ErrUnavailable) {
-			t.Errorf("%s during an outage = %v, want unavailable", name, err)
-		}
-	}
-	srv.SetOutage(false)
-	srv.SetDropToolbox(false)
-	if got, err := a.Get(ctx, "limited"); err != nil || !got.Same(h) {
-		t.Fatalf("Get after the outage = %v %v", got, err)
-	}
-	if r, err := a.Exec(ctx, h, adapter.Shell("echo back")); err != nil || string(r.Stdout) != "back\n" {
-		t.Fatalf("Exec after the outage = %q %v", r.Stdout, err)
-	}
-}
+// unavailable, never not_found, for get, create and exec
+// (hostedtest.RateLimitedAndOutage).
+func TestRateLimitedAndOutage(t *testing.T) { hostedtest.RateLimitedAndOutage(t, subject(t)) }
 
 // TestGetNameThatIsAnID: GET takes an id or a name, so a sandbox named
 // like another's id must not be confused with it: Get returns the one

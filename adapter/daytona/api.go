@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/adapter/hosted"
 )
 
 // DefaultAPIURL is Daytona's production API.
@@ -279,24 +280,11 @@ func (c *Client) List(ctx context.Context, opts ListOptions) (Page, error) {
 // ListAll follows the cursor to the end. An error on any page fails the
 // whole listing: it never returns a partial set.
 func (c *Client) ListAll(ctx context.Context, opts ListOptions) ([]Sandbox, error) {
-	var all []Sandbox
-	seen := map[string]bool{}
-	for {
+	return hosted.ListAll(ctx, "list sandboxes", opts.Cursor, func(ctx context.Context, token string) ([]Sandbox, string, error) {
+		opts.Cursor = token
 		p, err := c.List(ctx, opts)
-		if err != nil {
-			return nil, err
-		}
-		all = append(all, p.Items...)
-		if p.NextCursor == "" {
-			return all, nil
-		}
-		// A cursor that repeats would page forever.
-		if seen[p.NextCursor] {
-			return nil, &Error{Op: "list sandboxes", kind: unavailable("the list cursor repeated")}
-		}
-		seen[p.NextCursor] = true
-		opts.Cursor = p.NextCursor
-	}
+		return p.Items, p.NextCursor, err
+	})
 }
 
 // Delete deletes a sandbox: DELETE /sandbox/{idOrName}. The platform

@@ -6,11 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/adapter/hosted"
 	"github.com/agentrunner/runner/adapter/secret"
 )
 
@@ -205,7 +204,7 @@ func statusError(opName string, kind op, status int, h http.Header, raw []byte, 
 	}
 	switch {
 	case status == http.StatusTooManyRequests:
-		e.kind = &adapter.RateLimitedError{RetryAfter: retryAfter(h)}
+		e.kind = &adapter.RateLimitedError{RetryAfter: hosted.RetryAfter(h)}
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		e.kind = &adapter.DeniedError{Detail: detail}
 	case toolbox && !own && status == http.StatusNotFound && strings.TrimSpace(string(raw)) == ginNotFound:
@@ -252,37 +251,12 @@ func transportError(ctx context.Context, opName string, err error, red redactor)
 	return &Error{Op: opName, kind: &adapter.UnavailableError{Detail: red.clean(err.Error())}}
 }
 
-// retryAfter reads Retry-After as seconds or as an HTTP date; zero when
-// absent or unparsable.
-func retryAfter(h http.Header) time.Duration {
-	v := strings.TrimSpace(h.Get("Retry-After"))
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		if d := time.Until(t); d > 0 {
-			return d
-		}
-	}
-	return 0
-}
-
 // redactor removes the secrets it knows from text that came from outside
 // (server messages, transport errors that quote a URL) before it enters an
 // error.
 type redactor []Secret
 
-func (r redactor) clean(s string) string {
-	for _, sec := range r {
-		if v := sec.Reveal(); v != "" {
-			s = strings.ReplaceAll(s, v, secret.Redacted)
-		}
-	}
-	return s
-}
+func (r redactor) clean(s string) string { return secret.Redact(s, r...) }
 
 func invalid(detail string) error     { return &adapter.InvalidError{Detail: detail} }
 func unavailable(detail string) error { return &adapter.UnavailableError{Detail: detail} }

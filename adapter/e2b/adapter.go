@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/adapter/guest"
+	"github.com/agentrunner/runner/adapter/hosted"
 )
 
 // NameKey is the sandbox metadata key that holds the caller's name: E2B
@@ -84,26 +85,17 @@ type AdapterConfig struct {
 // across an expiry, TestLeftAlonePastTheTimeToLive), network_policy
 // (E2B's egress switch leaves DNS open), public_url, checkpoint.
 type Adapter struct {
-	adapter.Unsupported
+	*hosted.Adapter
 	cfg AdapterConfig
 
-	createMu sync.Mutex // guards creating
-	creating map[string]*sync.Mutex
-
-	leases *leases
-
-	mu     sync.Mutex // guards guests and closed
-	guests map[string]*sandboxGuest
-	closed bool
+	leases    *leases
+	closeOnce sync.Once
 }
 
 var _ adapter.Adapter = (*Adapter)(nil)
 
-// sandboxGuest is one sandbox's session transport.
-type sandboxGuest struct {
-	name string
-	g    *guest.Guest
-}
+// driver is the E2B half of hosted.Adapter: names in metadata, envd.
+type driver struct{ a *Adapter }
 
 // NewAdapter returns the adapter for cfg.
 func NewAdapter(cfg AdapterConfig) (*Adapter, error) {
@@ -126,8 +118,14 @@ func NewAdapter(cfg AdapterConfig) (*Adapter, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Adapter{cfg: cfg, creating: map[string]*sync.Mutex{}, guests: map[string]*sandboxGuest{},
-		leases: newLeases(cfg.Client, log)}, nil
+	a := &Adapter{cfg: cfg, leases: newLeases(cfg.Client, log)}
+	h, err := hosted.New(hosted.Config{Driver: driver{a}, Version: cfg.Version, Shim: cfg.Shim, Root: cfg.Root,
+		Lease: cfg.Lease, ReattachWindow: cfg.ReattachWindow})
+	if err != nil {
+		return nil, err
+	}
+	a.Adapter = h
+	return a, nil
 }
 
 // ttl is the time to live the adapter asks for.
@@ -142,51 +140,31 @@ func (a *Adapter) ttl() time.Duration {
 // waits for them (sessions and sandboxes keep running, until their time
 // to live pauses them). It is idempotent.
 func (a *Adapter) Close() error {
-	a.mu.Lock()
-	already := a.closed
-	a.closed = true
-	gs := a.guests
-	a.guests = map[string]*sandboxGuest{}
-	a.mu.Unlock()
-	for _, sg := range gs {
-		sg.g.Close()
-	}
-	if !already {
-		a.leases.close()
-	}
+	a.Adapter.Close()
+	a.closeOnce.Do(a.leases.close)
 	return nil
 }
 
+// forget closes and drops a sandbox's transport and lease.
+func (a *Adapter) forget(id string) { a.Forget(id) }
+
 // Provider returns "e2b".
-func (a *Adapter) Provider() string { return provider }
+func (driver) Provider() string { return provider }
 
 // Capabilities returns what E2B plus runner-shim deliver.
-func (a *Adapter) Capabilities() adapter.Capabilities {
+func (driver) Capabilities() adapter.Capabilities {
 	return adapter.Capabilities{adapter.CapAttach, adapter.CapTTY, adapter.CapTerminateSession}
 }
 
-// validName accepts a DNS label, the names the contract promises.
-func validName(name string) bool {
-	if len(name) == 0 || len(name) > 63 || name[0] == '-' || name[len(name)-1] == '-' {
-		return false
-	}
-	for _, c := range []byte(name) {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
-func (a *Adapter) handle(sb Sandbox) adapter.Handle {
+func handle(sb Sandbox) adapter.Handle {
 	return adapter.Handle{Provider: provider, Name: sb.Metadata[NameKey], ID: sb.SandboxID}
 }
 
 // find returns the sandbox named name: the oldest (start time, then id)
 // of a complete listing filtered on the name, so every creator that
 // raced agrees on one. ok is false when the complete listing has none.
-func (a *Adapter) find(ctx context.Context, name string) (Sandbox, bool, error) {
-	all, err := a.cfg.Client.ListAll(ctx, ListOptions{Metadata: map[string]string{NameKey: name}})
+func (d driver) find(ctx context.Context, name string) (Sandbox, bool, error) {
+	all, err := d.a.cfg.Client.ListAll(ctx, ListOptions{Metadata: map[string]string{NameKey: name}})
 	if err != nil {
 		return Sandbox{}, false, err
 	}
@@ -203,106 +181,82 @@ func (a *Adapter) find(ctx context.Context, name string) (Sandbox, bool, error) 
 }
 
 // Create returns the sandbox named name, creating it from the template
-// when a complete listing shows none, and verifies runner-shim in it.
-// Concurrent creates of one name in this process are serialized; creates
-// that raced across processes converge on the oldest sandbox, and the
-// others delete the one they made.
-func (a *Adapter) Create(ctx context.Context, name string, opts adapter.CreateOptions) (adapter.Handle, error) {
-	if !validName(name) {
-		return adapter.Handle{}, &adapter.InvalidError{Detail: fmt.Sprintf("sandbox name %q is not a DNS label", name)}
-	}
-	if opts.NetworkPolicy != nil {
-		return adapter.Handle{}, fmt.Errorf("create %s with a network policy: %w", name, adapter.ErrNotSupported)
-	}
-	a.createMu.Lock()
-	mu, ok := a.creating[name]
-	if !ok {
-		mu = &sync.Mutex{}
-		a.creating[name] = mu
-	}
-	a.createMu.Unlock()
-	mu.Lock()
-	defer mu.Unlock()
-
-	sb, ok, err := a.find(ctx, name)
+// when a complete listing shows none. Creates that raced across
+// processes converge on the oldest sandbox, and the others delete the
+// one they made.
+func (d driver) Create(ctx context.Context, name string, _ adapter.CreateOptions) (hosted.Created, error) {
+	c := d.a.cfg.Client
+	sb, ok, err := d.find(ctx, name)
 	if err != nil {
-		return adapter.Handle{}, fmt.Errorf("create %s: %w", name, err)
+		return hosted.Created{}, err
 	}
 	created := false
 	if !ok {
-		mine, err := a.cfg.Client.Create(ctx, NewSandbox{TemplateID: a.cfg.Template, Timeout: a.cfg.Timeout,
+		mine, err := c.Create(ctx, NewSandbox{TemplateID: d.a.cfg.Template, Timeout: d.a.cfg.Timeout,
 			AutoPause: true, Secure: true, Metadata: map[string]string{NameKey: name}})
 		if err != nil {
-			return adapter.Handle{}, fmt.Errorf("create %s: %w", name, err)
+			return hosted.Created{}, err
 		}
-		sb, ok, err = a.find(ctx, name)
+		sb, ok, err = d.find(ctx, name)
 		switch {
 		case err != nil || !ok:
 			// Ours exists; the listing failed or lags: ours it is.
 			sb = mine
-			sb.Metadata = map[string]string{NameKey: name}
 			created = true
 		case sb.SandboxID != mine.SandboxID:
 			// Another creator won the race: ours goes.
-			a.cfg.Client.Delete(ctx, mine.SandboxID)
+			c.Delete(ctx, mine.SandboxID)
 		default:
 			created = true
 		}
 	}
-	h := a.handle(sb)
+	h := handle(sb)
 	h.Name = name
-	// Verify runner-shim at create: a sandbox whose template lacks the
-	// right one is refused now, not at its first command.
-	sg, err := a.guest(ctx, h)
-	if err == nil {
-		err = sg.g.Verify(ctx)
+	return hosted.Created{Handle: h, New: created}, nil
+}
+
+// Discard deletes a sandbox this adapter created whose runner-shim is
+// refused (a provider error: it can never work).
+func (d driver) Discard(ctx context.Context, h adapter.Handle, err error) {
+	if errors.Is(err, adapter.ErrProvider) {
+		d.a.forget(h.ID)
+		d.a.cfg.Client.Delete(context.WithoutCancel(ctx), h.ID)
 	}
-	if err != nil {
-		if created && errors.Is(err, adapter.ErrProvider) {
-			a.forget(h.ID)
-			a.cfg.Client.Delete(context.WithoutCancel(ctx), h.ID)
-		}
-		return adapter.Handle{}, fmt.Errorf("create %s: %w", name, err)
-	}
-	return h, nil
 }
 
 // Get returns the sandbox named name. Not found means a complete listing
 // has no sandbox of that name and none was confirmed by GET; every other
 // failure proves nothing.
-func (a *Adapter) Get(ctx context.Context, name string) (adapter.Handle, error) {
-	if !validName(name) {
-		return adapter.Handle{}, &adapter.InvalidError{Detail: fmt.Sprintf("sandbox name %q is not a DNS label", name)}
-	}
-	sb, ok, err := a.find(ctx, name)
+func (d driver) Get(ctx context.Context, name string) (adapter.Handle, error) {
+	sb, ok, err := d.find(ctx, name)
 	if err != nil {
-		return adapter.Handle{}, fmt.Errorf("get %s: %w", name, err)
+		return adapter.Handle{}, err
 	}
 	if !ok {
-		return adapter.Handle{}, fmt.Errorf("get %s: %w", name, adapter.ErrNotFound)
+		return adapter.Handle{}, adapter.ErrNotFound
 	}
 	// Confirm with GET: only its 404 says the listed one is gone.
-	if _, err := a.cfg.Client.Get(ctx, sb.SandboxID); err != nil {
-		return adapter.Handle{}, fmt.Errorf("get %s: %w", name, err)
+	if _, err := d.a.cfg.Client.Get(ctx, sb.SandboxID); err != nil {
+		return adapter.Handle{}, err
 	}
-	return a.handle(sb), nil
+	return handle(sb), nil
 }
 
 // List returns one page of the sandboxes this adapter named (those with
 // NameKey); E2B's own cursor is the page token.
-func (a *Adapter) List(ctx context.Context, opts adapter.ListOptions) (adapter.Page, error) {
+func (d driver) List(ctx context.Context, opts adapter.ListOptions) (adapter.Page, error) {
 	limit := opts.PageSize
 	if limit <= 0 || limit > 100 {
 		limit = 100
 	}
-	p, err := a.cfg.Client.List(ctx, ListOptions{NextToken: opts.PageToken, Limit: limit})
+	p, err := d.a.cfg.Client.List(ctx, ListOptions{NextToken: opts.PageToken, Limit: limit})
 	if err != nil {
-		return adapter.Page{}, fmt.Errorf("list sandboxes: %w", err)
+		return adapter.Page{}, err
 	}
 	out := adapter.Page{NextPageToken: p.NextToken}
 	for _, sb := range p.Sandboxes {
-		if validName(sb.Metadata[NameKey]) {
-			out.Handles = append(out.Handles, a.handle(sb))
+		if hosted.ValidName(sb.Metadata[NameKey]) {
+			out.Handles = append(out.Handles, handle(sb))
 		}
 	}
 	return out, nil
@@ -310,57 +264,23 @@ func (a *Adapter) List(ctx context.Context, opts adapter.ListOptions) (adapter.P
 
 // Destroy deletes the sandbox. Absent (E2B's 404 on delete, confirmed by
 // GET's 404) is success.
-func (a *Adapter) Destroy(ctx context.Context, h adapter.Handle) error {
-	if h.ID == "" {
-		return &adapter.InvalidError{Detail: "destroy: a handle without an id"}
-	}
-	a.forget(h.ID)
-	err := a.cfg.Client.Delete(ctx, h.ID)
+func (d driver) Destroy(ctx context.Context, h adapter.Handle) error {
+	err := d.a.cfg.Client.Delete(ctx, h.ID)
 	var e *Error
 	if errors.As(err, &e) && e.Status == 404 {
-		if _, gerr := a.cfg.Client.Get(ctx, h.ID); errors.Is(gerr, adapter.ErrNotFound) {
+		if _, gerr := d.a.cfg.Client.Get(ctx, h.ID); errors.Is(gerr, adapter.ErrNotFound) {
 			return nil
 		}
 	}
-	if err != nil {
-		return fmt.Errorf("destroy %s: %w", h.ID, err)
-	}
-	return nil
+	return err
 }
 
-// forget closes and drops a sandbox's transport and lease.
-func (a *Adapter) forget(id string) {
-	a.mu.Lock()
-	sg := a.guests[id]
-	delete(a.guests, id)
-	a.mu.Unlock()
-	a.leases.remove(id)
-	if sg != nil {
-		sg.g.Close()
-	}
-}
-
-// guest returns h's session transport, making it from a GET of the
-// sandbox (which gives envd's token): 404 is not_found, another name is
-// not_found (not this incarnation); a paused sandbox is never
-// not_found: its first use resumes it (leases.acquire).
-func (a *Adapter) guest(ctx context.Context, h adapter.Handle) (*sandboxGuest, error) {
-	if h.ID == "" || h.Provider != provider {
-		return nil, &adapter.InvalidError{Detail: fmt.Sprintf("handle %v is not an e2b sandbox", h)}
-	}
-	a.mu.Lock()
-	sg, ok := a.guests[h.ID]
-	closed := a.closed
-	a.mu.Unlock()
-	if closed {
-		return nil, &adapter.InvalidError{Detail: "adapter closed"}
-	}
-	if ok {
-		if sg.name != h.Name {
-			return nil, fmt.Errorf("sandbox %s is not %q: %w", h.ID, h.Name, adapter.ErrNotFound)
-		}
-		return sg, nil
-	}
+// Open makes h's transport from a GET of the sandbox (which gives envd's
+// token): 404 is not_found, another name is not_found (not this
+// incarnation); a paused sandbox is never not_found: its first use
+// resumes it (leases.acquire).
+func (d driver) Open(ctx context.Context, h adapter.Handle) (*hosted.Transport, error) {
+	a := d.a
 	sb, err := a.cfg.Client.Get(ctx, h.ID)
 	if err != nil {
 		return nil, err
@@ -373,104 +293,15 @@ func (a *Adapter) guest(ctx context.Context, h adapter.Handle) (*sandboxGuest, e
 	ttl := sandboxTTL(a.ttl(), sb)
 	x := &envdExec{a: a, id: h.ID}
 	x.envd.Store(a.cfg.Client.Envd(sb))
-	gcfg := guest.Config{Provider: provider, Exec: x, Shim: a.cfg.Shim, Root: a.cfg.Root, Version: a.cfg.Version,
-		Lease: a.cfg.Lease, ReattachWindow: a.cfg.ReattachWindow}
+	t := &hosted.Transport{Exec: x,
+		Opened: func(context.Context) {
+			a.leases.add(h.ID, ttl, time.Time{}, func(sb Sandbox) { x.envd.Store(a.cfg.Client.Envd(sb)) })
+		},
+		Close: func() { a.leases.remove(h.ID) }}
 	if a.cfg.ShimBinary != nil {
-		gcfg.Install = x.install
+		t.Install = x.install
 	}
-	g, err := guest.New(gcfg)
-	if err != nil {
-		return nil, err
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if prev, ok := a.guests[h.ID]; ok {
-		g.Close()
-		return prev, nil
-	}
-	if a.closed {
-		g.Close()
-		return nil, &adapter.InvalidError{Detail: "adapter closed"}
-	}
-	sg = &sandboxGuest{name: h.Name, g: g}
-	a.guests[h.ID] = sg
-	a.leases.add(h.ID, ttl, time.Time{}, func(sb Sandbox) { x.envd.Store(a.cfg.Client.Envd(sb)) })
-	return sg, nil
-}
-
-// Exec runs c to completion in the sandbox.
-func (a *Adapter) Exec(ctx context.Context, h adapter.Handle, c adapter.Command) (adapter.Result, error) {
-	sg, err := a.guest(ctx, h)
-	if err != nil {
-		return adapter.Result{}, err
-	}
-	return sg.g.Exec(ctx, c)
-}
-
-// Spawn starts c as a session once runner-shim acknowledged it.
-func (a *Adapter) Spawn(ctx context.Context, h adapter.Handle, c adapter.Command, opts adapter.SpawnOptions) (adapter.Stream, error) {
-	sg, err := a.guest(ctx, h)
-	if err != nil {
-		return nil, err
-	}
-	return sg.g.Spawn(ctx, c, opts)
-}
-
-// Attach rejoins session id from the cursor.
-func (a *Adapter) Attach(ctx context.Context, h adapter.Handle, id string, from adapter.Cursor) (adapter.Stream, error) {
-	sg, err := a.guest(ctx, h)
-	if err != nil {
-		return nil, err
-	}
-	return sg.g.Attach(ctx, id, from)
-}
-
-// Sessions lists the sandbox's sessions in start order.
-func (a *Adapter) Sessions(ctx context.Context, h adapter.Handle) ([]adapter.SessionInfo, error) {
-	sg, err := a.guest(ctx, h)
-	if err != nil {
-		return nil, err
-	}
-	return sg.g.Sessions(ctx)
-}
-
-// WriteStdin writes p to session id's stdin.
-func (a *Adapter) WriteStdin(ctx context.Context, h adapter.Handle, id string, p []byte) error {
-	sg, err := a.guest(ctx, h)
-	if err != nil {
-		return err
-	}
-	return sg.g.WriteStdin(ctx, id, p)
-}
-
-// CloseStdin sends session id's stdin a real EOF.
-func (a *Adapter) CloseStdin(ctx context.Context, h adapter.Handle, id string) error {
-	sg, err := a.guest(ctx, h)
-	if err != nil {
-		return err
-	}
-	return sg.g.CloseStdin(ctx, id)
-}
-
-// Resize sets a TTY session's size.
-func (a *Adapter) Resize(ctx context.Context, h adapter.Handle, id string, size adapter.TTYSize) error {
-	sg, err := a.guest(ctx, h)
-	if err != nil {
-		return err
-	}
-	return sg.g.Resize(ctx, id, size)
-}
-
-// TerminateSession stops session id and returns its recorded exit.
-func (a *Adapter) TerminateSession(ctx context.Context, h adapter.Handle, id string, grace time.Duration) (adapter.Exit, error) {
-	if err := adapter.CheckGrace(grace); err != nil {
-		return adapter.Exit{}, err
-	}
-	sg, err := a.guest(ctx, h)
-	if err != nil {
-		return adapter.Exit{}, err
-	}
-	return sg.g.Terminate(ctx, id, grace)
+	return t, nil
 }
 
 // envdExec is guest.Executor over envd's process API.

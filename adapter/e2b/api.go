@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/adapter/hosted"
 )
 
 // DefaultDomain is E2B's production domain: the API is api.<domain> and a
@@ -221,24 +222,11 @@ func (c *Client) List(ctx context.Context, opts ListOptions) (Page, error) {
 // ListAll follows the cursor to the end. An error on any page fails the
 // whole listing: it never returns a partial set.
 func (c *Client) ListAll(ctx context.Context, opts ListOptions) ([]Sandbox, error) {
-	var all []Sandbox
-	seen := map[string]bool{}
-	for {
+	return hosted.ListAll(ctx, "list sandboxes", opts.NextToken, func(ctx context.Context, token string) ([]Sandbox, string, error) {
+		opts.NextToken = token
 		p, err := c.List(ctx, opts)
-		if err != nil {
-			return nil, err
-		}
-		all = append(all, p.Sandboxes...)
-		if p.NextToken == "" {
-			return all, nil
-		}
-		// A cursor that repeats would page forever.
-		if seen[p.NextToken] {
-			return nil, &Error{Op: "list sandboxes", kind: unavailable("the list cursor repeated")}
-		}
-		seen[p.NextToken] = true
-		opts.NextToken = p.NextToken
-	}
+		return p.Sandboxes, p.NextToken, err
+	})
 }
 
 // Delete kills a sandbox: DELETE /sandboxes/{id}, 204. An absent id gives

@@ -6,48 +6,25 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/adapter/e2b"
 	"github.com/agentrunner/runner/adapter/e2b/e2btest"
+	"github.com/agentrunner/runner/adapter/internal/standin"
 )
-
-// recorder is a RoundTripper that keeps every request URL, so tests can
-// prove no secret travels in one.
-type recorder struct {
-	mu   sync.Mutex
-	urls []string
-	next http.RoundTripper
-}
-
-func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
-	r.mu.Lock()
-	r.urls = append(r.urls, req.URL.String())
-	r.mu.Unlock()
-	return r.next.RoundTrip(req)
-}
-
-func (r *recorder) URLs() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.urls)
-}
 
 type fixture struct {
 	srv *e2btest.Server
 	c   *e2b.Client
-	rec *recorder
+	rec *standin.Recorder
 }
 
 func newFixture(t *testing.T, opts e2btest.Options) fixture {
 	t.Helper()
 	srv := e2btest.New(t, opts)
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	t.Cleanup(tr.CloseIdleConnections)
-	rec := &recorder{next: tr}
+	rec := standin.NewRecorder(t)
 	c, err := e2b.New(e2b.Config{
 		APIKey:     e2b.NewSecret(srv.APIKey),
 		APIURL:     srv.URL(),

@@ -7,9 +7,9 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/adapter/hosted"
 	"github.com/agentrunner/runner/adapter/secret"
 )
 
@@ -111,7 +111,7 @@ func apiStatusError(op string, kind apiOp, status int, h http.Header, body apiEr
 		// contract reserves not_found for GET; confirm with Get.
 		e.kind = &adapter.ProviderError{Provider: provider, Detail: detail}
 	case status == http.StatusTooManyRequests:
-		e.kind = &adapter.RateLimitedError{RetryAfter: retryAfter(h)}
+		e.kind = &adapter.RateLimitedError{RetryAfter: hosted.RetryAfter(h)}
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		e.kind = &adapter.DeniedError{Detail: detail}
 	case status == http.StatusBadRequest || status == http.StatusConflict:
@@ -160,7 +160,7 @@ func connectError(op string, status int, h http.Header, code, message string, fr
 	}
 	switch {
 	case status == http.StatusTooManyRequests || code == CodeResourceExhausted:
-		e.kind = &adapter.RateLimitedError{RetryAfter: retryAfter(h)}
+		e.kind = &adapter.RateLimitedError{RetryAfter: hosted.RetryAfter(h)}
 	case !fromEnvd:
 		// A proxy's answer (E2B's edge gives 502 for a sandbox it cannot
 		// reach) proves nothing about the sandbox or the process.
@@ -196,36 +196,8 @@ func transportError(ctx context.Context, op string, err error, red redactor) err
 	return &Error{Op: op, kind: &adapter.UnavailableError{Detail: red.clean(err.Error())}}
 }
 
-// retryAfter reads Retry-After as seconds or as an HTTP date; zero when
-// absent or unparsable.
-func retryAfter(h http.Header) time.Duration {
-	if h == nil {
-		return 0
-	}
-	v := strings.TrimSpace(h.Get("Retry-After"))
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		if d := time.Until(t); d > 0 {
-			return d
-		}
-	}
-	return 0
-}
-
 // redactor removes the secrets it knows from text that came from outside
 // (server messages, transport errors) before it enters an error.
 type redactor []Secret
 
-func (r redactor) clean(s string) string {
-	for _, sec := range r {
-		if v := sec.Reveal(); v != "" {
-			s = strings.ReplaceAll(s, v, secret.Redacted)
-		}
-	}
-	return s
-}
+func (r redactor) clean(s string) string { return secret.Redact(s, r...) }

@@ -3,12 +3,12 @@ package e2b_test
 import (
 	"context"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/adapter/e2b"
+	"github.com/agentrunner/runner/adapter/hosted/hostedtest"
 )
 
 // TestLiveSmoke drives real E2B, off by default. Run it with an account:
@@ -48,64 +48,11 @@ func TestLiveSmoke(t *testing.T) {
 	defer a.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	name := "runner-smoke-" + strings.ToLower(time.Now().UTC().Format("20060102t150405"))
-	h, err := a.Create(ctx, name, adapter.CreateOptions{})
-	if err != nil {
-		t.Fatalf("Create = %v", err)
-	}
-	defer func() {
-		if err := a.Destroy(context.Background(), h); err != nil {
-			t.Errorf("Destroy = %v", err)
-		}
-	}()
+	h, destroy := hostedtest.LiveSandbox(t, ctx, a)
+	defer destroy()
 	r, err := a.Exec(ctx, h, adapter.Shell("echo hello; exit 3"))
 	if err != nil || string(r.Stdout) != "hello\n" || r.Exit.Code != 3 {
 		t.Fatalf("Exec = %q %v %v", r.Stdout, r.Exit, err)
 	}
-	st, err := a.Spawn(ctx, h, adapter.Shell("echo ready; cat"), adapter.SpawnOptions{SessionID: "smoke"})
-	if err != nil {
-		t.Fatalf("Spawn = %v", err)
-	}
-	defer st.Close()
-	if err := a.WriteStdin(ctx, h, "smoke", []byte("a\x00b\n")); err != nil {
-		t.Fatalf("WriteStdin = %v", err)
-	}
-	if err := a.CloseStdin(ctx, h, "smoke"); err != nil {
-		t.Fatalf("CloseStdin = %v", err)
-	}
-	var out []byte
-	for f := range st.Frames() {
-		if f.Err != nil {
-			t.Fatalf("stream: %v", f.Err)
-		}
-		if f.Exit != nil {
-			if !f.Exit.Success() {
-				t.Fatalf("exit %v", f.Exit)
-			}
-			break
-		}
-		out = append(out, f.Data...)
-	}
-	if string(out) != "ready\na\x00b\n" {
-		t.Fatalf("stdout %q", out)
-	}
-	re, err := a.Attach(ctx, h, "smoke", adapter.Cursor{Stdout: 6})
-	if err != nil {
-		t.Fatalf("Attach = %v", err)
-	}
-	defer re.Close()
-	var tail []byte
-	for f := range re.Frames() {
-		if f.Terminal() {
-			break
-		}
-		tail = append(tail, f.Data...)
-	}
-	if string(tail) != "a\x00b\n" {
-		t.Fatalf("attach from 6: %q", tail)
-	}
-	list, err := a.Sessions(ctx, h)
-	if err != nil || len(list) != 1 || list[0].ID != "smoke" || list[0].Stdout != 10 {
-		t.Fatalf("Sessions = %+v %v", list, err)
-	}
+	hostedtest.LiveSession(t, ctx, a, h)
 }

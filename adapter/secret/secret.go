@@ -13,6 +13,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+
+	"strings"
 )
 
 // Redacted is what every rendering of a [Secret] writes.
@@ -76,4 +78,16 @@ func (s *Secret) UnmarshalJSON(b []byte) error {
 		*s = New(*v)
 	}
 	return nil
+}
+
+// Redact returns s with the value of every secret in secrets replaced by
+// Redacted: for text that came from outside (a server's message, a
+// transport error quoting a request) before it enters an error or a log.
+func Redact(s string, secrets ...Secret) string {
+	for _, sec := range secrets {
+		if v := sec.Reveal(); v != "" {
+			s = strings.ReplaceAll(s, v, Redacted)
+		}
+	}
+	return s
 }

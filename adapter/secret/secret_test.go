@@ -115,3 +115,14 @@ func TestUnmarshalJSON(t *testing.T) {
 		t.Fatalf("a number: got %v, want a *json.UnmarshalTypeError", err)
 	}
 }
+
+func TestRedact(t *testing.T) {
+	a, b := secret.New("tok-aaa"), secret.New("key-bbb")
+	got := secret.Redact("GET /x?t=tok-aaa failed: key-bbb, tok-aaa again", a, b, secret.Secret{}, secret.New(""))
+	if want := "GET /x?t=[redacted] failed: [redacted], [redacted] again"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	if got := secret.Redact("nothing here"); got != "nothing here" {
+		t.Fatalf("no secrets: got %q", got)
+	}
+}

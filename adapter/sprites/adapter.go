@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
-	"github.com/agentrunner/runner/adapter/guest"
+	"github.com/agentrunner/runner/adapter/hosted"
 )
 
 // Defaults of AdapterConfig.
@@ -112,25 +111,17 @@ const DefaultReadyWait = 60 * time.Second
 // but a Command's Args and Env are runner-shim spawn's argv: never put a
 // secret in them on Sprites; write it to the session's stdin.
 type Adapter struct {
-	adapter.Unsupported
+	*hosted.Adapter
 	cfg AdapterConfig
-
-	createMu sync.Mutex // guards creating
-	creating map[string]*sync.Mutex
-
-	mu     sync.Mutex // guards guests and closed
-	guests map[string]*spriteGuest
-	closed bool
 }
 
 var _ adapter.Adapter = (*Adapter)(nil)
 
-// spriteGuest is one sprite incarnation's session transport.
-type spriteGuest struct {
-	name string
-	x    *shimExec
-	g    *guest.Guest
-}
+// driver is the Sprites half of hosted.Adapter: sprites by name, the exec
+// WebSocket.
+type driver struct{ a *Adapter }
+
+var _ hosted.Confirmer = driver{}
 
 // NewAdapter returns the adapter for cfg.
 func NewAdapter(cfg AdapterConfig) (*Adapter, error) {
@@ -156,43 +147,25 @@ func NewAdapter(cfg AdapterConfig) (*Adapter, error) {
 	if cfg.ReadyWait <= 0 {
 		cfg.ReadyWait = DefaultReadyWait
 	}
-	return &Adapter{cfg: cfg, creating: map[string]*sync.Mutex{}, guests: map[string]*spriteGuest{}}, nil
+	a := &Adapter{cfg: cfg}
+	h, err := hosted.New(hosted.Config{Driver: driver{a}, Version: cfg.Version, Shim: cfg.Shim, Root: cfg.Root,
+		Lease: cfg.Lease, ReattachWindow: cfg.ReattachWindow})
+	if err != nil {
+		return nil, err
+	}
+	a.Adapter = h
+	return a, nil
 }
 
-// Close stops every attach this adapter runs (sessions and sprites keep
-// running). It is idempotent.
-func (a *Adapter) Close() error {
-	a.mu.Lock()
-	a.closed = true
-	gs := a.guests
-	a.guests = map[string]*spriteGuest{}
-	a.mu.Unlock()
-	for _, sg := range gs {
-		sg.g.Close()
-	}
-	return nil
-}
+// forget closes and drops a sprite incarnation's transport.
+func (a *Adapter) forget(id string) { a.Forget(id) }
 
 // Provider returns "sprites".
-func (a *Adapter) Provider() string { return provider }
+func (driver) Provider() string { return provider }
 
 // Capabilities returns what Sprites plus runner-shim deliver.
-func (a *Adapter) Capabilities() adapter.Capabilities {
+func (driver) Capabilities() adapter.Capabilities {
 	return adapter.Capabilities{adapter.CapAttach, adapter.CapTTY, adapter.CapTerminateSession, adapter.CapCheckpoint, adapter.CapPublicURL}
-}
-
-// validName accepts a DNS label, the names the contract promises (and
-// Sprites accepts).
-func validName(name string) bool {
-	if len(name) == 0 || len(name) > 63 || name[0] == '-' || name[len(name)-1] == '-' {
-		return false
-	}
-	for _, c := range []byte(name) {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 func handleOf(name, id string) adapter.Handle {
@@ -200,67 +173,42 @@ func handleOf(name, id string) adapter.Handle {
 }
 
 // Create returns the sprite named name, creating it when it does not
-// exist, with runner-shim uploaded and its version verified. A create the
-// API refuses as a duplicate (400 or 409) adopts the sprite Get shows.
-// Concurrent creates of one name in this process are serialized; across
-// processes the API's uniqueness of names makes them converge.
-func (a *Adapter) Create(ctx context.Context, name string, opts adapter.CreateOptions) (adapter.Handle, error) {
-	if !validName(name) {
-		return adapter.Handle{}, &adapter.InvalidError{Detail: fmt.Sprintf("sprite name %q is not a DNS label", name)}
-	}
-	if opts.NetworkPolicy != nil {
-		return adapter.Handle{}, fmt.Errorf("create %s with a network policy: %w", name, adapter.ErrNotSupported)
-	}
-	a.createMu.Lock()
-	mu, ok := a.creating[name]
-	if !ok {
-		mu = &sync.Mutex{}
-		a.creating[name] = mu
-	}
-	a.createMu.Unlock()
-	mu.Lock()
-	defer mu.Unlock()
-
-	sp, err := a.cfg.Client.Create(ctx, CreateRequest{Name: name})
+// exist; a new sprite gets runner-shim uploaded before it is verified. A
+// create the API refuses as a duplicate (400 or 409) adopts the sprite
+// Get shows; across processes the API's uniqueness of names makes
+// creates converge.
+func (d driver) Create(ctx context.Context, name string, _ adapter.CreateOptions) (hosted.Created, error) {
+	c := d.a.cfg.Client
+	sp, err := c.Create(ctx, CreateRequest{Name: name})
 	created := err == nil
 	if errors.Is(err, ErrCreateConflict) {
 		var gerr error
-		sp, gerr = a.cfg.Client.Get(ctx, name)
+		sp, gerr = c.Get(ctx, name)
 		if errors.Is(gerr, adapter.ErrNotFound) {
 			// Not a duplicate after all: the create was invalid.
-			return adapter.Handle{}, fmt.Errorf("create %s: %w", name, err)
+			return hosted.Created{}, err
 		}
 		err = gerr
 	}
 	if err != nil {
-		return adapter.Handle{}, fmt.Errorf("create %s: %w", name, err)
+		return hosted.Created{}, err
 	}
 	if sp.ID == "" {
-		return adapter.Handle{}, &adapter.ProviderError{Provider: provider, Detail: "create " + name + ": the sprite has no id"}
+		return hosted.Created{}, &adapter.ProviderError{Provider: provider, Detail: "create " + name + ": the sprite has no id"}
 	}
 	h := handleOf(name, sp.ID)
-	sg, err := a.register(h)
-	if err == nil && created {
-		// A new sprite has no runner-shim: upload it now rather than learn
-		// of its absence from an exec's status, which may never arrive.
-		// A new sprite may not take calls at once: retried until ready.
-		err = a.untilReady(ctx, func(ctx context.Context) error { return sg.x.install(ctx) })
-	}
-	if err == nil {
-		err = a.untilReady(ctx, sg.g.Verify)
-	}
-	if err != nil {
-		if created {
-			// Nothing half-made is left: a sprite this call created is
-			// deleted whatever went wrong (bounded, even when ctx ended).
-			a.forget(h.ID)
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			_ = a.cfg.Client.Delete(dctx, name)
-			cancel()
-		}
-		return adapter.Handle{}, fmt.Errorf("create %s: %w", name, err)
-	}
-	return h, nil
+	// A new sprite has no runner-shim: it is uploaded now rather than its
+	// absence learnt from an exec's status, which may never arrive.
+	return hosted.Created{Handle: h, New: created, Transport: d.a.transport(h)}, nil
+}
+
+// Discard deletes a sprite this adapter created, whatever went wrong:
+// nothing half-made is left (bounded, even when ctx ended).
+func (d driver) Discard(ctx context.Context, h adapter.Handle, _ error) {
+	d.a.forget(h.ID)
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	_ = d.a.cfg.Client.Delete(dctx, h.Name)
+	cancel()
 }
 
 // untilReady runs f until it succeeds, fails with something other than
@@ -288,43 +236,40 @@ func (a *Adapter) untilReady(ctx context.Context, f func(context.Context) error)
 
 // Get returns the sprite named name: GET /v1/sprites/{name}, whose 404
 // with the API's body is the only not_found.
-func (a *Adapter) Get(ctx context.Context, name string) (adapter.Handle, error) {
-	if !validName(name) {
-		return adapter.Handle{}, &adapter.InvalidError{Detail: fmt.Sprintf("sprite name %q is not a DNS label", name)}
-	}
-	sp, err := a.cfg.Client.Get(ctx, name)
+func (d driver) Get(ctx context.Context, name string) (adapter.Handle, error) {
+	sp, err := d.a.cfg.Client.Get(ctx, name)
 	if err != nil {
-		return adapter.Handle{}, fmt.Errorf("get %s: %w", name, err)
+		return adapter.Handle{}, err
 	}
 	return handleOf(name, sp.ID), nil
 }
 
 // List returns one page of the organization's sprites; the API's
 // continuation token is the page token.
-func (a *Adapter) List(ctx context.Context, opts adapter.ListOptions) (adapter.Page, error) {
+func (d driver) List(ctx context.Context, opts adapter.ListOptions) (adapter.Page, error) {
 	size := opts.PageSize
 	if size <= 0 || size > MaxPageSize {
 		size = MaxPageSize
 	}
-	p, err := a.cfg.Client.List(ctx, ListOptions{MaxResults: size, ContinuationToken: opts.PageToken})
+	p, err := d.a.cfg.Client.List(ctx, ListOptions{MaxResults: size, ContinuationToken: opts.PageToken})
 	if err != nil {
-		return adapter.Page{}, fmt.Errorf("list sprites: %w", err)
+		return adapter.Page{}, err
 	}
 	out := adapter.Page{NextPageToken: p.NextToken}
 	for _, s := range p.Sprites {
-		if !validName(s.Name) {
+		if !hosted.ValidName(s.Name) {
 			continue
 		}
 		id := s.ID
 		if id == "" {
 			// A listing without ids: GET says which incarnation it is; one
 			// deleted since is not listed.
-			sp, err := a.cfg.Client.Get(ctx, s.Name)
+			sp, err := d.a.cfg.Client.Get(ctx, s.Name)
 			if errors.Is(err, adapter.ErrNotFound) {
 				continue
 			}
 			if err != nil {
-				return adapter.Page{}, fmt.Errorf("list sprites: %w", err)
+				return adapter.Page{}, err
 			}
 			id = sp.ID
 		}
@@ -338,164 +283,50 @@ func (a *Adapter) List(ctx context.Context, opts adapter.ListOptions) (adapter.P
 // of the same name with another id is left alone. Sprites deletes by
 // name, so a replacement created between the GET and the DELETE would be
 // deleted: the window is one round trip.
-func (a *Adapter) Destroy(ctx context.Context, h adapter.Handle) error {
-	if h.Provider != provider || !validName(h.Name) {
+func (d driver) Destroy(ctx context.Context, h adapter.Handle) error {
+	if h.Provider != provider || !hosted.ValidName(h.Name) {
 		return &adapter.InvalidError{Detail: fmt.Sprintf("handle %v is not a sprite", h)}
 	}
-	a.forget(h.ID)
-	sp, err := a.cfg.Client.Get(ctx, h.Name)
+	sp, err := d.a.cfg.Client.Get(ctx, h.Name)
 	switch {
 	case errors.Is(err, adapter.ErrNotFound):
 		return nil
 	case err != nil:
-		return fmt.Errorf("destroy %s: %w", h.Name, err)
+		return err
 	case sp.ID != h.ID:
 		return nil
 	}
-	if err := a.cfg.Client.Delete(ctx, h.Name); err != nil {
-		return fmt.Errorf("destroy %s: %w", h.Name, err)
+	return d.a.cfg.Client.Delete(ctx, h.Name)
+}
+
+// Confirm checks with GET, on every call, that the sprite is still h's
+// incarnation (another id under the name is not_found): Sprites addresses
+// a sprite by name only, so without it a handle of a deleted sprite would
+// drive whatever took its name. The window left is the one round trip
+// between the GET and the exec.
+func (d driver) Confirm(ctx context.Context, h adapter.Handle) error {
+	if !hosted.ValidName(h.Name) {
+		return &adapter.InvalidError{Detail: fmt.Sprintf("handle %v is not a sprite", h)}
+	}
+	sp, err := d.a.cfg.Client.Get(ctx, h.Name)
+	if err != nil {
+		return err
+	}
+	if sp.ID != h.ID {
+		d.a.forget(h.ID)
+		return fmt.Errorf("sprite %s is now %s, not %s: %w", h.Name, sp.ID, h.ID, adapter.ErrNotFound)
 	}
 	return nil
 }
 
-// forget closes and drops a sprite incarnation's transport.
-func (a *Adapter) forget(id string) {
-	a.mu.Lock()
-	sg := a.guests[id]
-	delete(a.guests, id)
-	a.mu.Unlock()
-	if sg != nil {
-		sg.g.Close()
-	}
+// Open returns the transport of an incarnation Confirm just confirmed.
+func (d driver) Open(_ context.Context, h adapter.Handle) (*hosted.Transport, error) {
+	return d.a.transport(h), nil
 }
 
-// guest returns h's session transport. Every call confirms with GET that
-// the sprite is still h's incarnation (another id under the name is
-// not_found): Sprites addresses a sprite by name only, so without it a
-// handle of a deleted sprite would drive whatever took its name. The
-// window left is the one round trip between the GET and the exec.
-func (a *Adapter) guest(ctx context.Context, h adapter.Handle) (*spriteGuest, error) {
-	if h.Provider != provider || h.ID == "" || !validName(h.Name) {
-		return nil, &adapter.InvalidError{Detail: fmt.Sprintf("handle %v is not a sprite", h)}
-	}
-	a.mu.Lock()
-	closed := a.closed
-	a.mu.Unlock()
-	if closed {
-		return nil, &adapter.InvalidError{Detail: "adapter closed"}
-	}
-	sp, err := a.cfg.Client.Get(ctx, h.Name)
-	if err != nil {
-		return nil, err
-	}
-	if sp.ID != h.ID {
-		a.forget(h.ID)
-		return nil, fmt.Errorf("sprite %s is now %s, not %s: %w", h.Name, sp.ID, h.ID, adapter.ErrNotFound)
-	}
-	return a.register(h)
-}
-
-// register makes (or returns) the transport of a confirmed incarnation.
-func (a *Adapter) register(h adapter.Handle) (*spriteGuest, error) {
+// transport is a confirmed incarnation's transport: runner-shim calls
+// over the exec WebSocket, installed with fs/write.
+func (a *Adapter) transport(h adapter.Handle) *hosted.Transport {
 	x := &shimExec{a: a, name: h.Name, id: h.ID}
-	g, err := guest.New(guest.Config{Provider: provider, Exec: x, Shim: a.cfg.Shim, Root: a.cfg.Root,
-		Version: a.cfg.Version, Install: x.install, Lease: a.cfg.Lease, ReattachWindow: a.cfg.ReattachWindow})
-	if err != nil {
-		return nil, err
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if prev, ok := a.guests[h.ID]; ok && prev.name == h.Name {
-		g.Close()
-		return prev, nil
-	}
-	if a.closed {
-		g.Close()
-		return nil, &adapter.InvalidError{Detail: "adapter closed"}
-	}
-	sg := &spriteGuest{name: h.Name, x: x, g: g}
-	a.guests[h.ID] = sg
-	return sg, nil
-}
-
-// Exec runs c to completion in the sprite.
-func (a *Adapter) Exec(ctx context.Context, h adapter.Handle, c adapter.Command) (adapter.Result, error) {
-	sg, err := a.guest(ctx, h)
-	if err != nil {
-		return adapter.Result{}, err
-	}
-	return sg.g.Exec(ctx, c)
-}
-
-// Spawn starts c as a session once runner-shim acknowledged it. The
-// session id is minted here when the caller gives none, so the executor
-// can run a spawn whose answer was lost again under the same --id.
-func (a *Adapter) Spawn(ctx context.Context, h adapter.Handle, c adapter.Command, opts adapter.SpawnOptions) (adapter.Stream, error) {
-	sg, err := a.guest(ctx, h)
-	if err != nil {
-		return nil, err
-	}
-	if opts.SessionID == "" {
-		opts.SessionID = guest.NewSessionID()
-	}
-	return sg.g.Spawn(ctx, c, opts)
-}
-
-// Attach rejoins session id from the cursor.
-func (a *Adapter) Attach(ctx context.Context, h adapter.Handle, id string, from adapter.Cursor) (adapter.Stream, error) {
-	sg, err := a.guest(ctx, h)
-	if err != nil {
-		return nil, err
-	}
-	return sg.g.Attach(ctx, id, from)
-}
-
-// Sessions lists the sprite's sessions in start order.
-func (a *Adapter) Sessions(ctx context.Context, h adapter.Handle) ([]adapter.SessionInfo, error) {
-	sg, err := a.guest(ctx, h)
-	if err != nil {
-		return nil, err
-	}
-	return sg.g.Sessions(ctx)
-}
-
-// WriteStdin writes p to session id's stdin. A write whose answer did not
-// arrive is never run again (it is not idempotent): it is an uncertain
-// *adapter.UnavailableError, and the bytes may have arrived.
-func (a *Adapter) WriteStdin(ctx context.Context, h adapter.Handle, id string, p []byte) error {
-	sg, err := a.guest(ctx, h)
-	if err != nil {
-		return err
-	}
-	return sg.g.WriteStdin(ctx, id, p)
-}
-
-// CloseStdin sends session id's stdin a real EOF.
-func (a *Adapter) CloseStdin(ctx context.Context, h adapter.Handle, id string) error {
-	sg, err := a.guest(ctx, h)
-	if err != nil {
-		return err
-	}
-	return sg.g.CloseStdin(ctx, id)
-}
-
-// Resize sets a TTY session's size.
-func (a *Adapter) Resize(ctx context.Context, h adapter.Handle, id string, size adapter.TTYSize) error {
-	sg, err := a.guest(ctx, h)
-	if err != nil {
-		return err
-	}
-	return sg.g.Resize(ctx, id, size)
-}
-
-// TerminateSession stops session id and returns its recorded exit.
-func (a *Adapter) TerminateSession(ctx context.Context, h adapter.Handle, id string, grace time.Duration) (adapter.Exit, error) {
-	if err := adapter.CheckGrace(grace); err != nil {
-		return adapter.Exit{}, err
-	}
-	sg, err := a.guest(ctx, h)
-	if err != nil {
-		return adapter.Exit{}, err
-	}
-	return sg.g.Terminate(ctx, id, grace)
+	return &hosted.Transport{Exec: x, Install: x.install, InstallAtCreate: true, Ready: a.untilReady}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -15,7 +14,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
-	"github.com/agentrunner/runner/adapter/conformance"
+	"github.com/agentrunner/runner/adapter/hosted/hostedtest"
 	"github.com/agentrunner/runner/adapter/sprites"
 	"github.com/agentrunner/runner/adapter/sprites/spritestest"
 )
@@ -40,11 +39,7 @@ func TestMain(m *testing.M) {
 	}
 	shimBin, oldShimBin = filepath.Join(dir, "runner-shim"), filepath.Join(dir, "runner-shim-old")
 	for bin, v := range map[string]string{shimBin: shimVersion, oldShimBin: "v0.0.0-old"} {
-		cmd := exec.Command("go", "build", "-ldflags", "-X github.com/agentrunner/runner/version.Version="+v,
-			"-o", bin, "github.com/agentrunner/runner/cmd/runner-shim")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/runner-shim: %v\n%s", err, out)
+		if buildErr = hostedtest.BuildShim(bin, v); buildErr != nil {
 			break
 		}
 	}
@@ -109,22 +104,17 @@ func TestConformance(t *testing.T) {
 			t.Errorf("no exec lost its exit frame: the run did not exercise the quirk")
 		}
 	})
-	conformance.Run(t, conformance.Harness{
-		New: func(ct conformance.T) conformance.Subject {
-			tb := ct.(testing.TB)
-			srv, c := standIn(tb, spritestest.Options{DropExit: spritestest.DropExitRandom, Seed: seed})
-			tb.Cleanup(func() { dropped.Add(int64(srv.DroppedExits())) })
-			return conformance.Subject{
-				Adapter: newAdapter(tb, c, nil),
-				Outage: func() func() {
-					srv.SetOutage(true)
-					return func() { srv.SetOutage(false) }
-				},
-				InterruptList: func() { srv.InterruptList(1) },
-			}
-		},
-		Fixtures: conformance.ShellFixtures(),
-		Timeout:  90 * time.Second,
+	hostedtest.Conformance(t, func(tb testing.TB) hostedtest.Subject {
+		srv, c := standIn(tb, spritestest.Options{DropExit: spritestest.DropExitRandom, Seed: seed})
+		tb.Cleanup(func() { dropped.Add(int64(srv.DroppedExits())) })
+		return hostedtest.Subject{
+			New: func(t testing.TB) hostedtest.Adapter { return newAdapter(t, c, nil) },
+			Outage: func() func() {
+				srv.SetOutage(true)
+				return func() { srv.SetOutage(false) }
+			},
+			InterruptList: func() { srv.InterruptList(1) },
+		}
 	})
 }
 
@@ -287,59 +277,12 @@ func TestLostAnswers(t *testing.T) {
 	}
 }
 
-// TestDriverKilledMidAttach: the driver (its adapter) dies while it reads
-// a session that streams 3 MB; a new adapter attaches from the cursor it
-// had and the two reads are the session's bytes exactly.
+// TestDriverKilledMidAttach: hostedtest.DriverKilledMidAttach with ~30 %
+// of execs closed without their exit frame.
 func TestDriverKilledMidAttach(t *testing.T) {
 	_, c := standIn(t, spritestest.Options{DropExit: spritestest.DropExitRandom, Seed: 7})
-	ctx := ctxT(t)
-	a1 := newAdapter(t, c, nil)
-	h, err := a1.Create(ctx, "killed-driver", adapter.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := a1.Spawn(ctx, h, adapter.Shell(`head -c 3000000 /dev/urandom > data; echo ready; read go; cat data`), adapter.SpawnOptions{SessionID: "big"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := readUntil(t, st, "ready\n")
-	if err := a1.WriteStdin(ctx, h, "big", []byte("go\n")); err != nil {
-		t.Fatal(err)
-	}
-	for len(got) < 1000000 {
-		f := <-st.Frames()
-		if f.Terminal() {
-			t.Fatalf("ended early: %v", f)
-		}
-		if f.Stream == adapter.Stdout {
-			got = append(got, f.Data...)
-		}
-	}
-	a1.Close() // the driver dies mid-attach
-
-	a2 := newAdapter(t, c, nil)
-	h2, err := a2.Get(ctx, "killed-driver")
-	if err != nil || !h2.Same(h) {
-		t.Fatalf("Get = %v %v", h2, err)
-	}
-	st2, err := a2.Attach(ctx, h2, "big", adapter.Cursor{Stdout: int64(len(got))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st2.Close()
-	rest, _, end := readAll(t, st2)
-	if end.Exit == nil || !end.Exit.Success() {
-		t.Fatalf("resumed stream ended with %v", end)
-	}
-	got = append(got, rest...)
-	r, err := a2.Exec(ctx, h2, adapter.Shell("cat data"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := append([]byte("ready\n"), r.Stdout...)
-	if len(r.Stdout) != 3000000 || string(got) != string(want) {
-		t.Fatalf("read %d bytes across the driver's death, want the %d the session wrote, byte-exact", len(got), len(want))
-	}
+	hostedtest.DriverKilledMidAttach(t, hostedtest.Subject{
+		New: func(t testing.TB) hostedtest.Adapter { return newAdapter(t, c, nil) }})
 }
 
 // TestUploadAndVerify: create uploads runner-shim (mode 0755, parents

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/agentrunner/runner/adapter/hosted"
 )
 
 // DefaultBaseURL is the Sprites API.
@@ -232,24 +234,11 @@ func (c *Client) List(ctx context.Context, opts ListOptions) (Page, error) {
 // ListAll follows the continuation tokens to the end. An error on any page
 // fails the whole listing: it never returns a partial set.
 func (c *Client) ListAll(ctx context.Context, opts ListOptions) ([]ListedSprite, error) {
-	var all []ListedSprite
-	seen := map[string]bool{}
-	for {
+	return hosted.ListAll(ctx, "list sprites", opts.ContinuationToken, func(ctx context.Context, token string) ([]ListedSprite, string, error) {
+		opts.ContinuationToken = token
 		p, err := c.List(ctx, opts)
-		if err != nil {
-			return nil, err
-		}
-		all = append(all, p.Sprites...)
-		if p.NextToken == "" {
-			return all, nil
-		}
-		// A token that repeats would page forever.
-		if seen[p.NextToken] {
-			return nil, &Error{Op: "list sprites", kind: unavailable("the continuation token repeated")}
-		}
-		seen[p.NextToken] = true
-		opts.ContinuationToken = p.NextToken
-	}
+		return p.Sprites, p.NextToken, err
+	})
 }
 
 // FileInfo is fs/write's answer.

@@ -10,49 +10,25 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/adapter/internal/standin"
 	"github.com/agentrunner/runner/adapter/sprites"
 	"github.com/agentrunner/runner/adapter/sprites/spritestest"
 )
 
-// recorder is a RoundTripper that keeps every request URL the client sent
-// (the WebSocket upgrade included), so tests can prove no secret travels
-// in one.
-type recorder struct {
-	mu   sync.Mutex
-	urls []string
-	next http.RoundTripper
-}
-
-func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
-	r.mu.Lock()
-	r.urls = append(r.urls, req.URL.String())
-	r.mu.Unlock()
-	return r.next.RoundTrip(req)
-}
-
-func (r *recorder) URLs() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.urls)
-}
-
 type fixture struct {
 	srv *spritestest.Server
 	c   *sprites.Client
-	rec *recorder
+	rec *standin.Recorder
 }
 
 func newFixture(t *testing.T, opts spritestest.Options) fixture {
 	t.Helper()
 	srv := spritestest.New(t, opts)
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	t.Cleanup(tr.CloseIdleConnections)
-	rec := &recorder{next: tr}
+	rec := standin.NewRecorder(t)
 	c, err := sprites.New(sprites.Config{
 		Token:      sprites.NewSecret(srv.Token),
 		BaseURL:    srv.URL(),

@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/adapter/hosted"
 	"github.com/agentrunner/runner/adapter/secret"
 )
 
@@ -151,7 +151,7 @@ func apiStatusError(op string, kind apiOp, status int, h http.Header, body apiEr
 		// the sprite; the caller confirms with Get.
 		e.kind = &adapter.ProviderError{Provider: provider, Detail: detail}
 	case status == http.StatusTooManyRequests:
-		d := retryAfter(h)
+		d := hosted.RetryAfter(h)
 		if d == 0 && hasBody && body.RetryAfterSeconds > 0 {
 			d = time.Duration(body.RetryAfterSeconds) * time.Second
 		}
@@ -201,27 +201,6 @@ func urlFree(err error) string {
 	return err.Error()
 }
 
-// retryAfter reads Retry-After as seconds or as an HTTP date; zero when
-// absent or unparsable.
-func retryAfter(h http.Header) time.Duration {
-	if h == nil {
-		return 0
-	}
-	v := strings.TrimSpace(h.Get("Retry-After"))
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		if d := time.Until(t); d > 0 {
-			return d
-		}
-	}
-	return 0
-}
-
 // redactor removes the secrets and URLs it knows from text that came from
 // outside (server messages, transport errors) before it enters an error.
 type redactor struct {
@@ -235,12 +214,7 @@ func (r redactor) clean(s string) string {
 			s = strings.ReplaceAll(s, p, "[request]")
 		}
 	}
-	for _, sec := range r.secrets {
-		if v := sec.Reveal(); v != "" {
-			s = strings.ReplaceAll(s, v, secret.Redacted)
-		}
-	}
-	return s
+	return secret.Redact(s, r.secrets...)
 }
 
 func invalid(detail string) error     { return &adapter.InvalidError{Detail: detail} }

@@ -30,7 +30,7 @@ func (a *Adapter) PublicURL(ctx context.Context, h adapter.Handle, port int) (st
 	if port != PublicPort {
 		return "", &adapter.InvalidError{Detail: fmt.Sprintf("a sprite's URL reaches port %d only, not %d", PublicPort, port)}
 	}
-	if _, err := a.guest(ctx, h); err != nil {
+	if _, err := a.Guest(ctx, h); err != nil {
 		return "", err
 	}
 	sp, err := a.cfg.Client.SetURLAuth(ctx, h.Name, "public")
@@ -56,7 +56,7 @@ func (a *Adapter) PublicURL(ctx context.Context, h adapter.Handle, port int) (st
 // comment and found by it in the listing; a stream cut midway is settled
 // the same way (listed: it exists).
 func (a *Adapter) Checkpoint(ctx context.Context, h adapter.Handle) (string, error) {
-	if _, err := a.guest(ctx, h); err != nil {
+	if _, err := a.Guest(ctx, h); err != nil {
 		return "", err
 	}
 	b := make([]byte, 12)
@@ -91,7 +91,7 @@ func (a *Adapter) Restore(ctx context.Context, h adapter.Handle, id string) erro
 	if id == "" {
 		return &adapter.InvalidError{Detail: "empty checkpoint id"}
 	}
-	if _, err := a.guest(ctx, h); err != nil {
+	if _, err := a.Guest(ctx, h); err != nil {
 		return err
 	}
 	if _, err := a.cfg.Client.GetCheckpoint(ctx, h.Name, id); err != nil {
@@ -105,12 +105,7 @@ func (a *Adapter) Restore(ctx context.Context, h adapter.Handle, id string) erro
 	}
 	// The restored disk may hold another runner-shim (or none): verify it
 	// afresh, on a new transport, once the sprite is back.
-	a.forget(h.ID)
-	sg, err := a.register(h)
-	if err != nil {
-		return err
-	}
-	if err := a.untilReady(ctx, sg.g.Verify); err != nil {
+	if err := a.Renew(ctx, h, a.transport(h)); err != nil {
 		return fmt.Errorf("restore %s: the sprite did not come back: %w", h.Name, err)
 	}
 	return nil

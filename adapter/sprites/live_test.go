@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/adapter/hosted/hostedtest"
 	"github.com/agentrunner/runner/adapter/sprites"
 )
 
@@ -47,16 +48,9 @@ func TestLiveSmoke(t *testing.T) {
 	defer a.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	name := "runner-smoke-" + strings.ToLower(time.Now().UTC().Format("20060102t150405"))
-	h, err := a.Create(ctx, name, adapter.CreateOptions{})
-	if err != nil {
-		t.Fatalf("Create = %v", err)
-	}
-	defer func() {
-		if err := a.Destroy(context.Background(), h); err != nil {
-			t.Errorf("Destroy = %v", err)
-		}
-	}()
+	h, destroy := hostedtest.LiveSandbox(t, ctx, a)
+	defer destroy()
+	name := h.Name
 	// 4. The upload path: Create uploaded runner-shim to DefaultShimPath
 	// as the sprite user; say whether /usr/local/bin would have taken it.
 	if _, err := c.WriteFile(ctx, name, "/usr/local/bin/runner-smoke-probe", []byte("x"), 0o644); err != nil {

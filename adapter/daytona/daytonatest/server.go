@@ -67,9 +67,7 @@ package daytonatest
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -83,6 +81,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentrunner/runner/adapter/internal/standin"
 )
 
 // Options configures a stand-in. The zero value is usable.
@@ -123,6 +123,9 @@ const TagEnv = "DAYTONATEST_SANDBOX"
 // registers its shutdown with t.Cleanup: every process it started is
 // killed and waited for.
 type Server struct {
+	// Faults are the switches in front of both servers ("api", rate
+	// limited, and "toolbox").
+	*standin.Faults
 	api, toolbox *httptest.Server
 	// APIKey is the only key the API and the toolbox proxy accept.
 	APIKey string
@@ -136,14 +139,6 @@ type Server struct {
 	mu        sync.Mutex // guards everything below and every sandbox's fields
 	sandboxes map[string]*sandbox
 	seq       uint64
-	outage    bool
-	drop      bool
-	// dropToolbox drops the toolbox proxy's connections only.
-	dropToolbox bool
-	interrupt   int
-	rateLimit   int
-	retryAfter  time.Duration
-	requests    map[string]int
 	// raceRate is the rate of forced exit-code races; races counts them.
 	raceRate float64
 	races    int
@@ -187,16 +182,19 @@ func New(t testing.TB, opts Options) *Server {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
-		APIKey:    "dtn_" + randHex(24),
+		APIKey:    "dtn_" + standin.RandHex(24),
 		opts:      opts,
 		root:      opts.Dir,
 		ctx:       ctx,
 		cancel:    cancel,
 		sandboxes: map[string]*sandbox{},
-		requests:  map[string]int{},
+		Faults: &standin.Faults{OutageBody: "<html>503 Service Temporarily Unavailable</html>",
+			RateLimited: func(w http.ResponseWriter, _ time.Duration) {
+				apiError(w, http.StatusTooManyRequests, "ThrottlerException: Too Many Requests")
+			}},
 	}
-	s.api = httptest.NewServer(s.faults(s.apiMux(), true))
-	s.toolbox = httptest.NewServer(s.faults(http.HandlerFunc(s.serveToolbox), false))
+	s.api = httptest.NewServer(s.Wrap("api", true, s.apiMux()))
+	s.toolbox = httptest.NewServer(s.Wrap("toolbox", false, http.HandlerFunc(s.serveToolbox)))
 	t.Cleanup(s.shutdown)
 	return s
 }
@@ -207,29 +205,10 @@ func (s *Server) URL() string { return s.api.URL }
 // ToolboxProxyURL is the toolbox proxy the API names in every sandbox.
 func (s *Server) ToolboxProxyURL() string { return s.toolbox.URL + "/toolbox" }
 
-// SetOutage makes both servers answer every request 503 while on.
-func (s *Server) SetOutage(on bool) { s.mu.Lock(); s.outage = on; s.mu.Unlock() }
-
-// SetDropConnections makes both servers close every connection without an
-// answer while on, as a failing proxy does.
-func (s *Server) SetDropConnections(on bool) { s.mu.Lock(); s.drop = on; s.mu.Unlock() }
-
 // SetDropToolbox makes only the toolbox proxy close every connection
 // without an answer while on (with SetOutage: the API answers 503 while
 // the toolbox drops).
-func (s *Server) SetDropToolbox(on bool) { s.mu.Lock(); s.dropToolbox = on; s.mu.Unlock() }
-
-// InterruptList cuts the body of the next n list answers mid-page: the
-// status and Content-Length are sent, then the connection is closed.
-func (s *Server) InterruptList(n int) { s.mu.Lock(); s.interrupt = n; s.mu.Unlock() }
-
-// RateLimit answers the next n API requests 429 with Retry-After in whole
-// seconds.
-func (s *Server) RateLimit(n int, retryAfter time.Duration) {
-	s.mu.Lock()
-	s.rateLimit, s.retryAfter = n, retryAfter
-	s.mu.Unlock()
-}
+func (s *Server) SetDropToolbox(on bool) { s.DropServer("toolbox", on) }
 
 // SetExitCodeRace makes each read of a command record whose exit code the
 // daemon has not cached yet (GET of the command, of its session, of the
@@ -273,13 +252,6 @@ func (s *Server) Home(id string) (string, bool) {
 	return filepath.Join(sb.dir, "home"), true
 }
 
-// Requests returns how many requests matched "METHOD /path".
-func (s *Server) Requests(key string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.requests[key]
-}
-
 func (s *Server) shutdown() {
 	s.cancel()
 	s.mu.Lock()
@@ -290,39 +262,6 @@ func (s *Server) shutdown() {
 	s.wg.Wait()
 	s.api.Close()
 	s.toolbox.Close()
-}
-
-// faults applies the switches before any handler.
-func (s *Server) faults(next http.Handler, api bool) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.mu.Lock()
-		s.requests[r.Method+" "+r.URL.Path]++
-		drop, outage := s.drop || (!api && s.dropToolbox), s.outage
-		limited := false
-		if !drop && !outage && s.rateLimit > 0 && api {
-			s.rateLimit--
-			limited = true
-		}
-		ra := s.retryAfter
-		s.mu.Unlock()
-		switch {
-		case drop:
-			hj, ok := w.(http.Hijacker)
-			if !ok {
-				panic(http.ErrAbortHandler)
-			}
-			if conn, _, err := hj.Hijack(); err == nil {
-				conn.Close()
-			}
-		case outage:
-			http.Error(w, "<html>503 Service Temporarily Unavailable</html>", http.StatusServiceUnavailable)
-		case limited:
-			w.Header().Set("Retry-After", strconv.Itoa(int(ra/time.Second)))
-			apiError(w, http.StatusTooManyRequests, "ThrottlerException: Too Many Requests")
-		default:
-			next.ServeHTTP(w, r)
-		}
-	})
 }
 
 func (s *Server) apiMux() http.Handler {
@@ -348,14 +287,13 @@ func apiError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]any{"statusCode": status, "message": msg, "error": http.StatusText(status)})
 }
 
+// writeJSON writes NestJS's JSON answer (its Content-Type names the
+// charset).
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, _ := json.Marshal(v)
 	if w.Header().Get("Content-Type") == "" {
 		w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	}
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
+	standin.WriteJSON(w, status, v)
 }
 
 func notFound(w http.ResponseWriter, idOrName string) {
@@ -607,34 +545,15 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		items = append(items, s.dto(sb))
 	}
 	page["items"] = items
-	cut := s.interrupt > 0
-	if cut {
-		s.interrupt--
-	}
 	s.mu.Unlock()
-	if !cut {
-		writeJSON(w, http.StatusOK, page)
+	if s.TakeInterrupt() {
+		standin.WriteCut(w, http.StatusOK, page)
 		return
 	}
-	b, _ := json.Marshal(page)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(b[:len(b)/2])
-	if f, ok := w.(http.Flusher); ok {
-		f.Flush()
-	}
-	// Aborting closes the connection short of Content-Length.
-	panic(http.ErrAbortHandler)
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+	writeJSON(w, http.StatusOK, page)
 }
 
 func randUUID() string {
-	h := randHex(16)
+	h := standin.RandHex(16)
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentrunner/runner/adapter/internal/standin"
 )
 
 // req sends one request with the stand-in's key and returns status and body.
@@ -35,7 +37,7 @@ func req(t *testing.T, s *Server, method, url, body string) (int, []byte) {
 // startedSandbox creates a sandbox through the API and waits for started.
 func startedSandbox(t *testing.T, s *Server) string {
 	t.Helper()
-	code, b := req(t, s, "POST", s.URL()+"/sandbox", `{"name":"n`+randHex(4)+`"}`)
+	code, b := req(t, s, "POST", s.URL()+"/sandbox", `{"name":"n`+standin.RandHex(4)+`"}`)
 	if code != 200 {
 		t.Fatalf("create: %d %s", code, b)
 	}
@@ -57,7 +59,7 @@ func startedSandbox(t *testing.T, s *Server) string {
 func spawn(t *testing.T, s *Server, id string) int {
 	t.Helper()
 	tb := s.ToolboxProxyURL() + "/" + id
-	sid := "s" + randHex(4)
+	sid := "s" + standin.RandHex(4)
 	if code, b := req(t, s, "POST", tb+"/process/session", `{"sessionId":"`+sid+`"}`); code != 201 {
 		t.Fatalf("create session: %d %s", code, b)
 	}

@@ -156,7 +156,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is already running", sb.id))
 	default:
 		sb.wake(timeout)
-		writeJSON(w, http.StatusCreated, sb.created())
+		standin.WriteJSON(w, http.StatusCreated, sb.created())
 	}
 }
 
@@ -209,9 +209,9 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		if end := time.Now().Add(time.Duration(*req.Timeout) * time.Second); end.After(sb.endAt) {
 			sb.timeout, sb.endAt = *req.Timeout, end
 		}
-		writeJSON(w, http.StatusOK, sb.created())
+		standin.WriteJSON(w, http.StatusOK, sb.created())
 	default:
 		sb.wake(*req.Timeout)
-		writeJSON(w, http.StatusCreated, sb.created())
+		standin.WriteJSON(w, http.StatusCreated, sb.created())
 	}
 }

@@ -59,9 +59,7 @@
 package e2btest
 
 import (
-	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -119,6 +117,9 @@ const TagEnv = "E2BTEST_SANDBOX"
 // registers its shutdown with t.Cleanup: every process it started is
 // killed and waited for, every goroutine stopped.
 type Server struct {
+	// Faults are the switches in front of both servers ("api", rate
+	// limited, and "envd").
+	*standin.Faults
 	// api is the control plane (URL); envd is where envd requests go
 	// (SandboxURL), routed on the E2b-Sandbox-Id header.
 	api, envd *httptest.Server
@@ -131,16 +132,9 @@ type Server struct {
 	closing chan struct{}
 	wg      sync.WaitGroup // process waiters and readers
 
-	mu         sync.Mutex // guards everything below and every sandbox's fields
-	sandboxes  map[string]*sandbox
-	seq        uint64
-	outage     bool
-	drop       bool
-	dropEnvd   bool
-	interrupt  int
-	rateLimit  int
-	retryAfter time.Duration
-	requests   map[string]int // "METHOD /path" → count, for tests
+	mu        sync.Mutex // guards everything below and every sandbox's fields
+	sandboxes map[string]*sandbox
+	seq       uint64
 }
 
 type sandbox struct {
@@ -185,19 +179,21 @@ func New(t testing.TB, opts Options) *Server {
 		}
 	}
 	s := &Server{
-		APIKey:    "e2b_" + randHex(20),
+		APIKey:    "e2b_" + standin.RandHex(20),
 		t:         t,
 		opts:      opts,
 		root:      opts.Dir,
 		closing:   make(chan struct{}),
 		sandboxes: map[string]*sandbox{},
-		requests:  map[string]int{},
+		Faults: &standin.Faults{RateLimited: func(w http.ResponseWriter, _ time.Duration) {
+			apiError(w, http.StatusTooManyRequests, "rate limit exceeded")
+		}},
 	}
 	if s.opts.DefaultTimeout <= 0 {
 		s.opts.DefaultTimeout = 15 * time.Second
 	}
-	s.api = httptest.NewServer(s.faults(s.apiMux(), true))
-	s.envd = httptest.NewServer(s.faults(http.HandlerFunc(s.serveEnvd), false))
+	s.api = httptest.NewServer(s.Wrap("api", true, s.apiMux()))
+	s.envd = httptest.NewServer(s.Wrap("envd", false, http.HandlerFunc(s.serveEnvd)))
 	s.wg.Add(1)
 	go s.expire()
 	t.Cleanup(s.shutdown)
@@ -210,42 +206,15 @@ func (s *Server) URL() string { return s.api.URL }
 // SandboxURL is envd's base URL (Config.SandboxURL).
 func (s *Server) SandboxURL() string { return s.envd.URL }
 
-// SetOutage makes both servers answer every request 503 while on.
-func (s *Server) SetOutage(on bool) { s.mu.Lock(); s.outage = on; s.mu.Unlock() }
-
 // SetDropEnvd makes the envd proxy (only) drop every connection, as an
 // edge proxy in trouble does, until switched off.
-func (s *Server) SetDropEnvd(on bool) { s.mu.Lock(); s.dropEnvd = on; s.mu.Unlock() }
-
-// SetDropConnections makes both servers close every connection without an
-// answer while on, as a failing proxy does.
-func (s *Server) SetDropConnections(on bool) { s.mu.Lock(); s.drop = on; s.mu.Unlock() }
-
-// InterruptList cuts the body of the next n list answers mid-page: the
-// status and Content-Length are sent, then the connection is closed.
-func (s *Server) InterruptList(n int) { s.mu.Lock(); s.interrupt = n; s.mu.Unlock() }
-
-// RateLimit answers the next n control-plane requests 429 with
-// Retry-After in whole seconds.
-func (s *Server) RateLimit(n int, retryAfter time.Duration) {
-	s.mu.Lock()
-	s.rateLimit, s.retryAfter = n, retryAfter
-	s.mu.Unlock()
-}
+func (s *Server) SetDropEnvd(on bool) { s.DropServer("envd", on) }
 
 // Dir returns a sandbox's directory (the working directory of its
 // processes) and whether the sandbox exists.
 func (s *Server) Dir(sandboxID string) (dir string, ok bool) {
 	ok = s.with(sandboxID, func(sb *sandbox) { dir = sb.dir })
 	return dir, ok
-}
-
-// Requests returns how many requests matched "METHOD /path" (the path
-// with ids, e.g. "POST /process.Process/Start" or "GET /v2/sandboxes").
-func (s *Server) Requests(key string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.requests[key]
 }
 
 func (s *Server) shutdown() {
@@ -265,40 +234,6 @@ func (s *Server) shutdown() {
 	s.wg.Wait()
 	s.api.Close()
 	s.envd.Close()
-}
-
-// faults applies the switches before any handler.
-func (s *Server) faults(next http.Handler, api bool) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.mu.Lock()
-		s.requests[r.Method+" "+r.URL.Path]++
-		drop, outage := s.drop || (!api && s.dropEnvd), s.outage
-		limited := false
-		if !drop && !outage && s.rateLimit > 0 && api {
-			s.rateLimit--
-			limited = true
-		}
-		ra := s.retryAfter
-		s.mu.Unlock()
-		switch {
-		case drop:
-			hj, ok := w.(http.Hijacker)
-			if !ok {
-				panic(http.ErrAbortHandler)
-			}
-			conn, _, err := hj.Hijack()
-			if err == nil {
-				conn.Close()
-			}
-		case outage:
-			http.Error(w, "upstream unavailable", http.StatusServiceUnavailable)
-		case limited:
-			w.Header().Set("Retry-After", strconv.Itoa(int(ra/time.Second)))
-			apiError(w, http.StatusTooManyRequests, "rate limit exceeded")
-		default:
-			next.ServeHTTP(w, r)
-		}
-	})
 }
 
 func (s *Server) apiMux() http.Handler {
@@ -322,15 +257,7 @@ func (s *Server) apiMux() http.Handler {
 
 // apiError writes the API's Error schema.
 func apiError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]any{"code": status, "message": msg})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, _ := json.Marshal(v)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
+	standin.WriteJSON(w, status, map[string]any{"code": status, "message": msg})
 }
 
 func notFound(w http.ResponseWriter, id string) {
@@ -361,7 +288,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seq++
-	id := "i" + randHex(10)
+	id := "i" + standin.RandHex(10)
 	dir := filepath.Join(s.root, id)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		apiError(w, http.StatusInternalServerError, "create sandbox directory")
@@ -380,14 +307,14 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		endAt: now.Add(s.opts.DefaultTimeout),
 	}
 	if req.Secure {
-		sb.token = randHex(16)
+		sb.token = standin.RandHex(16)
 	}
 	if req.Timeout != nil {
 		sb.timeout = *req.Timeout
 		sb.endAt = now.Add(time.Duration(*req.Timeout) * time.Second)
 	}
 	s.sandboxes[id] = sb
-	writeJSON(w, http.StatusCreated, sb.created())
+	standin.WriteJSON(w, http.StatusCreated, sb.created())
 }
 
 func (sb *sandbox) created() map[string]any {
@@ -425,7 +352,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	if sb.token != "" {
 		m["envdAccessToken"] = sb.token
 	}
-	writeJSON(w, http.StatusOK, m)
+	standin.WriteJSON(w, http.StatusOK, m)
 }
 
 func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
@@ -506,25 +433,12 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		}
 		page = append(page, sb.listed())
 	}
-	cut := s.interrupt > 0
-	if cut {
-		s.interrupt--
-	}
 	s.mu.Unlock()
-	if !cut {
-		writeJSON(w, http.StatusOK, page)
+	if s.TakeInterrupt() {
+		standin.WriteCut(w, http.StatusOK, page)
 		return
 	}
-	b, _ := json.Marshal(page)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(b[:len(b)/2])
-	if f, ok := w.(http.Flusher); ok {
-		f.Flush()
-	}
-	// Aborting closes the connection short of Content-Length.
-	panic(http.ErrAbortHandler)
+	standin.WriteJSON(w, http.StatusOK, page)
 }
 
 func metaMatch(have map[string]string, want url.Values) bool {
@@ -534,10 +448,4 @@ func metaMatch(have map[string]string, want url.Values) bool {
 		}
 	}
 	return true
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/agentrunner/runner/adapter/internal/standin"
 )
 
 // Checkpoints, from superfly/sprites-go (checkpoint.go, types.go) and
@@ -70,7 +72,7 @@ func (s *Server) listCheckpoints(w http.ResponseWriter, r *http.Request) {
 		out = append(out, checkpointView(c))
 	}
 	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, out)
+	standin.WriteJSON(w, http.StatusOK, out)
 }
 
 func checkpointView(c checkpoint) map[string]any {
@@ -99,7 +101,7 @@ func (s *Server) getCheckpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if c, ok := s.findCheckpoint(w, sp, r.PathValue("id")); ok {
-		writeJSON(w, http.StatusOK, checkpointView(c))
+		standin.WriteJSON(w, http.StatusOK, checkpointView(c))
 	}
 }
 

@@ -453,7 +453,7 @@ func (s *Server) listSessions(w http.ResponseWriter, sp *sprite) {
 		})
 	}
 	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{"sessions": sessions})
+	standin.WriteJSON(w, http.StatusOK, map[string]any{"sessions": sessions})
 }
 
 // kill serves POST /v1/sprites/{name}/exec/{id}/kill: NDJSON progress

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/agentrunner/runner/adapter/internal/standin"
 )
 
 // The filesystem, lookup and network policy handlers.
@@ -110,7 +112,7 @@ func (s *Server) fsWrite(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusInternalServerError, "write_failed", "write failed")
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"path": q.Get("path"), "size": len(data), "mode": fmt.Sprintf("%04o", mode.Perm())})
+	standin.WriteJSON(w, http.StatusOK, map[string]any{"path": q.Get("path"), "size": len(data), "mode": fmt.Sprintf("%04o", mode.Perm())})
 }
 
 // MaxWriteFile is the largest body fs/write takes (16 MiB).
@@ -185,5 +187,5 @@ func (s *Server) setPolicy(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	sp.policy = norm
 	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{})
+	standin.WriteJSON(w, http.StatusOK, map[string]any{})
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/agentrunner/runner/adapter/internal/standin"
 )
 
 // The idle model, from the lifecycle pages (concepts/lifecycle,
@@ -113,7 +115,7 @@ func (s *Server) listTasks(w http.ResponseWriter, sp *sprite) {
 		out = append(out, map[string]any{"name": n, "started_at": t.started.UTC().Format(time.RFC3339Nano), "expires_at": t.expires.UTC().Format(time.RFC3339Nano)})
 	}
 	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{"tasks": out})
+	standin.WriteJSON(w, http.StatusOK, map[string]any{"tasks": out})
 }
 
 func (s *Server) getTask(w http.ResponseWriter, sp *sprite, name string) {
@@ -125,7 +127,7 @@ func (s *Server) getTask(w http.ResponseWriter, sp *sprite, name string) {
 		apiError(w, http.StatusNotFound, "not_found", "no such task")
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"name": name, "started_at": t.started.UTC().Format(time.RFC3339Nano), "expires_at": t.expires.UTC().Format(time.RFC3339Nano)})
+	standin.WriteJSON(w, http.StatusOK, map[string]any{"name": name, "started_at": t.started.UTC().Format(time.RFC3339Nano), "expires_at": t.expires.UTC().Format(time.RFC3339Nano)})
 }
 
 // putTask serves create (POST: 201, 409 when the name is live) and upsert
@@ -168,7 +170,7 @@ func (s *Server) putTask(w http.ResponseWriter, r *http.Request, sp *sprite, nam
 	if create {
 		status = http.StatusCreated
 	}
-	writeJSON(w, status, map[string]any{"name": name, "started_at": t.started.UTC().Format(time.RFC3339Nano), "expires_at": t.expires.UTC().Format(time.RFC3339Nano)})
+	standin.WriteJSON(w, status, map[string]any{"name": name, "started_at": t.started.UTC().Format(time.RFC3339Nano), "expires_at": t.expires.UTC().Format(time.RFC3339Nano)})
 }
 
 func parseExpire(raw json.RawMessage) (time.Duration, error) {

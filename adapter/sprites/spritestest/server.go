@@ -53,9 +53,7 @@
 package spritestest
 
 import (
-	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"io"
 	mrand "math/rand/v2"
@@ -73,6 +71,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/agentrunner/runner/adapter/internal/standin"
 )
 
 // DropExitMode says when the stand-in ends an exec without its exit frame.
@@ -156,6 +156,8 @@ const ReplayCap = 64 << 10
 // registers its shutdown with t.Cleanup: every process it started is
 // killed and waited for, every goroutine stopped.
 type Server struct {
+	// Faults are the switches in front of the API.
+	*standin.Faults
 	srv *httptest.Server
 	// Token is the only Bearer token the API accepts.
 	Token string
@@ -172,15 +174,8 @@ type Server struct {
 	conns      map[*websocket.Conn]bool
 	rng        *mrand.Rand
 	dropExit   DropExitMode
-	outage     bool
-	drop       bool
 	proxy502   bool
 	proxy404   bool
-	interrupt  int
-	rateLimit  int
-	retryAfter time.Duration
-	requests   map[string]int
-	uris       []string
 	cuts       map[string]int // CutExecs: argv word → execs left to cut
 	dropped    int            // execs closed without their exit frame
 	lostOutput int            // fast execs whose output was lost or replayed
@@ -236,7 +231,7 @@ func New(t testing.TB, opts Options) *Server {
 		opts.CloseHold = 0
 	}
 	s := &Server{
-		Token:    "sprites_" + randHex(20),
+		Token:    "sprites_" + standin.RandHex(20),
 		Org:      "stand-in",
 		opts:     opts,
 		root:     opts.Dir,
@@ -245,10 +240,14 @@ func New(t testing.TB, opts Options) *Server {
 		conns:    map[*websocket.Conn]bool{},
 		rng:      mrand.New(mrand.NewPCG(opts.Seed, opts.Seed^0x5bd1e995)),
 		dropExit: opts.DropExit,
-		requests: map[string]int{},
 		cuts:     map[string]int{},
 	}
-	s.srv = httptest.NewUnstartedServer(s.faults(s.mux()))
+	s.Faults = &standin.Faults{Extra: s.proxyFault, RateLimited: func(w http.ResponseWriter, ra time.Duration) {
+		standin.WriteJSON(w, http.StatusTooManyRequests, map[string]any{
+			"error": "rate_limited", "message": "too many requests", "retry_after_seconds": int(ra / time.Second),
+		})
+	}}
+	s.srv = httptest.NewUnstartedServer(s.Wrap("api", true, s.mux()))
 	s.srv.Listener = holdListener{Listener: s.srv.Listener, closing: s.closing}
 	s.srv.Config.ConnContext = connContext
 	s.srv.Start()
@@ -263,13 +262,6 @@ func New(t testing.TB, opts Options) *Server {
 // URL is the API's base URL (Config.BaseURL).
 func (s *Server) URL() string { return s.srv.URL }
 
-// SetOutage makes every request answer 503 while on.
-func (s *Server) SetOutage(on bool) { s.mu.Lock(); s.outage = on; s.mu.Unlock() }
-
-// SetDropConnections makes the server close every connection without an
-// answer while on, as a failing proxy does.
-func (s *Server) SetDropConnections(on bool) { s.mu.Lock(); s.drop = on; s.mu.Unlock() }
-
 // SetProxyError makes every request answer 502 with an HTML body while
 // on, as Fly's proxy does for a machine it cannot reach.
 func (s *Server) SetProxyError(on bool) { s.mu.Lock(); s.proxy502 = on; s.mu.Unlock() }
@@ -277,19 +269,6 @@ func (s *Server) SetProxyError(on bool) { s.mu.Lock(); s.proxy502 = on; s.mu.Unl
 // SetProxyNotFound makes every request answer a bare 404 (text, not the
 // API's JSON) while on: a 404 that proves nothing.
 func (s *Server) SetProxyNotFound(on bool) { s.mu.Lock(); s.proxy404 = on; s.mu.Unlock() }
-
-// InterruptList cuts the body of the next n list answers mid-page: the
-// status and Content-Length are sent, half the body, then the connection
-// is closed.
-func (s *Server) InterruptList(n int) { s.mu.Lock(); s.interrupt = n; s.mu.Unlock() }
-
-// RateLimit answers the next n requests 429 with Retry-After in whole
-// seconds.
-func (s *Server) RateLimit(n int, retryAfter time.Duration) {
-	s.mu.Lock()
-	s.rateLimit, s.retryAfter = n, retryAfter
-	s.mu.Unlock()
-}
 
 // CutExecs makes the next n execs whose argv has word as one of its
 // elements run to their end with their output and their exit frame
@@ -342,22 +321,6 @@ func (s *Server) Running(name string) []int {
 	return pids
 }
 
-// Requests returns how many requests matched "METHOD /path" (for example
-// "GET /v1/sprites/x/exec").
-func (s *Server) Requests(key string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.requests[key]
-}
-
-// RequestURIs returns every request URI as received (path and query), the
-// WebSocket upgrades included, so a test can prove no secret travels in one.
-func (s *Server) RequestURIs() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.uris...)
-}
-
 func (s *Server) shutdown() {
 	s.mu.Lock()
 	close(s.closing)
@@ -377,48 +340,6 @@ func (s *Server) shutdown() {
 	s.mu.Unlock()
 	s.srv.Close()
 	s.wg.Wait()
-}
-
-// faults applies the switches before any handler.
-func (s *Server) faults(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.mu.Lock()
-		s.requests[r.Method+" "+r.URL.Path]++
-		s.uris = append(s.uris, r.URL.RequestURI())
-		drop, outage, p502, p404 := s.drop, s.outage, s.proxy502, s.proxy404
-		limited := false
-		if !drop && !outage && !p502 && !p404 && s.rateLimit > 0 {
-			s.rateLimit--
-			limited = true
-		}
-		ra := s.retryAfter
-		s.mu.Unlock()
-		switch {
-		case drop:
-			if hj, ok := w.(http.Hijacker); ok {
-				if conn, _, err := hj.Hijack(); err == nil {
-					conn.Close()
-					return
-				}
-			}
-			panic(http.ErrAbortHandler)
-		case outage:
-			http.Error(w, "upstream unavailable", http.StatusServiceUnavailable)
-		case p502:
-			w.Header().Set("Content-Type", "text/html")
-			w.WriteHeader(http.StatusBadGateway)
-			_, _ = io.WriteString(w, "<html><body>502 Bad Gateway</body></html>")
-		case p404:
-			http.Error(w, "404 page not found", http.StatusNotFound)
-		case limited:
-			w.Header().Set("Retry-After", strconv.Itoa(int(ra/time.Second)))
-			writeJSON(w, http.StatusTooManyRequests, map[string]any{
-				"error": "rate_limited", "message": "too many requests", "retry_after_seconds": int(ra / time.Second),
-			})
-		default:
-			next.ServeHTTP(w, r)
-		}
-	})
 }
 
 func (s *Server) mux() http.Handler {
@@ -448,20 +369,12 @@ func (s *Server) mux() http.Handler {
 }
 
 func apiError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, map[string]any{"error": code, "message": msg})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, _ := json.Marshal(v)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
+	standin.WriteJSON(w, status, map[string]any{"error": code, "message": msg})
 }
 
 // spriteNotFound is the API's definitive answer.
 func spriteNotFound(w http.ResponseWriter) {
-	writeJSON(w, http.StatusNotFound, map[string]any{"error": "sprite not found"})
+	standin.WriteJSON(w, http.StatusNotFound, map[string]any{"error": "sprite not found"})
 }
 
 // validName is the stand-in's rule for sprite names (lowercase letters,
@@ -516,7 +429,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.sprites[sp.name] = sp
-	writeJSON(w, http.StatusCreated, s.view(sp))
+	standin.WriteJSON(w, http.StatusCreated, s.view(sp))
 }
 
 func (s *Server) view(sp *sprite) map[string]any {
@@ -539,7 +452,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		spriteNotFound(w)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.view(sp))
+	standin.WriteJSON(w, http.StatusOK, s.view(sp))
 }
 
 // update serves PUT /v1/sprites/{name}: url_settings.auth ("sprite" or
@@ -564,7 +477,7 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request) {
 	}
 	sp.auth = req.URLSettings.Auth
 	sp.updated = time.Now().UTC()
-	writeJSON(w, http.StatusOK, s.view(sp))
+	standin.WriteJSON(w, http.StatusOK, s.view(sp))
 }
 
 // URLAuth returns a sprite's url_settings.auth ("" for no such sprite).
@@ -646,38 +559,38 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 			"updated_at": sp.updated.Format(time.RFC3339Nano),
 		})
 	}
-	cut := false
-	if s.interrupt > 0 {
-		s.interrupt--
-		cut = true
-	}
 	s.mu.Unlock()
 	body := map[string]any{"sprites": entries, "has_more": more}
 	if more {
 		body["next_continuation_token"] = base64.RawURLEncoding.EncodeToString([]byte("after:" + names[len(names)-1]))
 	}
-	if !cut {
-		writeJSON(w, http.StatusOK, body)
+	if s.TakeInterrupt() {
+		standin.WriteCut(w, http.StatusOK, body)
 		return
 	}
-	b, _ := json.Marshal(body)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(b[:len(b)/2])
-	if f, ok := w.(http.Flusher); ok {
-		f.Flush()
-	}
-	panic(http.ErrAbortHandler)
+	standin.WriteJSON(w, http.StatusOK, body)
 }
 
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+// proxyFault answers the Fly proxy's own faults (SetProxyError,
+// SetProxyNotFound), which take no rate-limit turn.
+func (s *Server) proxyFault(w http.ResponseWriter, _ *http.Request) bool {
+	s.mu.Lock()
+	p502, p404 := s.proxy502, s.proxy404
+	s.mu.Unlock()
+	switch {
+	case p502:
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = io.WriteString(w, "<html><body>502 Bad Gateway</body></html>")
+	case p404:
+		http.Error(w, "404 page not found", http.StatusNotFound)
+	default:
+		return false
+	}
+	return true
 }
 
 func randUUID() string {
-	h := randHex(16)
+	h := standin.RandHex(16)
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
