@@ -9,3 +9,6 @@ func SetShimStartTimeout(d time.Duration) (restore func()) {
 	shimStartTimeout = d
 	return func() { shimStartTimeout = old }
 }
+
+// MetricsAddr is metricsAddr, for the tests of Config.MetricsListen.
+var MetricsAddr = metricsAddr

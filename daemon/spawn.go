@@ -160,6 +160,7 @@ func (s *server) netReady(sb registry.Sandbox) (nsb *netpolicy.Sandbox, ok bool)
 // that may still come up leaves both (startMayRun) and answers
 // unavailable "uncertain".
 func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession, opts spawnOptions) (ss registry.Session, created bool, err error) {
+	begun := time.Now()
 	if err := normalize(&req); err != nil {
 		return ss, false, err
 	}
@@ -298,7 +299,8 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 		ss.StartedAt = st.StartedAt.UTC()
 	}
 	s.metrics.sessionsStarted.Add(1)
-	s.log.Info("session started", "sandbox", name, "session", ss.ID, "pid", st.PID, "tty", req.TTY)
+	s.metrics.spawnAck.Observe(time.Since(begun).Seconds())
+	s.log.Info("session started", "request_id", requestID(ctx), "sandbox", name, "session", ss.ID, "pid", st.PID, "tty", req.TTY)
 	s.recordRunning(ss)
 	return ss, true, nil
 }
