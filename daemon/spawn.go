@@ -98,14 +98,15 @@ func (s *server) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolic
 		env = envWith(env, "TERM", "xterm-256color")
 	}
 	spec := shim.Spec{
-		ID:   ss.ID,
-		Argv: req.Argv,
-		Env:  env,
-		Dir:  cwd,
-		User: sb.User,
-		TTY:  req.TTY,
-		Rows: uint16(req.Rows),
-		Cols: uint16(req.Cols),
+		ID:      ss.ID,
+		Sandbox: sb.Name,
+		Argv:    req.Argv,
+		Env:     env,
+		Dir:     cwd,
+		User:    sb.User,
+		TTY:     req.TTY,
+		Rows:    uint16(req.Rows),
+		Cols:    uint16(req.Cols),
 		// Opt-in (--journal-retain-bytes): a reader behind the retained
 		// start is answered truncated, never silently skipped.
 		RetainBytes: s.cfg.JournalRetainBytes,
