@@ -53,6 +53,8 @@ Environment:
                      network containment (flags --netpolicy, --netpolicy-state)
   RUNNERD_ISOLATE, RUNNERD_IDENTITY_RANGE
                      isolation (flags --isolate, --identity-range)
+  RUNNERD_METRICS_LISTEN
+                     the token-free metrics listener (flag --metrics-listen wins)
   RUNNERD_SHIM       the runner-shim binary (flag --shim wins)
   RUNNERD_LOG_LEVEL  debug, info, warn, error (flag --log-level wins)
   NOTIFY_SOCKET      set by systemd (Type=notify): runnerd reports READY=1 there
