@@ -18,10 +18,12 @@ import (
 // has been overwritten it reads on into the environment area that follows
 // and stops at the first NUL (setproctitle(3)'s convention, which
 // get_mm_cmdline keeps). So the room for a title is the arguments and
-// the environment together: a hundred bytes and more for every shim, with
-// no argument reserved for it. /proc/PID/environ then reads garbage;
-// nothing uses it, since Go copied the environment at start and a
-// command's environment is its spec's.
+// the environment together, with no argument reserved for it. Only a
+// title longer than the original arguments (rare: those hold the session
+// directory's path) spills into the environment area, and then only as far
+// as it needs, leaving /proc/PID/environ's first entries overwritten;
+// nothing in the shim reads them, since Go copied the environment at start
+// and a command's environment is its spec's.
 //
 // The memory is written through /proc/self/mem, so no Go pointer is made
 // from an address. Go's os.Args point into that memory (the runtime does
