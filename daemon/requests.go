@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -144,7 +145,8 @@ func (s *server) serveLogged(w http.ResponseWriter, r *http.Request, next func(h
 
 // recorder notes the status a handler answered and when its header went
 // out (the latency a client sees before the first byte). It passes
-// Flush, Hijack and Unwrap through: streams flush, attaches hijack.
+// Flush, ReadFrom, Hijack and Unwrap through: streams flush and send
+// files, attaches hijack.
 type recorder struct {
 	http.ResponseWriter
 	mu     sync.Mutex // guards status and first
@@ -184,6 +186,21 @@ func (rw *recorder) Flush() {
 		f.Flush()
 	}
 }
+
+// ReadFrom keeps net/http's sendfile path for an ended stream's journal
+// files (streams.go): hidden behind the recorder, io.Copy would copy them
+// through user space.
+func (rw *recorder) ReadFrom(src io.Reader) (int64, error) {
+	rw.note(http.StatusOK)
+	if rf, ok := rw.ResponseWriter.(io.ReaderFrom); ok {
+		return rf.ReadFrom(src)
+	}
+	return io.Copy(writerOnly{rw.ResponseWriter}, src)
+}
+
+// writerOnly hides every method but Write, so io.Copy cannot recurse into
+// ReadFrom.
+type writerOnly struct{ io.Writer }
 
 // Hijack is an attach's upgrade: coder/websocket writes the 101 itself on
 // the hijacked connection, so it is noted here.
