@@ -49,7 +49,7 @@ func TestInstallScript(t *testing.T) {
 		t.Fatalf("unit not installed: %v", err)
 	}
 	for _, want := range []string{
-		"ExecStart=/opt/runner/bin/runnerd --shim /opt/runner/bin/runner-shim\n", // BINDIR is honoured
+		"ExecStart=/opt/runner/bin/runnerd --shim /opt/runner/bin/runner-shim $RUNNERD_ARGS\n", // BINDIR is honoured
 		"Type=notify\n",
 		"KillMode=process\n", // stopping runnerd must not kill the turns
 		"StateDirectory=runnerd\n",

@@ -27,6 +27,9 @@ const (
 	pingEvery       = 20 * time.Second
 	pingTimeout     = 20 * time.Second
 	slowClientLimit = 60 * time.Second
+	// stopWriteGrace bounds a frame write still in flight when runnerd
+	// stops, before the 1001 close.
+	stopWriteGrace = 2 * time.Second
 )
 
 func (s *server) attachReaders(w http.ResponseWriter, r *http.Request, ss registry.Session, j *journal.Journal) (map[string]*journal.Reader, error) {
@@ -105,11 +108,31 @@ func (s *server) handleAttach(w http.ResponseWriter, r *http.Request) {
 	s.metrics.attachesTotal.Add(1)
 	defer s.metrics.attaches.Add(-1)
 
-	ctx, cancel := context.WithCancel(context.Background())
+	// Two lifetimes. connCtx is the connection's: the reads, pings and
+	// writes run under it, and it ends when the peer is gone or the
+	// handler returns. ctx, below it, is the frames': runnerd stopping
+	// ends it, so no further frame is sent, while the connection stays
+	// up for the 1001 close frame. coder/websocket closes the TCP
+	// connection at once when the context of a pending read or write
+	// ends, so stopping must never end connCtx before conn.Close: that
+	// was the 1006 (no close frame) a client saw when runnerd stopped.
+	connCtx, connCancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(connCtx)
 	var wg sync.WaitGroup
-	defer wg.Wait() // after cancel (deferred below) so every goroutine has ended
+	defer wg.Wait() // after the cancels (deferred below) so every goroutine has ended
+	defer connCancel()
 	defer cancel()
-	// runnerd stopping ends the attach with 1001 instead of a frame.
+	// A write that does not complete within slowClientLimit drops the
+	// client: one watchdog timer for the whole attach, armed around each
+	// write, instead of a context with a deadline per frame.
+	wctx, wcancel := context.WithCancel(connCtx)
+	defer wcancel()
+	watchdog := time.AfterFunc(slowClientLimit, wcancel)
+	defer watchdog.Stop()
+	watchdog.Stop()
+	// runnerd stopping ends the attach with 1001 instead of a frame. A
+	// frame write still in flight then gets stopWriteGrace, not
+	// slowClientLimit, so a slow client cannot hold up the stop.
 	var stopping atomic.Bool
 	wg.Add(1)
 	go func() {
@@ -118,6 +141,13 @@ func (s *server) handleAttach(w http.ResponseWriter, r *http.Request) {
 		case <-s.stop:
 			stopping.Store(true)
 			cancel()
+			t := time.NewTimer(stopWriteGrace)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				wcancel()
+			case <-connCtx.Done():
+			}
 		case <-ctx.Done():
 		}
 	}()
@@ -127,9 +157,9 @@ func (s *server) handleAttach(w http.ResponseWriter, r *http.Request) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		defer cancel()
+		defer connCancel()
 		for {
-			_, rd, err := conn.Reader(ctx)
+			_, rd, err := conn.Reader(connCtx)
 			if err != nil {
 				return
 			}
@@ -149,25 +179,17 @@ func (s *server) handleAttach(w http.ResponseWriter, r *http.Request) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				pctx, pcancel := context.WithTimeout(ctx, pingTimeout)
+				pctx, pcancel := context.WithTimeout(connCtx, pingTimeout)
 				err := conn.Ping(pctx)
 				pcancel()
 				if err != nil {
-					cancel()
+					connCancel()
 					return
 				}
 			}
 		}
 	}()
 
-	// A write that does not complete within slowClientLimit drops the
-	// client: one watchdog timer for the whole attach, armed around each
-	// write, instead of a context with a deadline per frame.
-	wctx, wcancel := context.WithCancel(ctx)
-	defer wcancel()
-	watchdog := time.AfterFunc(slowClientLimit, wcancel)
-	defer watchdog.Stop()
-	watchdog.Stop()
 	write := func(b []byte) error {
 		watchdog.Reset(slowClientLimit)
 		err := conn.Write(wctx, websocket.MessageBinary, b)

@@ -78,7 +78,7 @@ func TestClassifyStartExecError(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := &server{metrics: newMetrics(), log: slog.New(slog.DiscardHandler)}
+			s := &server{metrics: newMetrics(""), log: slog.New(slog.DiscardHandler)}
 			rec := httptest.NewRecorder()
 			s.writeError(rec, httptest.NewRequest(http.MethodPost, "/v1/sandboxes/x/exec", nil), classifyStart(tt.err))
 			var body wire.ErrorBody

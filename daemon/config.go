@@ -31,6 +31,8 @@ const (
 	EnvToken  = "RUNNERD_TOKEN"
 	EnvListen = "RUNNERD_LISTEN"
 	EnvSocket = "RUNNERD_SOCKET"
+	// EnvMetricsListen is the default of --metrics-listen (Config.MetricsListen).
+	EnvMetricsListen = "RUNNERD_METRICS_LISTEN"
 	// EnvPreviewListen and EnvPreviewURL configure the preview listener.
 	EnvPreviewListen = "RUNNERD_PREVIEW_LISTEN"
 	EnvPreviewURL    = "RUNNERD_PREVIEW_URL"
@@ -174,6 +176,16 @@ type Config struct {
 	// public_url is not advertised.
 	PreviewListen      string
 	PreviewURLTemplate string
+	// MetricsListen is the address of a listener that serves GET /metrics
+	// (and GET /healthz) without the token, for a scraper that must not
+	// hold the credential that controls every sandbox (as kubelet's and
+	// containerd's metrics ports). A bare port (":9323" or "9323") means
+	// loopback (127.0.0.1:9323); another host is served only when named.
+	// Empty: none (/metrics is served on the API listeners, with the token).
+	MetricsListen string
+	// MetricsListener, when set, is served as the metrics listener instead
+	// of listening on MetricsListen (for tests). Run closes it.
+	MetricsListener net.Listener
 
 	// NetPolicy is NetPolicyAuto (the default when empty) or NetPolicyOff.
 	NetPolicy string
@@ -371,6 +383,13 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if (cfg.PreviewListen == "") != (cfg.PreviewURLTemplate == "") {
 		return cfg, errors.New("config: the preview listener needs both an address and a URL template")
+	}
+	if cfg.MetricsListen != "" {
+		addr, err := metricsAddr(cfg.MetricsListen)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.MetricsListen = addr
 	}
 	if cfg.Listen == "none" && cfg.Socket == "none" && cfg.TCPListener == nil {
 		return cfg, errors.New("config: both listeners disabled")

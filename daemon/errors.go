@@ -143,14 +143,10 @@ func classify(err error) *apiError {
 func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	ae := classify(err)
 	s.metrics.countError(ae.code)
-	switch {
-	case ae.status >= 500:
-		s.log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "code", ae.code, "err", ae.detail)
-	case ae.code == wire.CodeInvalid || ae.code == wire.CodeDenied:
-		// A refused request: the route's template, never the path's
-		// values, the token, the body or the detail (which may quote
-		// the body, an env entry say).
-		s.log.Info("request refused", "method", r.Method, "route", s.routeOf(r), "status", ae.status, "code", ae.code)
+	if rq := requestOf(r.Context()); rq != nil {
+		rq.refused(ae.status, ae.code, ae.detail) // serveLogged logs it (requests.go)
+	} else {
+		s.logUnserved(r, ae)
 	}
 	h := w.Header()
 	h.Set(wire.HeaderError, string(ae.code))
@@ -163,6 +159,20 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(ae.status)
 	w.Write(body)
+}
+
+// logUnserved logs an error answered outside serveLogged (net/http's own
+// answers reshaped by shapedConn).
+func (s *server) logUnserved(r *http.Request, ae *apiError) {
+	switch {
+	case ae.status >= 500:
+		s.log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "code", ae.code, "err", ae.detail)
+	case ae.code == wire.CodeInvalid || ae.code == wire.CodeDenied:
+		// A refused request: the route's template, never the path's
+		// values, the token, the body or the detail (which may quote
+		// the body, an env entry say).
+		s.log.Info("request refused", "method", r.Method, "route", s.routeOf(r), "status", ae.status, "code", ae.code)
+	}
 }
 
 // routeOf is the mux pattern r matches ("POST /v1/sandboxes/{name}/exec"),

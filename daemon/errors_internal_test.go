@@ -112,7 +112,7 @@ func TestUncertainErrorBody(t *testing.T) {
 		{"errUncertain", errUncertain("session %s is still starting; retry", "s1"), true},
 		{"plain unavailable", errUnavailable("runnerd is stopping"), false},
 	}
-	s := &server{metrics: newMetrics(), log: slog.New(slog.DiscardHandler)}
+	s := &server{metrics: newMetrics(""), log: slog.New(slog.DiscardHandler)}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()

@@ -104,6 +104,7 @@ func (s *server) acquireExec() (release func(), err error) {
 }
 
 func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
+	begun := time.Now()
 	release, err := s.acquireExec()
 	if err != nil {
 		s.writeError(w, r, err)
@@ -265,6 +266,7 @@ wait:
 		TimedOut:        timedOut,
 		Exit:            exit,
 	})
+	s.metrics.exec.Observe(time.Since(begun).Seconds())
 }
 
 func nonNil(b []byte) []byte {

@@ -17,3 +17,6 @@ func SetNetNSCheck(f func(pid int, path string) (bool, error)) (restore func()) 
 	netNSCheck = f
 	return func() { netNSCheck = old }
 }
+
+// MetricsAddr is metricsAddr, for the tests of Config.MetricsListen.
+var MetricsAddr = metricsAddr

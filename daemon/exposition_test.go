@@ -55,30 +55,11 @@ func TestMetricsExposition(t *testing.T) {
 	}
 	value := func(name string, typ dto.MetricType, labels ...string) float64 {
 		t.Helper()
-		f, ok := fams[name]
-		if !ok || f.GetType() != typ {
-			t.Fatalf("family %s: got %v (present %v), want %v", name, f.GetType(), ok, typ)
+		m := series(t, fams, name, typ, labels...) // observe_test.go
+		if typ == dto.MetricType_COUNTER {
+			return m.GetCounter().GetValue()
 		}
-	metric:
-		for _, m := range f.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, lp := range m.GetLabel() {
-					found = found || (lp.GetName() == labels[i] && lp.GetValue() == labels[i+1])
-				}
-				if !found {
-					continue metric
-				}
-			}
-			switch typ {
-			case dto.MetricType_COUNTER:
-				return m.GetCounter().GetValue()
-			default:
-				return m.GetGauge().GetValue()
-			}
-		}
-		t.Fatalf("family %s has no series %v", name, labels)
-		return 0
+		return m.GetGauge().GetValue()
 	}
 	for _, tc := range []struct {
 		name   string

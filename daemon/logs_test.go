@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"bytes"
 	"log/slog"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -31,8 +32,8 @@ func (l *lockedBuffer) String() string {
 
 // TestLogsEndsResumesAndRefusals: a session's end and a sandbox's resume
 // are logged at info, and each refused request (401, 400) is one line
-// with method, route template and code, never the token, the body or the
-// path's values.
+// with its request id, method, route template, code and redacted reason,
+// never the token or the body.
 func TestLogsEndsResumesAndRefusals(t *testing.T) {
 	var logs lockedBuffer
 	a := startDaemonCfg(t, daemon.Config{StateDir: t.TempDir(), Token: testToken, NetPolicy: daemon.NetPolicyOff,
@@ -52,11 +53,17 @@ func TestLogsEndsResumesAndRefusals(t *testing.T) {
 	for _, want := range []string{
 		`msg="session ended" sandbox=box session=e1 reason=exited code=3`,
 		`msg="sandbox resumed" sandbox=box`,
-		`msg="request refused" method=GET route="GET /v1/sandboxes/{name}" status=401 code=denied`,
-		`msg="request refused" method=POST route="POST /v1/sandboxes/{name}/sessions" status=400 code=invalid`,
 	} {
 		if n := strings.Count(out, want); n != 1 {
 			t.Errorf("log has %d lines with %q, want 1", n, want)
+		}
+	}
+	for _, want := range []string{
+		`msg="request refused" request_id=[0-9a-f]{16} method=GET route="GET /v1/sandboxes/\{name\}" status=401 duration_ms=[0-9.]+ code=denied reason="missing or wrong bearer token"\n`,
+		`msg="request refused" request_id=[0-9a-f]{16} method=POST route="POST /v1/sandboxes/\{name\}/sessions" sandbox=box status=400 duration_ms=[0-9.]+ code=invalid reason=`,
+	} {
+		if n := len(regexp.MustCompile(want).FindAllString(out, -1)); n != 1 {
+			t.Errorf("log has %d lines matching %q, want 1", n, want)
 		}
 	}
 	for _, secret := range []string{"SECRET1", "SECRET2", testToken} {

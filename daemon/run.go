@@ -198,6 +198,29 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}()
 	}
 
+	if cfg.MetricsListener != nil || cfg.MetricsListen != "" {
+		ml := cfg.MetricsListener
+		if ml == nil {
+			if ml, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
+				closeListeners()
+				return fmt.Errorf("listen %s: %w", cfg.MetricsListen, err)
+			}
+		}
+		msrv := &http.Server{Handler: s.metricsHandler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		mDone := make(chan struct{})
+		go func() {
+			defer close(mDone)
+			msrv.Serve(ml) // returns once msrv.Close has run
+		}()
+		// Closed before the registry (defers run in reverse): a scrape
+		// reads it.
+		defer func() {
+			msrv.Close()
+			<-mDone
+		}()
+		log.Info("metrics listener", "addr", ml.Addr().String())
+	}
+
 	socket := ""
 	if cfg.Socket != "none" {
 		socket = cfg.Socket

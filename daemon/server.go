@@ -70,7 +70,7 @@ func newServer(cfg Config, reg *registry.Registry) *server {
 		cfg:     cfg,
 		log:     cfg.Logger,
 		reg:     reg,
-		metrics: newMetrics(),
+		metrics: newMetrics(cfg.Version),
 		locks:   newKeyedMutex(),
 		execs:   make(chan struct{}, cfg.MaxExecs),
 		life:    life,
@@ -208,10 +208,16 @@ func incarnationIs(ctx context.Context, name, incarnation string) error {
 
 var routeMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete}
 
-// ServeHTTP authenticates, then routes. Unknown routes answer 404 invalid
+// ServeHTTP serves a request on the API listeners: with its request id,
+// log line and latency (serveLogged, requests.go), authenticated, routed.
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.serveLogged(w, r, s.serveAPI)
+}
+
+// serveAPI authenticates, then routes. Unknown routes answer 404 invalid
 // ("no such route") and wrong methods 405 invalid: never not_found, which
 // is reserved for the registry's definitive absence.
-func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (s *server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != "/healthz" && !tokenMatches(r.Header.Get("Authorization"), s.token) {
 		s.writeError(w, r, errDenied)
 		return
@@ -346,13 +352,14 @@ func noNUL(req *wire.CreateSession) error {
 	return nil
 }
 
-// logEnded logs a session's end, once: each caller calls it where the
-// registry record turns from running to ended.
+// logEnded logs and counts a session's end, once: each caller calls it
+// where the registry record turns from running to ended.
 func (s *server) logEnded(rec registry.Session) {
 	e := rec.Exit
 	if e == nil {
 		return
 	}
+	s.metrics.countExit(e)
 	s.log.Info("session ended", "sandbox", rec.Sandbox, "session", rec.ID, "reason", e.Reason,
 		"code", e.Code, "signal", e.Signal, "terminated", e.Terminated, "oom_killed", e.OOMKilled)
 }

@@ -26,7 +26,7 @@ func (c *recordConn) ReadFrom(r io.Reader) (int64, error) { return c.out.ReadFro
 // exactly like net/http's error answer passes untouched. Without the arming
 // the hostile bodies below were rewritten into a JSON error.
 func TestShapedConnOnlyNetHTTPsOwnAnswer(t *testing.T) {
-	s := &server{metrics: newMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &server{metrics: newMetrics(""), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	own := []byte("HTTP/1.1 400 Bad Request" + netHTTPErrorHeaders + "400 Bad Request")
 	future := time.Now().Add(time.Hour)
 	for _, tc := range []struct {

@@ -101,14 +101,15 @@ func (s *server) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolic
 		env = envWith(env, "TERM", "xterm-256color")
 	}
 	spec := shim.Spec{
-		ID:   ss.ID,
-		Argv: req.Argv,
-		Env:  env,
-		Dir:  cwd,
-		User: sb.User,
-		TTY:  req.TTY,
-		Rows: uint16(req.Rows),
-		Cols: uint16(req.Cols),
+		ID:      ss.ID,
+		Sandbox: sb.Name,
+		Argv:    req.Argv,
+		Env:     env,
+		Dir:     cwd,
+		User:    sb.User,
+		TTY:     req.TTY,
+		Rows:    uint16(req.Rows),
+		Cols:    uint16(req.Cols),
 		// Opt-in (--journal-retain-bytes): a reader behind the retained
 		// start is answered truncated, never silently skipped.
 		RetainBytes: s.cfg.JournalRetainBytes,
@@ -170,6 +171,7 @@ func (s *server) netReady(sb registry.Sandbox) (nsb *netpolicy.Sandbox, ok bool)
 // that may still come up leaves both (startMayRun) and answers
 // unavailable "uncertain".
 func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession, opts spawnOptions) (ss registry.Session, created bool, err error) {
+	begun := time.Now()
 	if err := normalize(&req); err != nil {
 		return ss, false, err
 	}
@@ -309,7 +311,8 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 		ss.StartedAt = st.StartedAt.UTC()
 	}
 	s.metrics.sessionsStarted.Add(1)
-	s.log.Info("session started", "sandbox", name, "session", ss.ID, "pid", st.PID, "tty", req.TTY)
+	s.metrics.spawnAck.Observe(time.Since(begun).Seconds())
+	s.log.Info("session started", "request_id", requestID(ctx), "sandbox", name, "session", ss.ID, "pid", st.PID, "tty", req.TTY)
 	s.recordRunning(ss)
 	return ss, true, nil
 }

@@ -24,7 +24,7 @@ import (
 func TestStdinWaitsForCommitsOfAStartingRecord(t *testing.T) {
 	d, reg, ss := newCommitsHarness(t)
 	defer d.close()
-	s := &server{reg: reg, commits: d, log: slog.New(slog.DiscardHandler)}
+	s := &server{reg: reg, commits: d, log: slog.New(slog.DiscardHandler), metrics: newMetrics("")}
 
 	release := make(chan struct{})
 	d.commit(ss, "gate", func(*registry.Session) { <-release })

@@ -152,6 +152,9 @@ func warmMain(sock *os.File, root string, retain int64, nsexec bool) int {
 	// pool that waits for EOF (Pool.Close) knows it is.
 	unused := func() int { discard(); sock.Close(); return 0 }
 	prewarm()
+	if err := setTitle("runner-shim warm", "shim warm"); err != nil {
+		fmt.Fprintf(os.Stderr, "shim: %v\n", err)
+	}
 	// The journal's creation made durable now, off any start's path:
 	// otherwise the session's first sync point pays for it, which for a
 	// short command is its Finish, on exec's path (~1 ms).
@@ -196,6 +199,7 @@ func warmMain(sock *os.File, root string, retain int64, nsexec bool) int {
 		discard()
 		return fail(err)
 	}
+	retitle(spec)
 	if err := s.moveTo(dirLine); err != nil {
 		discard()
 		return fail(err)
@@ -274,9 +278,18 @@ func serve(dir string, ready *os.File) int {
 		reportError(ready, phaseOf(err), err)
 		return 1
 	}
+	retitle(s.spec)
 	report(ready, fmt.Sprintf("ready %d %d %d", s.pid, os.Getpid(), s.at.UnixNano()))
 	s.run()
 	return 0
+}
+
+// retitle names spec's session in this shim's process title (title.go);
+// a failure is logged, and the shim serves the same without a title.
+func retitle(spec Spec) {
+	if err := setTitle(titleFor(spec.Sandbox, spec.ID), commFor(spec.Sandbox, spec.ID)); err != nil {
+		fmt.Fprintf(os.Stderr, "shim %s: %v\n", spec.ID, err)
+	}
 }
 
 func report(ready *os.File, line string) {

@@ -37,8 +37,11 @@ const (
 // Spec is what a session runs. It is stored as spec.json in the session
 // directory.
 type Spec struct {
-	ID   string   `json:"id"`
-	Argv []string `json:"argv"` // no shell unless the caller asks for one
+	ID string `json:"id"`
+	// Sandbox names the session's sandbox, for the shim's process title
+	// (title.go) only; empty leaves it out.
+	Sandbox string   `json:"sandbox,omitempty"`
+	Argv    []string `json:"argv"` // no shell unless the caller asks for one
 	// Env is the complete environment of the command. PATH in it (or a
 	// default) is used to find Argv[0] when it has no slash.
 	Env []string `json:"env"`

@@ -55,6 +55,8 @@ Environment:
                      network containment (flags --netpolicy, --netpolicy-state)
   RUNNERD_ISOLATE, RUNNERD_IDENTITY_RANGE
                      isolation (flags --isolate, --identity-range)
+  RUNNERD_METRICS_LISTEN
+                     the token-free metrics listener (flag --metrics-listen wins)
   RUNNERD_SHIM       the runner-shim binary (flag --shim wins)
   RUNNERD_LOG_LEVEL  debug, info, warn, error (flag --log-level wins)
   NOTIFY_SOCKET      set by systemd (Type=notify): runnerd reports READY=1 there
@@ -87,6 +89,7 @@ func run(args []string) int {
 	state := fs.String("state", "", "state directory (default: see above)")
 	listen := fs.String("listen", envOr(daemon.EnvListen, daemon.DefaultListen), `TCP address to serve on, or "none"`)
 	socket := fs.String("socket", envOr(daemon.EnvSocket, ""), `unix socket to serve on, or "none" (default STATE/runnerd.sock)`)
+	metricsListen := fs.String("metrics-listen", envOr(daemon.EnvMetricsListen, ""), `also serve GET /metrics (and /healthz) here, without the token, for a scraper; a bare port ("9323") is on loopback; empty: none (/metrics stays on the API listeners, with the token)`)
 	previewListen := fs.String("preview-listen", envOr(daemon.EnvPreviewListen, ""), "address of the preview listener (public URLs); empty: none")
 	previewURL := fs.String("preview-url", envOr(daemon.EnvPreviewURL, ""), `preview URL template, e.g. "http://{token}.localhost:7324/"`)
 	netPolicy := fs.String("netpolicy", envOr(daemon.EnvNetPolicy, daemon.NetPolicyAuto),
@@ -193,6 +196,7 @@ func run(args []string) int {
 		Token:       os.Getenv(daemon.EnvToken),
 		Version:     version.String(),
 
+		MetricsListen:      *metricsListen,
 		PreviewListen:      *previewListen,
 		PreviewURLTemplate: *previewURL,
 
