@@ -61,16 +61,16 @@ type Info struct {
 }
 
 type entry struct {
-	Path    string      `json:"p"`
-	Mode    fs.FileMode `json:"m"`
-	UID     int         `json:"u"`
-	GID     int         `json:"g"`
-	Mtime   int64       `json:"t"`
-	Target  string      `json:"l,omitempty"`
-	Size    int64       `json:"s,omitempty"`
-	Chunks  []string    `json:"c,omitempty"`
-	Ino     uint64      `json:"i,omitempty"` // with Ctime: reuse the chunks of an unchanged file
-	Ctime   int64       `json:"ct,omitempty"`
+	Path   string      `json:"p"`
+	Mode   fs.FileMode `json:"m"`
+	UID    int         `json:"u"`
+	GID    int         `json:"g"`
+	Mtime  int64       `json:"t"`
+	Target string      `json:"l,omitempty"`
+	Size   int64       `json:"s,omitempty"`
+	Chunks []string    `json:"c,omitempty"`
+	Ino    uint64      `json:"i,omitempty"` // with Ctime: reuse the chunks of an unchanged file
+	Ctime  int64       `json:"ct,omitempty"`
 }
 
 type snapshot struct {
