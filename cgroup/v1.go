@@ -36,7 +36,7 @@ type v1 struct {
 	// freezer says the freezer hierarchy is mounted and in subs: sandboxes
 	// and their sessions are placed in it too, so Freeze can stop them.
 	freezer bool
-	avail error
+	avail   error
 }
 
 func newV1(cfg Config) (*v1, error) {

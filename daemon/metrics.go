@@ -34,6 +34,7 @@ type metrics struct {
 	sessionsStarted atomic.Int64
 	errors          map[wire.Code]*atomic.Int64 // fixed at construction; values atomic
 	static          *prometheus.Registry        // process and Go runtime collectors
+	ckpt            checkpointMetrics           // checkpoints.go; registered in static
 }
 
 func newMetrics() *metrics {
@@ -42,6 +43,7 @@ func newMetrics() *metrics {
 		m.errors[c] = new(atomic.Int64)
 	}
 	m.static.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
+	m.ckpt = newCheckpointMetrics(m.static)
 	return m
 }
 
