@@ -256,7 +256,9 @@ func (s *server) handleRestore(w http.ResponseWriter, r *http.Request) {
 // restoreCheckpoint replaces sandbox name's disk with checkpoint id. A
 // running sandbox is parked first (suspend: its sessions end as a suspend
 // ends them; their journals stay), restored, and resumed; a suspended one
-// stays suspended. An unknown id is refused before anything is stopped.
+// stays suspended. An unknown id is refused before anything is stopped; a
+// restore that fails (a corrupted checkpoint: restore_failed) leaves the
+// old disk and resumes the sandbox it parked.
 func (s *server) restoreCheckpoint(ctx context.Context, name, id string) (registry.Sandbox, error) {
 	if err := s.canCheckpoint(); err != nil {
 		return registry.Sandbox{}, err
@@ -292,6 +294,13 @@ func (s *server) restoreCheckpoint(ctx context.Context, name, id string) (regist
 		return st.Restore(ctx, id, s.sandboxDisk(sb))
 	}()
 	if err != nil {
+		// A failed restore swapped nothing (checkpoint.Store.Restore):
+		// the sandbox goes back to running on its old disk.
+		if wasRunning {
+			if _, rerr := s.resumeSandbox(ctx, name); rerr != nil {
+				s.log.Warn("resume after a failed restore", "sandbox", name, "err", rerr)
+			}
+		}
 		return sb, checkpointErr(err, id)
 	}
 	s.metrics.observeRestore(time.Since(start))

@@ -273,3 +273,37 @@ func TestKillRunnerdDuringCheckpointAndRestore(t *testing.T) {
 	}
 	a.must("DELETE", "/v1/sandboxes/kill", nil, 204, nil)
 }
+
+// TestCheckpointIsOneInstant: a session bumps a counter in file a, then
+// the same in file z, as fast as it can; 8 MiB of other files lie between
+// them in the walk. The checkpoint, restored, must hold z == a or
+// z == a-1: the processes were frozen for the whole capture.
+func TestCheckpointIsOneInstant(t *testing.T) {
+	a := checkpointDaemon(t, t.TempDir())
+	sb := a.createSandbox("instant")
+	for i := range 8 {
+		randomFile(t, filepath.Join(sb.Workspace, fmt.Sprint("m", i)), byte(i), 1<<20)
+	}
+	s := a.spawn("instant", wire.CreateSession{Argv: []string{"sh", "-c", `i=0; while :; do i=$((i+1)); echo $i > a.t; mv a.t a; echo $i > z.t; mv z.t z; done`}})
+	for {
+		if b, _ := os.ReadFile(filepath.Join(sb.Workspace, "z")); len(b) > 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	var ck wire.Checkpoint
+	a.must("POST", "/v1/sandboxes/instant/checkpoints", nil, 201, &ck)
+	a.must("POST", "/v1/sandboxes/instant/checkpoints/"+ck.ID+"/restore", nil, 200, nil)
+	a.waitEnded("instant", s.ID)
+	read := func(name string) int {
+		b, err := os.ReadFile(filepath.Join(sb.Workspace, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		return n
+	}
+	if av, zv := read("a"), read("z"); zv != av && zv != av-1 {
+		t.Errorf("checkpoint holds a=%d z=%d: not one instant", av, zv)
+	}
+}
