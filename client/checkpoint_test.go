@@ -1,7 +1,6 @@
 package client_test
 
 import (
-	"context"
 	"fmt"
 	"io/fs"
 	"os"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/adapter/conformance"
-	"github.com/agentrunner/runner/client"
 	"github.com/agentrunner/runner/internal/testcap"
 )
 
@@ -44,18 +42,7 @@ func TestConformanceCheckpoint(t *testing.T) {
 	}
 	test.Func(t, conformance.Harness{
 		New: func(t conformance.T) conformance.Subject {
-			c, err := client.New(d.url(), d.token, conformanceOptions)
-			if err != nil {
-				t.Fatalf("client.New: %v", err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			a, err := client.NewAdapter(ctx, c, client.AdapterOptions{})
-			if err != nil {
-				c.Close()
-				t.Fatalf("NewAdapter: %v", err)
-			}
-			t.Cleanup(func() { a.Close(); c.Close() })
+			a := conformanceAdapter(t, d.url(), d.token)
 			if !a.Capabilities().Has(adapter.CapCheckpoint) {
 				t.Fatalf("capabilities %v: no checkpoint from a runnerd with cgroups", a.Capabilities())
 			}
