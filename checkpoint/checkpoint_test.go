@@ -473,3 +473,54 @@ func TestKillDuringRestoreLeavesOldOrNew(t *testing.T) {
 		})
 	}
 }
+
+// TestReadingDuringCheckpointKeepsIt: a reader that opens the store while
+// a checkpoint has written its chunks but not yet its index sees no
+// checkpoint, and the checkpoint completes whole (a recovering Open at
+// that moment would take it for a crashed attempt and delete its chunks).
+func TestReadingDuringCheckpointKeepsIt(t *testing.T) {
+	base := t.TempDir()
+	ws := filepath.Join(base, "ws")
+	sample(t, ws)
+	want := listing(t, ws)
+	store := filepath.Join(base, "store")
+	s := open(t, store)
+	reached, release := make(chan struct{}), make(chan struct{})
+	checkpoint.SetCrash(func(step string) {
+		if step == "chunks" {
+			close(reached)
+			<-release
+		}
+	})
+	defer checkpoint.SetCrash(func(string) {})
+	type result struct {
+		info checkpoint.Info
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		info, err := s.Create(context.Background(), []string{ws}, checkpoint.Options{})
+		done <- result{info, err}
+	}()
+	<-reached
+	r, err := checkpoint.OpenForReading(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := r.List(); err != nil || len(l) != 0 {
+		t.Errorf("List during a checkpoint = %+v, %v; want none yet", l, err)
+	}
+	r.Close()
+	close(release)
+	res := <-done
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	os.RemoveAll(filepath.Join(ws, "deep"))
+	if err := s.Restore(context.Background(), res.info.ID, []string{ws}); err != nil {
+		t.Fatalf("Restore of the checkpoint a reader saw in progress: %v", err)
+	}
+	if got := listing(t, ws); !slices.Equal(got, want) {
+		t.Errorf("restored tree differs")
+	}
+}

@@ -92,10 +92,37 @@ type Store struct {
 	dec *zstd.Decoder
 }
 
-// Open opens (creating) the store at dir and recovers from a crash: it
-// finishes or rolls back a recorded restore swap, and after an interrupted
-// checkpoint removes its snapshot and chunks.
+// Open opens (creating) the store at dir and recovers it from a crash: it
+// finishes or rolls back a recorded restore swap, and after an
+// interrupted checkpoint removes its snapshot and chunks. The caller must
+// be the store's only user while Open runs (runnerd holds the sandbox's
+// lock): recovery would take an attempt in progress for a crashed one.
 func Open(dir string) (*Store, error) {
+	s, err := OpenForReading(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.recoverRestore(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if _, err := os.Stat(s.path("dirty")); err == nil {
+		if err := s.gc(); err != nil {
+			s.Close()
+			return nil, err
+		}
+		if err := os.Remove(s.path("dirty")); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("open checkpoint store: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// OpenForReading opens the store at dir without recovering it, for List
+// and Get alongside a checkpoint, delete or restore in progress (they see
+// the index as it was before or after, never a part).
+func OpenForReading(dir string) (*Store, error) {
 	for _, d := range []string{dir, filepath.Join(dir, "snapshots"), filepath.Join(dir, "chunks")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("open checkpoint store: %w", err)
@@ -108,21 +135,10 @@ func Open(dir string) (*Store, error) {
 	}
 	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
 	if err != nil {
+		enc.Close()
 		return nil, fmt.Errorf("open checkpoint store: %w", err)
 	}
-	s := &Store{dir: dir, enc: enc, dec: dec}
-	if err := s.recoverRestore(); err != nil {
-		return nil, err
-	}
-	if _, err := os.Stat(s.path("dirty")); err == nil {
-		if err := s.gc(); err != nil {
-			return nil, err
-		}
-		if err := os.Remove(s.path("dirty")); err != nil {
-			return nil, fmt.Errorf("open checkpoint store: %w", err)
-		}
-	}
-	return s, nil
+	return &Store{dir: dir, enc: enc, dec: dec}, nil
 }
 
 // Close releases the store's codecs.

@@ -55,10 +55,21 @@ func (s *server) canCheckpoint() error {
 	return nil
 }
 
-// openCheckpoints opens sandbox name's store; Open also recovers it from
-// a crash (an interrupted checkpoint or restore swap).
+// openCheckpoints opens sandbox name's store and recovers it from a crash
+// (an interrupted checkpoint or restore swap). The caller holds the
+// sandbox's lock: recovery must never meet an attempt in progress.
 func (s *server) openCheckpoints(name string) (*checkpoint.Store, error) {
 	st, err := checkpoint.Open(s.checkpointDir(name))
+	if err != nil {
+		return nil, checkpointErr(err, "")
+	}
+	return st, nil
+}
+
+// readCheckpointStore opens sandbox name's store for List and Get, without
+// the lock and so without recovery.
+func (s *server) readCheckpointStore(name string) (*checkpoint.Store, error) {
+	st, err := checkpoint.OpenForReading(s.checkpointDir(name))
 	if err != nil {
 		return nil, checkpointErr(err, "")
 	}
@@ -182,7 +193,7 @@ func (s *server) readCheckpoints(r *http.Request) (*checkpoint.Store, error) {
 	if _, err := s.scopedSandbox(r.Context(), r.PathValue("name")); err != nil {
 		return nil, err
 	}
-	return s.openCheckpoints(r.PathValue("name"))
+	return s.readCheckpointStore(r.PathValue("name"))
 }
 
 func (s *server) handleListCheckpoints(w http.ResponseWriter, r *http.Request) {
@@ -267,12 +278,13 @@ func (s *server) restoreCheckpoint(ctx context.Context, name, id string) (regist
 	if err != nil {
 		return sb, err
 	}
-	st, err := s.openCheckpoints(name)
+	rd, err := s.readCheckpointStore(name)
 	if err != nil {
 		return sb, err
 	}
-	defer st.Close()
-	if _, err := st.Get(id); err != nil {
+	_, err = rd.Get(id)
+	rd.Close()
+	if err != nil {
 		return sb, checkpointErr(err, id)
 	}
 	wasRunning := sb.State == wire.SandboxRunning
@@ -291,6 +303,11 @@ func (s *server) restoreCheckpoint(ctx context.Context, name, id string) (regist
 		if sb.State != wire.SandboxSuspended {
 			return errConflict("sandbox resumed while its restore waited")
 		}
+		st, err := s.openCheckpoints(name)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
 		return st.Restore(ctx, id, s.sandboxDisk(sb))
 	}()
 	if err != nil {
