@@ -84,6 +84,10 @@ var rules = []struct {
 	{pkg: "cgroup", forbidden: []string{
 		module + "/daemon", module + "/client", module + "/shim", module + "/netpolicy", module + "/adapter", module + "/journal",
 	}},
+	// checkpoint stores a sandbox's disk: chunker, zstd, nothing of the runner.
+	{pkg: "checkpoint", forbidden: []string{
+		module + "/daemon", module + "/client", module + "/shim", module + "/netpolicy", module + "/adapter", module + "/journal", module + "/cgroup",
+	}},
 	{pkg: "daemon", forbidden: []string{module + "/client", module + "/adapter"}},
 	{pkg: "quota", forbidden: []string{
 		module + "/daemon", module + "/client", module + "/shim", module + "/netpolicy", module + "/adapter", module + "/journal", module + "/cgroup",

@@ -33,7 +33,10 @@ type v1 struct {
 	base  cgroup1.Path // Root in each hierarchy
 	subs  []cgroup1.Subsystem
 	memsw bool // memory.memsw.* exists (swap accounting on)
-	avail error
+	// freezer says the freezer hierarchy is mounted and in subs: sandboxes
+	// and their sessions are placed in it too, so Freeze can stop them.
+	freezer bool
+	avail   error
 }
 
 func newV1(cfg Config) (*v1, error) {
@@ -61,6 +64,11 @@ func newV1(cfg Config) (*v1, error) {
 		case cgroup1.Cpuacct:
 			b.subs = append(b.subs, cgroup1.NewCpuacct(cfg.Mountpoint))
 		}
+	}
+	// The freezer is optional: without it everything but Freeze works.
+	if _, err := os.Lstat(filepath.Join(cfg.Mountpoint, string(cgroup1.Freezer))); err == nil && len(b.subs) > 0 {
+		b.subs = append(b.subs, cgroup1.NewFreezer(cfg.Mountpoint))
+		b.freezer = true
 	}
 	if len(b.subs) == 0 {
 		return nil, fmt.Errorf("find cgroup v1 controllers under %s: none of %v mounted: %w", cfg.Mountpoint, v1Controllers, ErrNotSupported)

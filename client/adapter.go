@@ -64,8 +64,6 @@ type runner struct {
 // use. Close releases the clients it made; Streams it returned are owned by
 // their callers, who must Close them.
 type Adapter struct {
-	adapter.Unsupported // checkpoint and restore: never advertised
-
 	runners []*runner
 	byName  map[string]*runner // pool mode only
 	pool    bool
@@ -151,7 +149,7 @@ func (a *Adapter) loadCaps(ctx context.Context) error {
 		}
 	}
 	for _, c := range adapter.AllCapabilities() {
-		if c != adapter.CapCheckpoint && count[c] == len(a.runners) {
+		if count[c] == len(a.runners) {
 			a.caps = append(a.caps, c)
 		}
 	}

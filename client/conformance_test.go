@@ -21,6 +21,24 @@ var conformanceOptions = client.Options{
 	ExecLiveness:     time.Second,
 }
 
+// conformanceAdapter is a runner adapter over a fresh client of url, closed
+// when the subtest ends.
+func conformanceAdapter(t conformance.T, url, token string) *client.Adapter {
+	c, err := client.New(url, token, conformanceOptions)
+	if err != nil {
+		t.Fatalf("client.New: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a, err := client.NewAdapter(ctx, c, client.AdapterOptions{})
+	if err != nil {
+		c.Close()
+		t.Fatalf("NewAdapter: %v", err)
+	}
+	t.Cleanup(func() { a.Close(); c.Close() })
+	return a
+}
+
 // TestConformance runs the whole contract suite against a real runnerd
 // started by the test. The outage hook SIGSTOPs the daemon (the kernel
 // still accepts connections, nothing answers: the nastiest outage) and
@@ -33,20 +51,8 @@ func TestConformance(t *testing.T) {
 	t.Cleanup(p.close)
 	conformance.Run(t, conformance.Harness{
 		New: func(t conformance.T) conformance.Subject {
-			c, err := client.New(p.url(), d.token, conformanceOptions)
-			if err != nil {
-				t.Fatalf("client.New: %v", err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			a, err := client.NewAdapter(ctx, c, client.AdapterOptions{})
-			if err != nil {
-				c.Close()
-				t.Fatalf("NewAdapter: %v", err)
-			}
-			t.Cleanup(func() { a.Close(); c.Close() })
 			return conformance.Subject{
-				Adapter: a,
+				Adapter: conformanceAdapter(t, p.url(), d.token),
 				Outage: func() func() {
 					d.signal(syscall.SIGSTOP)
 					return func() { d.signal(syscall.SIGCONT) }

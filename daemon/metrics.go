@@ -37,6 +37,7 @@ type metrics struct {
 	sessionsStarted atomic.Int64
 	errors          map[wire.Code]*atomic.Int64 // fixed at construction; values atomic
 	static          *prometheus.Registry        // process and Go runtime collectors, the histograms
+	ckpt            checkpointMetrics           // checkpoints.go; registered in static
 
 	requests *prometheus.HistogramVec // by route and status; seconds to the response header
 	spawnAck prometheus.Histogram     // seconds from spawn to the shim's readiness
@@ -83,6 +84,7 @@ func newMetrics(version string) *metrics {
 	build.Set(1)
 	m.static.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector(),
 		m.requests, m.spawnAck, m.exec, m.exits, build)
+	m.ckpt = newCheckpointMetrics(m.static)
 	return m
 }
 

@@ -114,6 +114,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	s.watcher = newWatcher(log)
 	defer s.watcher.Close()
 	s.routes()
+	if err := s.recoverCheckpoints(); err != nil { // checkpoints.go: before any disk is used
+		return fmt.Errorf("recover checkpoints: %w", err)
+	}
 	if err := s.reconcile(ctx); err != nil {
 		return fmt.Errorf("recover sessions: %w", err)
 	}

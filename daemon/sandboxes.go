@@ -97,7 +97,12 @@ func (s *server) handleListSandboxes(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) handleDeleteSandbox(w http.ResponseWriter, r *http.Request) {
-	s.writeNoContent(w, r, s.destroySandbox(r.Context(), r.PathValue("name")))
+	ctx, err := withKeepCheckpoints(r) // checkpoints.go
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeNoContent(w, r, s.destroySandbox(ctx, r.PathValue("name")))
 }
 
 func (s *server) handleSuspend(w http.ResponseWriter, r *http.Request) {

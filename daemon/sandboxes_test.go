@@ -62,6 +62,9 @@ func TestAuthAndRoutes(t *testing.T) {
 	want := []string{"attach", "suspend", "terminate_session", "tty"}
 	if hostHasLimits() { // cgroups are on by default (resource_limits_test.go)
 		want = []string{"attach", "resource_limits", "suspend", "terminate_session", "tty"}
+		if _, err := os.Stat("/sys/fs/cgroup/freezer"); err == nil { // and with the freezer, checkpoints
+			want = []string{"attach", "checkpoint", "resource_limits", "suspend", "terminate_session", "tty"}
+		}
 	}
 	if !slices.Equal(caps.Capabilities, want) {
 		t.Errorf("capabilities %v, want %v", caps.Capabilities, want)

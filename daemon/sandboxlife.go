@@ -227,6 +227,9 @@ func (s *server) destroySandbox(ctx context.Context, name string) error {
 	if err := os.RemoveAll(s.workspace(name)); err != nil {
 		return errUnavailable("remove workspace: %v", err)
 	}
+	if err := s.removeCheckpoints(ctx, name); err != nil { // checkpoints.go
+		return err
+	}
 	if err := s.reg.DeletePreviews(name); err != nil {
 		return errRegistryWrite(err) // diskfull.go
 	}

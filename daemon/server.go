@@ -143,6 +143,11 @@ func (s *server) routes() {
 	m.HandleFunc("PUT /v1/sandboxes/{name}/network", s.scoped(s.handleNetwork))
 	m.HandleFunc("PUT /v1/sandboxes/{name}/limits", s.scoped(s.handleLimits))
 	m.HandleFunc("POST /v1/sandboxes/{name}/urls", s.scoped(s.handleURLs))
+	m.HandleFunc("POST /v1/sandboxes/{name}/checkpoints", s.scoped(s.handleCreateCheckpoint))
+	m.HandleFunc("GET /v1/sandboxes/{name}/checkpoints", s.scoped(s.handleListCheckpoints))
+	m.HandleFunc("GET /v1/sandboxes/{name}/checkpoints/{id}", s.scoped(s.handleGetCheckpoint))
+	m.HandleFunc("DELETE /v1/sandboxes/{name}/checkpoints/{id}", s.scoped(s.handleDeleteCheckpoint))
+	m.HandleFunc("POST /v1/sandboxes/{name}/checkpoints/{id}/restore", s.scoped(s.handleRestore))
 
 	m.HandleFunc("POST /v1/sandboxes/{name}/sessions", s.scoped(s.admitSession(s.handleCreateSession)))
 	m.HandleFunc("GET /v1/sandboxes/{name}/sessions", s.scoped(s.handleListSessions))
@@ -430,6 +435,9 @@ func (s *server) capabilities() []string {
 	}
 	if s.cg != nil {
 		caps = append(caps, wire.CapResourceLimits)
+	}
+	if s.canCheckpoint() == nil { // checkpoints.go
+		caps = append(caps, wire.CapCheckpoint)
 	}
 	slices.Sort(caps)
 	return caps

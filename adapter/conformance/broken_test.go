@@ -100,7 +100,7 @@ func harness(wrap func(*fake.Adapter) adapter.Adapter, opts ...fake.Option) conf
 		New: func(t conformance.T) conformance.Subject {
 			f := fake.New(opts...)
 			t.Cleanup(func() { _ = f.Close() })
-			return conformance.Subject{Adapter: wrap(f), Outage: f.Outage, InterruptList: f.InterruptNextList}
+			return conformance.Subject{Adapter: wrap(f), Outage: f.Outage, InterruptList: f.InterruptNextList, CorruptCheckpoint: f.CorruptCheckpoint}
 		},
 		Fixtures: fixtures(),
 		Timeout:  3 * time.Second,
@@ -342,6 +342,43 @@ func (b lostAsExit) Attach(ctx context.Context, h adapter.Handle, id string, fro
 	})
 }
 
+// restoreNoop answers Restore of a known checkpoint with success and does
+// nothing.
+type restoreNoop struct{ base }
+
+func (b restoreNoop) Restore(ctx context.Context, h adapter.Handle, id string) error {
+	if strings.HasPrefix(id, "ckpt-") {
+		return nil
+	}
+	return b.base.Restore(ctx, h, id)
+}
+
+// restoreOverlays restores the checkpoint's files but keeps files written
+// after it (a restore that copies over instead of replacing the disk).
+type restoreOverlays struct {
+	base
+}
+
+func (b restoreOverlays) Restore(ctx context.Context, h adapter.Handle, id string) error {
+	if err := b.base.Restore(ctx, h, id); err != nil {
+		return err
+	}
+	_, err := b.base.Exec(ctx, h, adapter.Shell("printf '%s' leftover > conformance-ckpt-new.txt"))
+	return err
+}
+
+// corruptionIgnored turns the corrupted checkpoint's restore_failed into a
+// success, as a restore that never checks what it reads would.
+type corruptionIgnored struct{ base }
+
+func (b corruptionIgnored) Restore(ctx context.Context, h adapter.Handle, id string) error {
+	var rf *adapter.RestoreFailedError
+	if err := b.base.Restore(ctx, h, id); !errors.As(err, &rf) {
+		return err
+	}
+	return nil
+}
+
 func TestSuiteCatchesBrokenAdapters(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -371,6 +408,12 @@ func TestSuiteCatchesBrokenAdapters(t *testing.T) {
 			[]string{"Capability/terminate_session"}, 0},
 		{"a rejoin reports a made-up exit", func(f *fake.Adapter) adapter.Adapter { return lostAsExit{base{f}} },
 			[]string{"Sessions/Detached"}, 0},
+		{"restore answers success but keeps the changed disk", func(f *fake.Adapter) adapter.Adapter { return restoreNoop{base{f}} },
+			[]string{"Capability/checkpoint"}, 0},
+		{"restore restores only files that still exist", func(f *fake.Adapter) adapter.Adapter { return restoreOverlays{base{f}} },
+			[]string{"Capability/checkpoint"}, 0},
+		{"a corrupted checkpoint restores anyway", func(f *fake.Adapter) adapter.Adapter { return corruptionIgnored{base{f}} },
+			[]string{"Capability/checkpoint"}, 0},
 		{"a stream that never ends", func(f *fake.Adapter) adapter.Adapter { return neverEnds{base{f}} },
 			[]string{"Spawn/ExitCode"}, 300 * time.Millisecond},
 	}

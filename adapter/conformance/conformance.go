@@ -41,6 +41,11 @@ type Subject struct {
 	// InterruptList makes the next listing be cut mid-response. nil skips
 	// the honest-listing interruption subtest, loudly.
 	InterruptList func()
+	// CorruptCheckpoint damages checkpoint id of the sandbox's stored data
+	// (flips bytes of what the provider stores) so that a restore of it
+	// must fail restore_failed with the disk unchanged. nil leaves that
+	// part of Capability/checkpoint unchecked, loudly.
+	CorruptCheckpoint func(h adapter.Handle, id string) error
 }
 
 // Harness describes an adapter to the suite, in the manner of go-cloud's
@@ -82,6 +87,9 @@ type Fixtures struct {
 	// them when those capabilities are advertised.
 	WriteFile func(path, content string) adapter.Command
 	ReadFile  func(path string) adapter.Command
+	// RemoveFile deletes path (the checkpoint subtest; nil: it overwrites
+	// the file instead of deleting it).
+	RemoveFile func(path string) adapter.Command
 	// Probe exits 0 if and only if the sandbox can reach host. ProbeHost
 	// is a host the probe reaches when egress is open or allows it. Needed
 	// by adapters that advertise network_policy.
@@ -104,7 +112,8 @@ func ShellFixtures() Fixtures {
 		WriteFile: func(path, content string) adapter.Command {
 			return adapter.Shell("printf '%s' " + shellQuote(content) + " > " + shellQuote(path))
 		},
-		ReadFile: func(path string) adapter.Command { return adapter.Command{Path: "cat", Args: []string{path}} },
+		ReadFile:   func(path string) adapter.Command { return adapter.Command{Path: "cat", Args: []string{path}} },
+		RemoveFile: func(path string) adapter.Command { return adapter.Command{Path: "rm", Args: []string{path}} },
 	}
 }
 

@@ -188,21 +188,59 @@ func testCheckpoint(t T, h Harness) {
 		return
 	}
 	e.requireFiles("checkpoint")
-	const path = "conformance-ckpt.txt"
-	e.writeFile(hd, path, "one")
+	const changed, removed, added = "conformance-ckpt.txt", "conformance-ckpt-kept.txt", "conformance-ckpt-new.txt"
+	const original, kept = "one\tline \u2713 two", "kept"
+	e.writeFile(hd, changed, original)
+	e.writeFile(hd, removed, kept)
 	id, err := e.a.Checkpoint(e.ctx, hd)
 	if err != nil || id == "" {
 		t.Fatalf("Checkpoint = %q, %v", id, err)
 	}
-	e.writeFile(hd, path, "two")
+	// Change one file, delete another, add a third; restore brings back
+	// the checkpoint's disk, byte for byte, and only it.
+	e.writeFile(hd, changed, "two")
+	if e.fx.RemoveFile != nil {
+		if r := e.exec(hd, e.fx.RemoveFile(removed)); !r.Exit.Success() {
+			t.Fatalf("RemoveFile fixture: exit %v, stderr %q", r.Exit, r.Stderr)
+		}
+	} else {
+		e.writeFile(hd, removed, "overwritten")
+	}
+	e.writeFile(hd, added, "added after the checkpoint")
 	if err := e.a.Restore(e.ctx, hd, id); err != nil {
 		t.Fatalf("Restore = %v", err)
 	}
-	if got := e.readFile(hd, path); got != "one" {
-		t.Errorf("after Restore the file reads %q, want %q", got, "one")
+	if got := e.readFile(hd, changed); got != original {
+		t.Errorf("after Restore %s reads %q, want %q", changed, got, original)
+	}
+	if got := e.readFile(hd, removed); got != kept {
+		t.Errorf("after Restore %s reads %q, want %q", removed, got, kept)
+	}
+	if r := e.exec(hd, e.fx.ReadFile(added)); r.Exit.Success() {
+		t.Errorf("after Restore %s (written after the checkpoint) still reads %q, want it absent", added, r.Stdout)
 	}
 	err = e.a.Restore(e.ctx, hd, "conformance-no-such-checkpoint")
-	if err == nil || errors.Is(err, adapter.ErrNotFound) {
-		t.Errorf("Restore(unknown checkpoint) = %v, want an error that is not not_found", err)
+	var inv *adapter.InvalidError
+	if !errors.As(err, &inv) {
+		t.Errorf("Restore(unknown checkpoint) = %v, want invalid", err)
+	}
+	if e.s.CorruptCheckpoint == nil {
+		skipHook(t, "CorruptCheckpoint")
+	}
+	id2, err := e.a.Checkpoint(e.ctx, hd)
+	if err != nil {
+		t.Fatalf("Checkpoint = %q, %v", id2, err)
+	}
+	e.writeFile(hd, changed, "after the second checkpoint")
+	if err := e.s.CorruptCheckpoint(hd, id2); err != nil {
+		t.Fatalf("CorruptCheckpoint hook: %v", err)
+	}
+	err = e.a.Restore(e.ctx, hd, id2)
+	var rf *adapter.RestoreFailedError
+	if !errors.As(err, &rf) {
+		t.Errorf("Restore(corrupted checkpoint) = %v, want restore_failed", err)
+	}
+	if got := e.readFile(hd, changed); got != "after the second checkpoint" {
+		t.Errorf("after a failed Restore %s reads %q, want the disk unchanged", changed, got)
 	}
 }

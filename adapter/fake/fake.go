@@ -609,7 +609,26 @@ func (a *Adapter) Restore(ctx context.Context, h adapter.Handle, id string) erro
 	if !ok {
 		return &adapter.InvalidError{Detail: "unknown checkpoint " + id}
 	}
+	if files == nil {
+		return &adapter.RestoreFailedError{Detail: "checkpoint " + id + " is corrupted"}
+	}
 	sb.files = cloneFiles(files)
+	return nil
+}
+
+// CorruptCheckpoint damages checkpoint id, so that restoring it fails
+// with *adapter.RestoreFailedError and leaves the files as they are: the
+// conformance suite's Subject.CorruptCheckpoint hook.
+func (a *Adapter) CorruptCheckpoint(h adapter.Handle, id string) error {
+	sb, err := a.lockSandbox(context.Background(), h)
+	if err != nil {
+		return err
+	}
+	defer a.mu.Unlock()
+	if _, ok := sb.checkpoints[id]; !ok {
+		return &adapter.InvalidError{Detail: "unknown checkpoint " + id}
+	}
+	sb.checkpoints[id] = nil
 	return nil
 }
 

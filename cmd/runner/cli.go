@@ -484,7 +484,7 @@ Run "runner COMMAND --help" for a command's flags and examples.
 `
 
 var groups = [][]string{
-	{"create", "ls", "get", "rm", "suspend", "resume", "policy", "url"},
+	{"create", "ls", "get", "rm", "suspend", "resume", "policy", "url", "checkpoint", "checkpoints", "restore"},
 	{"exec", "run", "spawn", "ps", "sessions", "attach", "logs", "write", "close-stdin", "signal", "terminate", "rm-session"},
 	{"info", "caps", "version", "completion"},
 }

@@ -109,7 +109,7 @@ func (e *env) follow(ctx context.Context, c *client.Client, o followOpts) (follo
 	}
 
 	var wg sync.WaitGroup
-	done := make(chan struct{}) // closed when runner is finishing
+	done := make(chan struct{})                          // closed when runner is finishing
 	defer func() { acancel(); close(done); wg.Wait() }() // acancel first: a pending terminate or resize returns
 
 	// Follow the terminal's size.

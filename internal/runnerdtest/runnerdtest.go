@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -127,7 +128,11 @@ func Launch(bin string, flags ...string) (*Daemon, error) {
 	// Sandbox cgroups are the daemon tests' subject (each with a cgroup
 	// root of its own, removed at cleanup); here they would be made in the
 	// test process's cgroup and outlive a runnerd a test kills.
-	flags = append(flags, "--cgroups", "off")
+	// A test that asks for cgroups (client's checkpoint tests) names
+	// --cgroups and a --cgroup-root of its own.
+	if !slices.Contains(flags, "--cgroups") {
+		flags = append(flags, "--cgroups", "off")
+	}
 	state, err := os.MkdirTemp("", "runnerd-state-")
 	if err != nil {
 		return nil, err

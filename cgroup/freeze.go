@@ -1,0 +1,102 @@
+package cgroup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/containerd/cgroups/v3/cgroup1"
+)
+
+// CanFreeze says whether Freeze works on this host: nil, or why not
+// (ErrNotSupported: no freezer hierarchy under v1, limits unavailable).
+func (m *Manager) CanFreeze() error {
+	if err := m.b.available(); err != nil {
+		return err
+	}
+	if b, ok := m.b.(*v1); ok && !b.freezer {
+		return fmt.Errorf("cgroup v1 freezer not mounted: %w", ErrNotSupported)
+	}
+	return nil
+}
+
+// Freeze stops every process in sandbox name's cgroup (the v1 freezer
+// controller, or cgroup.freeze under v2) and returns once the kernel
+// reports them all frozen; the caller must call thaw (idempotent) as soon
+// as it can. A sandbox without a cgroup (ErrNotFound) has nothing to
+// freeze. If ctx ends before the freeze completes, the cgroup is thawed
+// and the error returned.
+func (m *Manager) Freeze(ctx context.Context, name string) (thaw func() error, err error) {
+	if err := validName(name); err != nil {
+		return nil, err
+	}
+	if err := m.CanFreeze(); err != nil {
+		return nil, err
+	}
+	if err := m.mustExist(name); err != nil {
+		return nil, fmt.Errorf("freeze %s: %w", name, err)
+	}
+	var state, frozen, thawed, stateFile string
+	switch b := m.b.(type) {
+	case *v1:
+		rel, err := b.path(name)(cgroup1.Freezer)
+		if err != nil {
+			return nil, fmt.Errorf("freeze %s: %w", name, err)
+		}
+		stateFile = filepath.Join(b.mount, string(cgroup1.Freezer), rel, "freezer.state")
+		state, frozen, thawed = stateFile, "FROZEN", "THAWED"
+	case *v2:
+		stateFile = filepath.Join(b.dir(name), "cgroup.freeze")
+		state, frozen, thawed = filepath.Join(b.dir(name), "cgroup.events"), "frozen 1", "0"
+	}
+	set := func(v string) error {
+		if err := os.WriteFile(stateFile, []byte(v), 0); err != nil {
+			return fmt.Errorf("write %s: %w", stateFile, err)
+		}
+		return nil
+	}
+	thaw = func() error {
+		if err := set(thawed); err != nil {
+			return fmt.Errorf("thaw %s: %w", name, err)
+		}
+		return nil
+	}
+	want := frozen
+	if _, ok := m.b.(*v2); ok {
+		err = set("1")
+	} else {
+		err = set(frozen)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("freeze %s: %w", name, err)
+	}
+	// The kernel freezes asynchronously (v1 reads FREEZING, v2's events
+	// say frozen 0) until every task has stopped.
+	for delay := 100 * time.Microsecond; ; delay = min(2*delay, 10*time.Millisecond) {
+		b, err := os.ReadFile(state)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("freeze %s: %w", name, err), thaw())
+		}
+		if isFrozen(string(b), want) {
+			return thaw, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, errors.Join(fmt.Errorf("freeze %s: %w", name, ctx.Err()), thaw())
+		case <-time.After(delay):
+		}
+	}
+}
+
+func isFrozen(content, want string) bool {
+	for _, line := range strings.Split(content, "\n") {
+		if strings.TrimSpace(line) == want {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,37 @@
+// Package checkpoint stores frozen instants of a sandbox's disk and puts
+// them back: content-defined chunks (restic's Rabin chunker), each
+// compressed with zstd and named by the SHA-256 of its plain bytes, so a
+// second checkpoint of a tree that changed little stores little.
+//
+// A Store is one sandbox's checkpoints in one directory:
+//
+//	index.json            the checkpoints that exist (tmp+fsync+rename)
+//	snapshots/ID.json     one checkpoint's trees: path, mode, owner, mtime,
+//	                      symlink target, chunk ids of every entry
+//	chunks/ab/abcdef...   zstd of one chunk, named by the plain bytes' hash
+//	restore.json          present only while a restore swaps directories
+//	dirty                 present only while a checkpoint is being made
+//
+// Invariants:
+//   - A checkpoint exists exactly when index.json lists it. Its snapshot
+//     and every chunk it names are durable (syncfs) before the index that
+//     lists it is renamed into place, so a crash (kill -9) at any point
+//     leaves the old index: no partial checkpoint is ever listed, and Open
+//     removes what the crashed attempt left (Open after "dirty").
+//   - Chunks are shared only within one Store (one sandbox), so DiskUsage
+//     is exactly what that sandbox's checkpoints cost, and Delete frees
+//     every chunk no remaining checkpoint names.
+//   - Restore stages the checkpoint beside each target directory, checks
+//     every chunk's hash while writing it, and only then swaps: restore.json
+//     records the swap before the first rename, and Open finishes a swap it
+//     finds recorded (phase "swap") or removes the staging of one that never
+//     got there (phase "stage"). A target is always the old tree or the
+//     checkpoint's, never a mix. A corrupted chunk fails the restore with
+//     ErrCorrupt before anything is swapped.
+//   - Regular files, directories and symlinks are captured; sockets, fifos
+//     and device nodes are not (they carry no data) and are counted in
+//     Info.Skipped. Hard links are captured as separate files.
+//
+// Not safe for concurrent use across processes; one Store value
+// serializes its own methods.
+package checkpoint

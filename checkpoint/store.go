@@ -1,0 +1,555 @@
+package checkpoint
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/agentrunner/runner/internal/atomicfile"
+	"github.com/klauspost/compress/zstd"
+	"github.com/restic/chunker"
+	"golang.org/x/sys/unix"
+)
+
+var (
+	// ErrUnknown is returned when a checkpoint id names no checkpoint of
+	// the store (malformed ids included).
+	ErrUnknown = errors.New("no such checkpoint")
+	// ErrCorrupt is returned by Restore when a stored chunk is missing or
+	// its bytes do not hash to its name; nothing was swapped.
+	ErrCorrupt = errors.New("checkpoint corrupted")
+	// ErrInvalid is returned for arguments that cannot be honoured (a
+	// different number of directories than the checkpoint holds).
+	ErrInvalid = errors.New("invalid checkpoint request")
+)
+
+// pol is the chunker's irreducible polynomial. restic draws one per
+// repository to hide chunk boundaries from an attacker who can read the
+// repository; here the store is private to runnerd, and a fixed one keeps
+// boundaries stable across a sandbox's checkpoints without storing it.
+const pol = chunker.Pol(0x3DA3358B4DC173)
+
+// Info describes one checkpoint.
+type Info struct {
+	ID      string    `json:"id"`
+	Comment string    `json:"comment,omitempty"`
+	Created time.Time `json:"created"`
+	// Size is the bytes of the regular files captured.
+	Size int64 `json:"size"`
+	// Stored is what this checkpoint added to the store when it was made:
+	// compressed bytes of chunks no earlier checkpoint had, plus its
+	// snapshot file.
+	Stored int64 `json:"stored"`
+	Files  int   `json:"files"`
+	// Skipped counts sockets, fifos and devices, which are not captured.
+	Skipped int `json:"skipped,omitempty"`
+	// Frozen is how long the freeze (Options.Freeze) was held.
+	Frozen time.Duration `json:"frozen_ns"`
+}
+
+type entry struct {
+	Path   string      `json:"p"`
+	Mode   fs.FileMode `json:"m"`
+	UID    int         `json:"u"`
+	GID    int         `json:"g"`
+	Mtime  int64       `json:"t"`
+	Target string      `json:"l,omitempty"`
+	Size   int64       `json:"s,omitempty"`
+	Chunks []string    `json:"c,omitempty"`
+	Ino    uint64      `json:"i,omitempty"` // with Ctime: reuse the chunks of an unchanged file
+	Ctime  int64       `json:"ct,omitempty"`
+}
+
+type snapshot struct {
+	Info  Info      `json:"info"`
+	Trees [][]entry `json:"trees"`
+}
+
+type index struct {
+	Checkpoints []Info `json:"checkpoints"`
+}
+
+// Store is one sandbox's checkpoints. Its methods are safe for concurrent
+// use (they serialize on the store's mutex); two Stores over one
+// directory are not.
+type Store struct {
+	dir string
+	mu  sync.Mutex // serializes every operation on dir
+	enc *zstd.Encoder
+	dec *zstd.Decoder
+}
+
+// Open opens (creating) the store at dir and recovers it from a crash: it
+// finishes or rolls back a recorded restore swap, and after an
+// interrupted checkpoint removes its snapshot and chunks. The caller must
+// be the store's only user while Open runs (runnerd holds the sandbox's
+// lock): recovery would take an attempt in progress for a crashed one.
+func Open(dir string) (*Store, error) {
+	s, err := OpenForReading(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.recoverRestore(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if _, err := os.Stat(s.path("dirty")); err == nil {
+		if err := s.gc(); err != nil {
+			s.Close()
+			return nil, err
+		}
+		if err := os.Remove(s.path("dirty")); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("open checkpoint store: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// OpenForReading opens the store at dir without recovering it, for List
+// and Get alongside a checkpoint, delete or restore in progress (they see
+// the index as it was before or after, never a part).
+func OpenForReading(dir string) (*Store, error) {
+	for _, d := range []string{dir, filepath.Join(dir, "snapshots"), filepath.Join(dir, "chunks")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("open checkpoint store: %w", err)
+		}
+	}
+	// SpeedFastest is zstd level 1's counterpart, the figure's baseline.
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		return nil, fmt.Errorf("open checkpoint store: %w", err)
+	}
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+	if err != nil {
+		enc.Close()
+		return nil, fmt.Errorf("open checkpoint store: %w", err)
+	}
+	return &Store{dir: dir, enc: enc, dec: dec}, nil
+}
+
+// Close releases the store's codecs.
+func (s *Store) Close() error {
+	s.dec.Close()
+	return s.enc.Close()
+}
+
+func (s *Store) path(elems ...string) string {
+	return filepath.Join(append([]string{s.dir}, elems...)...)
+}
+
+var idRE = regexp.MustCompile(`^ck-[0-9a-f]{16}$`)
+
+func (s *Store) readIndex() (index, error) {
+	var ix index
+	b, err := os.ReadFile(s.path("index.json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return ix, nil
+	}
+	if err != nil {
+		return ix, fmt.Errorf("read checkpoint index: %w", err)
+	}
+	if err := json.Unmarshal(b, &ix); err != nil {
+		return ix, fmt.Errorf("read checkpoint index: %w", err)
+	}
+	return ix, nil
+}
+
+func (s *Store) writeIndex(ix index) error {
+	b, err := json.Marshal(ix)
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.WriteFileSync(s.path("index.json"), b, 0o600); err != nil {
+		return fmt.Errorf("write checkpoint index: %w", err)
+	}
+	return atomicfile.SyncDir(s.dir)
+}
+
+// List returns the checkpoints, oldest first.
+func (s *Store) List() ([]Info, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ix, err := s.readIndex()
+	return ix.Checkpoints, err
+}
+
+// Get returns checkpoint id, or ErrUnknown.
+func (s *Store) Get(id string) (Info, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.get(id)
+}
+
+func (s *Store) get(id string) (Info, error) {
+	if !idRE.MatchString(id) {
+		return Info{}, fmt.Errorf("checkpoint %q: %w", id, ErrUnknown)
+	}
+	ix, err := s.readIndex()
+	if err != nil {
+		return Info{}, err
+	}
+	if i := slices.IndexFunc(ix.Checkpoints, func(c Info) bool { return c.ID == id }); i >= 0 {
+		return ix.Checkpoints[i], nil
+	}
+	return Info{}, fmt.Errorf("checkpoint %q: %w", id, ErrUnknown)
+}
+
+func (s *Store) readSnapshot(id string) (snapshot, error) {
+	var sn snapshot
+	b, err := os.ReadFile(s.path("snapshots", id+".json"))
+	if err != nil {
+		return sn, fmt.Errorf("read snapshot %s: %w: %w", id, err, ErrCorrupt)
+	}
+	if err := json.Unmarshal(b, &sn); err != nil {
+		return sn, fmt.Errorf("read snapshot %s: %w: %w", id, err, ErrCorrupt)
+	}
+	return sn, nil
+}
+
+// DiskUsage is the bytes the store occupies on disk (allocated blocks of
+// every file in it): what its sandbox's checkpoints cost against a disk
+// budget.
+func (s *Store) DiskUsage() (int64, error) {
+	return DirUsage(s.dir)
+}
+
+// DirUsage is the allocated bytes of every file under dir; 0 when dir
+// does not exist.
+func DirUsage(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil // removed while walking
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			n += st.Blocks * 512
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("measure checkpoint store: %w", err)
+	}
+	return n, nil
+}
+
+// Options shape one checkpoint.
+type Options struct {
+	Comment string
+	// Freeze, when set, stops the sandbox's processes; Create calls it
+	// before walking the trees and the thaw it returns once every file's
+	// content is captured (and always, on failure).
+	Freeze func(ctx context.Context) (thaw func() error, err error)
+}
+
+// Create captures the trees rooted at roots (the sandbox's disk, in a
+// fixed order) as a new checkpoint. On any failure (a full disk
+// included: errors.Is(err, unix.ENOSPC)) nothing of it is kept.
+func (s *Store) Create(ctx context.Context, roots []string, opt Options) (info Info, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	info = Info{ID: "ck-" + hex.EncodeToString(rnd[:]), Comment: opt.Comment, Created: time.Now().UTC()}
+
+	ix, err := s.readIndex()
+	if err != nil {
+		return Info{}, err
+	}
+	var prev map[[2]string]entry // (root index, path) of the newest checkpoint
+	if n := len(ix.Checkpoints); n > 0 {
+		if sn, err := s.readSnapshot(ix.Checkpoints[n-1].ID); err == nil && len(sn.Trees) == len(roots) {
+			prev = map[[2]string]entry{}
+			for i, t := range sn.Trees {
+				for _, e := range t {
+					prev[[2]string{fmt.Sprint(i), e.Path}] = e
+				}
+			}
+		}
+	}
+	if err := os.WriteFile(s.path("dirty"), nil, 0o600); err != nil {
+		return Info{}, fmt.Errorf("create checkpoint: %w", err)
+	}
+	c := &capture{s: s, prev: prev, info: &info}
+	defer func() {
+		if err != nil {
+			// Nothing half-written is kept: the chunks this attempt wrote
+			// (none is named by an indexed checkpoint) and its snapshot.
+			for _, p := range c.written {
+				os.Remove(p)
+			}
+			os.Remove(s.path("snapshots", info.ID+".json.tmp"))
+			os.Remove(s.path("snapshots", info.ID+".json"))
+			os.Remove(s.path("dirty"))
+			info = Info{}
+		}
+	}()
+
+	sn := snapshot{Trees: make([][]entry, len(roots))}
+	if opt.Freeze != nil {
+		thaw, err := opt.Freeze(ctx)
+		if err != nil {
+			return Info{}, fmt.Errorf("freeze: %w", err)
+		}
+		start := time.Now()
+		for i, root := range roots {
+			if sn.Trees[i], err = c.walk(ctx, i, root); err != nil {
+				break
+			}
+		}
+		info.Frozen = time.Since(start)
+		if terr := thaw(); terr != nil && err == nil {
+			err = fmt.Errorf("thaw: %w", terr)
+		}
+		if err != nil {
+			return Info{}, err
+		}
+	} else {
+		for i, root := range roots {
+			if sn.Trees[i], err = c.walk(ctx, i, root); err != nil {
+				return Info{}, err
+			}
+		}
+	}
+	crash("chunks")
+	sn.Info = info
+	b, err := json.Marshal(sn)
+	if err != nil {
+		return Info{}, err
+	}
+	if err := writeFileNoSync(s.path("snapshots", info.ID+".json"), b); err != nil {
+		return Info{}, fmt.Errorf("write snapshot: %w", err)
+	}
+	info.Stored += int64(len(b))
+	// One syncfs makes every chunk and the snapshot durable at once,
+	// cheaper than an fsync per chunk.
+	if err := syncfs(s.dir); err != nil {
+		return Info{}, err
+	}
+	crash("snapshot")
+	ix.Checkpoints = append(ix.Checkpoints, info)
+	if err := s.writeIndex(ix); err != nil {
+		return Info{}, err
+	}
+	crash("index")
+	os.Remove(s.path("dirty"))
+	return info, nil
+}
+
+// crash is a test hook: the crash tests kill the process at a step.
+var crash = func(step string) {}
+
+func writeFileNoSync(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func syncfs(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync checkpoint store: %w", err)
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return fmt.Errorf("sync checkpoint store: %w", err)
+	}
+	return nil
+}
+
+// capture is one Create's walk.
+type capture struct {
+	s       *Store
+	prev    map[[2]string]entry
+	info    *Info
+	written []string // chunk files this Create added
+	buf     []byte
+}
+
+func (c *capture) walk(ctx context.Context, ri int, root string) ([]entry, error) {
+	var out []entry
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("walk %s: %w", p, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return fmt.Errorf("stat %s: %w", p, err)
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return fmt.Errorf("stat %s: %w", p, err)
+		}
+		e := entry{Path: rel, Mode: fi.Mode(), UID: int(st.Uid), GID: int(st.Gid), Mtime: st.Mtim.Nano()}
+		switch {
+		case fi.Mode().IsDir():
+		case fi.Mode()&fs.ModeSymlink != 0:
+			if e.Target, err = os.Readlink(p); err != nil {
+				return fmt.Errorf("read link %s: %w", p, err)
+			}
+		case fi.Mode().IsRegular():
+			e.Size, e.Ino, e.Ctime = st.Size, st.Ino, st.Ctim.Nano()
+			c.info.Files++
+			c.info.Size += st.Size
+			if old, ok := c.prev[[2]string{fmt.Sprint(ri), rel}]; ok && old.Ino == e.Ino && old.Size == e.Size &&
+				old.Mtime == e.Mtime && old.Ctime == e.Ctime && old.Mode == e.Mode {
+				e.Chunks = old.Chunks // unchanged since the last checkpoint
+				break
+			}
+			if e.Chunks, err = c.file(p); err != nil {
+				return err
+			}
+		default:
+			c.info.Skipped++
+			return nil
+		}
+		out = append(out, e)
+		return nil
+	})
+	return out, err
+}
+
+func (c *capture) file(p string) ([]string, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", p, err)
+	}
+	defer f.Close()
+	if c.buf == nil {
+		c.buf = make([]byte, chunker.MaxSize)
+	}
+	var ids []string
+	ch := chunker.New(f, pol)
+	for {
+		chunk, err := ch.Next(c.buf)
+		if err == io.EOF {
+			return ids, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", p, err)
+		}
+		id, err := c.put(chunk.Data)
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+}
+
+// put stores one chunk unless the store has it.
+func (c *capture) put(data []byte) (string, error) {
+	sum := sha256.Sum256(data)
+	id := hex.EncodeToString(sum[:])
+	p := c.s.chunkPath(id)
+	if _, err := os.Stat(p); err == nil {
+		return id, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return "", fmt.Errorf("store chunk: %w", err)
+	}
+	z := c.s.enc.EncodeAll(data, nil)
+	if err := writeFileNoSync(p, z); err != nil {
+		return "", fmt.Errorf("store chunk: %w", err)
+	}
+	c.written = append(c.written, p)
+	c.info.Stored += int64(len(z))
+	return id, nil
+}
+
+func (s *Store) chunkPath(id string) string {
+	return s.path("chunks", id[:2], id)
+}
+
+// Delete removes checkpoint id and every chunk no other checkpoint names.
+// Deleting an unknown id returns ErrUnknown.
+func (s *Store) Delete(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ix, err := s.readIndex()
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(ix.Checkpoints, func(c Info) bool { return c.ID == id })
+	if i < 0 {
+		return fmt.Errorf("checkpoint %q: %w", id, ErrUnknown)
+	}
+	ix.Checkpoints = slices.Delete(ix.Checkpoints, i, i+1)
+	if err := s.writeIndex(ix); err != nil {
+		return err
+	}
+	return s.gc()
+}
+
+// gc removes snapshots the index does not list and chunks no listed
+// snapshot names.
+func (s *Store) gc() error {
+	ix, err := s.readIndex()
+	if err != nil {
+		return err
+	}
+	keep := map[string]bool{}
+	listed := map[string]bool{}
+	for _, c := range ix.Checkpoints {
+		listed[c.ID+".json"] = true
+		sn, err := s.readSnapshot(c.ID)
+		if err != nil {
+			// A listed snapshot that cannot be read: keep every chunk
+			// rather than guess which are free.
+			return fmt.Errorf("collect checkpoint chunks: %w", err)
+		}
+		for _, t := range sn.Trees {
+			for _, e := range t {
+				for _, id := range e.Chunks {
+					keep[id] = true
+				}
+			}
+		}
+	}
+	snaps, err := os.ReadDir(s.path("snapshots"))
+	if err != nil {
+		return fmt.Errorf("collect checkpoint chunks: %w", err)
+	}
+	for _, d := range snaps {
+		if !listed[d.Name()] {
+			os.Remove(s.path("snapshots", d.Name()))
+		}
+	}
+	return filepath.WalkDir(s.path("chunks"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("collect checkpoint chunks: %w", err)
+		}
+		if !d.IsDir() && !keep[d.Name()] {
+			if err := os.Remove(p); err != nil {
+				return fmt.Errorf("collect checkpoint chunks: %w", err)
+			}
+		}
+		return nil
+	})
+}
