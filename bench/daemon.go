@@ -74,8 +74,9 @@ type daemonProc struct {
 
 // startDaemon starts the built runnerd on a fresh state directory, TCP on
 // a free loopback port, no unix socket, and waits for /healthz. cgroups,
-// when not empty, is runnerd's --cgroups.
-func startDaemon(ctx context.Context, dir string, bins binaries, cgroups string) (*daemonProc, error) {
+// when not empty, is runnerd's --cgroups; isolate its --isolate ("" is
+// "none").
+func startDaemon(ctx context.Context, dir string, bins binaries, cgroups, isolate string) (*daemonProc, error) {
 	state := filepath.Join(dir, "state")
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		return nil, err
@@ -97,7 +98,11 @@ func startDaemon(ctx context.Context, dir string, bins binaries, cgroups string)
 	// and the commands run the harness's binaries from its 0700 temporary
 	// directory. Isolated against uncontained is the speed issue's figure.
 	cmd := exec.Command(bins.runnerd, "-state", state, "-listen", addr, "-socket", "none", "-log-level", "warn",
-		"-shim", bins.shim, "-netpolicy", "off", "-isolate", "none")
+		"-shim", bins.shim, "-netpolicy", "off")
+	if isolate == "" {
+		isolate = "none"
+	}
+	cmd.Args = append(cmd.Args, "-isolate", isolate)
 	if cgroups != "" {
 		cmd.Args = append(cmd.Args, "-cgroups", cgroups)
 	}

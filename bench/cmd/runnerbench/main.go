@@ -34,6 +34,7 @@ func main() {
 	sessions := flag.Int("sessions", 0, "running sessions in one sandbox for the scale figures (default 1000)")
 	sandboxes := flag.Int("sandboxes", 0, "sandboxes listed by the scale figures (default 10000)")
 	cgroups := flag.String("cgroups", "", `runnerd's --cgroups: "auto" (its default: as root, every command in its sandbox's cgroups) or "off"`)
+	isolate := flag.String("isolate", "", `runnerd's --isolate: "none" (default here: uncontained sandboxes) or "all" (a root runnerd's default)`)
 	tmp := flag.String("tmp", "", "directory for the run's files (journals, baseline files; default $TMPDIR)")
 	flag.Parse()
 	if *tiny {
@@ -57,7 +58,7 @@ func main() {
 	if *only != "" {
 		cfg.Only = strings.Split(*only, ",")
 	}
-	cfg.ProfileDir, cfg.TempDir, cfg.Log, cfg.Cgroups = *profile, *tmp, os.Stderr, *cgroups
+	cfg.ProfileDir, cfg.TempDir, cfg.Log, cfg.Cgroups, cfg.Isolate = *profile, *tmp, os.Stderr, *cgroups, *isolate
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := bench.Run(ctx, cfg)
