@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -108,32 +109,60 @@ func pipeFilled(t *testing.T, pid int) int {
 // stdin, and many callers who each give up on a 1 MiB write (runnerd
 // closes its control connection when its HTTP caller leaves). Each write
 // stops when its connection closes, so the shim's private memory stays
-// near its baseline. Before, each abandoned write kept its chunk blocked
-// in the shim until the command read, ended or was terminated: the shim
-// grew by ~1 MiB per write (this test: Private_Dirty several times its
-// baseline), and a close-stdin waited behind them forever.
+// near its baseline, also when the writes wait behind one whose caller
+// still waits (they leave the queue). Before, each abandoned write kept
+// its chunk blocked in the shim until the command read, ended or was
+// terminated: the shim grew by ~1 MiB per write (here Private_Dirty
+// several times its baseline), and a close-stdin waited behind them
+// forever.
 func TestAbandonedStdinWritesFreeTheShim(t *testing.T) {
-	dir, st := start(t, Spec{Argv: []string{"sleep", "600"}})
-	chunk := pattern(MaxStdinChunk)
-	// Baseline: the shim once it has served one abandoned chunk, so the
-	// buffers one write needs are counted in it.
-	for range 2 {
-		abandonWrite(t, dir, chunk, false, nil)
-	}
-	base := privateDirty(t, st.ShimPID)
-	const writes = 64
-	for range writes {
-		abandonWrite(t, dir, chunk, false, nil)
-	}
-	after := privateDirty(t, st.ShimPID)
-	t.Logf("shim Private_Dirty: %d KiB at baseline, %d KiB after %d abandoned 1 MiB writes", base>>10, after>>10, writes)
-	if after > 2*base {
-		t.Errorf("shim Private_Dirty grew from %d KiB to %d KiB after %d abandoned writes: more than twice its baseline", base>>10, after>>10, writes)
-	}
-	// Nothing holds stdin any more: a close-stdin gets its turn.
-	c := dial(t, dir)
-	if err := c.CloseStdin(ctxT(t, 20*time.Second)); err != nil {
-		t.Fatalf("close stdin after abandoned writes: %v", err)
+	for _, tc := range []struct {
+		name string
+		live bool // a write whose caller waits holds stdin first
+	}{
+		{"alone", false},
+		{"behind a live write", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, st := start(t, Spec{Argv: []string{"sleep", "600"}})
+			chunk := pattern(MaxStdinChunk)
+			c := dial(t, dir)
+			var live chan error
+			cancel := func() {}
+			if tc.live {
+				var ctx context.Context
+				ctx, cancel = context.WithCancel(context.Background())
+				defer cancel()
+				live = make(chan error, 1)
+				go func() { live <- c.WriteStdin(ctx, chunk) }()
+				pipeFilled(t, st.PID) // it has the turn, and waits for the command
+			}
+			// Baseline: the shim once it has served two abandoned chunks,
+			// so the buffers one write needs are counted in it.
+			for range 2 {
+				abandonWrite(t, dir, chunk, false, nil)
+			}
+			base := privateDirty(t, st.ShimPID)
+			const writes = 64
+			for range writes {
+				abandonWrite(t, dir, chunk, false, nil)
+			}
+			after := privateDirty(t, st.ShimPID)
+			t.Logf("shim Private_Dirty: %d KiB at baseline, %d KiB after %d abandoned 1 MiB writes", base>>10, after>>10, writes)
+			if after > 2*base {
+				t.Errorf("shim Private_Dirty grew from %d KiB to %d KiB after %d abandoned writes: more than twice its baseline", base>>10, after>>10, writes)
+			}
+			if tc.live {
+				cancel() // the live caller gives up too: its write stops
+				if err := <-live; !errors.Is(err, context.Canceled) {
+					t.Fatalf("live write after its caller gave up: got %v, want context.Canceled", err)
+				}
+			}
+			// Nothing holds stdin any more: a close-stdin gets its turn.
+			if err := c.CloseStdin(ctxT(t, 20*time.Second)); err != nil {
+				t.Fatalf("close stdin after abandoned writes: %v", err)
+			}
+		})
 	}
 }
 
