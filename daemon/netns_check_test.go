@@ -41,7 +41,13 @@ func (b *syncBuffer) String() string {
 // containment against a lab of its own.
 func startNetDaemon(t *testing.T, state string, log *slog.Logger) *api {
 	t.Helper()
-	lab := netlab.New(t)
+	return startNetDaemonLab(t, netlab.New(t), state, log)
+}
+
+// startNetDaemonLab is startNetDaemon against lab, for a test that looks
+// at (or changes) the lab's kernel state itself.
+func startNetDaemonLab(t *testing.T, lab *netlab.Lab, state string, log *slog.Logger) *api {
+	t.Helper()
 	netState := t.TempDir()
 	t.Cleanup(func() { netlab.UnmountLeftovers(netState) })
 	return startDaemonCfg(t, daemon.Config{

@@ -231,6 +231,8 @@ func answer(op string, st byte, body []byte) error {
 			return fmt.Errorf("%s: %w: %s", op, ErrWriteFailed, e.Detail)
 		case codeProvider:
 			return fmt.Errorf("%s: %w: %s", op, ErrFailed, e.Detail)
+		case codeUnavailable:
+			return fmt.Errorf("%s: %w: %s", op, ErrUnavailable, e.Detail)
 		}
 		return fmt.Errorf("%s: shim: %s: %s", op, e.Code, e.Detail)
 	}
@@ -254,8 +256,10 @@ func (c *Client) simple(ctx context.Context, cn *conn, name string, op byte, bod
 // MaxStdinChunk go in order as several requests. It returns ErrExited once
 // the command has ended (ErrStdinClosed after CloseStdin, which also
 // matches ErrExited), never a transport error for that case. When ctx ends
-// during a write that the command does not read, the bytes may still be
-// written later, before any later write.
+// during a write, the connection is closed and the shim stops the write
+// where it stands: a prefix of p (none, some or all) has reached the
+// command, the rest never will, and a later write follows that prefix
+// (docs/frames.md, "A write stops when its caller goes").
 func (c *Client) WriteStdin(ctx context.Context, p []byte) error {
 	for {
 		n := min(len(p), MaxStdinChunk)

@@ -39,11 +39,11 @@ func (s *server) shutdown() {
 		s.mu.Unlock()
 		<-waited
 	}
-	s.stdinMu.Lock()
+	s.stdinTurn <- struct{}{}
 	if s.master != nil || !s.stdinClosed {
 		s.stdin.Close()
 	}
-	s.stdinMu.Unlock()
+	<-s.stdinTurn
 }
 
 func (s *server) accept() {
@@ -87,8 +87,17 @@ func (s *server) serveConn(c *net.UnixConn) {
 		if cap(body) <= 64<<10 {
 			in = body // keep small buffers only: an idle connection stays small
 		}
-		st, resp := s.handle(op, body)
-		if out, err = writeMsg(c, out, st, resp); err != nil {
+		var st byte
+		var resp []byte
+		usable := true
+		if op == opWrite && len(body) > 0 {
+			gone, stop := watchGone(c)
+			st, resp = s.writeStdin(body, gone)
+			usable = stop()
+		} else {
+			st, resp = s.handle(op, body)
+		}
+		if out, err = writeMsg(c, out, st, resp); err != nil || !usable {
 			return
 		}
 		if cap(out) > 64<<10 {
@@ -112,7 +121,7 @@ func (s *server) handle(op byte, body []byte) (byte, []byte) {
 		if len(body) == 0 {
 			return stOK, nil
 		}
-		return s.writeStdin(body)
+		return s.writeStdin(body, nil) // serveConn watches its caller (watchGone)
 	case opCloseStdin:
 		return s.closeStdin()
 	case opResize:
@@ -161,23 +170,65 @@ func (s *server) signalGroup(sig syscall.Signal) error {
 	return syscall.Kill(-s.pid, sig)
 }
 
-func (s *server) writeStdin(p []byte) (byte, []byte) {
+// writeStdin writes p to the command's stdin, all of it, unless gone
+// closes first: the caller has given up (its connection closed), and the
+// write stops where it stands. The bytes already in the pipe or terminal
+// stay there (the command reads them); the rest of p is dropped, never
+// written later, so what the command reads is every acknowledged write
+// whole and of each abandoned one a prefix, in the order they came, none
+// twice (docs/frames.md, "Control socket"). A write waiting for its turn
+// behind another stops waiting as well. So a command that never reads
+// costs the shim one chunk per caller still waiting, none per caller gone.
+func (s *server) writeStdin(p []byte, gone <-chan struct{}) (byte, []byte) {
 	if s.isExited() {
 		return stExited, nil
 	}
-	s.stdinMu.Lock()
-	defer s.stdinMu.Unlock()
+	select {
+	case s.stdinTurn <- struct{}{}:
+	case <-gone:
+		return abandoned(0, len(p))
+	}
+	defer func() { <-s.stdinTurn }()
 	if s.stdinClosed {
 		return stExited, []byte(codeClosed)
 	}
-	_, err := s.stdin.Write(p)
-	if err == nil {
-		if s.master != nil {
-			s.atLineStart = p[len(p)-1] == '\n' || p[len(p)-1] == '\r'
+	// Interrupt the write when the caller goes: a deadline in the past
+	// makes the poller return what was written so far.
+	var interrupted bool
+	written := make(chan struct{})
+	watched := make(chan struct{})
+	go func() { // owned by writeStdin, which waits for it below
+		defer close(watched)
+		select {
+		case <-gone:
+			s.stdin.SetWriteDeadline(time.Now())
+			interrupted = true
+		case <-written:
 		}
+	}()
+	n, err := s.stdin.Write(p)
+	close(written)
+	<-watched
+	if interrupted {
+		s.stdin.SetWriteDeadline(time.Time{})
+		if s.isExited() {
+			// The exit's deadline (run) may have been cleared just now.
+			s.stdin.SetWriteDeadline(time.Now())
+		}
+	}
+	if s.master != nil && n > 0 {
+		s.atLineStart = p[n-1] == '\n' || p[n-1] == '\r'
+	}
+	if err == nil {
 		return stOK, nil
 	}
-	if s.isExited() || errors.Is(err, os.ErrDeadlineExceeded) {
+	if s.isExited() {
+		return stExited, nil
+	}
+	if interrupted {
+		return abandoned(n, len(p))
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
 		return stExited, nil
 	}
 	if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.EIO) {
@@ -192,6 +243,40 @@ func (s *server) writeStdin(p []byte) (byte, []byte) {
 	return stError, errorBody(codeProvider, err.Error())
 }
 
+// abandoned is the answer to a stdin write whose caller went away after
+// n of its size bytes reached the command. Nobody reads it when the
+// caller closed its connection; one that only shut its sending side does.
+func abandoned(n, size int) (byte, []byte) {
+	return stError, errorBody(codeUnavailable, fmt.Sprintf("stdin write abandoned by its caller: %d of %d bytes delivered", n, size))
+}
+
+// watchGone watches c while a request on it is being served: a client
+// sends nothing until it has read the answer, so a read that returns
+// means it has gone (EOF: it closed its connection, or shut its sending
+// side; or shutdown shut ours) or broke the protocol. gone is closed
+// then. stop ends the watch, waits for it, and reports whether c can
+// carry another request (nothing was read from it).
+func watchGone(c *net.UnixConn) (gone <-chan struct{}, stop func() bool) {
+	ch := make(chan struct{})
+	done := make(chan struct{})
+	var n int
+	var err error
+	go func() { // owned by stop, which every caller calls
+		defer close(done)
+		var b [1]byte
+		n, err = c.Read(b[:])
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			close(ch)
+		}
+	}()
+	return ch, func() bool {
+		c.SetReadDeadline(time.Unix(1, 0))
+		<-done
+		c.SetReadDeadline(time.Time{})
+		return n == 0 && errors.Is(err, os.ErrDeadlineExceeded)
+	}
+}
+
 // closeStdin delivers a real EOF once. Pipes: the write end is closed.
 // TTY: the terminal's VEOF character (^D) is written at the start of a
 // line, so the line discipline turns it into an end of file for the
@@ -202,8 +287,8 @@ func (s *server) closeStdin() (byte, []byte) {
 	if s.isExited() {
 		return stExited, nil
 	}
-	s.stdinMu.Lock()
-	defer s.stdinMu.Unlock()
+	s.stdinTurn <- struct{}{}
+	defer func() { <-s.stdinTurn }()
 	if s.stdinClosed {
 		return stOK, nil
 	}

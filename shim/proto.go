@@ -58,6 +58,9 @@ const (
 	// resize the kernel refused, a stdin write that failed for a reason
 	// other than the command's end). Decoded as ErrFailed.
 	codeProvider = wire.CodeProvider
+	// codeUnavailable: a stdin write stopped because its caller went
+	// away (writeStdin); the body says how much of it was delivered.
+	codeUnavailable = wire.CodeUnavailable
 )
 
 // codeClosed is the body of an stExited answer to a write after

@@ -50,9 +50,12 @@ type server struct {
 	stdin  *os.File // where stdin bytes go: the pipe's write end, or master
 	outs   []output
 
-	// stdinMu serializes stdin writes and close, and guards the fields
-	// below; it is never held by resize, signal, terminate or status.
-	stdinMu     sync.Mutex
+	// stdinTurn serializes stdin writes and close, and guards the fields
+	// below: whoever sends into it (capacity 1) holds the turn until it
+	// receives back. A channel rather than a mutex, so a write whose
+	// caller has gone stops waiting for its turn (writeStdin). It is never
+	// held by resize, signal, terminate or status.
+	stdinTurn   chan struct{}
 	stdinClosed bool
 	atLineStart bool // TTY: the last stdin byte was '\n' (or none yet)
 

@@ -24,7 +24,7 @@ import (
 // On failure what it made is removed; on success undo removes it.
 func prepare(dir string, opts journal.Options) (_ *server, err error) {
 	s := &server{dir: dir, exited: make(chan struct{}), done: make(chan struct{}), closing: make(chan struct{}),
-		conns: map[*net.UnixConn]struct{}{}, atLineStart: true}
+		stdinTurn: make(chan struct{}, 1), conns: map[*net.UnixConn]struct{}{}, atLineStart: true}
 	defer func() {
 		if err != nil {
 			s.undo()
