@@ -37,7 +37,7 @@ func (s *server) handleInfo(w http.ResponseWriter, r *http.Request) {
 	case s.ids.enabled && s.ids.all:
 		info.Isolation = "all"
 	case s.ids.enabled:
-		info.Isolation = "contained"
+		info.Isolation = "none" // --isolate none: only sandboxes made with a policy
 	}
 	if p := s.cfg.pool; p != nil {
 		info.WarmShims = wire.WarmShims{Target: s.cfg.WarmShims, Idle: p.Idle()}

@@ -21,6 +21,7 @@ package daemon
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,25 +53,39 @@ func (s *server) privateTmpDir(sb registry.Sandbox) string {
 }
 
 // ensurePrivateTmp makes sb's private directories unless they exist.
-// Idempotent; the caller holds sb's lock.
+// Idempotent; the caller holds sb's lock. createSandbox makes them, so
+// a command on a full disk later needs no inode for them; a spawn makes
+// them for a sandbox created before they existed. A full disk is 507
+// write_failed with retry_after_ms (errNoSpace), like every write.
 func (s *server) ensurePrivateTmp(sb registry.Sandbox) (string, error) {
+	dir, err := s.makePrivateTmp(sb)
+	if err != nil && isNoSpace(err) {
+		return "", errNoSpace("create private /tmp", err)
+	}
+	if err != nil {
+		return "", errUnavailable("create private /tmp: %v", err)
+	}
+	return dir, nil
+}
+
+func (s *server) makePrivateTmp(sb registry.Sandbox) (string, error) {
 	dir := s.privateTmpDir(sb)
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
-		return "", errUnavailable("create private tmp: %v", err)
+		return "", err
 	}
 	if err := os.Chmod(filepath.Dir(dir), 0o700); err != nil {
-		return "", errUnavailable("create private tmp: %v", err)
+		return "", err
 	}
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return "", errUnavailable("create private tmp: %v", err)
+		return "", err
 	}
 	for _, b := range privateTmps {
 		p := filepath.Join(dir, b.Source)
 		if err := os.Mkdir(p, 0o777|os.ModeSticky); err != nil && !errors.Is(err, os.ErrExist) {
-			return "", errUnavailable("create private %s: %v", b.Target, err)
+			return "", fmt.Errorf("%s: %w", b.Target, err)
 		}
 		if err := os.Chmod(p, 0o777|os.ModeSticky); err != nil { // Mkdir's mode passes the umask
-			return "", errUnavailable("create private %s: %v", b.Target, err)
+			return "", fmt.Errorf("%s: %w", b.Target, err)
 		}
 	}
 	return dir, nil

@@ -151,6 +151,13 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (_ r
 	if err := s.ownWorkspace(sb); err != nil {
 		return sb, err
 	}
+	if s.isolated(sb) && s.ids.enabled {
+		// Made now, so its commands need no inode for them later
+		// (privatetmp.go); undone with the sandbox if this create fails.
+		if _, err := s.ensurePrivateTmp(sb); err != nil {
+			return sb, err
+		}
+	}
 	if created {
 		if uid >= 0 {
 			if err := os.Chown(ws, uid, gid); err != nil {

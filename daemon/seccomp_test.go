@@ -12,14 +12,15 @@ import (
 // runnerd runs under the seccomp filter (Seccomp: 2 in its status) and
 // cannot enter a user namespace with `unshare -U -r`, the way to full
 // capabilities over a kernel attack surface. The control, an uncontained
-// sandbox of runnerd's default configuration, has no filter and gets in.
+// sandbox of a runnerd under --isolate none, has no filter and gets in.
 func TestIsolatedCommandSeccomp(t *testing.T) {
 	if os.Geteuid() != 0 {
 		testcap.Skip(t, "root", "contained sandboxes need a root runnerd")
 	}
 	script := "grep '^Seccomp:' /proc/self/status; unshare -U -r true 2>&1; echo rc=$?"
 
-	plain := startDaemonCfg(t, daemon.Config{StateDir: passableTempDir(t), Token: testToken, NetPolicy: daemon.NetPolicyOff})
+	plain := startDaemonCfg(t, daemon.Config{StateDir: passableTempDir(t), Token: testToken, NetPolicy: daemon.NetPolicyOff,
+		Isolate: daemon.IsolateNone})
 	if sb := plain.createSandbox("plain"); sb.Isolated {
 		t.Fatalf("control sandbox is isolated")
 	}

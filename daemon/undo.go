@@ -35,6 +35,9 @@ func (s *server) undoCreate(ctx context.Context, sb registry.Sandbox, madeWS boo
 		return
 	}
 	s.undoWorkspace(sb.Workspace, madeWS)
+	if err := s.removePrivateTmp(sb); err != nil { // no command of it ran
+		s.log.Warn("undo failed create: remove private /tmp", "sandbox", sb.Name, "err", err)
+	}
 	if err := s.reg.DeleteSandbox(sb.Name); err != nil {
 		s.log.Error("undo failed create: delete record; the sandbox stays to be destroyed", "sandbox", sb.Name, "err", err)
 		return

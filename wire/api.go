@@ -384,7 +384,8 @@ type Info struct {
 	// when Cgroups is off.
 	CgroupRoot string `json:"cgroup_root,omitempty"`
 	// Isolation is which sandboxes run as an unprivileged identity of
-	// their own: "contained" (those with a network policy), "all", or
+	// their own: "all" (every sandbox: --isolate all, a root runnerd's
+	// default), "none" (--isolate none: only those with a network policy), or
 	// "off" (runnerd is not root: none).
 	Isolation string `json:"isolation"`
 	// WarmShims is the warm pool: the shims kept started ahead (Target,
