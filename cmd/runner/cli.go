@@ -338,7 +338,7 @@ type globals struct {
 
 func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.url, "url", "", "runnerd endpoint: http://HOST:PORT or unix:///path/runnerd.sock (default $RUNNERD_URL, else found on its own)")
-	fs.StringVar(&g.tokenFile, "token-file", "", "file holding the bearer token (default $RUNNERD_TOKEN, else STATE/token)")
+	fs.StringVar(&g.tokenFile, "token-file", "", "file holding the bearer token (without it: the token itself from $RUNNERD_TOKEN, else the file STATE/token)")
 	fs.DurationVar(&g.timeout, "timeout", client.DefaultRequestTimeout, "deadline of each call to runnerd (exec, attach and logs -f wait for the command instead)")
 	fs.BoolVar(&g.json, "json", false, "print JSON for scripts: every command that prints something, and errors (one object on stderr)")
 }
@@ -462,7 +462,8 @@ Host:
 Global flags (accepted before or after the command):
   --url URL          runnerd endpoint: http://HOST:PORT, HOST:PORT, unix:///path or /path
                      (default $RUNNERD_URL, else found on its own)
-  --token-file FILE  file holding the bearer token (default $RUNNERD_TOKEN, else STATE/token)
+  --token-file FILE  file holding the bearer token (without it: the token
+                     itself from $RUNNERD_TOKEN, else the file STATE/token)
   --timeout D        deadline of each call to runnerd (default 30s)
   --json             print JSON for scripts: every command that prints
                      something prints JSON, and an error is one JSON object

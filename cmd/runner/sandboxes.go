@@ -13,7 +13,6 @@ import (
 	units "github.com/docker/go-units"
 	"golang.org/x/term"
 
-	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -253,7 +252,7 @@ func createCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 	memory := fs.String("memory", "", "memory limit: 512m, 2g (b, k, m, g; powers of 1024)")
 	cpus := fs.Float64("cpus", 0, "CPU limit in cores: 1.5 is 150 ms of CPU time each 100 ms")
 	pids := fs.Int64("pids", 0, "most tasks (processes and threads) alive at once")
-	disk := fs.String("disk", "", "disk limit (not in runnerd's API yet: refused)")
+	disk := fs.String("disk", "", "disk budget: 10g (b, k, m, g; powers of 1024); runnerd refuses it while it cannot enforce one")
 	var allow stringList
 	fs.Var(&allow, "allow", "allow egress to HOST only (repeatable): a name, *.suffix, an IPv4 address or CIDR")
 	denyAll := fs.Bool("deny-all", false, "deny all egress (DNS and raw IPs too)")
@@ -279,13 +278,18 @@ func createCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 			return usagef("create", "--pids %d: want a count > 0", *pids)
 		}
 		lim.Pids = *pids
+		if *disk != "" {
+			// Sent as disk_bytes, so runnerd (the one that knows whether it
+			// can enforce a budget) answers: today it refuses any, and
+			// nothing is created.
+			n, err := units.RAMInBytes(*disk)
+			if err != nil || n <= 0 {
+				return usagef("create", "--disk %q: want a size such as 10g", *disk)
+			}
+			lim.DiskBytes = n
+		}
 		if lim != (wire.Limits{}) {
 			req.Limits = &lim
-		}
-		if *disk != "" {
-			return &cliError{what: "create " + name, code: exitNotSupported,
-				err:  fmt.Errorf("--disk: runnerd's API has no disk limit yet (its limits are memory, cpus and pids): %w", adapter.ErrNotSupported),
-				hint: "runner refuses it rather than create a sandbox without it: nothing was created"}
 		}
 		switch {
 		case *denyAll && len(allow) > 0:
