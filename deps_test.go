@@ -40,6 +40,8 @@ var rules = []struct {
 	{pkg: "adapter/sprites/spritestest", stdlibOnly: true, allowed: []string{"adapter", "adapter/secret", "adapter/internal/standin", "adapter/sprites", "adapter/guest", "adapter/stream", "wire", "github.com/coder/websocket"}},
 	{pkg: "wire", stdlibOnly: true},
 	{pkg: "internal/atomicfile", stdlibOnly: true},
+	// internal/testpki makes throwaway CAs for TLS tests.
+	{pkg: "internal/testpki", stdlibOnly: true},
 	{pkg: "client", forbidden: []string{
 		module + "/daemon", module + "/journal", module + "/shim", module + "/netpolicy",
 		"go.etcd.io/bbolt", "github.com/google/nftables", "github.com/vishvananda/",

@@ -364,7 +364,10 @@ const ListenFile = "listen.json"
 // TCP is host:port ("" without a TCP listener); Socket is the unix
 // socket's path ("" without one).
 type Listen struct {
-	TCP    string `json:"tcp,omitempty"`
+	TCP string `json:"tcp,omitempty"`
+	// TLS is set when TCP speaks TLS (runnerd --tls-cert): the client
+	// dials https://TCP.
+	TLS    bool   `json:"tls,omitempty"`
 	Socket string `json:"socket,omitempty"`
 	PID    int    `json:"pid,omitempty"`
 }
