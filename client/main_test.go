@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,6 +72,7 @@ type daemon struct {
 	token   string
 	log     *os.File
 	flags   []string // extra runnerd flags, kept across restarts
+	tls     bool     // flags hold --tls-cert: url is https
 
 	mu  sync.Mutex // guards cmd
 	cmd *exec.Cmd
@@ -131,7 +133,7 @@ func launchDaemon(flags ...string) (*daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &daemon{state: state, addr: addr, preview: paddr, log: log, flags: flags}
+	d := &daemon{state: state, addr: addr, preview: paddr, log: log, flags: flags, tls: slices.Contains(flags, "--tls-cert")}
 	daemons.Lock()
 	daemons.all = append(daemons.all, d)
 	daemons.Unlock()
@@ -146,7 +148,12 @@ func launchDaemon(flags ...string) (*daemon, error) {
 	return d, nil
 }
 
-func (d *daemon) url() string { return "http://" + d.addr }
+func (d *daemon) url() string {
+	if d.tls {
+		return "https://" + d.addr
+	}
+	return "http://" + d.addr
+}
 
 func (d *daemon) start() error {
 	_, port, _ := net.SplitHostPort(d.preview)
@@ -164,6 +171,15 @@ func (d *daemon) start() error {
 	d.mu.Unlock()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
+		if d.tls {
+			// A TLS runnerd (perhaps requiring client certificates) is
+			// serving once its listen file names this process.
+			if b, err := os.ReadFile(filepath.Join(d.state, "listen.json")); err == nil && strings.Contains(string(b), fmt.Sprintf(`"pid":%d`, cmd.Process.Pid)) {
+				return nil
+			}
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
 		resp, err := http.Get(d.url() + "/healthz")
 		if err == nil {
 			resp.Body.Close()

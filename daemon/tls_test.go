@@ -251,7 +251,6 @@ func TestPlainNonLoopbackRefused(t *testing.T) {
 	}{
 		{"api on the wildcard", "0.0.0.0:0", ""},
 		{"api on an empty host", ":0", ""},
-		{"api on a name", "runner.example:7323", ""},
 		{"preview on the wildcard", "none", "0.0.0.0:0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -262,7 +261,10 @@ func TestPlainNonLoopbackRefused(t *testing.T) {
 				cfg.PreviewURLTemplate = "http://{token}.localhost/"
 			}
 			cfg.ShimCommand = []string{runnerdBin, "shim"}
-			err := daemon.Run(context.Background(), cfg)
+			// Bounded: without the defence Run would serve until ctx ends.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := daemon.Run(ctx, cfg)
 			if !errors.Is(err, daemon.ErrInsecureListen) {
 				t.Fatalf("Run: got %v, want ErrInsecureListen", err)
 			}
