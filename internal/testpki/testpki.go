@@ -74,12 +74,19 @@ type Pair struct {
 }
 
 // Server issues a serving certificate for 127.0.0.1, ::1 and localhost
-// (and hosts), written as name.pem and name-key.pem.
+// and hosts (IP addresses or names), written as name.pem and name-key.pem.
 func (ca *CA) Server(t testing.TB, name string, hosts ...string) Pair {
 	t.Helper()
 	tmpl := ca.leaf(name, x509.ExtKeyUsageServerAuth)
 	tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")}
-	tmpl.DNSNames = append([]string{"localhost"}, hosts...)
+	tmpl.DNSNames = []string{"localhost"}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
 	return ca.issue(t, name, tmpl)
 }
 
