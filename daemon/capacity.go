@@ -182,6 +182,22 @@ func (s *server) handleCapacity(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errUnavailable("read tasks: %v", err))
 		return
 	}
+	c.MemorySource, c.PIDsSource = wire.CapacityHost, wire.CapacityHost
+	if s.cg != nil {
+		// The sandboxes live under the cgroup root: where it (or an
+		// ancestor) is limited, that is what they can still take.
+		h, err := s.cg.RootHeadroom()
+		if err != nil {
+			s.writeError(w, r, errUnavailable("read the sandboxes' cgroup root: %v", err))
+			return
+		}
+		if h.MemoryLimited {
+			c.MemoryAvailableBytes, c.MemorySource = min(c.MemoryAvailableBytes, h.MemoryFree), wire.CapacityCgroup
+		}
+		if h.PidsLimited {
+			c.PIDsFree, c.PIDsSource = min(c.PIDsFree, h.PidsFree), wire.CapacityCgroup
+		}
+	}
 	s.writeJSON(w, http.StatusOK, c)
 }
 

@@ -342,6 +342,13 @@ type Capacity struct {
 	// Cgroups reports whether runnerd enforces resource limits
 	// (capability resource_limits).
 	Cgroups bool `json:"cgroups"`
+	// MemorySource and PIDsSource say where MemoryAvailableBytes and
+	// PIDsFree come from: CapacityCgroup (the sandboxes' cgroup root, or
+	// an ancestor, sets a limit: the figure is that limit less what is
+	// charged there now, or the host's figure when that is smaller) or
+	// CapacityHost (no limit: the host-wide figure).
+	MemorySource string `json:"memory_source,omitempty"`
+	PIDsSource   string `json:"pids_source,omitempty"`
 	// Exhausted is set when a create of a new sandbox would be refused
 	// now (Sandboxes >= MaxSandboxes).
 	Exhausted bool `json:"exhausted"`
@@ -359,6 +366,12 @@ type Health struct {
 // removes it when it stops cleanly; a daemon killed with -9 leaves it
 // behind, pointing at addresses nothing may answer.
 const ListenFile = "listen.json"
+
+// Sources of Capacity.MemorySource and Capacity.PIDsSource.
+const (
+	CapacityCgroup = "cgroup"
+	CapacityHost   = "host"
+)
 
 // Listen is the content of [ListenFile]: the daemon's actual addresses.
 // TCP is host:port ("" without a TCP listener); Socket is the unix
