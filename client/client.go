@@ -58,6 +58,11 @@ type Options struct {
 	// *adapter.DeniedError, never unavailable or not_found.
 	RootCAs     *x509.CertPool
 	Certificate *tls.Certificate
+	// ServerName, when set, is the name runnerd's certificate is verified
+	// against instead of the endpoint's host: a fleet whose runnerds share
+	// one certificate (deploy/k8s: runnerd.runner-system) is dialled by
+	// node address.
+	ServerName string
 }
 
 func (o Options) withDefaults() Options {

@@ -72,7 +72,7 @@ func (f TLSFiles) Apply(o *Options) error {
 // tlsConfig is the transport's configuration for https endpoints: TLS
 // 1.2 or later, the configured roots and client certificate.
 func (o Options) tlsConfig() *tls.Config {
-	conf := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: o.RootCAs}
+	conf := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: o.RootCAs, ServerName: o.ServerName}
 	if o.Certificate != nil {
 		conf.Certificates = []tls.Certificate{*o.Certificate}
 	}

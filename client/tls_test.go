@@ -90,6 +90,7 @@ func TestClientTLS(t *testing.T) {
 		{"no client certificate", d.url(), client.Options{RootCAs: ca.Pool()}, adapter.ErrDenied},
 		{"client certificate of another CA", d.url(), client.Options{RootCAs: ca.Pool(), Certificate: &stranger.TLS}, adapter.ErrDenied},
 		{"server certificate of an unknown CA", d.url(), client.Options{Certificate: &good.TLS}, adapter.ErrDenied},
+		{"server certificate for another name", d.url(), client.Options{RootCAs: ca.Pool(), Certificate: &good.TLS, ServerName: "other.runner-system"}, adapter.ErrDenied},
 		{"nothing listening", gone, client.Options{RootCAs: ca.Pool(), Certificate: &good.TLS}, adapter.ErrUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

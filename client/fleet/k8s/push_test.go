@@ -33,7 +33,9 @@ const pushBound = time.Second
 func TestKubernetesPushOverTLS(t *testing.T) {
 	dir := t.TempDir()
 	ca := testpki.NewCA(t, dir, "ca")
-	srv := ca.Server(t, "runnerd", "127.0.0.2", "127.0.0.3")
+	// One certificate for the fleet, by name, as deploy/k8s makes it; the
+	// pool dials node addresses and verifies that name.
+	srv := ca.Server(t, "runnerd", "runnerd.runner-system")
 	cl := ca.Client(t, "control-plane")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -70,7 +72,7 @@ func TestKubernetesPushOverTLS(t *testing.T) {
 		}
 	}
 	p, err := fleet.New(ctx, disc, fleet.Options{Refresh: time.Hour,
-		Adapter: client.AdapterOptions{Client: client.Options{RootCAs: ca.Pool(), Certificate: &cl.TLS}}})
+		Adapter: client.AdapterOptions{Client: client.Options{RootCAs: ca.Pool(), Certificate: &cl.TLS, ServerName: "runnerd.runner-system"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
