@@ -567,6 +567,12 @@ func run(ctx context.Context, args []string, io stdio) int {
 			_ = f.Value.Set(g0.timeout.String())
 		case "json":
 			_ = f.Value.Set(fmt.Sprint(g0.json))
+		case "ca":
+			_ = f.Value.Set(g0.tls.CA)
+		case "cert":
+			_ = f.Value.Set(g0.tls.Cert)
+		case "key":
+			_ = f.Value.Set(g0.tls.Key)
 		}
 	})
 	body := cmd.setup(fs)
@@ -649,7 +655,7 @@ func cmdUsage(w io.Writer, cmd *command, fs *flag.FlagSet) {
 			line += fmt.Sprintf(" (default %s)", f.DefValue)
 		}
 		switch f.Name {
-		case "url", "token-file", "timeout", "json":
+		case "url", "token-file", "timeout", "json", "ca", "cert", "key":
 			global.WriteString(line + "\n")
 		default:
 			fmt.Fprintln(w, line)
