@@ -182,23 +182,32 @@ func (s *server) handleCapacity(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errUnavailable("read tasks: %v", err))
 		return
 	}
-	c.MemorySource, c.PIDsSource = wire.CapacityHost, wire.CapacityHost
-	if s.cg != nil {
-		// The sandboxes live under the cgroup root: where it (or an
-		// ancestor) is limited, that is what they can still take.
-		h, err := s.cg.RootHeadroom()
-		if err != nil {
-			s.writeError(w, r, errUnavailable("read the sandboxes' cgroup root: %v", err))
-			return
-		}
-		if h.MemoryLimited {
-			c.MemoryAvailableBytes, c.MemorySource = min(c.MemoryAvailableBytes, h.MemoryFree), wire.CapacityCgroup
-		}
-		if h.PidsLimited {
-			c.PIDsFree, c.PIDsSource = min(c.PIDsFree, h.PidsFree), wire.CapacityCgroup
-		}
+	if err := s.underCgroupRoot(&c); err != nil {
+		s.writeError(w, r, err)
+		return
 	}
 	s.writeJSON(w, http.StatusOK, c)
+}
+
+// underCgroupRoot lowers c's host-wide memory and PIDs to what the
+// sandboxes' cgroup root leaves under its limits (or an ancestor's),
+// where one is set, and says which figure each is.
+func (s *server) underCgroupRoot(c *wire.Capacity) error {
+	c.MemorySource, c.PIDsSource = wire.CapacityHost, wire.CapacityHost
+	if s.cg == nil {
+		return nil
+	}
+	h, err := s.cg.RootHeadroom()
+	if err != nil {
+		return errUnavailable("read the sandboxes' cgroup root: %v", err)
+	}
+	if h.MemoryLimited {
+		c.MemoryAvailableBytes, c.MemorySource = min(c.MemoryAvailableBytes, h.MemoryFree), wire.CapacityCgroup
+	}
+	if h.PidsLimited {
+		c.PIDsFree, c.PIDsSource = min(c.PIDsFree, h.PidsFree), wire.CapacityCgroup
+	}
+	return nil
 }
 
 // memAvailable returns MemAvailable of /proc/meminfo in bytes.

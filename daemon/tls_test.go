@@ -356,3 +356,28 @@ func copyFile(t *testing.T, src, dst string) {
 		t.Fatal(err)
 	}
 }
+
+// TestTLSPreviewListener: the preview listener speaks TLS with the same
+// certificate and, with a client CA configured, still asks browsers for
+// no client certificate.
+func TestTLSPreviewListener(t *testing.T) {
+	dir := t.TempDir()
+	ca := testpki.NewCA(t, dir, "ca")
+	srv := ca.Server(t, "runnerd")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, port, _ := net.SplitHostPort(addr)
+	cl := ca.Client(t, "control-plane")
+	a := startDaemonCfg(t, daemon.Config{StateDir: t.TempDir(), Token: testToken, NetPolicy: daemon.NetPolicyOff,
+		TLSCert: srv.CertFile, TLSKey: srv.KeyFile, TLSClientCA: ca.CertFile,
+		PreviewListen: addr, PreviewURLTemplate: "https://{token}.localhost:" + port + "/"})
+	a.base = strings.Replace(a.base, "http://", "https://", 1)
+	a.hc = tlsHTTPClient(ca.Pool(), &cl.TLS)
+	if got := peerSerial(t, addr, ca.Pool(), nil); got != srv.Serial.String() {
+		t.Fatalf("preview certificate serial: got %s, want %s", got, srv.Serial)
+	}
+}
