@@ -3,6 +3,8 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,6 +50,19 @@ type Options struct {
 	ExecLiveness time.Duration
 	// UserAgent is sent with every request. Default "runner-client".
 	UserAgent string
+	// RootCAs verify an https runnerd's certificate (runnerd --tls-cert);
+	// nil means the host's roots. Certificate, when set, is presented to a
+	// runnerd that requires client certificates (--tls-client-ca; the
+	// bearer token is still sent and required). [TLSFiles.Apply] loads
+	// both from PEM files. A certificate refused either way is
+	// *adapter.DeniedError, never unavailable or not_found.
+	RootCAs     *x509.CertPool
+	Certificate *tls.Certificate
+	// ServerName, when set, is the name runnerd's certificate is verified
+	// against instead of the endpoint's host: a fleet whose runnerds share
+	// one certificate (deploy/k8s: runnerd.runner-system) is dialled by
+	// node address.
+	ServerName string
 }
 
 func (o Options) withDefaults() Options {
@@ -95,8 +110,8 @@ func (secret) MarshalText() ([]byte, error)  { return []byte("[token]"), nil }
 func (s secret) bearer() string              { return "Bearer " + string(s) }
 
 // New returns a Client for the daemon at endpoint: "http://127.0.0.1:7323"
-// (TCP) or "unix:///path/to/runnerd.sock". https:// is accepted for a
-// daemon behind a TLS proxy. token is the bearer token (see [Discover]).
+// (TCP), "https://host:7323" (runnerd --tls-cert, or a TLS proxy; see
+// Options.RootCAs) or "unix:///path/to/runnerd.sock". token is the bearer token (see [Discover]).
 func New(endpoint, token string, opts Options) (*Client, error) {
 	opts = opts.withDefaults()
 	dialer := &net.Dialer{Timeout: opts.ConnectTimeout, KeepAlive: 15 * time.Second}
@@ -107,6 +122,7 @@ func New(endpoint, token string, opts Options) (*Client, error) {
 		TLSHandshakeTimeout:   opts.ConnectTimeout,
 		ExpectContinueTimeout: time.Second,
 		ForceAttemptHTTP2:     false,
+		TLSClientConfig:       opts.tlsConfig(),
 	}
 	c := &Client{endpoint: endpoint, token: secret(token), tr: tr, opts: opts}
 	switch {

@@ -35,7 +35,10 @@ type Local struct {
 	// StateDir is the state directory the token was read from ("" when
 	// both RUNNERD_URL and RUNNERD_TOKEN were set).
 	StateDir string
-	token    secret
+	// TLS is the client's TLS material from $RUNNERD_CA,
+	// $RUNNERD_CLIENT_CERT and $RUNNERD_CLIENT_KEY (tls.go); New loads it.
+	TLS   TLSFiles
+	token secret
 }
 
 // Token returns the bearer token, for [New].
@@ -49,8 +52,15 @@ func (l Local) String() string {
 // Format prints String under every verb.
 func (l Local) Format(f fmt.State, verb rune) { _, _ = io.WriteString(f, l.String()) }
 
-// New returns a Client for the discovered daemon.
-func (l Local) New(opts Options) (*Client, error) { return New(l.Endpoint, string(l.token), opts) }
+// New returns a Client for the discovered daemon, with l.TLS loaded into
+// opts (a root pool or certificate already in opts is replaced only by a
+// file l.TLS names).
+func (l Local) New(opts Options) (*Client, error) {
+	if err := l.TLS.Apply(&opts); err != nil {
+		return nil, err
+	}
+	return New(l.Endpoint, string(l.token), opts)
+}
 
 // StateDirs returns the state directories runnerd would use, in its order
 // of preference (daemon.DefaultStateDir, plus the systemd unit's
@@ -84,6 +94,9 @@ func StateDirs() []string {
 //     none of these it returns an error (the daemon is not running, or
 //     runs elsewhere).
 //   - the token is $RUNNERD_TOKEN; else the content of STATE/token.
+//   - the TLS material (for an https endpoint, which listen.json names
+//     when runnerd has --tls-cert) is what $RUNNERD_CA,
+//     $RUNNERD_CLIENT_CERT and $RUNNERD_CLIENT_KEY name.
 //   - STATE is the first of [StateDirs] that holds a token file, a listen
 //     file or a socket.
 //
@@ -104,7 +117,7 @@ func DiscoverFor(endpoint, token string) (Local, error) {
 		tok = os.Getenv(EnvToken)
 	}
 	if url != "" && tok != "" {
-		return Local{Endpoint: url, token: secret(tok)}, nil
+		return Local{Endpoint: url, TLS: TLSFromEnv(), token: secret(tok)}, nil
 	}
 	var state string
 	for _, d := range StateDirs() {
@@ -117,7 +130,7 @@ func DiscoverFor(endpoint, token string) (Local, error) {
 		return Local{}, fmt.Errorf("discover runnerd: no state directory with a token or socket among %s; set %s and %s",
 			strings.Join(StateDirs(), ", "), EnvURL, EnvToken)
 	}
-	l := Local{StateDir: state, Endpoint: url}
+	l := Local{StateDir: state, Endpoint: url, TLS: TLSFromEnv()}
 	if l.Endpoint == "" {
 		ep, err := endpointIn(state)
 		if err != nil {
@@ -156,6 +169,9 @@ func endpointIn(state string) (string, error) {
 		}
 		if ln.Socket != "" && exists(ln.Socket) {
 			return "unix://" + ln.Socket, nil
+		}
+		if ln.TCP != "" && ln.TLS {
+			return "https://" + ln.TCP, nil
 		}
 		if ln.TCP != "" {
 			return "http://" + ln.TCP, nil

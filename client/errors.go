@@ -74,10 +74,14 @@ func unavailablef(format string, args ...any) error {
 // transportErr classifies a failure to get an answer at all: the caller's
 // own context ending is returned as that context error; everything else
 // (refused, reset, timeout, DNS, TLS, a cut body) is unavailable, and
-// keeps the transport's error as its cause (see [Refused]).
+// keeps the transport's error as its cause (see [Refused]), except a
+// refused certificate (tls.go), which is denied: retrying cannot fix it.
 func transportErr(ctx context.Context, op string, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		return fmt.Errorf("%s: %w", op, cerr)
+	}
+	if isCertRefusal(err) {
+		return &adapter.DeniedError{Detail: fmt.Sprintf("%s: TLS: %v", op, err)}
 	}
 	return &transportError{kind: &adapter.UnavailableError{Detail: fmt.Sprintf("%s: %v", op, err)}, cause: err}
 }

@@ -247,7 +247,31 @@ func (s *server) capacity() (wire.Capacity, error) {
 	if c.PIDsFree, err = pidsFree(); err != nil {
 		return wire.Capacity{}, errUnavailable("read tasks: %v", err)
 	}
+	if err := s.underCgroupRoot(&c); err != nil {
+		return wire.Capacity{}, err
+	}
 	return c, nil
+}
+
+// underCgroupRoot lowers c's host-wide memory and PIDs to what the
+// sandboxes' cgroup root leaves under its limits (or an ancestor's),
+// where one is set, and says which figure each is.
+func (s *server) underCgroupRoot(c *wire.Capacity) error {
+	c.MemorySource, c.PIDsSource = wire.CapacityHost, wire.CapacityHost
+	if s.cg == nil {
+		return nil
+	}
+	h, err := s.cg.RootHeadroom()
+	if err != nil {
+		return errUnavailable("read the sandboxes' cgroup root: %v", err)
+	}
+	if h.MemoryLimited {
+		c.MemoryAvailableBytes, c.MemorySource = min(c.MemoryAvailableBytes, h.MemoryFree), wire.CapacityCgroup
+	}
+	if h.PidsLimited {
+		c.PIDsFree, c.PIDsSource = min(c.PIDsFree, h.PidsFree), wire.CapacityCgroup
+	}
+	return nil
 }
 
 // memAvailable returns MemAvailable of /proc/meminfo in bytes.

@@ -187,6 +187,15 @@ type Config struct {
 	// of listening on MetricsListen (for tests). Run closes it.
 	MetricsListener net.Listener
 
+	// TLSCert and TLSKey are PEM files of the TCP listeners' certificate
+	// and key (tls.go): both or neither. They are read again when they
+	// change. TLSClientCA, when set, is a PEM file of the CAs whose client
+	// certificates the API listener requires (the bearer token is still
+	// required too). InsecureListen allows plain HTTP on a non-loopback
+	// address, which Run otherwise refuses with ErrInsecureListen.
+	TLSCert, TLSKey, TLSClientCA string
+	InsecureListen               bool
+
 	// NetPolicy is NetPolicyAuto (the default when empty) or NetPolicyOff.
 	NetPolicy string
 	// NetPolicyState is netpolicy's state directory. Default
@@ -390,6 +399,9 @@ func (cfg Config) withDefaults() (Config, error) {
 			return cfg, err
 		}
 		cfg.MetricsListen = addr
+	}
+	if err := cfg.checkTLSFiles(); err != nil {
+		return cfg, err
 	}
 	if cfg.Listen == "none" && cfg.Socket == "none" && cfg.TCPListener == nil {
 		return cfg, errors.New("config: both listeners disabled")

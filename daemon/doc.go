@@ -19,6 +19,10 @@
 //     destroy.
 //   - Capabilities are advertised only when delivered; everything else
 //     answers not_supported.
+//   - No bearer token crosses a network in clear: a TCP listener off
+//     loopback speaks TLS (tls.go) unless the operator said
+//     InsecureListen; with a client CA both the client certificate and the
+//     token are required.
 //   - A session's record may trail its shim (a commit made after the answer,
 //     deferredCommits, or a crash): whoever reads a live session brings it
 //     up to date from the shim's own files first (refresh).

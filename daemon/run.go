@@ -29,6 +29,15 @@ import (
 //
 // Run fails at once if another runnerd holds the state directory.
 func Run(ctx context.Context, cfg Config) (err error) {
+	if l := cfg.TCPListener; l != nil {
+		// Run owns it: a failure before serving must not leave it
+		// accepting connections nobody answers.
+		defer func() {
+			if err != nil {
+				l.Close()
+			}
+		}()
+	}
 	cfg, err = cfg.withDefaults()
 	if err != nil {
 		return err
@@ -150,14 +159,31 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 	}
 	tcpAddr := ""
+	var tcp net.Listener
 	switch {
 	case cfg.TCPListener != nil:
-		listeners = append(listeners, cfg.TCPListener)
-		tcpAddr = cfg.TCPListener.Addr().String()
+		if err := checkPlainListen(cfg, "api", cfg.TCPListener.Addr().String()); err != nil {
+			cfg.TCPListener.Close()
+			return err
+		}
+		tcp = cfg.TCPListener
 	case cfg.Listen != "none":
+		// Refused before binding: nothing is listening when Run says no.
+		if err := checkPlainListen(cfg, "api", cfg.Listen); err != nil {
+			return err
+		}
 		l, err := net.Listen("tcp", cfg.Listen)
 		if err != nil {
 			return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+		}
+		tcp = l
+	}
+	if tcp != nil {
+		// tls.go: TLS when configured, else loopback or --insecure-listen.
+		l, err := secureListener(cfg, tcp, true)
+		if err != nil {
+			tcp.Close()
+			return err
 		}
 		listeners = append(listeners, l)
 		tcpAddr = l.Addr().String()
@@ -183,11 +209,26 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			closeListeners()
 			return fmt.Errorf("preview listener: %w", err)
 		}
+		if err := checkPlainListen(cfg, "preview", cfg.PreviewListen); err != nil {
+			pv.Close()
+			closeListeners()
+			return err
+		}
 		pl, err := net.Listen("tcp", cfg.PreviewListen)
 		if err != nil {
 			pv.Close()
 			closeListeners()
 			return fmt.Errorf("listen %s: %w", cfg.PreviewListen, err)
+		}
+		// Browsers carry no client certificate: the preview listener
+		// gets the server certificate only (tls.go).
+		if spl, err := secureListener(cfg, pl, false); err != nil {
+			pl.Close()
+			pv.Close()
+			closeListeners()
+			return err
+		} else {
+			pl = spl
 		}
 		s.preview = pv
 		pvDone := make(chan struct{})
@@ -229,7 +270,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		socket = cfg.Socket
 	}
 	listenPath := filepath.Join(cfg.StateDir, wire.ListenFile)
-	if err := writeListen(listenPath, wire.Listen{TCP: tcpAddr, Socket: socket, PID: os.Getpid()}); err != nil {
+	if err := writeListen(listenPath, wire.Listen{TCP: tcpAddr, TLS: tcpAddr != "" && cfg.tlsEnabled(), Socket: socket, PID: os.Getpid()}); err != nil {
 		closeListeners()
 		return err
 	}
@@ -256,7 +297,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			}
 		}()
 	}
-	log.Info("runnerd serving", "state", cfg.StateDir, "tcp", tcpAddr, "socket", cfg.Socket, "version", cfg.Version, "network_policy", s.net != nil)
+	log.Info("runnerd serving", "state", cfg.StateDir, "tcp", tcpAddr, "tls", cfg.tlsEnabled(), "client_ca", cfg.TLSClientCA != "", "socket", cfg.Socket, "version", cfg.Version, "network_policy", s.net != nil)
 	if err := sdNotify("READY=1"); err != nil {
 		log.Warn("sd_notify READY", "err", err)
 	}

@@ -359,6 +359,13 @@ type Capacity struct {
 	// Cgroups reports whether runnerd enforces resource limits
 	// (capability resource_limits).
 	Cgroups bool `json:"cgroups"`
+	// MemorySource and PIDsSource say where MemoryAvailableBytes and
+	// PIDsFree come from: CapacityCgroup (the sandboxes' cgroup root, or
+	// an ancestor, sets a limit: the figure is that limit less what is
+	// charged there now, or the host's figure when that is smaller) or
+	// CapacityHost (no limit: the host-wide figure).
+	MemorySource string `json:"memory_source,omitempty"`
+	PIDsSource   string `json:"pids_source,omitempty"`
 	// Exhausted is set when a create of a new sandbox would be refused
 	// now (Sandboxes >= MaxSandboxes).
 	Exhausted bool `json:"exhausted"`
@@ -412,11 +419,20 @@ type Health struct {
 // behind, pointing at addresses nothing may answer.
 const ListenFile = "listen.json"
 
+// Sources of Capacity.MemorySource and Capacity.PIDsSource.
+const (
+	CapacityCgroup = "cgroup"
+	CapacityHost   = "host"
+)
+
 // Listen is the content of [ListenFile]: the daemon's actual addresses.
 // TCP is host:port ("" without a TCP listener); Socket is the unix
 // socket's path ("" without one).
 type Listen struct {
-	TCP    string `json:"tcp,omitempty"`
+	TCP string `json:"tcp,omitempty"`
+	// TLS is set when TCP speaks TLS (runnerd --tls-cert): the client
+	// dials https://TCP.
+	TLS    bool   `json:"tls,omitempty"`
 	Socket string `json:"socket,omitempty"`
 	PID    int    `json:"pid,omitempty"`
 }

@@ -59,6 +59,15 @@ type Discovery interface {
 	Runners(ctx context.Context) ([]Runner, error)
 }
 
+// Notifier is a Discovery that knows when its list changed (a watch):
+// the pool refreshes as soon as Changed receives, besides its periodic
+// refresh. The channel is never closed; a notice may stand for several
+// changes.
+type Notifier interface {
+	Discovery
+	Changed() <-chan struct{}
+}
+
 // Static is a fixed list of runners, none cordoned: the pool of a control
 // plane that names its hosts itself.
 type Static []client.Endpoint
@@ -81,7 +90,7 @@ type Options struct {
 	Adapter client.AdapterOptions
 	// Refresh is how often the pool asks discovery and every listed
 	// runner's capacity; 0 means DefaultRefresh, negative never (call
-	// Pool.Refresh).
+	// Pool.Refresh). A Notifier's notices refresh at once either way.
 	Refresh time.Duration
 	// Logger receives refresh failures; nil discards them.
 	Logger *slog.Logger
@@ -127,7 +136,8 @@ var runnerName = regexp.MustCompile(`^[a-z0-9]{1,20}$`)
 // New asks discovery once, and returns the pool over what it lists. The
 // pool's capabilities are those every runner listed now advertises; New
 // fails when discovery fails or lists no runner that answers. Unless
-// Options.Refresh is negative it refreshes in the background until Close.
+// Options.Refresh is negative it refreshes in the background until Close,
+// and at once whenever a Notifier discovery says its list changed.
 func New(ctx context.Context, d Discovery, opts Options) (*Pool, error) {
 	if opts.Refresh == 0 {
 		opts.Refresh = DefaultRefresh
@@ -161,25 +171,42 @@ func New(ctx context.Context, d Discovery, opts Options) (*Pool, error) {
 			p.caps = append(p.caps, c)
 		}
 	}
-	if opts.Refresh > 0 {
-		go p.loop()
+	n2, push := d.(Notifier)
+	if opts.Refresh > 0 || push {
+		var changed <-chan struct{}
+		if push {
+			changed = n2.Changed()
+		}
+		go p.loop(changed)
 	} else {
 		close(p.done)
 	}
 	return p, nil
 }
 
-func (p *Pool) loop() {
+// pushTimeout bounds a refresh a discovery's notice started when the
+// periodic refresh is off.
+const pushTimeout = 10 * time.Second
+
+// loop refreshes at every tick (unless Refresh is negative) and at every
+// notice of changed (nil: none), until Close.
+func (p *Pool) loop(changed <-chan struct{}) {
 	defer close(p.done)
-	t := time.NewTicker(p.opts.Refresh)
-	defer t.Stop()
+	var tick <-chan time.Time
+	timeout := pushTimeout
+	if p.opts.Refresh > 0 {
+		t := time.NewTicker(p.opts.Refresh)
+		defer t.Stop()
+		tick, timeout = t.C, p.opts.Refresh
+	}
 	for {
 		select {
 		case <-p.stop:
 			return
-		case <-t.C:
+		case <-tick:
+		case <-changed:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), p.opts.Refresh)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		go func() { // ends the refresh when Close is called
 			select {
 			case <-p.stop:

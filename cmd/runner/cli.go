@@ -334,12 +334,16 @@ type globals struct {
 	tokenFile string
 	timeout   time.Duration
 	json      bool
+	tls       client.TLSFiles // --ca, --cert, --key over RUNNERD_CA, RUNNERD_CLIENT_CERT, RUNNERD_CLIENT_KEY
 }
 
 func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.url, "url", "", "runnerd endpoint: http://HOST:PORT or unix:///path/runnerd.sock (default $RUNNERD_URL, else found on its own)")
 	fs.StringVar(&g.tokenFile, "token-file", "", "file holding the bearer token (without it: the token itself from $RUNNERD_TOKEN, else the file STATE/token)")
 	fs.DurationVar(&g.timeout, "timeout", client.DefaultRequestTimeout, "deadline of each call to runnerd (exec, attach and logs -f wait for the command instead)")
+	fs.StringVar(&g.tls.CA, "ca", "", "PEM file of the CA that signed runnerd's certificate, for an https:// endpoint (default $RUNNERD_CA, else the host's roots)")
+	fs.StringVar(&g.tls.Cert, "cert", "", "PEM client certificate for a runnerd with --tls-client-ca (default $RUNNERD_CLIENT_CERT)")
+	fs.StringVar(&g.tls.Key, "key", "", "PEM key of --cert (default $RUNNERD_CLIENT_KEY)")
 	fs.BoolVar(&g.json, "json", false, "print JSON for scripts: every command that prints something, and errors (one object on stderr)")
 }
 
@@ -385,7 +389,18 @@ func (e *env) client() (*client.Client, error) {
 		}
 		endpoint, token = l.Endpoint, l.Token()
 	}
-	c, err := client.New(endpoint, token, client.Options{RequestTimeout: e.g.timeout, UserAgent: "runner-cli"})
+	opts := client.Options{RequestTimeout: e.g.timeout, UserAgent: "runner-cli"}
+	files := client.TLSFromEnv()
+	if e.g.tls.CA != "" {
+		files.CA = e.g.tls.CA
+	}
+	if e.g.tls.Cert != "" || e.g.tls.Key != "" {
+		files.Cert, files.Key = e.g.tls.Cert, e.g.tls.Key
+	}
+	if err := files.Apply(&opts); err != nil {
+		return nil, usagef("", "%v", err)
+	}
+	c, err := client.New(endpoint, token, opts)
 	if err != nil {
 		return nil, usagef("", "--url: %v", err)
 	}
@@ -464,6 +479,10 @@ Global flags (accepted before or after the command):
                      (default $RUNNERD_URL, else found on its own)
   --token-file FILE  file holding the bearer token (without it: the token
                      itself from $RUNNERD_TOKEN, else the file STATE/token)
+  --ca FILE          CA of runnerd's certificate for https:// (default $RUNNERD_CA)
+  --cert FILE, --key FILE
+                     client certificate and key for a runnerd with --tls-client-ca
+                     (default $RUNNERD_CLIENT_CERT, $RUNNERD_CLIENT_KEY)
   --timeout D        deadline of each call to runnerd (default 30s)
   --json             print JSON for scripts: every command that prints
                      something prints JSON, and an error is one JSON object
@@ -573,6 +592,12 @@ func run(ctx context.Context, args []string, io stdio) int {
 			_ = f.Value.Set(g0.timeout.String())
 		case "json":
 			_ = f.Value.Set(fmt.Sprint(g0.json))
+		case "ca":
+			_ = f.Value.Set(g0.tls.CA)
+		case "cert":
+			_ = f.Value.Set(g0.tls.Cert)
+		case "key":
+			_ = f.Value.Set(g0.tls.Key)
 		}
 	})
 	body := cmd.setup(fs)
@@ -701,7 +726,7 @@ func cmdUsage(w io.Writer, cmd *command, fs *flag.FlagSet) {
 			line += fmt.Sprintf(" (default %s)", f.DefValue)
 		}
 		switch f.Name {
-		case "url", "token-file", "timeout", "json":
+		case "url", "token-file", "timeout", "json", "ca", "cert", "key":
 			global.WriteString(line + "\n")
 		default:
 			fmt.Fprintln(w, line)

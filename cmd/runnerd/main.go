@@ -48,6 +48,10 @@ Environment:
   RUNNERD_SOCKET     unix socket path, or "none" (flag --socket wins)
   RUNNERD_TOKEN      bearer token; overrides STATE/token (never pass it as a flag:
                      flags are visible in ps)
+  RUNNERD_TLS_CERT, RUNNERD_TLS_KEY, RUNNERD_TLS_CLIENT_CA
+                     TLS of the TCP listeners (flags --tls-cert, --tls-key,
+                     --tls-client-ca); without them a non-loopback --listen is
+                     refused unless RUNNERD_INSECURE_LISTEN=1 (--insecure-listen)
   RUNNERD_PREVIEW_LISTEN, RUNNERD_PREVIEW_URL
                      the preview listener (flags --preview-listen, --preview-url);
                      set both to advertise public_url
@@ -91,6 +95,10 @@ func run(args []string) int {
 	socket := fs.String("socket", envOr(daemon.EnvSocket, ""), `unix socket to serve on, or "none" (default STATE/runnerd.sock)`)
 	metricsListen := fs.String("metrics-listen", envOr(daemon.EnvMetricsListen, ""), `also serve GET /metrics (and /healthz) here, without the token, for a scraper; a bare port ("9323") is on loopback; empty: none (/metrics stays on the API listeners, with the token)`)
 	previewListen := fs.String("preview-listen", envOr(daemon.EnvPreviewListen, ""), "address of the preview listener (public URLs); empty: none")
+	tlsCert := fs.String("tls-cert", envOr("RUNNERD_TLS_CERT", ""), "PEM certificate of the TCP listeners (API and preview): they speak TLS 1.2+; re-read when the file changes")
+	tlsKey := fs.String("tls-key", envOr("RUNNERD_TLS_KEY", ""), "PEM key of --tls-cert")
+	tlsClientCA := fs.String("tls-client-ca", envOr("RUNNERD_TLS_CLIENT_CA", ""), "PEM CA(s) whose client certificates the API listener requires (mTLS); the bearer token is still required")
+	insecureListen := fs.Bool("insecure-listen", os.Getenv("RUNNERD_INSECURE_LISTEN") == "1", "allow plain HTTP on a non-loopback address (refused otherwise; warned at every start): the token crosses the network in clear")
 	previewURL := fs.String("preview-url", envOr(daemon.EnvPreviewURL, ""), `preview URL template, e.g. "http://{token}.localhost:7324/"`)
 	netPolicy := fs.String("netpolicy", envOr(daemon.EnvNetPolicy, daemon.NetPolicyAuto),
 		`network containment: "auto" enforces network policies (and advertises network_policy) when the host can (root, netns, nf_tables), and logs why not otherwise; "off" never does`)
@@ -199,6 +207,11 @@ func run(args []string) int {
 		MetricsListen:      *metricsListen,
 		PreviewListen:      *previewListen,
 		PreviewURLTemplate: *previewURL,
+
+		TLSCert:        *tlsCert,
+		TLSKey:         *tlsKey,
+		TLSClientCA:    *tlsClientCA,
+		InsecureListen: *insecureListen,
 
 		NetPolicy:          *netPolicy,
 		NetPolicyState:     *netState,

@@ -155,9 +155,19 @@ func TestManifests(t *testing.T) {
 		"state":     {"/var/lib/runnerd", corev1.HostPathDirectoryOrCreate, "/var/lib/runnerd"},
 	}
 	var hostFiles string
+	tlsMounted := false
 	for _, v := range spec.Volumes {
 		if v.ConfigMap != nil {
 			hostFiles = v.ConfigMap.Name
+			continue
+		}
+		if v.Secret != nil {
+			// runnerd's TLS material comes from a Secret that cert-manager
+			// or the operator makes (not rendered: it holds a key).
+			if v.Secret.SecretName != "runnerd-tls" || !mounted(c, v.Name, "/opt/runner/tls") {
+				t.Errorf("secret volume %q (%s): want runnerd-tls at /opt/runner/tls", v.Name, v.Secret.SecretName)
+			}
+			tlsMounted = true
 			continue
 		}
 		w, ok := want[v.Name]
@@ -180,6 +190,20 @@ func TestManifests(t *testing.T) {
 	for name := range want {
 		t.Errorf("hostPath volume %q missing", name)
 	}
+	if !tlsMounted {
+		t.Error("no runnerd-tls Secret volume: runnerd would serve the cluster without TLS")
+	}
+	// Upgrades roll: the image is pinned by a tag other than latest or by
+	// a digest, so a new one changes the pod spec.
+	if img := c.Image; strings.HasSuffix(img, ":latest") || !(strings.Contains(img, "@sha256:") || strings.LastIndex(img, ":") > strings.LastIndex(img, "/")) {
+		t.Errorf("installer image %q: want it pinned by tag or digest", img)
+	}
+	// One node at a time and no surge: the fleet keeps N-1 nodes.
+	ru := ds.Spec.UpdateStrategy.RollingUpdate
+	if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || ru == nil || ru.MaxUnavailable == nil || ru.MaxUnavailable.String() != "1" ||
+		ru.MaxSurge == nil || ru.MaxSurge.String() != "0" {
+		t.Errorf("update strategy %+v: want RollingUpdate, maxUnavailable 1, maxSurge 0", ds.Spec.UpdateStrategy)
+	}
 	// The unit written to the host is systemd/runnerd.service, byte for
 	// byte, with the two settings sessions' survival rests on.
 	cm, ok := o.cms[hostFiles]
@@ -201,6 +225,18 @@ func TestManifests(t *testing.T) {
 	}
 	if !hasLine(cm.Data["fleet.conf"], "Environment=RUNNERD_LISTEN=0.0.0.0:7323") {
 		t.Error("fleet.conf does not make runnerd listen on the node's address")
+	}
+	for _, line := range []string{
+		"Environment=RUNNERD_TLS_CERT=/etc/runnerd/tls/tls.crt",
+		"Environment=RUNNERD_TLS_KEY=/etc/runnerd/tls/tls.key",
+		"Environment=RUNNERD_TLS_CLIENT_CA=/etc/runnerd/tls/ca.crt",
+	} {
+		if !hasLine(cm.Data["fleet.conf"], line) {
+			t.Errorf("fleet.conf lacks %s", line)
+		}
+	}
+	if strings.Contains(cm.Data["fleet.conf"], "INSECURE") {
+		t.Error("fleet.conf serves plain HTTP")
 	}
 	if !strings.Contains(cm.Data["install-host.sh"], "systemctl restart runnerd.service") {
 		t.Error("install-host.sh does not restart the host unit")
@@ -227,15 +263,17 @@ func TestManifests(t *testing.T) {
 		}
 		return false
 	}
-	for _, rv := range [][2]string{{"pods", "list"}, {"pods", "watch"}, {"nodes", "get"}, {"nodes", "list"}, {"nodes", "watch"}} {
+	// Exactly what client/fleet/k8s's informers do: list and watch pods
+	// and nodes (its lookups are in the informers' caches).
+	for _, rv := range [][2]string{{"pods", "list"}, {"pods", "watch"}, {"nodes", "list"}, {"nodes", "watch"}} {
 		if !allowed(rv[0], rv[1]) {
 			t.Errorf("discovery role does not allow %s %s", rv[1], rv[0])
 		}
 	}
 	for _, r := range o.roles[0].Rules {
 		for _, v := range r.Verbs {
-			if !slices.Contains([]string{"get", "list", "watch"}, v) {
-				t.Errorf("discovery role allows %s on %v: it only reads", v, r.Resources)
+			if !slices.Contains([]string{"list", "watch"}, v) {
+				t.Errorf("discovery role allows %s on %v: the discovery only lists and watches", v, r.Resources)
 			}
 		}
 	}

@@ -93,6 +93,7 @@ type Daemon struct {
 	bin     string
 	log     *os.File
 	flags   []string // extra runnerd flags, kept across restarts
+	tls     bool     // flags hold --tls-cert: URL is https
 
 	mu  sync.Mutex // guards cmd
 	cmd *exec.Cmd
@@ -157,7 +158,7 @@ func Launch(bin string, flags ...string) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Daemon{State: state, Addr: addr, Preview: paddr, bin: bin, log: log, flags: flags}
+	d := &Daemon{State: state, Addr: addr, Preview: paddr, bin: bin, log: log, flags: flags, tls: slices.Contains(flags, "--tls-cert")}
 	daemons.Lock()
 	daemons.all = append(daemons.all, d)
 	daemons.Unlock()
@@ -173,7 +174,14 @@ func Launch(bin string, flags ...string) (*Daemon, error) {
 }
 
 // URL is the daemon's base URL.
-func (d *Daemon) URL() string { return "http://" + d.Addr }
+// URL is the daemon's API address: https when its flags give it a
+// certificate.
+func (d *Daemon) URL() string {
+	if d.tls {
+		return "https://" + d.Addr
+	}
+	return "http://" + d.Addr
+}
 
 func (d *Daemon) start() error {
 	_, port, _ := net.SplitHostPort(d.Preview)
@@ -191,6 +199,15 @@ func (d *Daemon) start() error {
 	d.mu.Unlock()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
+		if d.tls {
+			// A TLS runnerd (perhaps requiring client certificates) is
+			// serving once its listen file names this process.
+			if b, err := os.ReadFile(filepath.Join(d.State, "listen.json")); err == nil && strings.Contains(string(b), fmt.Sprintf(`"pid":%d`, cmd.Process.Pid)) {
+				return nil
+			}
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
 		resp, err := http.Get(d.URL() + "/healthz")
 		if err == nil {
 			resp.Body.Close()

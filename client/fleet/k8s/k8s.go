@@ -11,7 +11,9 @@
 // does the name.
 //
 // Pods and nodes are watched through client-go informers; Runners answers
-// from their caches, so it costs no API request. Only this package of the
+// from their caches, so it costs no API request, and every event is a
+// notice on Changed, so the pool learns of a cordon or a NotReady node
+// at once rather than at its next refresh. Only this package of the
 // module depends on Kubernetes modules.
 package k8s
 
@@ -59,6 +61,12 @@ type Options struct {
 	Name func(node string) string
 	// Resync is the informers' resync period; 0 is none (watch only).
 	Resync time.Duration
+	// PlainHTTP routes to http:// instead of https://, for a fleet whose
+	// runnerds serve plain HTTP (--insecure-listen). Routes are https by
+	// default: deploy/k8s gives every runnerd a certificate. The pool's
+	// client options (fleet.Options.Adapter.Client: RootCAs, Certificate)
+	// say how to verify it and which client certificate to present.
+	PlainHTTP bool
 }
 
 // NodeRunnerName is the default runner name of a node: "n" and the first
@@ -79,10 +87,14 @@ type Kubernetes struct {
 	pods  listersv1.PodLister
 	nodes listersv1.NodeLister
 
+	changed chan struct{} // one pending notice of a pod or node event
+
 	stop      chan struct{}
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 }
+
+var _ fleet.Notifier = (*Kubernetes)(nil)
 
 var _ fleet.Discovery = (*Kubernetes)(nil)
 
@@ -108,11 +120,26 @@ func New(ctx context.Context, cs kubernetes.Interface, opts Options) (*Kubernete
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = sel.String() }))
 	nodeF := informers.NewSharedInformerFactory(cs, opts.Resync)
 	k := &Kubernetes{
-		opts:  opts,
-		sel:   sel,
-		pods:  podF.Core().V1().Pods().Lister(),
-		nodes: nodeF.Core().V1().Nodes().Lister(),
-		stop:  make(chan struct{}),
+		opts:    opts,
+		sel:     sel,
+		pods:    podF.Core().V1().Pods().Lister(),
+		nodes:   nodeF.Core().V1().Nodes().Lister(),
+		stop:    make(chan struct{}),
+		changed: make(chan struct{}, 1),
+	}
+	// Every add, update and delete of a pod or node is a notice (the
+	// caches hold it before the handler runs); notices coalesce, so a burst
+	// costs the pool one refresh.
+	notify := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { k.notify() },
+		UpdateFunc: func(any, any) { k.notify() },
+		DeleteFunc: func(any) { k.notify() },
+	}
+	if _, err := podF.Core().V1().Pods().Informer().AddEventHandler(notify); err != nil {
+		return nil, fmt.Errorf("watch pods: %w", err)
+	}
+	if _, err := nodeF.Core().V1().Nodes().Informer().AddEventHandler(notify); err != nil {
+		return nil, fmt.Errorf("watch nodes: %w", err)
 	}
 	podF.Start(k.stop)
 	nodeF.Start(k.stop)
@@ -135,6 +162,17 @@ func New(ctx context.Context, cs kubernetes.Interface, opts Options) (*Kubernete
 		return nil, fmt.Errorf("sync pod and node caches: %w", ctx.Err())
 	}
 }
+
+func (k *Kubernetes) notify() {
+	select {
+	case k.changed <- struct{}{}:
+	default: // one is pending already
+	}
+}
+
+// Changed receives a value after pods or nodes changed (fleet.Notifier):
+// the pool refreshes at once instead of at its next tick.
+func (k *Kubernetes) Changed() <-chan struct{} { return k.changed }
 
 // Close stops the informers and waits for them. It is idempotent.
 func (k *Kubernetes) Close() error {
@@ -172,13 +210,20 @@ func (k *Kubernetes) Runners(context.Context) ([]fleet.Runner, error) {
 			continue
 		}
 		name := k.opts.Name(p.Spec.NodeName)
+		scheme := "https://"
+		if k.opts.PlainHTTP {
+			scheme = "http://"
+		}
 		byName[name] = fleet.Runner{
 			Endpoint: client.Endpoint{
 				Name:  name,
-				URL:   "http://" + net.JoinHostPort(ip, strconv.Itoa(k.opts.Port)),
+				URL:   scheme + net.JoinHostPort(ip, strconv.Itoa(k.opts.Port)),
 				Token: k.opts.Token,
 			},
-			Cordoned: node.Spec.Unschedulable,
+			// A node that is not Ready (kubelet silent, the host in
+			// trouble) takes no new sandboxes either; its pod may still
+			// read Ready until the node controller evicts it.
+			Cordoned: node.Spec.Unschedulable || !nodeReady(node),
 		}
 	}
 	out := make([]fleet.Runner, 0, len(byName))
@@ -208,4 +253,16 @@ func serving(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// nodeReady reports whether n's Ready condition is True. A node without
+// one (as a fake or a just-registered node has) counts as ready: only a
+// reported NotReady or Unknown takes it out of placement.
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return true
 }

@@ -51,10 +51,10 @@ const token = "fleet-test-token"
 // startRunnerd runs a real runnerd on addr (a loopback address) with the
 // fleet's shared token, stopped and removed at cleanup. It holds
 // sandboxes only: no session is started, so no shim outlives it.
-func startRunnerd(t *testing.T, addr string) {
+func startRunnerd(t *testing.T, addr string, flags ...string) {
 	t.Helper()
 	state := t.TempDir()
-	cmd := exec.Command(runnerdBin, "--state", state, "--listen", addr, "--socket", "none", "--netpolicy", "off", "--cgroups", "off", "--warm-shims", "0")
+	cmd := exec.Command(runnerdBin, append([]string{"--state", state, "--listen", addr, "--socket", "none", "--netpolicy", "off", "--cgroups", "off", "--warm-shims", "0"}, flags...)...)
 	cmd.Env = append(os.Environ(), "RUNNERD_TOKEN="+token)
 	log, err := os.Create(filepath.Join(state, "runnerd.log"))
 	if err != nil {
@@ -70,6 +70,14 @@ func startRunnerd(t *testing.T, addr string) {
 		log.Close()
 	})
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if slices.Contains(flags, "--tls-cert") {
+			// Serving once its listen file names it (it may require
+			// client certificates, so /healthz is no probe).
+			if _, err := os.Stat(filepath.Join(state, "listen.json")); err == nil {
+				return
+			}
+			continue
+		}
 		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
 			resp.Body.Close()
 			return
@@ -124,7 +132,7 @@ func TestKubernetesPlacement(t *testing.T) {
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	disc, err := k8s.New(ctx, cs, k8s.Options{Namespace: "runner-system", Selector: "app.kubernetes.io/name=runnerd", Port: port, Token: token})
+	disc, err := k8s.New(ctx, cs, k8s.Options{Namespace: "runner-system", Selector: "app.kubernetes.io/name=runnerd", Port: port, Token: token, PlainHTTP: true})
 	if err != nil {
 		t.Fatal(err)
 	}
