@@ -85,9 +85,14 @@ func (c chunk) msg() []byte {
 	return append([]byte{byte(c.sid)}, c.data...)
 }
 
-// killLocked kills the command's process group. s.mu must be held.
+// killLocked kills the command's process group, or its process tree
+// under Options.KillTree. s.mu must be held.
 func (p *proc) killLocked() {
 	if p.exited || p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	if p.s.opts.KillTree {
+		killTree(p.pid)
 		return
 	}
 	// The group id is the pid: Setpgid (pipes) or Setsid (TTY).

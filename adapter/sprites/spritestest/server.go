@@ -146,6 +146,13 @@ type Options struct {
 	// its processes killed; 0 means 5 minutes (Sprites says only "long
 	// enough").
 	ColdAfter time.Duration
+	// KillTree makes the kill after max_run_after_disconnect reach the
+	// exec's whole process tree (every descendant found by parent links
+	// in /proc, as a reaper that follows descendants would) instead of
+	// its process group. Sprites' kill endpoint speaks of the "process
+	// group"; what the disconnect kill reaches is not documented, so
+	// runner-shim's sessions are tested under both.
+	KillTree bool
 }
 
 // ReplayCap is the most a replayed fast command's output holds (a field
