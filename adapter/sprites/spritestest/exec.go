@@ -337,6 +337,9 @@ func (s *Server) failStart(ctx context.Context, conn *websocket.Conn, tty bool, 
 	switch {
 	case errors.Is(err, exec.ErrNotFound), errors.Is(err, os.ErrNotExist):
 		code = 127
+		if s.opts.MissingExit != 0 {
+			code = s.opts.MissingExit
+		}
 	case errors.Is(err, os.ErrPermission):
 		code = 126
 	}
@@ -351,6 +354,7 @@ func (s *Server) failStart(ctx context.Context, conn *websocket.Conn, tty bool, 
 	if drop {
 		s.dropped++
 	}
+	drop = drop || code < 0 // Options.MissingExit: no exit frame
 	s.mu.Unlock()
 	s.sendExit(ctx, conn, holdOf(ctx), tty, code, drop)
 }
