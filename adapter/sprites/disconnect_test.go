@@ -32,13 +32,6 @@ import (
 // (the services page only says a process backgrounded inside a request
 // cannot be counted on).
 func TestSessionSurvivesDisconnectKill(t *testing.T) {
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	data, err := os.ReadFile(shimBin)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, mode := range []struct {
 		name string
 		tree bool
@@ -46,14 +39,9 @@ func TestSessionSurvivesDisconnectKill(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t, spritestest.Options{KillTree: mode.tree, IdleAfter: -1})
-			mustCreate(t, f, "dc")
+			root := installShim(t, f, "dc")
 			ctx := ctxFor(t)
-			const shimPath = "/home/sprite/.local/bin/runner-shim"
-			if _, err := f.c.WriteFile(ctx, "dc", shimPath, data, 0o755); err != nil {
-				t.Fatalf("install runner-shim: %v", err)
-			}
 			dir, _ := f.srv.Dir("dc")
-			root := filepath.Join(dir, "s")
 			marker := filepath.Join(t.TempDir(), "direct")
 			// The session writes after the kill (1.5 s in; the kill comes
 			// 200 ms after the disconnect).
