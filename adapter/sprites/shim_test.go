@@ -16,22 +16,9 @@ import (
 // (a NUL included) and the exit code 3 cross the stand-in's real
 // processes and the one-byte exit field.
 func TestRealRunnerShim(t *testing.T) {
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	data, err := os.ReadFile(shimBin) // built by TestMain
-	if err != nil {
-		t.Fatal(err)
-	}
 	f := newFixture(t, spritestest.Options{})
-	mustCreate(t, f, "shim")
+	root := installShim(t, f, "shim")
 	ctx := ctxFor(t)
-	const shimPath = "/home/sprite/.local/bin/runner-shim"
-	if _, err := f.c.WriteFile(ctx, "shim", shimPath, data, 0o755); err != nil {
-		t.Fatalf("install runner-shim: %v", err)
-	}
-	dir, _ := f.srv.Dir("shim")
-	root := filepath.Join(dir, "s") // short: ctl.sock must fit in 107 bytes
 	run := func(stdin []byte, args ...string) sprites.Result {
 		t.Helper()
 		r, err := f.c.Run(ctx, "shim", sprites.ExecOptions{Argv: append([]string{shimPath, "--root", root}, args...)}, stdin)
@@ -58,4 +45,27 @@ func TestRealRunnerShim(t *testing.T) {
 	if string(att.Stdout) != "a\x00bin:hello\n" || att.ExitCode != 3 {
 		t.Errorf("attach --text: stdout %q exit %d (stderr %q); want %q and 3", att.Stdout, att.ExitCode, att.Stderr, "a\x00bin:hello\n")
 	}
+}
+
+// shimPath is where the tests install runner-shim in a sprite.
+const shimPath = "/home/sprite/.local/bin/runner-shim"
+
+// installShim creates the sprite name, uploads the real runner-shim
+// (built by TestMain) to shimPath with fs/write, mode 0755, and returns a
+// --root for it inside the sprite's directory.
+func installShim(t *testing.T, f fixture, name string) string {
+	t.Helper()
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	data, err := os.ReadFile(shimBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, f, name)
+	if _, err := f.c.WriteFile(ctxFor(t), name, shimPath, data, 0o755); err != nil {
+		t.Fatalf("install runner-shim: %v", err)
+	}
+	dir, _ := f.srv.Dir(name)
+	return filepath.Join(dir, "s") // short: ctl.sock must fit in 107 bytes
 }

@@ -122,8 +122,9 @@ func (x *shimExec) call(ctx context.Context, argv []string, in []byte, withStdin
 		out := &capped{max: maxCallAnswer}
 		status, err := x.run(ctx, argv, in, withStdin, out)
 		ans := answerOf(out.b.Bytes())
+		noExit := errors.Is(err, ErrNoExit)
 		switch {
-		case err != nil && !errors.Is(err, ErrNoExit):
+		case err != nil && !noExit:
 			return nil, status, x.confirm(ctx, err)
 		case ans != nil:
 			// Only up to the answer: stderr merged after it (a replayed
@@ -132,10 +133,15 @@ func (x *shimExec) call(ctx context.Context, argv []string, in []byte, withStdin
 				return ans, -1, fmt.Errorf("%w: %w", guest.ErrNoStatus, err)
 			}
 			return ans, status, nil
+		case call == "version" && err == nil && status != 0:
+			// runner-shim version answers and exits 0, so any other exit
+			// without its answer is no runner-shim at the path, whatever
+			// the code and message (how Sprites ends the exec of a missing
+			// program is not documented; a shell says 127).
+			return nil, missingShim, nil
 		case err == nil && status == 127 && out.b.Len() == 0:
-			// No runner-shim at the path (the stand-in's status, as a
-			// shell's; see docs/providers/sprites.md): adapter/guest
-			// installs it.
+			// No runner-shim at the path (a shell's status): adapter/guest
+			// calls it vanished.
 			return nil, status, nil
 		case err == nil:
 			// runner-shim --json always answers, so an exit without an
@@ -145,10 +151,24 @@ func (x *shimExec) call(ctx context.Context, argv []string, in []byte, withStdin
 				Detail: fmt.Sprintf("exit status %d came without runner-shim's answer (%d bytes of output)", status, out.b.Len()), Uncertain: true}, cause: ErrNoExit}
 		}
 		if !idempotentCalls[call] || attempt == maxCallAttempts || ctx.Err() != nil {
+			if call == "version" && noExit && ctx.Err() == nil {
+				// Ended every time with no exit frame and without the
+				// answer: as the exec of a missing program may
+				// (undocumented). adapter/guest installs runner-shim and
+				// verifies again (an upload of the same binary, should it
+				// have been there, changes nothing); one that still does
+				// not answer is a provider error there.
+				return nil, missingShim, nil
+			}
 			return nil, -1, x.confirm(ctx, err)
 		}
 	}
 }
+
+// missingShim is the status adapter/guest reads as "runner-shim is not
+// installed" (a shell's 127 with no output): the version call reports it
+// for any sign of a missing program, not only that code.
+const missingShim = 127
 
 // listPageBytes bounds each page of a paged list: well under the 64 KiB
 // Sprites caps a replayed fast exec's output at, with room for merged

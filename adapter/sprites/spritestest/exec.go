@@ -85,9 +85,14 @@ func (c chunk) msg() []byte {
 	return append([]byte{byte(c.sid)}, c.data...)
 }
 
-// killLocked kills the command's process group. s.mu must be held.
+// killLocked kills the command's process group, or its process tree
+// under Options.KillTree. s.mu must be held.
 func (p *proc) killLocked() {
 	if p.exited || p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	if p.s.opts.KillTree {
+		killTree(p.pid)
 		return
 	}
 	// The group id is the pid: Setpgid (pipes) or Setsid (TTY).
@@ -332,6 +337,9 @@ func (s *Server) failStart(ctx context.Context, conn *websocket.Conn, tty bool, 
 	switch {
 	case errors.Is(err, exec.ErrNotFound), errors.Is(err, os.ErrNotExist):
 		code = 127
+		if s.opts.MissingExit != 0 {
+			code = s.opts.MissingExit
+		}
 	case errors.Is(err, os.ErrPermission):
 		code = 126
 	}
@@ -346,6 +354,7 @@ func (s *Server) failStart(ctx context.Context, conn *websocket.Conn, tty bool, 
 	if drop {
 		s.dropped++
 	}
+	drop = drop || code < 0 // Options.MissingExit: no exit frame
 	s.mu.Unlock()
 	s.sendExit(ctx, conn, holdOf(ctx), tty, code, drop)
 }

@@ -10,9 +10,9 @@
 //     wraps, a signal death is 128+n;
 //   - about 30 % of fast commands end with a close of status 1000 and no
 //     exit frame ([DropExitRandom], or [DropExitAlways] deterministically);
-//   - a non-TTY command is killed (its process group, SIGKILL) 10 s after
-//     its WebSocket disconnects (Options.DisconnectGrace shortens it for
-//     tests) unless max_run_after_disconnect says otherwise; a TTY command
+//   - a non-TTY command is killed (its process group, or its process tree
+//     under Options.KillTree; SIGKILL) 10 s after its WebSocket
+//     disconnects (Options.DisconnectGrace shortens it for tests) unless max_run_after_disconnect says otherwise; a TTY command
 //     runs on by default;
 //   - the stdin EOF frame (stream 4) closes the command's stdin; in TTY
 //     mode binary messages are raw terminal bytes and the exit is the JSON
@@ -146,6 +146,18 @@ type Options struct {
 	// its processes killed; 0 means 5 minutes (Sprites says only "long
 	// enough").
 	ColdAfter time.Duration
+	// KillTree makes the kill after max_run_after_disconnect reach the
+	// exec's whole process tree (every descendant found by parent links
+	// in /proc, as a reaper that follows descendants would) instead of
+	// its process group. Sprites' kill endpoint speaks of the "process
+	// group"; what the disconnect kill reaches is not documented, so
+	// runner-shim's sessions are tested under both.
+	KillTree bool
+	// MissingExit is how the exec of a program that does not exist ends,
+	// after its message on stderr: that exit code, 0 meaning 127 (a
+	// shell's status, this stand-in's guess: the real one is not
+	// documented), or, negative, no exit frame at all.
+	MissingExit int
 }
 
 // ReplayCap is the most a replayed fast command's output holds (a field
