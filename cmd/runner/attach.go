@@ -321,4 +321,3 @@ func attachCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 		return e.endOf(ctx, c, what, name, r.frame)
 	}
 }
-
