@@ -154,6 +154,7 @@ func (s *server) routes() {
 	m.HandleFunc("GET /v1/sandboxes/{name}/sessions/{id}", s.scoped(s.handleGetSession))
 	m.HandleFunc("GET /v1/sandboxes/{name}/sessions/{id}/attach", s.scoped(s.handleAttach))
 	m.HandleFunc("GET /v1/sandboxes/{name}/sessions/{id}/streams/{stream}", s.scoped(s.handleStream))
+	m.HandleFunc("GET /v1/sandboxes/{name}/sessions/{id}/marks", s.scoped(s.handleMarks)) // streams.go
 	m.HandleFunc("POST /v1/sandboxes/{name}/sessions/{id}/stdin", s.scoped(s.handleStdin))
 	m.HandleFunc("POST /v1/sandboxes/{name}/sessions/{id}/close-stdin", s.scoped(s.handleCloseStdin))
 	m.HandleFunc("POST /v1/sandboxes/{name}/sessions/{id}/resize", s.scoped(s.handleResize))

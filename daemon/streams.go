@@ -314,3 +314,40 @@ func (sr *sinceResolver) Close() {
 		sr.c.Close()
 	}
 }
+
+// handleMarks serves a stream's offset-time marks (wire.Marks), so a client
+// can say when a byte was written to the journal's granularity, without
+// runnerd guessing a time it did not record: the shim answers from its
+// live writer while the command runs and from the journal's index after.
+func (s *server) handleMarks(w http.ResponseWriter, r *http.Request) {
+	ss, err := s.session(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	stream := r.URL.Query().Get("stream")
+	if !slices.Contains(streamsOf(ss.Request.TTY), stream) {
+		s.writeError(w, r, errInvalid("session %q has no stream %q", ss.ID, stream))
+		return
+	}
+	from, err := parseCursor(r, wire.QueryFrom)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	c, err := shim.Dial(r.Context(), s.sessionDir(ss))
+	if err != nil {
+		s.writeError(w, r, errUnavailable("read marks: %v", err))
+		return
+	}
+	defer c.Close()
+	m, err := c.Marks(r.Context(), stream, from)
+	if err != nil {
+		s.writeError(w, r, fmt.Errorf("read marks: %w", err)) // classify: shim errors
+		return
+	}
+	if m.Marks == nil {
+		m.Marks = []wire.Mark{}
+	}
+	s.writeJSON(w, http.StatusOK, m)
+}

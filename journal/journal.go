@@ -211,6 +211,50 @@ func (j *Journal) OffsetAt(stream string, t time.Time) (int64, error) {
 	return off, nil
 }
 
+// Marks returns stream's marks from the one covering byte from, at most
+// limit (see Writer.Marks), and the journal's MarkInterval, from the index.
+// It returns ErrBusy while a writer lives: ask the writer instead.
+func (j *Journal) Marks(stream string, from int64, limit int) ([]Mark, int64, time.Duration, error) {
+	if _, err := j.streamDir(stream); err != nil {
+		return nil, -1, 0, err
+	}
+	alive, err := writerAlive(j.dir)
+	if err != nil {
+		return nil, -1, 0, err
+	}
+	if alive {
+		return nil, -1, 0, ErrBusy
+	}
+	db, err := bolt.Open(filepath.Join(j.dir, indexName), 0o600, &bolt.Options{ReadOnly: true, Timeout: 200 * time.Millisecond})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, -1, 0, ErrBusy
+	}
+	if err != nil {
+		return nil, -1, 0, fmt.Errorf("open journal index: %w", err)
+	}
+	defer db.Close()
+	var out []Mark
+	var next int64
+	var interval time.Duration
+	err = db.View(func(tx *bolt.Tx) error {
+		o, err := loadOptions(tx)
+		if err != nil {
+			return err
+		}
+		interval = o.MarkInterval
+		var marks *bolt.Bucket
+		if b := tx.Bucket(bktStreams).Bucket([]byte(stream)); b != nil {
+			marks = b.Bucket(bktMarks)
+		}
+		out, next = marksFrom(marks, nil, from, limit)
+		return nil
+	})
+	if err != nil {
+		return nil, -1, 0, fmt.Errorf("read marks: %w", err)
+	}
+	return out, next, interval, nil
+}
+
 // Close releases the handle. It is idempotent.
 func (j *Journal) Close() error {
 	j.closed.Store(true)

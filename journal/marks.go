@@ -88,3 +88,77 @@ func (w *Writer) OffsetAt(stream string, t time.Time) (int64, error) {
 	}
 	return off, nil
 }
+
+// Mark says when a byte of a stream was written: the write that began at
+// Offset happened at Time (wall clock). Every byte from Offset up to the
+// next mark's Offset was written at or after Time and before the next
+// mark's Time, and within the journal's MarkInterval of Time: a mark is
+// taken at the first write at least MarkInterval after the previous one.
+type Mark struct {
+	Offset int64
+	Time   time.Time
+}
+
+// MaxMarks bounds one Marks answer.
+const MaxMarks = 1000
+
+// marksFrom lists, in offset order, the mark that covers byte from (the
+// last at or before it) if any, then the later ones, at most limit (at
+// most MaxMarks; 0 means MaxMarks). next is the offset of the first mark
+// left off (the from of the next page, whose covering mark it is), or -1
+// when none was.
+func marksFrom(bucket *bolt.Bucket, pending []mark, from int64, limit int) (out []Mark, next int64) {
+	if limit <= 0 || limit > MaxMarks {
+		limit = MaxMarks
+	}
+	var all []mark
+	if bucket != nil {
+		c := bucket.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			all = append(all, mark{getU64(k), getU64(v)})
+		}
+	}
+	all = append(all, pending...)
+	first := 0
+	for i, m := range all {
+		if m.off <= from {
+			first = i
+		}
+	}
+	for _, m := range all[first:] {
+		if len(out) == limit {
+			return out, m.off
+		}
+		out = append(out, Mark{Offset: m.off, Time: time.Unix(0, m.nanos)})
+	}
+	return out, -1
+}
+
+// Marks returns stream's marks from the one covering byte from (see
+// marksFrom), at most limit, the next page's from (-1: none) and the
+// journal's MarkInterval.
+func (w *Writer) Marks(stream string, from int64, limit int) ([]Mark, int64, time.Duration, error) {
+	s, err := w.stream(stream)
+	if err != nil {
+		return nil, -1, 0, err
+	}
+	w.syncMu.Lock() // as in OffsetAt: no mark is between pending and committed
+	defer w.syncMu.Unlock()
+	if w.state != nil {
+		return nil, -1, 0, w.state
+	}
+	s.mu.Lock()
+	pending := append([]mark(nil), s.marks...)
+	s.mu.Unlock()
+	var out []Mark
+	var next int64
+	err = w.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bktStreams).Bucket([]byte(stream))
+		out, next = marksFrom(b.Bucket(bktMarks), pending, from, limit)
+		return nil
+	})
+	if err != nil {
+		return nil, -1, 0, fmt.Errorf("read marks: %w", err)
+	}
+	return out, next, w.opts.MarkInterval, nil
+}

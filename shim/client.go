@@ -384,3 +384,33 @@ func (c *Client) OffsetAt(ctx context.Context, stream string, t time.Time) (int6
 	}
 	return int64(binary.BigEndian.Uint64(resp)), nil
 }
+
+// Marks returns stream's offset-time marks from the one covering byte from
+// (wire.Marks), from the shim while it runs and from the journal's index
+// after.
+func (c *Client) Marks(ctx context.Context, stream string, from int64) (wire.Marks, error) {
+	body, _ := json.Marshal(marksReq{Stream: stream, From: from})
+	st, resp, err := c.call(ctx, &c.ctl, opMarks, body)
+	if errors.Is(err, errGone) {
+		if _, derr := c.fromDisk(err); errors.Is(derr, ErrExited) || errors.Is(derr, ErrLost) {
+			m, merr := marksFromDisk(c.dir, stream, from)
+			if merr != nil {
+				return wire.Marks{}, fmt.Errorf("marks: %w", merr)
+			}
+			return m, nil
+		} else {
+			err = derr
+		}
+	}
+	if err != nil {
+		return wire.Marks{}, fmt.Errorf("marks: %w", err)
+	}
+	if err := answer("marks", st, resp); err != nil {
+		return wire.Marks{}, err
+	}
+	var m wire.Marks
+	if err := json.Unmarshal(resp, &m); err != nil {
+		return wire.Marks{}, fmt.Errorf("marks: %w: %v", errProto, err)
+	}
+	return m, nil
+}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/wire"
 )
 
 // shutdown stops serving: no new connections, idle connections end, and
@@ -160,6 +161,8 @@ func (s *server) handle(op byte, body []byte) (byte, []byte) {
 		return stOK, b
 	case opOffsetAt:
 		return s.offsetAt(body)
+	case opMarks:
+		return s.marks(body)
 	}
 	return stError, errorBody(codeInvalid, fmt.Sprintf("unknown op %d", op))
 }
@@ -422,6 +425,60 @@ func (s *server) offsetAt(body []byte) (byte, []byte) {
 		return stError, errorBody(code, err.Error())
 	}
 	return stOK, binary.BigEndian.AppendUint64(nil, uint64(off))
+}
+
+func (s *server) marks(body []byte) (byte, []byte) {
+	var req marksReq
+	if err := json.Unmarshal(body, &req); err != nil || req.From < 0 {
+		return stError, errorBody(codeInvalid, fmt.Sprintf("marks: want {stream, from >= 0}: %v", err))
+	}
+	var m wire.Marks
+	var err error
+	select {
+	case <-s.done:
+		m, err = marksFromDisk(s.dir, req.Stream, req.From)
+	default:
+		m, err = toWireMarks(req.Stream)(s.jw.Load().Marks(req.Stream, req.From, wire.MaxMarks))
+		if errors.Is(err, journal.ErrFinished) || errors.Is(err, journal.ErrClosed) {
+			<-s.done
+			m, err = marksFromDisk(s.dir, req.Stream, req.From)
+		}
+	}
+	if err != nil {
+		code := codeProvider
+		if errors.Is(err, journal.ErrUnknownStream) {
+			code = codeInvalid
+		}
+		return stError, errorBody(code, err.Error())
+	}
+	b, _ := json.Marshal(m)
+	return stOK, b
+}
+
+// toWireMarks turns a journal Marks answer into wire.Marks.
+func toWireMarks(stream string) func([]journal.Mark, int64, time.Duration, error) (wire.Marks, error) {
+	return func(ms []journal.Mark, next int64, interval time.Duration, err error) (wire.Marks, error) {
+		if err != nil {
+			return wire.Marks{}, err
+		}
+		out := wire.Marks{Stream: stream, Marks: make([]wire.Mark, len(ms)), GranularityMS: interval.Milliseconds()}
+		for i, m := range ms {
+			out.Marks[i] = wire.Mark{Offset: m.Offset, Time: m.Time.UTC()}
+		}
+		if next >= 0 {
+			out.Next = &next
+		}
+		return out, nil
+	}
+}
+
+func marksFromDisk(dir, stream string, from int64) (wire.Marks, error) {
+	j, err := journal.Open(filepath.Join(dir, JournalDir))
+	if err != nil {
+		return wire.Marks{}, err
+	}
+	defer j.Close()
+	return toWireMarks(stream)(j.Marks(stream, from, wire.MaxMarks))
 }
 
 func offsetFromDisk(dir, stream string, t time.Time) (int64, error) {

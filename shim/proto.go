@@ -39,6 +39,7 @@ const (
 	opTerminate  = 5 // body: grace in milliseconds uint64
 	opStatus     = 6 // body: empty
 	opOffsetAt   = 7 // body: JSON {"stream":"stdout","time":"RFC 3339"}
+	opMarks      = 8 // body: JSON {"stream":"stdout","from":N}; answer: JSON wire.Marks
 )
 
 // Response statuses.
@@ -70,6 +71,11 @@ const codeClosed = "stdin_closed"
 type offsetReq struct {
 	Stream string `json:"stream"`
 	Time   string `json:"time"`
+}
+
+type marksReq struct {
+	Stream string `json:"stream"`
+	From   int64  `json:"from"`
 }
 
 type errBody struct {

@@ -436,3 +436,29 @@ type Listen struct {
 	Socket string `json:"socket,omitempty"`
 	PID    int    `json:"pid,omitempty"`
 }
+
+// Mark is one offset-time mark of a stream's journal: the write that began
+// at byte Offset happened at Time. Every byte from Offset up to the next
+// mark's Offset was written at or after Time and before the next mark's
+// Time, within GranularityMS of Time.
+type Mark struct {
+	Offset int64     `json:"offset"`
+	Time   time.Time `json:"time"`
+}
+
+// Marks is the answer of GET .../sessions/{id}/marks?stream=S&from=N: the
+// mark covering byte N (the last at or before it), if the journal holds
+// one, then the later marks, at most MaxMarks. Next, when set, is the
+// from of the next page (more marks were left off).
+type Marks struct {
+	Stream        string `json:"stream"`
+	Marks         []Mark `json:"marks"`
+	Next          *int64 `json:"next,omitempty"`
+	GranularityMS int64  `json:"granularity_ms"`
+}
+
+// MaxMarks bounds one Marks answer.
+const MaxMarks = 1000
+
+// QueryFrom is the marks endpoint's byte offset to list marks from.
+const QueryFrom = "from"

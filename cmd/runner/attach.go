@@ -27,9 +27,9 @@ A pipes session prints its stdout to stdout and its stderr to stderr; with -i
 runner also sends its own stdin (and closes the session's stdin at EOF).
 Ctrl-C there detaches.
 Output is replayed from --cursor (default: the start, so a reattach shows what
-happened while you were away), or with --tail N from N bytes before the end of
-each stream (a terminal stream may then start in the middle of an escape
-sequence or a UTF-8 character), or with --since from a time: a Go duration
+happened while you were away), or with --tail N from the last N lines of each
+stream as runner logs --tail counts them (a last line without a newline
+counts; a terminal stream may start mid escape sequence), or with --since from a time: a Go duration
 (10m: that long ago) or an RFC 3339 time; it may start up to 1 s of output
 earlier, never later, and a terminal stream may start mid escape sequence.
 If the connection to runnerd drops, runner
@@ -261,7 +261,7 @@ func attachCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 	stderrCursor := fs.Int64("stderr-cursor", 0, "stderr byte offset to replay from (pipes sessions)")
 	detach := fs.String("detach-key", "ctrl-]", `key that detaches, leaving the session running: ctrl-X, or "none"`)
 	sendStdin := fs.Bool("i", false, "pipes session: send this stdin to the session, close its stdin at EOF")
-	tail := fs.Int64("tail", -1, "start N bytes before the end of each stream instead of at a cursor")
+	tail := fs.Int64("tail", -1, "start at the last N lines of each stream instead of at a cursor")
 	sinceFlag := fs.String("since", "", "start at output written since a time: a duration ago (10m) or an RFC 3339 time")
 	return func(ctx context.Context, e *env, pos, _ []string) error {
 		name, id := pos[0], pos[1]
@@ -283,7 +283,7 @@ func attachCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 			return usagef("attach", "cursors are byte offsets >= 0")
 		}
 		if *tail < -1 {
-			return usagef("attach", "--tail %d: want a byte count >= 0", *tail)
+			return usagef("attach", "--tail %d: want a line count >= 0", *tail)
 		}
 		c, err := e.client()
 		if err != nil {
@@ -302,8 +302,15 @@ func attachCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 			if *cursor != 0 || *stderrCursor != 0 {
 				return usagef("attach", "--tail and --cursor/--stderr-cursor exclude each other")
 			}
-			*cursor = tailCursor(s, "stdout", *tail)
-			*stderrCursor = tailCursor(s, "stderr", *tail)
+			// Lines, as runner logs --tail counts them (tailLines).
+			if *cursor, err = tailLines(ctx, e, c, name, id, "stdout", lengthOf(s, "stdout"), *tail); err != nil {
+				return fail(what, err)
+			}
+			if !s.TTY {
+				if *stderrCursor, err = tailLines(ctx, e, c, name, id, "stderr", lengthOf(s, "stderr"), *tail); err != nil {
+					return fail(what, err)
+				}
+			}
 		}
 		r, err := e.follow(ctx, c, followOpts{what: what, name: name, id: id, s: s,
 			cur: client.Cursors{Stdout: *cursor, Stderr: *stderrCursor}, since: since,
@@ -313,15 +320,4 @@ func attachCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 		}
 		return e.endOf(ctx, c, what, name, r.frame)
 	}
-}
-
-// tailCursor is the cursor n bytes before the end of stream as the
-// session's lengths say (the exit record's once it ended), never before
-// the start. Bytes written after the lengths were read are printed too.
-func tailCursor(s wire.Session, stream string, n int64) int64 {
-	lengths := s.Lengths
-	if s.Exit != nil && s.Exit.Lengths != nil {
-		lengths = s.Exit.Lengths
-	}
-	return max(lengths[stream]-n, 0)
 }

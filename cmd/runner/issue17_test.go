@@ -398,13 +398,13 @@ func TestSessionsOrderAndEmpty(t *testing.T) {
 	}
 }
 
-// TestTail (item 8): logs and attach start --tail N bytes before the end
-// of each stream, of an ended session and of a running one.
+// TestTail (item 8): logs and attach start at the last --tail N lines of
+// each stream, of an ended session and of a running one.
 func TestTail(t *testing.T) {
 	d := sharedDaemon(t)
 	box := d.sandbox(t, "tail-box")
 	// logs --tail counts lines (issue 25 item 4), of each stream; a last
-	// line without a newline counts. attach --tail still counts bytes.
+	// line without a newline counts; attach --tail counts the same way.
 	id := strings.TrimSpace(d.ok(t, "spawn", box, "--", "sh", "-c", "printf 'a\\nb\\nc\\nd'; printf 'e1\\ne2\\n' >&2; exit 3"))
 	d.ok(t, "logs", box, id, "-f")
 	for _, tt := range []struct {
@@ -426,9 +426,17 @@ func TestTail(t *testing.T) {
 			t.Errorf("logs %v: stdout %q stderr %q exit %d; want %q, %q, 0", tt.args, out, errOut, code, tt.wantOut, tt.wantErr)
 		}
 	}
-	out, errOut, code := d.cli(t, nil, "attach", box, id, "--tail", "3")
-	if out != "c\nd" || errOut != "e2\n" || code != 3 {
-		t.Errorf("attach --tail 3: stdout %q stderr %q exit %d; want c\\nd, e2\\n, 3", out, errOut, code)
+	for _, tt := range []struct {
+		n                string
+		wantOut, wantErr string
+	}{{"0", "", ""}, {"1", "d", "e2\n"}, {"3", "b\nc\nd", "e1\ne2\n"}, {"9", "a\nb\nc\nd", "e1\ne2\n"}} {
+		out, errOut, code := d.cli(t, nil, "attach", box, id, "--tail", tt.n)
+		if out != tt.wantOut || errOut != tt.wantErr || code != 3 {
+			t.Errorf("attach --tail %s: stdout %q stderr %q exit %d; want %q, %q, 3", tt.n, out, errOut, code, tt.wantOut, tt.wantErr)
+		}
+	}
+	if _, errOut, code := d.cli(t, nil, "attach", box, id, "--tail", "-2"); code != 2 || !strings.Contains(errOut, "want a line count") {
+		t.Errorf("attach --tail -2: exit %d stderr %q; want 2, a line count", code, errOut)
 	}
 	if _, errOut, code := d.cli(t, nil, "logs", box, id, "--tail", "2", "--cursor", "1"); code != 2 || !strings.Contains(errOut, "--tail and --cursor") {
 		t.Errorf("logs --tail --cursor: exit %d stderr %q; want 2", code, errOut)

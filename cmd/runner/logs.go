@@ -20,7 +20,7 @@ import (
 )
 
 func init() {
-	commands = append(commands, &command{name: "logs", args: "NAME ID [--stream both|stdout|stderr] [--cursor N | --tail N | --since DURATION|TIME] [-f]", min: 2, max: 2,
+	commands = append(commands, &command{name: "logs", args: "NAME ID [--stream both|stdout|stderr] [--cursor N | --tail N | --since DURATION|TIME] [-t] [-f]", min: 2, max: 2,
 		short: "print a session's output (stdout and stderr); -f follows until it ends",
 		long: `Output is replayed byte-exactly from the journal, live or long after the command
 ended: stdout to stdout and stderr to stderr. Both streams by default,
@@ -39,6 +39,11 @@ a byte offset: the number of bytes you already have. --since starts at output
 written since a time: a Go duration (10m: that long ago) or an RFC 3339 time;
 it may start up to 1 s of output earlier, never later (a terminal stream may
 start mid escape sequence).
+--timestamps (-t) prefixes each line with a time runnerd's journal recorded:
+that of the journal's mark at or before the line's first byte (of the first
+byte printed, for a line entered in its middle), RFC 3339 in UTC. The line was
+written at or after that time and less than 1 s (the mark granularity) after
+it. A line before the journal's first mark gets "-" and a note on stderr.
 Without -f runner prints what exists now and exits 0. With -f it prints until
 the session ends. A session that ended without an exit record (lost) exits 254;
 a cut connection exits 255 and says the cursor to resume from.`,
@@ -53,6 +58,8 @@ func logsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) e
 	follow := fs.Bool("f", false, "follow: keep printing until the session ends")
 	fs.BoolVar(follow, "follow", false, "same as -f")
 	sinceFlag := fs.String("since", "", "start at output written since a time: a duration ago (10m) or an RFC 3339 time")
+	timestamps := fs.Bool("timestamps", false, "prefix each line with the time the journal recorded for it (to 1 s)")
+	fs.BoolVar(timestamps, "t", false, "same as --timestamps")
 	return func(ctx context.Context, e *env, pos, _ []string) error {
 		name, id := pos[0], pos[1]
 		set := flagsSet(fs)
@@ -115,7 +122,7 @@ func logsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) e
 			}
 		}
 		if len(streams) == 1 {
-			return logsOne(ctx, e, c, what, name, id, streams[0], cur[streams[0]], since, *follow)
+			return logsOne(ctx, e, c, what, name, id, streams[0], cur[streams[0]], since, *follow, *timestamps)
 		}
 		if !since.IsZero() {
 			// Each stream's start, from the stream endpoint's header:
@@ -134,7 +141,7 @@ func logsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) e
 			}
 		}
 		s.Sandbox = name
-		return logsBoth(ctx, e, c, what, s, client.Cursors{Stdout: cur["stdout"], Stderr: cur["stderr"]}, *follow)
+		return logsBoth(ctx, e, c, what, s, client.Cursors{Stdout: cur["stdout"], Stderr: cur["stderr"]}, *follow, *timestamps)
 	}
 }
 
@@ -200,7 +207,7 @@ func nthNewlineFromEnd(b []byte, n int64) int {
 }
 
 // logsOne prints one stream through the plain stream endpoint.
-func logsOne(ctx context.Context, e *env, c *client.Client, what, name, id, stream string, cursor int64, since time.Time, follow bool) error {
+func logsOne(ctx context.Context, e *env, c *client.Client, what, name, id, stream string, cursor int64, since time.Time, follow, timestamps bool) error {
 	if !follow {
 		var cancel context.CancelFunc
 		ctx, cancel = e.callCtx(ctx)
@@ -222,7 +229,16 @@ func logsOne(ctx context.Context, e *env, c *client.Client, what, name, id, stre
 	}
 	defer body.Close()
 	// One stream asked for by name goes to stdout, so it can be piped.
-	_, cerr := io.Copy(e.io.out, body)
+	var out io.Writer = e.io.out
+	var st *stamper
+	if timestamps {
+		st = newStamper(ctx, e, c, name, id, stream, e.io.out, body.Start())
+		out = st
+	}
+	_, cerr := io.Copy(out, body)
+	if st != nil && st.err != nil {
+		return fail(what, st.err)
+	}
 	next := body.Start() + body.N() // a --since read resumes by cursor
 	resume := fmt.Sprintf("runner logs %s %s --stream %s --cursor %d", name, id, stream, next)
 	if cerr != nil {
@@ -249,7 +265,7 @@ func logsOne(ctx context.Context, e *env, c *client.Client, what, name, id, stre
 // stream, stdout to stdout and stderr to stderr, in the order runnerd
 // journaled them. Without follow it stops at the lengths s gave (what
 // exists now).
-func logsBoth(ctx context.Context, e *env, c *client.Client, what string, s wire.Session, cur client.Cursors, follow bool) error {
+func logsBoth(ctx context.Context, e *env, c *client.Client, what string, s wire.Session, cur client.Cursors, follow, timestamps bool) error {
 	name, id := s.Sandbox, s.ID
 	fr, err := c.Attach(ctx, name, id, cur)
 	if err != nil {
@@ -260,6 +276,13 @@ func logsBoth(ctx context.Context, e *env, c *client.Client, what string, s wire
 		return ce
 	}
 	defer fr.Close()
+	var stamps map[wire.StreamID]*stamper
+	if timestamps {
+		stamps = map[wire.StreamID]*stamper{
+			wire.StreamStdout: newStamper(ctx, e, c, name, id, "stdout", e.io.out, cur.Stdout),
+			wire.StreamStderr: newStamper(ctx, e, c, name, id, "stderr", e.io.err, cur.Stderr),
+		}
+	}
 	endOut, endErr := lengthOf(s, "stdout"), lengthOf(s, "stderr")
 	atEnd := func() bool {
 		got := fr.Cursors()
@@ -276,11 +299,17 @@ func logsBoth(ctx context.Context, e *env, c *client.Client, what string, s wire
 		}
 		switch {
 		case f.Kind == wire.FrameData:
-			w := e.io.out
+			var w io.Writer = e.io.out
 			if f.Stream == wire.StreamStderr {
 				w = e.io.err
 			}
+			if st := stamps[f.Stream]; st != nil {
+				st.pos, w = f.Offset, st
+			}
 			if _, err := w.Write(f.Payload); err != nil {
+				if st := stamps[f.Stream]; st != nil && st.err != nil {
+					return fail(what, st.err)
+				}
 				return &exitError{code: exitOther, kind: "io", what: what, msg: fmt.Sprintf("runner: %s: write: %v", what, err)}
 			}
 			if !follow && s.State == wire.SessionRunning && atEnd() {
