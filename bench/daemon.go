@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -106,6 +107,13 @@ func startDaemon(ctx context.Context, dir string, bins binaries, cgroups, isolat
 	if cgroups != "" {
 		cmd.Args = append(cmd.Args, "-cgroups", cgroups)
 	}
+	// A cgroup root of this run's own: the default ("runner") is shared by
+	// every runnerd in the same v1 pids/cpu/freezer cgroup, and the
+	// harness's sandbox and session names (stream-1, live-4) are the same
+	// in every run, so two runs on one host shared session cgroups and
+	// one's removal SIGKILLed the other's command mid-stream.
+	root := "runnerbench-" + randomToken()[:12]
+	cmd.Args = append(cmd.Args, "-cgroup-root", root)
 	cmd.Env = append(os.Environ(), "RUNNERD_TOKEN="+token)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -123,6 +131,7 @@ func startDaemon(ctx context.Context, dir string, bins binaries, cgroups, isolat
 			cmd.Process.Kill()
 			<-exited
 		}
+		removeCgroupRoot(root)
 	}
 	c, err := client.New("http://"+addr, token, client.Options{})
 	if err != nil {
@@ -136,6 +145,28 @@ func startDaemon(ctx context.Context, dir string, bins binaries, cgroups, isolat
 		return nil, fmt.Errorf("%w; runnerd log:\n%s", err, b)
 	}
 	return d, nil
+}
+
+// removeCgroupRoot removes the (by now empty) directories of a run's
+// cgroup root, nested under this process's cgroup in each hierarchy as
+// runnerd, its child, placed them. runnerd never removes its root itself.
+// Best effort: a directory still holding a cgroup stays.
+func removeCgroupRoot(root string) {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		rel := filepath.Join(parts[2], root)
+		dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", rel))
+		for _, d := range append(dirs, filepath.Join("/sys/fs/cgroup", rel)) {
+			os.Remove(d)
+		}
+	}
 }
 
 func waitHealthy(ctx context.Context, c *client.Client, exited <-chan struct{}) error {

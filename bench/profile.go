@@ -88,6 +88,9 @@ func startInProcess(ctx context.Context, state string, shimCmd []string) (*daemo
 		return nil, err
 	}
 	token := randomToken()
+	// Its own root, as startDaemon's: a fixed name would be shared with a
+	// concurrent run's in-process daemon (see startDaemon).
+	root := "runner-profile-" + randomToken()[:12]
 	dctx, stop := context.WithCancel(ctx)
 	ran := make(chan error, 1)
 	ready := make(chan struct{})
@@ -101,7 +104,7 @@ func startInProcess(ctx context.Context, state string, shimCmd []string) (*daemo
 			NetPolicy:   daemon.NetPolicyOff, // never touch the real host's network
 			// Not the process runnerd's root: two runnerds in one cgroup
 			// must not share one (runnerd refuses to start; daemon/claim.go).
-			CgroupRoot: "runner-profile",
+			CgroupRoot: root,
 			Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 			Ready:      func(string) { close(ready) },
 		})
@@ -123,5 +126,5 @@ func startInProcess(ctx context.Context, state string, shimCmd []string) (*daemo
 		return nil, err
 	}
 	return &daemonProc{state: state, pid: os.Getpid(), url: "http://" + l.Addr().String(), token: token, c: c,
-		stop: func() { c.Close(); stop(); <-ran }}, nil
+		stop: func() { c.Close(); stop(); <-ran; removeCgroupRoot(root) }}, nil
 }

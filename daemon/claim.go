@@ -71,6 +71,15 @@ type claim struct {
 	// (relative roots resolved against runnerd's own cgroup); "" with
 	// cgroups off.
 	CgroupRoot string `json:"cgroup_root,omitempty"`
+	// CgroupRoots is the cgroup root in every hierarchy a sandbox lives
+	// in, as "controller:path" ("":path for v2's unified one). Under v1 a
+	// relative root nests under runnerd's own cgroup separately in each
+	// hierarchy, so two runnerds in different memory cgroups but the same
+	// pids, cpu or freezer cgroup share those trees: sandboxes of the
+	// same name then share session cgroups, and one runnerd's removal of
+	// its session's cgroup SIGKILLs the other's command. CgroupRoot alone
+	// (the memory hierarchy's) missed that.
+	CgroupRoots []string `json:"cgroup_roots,omitempty"`
 }
 
 func (c claim) String() string {
@@ -138,6 +147,9 @@ func claimHost(cfg *Config, hasIdentities bool) (*hostClaim, error) {
 		if c.CgroupRoot, err = resolveCgroupRoot(cfg.CgroupRoot); err != nil {
 			return nil, err
 		}
+		if c.CgroupRoots, err = resolveCgroupRoots(cfg.CgroupRoot); err != nil {
+			return nil, err
+		}
 	}
 	for _, o := range others {
 		if o.IdentityFirst <= c.IdentityLast && c.IdentityFirst <= o.IdentityLast {
@@ -146,6 +158,9 @@ func claimHost(cfg *Config, hasIdentities bool) (*hostClaim, error) {
 		}
 		if c.CgroupRoot != "" && c.CgroupRoot == o.CgroupRoot {
 			return nil, fmt.Errorf("cgroup root %s is used by %s: give each runnerd its own --cgroup-root: %w", c.CgroupRoot, o, errClaimed)
+		}
+		if shared := sharedRoot(c.CgroupRoots, o.CgroupRoots); shared != "" {
+			return nil, fmt.Errorf("cgroup root %s is used by %s: give each runnerd its own --cgroup-root: %w", shared, o, errClaimed)
 		}
 	}
 	f, err := os.OpenFile(mine, os.O_RDWR|os.O_CREATE, 0o600)
@@ -253,6 +268,66 @@ func defaultIdentityRange(cfg *Config, sum [32]byte, hasIdentities bool, others 
 	return nil
 }
 
+// ownCgroupFile is where runnerd reads its own cgroups; tests point it at
+// a file of their own.
+var ownCgroupFile = "/proc/self/cgroup"
+
+// claimedControllers are the v1 hierarchies a sandbox's cgroups live in
+// (cgroup's v1 controllers).
+var claimedControllers = map[string]bool{"memory": true, "pids": true, "cpu": true, "cpuacct": true, "freezer": true}
+
+// resolveCgroupRoots is the cgroup root in every hierarchy runnerd's own
+// cgroup file lists that a sandbox lives in, as "controller:path": an
+// absolute root as it is, a relative one inside runnerd's own cgroup of
+// that hierarchy (as containerd's cgroup1.NestedPath places it).
+func resolveCgroupRoots(root string) ([]string, error) {
+	if root == "" {
+		root = cgroup.DefaultRoot
+	}
+	b, err := os.ReadFile(ownCgroupFile)
+	if err != nil {
+		return nil, fmt.Errorf("read own cgroup: %w", err)
+	}
+	var v1, unified []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		p := path.Clean(root)
+		if !strings.HasPrefix(root, "/") {
+			p = path.Join("/", parts[2], root)
+		}
+		if parts[1] == "" {
+			unified = append(unified, ":"+p)
+			continue
+		}
+		for _, ctrl := range strings.Split(parts[1], ",") {
+			if claimedControllers[ctrl] {
+				v1 = append(v1, ctrl+":"+p)
+			}
+		}
+	}
+	// The unified hierarchy holds sandboxes only where no v1 controller
+	// of theirs is mounted (cgroup.New picks v1 on a hybrid host).
+	if len(v1) > 0 {
+		return v1, nil
+	}
+	return unified, nil
+}
+
+// sharedRoot returns an entry of a that b holds too, or "".
+func sharedRoot(a, b []string) string {
+	for _, x := range a {
+		for _, y := range b {
+			if x == y {
+				return x
+			}
+		}
+	}
+	return ""
+}
+
 // resolveCgroupRoot is the cgroup root as cgroup.New will place it: an
 // absolute root as it is, a relative one inside runnerd's own cgroup (the
 // memory controller's under v1, the unified one under v2).
@@ -263,7 +338,7 @@ func resolveCgroupRoot(root string) (string, error) {
 	if strings.HasPrefix(root, "/") {
 		return path.Clean(root), nil
 	}
-	b, err := os.ReadFile("/proc/self/cgroup")
+	b, err := os.ReadFile(ownCgroupFile)
 	if err != nil {
 		return "", fmt.Errorf("read own cgroup: %w", err)
 	}
