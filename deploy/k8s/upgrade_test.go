@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -105,7 +106,8 @@ func (h *hostStandIn) unitEnv() []string {
 	for _, f := range []string{"etc/systemd/system/runnerd.service", "etc/systemd/system/runnerd.service.d/fleet.conf"} {
 		b, err := os.ReadFile(filepath.Join(h.root, f))
 		if err != nil {
-			h.t.Fatal(err)
+			h.t.Error(err)
+			return nil
 		}
 		sc := bufio.NewScanner(bytes.NewReader(b))
 		for sc.Scan() {
@@ -118,9 +120,12 @@ func (h *hostStandIn) unitEnv() []string {
 				env = append(env, k+"="+val)
 			}
 			if p, ok := strings.CutPrefix(line, "EnvironmentFile="); ok {
+				// A leading "-" is systemd's "ignore a missing file".
+				p, optional := strings.CutPrefix(p, "-")
 				eb, err := os.ReadFile(filepath.Join(h.root, p))
-				if err != nil {
-					h.t.Fatal(err)
+				if err != nil && !(optional && errors.Is(err, os.ErrNotExist)) {
+					h.t.Error(err)
+					return nil
 				}
 				env = append(env, strings.Fields(string(eb))...)
 			}
@@ -131,30 +136,58 @@ func (h *hostStandIn) unitEnv() []string {
 	return append(env, "RUNNERD_LISTEN="+h.listen, "RUNNERD_NETPOLICY=off", "RUNNERD_CGROUPS=off")
 }
 
-func (h *hostStandIn) execStart() []string {
+// execStart is the unit's ExecStart as systemd runs it with env: host
+// paths under root, and a lone $VAR replaced by the words of its value
+// (none when it is unset or empty), as systemd splits "$RUNNERD_ARGS".
+func (h *hostStandIn) execStart(env []string) []string {
 	b, err := os.ReadFile(filepath.Join(h.root, "etc/systemd/system/runnerd.service"))
 	if err != nil {
-		h.t.Fatal(err)
+		h.t.Error(err)
+		return nil
+	}
+	lookup := func(k string) string {
+		v := ""
+		for _, kv := range env {
+			if name, val, _ := strings.Cut(kv, "="); name == k {
+				v = val
+			}
+		}
+		return v
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, "ExecStart="); ok {
-			argv := strings.Fields(v)
-			for i, a := range argv {
-				if strings.HasPrefix(a, "/") {
-					argv[i] = filepath.Join(h.root, a)
+			var argv []string
+			for _, a := range strings.Fields(v) {
+				switch {
+				case strings.HasPrefix(a, "$"):
+					argv = append(argv, strings.Fields(lookup(strings.TrimPrefix(a, "$")))...)
+				case strings.HasPrefix(a, "/"):
+					argv = append(argv, filepath.Join(h.root, a))
+				default:
+					argv = append(argv, a)
 				}
 			}
 			return argv
 		}
 	}
-	h.t.Fatal("no ExecStart in the unit")
+	h.t.Error("no ExecStart in the unit")
 	return nil
 }
 
+// start runs on the stand-in's systemd goroutine, so it reports with
+// Errorf (a Fatal there would end that goroutine and hang the script
+// waiting for its request).
 func (h *hostStandIn) start() {
-	argv := h.execStart()
+	env := h.unitEnv()
+	if env == nil {
+		return
+	}
+	argv := h.execStart(env)
+	if argv == nil {
+		return
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = h.unitEnv()
+	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = h.log, h.log
 	if err := cmd.Start(); err != nil {
 		h.t.Errorf("start runnerd: %v", err)
