@@ -164,11 +164,8 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 // from now (shorter or longer); a paused sandbox is 404, as the
 // orchestrator that answers it holds only running ones.
 func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Timeout *int32 `json:"timeout"`
-	}
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Timeout == nil || *req.Timeout < 0 {
-		apiError(w, http.StatusBadRequest, "timeout is required")
+	timeout, ok := decodeTimeout(w, r)
+	if !ok {
 		return
 	}
 	s.mu.Lock()
@@ -178,8 +175,8 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 		notFound(w, r.PathValue("id"))
 		return
 	}
-	sb.timeout = *req.Timeout
-	sb.endAt = time.Now().Add(time.Duration(*req.Timeout) * time.Second)
+	sb.timeout = timeout
+	sb.endAt = time.Now().Add(time.Duration(timeout) * time.Second)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -191,11 +188,8 @@ func (s *Server) Timeout(sandboxID string) (timeout int32, ok bool) {
 }
 
 func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Timeout *int32 `json:"timeout"`
-	}
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Timeout == nil || *req.Timeout < 0 {
-		apiError(w, http.StatusBadRequest, "timeout is required")
+	timeout, ok := decodeTimeout(w, r)
+	if !ok {
 		return
 	}
 	s.mu.Lock()
@@ -206,12 +200,25 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		notFound(w, r.PathValue("id"))
 	case sb.state == "running":
 		// Connect only extends the time to live.
-		if end := time.Now().Add(time.Duration(*req.Timeout) * time.Second); end.After(sb.endAt) {
-			sb.timeout, sb.endAt = *req.Timeout, end
+		if end := time.Now().Add(time.Duration(timeout) * time.Second); end.After(sb.endAt) {
+			sb.timeout, sb.endAt = timeout, end
 		}
 		standin.WriteJSON(w, http.StatusOK, sb.created())
 	default:
-		sb.wake(*req.Timeout)
+		sb.wake(timeout)
 		standin.WriteJSON(w, http.StatusCreated, sb.created())
 	}
+}
+
+// decodeTimeout reads the {"timeout": seconds} body of the timeout and
+// connect calls, answering 400 (and false) when it is missing or negative.
+func decodeTimeout(w http.ResponseWriter, r *http.Request) (int32, bool) {
+	var req struct {
+		Timeout *int32 `json:"timeout"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Timeout == nil || *req.Timeout < 0 {
+		apiError(w, http.StatusBadRequest, "timeout is required")
+		return 0, false
+	}
+	return *req.Timeout, true
 }
