@@ -75,8 +75,15 @@ func (m *Manager) Freeze(ctx context.Context, name string) (thaw func() error, e
 		return nil, fmt.Errorf("freeze %s: %w", name, err)
 	}
 	// The kernel freezes asynchronously (v1 reads FREEZING, v2's events
-	// say frozen 0) until every task has stopped.
-	for delay := 100 * time.Microsecond; ; delay = min(2*delay, 10*time.Millisecond) {
+	// say frozen 0) until every task has stopped. The v1 freezer can stay
+	// FREEZING for good while the cgroup keeps forking (a task forked in
+	// the middle of the freeze is missed; the kernel does not retry on its
+	// own), so under v1 each poll writes FROZEN again and every
+	// v1Refreeze polls the cgroup is thawed and frozen anew, as runc does.
+	// TestFreezeForkLoop holds this.
+	_, isV1 := m.b.(*v1)
+	delay := 100 * time.Microsecond
+	for polls := 1; ; polls++ {
 		b, err := os.ReadFile(state)
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("freeze %s: %w", name, err), thaw())
@@ -89,8 +96,25 @@ func (m *Manager) Freeze(ctx context.Context, name string) (thaw func() error, e
 			return nil, errors.Join(fmt.Errorf("freeze %s: %w", name, ctx.Err()), thaw())
 		case <-time.After(delay):
 		}
+		delay = min(2*delay, 10*time.Millisecond)
+		if !isV1 {
+			continue
+		}
+		if polls%v1Refreeze == 0 {
+			if err := thaw(); err != nil {
+				return nil, err
+			}
+			delay = 100 * time.Microsecond
+		}
+		if err := set(frozen); err != nil {
+			return nil, errors.Join(fmt.Errorf("freeze %s: %w", name, err), thaw())
+		}
 	}
 }
+
+// v1Refreeze is how many FREEZING polls (about 80 ms once the backoff
+// tops out) pass before a v1 freeze is thawed and retried.
+const v1Refreeze = 12
 
 func isFrozen(content, want string) bool {
 	for _, line := range strings.Split(content, "\n") {

@@ -63,3 +63,37 @@ func TestV1FreezeStopsEveryProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestFreezeForkLoop freezes a cgroup that forks as fast as it can, many
+// times over: the v1 freezer misses tasks forked mid-freeze and would
+// read FREEZING for good without Freeze's re-write and re-freeze.
+func TestFreezeForkLoop(t *testing.T) {
+	m := newTestManager(t, ModeV1)
+	if err := m.Ensure("fork", Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	dirs, err := m.SessionDirs("fork", "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		startIn(t, dirs, "sh", "-c", `while :; do /bin/true; done`)
+	}
+	time.Sleep(50 * time.Millisecond)
+	for i := range 60 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		start := time.Now()
+		thaw, err := m.Freeze(ctx, "fork")
+		cancel()
+		if err != nil {
+			t.Fatalf("freeze %d: %v after %v", i, err, time.Since(start))
+		}
+		if err := thaw(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(i%7) * time.Millisecond)
+	}
+	if err := m.Remove(context.Background(), "fork"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -99,6 +99,10 @@ func (s *server) recoverCheckpoints() error {
 
 // checkpointErr maps a checkpoint.Store error into the taxonomy (nil
 // stays nil).
+// freezeTimeout bounds how long a checkpoint waits for the kernel to stop
+// every process of a sandbox.
+const freezeTimeout = 10 * time.Second
+
 func checkpointErr(err error, id string) error {
 	var ae *apiError
 	switch {
@@ -164,7 +168,16 @@ func (s *server) createCheckpoint(ctx context.Context, name, comment string) (wi
 	opt := checkpoint.Options{Comment: comment}
 	if sb.State == wire.SandboxRunning {
 		opt.Freeze = func(ctx context.Context) (func() error, error) {
-			thaw, err := s.cg.Freeze(ctx, name)
+			// The freeze is bounded on its own: a sandbox whose processes
+			// cannot all be stopped (one stuck in uninterruptible sleep)
+			// must not hold the sandbox's lock for the client's whole
+			// timeout.
+			fctx, cancel := context.WithTimeout(ctx, freezeTimeout)
+			defer cancel()
+			thaw, err := s.cg.Freeze(fctx, name)
+			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+				return nil, errUnavailable("the sandbox's processes did not all stop within %v; nothing was captured, try again", freezeTimeout)
+			}
 			if errors.Is(err, cgroup.ErrNotFound) {
 				// No cgroup: no process of the sandbox runs (every command
 				// is placed in it before it runs), so nothing to freeze.
