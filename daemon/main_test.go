@@ -20,6 +20,7 @@ import (
 
 	"github.com/agentrunner/runner/daemon"
 	"github.com/agentrunner/runner/netpolicy/netlab"
+	"github.com/agentrunner/runner/shim"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -276,6 +277,7 @@ func startDaemonIn(t *testing.T, state, token string) *api {
 // temporary directories are touched.
 func passableState(t *testing.T, state string) {
 	t.Helper()
+	endLeftoverSessions(t, state)
 	parent := filepath.Dir(state)
 	if os.Geteuid() != 0 || !strings.HasPrefix(parent, os.TempDir()+"/") {
 		return
@@ -284,6 +286,24 @@ func passableState(t *testing.T, state string) {
 	if err := os.Chmod(parent, 0o711); err != nil && !os.IsNotExist(err) {
 		t.Fatal(err)
 	}
+}
+
+// endLeftoverSessions registers a cleanup, run after the daemon's own
+// (cleanups run in reverse), that terminates every session still running
+// under state: a test that stops its daemon with sessions alive (shims
+// outlive runnerd by design) leaves no process behind once it ends.
+func endLeftoverSessions(t *testing.T, state string) {
+	t.Cleanup(func() {
+		socks, _ := filepath.Glob(filepath.Join(state, "s", "*", shim.SocketFile))
+		for _, sock := range socks {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if c, err := shim.Dial(ctx, filepath.Dir(sock)); err == nil {
+				c.Terminate(ctx, 100*time.Millisecond)
+				c.Close()
+			}
+			cancel()
+		}
+	})
 }
 
 // sharedTempDir is a t.TempDir the commands of isolated sandboxes (other

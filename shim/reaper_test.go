@@ -229,3 +229,16 @@ func TestDescendantsScan(t *testing.T) {
 	}
 	t.Errorf("descendants of init: this process (%d) is not among %d", me, len(ps))
 }
+
+// TestShimEndsWhenItsDirectoryGoes: a session whose directory is removed
+// while its command runs (its sandbox's state deleted under it) cannot
+// publish an exit record; once the command ends the shim exits instead of
+// retrying the record for good.
+func TestShimEndsWhenItsDirectoryGoes(t *testing.T) {
+	dir := sessionDir(t)
+	st := startAt(t, dir, Spec{Argv: []string{"sh", "-c", `while [ -d "$0" ]; do sleep 0.05; done`, dir}})
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, st.ShimPID)
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -473,7 +474,7 @@ func (s *server) finish(rec journal.Exit) {
 			break
 		}
 		err := probeSpace(jdir)
-		if err == nil {
+		if err == nil || s.dirGone() {
 			break
 		}
 		s.retryWait(fmt.Sprintf("finish journal: %v", err), &backoff)
@@ -500,6 +501,12 @@ func (s *server) finish(rec journal.Exit) {
 		if err == nil {
 			break
 		}
+		if s.dirGone() {
+			// Nobody can read a record here any more: waiting for one
+			// to be written would keep the shim alive for good.
+			fmt.Fprintf(os.Stderr, "runner-shim: session directory %s removed before the exit record (%v): exit %+v not published\n", s.dir, err, rec)
+			break
+		}
 		s.retryWait(fmt.Sprintf("finish journal: %v", err), &backoff)
 		nw, rerr := journal.Recover(jdir)
 		if errors.Is(rerr, journal.ErrFinished) {
@@ -519,6 +526,15 @@ func (s *server) finish(rec journal.Exit) {
 	s.exit, s.writeErr = &rec, ""
 	s.mu.Unlock()
 	close(s.done)
+}
+
+// dirGone reports whether the session's directory was removed under the
+// running shim (its sandbox's state deleted by hand, or a test's temporary
+// directory cleaned up): then no reader can ever see an exit record, and
+// finish stops retrying one instead of keeping the shim alive for good.
+func (s *server) dirGone() bool {
+	_, err := os.Stat(s.dir)
+	return errors.Is(err, fs.ErrNotExist)
 }
 
 // exitedBackoff caps the wait between journal write retries once the

@@ -46,6 +46,25 @@ sync_tls() {
   changed=$was
 }
 
+# stay SECONDS CMD: stay until TERM or INT (the pod's stop), running CMD
+# every SECONDS, then exit 0 without touching runnerd. It naps a second at
+# a time, a child the trap ends: a signal that lands between the fork and
+# the wait (the shell then waits the nap out) costs a second, not SECONDS,
+# and no nap outlives the script (outside a pod's pid namespace, on a
+# host, nothing else would end it).
+stop=0 nap=
+trap 'stop=1; if [ -n "$nap" ]; then kill "$nap" 2>/dev/null || true; fi' TERM INT
+stay() {
+  n=0
+  while [ "$stop" = 0 ]; do
+    sleep 1 & nap=$!
+    wait "$nap" || true
+    n=$((n + 1))
+    if [ "$stop" = 0 ] && [ "$n" -ge "$1" ]; then n=0; "$2"; fi
+  done
+  exit 0
+}
+
 if [ "${1:-}" = uninstall ]; then
   if [ "${RUNNER_REMOVE_STATE:-0}" = 1 ]; then
     # KillMode=process leaves the shims running at a stop: end them (and
@@ -65,8 +84,7 @@ if [ "${1:-}" = uninstall ]; then
   else
     echo "runnerd removed; state kept in /var/lib/runnerd (RUNNER_REMOVE_STATE=1 removes it)"
   fi
-  trap 'exit 0' TERM INT
-  while :; do sleep 3600 & wait $!; done
+  stay 3600 :
 fi
 
 # The token of deploy/k8s/token.env as shipped, or none, is no credential:
@@ -107,5 +125,4 @@ echo "runnerd installed and running on $(cat "$root/etc/hostname" 2>/dev/null ||
 # Stay, so the DaemonSet shows the node installed (readiness asks runnerd
 # through its socket), copying a rotated certificate within a minute;
 # exit quietly on TERM without touching runnerd.
-trap 'exit 0' TERM INT
-while :; do sleep "${RUNNER_TLS_SYNC:-60}" & wait $!; sync_tls; done
+stay "${RUNNER_TLS_SYNC:-60}" sync_tls

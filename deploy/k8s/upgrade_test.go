@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -233,9 +234,12 @@ func (h *hostStandIn) install(src, tlsDir, token string, args ...string) (string
 		h.t.Fatal(err)
 	}
 	cmd.Stdout, cmd.Stderr = pw, pw
+	// Its own process group, so what it leaves running is found.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		h.t.Fatal(err)
 	}
+	defer h.noneLeft(cmd.Process.Pid)
 	pw.Close()
 	var out bytes.Buffer
 	sc := bufio.NewScanner(pr)
@@ -250,6 +254,49 @@ func (h *hostStandIn) install(src, tlsDir, token string, args ...string) (string
 	}
 	cmd.Wait()
 	return out.String(), cmd.ProcessState.ExitCode()
+}
+
+// noneLeft fails the test if the script's process group (pgid) still has
+// a live process a moment after the script ended (a pod's pid namespace
+// would end it, a host would keep it), and kills what is left. A zombie
+// is not alive: this machine's init may reap late.
+func (h *hostStandIn) noneLeft(pgid int) {
+	h.t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		left := liveInGroup(pgid)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Errorf("install-host.sh left processes running in its group %d: %s", pgid, strings.Join(left, "; "))
+			syscall.Kill(-pgid, syscall.SIGKILL)
+			return
+		}
+	}
+}
+
+// liveInGroup lists the processes of group pgid that are not zombies, as
+// "pid (comm) state".
+func liveInGroup(pgid int) []string {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var left []string
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp ...; comm may hold spaces.
+		end := bytes.LastIndexByte(b, ')')
+		if end < 0 {
+			continue
+		}
+		fields := strings.Fields(string(b[end+1:]))
+		if len(fields) < 3 || fields[0] == "Z" || fields[2] != strconv.Itoa(pgid) {
+			continue
+		}
+		left = append(left, string(b[:end+1])+" "+fields[0])
+	}
+	return left
 }
 
 // drain reads r to its end (the script's last words after TERM) and
