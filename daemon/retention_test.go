@@ -110,12 +110,12 @@ func sessionExists(t *testing.T, a *api, sandbox, id string) bool {
 // younger one and a running one.
 func TestRetentionJanitor(t *testing.T) {
 	a := startDaemonCfg(t, daemon.Config{StateDir: t.TempDir(), Token: testToken, NetPolicy: daemon.NetPolicyOff,
-		SessionRetention: 2 * time.Second, JanitorInterval: 100 * time.Millisecond})
+		SessionRetention: 4 * time.Second, JanitorInterval: 100 * time.Millisecond})
 	a.createSandbox("box")
 	old := a.spawn("box", wire.CreateSession{Argv: []string{"true"}})
 	live := a.spawn("box", wire.CreateSession{Argv: []string{"sleep", "30"}})
 	waitEnded(t, a, "box", old.ID)
-	time.Sleep(1200 * time.Millisecond)
+	time.Sleep(2500 * time.Millisecond)
 	young := a.spawn("box", wire.CreateSession{Argv: []string{"true"}})
 	waitEnded(t, a, "box", young.ID)
 
@@ -126,6 +126,8 @@ func TestRetentionJanitor(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// young ended 2.5 s after old: it has 2.5 s of its retention left
+	// when old goes, more than a loaded machine's lag between the two.
 	if !sessionExists(t, a, "box", young.ID) {
 		t.Fatalf("young session %s: collected before its retention", young.ID)
 	}
