@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -234,6 +235,21 @@ func TestHostileCommand(t *testing.T) {
 		host, _ := os.Hostname()
 		if got := a.run("hostile", "cat", "/proc/sys/kernel/hostname"); got != "hostile" {
 			t.Errorf("hostname inside: %q, want hostile (the host's is %q)", got, host)
+		}
+	})
+	run("its user has a name", func(t *testing.T) {
+		// The host's user database has no entry for the sandbox's uid: a
+		// read-only copy with one (passwdfiles.go) is bound over it.
+		want := fmt.Sprintf("sandbox sandbox %d %s root", uid, hostile.Workspace)
+		if got := a.run("hostile", "sh", "-c", `echo $(id -un) $(id -gn) $(getent passwd sandbox | cut -d: -f3) ~sandbox $(id -un 0)`); got != want {
+			t.Errorf("inside: %q, want %q", got, want)
+		}
+		res := a.exec("hostile", wire.Exec{Argv: []string{"sh", "-c", "echo x >> /etc/passwd"}, TimeoutMS: 10000})
+		if res.Exit.Code == 0 {
+			t.Errorf("write to /etc/passwd: exit %+v, want a failure", res.Exit)
+		}
+		if b, err := os.ReadFile("/etc/passwd"); err != nil || bytes.Contains(b, []byte(fmt.Sprintf(":%d:", uid))) {
+			t.Errorf("the host's /etc/passwd names the sandbox's uid %d (%v)", uid, err)
 		}
 	})
 	run("private tmp is gone after destroy", func(t *testing.T) {

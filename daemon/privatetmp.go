@@ -88,6 +88,9 @@ func (s *server) makePrivateTmp(sb registry.Sandbox) (string, error) {
 			return "", fmt.Errorf("%s: %w", b.Target, err)
 		}
 	}
+	if err := writeUserFiles(sb, dir); err != nil { // passwdfiles.go
+		return "", err
+	}
 	return dir, nil
 }
 
@@ -101,8 +104,8 @@ func (s *server) removePrivateTmp(sb registry.Sandbox) error {
 }
 
 // privateBinds returns the binds of an isolated sandbox's command: its
-// private directories over their targets (none for a sandbox that is not
-// isolated).
+// private directories over their targets, and its copies of the user
+// database (passwdfiles.go); none for a sandbox that is not isolated.
 func (s *server) privateBinds(sb registry.Sandbox) ([]shim.Bind, error) {
 	if !s.isolated(sb) || !s.ids.enabled {
 		return nil, nil
@@ -116,7 +119,7 @@ func (s *server) privateBinds(sb registry.Sandbox) ([]shim.Bind, error) {
 	for i, b := range kept {
 		binds[i] = shim.Bind{Source: filepath.Join(dir, b.Source), Target: b.Target}
 	}
-	return binds, nil
+	return append(binds, userBinds(sb, dir)...), nil
 }
 
 // sharedTmps are the private directories runnerd leaves the host's

@@ -468,7 +468,7 @@ func mountResolvConf(p *execPlan) (string, error) {
 
 // bindDirs is the helper's bind step: in the command's mount namespace
 // (made here when mountResolvConf did not run), each of p.Binds, nosuid
-// and nodev.
+// and nodev (read-only too where it says so).
 func bindDirs(p *execPlan) (string, error) {
 	if p.ResolvConf == "" {
 		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
@@ -483,7 +483,9 @@ func bindDirs(p *execPlan) (string, error) {
 	// mounted.
 	srcs := make([]int, len(p.Binds))
 	for i, b := range p.Binds {
-		fd, err := unix.Open(b.Source, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		// A directory or a file: the kernel refuses a bind of one over the
+		// other (ENOTDIR, EISDIR).
+		fd, err := unix.Open(b.Source, unix.O_PATH|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return "nsexec: open " + b.Source, err
 		}
@@ -498,8 +500,12 @@ func bindDirs(p *execPlan) (string, error) {
 		if err := unix.Statfs(b.Target, &sfs); err != nil {
 			return "nsexec: statfs " + b.Target, err
 		}
-		if err := unix.Mount("", b.Target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV|keptFlags(int64(sfs.Flags)), ""); err != nil {
-			return "nsexec: remount " + b.Target + " nosuid,nodev", err
+		flags, what := uintptr(unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV), " nosuid,nodev"
+		if b.ReadOnly {
+			flags, what = flags|unix.MS_RDONLY, " read-only,nosuid,nodev"
+		}
+		if err := unix.Mount("", b.Target, "", flags|keptFlags(int64(sfs.Flags)), ""); err != nil {
+			return "nsexec: remount " + b.Target + what, err
 		}
 	}
 	return "", nil

@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -217,7 +218,7 @@ func TestBinds(t *testing.T) {
 	if err := os.Chmod(priv, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	binds := []Bind{{priv + "/tmp", "/tmp"}, {priv + "/var-tmp", "/var/tmp"}, {priv + "/shm", "/dev/shm"}}
+	binds := []Bind{{Source: priv + "/tmp", Target: "/tmp"}, {Source: priv + "/var-tmp", Target: "/var/tmp"}, {Source: priv + "/shm", Target: "/dev/shm"}}
 	for _, b := range binds {
 		if err := os.Mkdir(b.Source, 0o777|os.ModeSticky); err != nil {
 			t.Fatal(err)
@@ -264,6 +265,44 @@ func TestBinds(t *testing.T) {
 	var se *StartError
 	if !errors.As(err, &se) || !errors.Is(err, unix.ENOENT) {
 		t.Fatalf("start without %s: %v, want a StartError wrapping ENOENT", binds[2].Source, err)
+	}
+}
+
+// TestBindFileReadOnly: a file bound over a file with ReadOnly (as
+// runnerd binds an isolated sandbox's /etc/passwd) is what the command
+// reads there, and not writable even by root in the namespace; a file over
+// a directory fails the start. The host's file does not change.
+func TestBindFileReadOnly(t *testing.T) {
+	needRoot(t)
+	before := hostMounts(t)
+	src := filepath.Join(t.TempDir(), "hosts")
+	if err := os.WriteFile(src, []byte("10.9.9.9 bound\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	host, err := os.ReadFile("/etc/hosts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	binds := []Bind{{Source: src, Target: "/etc/hosts", ReadOnly: true}}
+	// Root without Isolate: only the read-only mount stops the write.
+	out, code := runToEnd(t, Spec{Argv: []string{"sh", "-c", `cat /etc/hosts; echo x >> /etc/hosts && echo written`}, Binds: binds})
+	if code == 0 || !strings.HasPrefix(out, "10.9.9.9 bound\n") || strings.Contains(out, "written") {
+		t.Fatalf("exit %d output %q, want the bound file and a refused write", code, out)
+	}
+	if got, _ := os.ReadFile(src); string(got) != "10.9.9.9 bound\n" {
+		t.Errorf("the source changed: %q", got)
+	}
+	if now, _ := os.ReadFile("/etc/hosts"); !bytes.Equal(now, host) {
+		t.Errorf("the host's /etc/hosts changed")
+	}
+	if after := hostMounts(t); after != before {
+		t.Errorf("host mounts changed:\nbefore %s\nafter %s", before, after)
+	}
+	spec := Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, Binds: []Bind{{Source: src, Target: "/tmp", ReadOnly: true}}}
+	_, err = Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), spec)
+	var se *StartError
+	if !errors.As(err, &se) || !errors.Is(err, unix.ENOTDIR) {
+		t.Fatalf("a file over a directory: %v, want a StartError wrapping ENOTDIR", err)
 	}
 }
 

@@ -72,8 +72,9 @@ type Spec struct {
 	// Binds optionally lists directories the command sees at other paths
 	// (runnerd's private /tmp, /var/tmp and /dev/shm of a sandbox, as
 	// systemd's PrivateTmp= does): the command then runs in its own mount
-	// namespace, where each Source (absolute, an existing directory) is
-	// bind-mounted nosuid and nodev over its Target (absolute, existing),
+	// namespace, where each Source (absolute: an existing directory, or
+	// a file over a file) is bind-mounted nosuid and nodev (and read-only
+	// with ReadOnly) over its Target (absolute, existing),
 	// in order, before the user switch (an unprivileged user cannot
 	// mount). Every Source is opened before the first mount, so a Source
 	// under an earlier Target is still the host's. A failure fails the
@@ -135,10 +136,13 @@ func validHostname(h string) bool {
 	return true
 }
 
-// Bind is one bind mount of Spec.Binds.
+// Bind is one bind mount of Spec.Binds: a directory over a directory,
+// or a file over a file (runnerd's /etc/passwd of an isolated sandbox).
 type Bind struct {
 	Source string `json:"source"`
 	Target string `json:"target"`
+	// ReadOnly mounts it read-only besides nosuid and nodev.
+	ReadOnly bool `json:"read_only,omitempty"`
 }
 
 // Streams returns the journal streams of a session with this spec.
