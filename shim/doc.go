@@ -31,6 +31,10 @@
 //     journal is synced and its exit record published → only then are
 //     Terminate and status waiters answered → the shim lingers while any
 //     descendant lives (below) → the shim removes ctl.sock and exits.
+//     A journal that cannot be finished (disk full) is retried until it
+//     can, unless the session directory itself is gone (its state deleted
+//     under the shim): no reader can see a record then, so the shim
+//     writes it to its stderr and goes on to exit.
 //   - Nothing escapes: the shim is a child subreaper, set before the
 //     command starts, so every process the session starts stays below it
 //     (an orphan is reparented to the shim, not init). The shim owns every
