@@ -154,7 +154,10 @@ func (s *server) ensureNet(ctx context.Context, sb registry.Sandbox) (*netpolicy
 			// Only a record written by another version could hold one.
 			return nil, errInvalid("network policy of sandbox %q: %v", sb.Name, err)
 		}
-		return nil, errUnavailable("apply network policy of sandbox %q (it now denies all egress): %v", sb.Name, err)
+		// What holds afterwards is the caller's to say: an update puts
+		// the old policy back where it can (restorePolicy), a create
+		// removes the sandbox.
+		return nil, errUnavailable("apply network policy of sandbox %q: %v", sb.Name, err)
 	}
 	s.netMu.Lock()
 	s.nets[id] = nsb

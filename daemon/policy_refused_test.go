@@ -51,8 +51,8 @@ func TestPolicyUpdateKernelRefused(t *testing.T) {
 
 		r := a.do("PUT", "/v1/sandboxes/"+tc.name+"/network", wire.Network{Allow: refused})
 		a.wantError(r, 503, wire.CodeUnavailable)
-		if d := r.errBody(t).Detail; !strings.HasSuffix(d, "; "+tc.holds) {
-			t.Errorf("%s: detail %q, want it to end %q", tc.name, d, "; "+tc.holds)
+		if d := r.errBody(t).Detail; !strings.HasSuffix(d, "; "+tc.holds) || strings.Count(d, "egress") != strings.Count(tc.holds, "egress") {
+			t.Errorf("%s: detail %q, want it to end %q and say nothing else of what holds", tc.name, d, "; "+tc.holds)
 		}
 		a.must("GET", "/v1/sandboxes/"+tc.name, nil, 200, &sb)
 		if sb.Network == nil || !slices.Equal(sb.Network.Allow, tc.want) {
