@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -60,6 +62,7 @@ func (h *harness) idle(ctx context.Context) error {
 		return err
 	}
 	for _, n := range h.cfg.Idle {
+		loadBefore := load1()
 		t0 := time.Now()
 		todo := n - len(started)
 		var wg sync.WaitGroup
@@ -67,6 +70,9 @@ func (h *harness) idle(ctx context.Context) error {
 		for w := range idleWorkers {
 			wg.Go(func() {
 				for i := w; i < todo; i += idleWorkers {
+					if i >= idleWorkers && h.cfg.IdlePace > 0 {
+						time.Sleep(idleWorkers * h.cfg.IdlePace)
+					}
 					id := fmt.Sprintf("idle-%d-%d", n, i)
 					_, _, err := c.CreateSession(ctx, sbs[w], wire.CreateSession{ID: id, Argv: []string{"sleep", "infinity"}})
 					if err != nil {
@@ -119,12 +125,24 @@ func (h *harness) idle(ctx context.Context) error {
 		}
 		pss, pssBreak := per(func(m memory) int64 { return m.Pss })
 		pd, pdBreak := per(func(m memory) int64 { return m.PrivateDirty })
-		h.logf("%d idle sessions (spawned in %s): Pss %.3f MiB/session (%s); Private_Dirty %.3f (%s); daemon Rss %.1f MiB; sleep Pss %.3f MiB each",
-			n, spawned.Round(time.Millisecond), pss, pssBreak, pd, pdBreak, float64(d.Rss)/(1<<20), float64(cmds.Pss)/float64(n)/(1<<20))
+		h.logf("%d idle sessions (spawned in %s, 1-min load %s → %s): Pss %.3f MiB/session (%s); Private_Dirty %.3f (%s); daemon Rss %.1f MiB; sleep Pss %.3f MiB each",
+			n, spawned.Round(time.Millisecond), loadBefore, load1(), pss, pssBreak, pd, pdBreak, float64(d.Rss)/(1<<20), float64(cmds.Pss)/float64(n)/(1<<20))
 		h.rep.add(Figure{Name: fmt.Sprintf("idle cost per session, Pss, %d sessions", n), Unit: "MiB",
 			Value: []float64{pss}, BaseName: pssBreak, Target: "≤ 1.5 MiB", Met: met(pss <= 1.5)})
 		h.rep.add(Figure{Name: fmt.Sprintf("idle cost per session, Private_Dirty, %d sessions", n), Unit: "MiB",
 			Value: []float64{pd}, BaseName: pdBreak, Target: "≤ 1.5 MiB", Met: met(pd <= 1.5)})
 	}
 	return nil
+}
+
+// load1 is /proc/loadavg's 1-minute figure, or "?".
+func load1() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return "?"
 }

@@ -35,6 +35,7 @@ func main() {
 	sandboxes := flag.Int("sandboxes", 0, "sandboxes listed by the scale figures (default 10000)")
 	cgroups := flag.String("cgroups", "", `runnerd's --cgroups: "auto" (its default: as root, every command in its sandbox's cgroups) or "off"`)
 	isolate := flag.String("isolate", "", `runnerd's --isolate: "none" (default here: uncontained sandboxes) or "all" (a root runnerd's default)`)
+	idlePace := flag.Duration("idle-pace", -1, "one idle session spawned per this long (default 60ms; 0: as fast as they go)")
 	tmp := flag.String("tmp", "", "directory for the run's files (journals, baseline files; default $TMPDIR)")
 	flag.Parse()
 	if *tiny {
@@ -48,6 +49,9 @@ func main() {
 	}
 	if *paced >= 0 {
 		cfg.PacedCalls = *paced
+	}
+	if *idlePace >= 0 {
+		cfg.IdlePace = *idlePace
 	}
 	if *sessions > 0 {
 		cfg.ScaleSessions = *sessions
