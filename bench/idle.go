@@ -62,7 +62,7 @@ func (h *harness) idle(ctx context.Context) error {
 		return err
 	}
 	for _, n := range h.cfg.Idle {
-		loadBefore := load1()
+		loadBefore := loadavg(1)
 		t0 := time.Now()
 		todo := n - len(started)
 		var wg sync.WaitGroup
@@ -126,7 +126,7 @@ func (h *harness) idle(ctx context.Context) error {
 		pss, pssBreak := per(func(m memory) int64 { return m.Pss })
 		pd, pdBreak := per(func(m memory) int64 { return m.PrivateDirty })
 		h.logf("%d idle sessions (spawned in %s, 1-min load %s → %s): Pss %.3f MiB/session (%s); Private_Dirty %.3f (%s); daemon Rss %.1f MiB; sleep Pss %.3f MiB each",
-			n, spawned.Round(time.Millisecond), loadBefore, load1(), pss, pssBreak, pd, pdBreak, float64(d.Rss)/(1<<20), float64(cmds.Pss)/float64(n)/(1<<20))
+			n, spawned.Round(time.Millisecond), loadBefore, loadavg(1), pss, pssBreak, pd, pdBreak, float64(d.Rss)/(1<<20), float64(cmds.Pss)/float64(n)/(1<<20))
 		h.rep.add(Figure{Name: fmt.Sprintf("idle cost per session, Pss, %d sessions", n), Unit: "MiB",
 			Value: []float64{pss}, BaseName: pssBreak, Target: "≤ 1.5 MiB", Met: met(pss <= 1.5)})
 		h.rep.add(Figure{Name: fmt.Sprintf("idle cost per session, Private_Dirty, %d sessions", n), Unit: "MiB",
@@ -135,14 +135,15 @@ func (h *harness) idle(ctx context.Context) error {
 	return nil
 }
 
-// load1 is /proc/loadavg's 1-minute figure, or "?".
-func load1() string {
+// loadavg is the first n figures of /proc/loadavg (1, 5 and 15 minutes),
+// space-separated, or "?".
+func loadavg(n int) string {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
 		return "?"
 	}
-	if f := strings.Fields(string(b)); len(f) > 0 {
-		return f[0]
+	if f := strings.Fields(string(b)); len(f) >= n {
+		return strings.Join(f[:n], " ")
 	}
 	return "?"
 }

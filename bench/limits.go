@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -121,13 +120,7 @@ func (h *harness) beside(ctx context.Context, calm string, n int, l wire.Limits,
 	}
 	time.Sleep(neighbourWarm)
 	p50, err := h.execP50(ctx, calm, n)
-	load := ""
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		if f := strings.Fields(string(b)); len(f) >= 3 {
-			load = strings.Join(f[:3], " ")
-		}
-	}
-	return p50, load, err
+	return p50, loadavg(3), err
 }
 
 // execP50 is the median of n back-to-back execs of /bin/true in sb, in ms.

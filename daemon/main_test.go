@@ -277,7 +277,6 @@ func startDaemonIn(t *testing.T, state, token string) *api {
 // temporary directories are touched.
 func passableState(t *testing.T, state string) {
 	t.Helper()
-	endLeftoverSessions(t, state)
 	parent := filepath.Dir(state)
 	if os.Geteuid() != 0 || !strings.HasPrefix(parent, os.TempDir()+"/") {
 		return
@@ -332,6 +331,7 @@ func startDaemonStoppable(t *testing.T, cfg daemon.Config) (*api, func()) {
 	t.Helper()
 	state, token := cfg.StateDir, cfg.Token
 	passableState(t, state)
+	endLeftoverSessions(t, state)
 	if cfg.CgroupRoot == "" {
 		// Its own, so daemons of different tests never share a sandbox's
 		// cgroup; removed after the daemon (cleanups run in reverse).

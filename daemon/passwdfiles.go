@@ -99,7 +99,8 @@ func writeUserFiles(sb registry.Sandbox, dir string) error {
 
 // userBinds returns the binds of sb's copies in its private directory dir
 // over the host's files: none for a sandbox without an identity of its
-// own, or for a file the host or the copy lacks.
+// own, or for a file the copy lacks (writeUserFiles makes a copy only of
+// a file the host has).
 func userBinds(sb registry.Sandbox, dir string) []shim.Bind {
 	if sb.Identity == nil {
 		return nil
@@ -107,10 +108,7 @@ func userBinds(sb registry.Sandbox, dir string) []shim.Bind {
 	var binds []shim.Bind
 	for _, f := range userFiles {
 		src := filepath.Join(dir, f.Source)
-		if _, err := os.Stat(src); err != nil {
-			continue
-		}
-		if _, err := os.Stat(f.Target); err != nil {
+		if _, err := os.Lstat(src); err != nil {
 			continue
 		}
 		binds = append(binds, shim.Bind{Source: src, Target: f.Target, ReadOnly: true})

@@ -33,6 +33,7 @@ func startProcess(t *testing.T, state string, extra ...string) (*api, *proc) {
 func startProcessWrapped(t *testing.T, state string, wrapper []string, extra ...string) (*api, *proc) {
 	t.Helper()
 	passableState(t, state)
+	endLeftoverSessions(t, state)
 	sock := filepath.Join(state, "runnerd.sock")
 	args := []string{"--state", state, "--listen", "none", "--socket", sock, "--netpolicy", "off"}
 	if !slices.Contains(extra, "--cgroup-root") {
