@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Install runner on a Linux host: build the three binaries, install them and
-# the systemd unit, and enable runnerd. Idempotent; rerun it to upgrade.
+# the systemd unit, and enable runnerd. Idempotent; rerun it to upgrade. On a
+# host that does not run systemd it starts nothing and prints how to start
+# runnerd instead.
 #
 #   sudo images/install.sh            # build, install, enable, (re)start
 #   DESTDIR=/tmp/stage images/install.sh --no-start   # stage into a root for packaging
