@@ -53,6 +53,8 @@ type foreign struct {
 	dirs []string
 }
 
+var _ backend = foreign{}
+
 func (f foreign) available() error                                    { return f.err }
 func (f foreign) ensure(string, Limits) error                         { return f.err }
 func (f foreign) exists(string) (bool, error)                         { return false, f.err }
