@@ -24,6 +24,11 @@
 //   - Bad limits are [ErrInvalid] (the daemon answers 400 invalid); names
 //     that are not a single path element are [ErrInvalid] too, so a hostile
 //     name cannot reach outside root.
+//   - Root is the caller's or untouched: a Root that already exists but
+//     belongs to another uid, or is not writable by the caller, is another
+//     runnerd's (two started from one login share a cgroup, so the
+//     default relative Root); New then returns a Manager whose every
+//     method, List included, fails with Available's error.
 //   - Nothing is removed implicitly: New creates root if missing and never
 //     deletes a sandbox's cgroup, so a restarted runnerd finds every
 //     sandbox (and its limits) where it left them ([Manager.List]).

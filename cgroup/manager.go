@@ -91,7 +91,9 @@ type Manager struct {
 // removes anything). It fails only when no cgroup filesystem is found or
 // cfg is malformed; a host that has one but cannot enforce limits (not
 // root, read-only, a controller missing) gets a Manager whose Available
-// says why.
+// says why. A Root that exists but is not the caller's (owned by another
+// uid, or not writable: see owner.go) gets a Manager that touches nothing
+// under it: every method fails with Available's error.
 func New(cfg Config) (*Manager, error) {
 	if cfg.Root == "" {
 		cfg.Root = DefaultRoot
@@ -141,6 +143,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if err := checkOwned(b.rootDirs()); err != nil {
+		b = foreign{err: err, dirs: b.rootDirs()}
 	}
 	return &Manager{mode: mode, b: b}, nil
 }

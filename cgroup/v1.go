@@ -78,8 +78,9 @@ func newV1(cfg Config) (*v1, error) {
 	}
 	_, err := os.Stat(filepath.Join(cfg.Mountpoint, "memory", "memory.memsw.limit_in_bytes"))
 	b.memsw = err == nil
-	// Create Root in each hierarchy now: it proves the hierarchy writable
-	// (root, not read-only, delegated) before any limit is promised.
+	// Create Root in each hierarchy now; New then checks that it is this
+	// process's (checkOwned): a Root that was already there, made by
+	// another runnerd, proves nothing by existing.
 	dirs, err := b.dirs()
 	if err != nil {
 		return nil, err

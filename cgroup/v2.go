@@ -49,6 +49,9 @@ func newV2(cfg Config) (*v2, error) {
 		b.avail = fmt.Errorf("create cgroup %s: %w: %w", b.dir(), err, ErrNotSupported)
 		return b, nil
 	}
+	if b.avail = checkOwned(b.rootDirs()); b.avail != nil {
+		return b, nil // another's: enable nothing in it, move nothing
+	}
 	b.avail = b.enableControllers(own, cfg.DaemonLeaf)
 	if b.avail == nil {
 		_, err := os.Stat(filepath.Join(b.dir(), "memory.swap.max"))

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Install runner on a Linux host: build the three binaries, install them and
-# the systemd unit, and enable runnerd. Idempotent; rerun it to upgrade.
+# the systemd unit, and enable runnerd. Idempotent; rerun it to upgrade. On a
+# host that does not run systemd it starts nothing and prints how to start
+# runnerd instead.
 #
 #   sudo images/install.sh            # build, install, enable, (re)start
 #   DESTDIR=/tmp/stage images/install.sh --no-start   # stage into a root for packaging
@@ -79,11 +81,21 @@ sed -e "s#/usr/local/bin#$bindir#g" -e "s#/usr/local/share/doc/runner#$docdir#g"
   "$src/systemd/runnerd.service" > "$build/runnerd.service"
 install -m 0644 "$build/runnerd.service" "$destdir$unitdir/runnerd.service"
 
-if [ "$start" = 1 ] && [ -z "$destdir" ] && command -v systemctl >/dev/null 2>&1; then
+# systemd runs this host when /run/systemd/system exists (sd_booted(3)); a
+# systemctl binary alone (a container, another init) would only fail.
+systemd=0
+[ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1 && systemd=1
+if [ "$start" = 1 ] && [ -z "$destdir" ] && [ "$systemd" = 1 ]; then
   systemctl daemon-reload
   systemctl enable runnerd.service
   systemctl restart runnerd.service
   echo "runnerd $version is running; the token is in /var/lib/runnerd/token"
-else
+elif [ "$systemd" = 1 ] || [ -n "$destdir" ]; then
   echo "runner $version installed into ${destdir:-/}; start with: systemctl enable --now runnerd"
+else
+  echo "runner $version installed into /; this host does not run systemd, so nothing was started."
+  echo "Start runnerd as root under your init system or a supervisor:"
+  echo "  $bindir/runnerd --shim $bindir/runner-shim"
+  echo "Stop it with SIGTERM to its pid only (its session shims must keep running: what the"
+  echo "unit's KillMode=process does); its state and token are in /var/lib/runnerd."
 fi

@@ -163,7 +163,11 @@ func Launch(bin string, flags ...string) (*Daemon, error) {
 	daemons.all = append(daemons.all, d)
 	daemons.Unlock()
 	if err := d.start(); err != nil {
-		return nil, fmt.Errorf("start runnerd: %v\n%s", err, d.LogTail())
+		// A runnerd that did not answer in time may still run: stop it
+		// here, since the caller gets no Daemon to stop.
+		err = fmt.Errorf("start runnerd: %v\n%s", err, d.LogTail())
+		d.Stop()
+		return nil, err
 	}
 	b, err := os.ReadFile(filepath.Join(state, "token"))
 	if err != nil {
