@@ -240,3 +240,54 @@ func dumpDOM(t *testing.T, bin, u string) (dom, stderr string, err error) {
 	}
 	return out.String(), errOut.String(), err
 }
+
+// keepAliveServer is a python3 HTTP/1.1 server that keeps connections
+// open and answers every GET with body, on 127.0.0.1:port.
+func keepAliveServer(port int, body string) []string {
+	script := `import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        b = sys.argv[2].encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(b)))
+        self.end_headers()
+        self.wfile.write(b)
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+`
+	return []string{"python3", "-c", script, fmt.Sprint(port), body}
+}
+
+// TestPreviewSandboxesSamePort: two sandboxes serve the same port on
+// their own 127.0.0.1 with keep-alive servers. Each URL reaches its own
+// sandbox, request after request: the proxy's idle connection into one
+// sandbox is never reused for the other's request (its pool is keyed per
+// namespace, not by the address, which is the same in both).
+func TestPreviewSandboxesSamePort(t *testing.T) {
+	a, previewAddr := previewNetDaemon(t)
+	const port = 8080
+	urls := map[string]string{}
+	for _, name := range []string{"left", "right"} {
+		a.createSandbox(name)
+		a.spawn(name, wire.CreateSession{ID: "srv", Argv: keepAliveServer(port, "served by "+name)})
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			u, listening := askURL(a, name, port)
+			if listening {
+				urls[name] = u
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("sandbox %s: the server never listened on %d", name, port)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		for _, name := range []string{"left", "right"} {
+			if status, _, body := previewGet(t, previewAddr, urls[name]); status != 200 || string(body) != "served by "+name {
+				t.Errorf("round %d, %s's URL: %d %q, want 200 %q", i, name, status, body, "served by "+name)
+			}
+		}
+	}
+}
