@@ -144,7 +144,8 @@ type Adapter interface {
 	// provider credential. It returns *InvalidError for a port outside
 	// 1-65535 and ErrNotSupported without CapPublicURL; it never returns a
 	// guessed URL. A provider may also refuse, with *InvalidError, a port
-	// nothing listens on in the sandbox (runnerd does: url-or-nothing).
+	// nothing listens on in the sandbox (runnerd does not: its URL works
+	// once something listens).
 	PublicURL(ctx context.Context, h Handle, port int) (string, error)
 }
 

@@ -131,11 +131,24 @@ func (c *Client) SetNetwork(ctx context.Context, name string, allow []string) (w
 	return sb, err
 }
 
-// PublicURL calls POST /v1/sandboxes/{name}/urls.
+// PublicURL calls POST /v1/sandboxes/{name}/urls and returns the URL. It
+// is handed over whether or not something listens on port yet; PreviewURL
+// also says which.
 func (c *Client) PublicURL(ctx context.Context, name string, port int) (string, error) {
+	u, err := c.PreviewURL(ctx, name, port)
+	return u.URL, err
+}
+
+// PreviewURL calls POST /v1/sandboxes/{name}/urls and returns the whole
+// answer: the URL, and whether something listened on port when runnerd
+// answered (the URL works once something does). Asking again returns the
+// same URL, so a caller waits for a server by asking until Listening is
+// true. Listening is nil from a runnerd older than the field, which gave
+// a URL only for a port something listened on.
+func (c *Client) PreviewURL(ctx context.Context, name string, port int) (wire.URL, error) {
 	var u wire.URL
 	err := c.do(ctx, call{method: http.MethodPost, path: apiPath("sandboxes", name, "urls"), body: wire.URLRequest{Port: port}}, &u)
-	return u.URL, err
+	return u, err
 }
 
 // CreateSession calls POST /v1/sandboxes/{name}/sessions and returns once

@@ -13,11 +13,13 @@ import (
 	"github.com/agentrunner/runner/wire"
 )
 
-// TestPreviewURLNeedsListener: url-or-nothing. No URL is minted for a port
-// nothing listens on (409 invalid, never not_found), nor for a listener
-// the proxy cannot reach (another address); once something listens the
-// URL comes, and when the listener goes away the URL answers 502.
-func TestPreviewURLNeedsListener(t *testing.T) {
+// TestPreviewURLBeforeListener: url-or-nothing. A port nothing listens on
+// yet gets its URL with listening false (and so does a listener the proxy
+// cannot reach: another address); the URL answers a 502 page, at once,
+// until something listens, then the page; asking again returns the same
+// URL with listening true; when the listener goes away the URL answers 502
+// again.
+func TestPreviewURLBeforeListener(t *testing.T) {
 	pl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -38,29 +40,21 @@ func TestPreviewURLNeedsListener(t *testing.T) {
 	free.Close()
 	body := fmt.Sprintf(`{"port":%d}`, port)
 
-	r := a.do("POST", "/v1/sandboxes/web/urls", body)
-	a.wantError(r, 409, wire.CodeInvalid)
-	if got, want := r.errBody(t).Detail, fmt.Sprintf("nothing listens on port %d in sandbox web", port); got != want {
-		t.Errorf("detail %q, want %q", got, want)
+	var u wire.URL
+	a.must("POST", "/v1/sandboxes/web/urls", body, 200, &u)
+	if u.URL == "" || u.Listening == nil || *u.Listening {
+		t.Fatalf("URL of a port nothing listens on: %+v, want a URL with listening false", u)
 	}
-	// On an address the proxy does not dial (it dials 127.0.0.1).
+	// On an address the proxy does not dial (127.0.0.1, ::1).
 	if other, err := net.Listen("tcp", fmt.Sprintf("127.0.0.2:%d", port)); err == nil {
-		a.wantError(a.do("POST", "/v1/sandboxes/web/urls", body), 409, wire.CodeInvalid)
+		var again wire.URL
+		a.must("POST", "/v1/sandboxes/web/urls", body, 200, &again)
+		if again.URL != u.URL || again.Listening == nil || *again.Listening {
+			t.Errorf("URL with a listener on 127.0.0.2: %+v, want %s with listening false", again, u.URL)
+		}
 		other.Close()
 	}
 
-	app, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") })}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		srv.Serve(app)
-	}()
-	var u wire.URL
-	a.must("POST", "/v1/sandboxes/web/urls", body, 200, &u)
 	get := func() (int, string) {
 		parsed, err := url.Parse(u.URL)
 		if err != nil {
@@ -74,6 +68,29 @@ func TestPreviewURLNeedsListener(t *testing.T) {
 		}
 		resp.Body.Close()
 		return resp.StatusCode, resp.Header.Get(wire.HeaderError)
+	}
+	start := time.Now()
+	if status, code := get(); status != http.StatusBadGateway || code != string(wire.CodeUnavailable) {
+		t.Errorf("preview before a listener: %d %s %q, want 502 with %s: unavailable", status, wire.HeaderError, code, wire.HeaderError)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("preview before a listener took %v: a refused port must be answered at once", took)
+	}
+
+	app, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") })}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		srv.Serve(app)
+	}()
+	var listening wire.URL
+	a.must("POST", "/v1/sandboxes/web/urls", body, 200, &listening)
+	if listening.URL != u.URL || listening.Listening == nil || !*listening.Listening {
+		t.Errorf("URL once something listens: %+v, want %s with listening true", listening, u.URL)
 	}
 	if status, _ := get(); status != 200 {
 		t.Fatalf("preview with a listener: %d, want 200", status)

@@ -44,18 +44,19 @@ func (s *server) previewLookup(ctx context.Context, token string) (preview.Targe
 		// serves while it is parked: the listener answers "unavailable".
 		return preview.Target{}, fmt.Errorf("sandbox %s is suspended", sb.Name)
 	}
-	// A contained sandbox serves inside its own network namespace: its
-	// port is reached at its veth address, never at the host's loopback,
-	// where some other program may listen.
+	// A contained sandbox serves inside its own network namespace: the
+	// proxy reaches its port from inside that namespace (its loopback,
+	// then its address), never at the host's loopback, where some other
+	// program may listen.
 	nsb, err := s.netFor(ctx, sb)
 	if err != nil {
 		return preview.Target{}, fmt.Errorf("reach sandbox %s: %w", sb.Name, err)
 	}
-	addr := netip.MustParseAddr("127.0.0.1")
+	t := preview.Target{Sandbox: p.Sandbox, Addr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(p.Port))}
 	if nsb != nil {
-		addr = nsb.Addr
+		t.Addr, t.NetNS = netip.AddrPortFrom(nsb.Addr, uint16(p.Port)), nsb.NetNSPath
 	}
-	return preview.Target{Sandbox: p.Sandbox, Addr: netip.AddrPortFrom(addr, uint16(p.Port))}, nil
+	return t, nil
 }
 
 // ownPorts are the loopback TCP ports runnerd itself serves on (the API and
@@ -102,10 +103,12 @@ func (s *server) handleURLs(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errInvalid("port %d is runnerd's own listener, not the sandbox's", req.Port))
 		return
 	}
-	// url-or-nothing: a URL only where something listens, where the
-	// proxy would connect (the sandbox's address in its namespace, or
-	// loopback on the host's network).
-	target, nsPath := netip.MustParseAddr("127.0.0.1"), ""
+	// url-or-nothing: the URL works whatever address the sandbox's server
+	// bound (the proxy connects from inside the sandbox's namespace), and
+	// once something listens. The answer says whether something listens
+	// now, where the proxy would connect; the URL is handed over either
+	// way, so a client can wait for the server instead of racing it.
+	target := preview.Target{Sandbox: sb.Name, Addr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(req.Port))}
 	if sb.Network != nil {
 		nsb, err := s.netFor(r.Context(), sb)
 		if err != nil {
@@ -116,14 +119,14 @@ func (s *server) handleURLs(w http.ResponseWriter, r *http.Request) {
 			s.writeError(w, r, errUnavailable("sandbox %s has no network namespace set up", sb.Name))
 			return
 		}
-		target, nsPath = nsb.Addr, nsb.NetNSPath
+		target.Addr, target.NetNS = netip.AddrPortFrom(nsb.Addr, uint16(req.Port)), nsb.NetNSPath
 	}
-	if ok, err := listening(nsPath, target, req.Port); err != nil {
-		s.writeError(w, r, errUnavailable("look for a listener in sandbox %s: %v", sb.Name, err))
-		return
-	} else if !ok {
-		s.writeError(w, r, errConflict("nothing listens on port %d in sandbox %s", req.Port, sb.Name))
-		return
+	ok := false
+	if sb.State != wire.SandboxSuspended { // parked: nothing of it serves
+		if ok, err = listening(target); err != nil {
+			s.writeError(w, r, errUnavailable("look for a listener in sandbox %s: %v", sb.Name, err))
+			return
+		}
 	}
 	tok, err := preview.NewToken()
 	if err != nil {
@@ -135,16 +138,15 @@ func (s *server) handleURLs(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errUnavailable("write registry: %v", err))
 		return
 	}
-	s.writeJSON(w, http.StatusOK, wire.URL{URL: s.preview.URL(p.Token)})
+	s.writeJSON(w, http.StatusOK, wire.URL{URL: s.preview.URL(p.Token), Listening: &ok})
 }
 
-// listening reports whether a TCP socket listens on port where the preview
-// proxy would connect: addr (the sandbox's address, or 127.0.0.1 for a
-// sandbox on the host network) or a wildcard address. It reads the
-// kernel's socket tables of the sandbox's network namespace
-// (/proc/thread-self/net/tcp{,6} on a thread that joined it, netnsPath)
-// or, with netnsPath empty, runnerd's own.
-func listening(netnsPath string, addr netip.Addr, port int) (bool, error) {
+// listening reports whether a TCP socket listens where the preview proxy
+// would connect to t: on one of t.Addrs or a wildcard address, on t's
+// port. It reads the kernel's socket tables of t's network namespace
+// (/proc/thread-self/net/tcp{,6} on a thread that joined it) or, for a
+// sandbox on the host's network, runnerd's own.
+func listening(t preview.Target) (bool, error) {
 	var found bool
 	read := func() error {
 		for _, f := range []string{"tcp", "tcp6"} {
@@ -155,28 +157,32 @@ func listening(netnsPath string, addr netip.Addr, port int) (bool, error) {
 			if err != nil {
 				return fmt.Errorf("read socket table: %w", err)
 			}
-			if listensIn(b, addr, port) {
+			if listensIn(b, t.Addrs()) {
 				found = true
 				return nil
 			}
 		}
 		return nil
 	}
-	if netnsPath == "" {
+	if t.NetNS == "" {
 		// Pinned to one thread only for /proc/thread-self's sake; the
 		// thread is in runnerd's own namespace.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 		return found, read()
 	}
-	err := netpolicy.RunInNetNS(netnsPath, read)
+	err := netpolicy.RunInNetNS(t.NetNS, read)
 	return found, err
 }
 
 // listensIn reports whether a /proc/net/tcp{,6} table holds a LISTEN (state
-// 0A) socket on port whose local address is addr, its IPv4-mapped IPv6
-// form, or a wildcard.
-func listensIn(table []byte, addr netip.Addr, port int) bool {
+// 0A) socket on the port of addrs (they share one) whose local address is
+// one of addrs, its IPv4-mapped IPv6 form, or a wildcard.
+func listensIn(table []byte, addrs []netip.AddrPort) bool {
+	if len(addrs) == 0 {
+		return false
+	}
+	port := int(addrs[0].Port())
 	lines := strings.Split(string(table), "\n")
 	for _, line := range lines[min(1, len(lines)):] {
 		f := strings.Fields(line)
@@ -195,8 +201,13 @@ func listensIn(table []byte, addr netip.Addr, port int) bool {
 		if !ok {
 			continue
 		}
-		if local.IsUnspecified() || local.Unmap() == addr.Unmap() {
+		if local.IsUnspecified() {
 			return true
+		}
+		for _, a := range addrs {
+			if local.Unmap() == a.Addr().Unmap() {
+				return true
+			}
 		}
 	}
 	return false

@@ -188,6 +188,11 @@ type URLRequest struct {
 // URL is the answer of POST /v1/sandboxes/{name}/urls.
 type URL struct {
 	URL string `json:"url"`
+	// Listening says whether something listened on the port when runnerd
+	// answered; the URL works once something does. Nil from a runnerd
+	// older than this field, which gave a URL only for a port something
+	// listened on.
+	Listening *bool `json:"listening,omitempty"`
 }
 
 // Exit is a session's exit record. Code is meaningful when Reason is

@@ -17,9 +17,24 @@
 // For each request the Server takes the Host header, drops the port, checks
 // that everything after the first label equals the template's host suffix,
 // and treats the first label as the token. Config.Lookup (the daemon's
-// registry) maps the token to a Target, the host address where one sandbox
-// port is reachable, and the request is reverse-proxied there. WebSocket
-// upgrades and streamed responses pass through unbuffered.
+// registry) maps the token to a Target, one sandbox port, and the request is
+// reverse-proxied there. WebSocket upgrades and streamed responses pass
+// through unbuffered.
+//
+// # How a sandbox port is reached
+//
+// A sandbox with its own network namespace has its own loopback, which dev
+// servers bind to (Vite, Next, Jupyter, python3 -m http.server --bind
+// 127.0.0.1), and which no host address reaches. So the Server makes its
+// sockets inside the sandbox's namespace (Target.NetNS; a socket belongs to
+// the namespace it was created in) and connects from there to 127.0.0.1,
+// then ::1, then the sandbox's own address (Target.Addrs). The namespace is
+// joined only for socket(2), on a locked OS thread that then returns to the
+// host's namespace; the connect goes through the runtime's poller like any
+// other, so a listener that never accepts holds no OS thread. Nothing is
+// routed between the namespace and the host for this, and the host's own
+// loopback is never a Target's. Idle upstream connections are pooled per
+// namespace and port, never across sandboxes.
 //
 // # Security model
 //
@@ -46,8 +61,8 @@
 //     app sets no Referrer-Policy, the Server adds "same-origin".
 //   - An unknown token is a 404 that says the preview does not exist. A
 //     registry failure is a 503, never a 404: a blip must not read as absence.
-//     A Target that refuses the connection is a 502 that says the sandbox's
-//     port is not serving.
+//     A Target where nothing listens (every address refuses) is answered at
+//     once with a 502 that says the sandbox's port is not serving.
 //
 // # What an operator configures
 //

@@ -25,10 +25,34 @@ var ErrUnknownToken = errors.New("unknown preview token")
 type Target struct {
 	// Sandbox is the sandbox's name. It appears in logs and error pages.
 	Sandbox string
-	// Addr is where the sandbox's port is reachable from the host:
-	// 127.0.0.1:PORT for a sandbox without its own network namespace, or the
-	// sandbox's veth address and PORT.
+	// Addr is the sandbox's own address and the port: 127.0.0.1:PORT for a
+	// sandbox on the host's network, or the sandbox's veth address and
+	// PORT. The Server reaches the port on loopback first (see Addrs), so
+	// a server bound to 127.0.0.1 or ::1 is served as well as one bound to
+	// Addr or a wildcard.
 	Addr netip.AddrPort
+	// NetNS is the path of the sandbox's network namespace (a bind-mounted
+	// nsfs file), or empty for a sandbox on the host's network. With it
+	// the Server makes its sockets inside that namespace, so "loopback"
+	// is the sandbox's own: nothing is routed between the namespace and
+	// the host for it.
+	NetNS string
+}
+
+// Addrs are the addresses the Server tries for t, in order, inside t's
+// network namespace: 127.0.0.1, ::1, then t.Addr when it is not loopback,
+// all on t's port. A server bound to any of them, or to a wildcard, is
+// reached. The first that does not refuse the connection is used.
+func (t Target) Addrs() []netip.AddrPort {
+	port := t.Addr.Port()
+	addrs := []netip.AddrPort{
+		netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), port),
+		netip.AddrPortFrom(netip.IPv6Loopback(), port),
+	}
+	if a := t.Addr.Addr().Unmap(); a.IsValid() && !a.IsLoopback() {
+		addrs = append(addrs, netip.AddrPortFrom(a, port))
+	}
+	return addrs
 }
 
 // Config configures a Server.
@@ -113,8 +137,8 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{tmpl: tmpl, lookup: cfg.Lookup, log: logger}
 	s.baseCtx, s.cancel = context.WithCancel(context.Background())
 	s.transport = &http.Transport{
-		Proxy:                 nil, // only ever the Target; never an environment proxy
-		DialContext:           (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		Proxy:                 nil,       // only ever the Target; never an environment proxy
+		DialContext:           dialRoute, // the request's Target, never the URL's host
 		MaxIdleConns:          64,
 		MaxIdleConnsPerHost:   8,
 		IdleConnTimeout:       90 * time.Second,
@@ -234,7 +258,11 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 // X-Forwarded headers say who asked and over which scheme the URL is served.
 func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 	rt := pr.In.Context().Value(routeKey{}).(route)
-	pr.SetURL(&url.URL{Scheme: "http", Host: rt.target.Addr.String()})
+	// The URL's host only keys the Transport's pool of idle connections
+	// (dialRoute dials the Target itself): one key per sandbox namespace
+	// and port, so a connection into one sandbox is never reused for
+	// another's request, although every sandbox has its own 127.0.0.1.
+	pr.SetURL(&url.URL{Scheme: "http", Host: poolKey(rt.target)})
 	pr.Out.Host = pr.In.Host
 	pr.SetXForwarded()
 	pr.Out.Header.Set("X-Forwarded-Proto", s.tmpl.scheme)
