@@ -1,0 +1,213 @@
+package shim
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// beneathFixture is a workspace (owned by nobody, 0700, under a directory
+// only root may pass, as runnerd's) holding a real directory "sub" and
+// symlinks a hostile command could plant: out of it (absolute, relative,
+// into /root, through a link inside) and one that stays inside; and a
+// victim directory beside it with a secret, readable by anyone (so only
+// the confinement, not a permission, keeps a command out).
+type beneathFixture struct {
+	ws, victim string
+}
+
+func newBeneathFixture(t *testing.T) beneathFixture {
+	t.Helper()
+	closed := t.TempDir()
+	if err := os.Chmod(closed, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	f := beneathFixture{ws: filepath.Join(closed, "ws"), victim: filepath.Join(closed, "victim")}
+	for _, d := range []string{f.ws, filepath.Join(f.ws, "sub"), filepath.Join(f.ws, "sub", "deeper"), f.victim} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(f.victim, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(f.victim, "secret"), []byte("victim\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for link, target := range map[string]string{
+		"abs":            f.victim,
+		"rel":            "../victim",
+		"root":           "/root",
+		"slash":          "/",
+		"sub/up":         "../..",
+		"sub/deeper/abs": f.victim,
+		"in":             "sub/deeper", // stays inside
+		"proc":           "/proc/self/cwd",
+	} {
+		if err := os.Symlink(target, filepath.Join(f.ws, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := filepath.WalkDir(f.ws, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, 65534, 65534)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(f.ws, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestDirBeneath: with Spec.DirRoot a working directory reached through a
+// symlink that leaves the root fails the start (exec phase, EXDEV) and the
+// command never runs, on every path a command takes (the direct one as
+// root and as a user, the nsexec helper of an Isolate command); a symlink
+// that stays inside is followed; the root itself is entered as before.
+func TestDirBeneath(t *testing.T) {
+	needRoot(t)
+	f := newBeneathFixture(t)
+	script := `pwd -P; echo pwned > planted`
+	paths := []struct {
+		name string
+		spec Spec
+	}{
+		{"direct as root", Spec{}},
+		{"direct as nobody", Spec{User: "nobody"}},
+		{"helper, isolated", Spec{User: "nobody", Isolate: true}},
+	}
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			for _, bad := range []string{"abs", "rel", "root", "slash", "sub/up", "sub/deeper/abs", "in/abs", "abs/x", "proc"} {
+				spec := p.spec
+				spec.ID, spec.Env, spec.Argv = "t1", testEnv, []string{"sh", "-c", script}
+				spec.Dir, spec.DirRoot = filepath.Join(f.ws, bad), f.ws
+				_, err := Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), spec)
+				var se *StartError
+				if !errors.As(err, &se) || se.Phase != PhaseExec || !errors.Is(err, unix.EXDEV) || !strings.Contains(err.Error(), "resolves outside "+f.ws) {
+					t.Errorf("cwd %s: %v, want an exec-phase StartError wrapping EXDEV that says it resolves outside %s", bad, err, f.ws)
+				}
+			}
+			for _, good := range []struct{ dir, want string }{
+				{".", f.ws}, {"sub", filepath.Join(f.ws, "sub")}, {"in", filepath.Join(f.ws, "sub", "deeper")},
+			} {
+				spec := p.spec
+				spec.Argv = []string{"sh", "-c", "pwd -P"}
+				spec.Dir, spec.DirRoot = filepath.Join(f.ws, good.dir), f.ws
+				if out, code := runToEnd(t, spec); code != 0 || out != good.want+"\n" {
+					t.Errorf("cwd %s: exit %d output %q, want 0 and %q", good.dir, code, out, good.want+"\n")
+				}
+			}
+		})
+	}
+	if _, err := os.Stat(filepath.Join(f.victim, "planted")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a command ran in the victim's directory: %v", err)
+	}
+	if _, err := os.Stat("/root/planted"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a command ran in /root: %v", err)
+	}
+	// Dir must lie under DirRoot at all: refused before anything starts.
+	_, err := Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, Dir: f.victim, DirRoot: f.ws})
+	if !errors.Is(err, ErrInvalid) {
+		t.Errorf("cwd %s outside cwd_root %s: %v, want ErrInvalid", f.victim, f.ws, err)
+	}
+}
+
+// TestDirBeneathAsUser: in the helper the path below the root is resolved
+// after the user switch, so a directory below the root that the user may
+// not pass stops it (EACCES), as its own cd would; the root itself need
+// only let it in (the directories above it are root's, 0700).
+func TestDirBeneathAsUser(t *testing.T) {
+	needRoot(t)
+	f := newBeneathFixture(t)
+	if err := os.Chmod(filepath.Dir(f.ws), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	locked := filepath.Join(f.ws, "locked")
+	if err := os.MkdirAll(filepath.Join(locked, "inner"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(locked, 0o700); err != nil { // root's
+		t.Fatal(err)
+	}
+	spec := Spec{Argv: []string{"sh", "-c", "pwd -P"}, User: "nobody", Isolate: true, Dir: filepath.Join(f.ws, "sub"), DirRoot: f.ws}
+	if out, code := runToEnd(t, spec); code != 0 || out != filepath.Join(f.ws, "sub")+"\n" {
+		t.Fatalf("cwd sub behind a 0700 parent: exit %d output %q", code, out)
+	}
+	spec = Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, User: "nobody", Isolate: true, Dir: filepath.Join(locked, "inner"), DirRoot: f.ws}
+	_, err := Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), spec)
+	if !errors.Is(err, unix.EACCES) {
+		t.Fatalf("cwd below root's 0700 %s as nobody: %v, want EACCES", locked, err)
+	}
+}
+
+// TestDirBeneathRace: a command that swaps a directory of its root with a
+// symlink out of it, as fast as it can, while commands are started there:
+// each starts in the directory or fails with EXDEV, never runs outside.
+func TestDirBeneathRace(t *testing.T) {
+	needRoot(t)
+	f := newBeneathFixture(t)
+	real, flip := filepath.Join(f.ws, "real"), filepath.Join(f.ws, "flip")
+	if err := os.Mkdir(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(f.victim, flip); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			unix.Renameat2(unix.AT_FDCWD, real, unix.AT_FDCWD, flip, unix.RENAME_EXCHANGE)
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	ran, refused := 0, 0
+	for i := range 20 {
+		for _, p := range []Spec{{}, {User: "nobody", Isolate: true}} {
+			spec := p
+			spec.ID, spec.Env = "t1", testEnv
+			spec.Argv = []string{"sh", "-c", fmt.Sprintf("echo pwned > planted-%d; pwd -P", i)}
+			spec.Dir, spec.DirRoot = flip, f.ws
+			dir := sessionDir(t)
+			_, err := Start(ctxT(t, 10*time.Second), shimExe, dir, spec)
+			switch {
+			case err == nil:
+				e := waitExit(t, dir)
+				out := stdoutOf(t, dir)
+				if e.Code != 0 || (out != real+"\n" && out != flip+"\n") {
+					t.Errorf("started: exit %d output %q, want it in %s or %s", e.Code, out, real, flip)
+				}
+				ran++
+			case errors.Is(err, unix.EXDEV):
+				refused++
+			default:
+				t.Errorf("start: %v, want a start or EXDEV", err)
+			}
+		}
+	}
+	t.Logf("%d started inside, %d refused", ran, refused)
+	ents, _ := os.ReadDir(f.victim)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "planted") {
+			t.Errorf("a command ran in the victim's directory: %s", e.Name())
+		}
+	}
+}
