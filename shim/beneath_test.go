@@ -78,7 +78,10 @@ func newBeneathFixture(t *testing.T) beneathFixture {
 func TestDirBeneath(t *testing.T) {
 	needRoot(t)
 	f := newBeneathFixture(t)
-	script := `pwd -P; echo pwned > planted`
+	// The command plants a file only where the test owns the directory, so
+	// a broken confinement (as root, in / or /root) shows in its output
+	// and the start's result without writing to the host.
+	script := fmt.Sprintf(`case $(pwd -P) in %s*) echo pwned > planted;; esac; pwd -P`, f.victim)
 	paths := []struct {
 		name string
 		spec Spec
@@ -209,5 +212,30 @@ func TestDirBeneathRace(t *testing.T) {
 		if strings.HasPrefix(e.Name(), "planted") {
 			t.Errorf("a command ran in the victim's directory: %s", e.Name())
 		}
+	}
+}
+
+// TestDirBeneathAheadHelper: a warm shim's helper started ahead confines
+// the working directory the same way, and its refusal is the start's
+// error (exec phase, EXDEV), not a lost report: the helper exits with the
+// go byte unread, which resets the connection after its report. (Before,
+// the reset won: "nsexec: read the helper's report: ... connection reset
+// by peer", a setup failure.)
+func TestDirBeneathAheadHelper(t *testing.T) {
+	needRoot(t)
+	f := newBeneathFixture(t)
+	p := newHelperPool(t, 1)
+	for _, bad := range []string{"abs", "sub/up"} {
+		waitWarm(t, p, 1)
+		spec := Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, User: "nobody", Isolate: true, Dir: filepath.Join(f.ws, bad), DirRoot: f.ws}
+		_, err := p.Start(ctxT(t, 10*time.Second), poolDir(t, p), spec)
+		var se *StartError
+		if !errors.As(err, &se) || se.Phase != PhaseExec || !errors.Is(err, unix.EXDEV) {
+			t.Errorf("cwd %s through a helper ahead: %v, want an exec-phase StartError wrapping EXDEV", bad, err)
+		}
+	}
+	dir, _ := poolStart(t, p, Spec{User: "nobody", Isolate: true, Argv: []string{"pwd", "-P"}, Dir: filepath.Join(f.ws, "in"), DirRoot: f.ws})
+	if e := waitExit(t, dir); e.Code != 0 || stdoutOf(t, dir) != filepath.Join(f.ws, "sub", "deeper")+"\n" {
+		t.Errorf("cwd in (a link inside): exit %+v output %q", e, stdoutOf(t, dir))
 	}
 }

@@ -262,11 +262,15 @@ func (h *nsexecAhead) exec(cmd *exec.Cmd) (err error, taken bool) {
 		return nil, false
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return fail(fmt.Errorf("nsexec: the helper did not report within %v: %w", nsexecTimeout, syscall.ETIMEDOUT))
-	case err != nil:
-		return fail(fmt.Errorf("nsexec: read the helper's report: %w", err))
 	}
-	if err := parseNsexecReport(string(rep)); err != nil {
-		return fail(err)
+	// A helper whose step failed reported it and exited with the go byte
+	// unread, which resets the connection after its report: the report
+	// is the answer.
+	if perr := parseNsexecReport(string(rep)); perr != nil {
+		return fail(perr)
+	}
+	if err != nil {
+		return fail(fmt.Errorf("nsexec: read the helper's report: %w", err))
 	}
 	if werr != nil {
 		return fail(fmt.Errorf("nsexec: send parameters to the helper: %w", werr))
