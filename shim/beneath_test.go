@@ -239,3 +239,28 @@ func TestDirBeneathAheadHelper(t *testing.T) {
 		t.Errorf("cwd in (a link inside): exit %+v output %q", e, stdoutOf(t, dir))
 	}
 }
+
+// TestBindSourceSymlink: a Spec.Binds source that is a symlink fails the
+// start (ELOOP) instead of root mounting wherever it points; the
+// command never sees the link's target.
+func TestBindSourceSymlink(t *testing.T) {
+	needRoot(t)
+	f := newBeneathFixture(t)
+	link := filepath.Join(t.TempDir(), "tmp")
+	if err := os.Symlink(f.victim, link); err != nil {
+		t.Fatal(err)
+	}
+	spec := Spec{ID: "t1", Env: testEnv, Argv: []string{"cat", "/var/tmp/secret"}, User: "nobody", Isolate: true,
+		Binds: []Bind{{Source: link, Target: "/var/tmp"}}}
+	dir := sessionDir(t)
+	_, err := Start(ctxT(t, 10*time.Second), shimExe, dir, spec)
+	var se *StartError
+	if !errors.As(err, &se) || !errors.Is(err, unix.ELOOP) {
+		out := ""
+		if err == nil {
+			waitExit(t, dir)
+			out = stdoutOf(t, dir)
+		}
+		t.Fatalf("bind of symlink %s -> %s: %v (output %q), want a StartError wrapping ELOOP", link, f.victim, err, out)
+	}
+}
