@@ -8,11 +8,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/agentrunner/runner/internal/testcap"
 	"github.com/agentrunner/runner/wire"
+	"golang.org/x/sys/unix"
 )
 
 // Hostile paths: a sandbox's command can change every path below its
@@ -87,6 +89,7 @@ ln -s /root to-root
 ln -s ../.. up
 mkdir -p sub inside
 ln -s %[1]s sub/deep
+ln -s %[1]s/notes notes-link
 ln -s inside in-link
 for d in /var/tmp /dev/shm; do ln -s %[1]s $d/to-project; ln -s %[2]s $d/to-tmp; ln -s %[3]s $d/to-host; done`, h.victimProject, h.victimTmp, h.hostDir)
 	h.a.run("hostile", "sh", "-c", script)
@@ -195,6 +198,144 @@ func TestHostileCwd(t *testing.T) {
 		if strings.HasPrefix(e.Name(), "planted") {
 			t.Errorf("%s/%s: a command of the hostile sandbox ran in the victim's project", h.victimProject, e.Name())
 		}
+	}
+	h.checkVictim(t)
+}
+
+// TestHostileDestroy: destroying a sandbox whose workspace and private
+// /var/tmp and /dev/shm hold links to the victim's project, its private
+// /var/tmp and a host directory removes the links, never what they point
+// to (os.RemoveAll works from directory descriptors, opens each
+// directory with O_NOFOLLOW and unlinks entries with unlinkat).
+func TestHostileDestroy(t *testing.T) {
+	h := newHostilePaths(t)
+	h.plant(t)
+	// Links where a directory was, one level down too: RemoveAll descends
+	// into directories, never into a link.
+	h.a.run("hostile", "sh", "-c", fmt.Sprintf("mkdir -p deep/er && ln -s %s deep/er/victim && ln -s %s deep/host", h.victimProject, h.hostDir))
+	priv := filepath.Join(h.state, "private", h.hostile.Name+"-"+h.hostile.Incarnation)
+	if _, err := os.Lstat(filepath.Join(priv, "shm", "to-project")); err != nil {
+		t.Fatalf("the planted link in the private /dev/shm: %v", err)
+	}
+	h.a.must("DELETE", "/v1/sandboxes/hostile", nil, 204, nil)
+	for _, p := range []string{h.hostile.Workspace, priv} {
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s after destroy: %v, want gone", p, err)
+		}
+	}
+	h.checkVictim(t)
+	for _, d := range []string{h.victimProject, h.victimTmp, h.hostDir} {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("%s after the hostile sandbox's destroy: %v", d, err)
+		}
+	}
+	if got := h.a.run("victim", "cat", "project/notes", "/var/tmp/victim-secret"); got != "notes\ntmp" {
+		t.Errorf("the victim reads %q, want its files", got)
+	}
+}
+
+// TestRemoveAllRaceSymlinkSwap is the property destroy relies on should a
+// process of the sandbox outlive its sessions (a host without cgroups): a
+// tree whose directories are swapped with links to a victim while
+// os.RemoveAll removes it loses only its own entries.
+func TestRemoveAllRaceSymlinkSwap(t *testing.T) {
+	base := t.TempDir()
+	victim := filepath.Join(base, "victim")
+	if err := os.MkdirAll(filepath.Join(victim, "keep"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		if err := os.WriteFile(filepath.Join(victim, "keep", fmt.Sprint(i)), []byte("v"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	failed := 0
+	for round := range 40 {
+		tree := filepath.Join(base, fmt.Sprintf("tree-%d", round))
+		for i := range 20 {
+			d := filepath.Join(tree, fmt.Sprint(i), "sub")
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(d, "f"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(filepath.Join(victim, "keep"), filepath.Join(tree, fmt.Sprint(i), "link")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				for i := range 20 {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					d := filepath.Join(tree, fmt.Sprint(i))
+					unix.Renameat2(unix.AT_FDCWD, filepath.Join(d, "sub"), unix.AT_FDCWD, filepath.Join(d, "link"), unix.RENAME_EXCHANGE)
+				}
+			}
+		}()
+		err := os.RemoveAll(tree)
+		close(stop)
+		<-done
+		os.RemoveAll(tree) // the swapper may have been mid-rename
+		if err != nil {
+			failed++ // ENOTDIR: a swap under it; destroy answers unavailable and a retry ends it
+		}
+		ents, err := os.ReadDir(filepath.Join(victim, "keep"))
+		if err != nil || len(ents) != 50 {
+			t.Fatalf("round %d: the victim's directory holds %d entries (%v), want 50", round, len(ents), err)
+		}
+	}
+	t.Logf("%d of 40 removals met a swap and failed; none touched the victim", failed)
+}
+
+// TestHostileCheckpoint: a checkpoint of a workspace holding links to the
+// victim captures the links (the walk never follows one, files are read
+// with O_NOFOLLOW while the sandbox is frozen), and a restore puts links
+// back as links into a fresh tree (never writing through a link the
+// sandbox left in the old one), owned by the sandbox: the victim's files
+// are neither captured nor changed.
+func TestHostileCheckpoint(t *testing.T) {
+	h := newHostilePaths(t)
+	if !slices.Contains(h.a.capabilities(), wire.CapCheckpoint) {
+		testcap.Skip(t, "cgroup freezer", "checkpoints need the cgroup freezer")
+	}
+	h.plant(t)
+	h.a.run("hostile", "sh", "-c", "echo mine > mine")
+	var ck wire.Checkpoint
+	h.a.must("POST", "/v1/sandboxes/hostile/checkpoints", wire.CreateCheckpoint{}, 201, &ck)
+	if ck.Files != 1 || ck.Size != int64(len("mine\n")) {
+		t.Errorf("checkpoint: %d files, %d bytes; want 1 file of %d bytes (its own, none of the victim's)", ck.Files, ck.Size, len("mine\n"))
+	}
+	// Before the restore: "sub" and "inside" become links to the victim's
+	// project, where a restore writing by path would land.
+	h.a.run("hostile", "sh", "-c", fmt.Sprintf("rm -rf sub inside && ln -s %[1]s sub && ln -s %[1]s inside", h.victimProject))
+	var sb wire.Sandbox
+	h.a.must("POST", "/v1/sandboxes/hostile/checkpoints/"+ck.ID+"/restore", nil, 200, &sb)
+	for link, want := range map[string]string{"to-project": h.victimProject, "to-tmp": h.victimTmp, "to-host": h.hostDir, "sub/deep": h.victimProject, "in-link": "inside",
+		"notes-link": filepath.Join(h.victimProject, "notes")} {
+		if got, err := os.Readlink(filepath.Join(h.hostile.Workspace, link)); err != nil || got != want {
+			t.Errorf("restored %s: %q, %v; want a link to %s", link, got, err, want)
+		}
+	}
+	for _, d := range []string{"sub", "inside"} {
+		p := filepath.Join(h.hostile.Workspace, d)
+		if u, _, mode := ownerOf(t, p); !mode.IsDir() || u != *h.hostile.UID {
+			t.Errorf("restored %s: %v owned by %d, want a directory of uid %d", p, mode, u, *h.hostile.UID)
+		}
+	}
+	if got := h.a.run("hostile", "cat", "mine"); got != "mine" {
+		t.Errorf("restored mine: %q", got)
+	}
+	ents, err := os.ReadDir(h.victimProject)
+	if err != nil || len(ents) != 1 || ents[0].Name() != "notes" {
+		t.Errorf("the victim's project after the restore: %v, %v; want notes alone", ents, err)
 	}
 	h.checkVictim(t)
 }
