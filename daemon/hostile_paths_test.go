@@ -217,6 +217,17 @@ func TestHostileDestroy(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(priv, "shm", "to-project")); err != nil {
 		t.Fatalf("the planted link in the private /dev/shm: %v", err)
 	}
+	// Its bind sources are out of its reach: it cannot list, replace or
+	// add to its private directory's parent, nor move its mount points.
+	script := fmt.Sprintf(`ls %[1]s >/dev/null 2>&1 && echo listed
+ln -s / %[1]s/x 2>/dev/null && echo linked
+ln -s / %[2]s/tmp.x 2>/dev/null && echo linked-in-private
+mv -T /var/tmp /var/tmp.x 2>/dev/null && echo moved
+rmdir /dev/shm 2>/dev/null && echo removed
+echo done`, filepath.Join(h.state, "private"), priv)
+	if got := h.a.run("hostile", "sh", "-c", script); got != "done" {
+		t.Errorf("the sandbox changed its private directory's entries: %q", got)
+	}
 	h.a.must("DELETE", "/v1/sandboxes/hostile", nil, 204, nil)
 	for _, p := range []string{h.hostile.Workspace, priv} {
 		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
