@@ -164,7 +164,7 @@ func TestHostileCwd(t *testing.T) {
 	h.a.spawn("hostile", wire.CreateSession{ID: "flipper", Argv: []string{"sh", "-c",
 		"while :; do mv -T flip real; mv -T link flip; mv -T flip link; mv -T real flip; done"}})
 	outcomes := map[string]int{}
-	for i := range 30 {
+	for i := range 60 {
 		r := h.a.do("POST", "/v1/sandboxes/hostile/exec", wire.Exec{Argv: []string{"sh", "-c", fmt.Sprintf("echo pwned > planted-%d; pwd -P", i)}, Cwd: "flip", TimeoutMS: 20000})
 		switch {
 		case r.status == http.StatusOK:
