@@ -264,3 +264,38 @@ func TestBindSourceSymlink(t *testing.T) {
 		t.Fatalf("bind of symlink %s -> %s: %v (output %q), want a StartError wrapping ELOOP", link, f.victim, err, out)
 	}
 }
+
+// TestLookPathAsUser: the shim looks the command up as its user, not as
+// root, so a path below a directory the user cannot search answers
+// EACCES whether it exists or not (as root's lookup, ENOENT for an absent
+// one told the command's caller what lies in root's directories), and a
+// command the user can reach is found and runs.
+func TestLookPathAsUser(t *testing.T) {
+	needRoot(t)
+	closed := t.TempDir() // 0700, root's
+	if err := os.WriteFile(filepath.Join(closed, "tool"), []byte("#!/bin/sh\necho tool\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []Spec{{User: "nobody"}, {User: "nobody", Isolate: true}} {
+		for _, argv0 := range []string{filepath.Join(closed, "tool"), filepath.Join(closed, "absent")} {
+			spec := p
+			spec.ID, spec.Env, spec.Argv, spec.Dir = "t1", testEnv, []string{argv0}, "/"
+			_, err := Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), spec)
+			var se *StartError
+			if !errors.As(err, &se) || se.Phase != PhaseExec || !errors.Is(err, unix.EACCES) {
+				t.Errorf("isolate %v: exec %s as nobody: %v, want an exec-phase StartError wrapping EACCES", p.Isolate, argv0, err)
+			}
+		}
+		// PATH lookup as the user: the closed directory is skipped.
+		spec := p
+		spec.Argv, spec.Dir = []string{"sh", "-c", "echo ran"}, "/"
+		spec.Env = []string{"PATH=" + closed + ":/usr/bin:/bin"}
+		if out, code := runToEnd(t, spec); code != 0 || out != "ran\n" {
+			t.Errorf("isolate %v: sh through a PATH starting with a closed directory: exit %d output %q", p.Isolate, code, out)
+		}
+	}
+	// Root still finds it.
+	if out, code := runToEnd(t, Spec{Argv: []string{filepath.Join(closed, "tool")}, Dir: "/"}); code != 0 || out != "tool\n" {
+		t.Errorf("as root: exit %d output %q", code, out)
+	}
+}
