@@ -25,11 +25,13 @@ import (
 // raced a ".." (retried). A symlink that stays inside the root is
 // followed: it leads nowhere the command could not go with cd, and agent
 // repositories use them (a "current" link to a release directory).
-// RESOLVE_NO_MAGICLINKS refuses /proc-style links outright. In the nsexec
-// helper the rest is resolved after the user switch, so each directory
-// below the root must let the command's user pass, as a chdir of its own
-// would; only the root itself is opened by root, so that the directories
-// above it need not be passable (a state directory under a 0700 home).
+// RESOLVE_NO_MAGICLINKS refuses /proc-style links outright. The rest is
+// resolved as the command's user (in the nsexec helper after the user
+// switch, on the direct path by the shim with the user's file-system
+// identity: openDirBeneathAs), so each directory below the root must let
+// the user pass, as a chdir of its own would; only the root itself is
+// opened by root, so that the directories above it need not be passable
+// (a state directory under a 0700 home).
 //
 // On a kernel without openat2 (before 5.6) the rest is walked one
 // component at a time with O_NOFOLLOW: every symlink is refused (ELOOP),

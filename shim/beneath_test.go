@@ -127,10 +127,12 @@ func TestDirBeneath(t *testing.T) {
 	}
 }
 
-// TestDirBeneathAsUser: in the helper the path below the root is resolved
-// after the user switch, so a directory below the root that the user may
-// not pass stops it (EACCES), as its own cd would; the root itself need
-// only let it in (the directories above it are root's, 0700).
+// TestDirBeneathAsUser: the path below the root is resolved as the user
+// (in the helper after the user switch, on the direct path by the shim
+// with the user's file-system identity), so a directory below the root
+// that the user may not pass stops it (EACCES), as its own cd would; the
+// root itself need only let it in (the directories above it are root's,
+// 0700).
 func TestDirBeneathAsUser(t *testing.T) {
 	needRoot(t)
 	f := newBeneathFixture(t)
@@ -148,10 +150,12 @@ func TestDirBeneathAsUser(t *testing.T) {
 	if out, code := runToEnd(t, spec); code != 0 || out != filepath.Join(f.ws, "sub")+"\n" {
 		t.Fatalf("cwd sub behind a 0700 parent: exit %d output %q", code, out)
 	}
-	spec = Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, User: "nobody", Isolate: true, Dir: filepath.Join(locked, "inner"), DirRoot: f.ws}
-	_, err := Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), spec)
-	if !errors.Is(err, unix.EACCES) {
-		t.Fatalf("cwd below root's 0700 %s as nobody: %v, want EACCES", locked, err)
+	for _, isolate := range []bool{true, false} { // the helper, the direct path
+		spec = Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, User: "nobody", Isolate: isolate, Dir: filepath.Join(locked, "inner"), DirRoot: f.ws}
+		_, err := Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), spec)
+		if !errors.Is(err, unix.EACCES) {
+			t.Errorf("isolate %v: cwd below root's 0700 %s as nobody: %v, want EACCES", isolate, locked, err)
+		}
 	}
 }
 

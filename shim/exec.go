@@ -59,8 +59,9 @@ import (
 //     root down must let the user in, not every directory above it (a
 //     sandbox's uid reaches its own workspace under a state directory
 //     whose parent, such as root's home or a test's temporary directory,
-//     is 0700); on the direct path the shim resolves it beneath the root
-//     and the child enters it by its descriptor (/proc/self/fd/N);
+//     is 0700); on the direct path the shim resolves it beneath the root,
+//     with the user's file-system identity (lookas.go), and the child
+//     enters it by its descriptor (/proc/self/fd/N);
 //  10. seccomp filter (Spec.Isolate): Docker's default profile (package
 //     seccomp), last before the execve because it needs no_new_privs and
 //     denies the mount and unshare calls of the steps above;
@@ -480,15 +481,15 @@ func enterDir(p *execPlan) (string, error) {
 
 // forkDir is step 9 on the direct path: exec.Cmd's chdir in the child,
 // after the user switch; with DirRoot, into the directory the shim
-// resolved beneath it (as the shim's user: the command's own, or root,
-// for whom RESOLVE_BENEATH still never leaves the root), by its
-// descriptor, which the child holds until its execve.
+// resolved beneath it (the root opened as the shim, the rest as the
+// command's user, lookas.go), by its descriptor, which the child holds
+// until its execve.
 func forkDir(p *execPlan, f *forkSetup) error {
 	if p.DirRoot == "" {
 		f.cmd.Dir = p.Dir
 		return nil
 	}
-	d, err := OpenDirBeneath(p.DirRoot, p.Dir)
+	d, err := openDirBeneathAs(p.Cred, p.DirRoot, p.Dir)
 	if errors.Is(err, unix.EXDEV) {
 		return &commandError{fmt.Errorf("%s: %w", dirOutside(p.Dir, p.DirRoot), unix.EXDEV)}
 	}

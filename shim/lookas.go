@@ -71,3 +71,40 @@ func setFSCred(cred *syscall.Credential) error {
 	}
 	return nil
 }
+
+// openDirBeneathAs is OpenDirBeneath with the root opened as the shim and
+// the rest resolved as cred's user, as the nsexec helper does after its
+// user switch (the direct path has no such switch before the fork).
+func openDirBeneathAs(cred *nsexecCred, root, dir string) (*os.File, error) {
+	if cred == nil || os.Geteuid() != 0 || cred.UID == 0 {
+		return OpenDirBeneath(root, dir)
+	}
+	rel, ok := relBelow(root, dir)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q is not %q or below it", ErrInvalid, dir, root)
+	}
+	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: root, Err: err}
+	}
+	defer unix.Close(rfd)
+	type result struct {
+		fd  int
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with this goroutine
+		if err := setFSCred(&syscall.Credential{Uid: cred.UID, Gid: cred.GID, Groups: cred.Groups}); err != nil {
+			ch <- result{-1, err}
+			return
+		}
+		fd, err := openBeneath(rfd, rel)
+		ch <- result{fd, err}
+	}()
+	r := <-ch
+	if r.err != nil {
+		return nil, &os.PathError{Op: "open", Path: dir, Err: r.err}
+	}
+	return os.NewFile(uintptr(r.fd), dir), nil
+}
