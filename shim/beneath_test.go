@@ -25,6 +25,13 @@ type beneathFixture struct {
 
 func newBeneathFixture(t *testing.T) beneathFixture {
 	t.Helper()
+	return newBeneathFixtureAs(t, 65534)
+}
+
+// newBeneathFixtureAs is newBeneathFixture with the workspace owned by
+// uid (the test's own, for a test that needs no root).
+func newBeneathFixtureAs(t *testing.T, uid int) beneathFixture {
+	t.Helper()
 	closed := t.TempDir()
 	if err := os.Chmod(closed, 0o711); err != nil {
 		t.Fatal(err)
@@ -59,7 +66,7 @@ func newBeneathFixture(t *testing.T) beneathFixture {
 		if err != nil {
 			return err
 		}
-		return os.Lchown(p, 65534, 65534)
+		return os.Lchown(p, uid, uid)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -301,5 +308,26 @@ func TestLookPathAsUser(t *testing.T) {
 	// Root still finds it.
 	if out, code := runToEnd(t, Spec{Argv: []string{filepath.Join(closed, "tool")}, Dir: "/"}); code != 0 || out != "tool\n" {
 		t.Errorf("as root: exit %d output %q", code, out)
+	}
+}
+
+// TestOpenNoFollow: the walk used where openat2 is missing (kernels before
+// 5.6) reaches directories below the root and refuses every symlink, out
+// of the root or not.
+func TestOpenNoFollow(t *testing.T) {
+	f := newBeneathFixtureAs(t, os.Geteuid())
+	rfd, err := unix.Open(f.ws, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(rfd)
+	for rel, want := range map[string]error{"sub": nil, "sub/deeper": nil, "abs": unix.ENOTDIR, "in": unix.ENOTDIR, "sub/up": unix.ENOTDIR, "nope": unix.ENOENT} {
+		fd, err := openNoFollow(rfd, rel)
+		if err == nil {
+			unix.Close(fd)
+		}
+		if !errors.Is(err, want) && !(want == unix.ENOTDIR && errors.Is(err, unix.ELOOP)) {
+			t.Errorf("%s: %v, want %v", rel, err, want)
+		}
 	}
 }
