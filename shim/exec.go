@@ -132,8 +132,8 @@ type execPlan struct {
 	Argv       []string    `json:"argv"`
 	Env        []string    `json:"env"`
 
-	// dirFD is Dir (DirRoot, when set) opened (O_PATH) by the helper as
-	// root before the user switch, for enterDir; 0: not opened.
+	// dirFD is DirRoot opened (O_PATH) by the helper as root before the
+	// user switch, for enterDir; 0: not opened.
 	dirFD int
 }
 
@@ -198,7 +198,7 @@ var execSteps = []execStep{
 		active: func(p *execPlan) bool { return p.Isolate },
 		helper: dropBoundingSet},
 	{name: "open the working directory", phase: PhaseExec,
-		active: func(p *execPlan) bool { return p.Dir != "" && (p.Cred != nil || p.DirRoot != "") },
+		active: func(p *execPlan) bool { return p.Dir != "" && p.DirRoot != "" },
 		// At the fork exec.Cmd chdirs after the user switch, as before.
 		fork:   func(*execPlan, *forkSetup) error { return nil },
 		helper: openDir},
@@ -418,16 +418,12 @@ func dropBoundingSet(*execPlan) (string, error) {
 	return "", nil
 }
 
-// openDir is the helper's first half of step 9: Dir, or DirRoot when
-// set, opened as root (O_PATH: no permission on the directory itself is
-// used), for enterDir. Never Dir below a DirRoot: root would follow the
-// command's symlinks (beneath.go).
+// openDir is the helper's first half of step 9: DirRoot opened as root
+// (O_PATH: no permission on the directory itself is used), for enterDir.
+// Never Dir itself: root would follow whatever symlinks lie on its path
+// (beneath.go); without a DirRoot, enterDir chdirs as the user.
 func openDir(p *execPlan) (string, error) {
-	dir := p.Dir
-	if p.DirRoot != "" {
-		dir = p.DirRoot
-	}
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(p.DirRoot, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return "chdir " + p.Dir, err // as the chdir itself would report it
 	}
@@ -453,9 +449,10 @@ func switchUser(p *execPlan) (string, error) {
 	return "", nil
 }
 
-// enterDir is the helper's chdir step: fchdir(2) into the directory
-// switchUser opened before the switch (its own search permission is
-// checked, as the user, and nothing above it), else chdir(2).
+// enterDir is the helper's chdir step, as the user: with DirRoot, Dir
+// resolved beneath the root openDir opened before the switch and entered
+// with fchdir(2) (the search permission of the root and of each
+// directory below it is checked, nothing above it); else chdir(2).
 func enterDir(p *execPlan) (string, error) {
 	if p.DirRoot != "" && p.dirFD > 0 {
 		// As the user now: each directory below the root must let it pass.
@@ -472,9 +469,6 @@ func enterDir(p *execPlan) (string, error) {
 		}
 		defer unix.Close(fd)
 		return "chdir " + p.Dir, unix.Fchdir(fd)
-	}
-	if p.dirFD > 0 {
-		return "chdir " + p.Dir, unix.Fchdir(p.dirFD)
 	}
 	return "chdir " + p.Dir, unix.Chdir(p.Dir)
 }

@@ -50,9 +50,11 @@ type Spec struct {
 	// it, both absolute): Dir is resolved beneath DirRoot and never
 	// leaves it, whatever symlinks lie below it (a start whose Dir would
 	// fails in the exec phase with EXDEV; see beneath.go). Only DirRoot
-	// itself is opened as a path, by the shim; the caller vouches that
-	// nobody but root can change it or what lies above it (runnerd: the
-	// sandbox's workspace).
+	// itself is opened as a path, by the shim (as root: the directories
+	// above it need not let User pass); the rest is resolved as User. The
+	// caller vouches that nobody but root can change DirRoot or what lies
+	// above it (runnerd: the sandbox's workspace). Without DirRoot, Dir is
+	// the command's own chdir(2), as User.
 	DirRoot string `json:"cwd_root,omitempty"`
 	// User optionally runs the command as another user: a name, or
 	// uid[:gid]. A name sets the user's primary group and supplementary
