@@ -31,6 +31,13 @@
 //   - Regular files, directories and symlinks are captured; sockets, fifos
 //     and device nodes are not (they carry no data) and are counted in
 //     Info.Skipped. Hard links are captured as separate files.
+//   - Create never follows a symlink of the tree, even one swapped in while
+//     it walks (the caller freezes the sandbox, but a process running as
+//     the same user elsewhere is not frozen): every entry is looked at and
+//     opened relative to its directory's descriptor with O_NOFOLLOW, and a
+//     file's metadata comes from the descriptor its content is read from.
+//     Restore writes into a fresh staging directory it made, never through
+//     the old tree.
 //
 // Not safe for concurrent use across processes; one Store value
 // serializes its own methods.

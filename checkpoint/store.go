@@ -389,59 +389,149 @@ type capture struct {
 	buf     []byte
 }
 
+// walk records the tree at root. It works from directory descriptors:
+// each entry is looked at (fstatat, no follow) and opened (O_NOFOLLOW)
+// relative to its directory's descriptor, never by a path, so a process
+// that swaps a directory for a symlink while the walk runs (one not
+// frozen: another sandbox running as the same user) cannot lead root's
+// reads out of the tree; a file is read through the descriptor its
+// entry's metadata comes from. Order is filepath.WalkDir's: depth first,
+// each directory's entries by name.
 func (c *capture) walk(ctx context.Context, ri int, root string) ([]entry, error) {
+	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("walk %s: %w", root, err)
+	}
 	var out []entry
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return fmt.Errorf("walk %s: %w", p, err)
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			return fmt.Errorf("stat %s: %w", p, err)
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return fmt.Errorf("stat %s: %w", p, err)
-		}
-		e := entry{Path: rel, Mode: fi.Mode(), UID: int(st.Uid), GID: int(st.Gid), Mtime: st.Mtim.Nano()}
-		switch {
-		case fi.Mode().IsDir():
-		case fi.Mode()&fs.ModeSymlink != 0:
-			if e.Target, err = os.Readlink(p); err != nil {
-				return fmt.Errorf("read link %s: %w", p, err)
-			}
-		case fi.Mode().IsRegular():
-			e.Size, e.Ino, e.Ctime = st.Size, st.Ino, st.Ctim.Nano()
-			c.info.Files++
-			c.info.Size += st.Size
-			if old, ok := c.prev[[2]string{fmt.Sprint(ri), rel}]; ok && old.Ino == e.Ino && old.Size == e.Size &&
-				old.Mtime == e.Mtime && old.Ctime == e.Ctime && old.Mode == e.Mode {
-				e.Chunks = old.Chunks // unchanged since the last checkpoint
-				break
-			}
-			if e.Chunks, err = c.file(p); err != nil {
-				return err
-			}
-		default:
-			c.info.Skipped++
-			return nil
-		}
-		out = append(out, e)
-		return nil
-	})
+	err = c.walkDir(ctx, ri, fd, root, ".", &out)
 	return out, err
 }
 
-func (c *capture) file(p string) ([]string, error) {
-	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", p, err)
-	}
+// walkDir records the directory open at fd (its path p, rel below the
+// root) and everything below it, and closes fd.
+func (c *capture) walkDir(ctx context.Context, ri int, fd int, p, rel string, out *[]entry) error {
+	f := os.NewFile(uintptr(fd), p)
 	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("stat %s: %w", p, err)
+	}
+	*out = append(*out, entryOf(rel, &st))
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return fmt.Errorf("walk %s: %w", p, err)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		cp, crel := filepath.Join(p, name), filepath.Join(rel, name)
+		var lst unix.Stat_t
+		if err := unix.Fstatat(fd, name, &lst, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("stat %s: %w", cp, err)
+		}
+		switch lst.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			// ENOTDIR or ELOOP: swapped for something else since the stat.
+			cfd, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return fmt.Errorf("open %s: %w", cp, err)
+			}
+			if err := c.walkDir(ctx, ri, cfd, cp, crel, out); err != nil {
+				return err
+			}
+		case unix.S_IFLNK:
+			e := entryOf(crel, &lst)
+			buf := make([]byte, unix.PathMax)
+			n, err := unix.Readlinkat(fd, name, buf)
+			if err != nil {
+				return fmt.Errorf("read link %s: %w", cp, err)
+			}
+			e.Target = string(buf[:n])
+			*out = append(*out, e)
+		case unix.S_IFREG:
+			e, err := c.fileAt(ri, fd, name, cp, crel)
+			if err != nil {
+				return err
+			}
+			*out = append(*out, e)
+		default:
+			c.info.Skipped++
+		}
+	}
+	return nil
+}
+
+// entryOf is the entry of rel with the metadata st.
+func entryOf(rel string, st *unix.Stat_t) entry {
+	return entry{Path: rel, Mode: fileMode(st.Mode), UID: int(st.Uid), GID: int(st.Gid), Mtime: st.Mtim.Nano()}
+}
+
+// fileMode is st_mode as an fs.FileMode, as package os makes it.
+func fileMode(m uint32) fs.FileMode {
+	mode := fs.FileMode(m & 0o777)
+	switch m & unix.S_IFMT {
+	case unix.S_IFBLK:
+		mode |= fs.ModeDevice
+	case unix.S_IFCHR:
+		mode |= fs.ModeDevice | fs.ModeCharDevice
+	case unix.S_IFDIR:
+		mode |= fs.ModeDir
+	case unix.S_IFIFO:
+		mode |= fs.ModeNamedPipe
+	case unix.S_IFLNK:
+		mode |= fs.ModeSymlink
+	case unix.S_IFSOCK:
+		mode |= fs.ModeSocket
+	}
+	if m&unix.S_ISGID != 0 {
+		mode |= fs.ModeSetgid
+	}
+	if m&unix.S_ISUID != 0 {
+		mode |= fs.ModeSetuid
+	}
+	if m&unix.S_ISVTX != 0 {
+		mode |= fs.ModeSticky
+	}
+	return mode
+}
+
+// fileAt records the regular file name in the directory open at dfd:
+// opened with O_NOFOLLOW (and O_NONBLOCK, so a fifo swapped in cannot
+// block the walk), its metadata taken from the opened file, which must
+// still be a regular file, and its content chunked unless it is
+// unchanged since the newest checkpoint.
+func (c *capture) fileAt(ri, dfd int, name, p, rel string) (entry, error) {
+	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return entry{}, fmt.Errorf("open %s: %w", p, err)
+	}
+	f := os.NewFile(uintptr(fd), p)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return entry{}, fmt.Errorf("stat %s: %w", p, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return entry{}, fmt.Errorf("read %s: no longer a regular file", p)
+	}
+	e := entryOf(rel, &st)
+	e.Size, e.Ino, e.Ctime = st.Size, st.Ino, st.Ctim.Nano()
+	c.info.Files++
+	c.info.Size += st.Size
+	if old, ok := c.prev[[2]string{fmt.Sprint(ri), rel}]; ok && old.Ino == e.Ino && old.Size == e.Size &&
+		old.Mtime == e.Mtime && old.Ctime == e.Ctime && old.Mode == e.Mode {
+		e.Chunks = old.Chunks // unchanged since the last checkpoint
+		return e, nil
+	}
+	e.Chunks, err = c.chunks(f, p)
+	return e, err
+}
+
+// chunks stores the content of f (path p, for errors) and returns its
+// chunk ids.
+func (c *capture) chunks(f *os.File, p string) ([]string, error) {
 	if c.buf == nil {
 		c.buf = make([]byte, chunker.MaxSize)
 	}

@@ -28,6 +28,7 @@ import (
 
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/shim"
+	"golang.org/x/sys/unix"
 )
 
 // privateTmps are the sandbox's private directories: the subdirectory of
@@ -79,13 +80,27 @@ func (s *server) makePrivateTmp(sb registry.Sandbox) (string, error) {
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return "", err
 	}
+	// Root never follows a link here: each directory is made and chmod'ed
+	// (01777) through descriptors opened with O_NOFOLLOW, so a link in
+	// place of one (no sandbox can make one: dir is root's) fails instead
+	// of opening its target to everyone.
+	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(dfd)
 	for _, b := range privateTmps {
-		p := filepath.Join(dir, b.Source)
-		if err := os.Mkdir(p, 0o777|os.ModeSticky); err != nil && !errors.Is(err, os.ErrExist) {
-			return "", fmt.Errorf("%s: %w", b.Target, err)
+		if err := unix.Mkdirat(dfd, b.Source, 0o777); err != nil && !errors.Is(err, unix.EEXIST) {
+			return "", fmt.Errorf("%s: mkdir: %w", b.Target, err)
 		}
-		if err := os.Chmod(p, 0o777|os.ModeSticky); err != nil { // Mkdir's mode passes the umask
-			return "", fmt.Errorf("%s: %w", b.Target, err)
+		fd, err := unix.Openat(dfd, b.Source, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return "", fmt.Errorf("%s: open %s: %w", b.Target, filepath.Join(dir, b.Source), err)
+		}
+		err = unix.Fchmod(fd, 0o777|unix.S_ISVTX) // Mkdirat's mode passes the umask
+		unix.Close(fd)
+		if err != nil {
+			return "", fmt.Errorf("%s: chmod: %w", b.Target, err)
 		}
 	}
 	if err := writeUserFiles(sb, dir); err != nil { // passwdfiles.go

@@ -17,6 +17,7 @@ import (
 	"github.com/agentrunner/runner/netpolicy"
 	"github.com/agentrunner/runner/shim"
 	"github.com/agentrunner/runner/wire"
+	"golang.org/x/sys/unix"
 )
 
 // normalize validates a spawn request and fills its defaults, so that two
@@ -85,15 +86,9 @@ type spawnOptions struct {
 // is the caller's error.
 func (s *server) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolicy.Sandbox, opts spawnOptions) (shim.Spec, error) {
 	req := ss.Request
-	cwd := sb.Workspace
-	if req.Cwd != "" {
-		cwd = req.Cwd
-		if !filepath.IsAbs(cwd) {
-			cwd = filepath.Join(sb.Workspace, cwd)
-		}
-	}
-	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
-		return shim.Spec{}, errInvalid("cwd %q is not a directory", req.Cwd)
+	cwd, cwdRoot, err := s.cwdFor(sb, req.Cwd)
+	if err != nil {
+		return shim.Spec{}, err
 	}
 	env := envWith(slices.Clone(req.Env), "PATH", shim.DefaultPath)
 	env = envWith(env, "HOME", sb.Workspace)
@@ -106,6 +101,7 @@ func (s *server) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolic
 		Argv:    req.Argv,
 		Env:     env,
 		Dir:     cwd,
+		DirRoot: cwdRoot,
 		User:    sb.User,
 		TTY:     req.TTY,
 		Rows:    uint16(req.Rows),
@@ -122,7 +118,6 @@ func (s *server) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolic
 	if err := s.isolateSpec(sb, &spec); err != nil { // identity.go
 		return shim.Spec{}, err
 	}
-	var err error
 	if spec.Binds, err = s.privateBinds(sb); err != nil { // privatetmp.go
 		return shim.Spec{}, err
 	}
@@ -133,6 +128,52 @@ func (s *server) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolic
 		return shim.Spec{}, err
 	}
 	return spec, nil
+}
+
+// cwdFor resolves a spawn's cwd in sandbox sb: the directory, and the
+// root it is confined to (shim.Spec.DirRoot) when it lies in the
+// workspace. A cwd in the workspace (relative, or absolute below it) is
+// resolved beneath the workspace, never following a symlink out of it:
+// a sandbox's command can replace any directory of its workspace with a
+// symlink, and runnerd and the shim run as root. An isolated sandbox's
+// cwd must lie in its workspace. Checked here as root, beneath the
+// workspace, for an early and clear error; the shim resolves it again
+// the same way at the start (as the sandbox's user, in the nsexec
+// helper), which is the check that counts: the command may change its
+// workspace in between.
+func (s *server) cwdFor(sb registry.Sandbox, reqCwd string) (cwd, root string, err error) {
+	cwd = sb.Workspace
+	if reqCwd != "" {
+		cwd = reqCwd
+		if !filepath.IsAbs(cwd) {
+			cwd = filepath.Join(sb.Workspace, cwd)
+		}
+	}
+	cwd = filepath.Clean(cwd)
+	if !inDir(sb.Workspace, cwd) {
+		if s.isolated(sb) {
+			return "", "", errInvalid("cwd %q is outside the sandbox's workspace %s: an isolated sandbox's commands start in their workspace or below it", reqCwd, sb.Workspace)
+		}
+		if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
+			return "", "", errInvalid("cwd %q is not a directory", reqCwd)
+		}
+		return cwd, "", nil
+	}
+	d, err := shim.OpenDirBeneath(sb.Workspace, cwd)
+	if errors.Is(err, unix.EXDEV) {
+		return "", "", errInvalid("cwd %q resolves outside the sandbox's workspace (a symlink or .. in it leads out)", reqCwd)
+	}
+	if err != nil {
+		return "", "", errInvalid("cwd %q is not a directory", reqCwd)
+	}
+	d.Close() // O_PATH|O_DIRECTORY: it is one
+	return cwd, sb.Workspace, nil
+}
+
+// inDir reports whether path (absolute, clean) is dir or lies below it.
+func inDir(dir, path string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && (rel == "." || filepath.IsLocal(rel))
 }
 
 // netReady returns sb's network namespace when it needs nothing set up:

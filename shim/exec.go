@@ -50,12 +50,18 @@ import (
 //  8. no_new_privs (Spec.Isolate), last of the privilege steps: from here
 //     execve(2) of a setuid binary or one with file capabilities gains
 //     nothing;
-//  9. chdir(Spec.Dir), as the user, as exec.Cmd does; in the helper the
-//     directory is opened (O_PATH) as root just before the user switch
-//     and entered with fchdir(2) after it, so only the directory itself
-//     must let the user in, not every directory above it (a sandbox's
-//     uid reaches its own workspace under a state directory whose parent,
-//     such as root's home or a test's temporary directory, is 0700);
+//  9. chdir(Spec.Dir), as the user, as exec.Cmd does; with Spec.DirRoot
+//     (runnerd: the workspace) Dir is resolved beneath it and never
+//     leaves it, whatever symlinks the command planted (beneath.go): in
+//     the helper DirRoot is opened (O_PATH) as root just before the user
+//     switch, the rest of Dir resolved from it after the switch, as the
+//     user, and entered with fchdir(2), so only the directories from the
+//     root down must let the user in, not every directory above it (a
+//     sandbox's uid reaches its own workspace under a state directory
+//     whose parent, such as root's home or a test's temporary directory,
+//     is 0700); on the direct path the shim resolves it beneath the root,
+//     with the user's file-system identity (lookas.go), and the child
+//     enters it by its descriptor (/proc/self/fd/N);
 //  10. seccomp filter (Spec.Isolate): Docker's default profile (package
 //     seccomp), last before the execve because it needs no_new_privs and
 //     denies the mount and unshare calls of the steps above;
@@ -121,12 +127,13 @@ type execPlan struct {
 	Isolate    bool        `json:"isolate,omitempty"`
 	Cred       *nsexecCred `json:"cred,omitempty"` // nil keeps the shim's own
 	Dir        string      `json:"dir,omitempty"`
+	DirRoot    string      `json:"cwd_root,omitempty"`
 	Path       string      `json:"path"` // as looked up by the shim
 	Argv       []string    `json:"argv"`
 	Env        []string    `json:"env"`
 
-	// dirFD is Dir opened (O_PATH) by the helper as root before the user
-	// switch, for enterDir; 0: not opened.
+	// dirFD is DirRoot opened (O_PATH) by the helper as root before the
+	// user switch, for enterDir; 0: not opened.
 	dirFD int
 }
 
@@ -191,7 +198,7 @@ var execSteps = []execStep{
 		active: func(p *execPlan) bool { return p.Isolate },
 		helper: dropBoundingSet},
 	{name: "open the working directory", phase: PhaseExec,
-		active: func(p *execPlan) bool { return p.Dir != "" && p.Cred != nil },
+		active: func(p *execPlan) bool { return p.Dir != "" && p.DirRoot != "" },
 		// At the fork exec.Cmd chdirs after the user switch, as before.
 		fork:   func(*execPlan, *forkSetup) error { return nil },
 		helper: openDir},
@@ -212,7 +219,7 @@ var execSteps = []execStep{
 		}},
 	{name: "chdir", phase: PhaseExec,
 		active: func(p *execPlan) bool { return p.Dir != "" },
-		fork:   func(p *execPlan, f *forkSetup) error { f.cmd.Dir = p.Dir; return nil },
+		fork:   forkDir,
 		helper: enterDir},
 	{name: "load the seccomp filter", phase: PhaseSetup,
 		active: func(p *execPlan) bool { return p.Isolate },
@@ -223,7 +230,7 @@ var execSteps = []execStep{
 // included) and spec into a plan.
 func newExecPlan(cmd *exec.Cmd, spec Spec) (*execPlan, error) {
 	p := &execPlan{NetNS: spec.NetNS, ResolvConf: spec.ResolvConf, Binds: spec.Binds, Hostname: spec.Hostname, Isolate: spec.Isolate,
-		Dir: cmd.Dir} // Path, Argv and Env only for the helper (startNsexec)
+		Dir: cmd.Dir, DirRoot: spec.DirRoot} // Path, Argv and Env only for the helper (startNsexec)
 	if c := cmd.SysProcAttr.Credential; c != nil {
 		p.Cred = &nsexecCred{UID: c.Uid, GID: c.Gid, Groups: c.Groups}
 	}
@@ -411,10 +418,12 @@ func dropBoundingSet(*execPlan) (string, error) {
 	return "", nil
 }
 
-// openDir is the helper's first half of step 9: Dir opened as root
+// openDir is the helper's first half of step 9: DirRoot opened as root
 // (O_PATH: no permission on the directory itself is used), for enterDir.
+// Never Dir itself: root would follow whatever symlinks lie on its path
+// (beneath.go); without a DirRoot, enterDir chdirs as the user.
 func openDir(p *execPlan) (string, error) {
-	fd, err := unix.Open(p.Dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(p.DirRoot, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return "chdir " + p.Dir, err // as the chdir itself would report it
 	}
@@ -440,14 +449,50 @@ func switchUser(p *execPlan) (string, error) {
 	return "", nil
 }
 
-// enterDir is the helper's chdir step: fchdir(2) into the directory
-// switchUser opened before the switch (its own search permission is
-// checked, as the user, and nothing above it), else chdir(2).
+// enterDir is the helper's chdir step, as the user: with DirRoot, Dir
+// resolved beneath the root openDir opened before the switch and entered
+// with fchdir(2) (the search permission of the root and of each
+// directory below it is checked, nothing above it); else chdir(2).
 func enterDir(p *execPlan) (string, error) {
-	if p.dirFD > 0 {
-		return "chdir " + p.Dir, unix.Fchdir(p.dirFD)
+	if p.DirRoot != "" && p.dirFD > 0 {
+		// As the user now: each directory below the root must let it pass.
+		rel, ok := relBelow(p.DirRoot, p.Dir)
+		if !ok { // validate refused it
+			return dirOutside(p.Dir, p.DirRoot), unix.EXDEV
+		}
+		fd, err := openBeneath(p.dirFD, rel)
+		if errors.Is(err, unix.EXDEV) {
+			return dirOutside(p.Dir, p.DirRoot), err
+		}
+		if err != nil {
+			return "chdir " + p.Dir, err
+		}
+		defer unix.Close(fd)
+		return "chdir " + p.Dir, unix.Fchdir(fd)
 	}
 	return "chdir " + p.Dir, unix.Chdir(p.Dir)
+}
+
+// forkDir is step 9 on the direct path: exec.Cmd's chdir in the child,
+// after the user switch; with DirRoot, into the directory the shim
+// resolved beneath it (the root opened as the shim, the rest as the
+// command's user, lookas.go), by its descriptor, which the child holds
+// until its execve.
+func forkDir(p *execPlan, f *forkSetup) error {
+	if p.DirRoot == "" {
+		f.cmd.Dir = p.Dir
+		return nil
+	}
+	d, err := openDirBeneathAs(p.Cred, p.DirRoot, p.Dir)
+	if errors.Is(err, unix.EXDEV) {
+		return &commandError{fmt.Errorf("%s: %w", dirOutside(p.Dir, p.DirRoot), unix.EXDEV)}
+	}
+	if err != nil {
+		return &commandError{fmt.Errorf("chdir %s: %w", p.Dir, unwrapPath(err))}
+	}
+	f.closers = append(f.closers, d)
+	f.cmd.Dir = "/proc/self/fd/" + strconv.Itoa(int(d.Fd()))
+	return nil
 }
 
 func clearCaps(*execPlan) (string, error) {

@@ -597,9 +597,10 @@ func testPoolIsolateCgroups(t *testing.T, cgs []testCgroup, mode HelperMode) {
 // TestIsolateDirBehindClosedParent: an Isolate command's working
 // directory, its own (nobody's, 0700), lies under a directory only root
 // may pass (0700, as root's home or a test's temporary directory): the
-// command starts there and reads its files, because the helper opens the
-// directory as root before the user switch and fchdirs after it; a
-// directory the user may not enter itself still fails the start.
+// command starts there and reads its files, because the helper opens its
+// DirRoot as root before the user switch and fchdirs after it; a
+// directory the user may not enter itself still fails the start, and
+// without a DirRoot the user's own chdir cannot pass the parent.
 func TestIsolateDirBehindClosedParent(t *testing.T) {
 	needRoot(t)
 	closed := t.TempDir()
@@ -618,7 +619,11 @@ func TestIsolateDirBehindClosedParent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	out, code := runToEnd(t, Spec{Argv: []string{"sh", "-c", "pwd; cat f"}, Dir: ws, User: "nobody", Isolate: true})
+	_, err := Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, Dir: ws, User: "nobody", Isolate: true})
+	if !errors.Is(err, unix.EACCES) {
+		t.Fatalf("start in %s without a DirRoot as nobody: %v, want EACCES (root opens no path but the DirRoot)", ws, err)
+	}
+	out, code := runToEnd(t, Spec{Argv: []string{"sh", "-c", "pwd; cat f"}, Dir: ws, DirRoot: ws, User: "nobody", Isolate: true})
 	if code != 0 || out != ws+"\nmine\n" {
 		t.Fatalf("isolate in %s: exit %d output %q, want 0 and %q", ws, code, out, ws+"\nmine\n")
 	}
@@ -627,7 +632,7 @@ func TestIsolateDirBehindClosedParent(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := sessionDir(t)
-	_, err := Start(ctxT(t, 10*time.Second), shimExe, dir, Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, Dir: ws, User: "nobody", Isolate: true})
+	_, err = Start(ctxT(t, 10*time.Second), shimExe, dir, Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, Dir: ws, DirRoot: ws, User: "nobody", Isolate: true})
 	if !errors.Is(err, unix.EACCES) {
 		t.Fatalf("start in root's 0700 %s as nobody: %v, want EACCES", ws, err)
 	}

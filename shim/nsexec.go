@@ -262,11 +262,15 @@ func (h *nsexecAhead) exec(cmd *exec.Cmd) (err error, taken bool) {
 		return nil, false
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return fail(fmt.Errorf("nsexec: the helper did not report within %v: %w", nsexecTimeout, syscall.ETIMEDOUT))
-	case err != nil:
-		return fail(fmt.Errorf("nsexec: read the helper's report: %w", err))
 	}
-	if err := parseNsexecReport(string(rep)); err != nil {
-		return fail(err)
+	// A helper whose step failed reported it and exited with the go byte
+	// unread, which resets the connection after its report: the report
+	// is the answer.
+	if perr := parseNsexecReport(string(rep)); perr != nil {
+		return fail(perr)
+	}
+	if err != nil {
+		return fail(fmt.Errorf("nsexec: read the helper's report: %w", err))
 	}
 	if werr != nil {
 		return fail(fmt.Errorf("nsexec: send parameters to the helper: %w", werr))
@@ -484,12 +488,21 @@ func bindDirs(p *execPlan) (string, error) {
 	srcs := make([]int, len(p.Binds))
 	for i, b := range p.Binds {
 		// A directory or a file: the kernel refuses a bind of one over the
-		// other (ENOTDIR, EISDIR).
-		fd, err := unix.Open(b.Source, unix.O_PATH|unix.O_CLOEXEC, 0)
+		// other (ENOTDIR, EISDIR). Never a symlink (ELOOP): root would
+		// mount wherever it points (runnerd's sources are its own files
+		// in a directory only root can change; a link there is not).
+		fd, err := unix.Open(b.Source, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return "nsexec: open " + b.Source, err
 		}
 		defer unix.Close(fd)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return "nsexec: stat " + b.Source, err
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			return "nsexec: bind source " + b.Source + " is a symlink", unix.ELOOP
+		}
 		srcs[i] = fd
 	}
 	for i, b := range p.Binds {

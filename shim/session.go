@@ -46,6 +46,16 @@ type Spec struct {
 	// default) is used to find Argv[0] when it has no slash.
 	Env []string `json:"env"`
 	Dir string   `json:"cwd"`
+	// DirRoot optionally confines Dir (then required: DirRoot or below
+	// it, both absolute): Dir is resolved beneath DirRoot and never
+	// leaves it, whatever symlinks lie below it (a start whose Dir would
+	// fails in the exec phase with EXDEV; see beneath.go). Only DirRoot
+	// itself is opened as a path, by the shim (as root: the directories
+	// above it need not let User pass); the rest is resolved as User. The
+	// caller vouches that nobody but root can change DirRoot or what lies
+	// above it (runnerd: the sandbox's workspace). Without DirRoot, Dir is
+	// the command's own chdir(2), as User.
+	DirRoot string `json:"cwd_root,omitempty"`
 	// User optionally runs the command as another user: a name, or
 	// uid[:gid]. A name sets the user's primary group and supplementary
 	// groups; uid[:gid] sets no supplementary groups (gid defaults to the
@@ -170,6 +180,9 @@ func (s Spec) validate() error {
 		if !filepath.IsAbs(b.Source) || !filepath.IsAbs(b.Target) {
 			return fmt.Errorf("%w: bind %q over %q: not absolute paths", ErrInvalid, b.Source, b.Target)
 		}
+	}
+	if _, ok := relBelow(s.DirRoot, s.Dir); s.DirRoot != "" && !ok {
+		return fmt.Errorf("%w: cwd %q is not cwd_root %q or below it (absolute paths)", ErrInvalid, s.Dir, s.DirRoot)
 	}
 	if s.ResolvConf != "" && !filepath.IsAbs(s.ResolvConf) {
 		return fmt.Errorf("%w: resolv_conf %q is not an absolute path", ErrInvalid, s.ResolvConf)

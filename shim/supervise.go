@@ -47,7 +47,13 @@ func (s *server) startWith(spec Spec, gate func() error, ahead *nsexecAhead) (er
 		}
 	}()
 
-	path, err := lookPath(s.spec.Argv[0], s.spec.Env, s.spec.Dir)
+	var cred *syscall.Credential
+	if s.spec.User != "" {
+		if cred, err = credential(s.spec.User); err != nil {
+			return &commandError{err}
+		}
+	}
+	path, err := lookPathAs(cred, s.spec.Argv[0], s.spec.Env, s.spec.Dir) // lookas.go: as the user, not root
 	if err != nil {
 		return fmt.Errorf("start %s: %w", s.spec.Argv[0], &commandError{err})
 	}
@@ -55,12 +61,7 @@ func (s *server) startWith(spec Spec, gate func() error, ahead *nsexecAhead) (er
 	if cmd.Env == nil {
 		cmd.Env = []string{} // never the shim's own environment
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if s.spec.User != "" {
-		if cmd.SysProcAttr.Credential, err = credential(s.spec.User); err != nil {
-			return &commandError{err}
-		}
-	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: cred}
 	if s.spec.TTY {
 		rows, cols := s.spec.Rows, s.spec.Cols
 		if rows == 0 {
