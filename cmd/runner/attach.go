@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
@@ -244,16 +245,30 @@ func (a *attachRun) read(fr *client.FrameReader, out, errw io.Writer, lostAt *ti
 		switch {
 		case f.Kind == wire.FrameData && f.Stream == wire.StreamStdout:
 			if _, err := out.Write(f.Payload); err != nil {
-				return &exitError{code: exitOther, kind: "io", msg: fmt.Sprintf("runner: attach: write stdout: %v", err)}
+				return writeErr("stdout", err)
 			}
 		case f.Kind == wire.FrameData && f.Stream == wire.StreamStderr:
 			if _, err := errw.Write(f.Payload); err != nil {
-				return &exitError{code: exitOther, kind: "io", msg: fmt.Sprintf("runner: attach: write stderr: %v", err)}
+				return writeErr("stderr", err)
 			}
 		case f.Kind.Terminal():
 			return &terminalFrame{f: f}
 		}
 	}
+}
+
+// errBrokenPipe is a write to runner's stdout or stderr that nobody
+// reads any more (`runner exec box -- yes | head -1`): runner's reader
+// went away, as a shell pipeline's reader does.
+var errBrokenPipe = errors.New("broken pipe")
+
+// writeErr is the error of a failed write of stream's output:
+// errBrokenPipe for EPIPE, else an io failure (exit 246).
+func writeErr(stream string, err error) error {
+	if errors.Is(err, syscall.EPIPE) {
+		return fmt.Errorf("write %s: %w", stream, errBrokenPipe)
+	}
+	return &exitError{code: exitOther, kind: "io", msg: fmt.Sprintf("runner: attach: write %s: %v", stream, err)}
 }
 
 func attachCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {

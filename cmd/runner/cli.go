@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
@@ -41,6 +42,11 @@ const (
 	exitNotFound      = wire.RunnerExitNotFound
 	exitLost          = wire.RunnerExitLost
 	exitUnavailable   = wire.RunnerExitUnavailable
+	// exitBrokenPipe is runner's exit when its stdout or stderr pipe
+	// closed under it: 128+SIGPIPE, what a shell shows for a command
+	// SIGPIPE killed, so `runner exec box -- yes | head -1` reads as
+	// `yes | head -1` does.
+	exitBrokenPipe = 128 + int(syscall.SIGPIPE)
 )
 
 const exitTable = `Exit codes:
@@ -52,6 +58,9 @@ const exitTable = `Exit codes:
     126  exec, spawn: the command exists but cannot be run (not executable)
     127  exec, spawn: the command was not found in the sandbox
     130  interrupted (Ctrl-C); a command started by exec may still run
+    141  runner's stdout or stderr pipe closed (runner exec ... | head -1):
+         exec and run ended the command they started first (SIGPIPE, then
+         terminate); attach and logs leave the session running
     245  attach, exec -it, run: detached (the detach key on a terminal,
          Ctrl-C or SIGTERM on an attach without one); the session still runs
     246  provider, restore_failed or write_failed
@@ -203,6 +212,11 @@ func writeJSONWarning(e *env, msg string) {
 // one JSON object (jsonError). where names the daemon runner tried (""
 // before it knew), for the unavailable hint.
 func report(w io.Writer, err error, where string, asJSON bool) int {
+	if errors.Is(err, errBrokenPipe) || (errors.Is(err, syscall.EPIPE) && !errors.Is(err, adapter.ErrUnavailable)) {
+		// runner's own stdout or stderr went away: nobody reads a
+		// message, and the shell reads 141 as a SIGPIPE death.
+		return exitBrokenPipe
+	}
 	var ue *usageError
 	if errors.As(err, &ue) {
 		if asJSON {

@@ -201,9 +201,14 @@ func execBody(ctx context.Context, e *env, fs *flag.FlagSet, f *execFlags, what,
 	}
 
 	var s wire.Session
+	// A session of runner's own random id is this runner's whoever's
+	// attempt created it; one named with --id only when this call did.
+	owned := *f.id == ""
 	err = retryUnavailable(ctx, e, req.ID, func(cctx context.Context) error {
 		var err error
-		s, _, err = c.CreateSession(cctx, name, req)
+		var created bool
+		s, created, err = c.CreateSession(cctx, name, req)
+		owned = owned || created
 		return err
 	})
 	if err != nil {
@@ -235,7 +240,7 @@ func execBody(ctx context.Context, e *env, fs *flag.FlagSet, f *execFlags, what,
 
 	var outBuf, errBuf bytes.Buffer
 	o := followOpts{what: what, name: name, id: s.ID, s: s, key: key, useKey: useKey,
-		stdin: stdin, exec: true, maxTime: *f.maxTime}
+		stdin: stdin, exec: true, owned: owned, maxTime: *f.maxTime}
 	if e.g.json {
 		o.out, o.errw = &outBuf, &errBuf
 	}

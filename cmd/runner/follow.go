@@ -43,6 +43,9 @@ type followOpts struct {
 	// runner keeps waiting; a second one stops waiting (130). Without it
 	// (attach) a signal detaches (245), as the detach key does.
 	exec bool
+	// owned: this runner started the session (exec, or run that did
+	// not rejoin one), so a broken pipe on runner's output ends it.
+	owned bool
 	// maxTime > 0 terminates the command (1 s grace) that long after
 	// follow starts; the result says so.
 	maxTime time.Duration
@@ -267,6 +270,15 @@ wait:
 		}
 	}
 	restore()
+	if res.frame == nil && errors.Is(res.err, errBrokenPipe) {
+		// Nobody reads runner's output any more (| head): as ssh does,
+		// end the command exec started, and exit as a SIGPIPE death
+		// reads in a shell. attach only watches: its session runs on.
+		if o.exec && o.owned && running {
+			e.stopOnBrokenPipe(ctx, c, what, name, id)
+		}
+		return followResult{}, res.err
+	}
 	if res.frame == nil {
 		ce := &cliError{what: what, err: res.err}
 		if errors.Is(res.err, adapter.ErrUnavailable) {
@@ -277,6 +289,38 @@ wait:
 		return followResult{}, ce
 	}
 	return followResult{frame: *res.frame, timedOut: timedOut}, nil
+}
+
+// pipeGrace is how long a command has to end on the SIGPIPE runner sends
+// once its own output pipe broke, before terminate (SIGTERM, SIGKILL
+// 1 s later) ends it.
+const pipeGrace = 200 * time.Millisecond
+
+// stopOnBrokenPipe ends session id after runner's stdout or stderr
+// broke: SIGPIPE first (what the command would get writing into the
+// pipe itself, and what `yes` dies of), then terminate if it still runs
+// after pipeGrace. It waits for the end, bounded, so that runner never
+// exits leaving the command writing into its journal unread.
+func (e *env) stopOnBrokenPipe(ctx context.Context, c *client.Client, what, name, id string) {
+	ctx, cancel := context.WithTimeout(ctx, e.g.timeout+10*time.Second)
+	defer cancel()
+	err := c.Signal(ctx, name, id, "PIPE")
+	if errors.Is(err, adapter.ErrCommandExited) {
+		return
+	}
+	if err == nil {
+		for deadline := time.Now().Add(pipeGrace); time.Now().Before(deadline); {
+			if s, err := c.Session(ctx, name, id); err == nil && s.State != wire.SessionRunning {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if _, err := c.Terminate(ctx, name, id, time.Second); err != nil && !errors.Is(err, adapter.ErrCommandExited) {
+		// stderr may be the pipe that broke; then nobody reads this.
+		fmt.Fprintf(e.io.err, "runner: %s: could not end session %s after its output pipe closed: %s\nrunner: hint: runner terminate %s %s\n",
+			what, id, oneLine(detailOf(err)), name, id)
+	}
 }
 
 // terminalFd is the descriptor whose size a TTY session follows:

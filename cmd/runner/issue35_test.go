@@ -1,0 +1,165 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentrunner/runner/internal/testcap"
+	"github.com/agentrunner/runner/wire"
+)
+
+// The tests of issue #35's CLI items (2, 3 and 4), each against a real
+// runnerd.
+
+// tmpfsDaemon starts a runnerd whose state directory (and so every
+// journal) is a tmpfs of size bytes that the test mounts and unmounts:
+// a test whose failure fills a disk fills only that.
+func tmpfsDaemon(t *testing.T, size string) *daemon {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testcap.Skip(t, "root", "mounts a sized tmpfs for the journals")
+	}
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+size+",mode=0700"); err != nil {
+		testcap.Skip(t, "root", "mount a tmpfs: "+err.Error())
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+			t.Errorf("unmount the test tmpfs: %v", err)
+		}
+	})
+	d, err := startDaemon(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.stop)
+	return d
+}
+
+// waitBounded waits for cmd, killing it (and failing t) if it still
+// runs after 20 s.
+func waitBounded(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("runner still ran 20 s after its reader went away")
+	}
+}
+
+// session reads one session as runner sessions --json shows it.
+func (d *daemon) session(t *testing.T, box, id string) wire.Session {
+	t.Helper()
+	return decode[wire.Session](t, d.ok(t, "sessions", box, id, "--json"))
+}
+
+// TestExecBrokenPipe (item 2): `runner exec box -- yes | head -1` ends
+// the command: runner exits 141 (as a shell's SIGPIPE death reads), and
+// the session has ended within 2 s with a journal far from the disk's
+// size. The same for a broken stderr, and for a command that ignores
+// SIGPIPE (terminate's SIGTERM ends it). A spawned session that attach
+// follows into a broken pipe is left running: attach only watches.
+func TestExecBrokenPipe(t *testing.T) {
+	d := tmpfsDaemon(t, "256m")
+	box := d.sandbox(t, "pipe-box")
+
+	for _, tc := range []struct {
+		name   string
+		stderr bool // break stderr instead of stdout
+		argv   []string
+	}{
+		{"stdout", false, []string{"yes"}},
+		{"stderr", true, []string{"sh", "-c", "yes >&2"}},
+		{"ignores SIGPIPE", false, []string{"sh", "-c", "trap '' PIPE; exec yes"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := "pipe-" + strings.ReplaceAll(tc.name, " ", "-")
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(filepath.Join(binDir, "runner"), append([]string{"exec", box, "--id", id, "--"}, tc.argv...)...)
+			cmd.Env = d.env()
+			var other strings.Builder
+			if tc.stderr {
+				cmd.Stdout, cmd.Stderr = &other, w
+			} else {
+				cmd.Stdout, cmd.Stderr = w, &other
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			w.Close()
+			// head -1: read one line, then go away.
+			line, err := bufio.NewReader(r).ReadString('\n')
+			r.Close()
+			closed := time.Now()
+			if err != nil || line != "y\n" {
+				t.Fatalf("first line: %q, %v; want \"y\\n\"", line, err)
+			}
+			waitBounded(t, cmd)
+			ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+			if ws.Signaled() || cmd.ProcessState.ExitCode() != 141 {
+				t.Errorf("runner: %v (stderr %q); want exit status 141, not a signal death", cmd.ProcessState, other.String())
+			}
+			var s wire.Session
+			for {
+				s = d.session(t, box, id)
+				if s.State != wire.SessionRunning || time.Since(closed) > 2*time.Second {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if s.State == wire.SessionRunning {
+				t.Errorf("session %s still runs %s after runner's reader went away", id, time.Since(closed).Round(time.Millisecond))
+				d.cli(t, nil, "terminate", box, id, "--grace", "100ms")
+			}
+			total := s.Lengths["stdout"] + s.Lengths["stderr"]
+			if total >= 64<<20 {
+				t.Errorf("journal of %s holds %d bytes, want < 64 MiB", id, total)
+			}
+			t.Logf("session %s: %s, %d journal bytes", id, s.State, total)
+		})
+	}
+
+	t.Run("attach leaves the session running", func(t *testing.T) {
+		d.ok(t, "spawn", box, "--id", "spawned", "--", "sh", "-c", "yes | head -c 100000000; sleep 60")
+		t.Cleanup(func() { d.cli(t, nil, "terminate", box, "spawned", "--grace", "100ms") })
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(filepath.Join(binDir, "runner"), "attach", box, "spawned")
+		cmd.Env, cmd.Stdout = d.env(), w
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		if _, err := bufio.NewReader(r).ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+		r.Close()
+		waitBounded(t, cmd)
+		if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); ws.Signaled() || cmd.ProcessState.ExitCode() != 141 {
+			t.Errorf("attach: %v; want exit status 141", cmd.ProcessState)
+		}
+		time.Sleep(300 * time.Millisecond)
+		if s := d.session(t, box, "spawned"); s.State != wire.SessionRunning {
+			t.Errorf("spawned session after attach's broken pipe: %s, want running", s.State)
+		}
+	})
+}
+
