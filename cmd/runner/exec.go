@@ -105,7 +105,7 @@ func retryUnavailable(ctx context.Context, e *env, id string, call func(context.
 
 // execFlags are exec's and run's flags.
 type execFlags struct {
-	envs           stringList
+	env            envFlags
 	cwd, id, dkey  *string
 	stdin, tty     *bool
 	maxTime        *time.Duration
@@ -113,7 +113,7 @@ type execFlags struct {
 }
 
 func registerExecFlags(fs *flag.FlagSet, f *execFlags) {
-	fs.Var(&f.envs, "env", "set KEY=VALUE in the command's environment (repeatable)")
+	registerEnvFlags(fs, &f.env)
 	f.cwd = fs.String("cwd", "", "working directory, relative to the workspace")
 	f.id = fs.String("id", "", "session id (default: exec-<random>); a retry with the same id never runs twice")
 	f.stdin = fs.Bool("i", false, "interactive: send runner's stdin to the command as it is typed or read (its EOF closes the command's stdin)")
@@ -170,11 +170,15 @@ func execBody(ctx context.Context, e *env, fs *flag.FlagSet, f *execFlags, what,
 			stdin = true
 		}
 	}
+	envs, err := f.env.resolve(fs.Name()[len("runner "):])
+	if err != nil {
+		return err
+	}
 	c, err := e.client()
 	if err != nil {
 		return err
 	}
-	req := wire.CreateSession{ID: *f.id, Argv: argv, Env: f.envs, Cwd: *f.cwd, TTY: tty}
+	req := wire.CreateSession{ID: *f.id, Argv: argv, Env: envs, Cwd: *f.cwd, TTY: tty}
 	if req.ID == "" {
 		req.ID = newID("exec-")
 	}

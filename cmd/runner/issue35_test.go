@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -163,3 +164,85 @@ func TestExecBrokenPipe(t *testing.T) {
 	})
 }
 
+// TestEnvSecretsOutOfArgv (item 3): --env KEY takes the value from
+// runner's own environment and --env-file from a file, and neither puts
+// it in runner's argv: another sandbox reading runner's
+// /proc/PID/cmdline while the command runs sees the command line, never
+// the value. The command itself gets it. write --file sends a file's
+// bytes as write - does.
+func TestEnvSecretsOutOfArgv(t *testing.T) {
+	d := sharedDaemon(t)
+	box := d.sandbox(t, "secret-box")
+	spy := d.sandbox(t, "spy-box")
+	secret := fmt.Sprintf("hunter2-%d", time.Now().UnixNano())
+	envFile := writeFile(t, "# deploy keys\n\nFROM_FILE="+secret+"-file\n  FROM_ENV\n")
+
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		want  string // what the command prints
+	}{
+		{"env KEY", []string{"--env", "API_KEY"}, "API_KEY=" + secret + "\n"},
+		{"env-file", []string{"--env-file", envFile}, "FROM_FILE=" + secret + "-file\nFROM_ENV=" + secret + "-env\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append(append([]string{"exec", box}, tc.flags...), "--", "sh", "-c",
+				`env | grep -E '^(API_KEY|FROM_FILE|FROM_ENV)=' | sort -r; echo started >&2; sleep 30`)
+			cmd := exec.Command(filepath.Join(binDir, "runner"), args...)
+			cmd.Env = append(d.env(), "API_KEY="+secret, "FROM_ENV="+secret+"-env")
+			var out strings.Builder
+			cmd.Stdout = &out
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd.Stderr = w
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			w.Close()
+			defer func() {
+				_ = cmd.Process.Signal(syscall.SIGINT) // forwarded: the command ends
+				_ = cmd.Process.Signal(syscall.SIGINT)
+				waitBounded(t, cmd)
+			}()
+			line, err := bufio.NewReader(r).ReadString('\n')
+			if err != nil || line != "started\n" {
+				t.Fatalf("exec: stderr %q, %v; want \"started\\n\"", line, err)
+			}
+			seen, errOut, code := d.cli(t, nil, "exec", spy, "--", "sh", "-c",
+				fmt.Sprintf("tr '\\0' ' ' < /proc/%d/cmdline; echo; ps -eo args", cmd.Process.Pid))
+			if code != 0 {
+				t.Fatalf("spy: exit %d: %s", code, errOut)
+			}
+			if want := strings.Join(args[:len(args)-1], " "); !strings.Contains(seen, want) {
+				t.Fatalf("the spy does not see runner's command line %q (so it proves nothing):\n%s", want, seen)
+			}
+			if strings.Contains(seen, secret) {
+				t.Errorf("another sandbox reads the secret in runner's argv:\n%s", seen)
+			}
+			time.Sleep(100 * time.Millisecond)
+			if got := out.String(); got != tc.want {
+				t.Errorf("the command's environment: got %q, want %q", got, tc.want)
+			}
+		})
+	}
+
+	// A KEY runner does not have is refused, not sent empty.
+	_, errOut, code := d.cli(t, nil, "exec", box, "--env", "NOT_SET_ANYWHERE", "--", "true")
+	if want := "runner exec: --env: NOT_SET_ANYWHERE is not set in runner's environment (--env KEY takes the value from there) (see runner exec --help)\n"; code != exitUsage || errOut != want {
+		t.Errorf("--env of an unset KEY: exit %d stderr %q; want %d %q", code, errOut, exitUsage, want)
+	}
+	// A malformed line is named by its number, never quoted.
+	bad := writeFile(t, "OK=1\n="+secret+"\n")
+	_, errOut, code = d.cli(t, nil, "spawn", box, "--env-file", bad, "--", "true")
+	if code != exitUsage || !strings.Contains(errOut, "line 2") || strings.Contains(errOut, secret) {
+		t.Errorf("--env-file with a bad line: exit %d stderr %q; want %d, line 2, no value", code, errOut, exitUsage)
+	}
+
+	d.ok(t, "spawn", box, "--id", "reader", "--", "sh", "-c", "read x; echo got-$x")
+	d.ok(t, "write", box, "reader", "--file", writeFile(t, secret+"\n"))
+	if out := d.ok(t, "logs", box, "reader", "-f"); out != "got-"+secret+"\n" {
+		t.Errorf("after write --file: logs %q, want %q", out, "got-"+secret+"\n")
+	}
+}
