@@ -224,7 +224,7 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 			return err
 		}
 		if rec.State == wire.SandboxSuspended {
-			return errConflict("sandbox suspended")
+			return errConflictFor(wire.ReasonSandboxSuspended, "sandbox suspended")
 		}
 		if rec.Incarnation != ss.Incarnation {
 			return errUnavailable("sandbox %q was re-created during the spawn; retry", name)
@@ -244,7 +244,7 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 	switch {
 	case errors.Is(err, registry.ErrExists):
 		if !sameRequest(cur.Request, req) {
-			return ss, false, errConflict("%s: session %q exists with a different request", wire.DetailConflict, req.ID)
+			return ss, false, errConflictFor(wire.ReasonSessionExists, "%s: session %q exists with a different request", wire.DetailConflict, req.ID)
 		}
 		cur, err = s.refresh(cur)
 		if err == nil && cur.State == stateStarting {

@@ -227,10 +227,7 @@ func execBody(ctx context.Context, e *env, fs *flag.FlagSet, f *execFlags, what,
 		case "not_found":
 			ce.hint = noSandboxHint
 		case "invalid":
-			var api *client.APIError
-			if errors.As(err, &api) && api.Status == 409 {
-				ce.hint = fmt.Sprintf("session %s exists with another command: runner attach %s %s, or pick another --id", req.ID, name, req.ID)
-			}
+			ce.hint = e.spawnConflictHint(ctx, c, err, name, req)
 		}
 		return ce
 	}

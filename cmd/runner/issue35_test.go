@@ -2,7 +2,9 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -244,5 +246,101 @@ func TestEnvSecretsOutOfArgv(t *testing.T) {
 	d.ok(t, "write", box, "reader", "--file", writeFile(t, secret+"\n"))
 	if out := d.ok(t, "logs", box, "reader", "-f"); out != "got-"+secret+"\n" {
 		t.Errorf("after write --file: logs %q, want %q", out, "got-"+secret+"\n")
+	}
+}
+
+// TestConflictHints (item 4): each 409 gets the hint of its own reason
+// (wire.Error.Reason): a suspended sandbox says resume, a reused session
+// id names what differs, a create that conflicts names runner commands,
+// never an API path.
+func TestConflictHints(t *testing.T) {
+	d := sharedDaemon(t)
+	box := d.sandbox(t, "lim")
+	d.ok(t, "suspend", box)
+	_, errOut, code := d.cli(t, nil, "exec", box, "--id", "myid", "--", "true")
+	if want := "runner: exec lim: invalid: sandbox suspended\nrunner: hint: sandbox lim is suspended: runner resume lim, then run the command again\n"; code != exitInvalid || errOut != want {
+		t.Errorf("exec in a suspended sandbox: exit %d stderr %q; want %d %q", code, errOut, exitInvalid, want)
+	}
+	_, errOut, _ = d.cli(t, nil, "--json", "spawn", box, "--", "true")
+	if e := decode[jsonError](t, errOut); e.Error.Kind != "invalid" || !strings.Contains(e.Error.Hint, "runner resume lim") {
+		t.Errorf("spawn --json in a suspended sandbox: %+v, want invalid with the resume hint", e.Error)
+	}
+	d.ok(t, "resume", box)
+
+	d.ok(t, "spawn", box, "--id", "myid", "--", "sleep", "30")
+	t.Cleanup(func() { d.cli(t, nil, "terminate", box, "myid", "--grace", "100ms") })
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"exec", box, "--id", "myid", "--", "sleep", "31"},
+			"runner: hint: session myid exists with another command (it runs sleep 30, this asks sleep 31): runner attach lim myid, or pick another --id\n"},
+		{[]string{"exec", box, "-t", "--id", "myid", "--", "sleep", "30"},
+			"runner: hint: session myid exists with pipes (it was started without a TTY, this asks for one: -t=false): runner attach lim myid, or pick another --id\n"},
+		{[]string{"spawn", box, "--id", "myid", "--env", "A=1", "--", "sleep", "30"},
+			"runner: hint: session myid exists with the same command but another environment, working directory, terminal size or stdout/stderr merge: runner attach lim myid, or pick another --id\n"},
+	} {
+		_, errOut, code := d.cli(t, nil, tc.args...)
+		if code != exitInvalid || !strings.HasSuffix(errOut, tc.want) {
+			t.Errorf("runner %s: exit %d stderr %q; want %d, ending %q", strings.Join(tc.args, " "), code, errOut, exitInvalid, tc.want)
+		}
+	}
+
+	// The reason is on the wire for every client.
+	req, _ := http.NewRequest(http.MethodPost, "http://"+d.addr+"/v1/sandboxes/lim/sessions", strings.NewReader(`{"id":"myid","argv":["sleep","31"]}`))
+	tok, err := os.ReadFile(filepath.Join(d.state, "token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body wire.ErrorBody
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != 409 || body.Error.Reason != wire.ReasonSessionExists {
+		t.Errorf("POST sessions with a reused id: %d %+v (%v); want 409 reason %s", resp.StatusCode, body.Error, err, wire.ReasonSessionExists)
+	}
+}
+
+// TestRmAbsent (item 4): rm of a name that does not exist says so and
+// exits 253 (not_found), as rm does; with -f it is no error, as rm -f.
+// What exists is removed either way.
+func TestRmAbsent(t *testing.T) {
+	d := sharedDaemon(t)
+	d.ok(t, "create", "rm-real")
+	out, errOut, code := d.cli(t, nil, "rm", "rm-typo", "rm-real")
+	if code != exitNotFound || out != "removed rm-real\n" || errOut != "runner: rm rm-typo: no such sandbox\n" {
+		t.Errorf("rm of a typo: exit %d stdout %q stderr %q; want %d, \"removed rm-real\", \"no such sandbox\"", code, out, errOut, exitNotFound)
+	}
+	out, errOut, code = d.cli(t, nil, "rm", "-f", "rm-typo")
+	if code != 0 || out != "" || errOut != "runner: rm rm-typo: no such sandbox\n" {
+		t.Errorf("rm -f of a typo: exit %d stdout %q stderr %q; want 0 and \"no such sandbox\"", code, out, errOut)
+	}
+	out, _, code = d.cli(t, nil, "--json", "rm", "-f", "rm-typo")
+	if want := "{\n  \"removed\": [],\n  \"absent\": [\n    \"rm-typo\"\n  ]\n}\n"; code != 0 || out != want {
+		t.Errorf("rm -f --json of a typo: exit %d %q, want 0 %q", code, out, want)
+	}
+}
+
+// TestPolicyShow (item 4): policy NAME with no hosts prints the policy
+// and changes nothing; denying all egress is --deny-all.
+func TestPolicyShow(t *testing.T) {
+	d := sharedDaemon(t)
+	box := d.sandbox(t, "pol-box")
+	out, errOut, code := d.cli(t, nil, "policy", box)
+	if code != 0 || out != "pol-box: unrestricted (no policy)\n" {
+		t.Errorf("policy with no hosts: exit %d stdout %q stderr %q; want 0 \"pol-box: unrestricted (no policy)\"", code, out, errOut)
+	}
+	if sb := decode[wire.Sandbox](t, d.ok(t, "get", box, "--json")); sb.Network != nil {
+		t.Errorf("after policy with no hosts: network %+v, want none (unchanged)", sb.Network)
+	}
+	// This daemon runs --netpolicy off: --deny-all asks, and is refused.
+	if _, errOut, code := d.cli(t, nil, "policy", box, "--deny-all"); code != exitNotSupported {
+		t.Errorf("policy --deny-all without network_policy: exit %d stderr %q, want %d", code, errOut, exitNotSupported)
+	}
+	if _, errOut, code := d.cli(t, nil, "policy", box, "--deny-all", "a.com"); code != exitUsage {
+		t.Errorf("policy --deny-all a.com: exit %d stderr %q, want %d", code, errOut, exitUsage)
 	}
 }

@@ -220,6 +220,8 @@ func spawnCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) 
 				ce.hint = hints(hintFor(err, e.where), fmt.Sprintf("if runnerd got the request the session may exist: runner sessions %s (give --id to make a retry safe)", name))
 			case kind == "not_found":
 				ce.hint = noSandboxHint
+			case kind == "invalid":
+				ce.hint = e.spawnConflictHint(ctx, c, err, name, req)
 			}
 			return ce
 		}
