@@ -397,6 +397,14 @@ func (e *env) client() (*client.Client, error) {
 	if endpoint == "" || token == "" {
 		// Look only for what the flags and environment did not give.
 		l, err := client.DiscoverFor(endpoint, token)
+		var denied *client.StateDeniedError
+		if errors.As(err, &denied) {
+			hint := fmt.Sprintf("runnerd's state (%s) is another user's: run runner as that user, or use --token-file with a copy of its token", denied.Dir)
+			if denied.UID == 0 {
+				hint = fmt.Sprintf("runnerd runs as root and its state (%s) is root's: use sudo (sudo runner ...), or --token-file with a copy of its token", denied.Dir)
+			}
+			return nil, &cliError{what: "find runnerd", err: &adapter.DeniedError{Detail: err.Error()}, hint: hint}
+		}
 		if err != nil {
 			return nil, &cliError{what: "find runnerd", err: &adapter.UnavailableError{Detail: err.Error()},
 				hint: "is runnerd running? start it with `runnerd` (it writes its token into its state directory), or use --url and --token-file (RUNNERD_URL, RUNNERD_TOKEN)", code: exitUnavailable}

@@ -344,3 +344,39 @@ func TestPolicyShow(t *testing.T) {
 		t.Errorf("policy --deny-all a.com: exit %d stderr %q, want %d", code, errOut, exitUsage)
 	}
 }
+
+// TestNonRootHint (item 4): a runner that is not root, against a root
+// runnerd whose state it cannot read, is told to use sudo, not asked
+// whether runnerd runs.
+func TestNonRootHint(t *testing.T) {
+	d := sharedDaemon(t)
+	if os.Geteuid() != 0 {
+		testcap.Skip(t, "root", "runs runner as another user against a root runnerd")
+	}
+	dir, err := os.MkdirTemp("", "runner-nonroot-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	b, err := os.ReadFile(filepath.Join(binDir, "runner"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "runner")
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "ls")
+	cmd.Env = d.env()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	_ = cmd.Run()
+	want := "runner: hint: runnerd runs as root and its state (" + d.state + ") is root's: use sudo (sudo runner ...), or --token-file with a copy of its token\n"
+	if code := cmd.ProcessState.ExitCode(); code != exitDenied || !strings.HasSuffix(stderr.String(), want) || strings.Contains(stderr.String(), "is runnerd running") {
+		t.Errorf("runner ls as uid 65534: exit %d stderr %q; want %d, ending %q", code, stderr.String(), exitDenied, want)
+	}
+}
