@@ -294,7 +294,7 @@ wait:
 // pipeGrace is how long a command has to end on the SIGPIPE runner sends
 // once its own output pipe broke, before terminate (SIGTERM, SIGKILL
 // 1 s later) ends it.
-const pipeGrace = 200 * time.Millisecond
+const pipeGrace = 50 * time.Millisecond
 
 // stopOnBrokenPipe ends session id after runner's stdout or stderr
 // broke: SIGPIPE first (what the command would get writing into the

@@ -45,7 +45,7 @@ Ctrl-C sends SIGINT to the command and keeps waiting; a second Ctrl-C stops
 waiting (exit 130) and leaves the command running.
 When whoever reads runner's output goes away (runner exec web-1 -- yes | head -1),
 the command ends as it would have in the pipeline: runner sends it SIGPIPE, then
-terminates it (SIGTERM, SIGKILL 1 s later) if it still runs 0.2 s later, waits
+terminates it (SIGTERM, SIGKILL 1 s later) if it still runs 50 ms later, waits
 for its end, and exits 141 (128+SIGPIPE).
 If the connection to runnerd is lost (runnerd restarts), runner rejoins the
 same session from where its output was, for up to 30 s, and still exits with
