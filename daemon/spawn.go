@@ -97,6 +97,9 @@ func (s *server) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolic
 	}
 	env := envWith(slices.Clone(req.Env), "PATH", shim.DefaultPath)
 	env = envWith(env, "HOME", sb.Workspace)
+	if lang := defaultLang(); lang != "" { // locale.go
+		env = envWith(env, "LANG", lang)
+	}
 	if req.TTY {
 		env = envWith(env, "TERM", "xterm-256color")
 	}

@@ -425,3 +425,26 @@ func TestRunnerdStderrPipeClosed(t *testing.T) {
 		}
 	}
 }
+
+// TestExecLang (item 4): a command's environment has LANG=C.UTF-8 where
+// the host has that locale (this one has), so UTF-8 is not the C
+// locale's '?'; a LANG the caller sends wins.
+func TestExecLang(t *testing.T) {
+	d := sharedDaemon(t)
+	box := d.sandbox(t, "lang-box")
+	want := "\n"
+	for _, dir := range []string{"/usr/lib/locale/C.utf8", "/usr/lib/locale/C.UTF-8"} {
+		if _, err := os.Stat(dir); err == nil {
+			want = "C.UTF-8\n"
+		}
+	}
+	if want == "\n" {
+		t.Logf("this host has no C.UTF-8 locale: LANG must stay unset")
+	}
+	if out := d.ok(t, "exec", box, "--", "sh", "-c", "echo $LANG"); out != want {
+		t.Errorf("LANG: got %q, want %q", out, want)
+	}
+	if out := d.ok(t, "exec", box, "--env", "LANG=fr_FR.UTF-8", "--", "sh", "-c", "echo $LANG"); out != "fr_FR.UTF-8\n" {
+		t.Errorf("LANG sent by the caller: got %q, want %q", out, "fr_FR.UTF-8\n")
+	}
+}
