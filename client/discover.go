@@ -122,7 +122,7 @@ func DiscoverFor(endpoint, token string) (Local, error) {
 	}
 	var state, denied string
 	for _, d := range StateDirs() {
-		if exists(filepath.Join(d, "token")) || exists(filepath.Join(d, wire.ListenFile)) || exists(filepath.Join(d, "runnerd.sock")) {
+		if exists(filepath.Join(d, "token")) || exists(filepath.Join(d, wire.ListenFile)) || exists(filepath.Join(d, "runnerd.sock")) || exists(filepath.Join(d, wire.StartingFile)) {
 			state = d
 			break
 		}
@@ -167,6 +167,9 @@ func DiscoverFor(endpoint, token string) (Local, error) {
 // endpointIn returns the endpoint of the daemon of state, from what tells
 // it: the listen file, a socket, or $RUNNERD_LISTEN.
 func endpointIn(state string) (string, error) {
+	if pid, ok := Starting(state); ok {
+		return "", &StartingError{Dir: state, PID: pid}
+	}
 	b, err := os.ReadFile(filepath.Join(state, wire.ListenFile))
 	switch {
 	case err == nil:
@@ -197,6 +200,37 @@ func endpointIn(state string) (string, error) {
 	}
 	return "", fmt.Errorf("discover runnerd: nothing in %s says where runnerd listens (no %s, no runnerd.sock; is it running?); set %s",
 		state, wire.ListenFile, EnvURL)
+}
+
+// StartingError is Discover's error while the runnerd of Dir is
+// starting (wire.StartingFile names a live process): it serves in a
+// moment; it is not stopped.
+type StartingError struct {
+	Dir string
+	PID int
+}
+
+func (e *StartingError) Error() string {
+	return fmt.Sprintf("discover runnerd: runnerd (pid %d) is starting in %s and does not serve yet", e.PID, e.Dir)
+}
+
+// Starting reports whether the runnerd of state directory dir is
+// starting: its wire.StartingFile is there and names a process that
+// lives. A start that died leaves the file naming no process: that is
+// not starting.
+func Starting(dir string) (pid int, ok bool) {
+	b, err := os.ReadFile(filepath.Join(dir, wire.StartingFile))
+	if err != nil {
+		return 0, false
+	}
+	var st wire.Starting
+	if json.Unmarshal(b, &st) != nil || st.PID <= 0 {
+		return 0, false
+	}
+	if err := syscall.Kill(st.PID, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return 0, false
+	}
+	return st.PID, true
 }
 
 // StateDeniedError is Discover's error when a state directory runnerd

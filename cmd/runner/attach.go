@@ -209,7 +209,7 @@ func (a *attachRun) pump(out, errw io.Writer, notice func(string)) pumpResult {
 				notice("connection to runnerd lost; reconnecting (the session keeps running)...")
 			}
 		}
-		if time.Since(lostAt) > reconnectFor {
+		if reconnectGiveUp(lostAt) {
 			return pumpResult{err: err}
 		}
 		select {

@@ -317,6 +317,9 @@ func hintFor(err error, where string) string {
 		if !client.Refused(err) {
 			return ""
 		}
+		if pid, ok := daemonStarting(); ok {
+			return startingHint(pid)
+		}
 		if where != "" {
 			where = " at " + where
 		}
@@ -328,6 +331,41 @@ func hintFor(err error, where string) string {
 	}
 	return ""
 }
+
+// stateDir is the state directory runner found runnerd by ("" when
+// --url and a token named it): where it looks whether runnerd is
+// starting.
+var stateDir string
+
+// daemonStarting reports whether the runnerd of stateDir is starting
+// (client.Starting): a refused connection then means "wait", not "is it
+// running?".
+func daemonStarting() (int, bool) {
+	if stateDir == "" {
+		return 0, false
+	}
+	return client.Starting(stateDir)
+}
+
+func startingHint(pid int) string {
+	return fmt.Sprintf("runnerd (pid %d) is starting: it serves once it has recovered its sandboxes and sessions; retry in a moment", pid)
+}
+
+// reconnectGiveUp reports whether a reconnect that began at lostAt
+// has waited long enough: reconnectFor, and longer while runnerd says
+// it is starting (a restart that recovers many sessions), up to
+// startingFor.
+func reconnectGiveUp(lostAt time.Time) bool {
+	waited := time.Since(lostAt)
+	if waited <= reconnectFor {
+		return false
+	}
+	_, starting := daemonStarting()
+	return !starting || waited > startingFor
+}
+
+// startingFor bounds the wait for a runnerd that says it is starting.
+const startingFor = 10 * time.Minute
 
 // hints joins hint lines, leaving out empty ones.
 func hints(lines ...string) string {
@@ -397,6 +435,12 @@ func (e *env) client() (*client.Client, error) {
 	if endpoint == "" || token == "" {
 		// Look only for what the flags and environment did not give.
 		l, err := client.DiscoverFor(endpoint, token)
+		var starting *client.StartingError
+		if errors.As(err, &starting) {
+			stateDir = starting.Dir
+			return nil, &cliError{what: "find runnerd", err: &adapter.UnavailableError{Detail: err.Error()},
+				hint: startingHint(starting.PID), code: exitUnavailable}
+		}
 		var denied *client.StateDeniedError
 		if errors.As(err, &denied) {
 			hint := fmt.Sprintf("runnerd's state (%s) is another user's: run runner as that user, or use --token-file with a copy of its token", denied.Dir)
@@ -410,6 +454,7 @@ func (e *env) client() (*client.Client, error) {
 				hint: "is runnerd running? start it with `runnerd` (it writes its token into its state directory), or use --url and --token-file (RUNNERD_URL, RUNNERD_TOKEN)", code: exitUnavailable}
 		}
 		endpoint, token = l.Endpoint, l.Token()
+		stateDir = l.StateDir
 	}
 	opts := client.Options{RequestTimeout: e.g.timeout, UserAgent: "runner-cli"}
 	files := client.TLSFromEnv()

@@ -91,7 +91,7 @@ func retryUnavailable(ctx context.Context, e *env, id string, call func(context.
 			} else {
 				fmt.Fprintf(e.io.err, "runner: %s\n", msg)
 			}
-		} else if time.Since(lostAt) > reconnectFor {
+		} else if reconnectGiveUp(lostAt) {
 			return err
 		}
 		select {

@@ -448,3 +448,90 @@ func TestExecLang(t *testing.T) {
 		t.Errorf("LANG sent by the caller: got %q, want %q", out, "fr_FR.UTF-8\n")
 	}
 }
+
+// TestStartingNotStopped (item 4): while runnerd starts (here its shim
+// check takes 3 s), runner says it is starting, not "is runnerd
+// running?"; once it serves, runner works and the starting file is
+// gone. A starting file naming no process (a start that died) is not
+// starting.
+func TestStartingNotStopped(t *testing.T) {
+	state := t.TempDir()
+	shim := filepath.Join(t.TempDir(), "slow-shim")
+	script := fmt.Sprintf("#!/bin/sh\nif [ \"$1\" = --version ]; then sleep 3; fi\nexec %s shim \"$@\"\n", filepath.Join(binDir, "runnerd"))
+	if err := os.WriteFile(shim, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{state: state}
+	cmd := exec.Command(filepath.Join(binDir, "runnerd"), "--state", state, "--listen", "127.0.0.1:0", "--netpolicy", "off", "--cgroups", "off", "--shim", shim)
+	cmd.Env = append(os.Environ(), "RUNNERD_TOKEN=")
+	log := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		waitBounded(t, cmd)
+	})
+	startingFile := filepath.Join(state, wire.StartingFile)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(startingFile); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s while runnerd starts; log:\n%s", wire.StartingFile, log.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, errOut, code := d.cli(t, nil, "ls")
+	want := fmt.Sprintf("runner: hint: runnerd (pid %d) is starting: it serves once it has recovered its sandboxes and sessions; retry in a moment\n", cmd.Process.Pid)
+	if code != exitUnavailable || !strings.HasSuffix(errOut, want) || strings.Contains(errOut, "is runnerd running") {
+		t.Errorf("ls while runnerd starts: exit %d stderr %q; want %d, ending %q", code, errOut, exitUnavailable, want)
+	}
+	for !strings.Contains(log.String(), "runnerd serving") {
+		if time.Now().After(deadline) {
+			t.Fatalf("runnerd did not serve; log:\n%s", log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if out, errOut, code := d.cli(t, nil, "ls"); code != 0 {
+		t.Errorf("ls once runnerd serves: exit %d %q %q", code, out, errOut)
+	}
+	if _, err := os.Stat(startingFile); !os.IsNotExist(err) {
+		t.Errorf("%s still there once runnerd serves (%v)", wire.StartingFile, err)
+	}
+
+	// A start that died: the file names no process.
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	other := t.TempDir()
+	if err := os.WriteFile(filepath.Join(other, wire.StartingFile), fmt.Appendf(nil, `{"pid":%d}`, dead.Process.Pid), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, _ = (&daemon{state: other}).cli(t, nil, "ls")
+	if strings.Contains(errOut, "is starting") {
+		t.Errorf("ls with a stale starting file: %q, want no \"is starting\"", errOut)
+	}
+}
+
+// TestStartupLogCgroupRoot (item 4): the line that says runnerd serves
+// names the cgroup root it uses (and "off" without cgroups).
+func TestStartupLogCgroupRoot(t *testing.T) {
+	d := limitsDaemon(t)
+	want := fmt.Sprintf(" cgroup_root=/runner-cli-test-%d", os.Getpid())
+	serving := ""
+	for _, line := range strings.Split(d.log.String(), "\n") {
+		if strings.Contains(line, "runnerd serving") {
+			serving = line
+		}
+	}
+	if !strings.Contains(serving, want) || !strings.Contains(serving, " cgroups=v") {
+		t.Errorf("serving line %q: want %q and the cgroup mode", serving, want)
+	}
+	if off := sharedDaemon(t).log.String(); !strings.Contains(off, "cgroups=off cgroup_root=\"\"") {
+		t.Errorf("a runnerd with --cgroups off: its log does not say cgroups=off:\n%s", off)
+	}
+}
