@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"syscall"
 	"time"
 
@@ -145,8 +146,68 @@ func runCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) er
 		if err != nil {
 			return fail("create "+name, err)
 		}
+		if *f.id != "" {
+			if done, err := rejoin(ctx, e, c, fs, f, name, argv); done {
+				return err
+			}
+		}
 		return execBody(ctx, e, fs, f, "run "+name, name, argv)
 	}
+}
+
+// rejoin is run --id as tmux new -A: a running session of that id and
+// command is attached to, whatever its terminal, size or environment (a
+// spawn --tty shell included); one that has ended is removed, and run
+// starts the command afresh (saying so). done is false when run should
+// go on and start the session (none of that id, or one running another
+// command, which the spawn refuses naming what differs).
+func rejoin(ctx context.Context, e *env, c *client.Client, fs *flag.FlagSet, f *execFlags, name string, argv []string) (done bool, err error) {
+	id, what := *f.id, "run "+name
+	cctx, cancel := e.callCtx(ctx)
+	s, err := c.Session(cctx, name, id)
+	cancel()
+	switch {
+	case errors.Is(err, adapter.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return true, fail(what, err)
+	case s.State == wire.SessionRunning && !slices.Equal(s.Argv, argv):
+		return false, nil
+	case s.State != wire.SessionRunning:
+		how := "ended"
+		if s.Exit != nil {
+			code, _ := exitOf("", *s.Exit, "")
+			how = fmt.Sprintf("ended (exit code %d)", code)
+		}
+		msg := fmt.Sprintf("session %s %s; starting it again (its output is replaced)", id, how)
+		if e.g.json {
+			writeJSONWarning(e, msg)
+		} else {
+			fmt.Fprintf(e.io.err, "runner: %s\n", msg)
+		}
+		dctx, dcancel := context.WithTimeout(ctx, e.g.timeout+10*time.Second)
+		err := c.DeleteSession(dctx, name, id)
+		dcancel()
+		if err != nil {
+			ce := &cliError{what: what, err: err}
+			if r, ok := reasonOf(err); ok && r == wire.ReasonSessionRunning {
+				ce.hint = fmt.Sprintf("processes the old session started still run: runner terminate %s %s, or pick another --id", name, id)
+			}
+			return true, ce
+		}
+		return false, nil
+	}
+	key, useKey, kerr := parseDetachKey(*f.dkey)
+	if kerr != nil {
+		return true, usagef("run", "%v", kerr)
+	}
+	stdin := *f.stdin || !flagsSet(fs)["i"] // run's -i defaults on
+	r, err := e.follow(ctx, c, followOpts{what: what, name: name, id: id, s: s, key: key, useKey: useKey,
+		stdin: stdin, exec: true, maxTime: *f.maxTime})
+	if err != nil {
+		return true, err
+	}
+	return true, e.endOf(ctx, c, what, name, r.frame)
 }
 
 // execBody starts argv as a session of sandbox name and follows it to

@@ -535,3 +535,28 @@ func TestStartupLogCgroupRoot(t *testing.T) {
 		t.Errorf("a runnerd with --cgroups off: its log does not say cgroups=off:\n%s", off)
 	}
 }
+
+// TestRunIDAfterEnd (item 4): run --id X, as tmux new -A, starts X
+// afresh once X has ended (saying so) instead of replaying it, and
+// rejoins a running spawn --tty session of the same command instead of
+// refusing it for its terminal.
+func TestRunIDAfterEnd(t *testing.T) {
+	d := sharedDaemon(t)
+	box := d.sandbox(t, "rerun-box")
+	count := []string{"run", box, "--id", "counter", "-i=false", "--", "sh", "-c", "echo x >> count; n=$(wc -l < count); echo run-$n; exit $n"}
+	if out, errOut, code := d.cli(t, nil, count...); out != "run-1\n" || code != 1 {
+		t.Fatalf("first run: %q exit %d (%s), want run-1 exit 1", out, code, errOut)
+	}
+	out, errOut, code := d.cli(t, nil, count...)
+	if out != "run-2\n" || code != 2 || errOut != "runner: session counter ended (exit code 1); starting it again (its output is replaced)\n" {
+		t.Errorf("run --id after the end: %q exit %d stderr %q; want run-2 exit 2 and the notice", out, code, errOut)
+	}
+
+	argv := []string{"sh", "-c", "read line; echo got-$line; exit 4"}
+	d.ok(t, append([]string{"spawn", box, "--tty", "--id", "shell", "--"}, argv...)...)
+	t.Cleanup(func() { d.cli(t, nil, "terminate", box, "shell", "--grace", "100ms") })
+	out, errOut, code = d.cli(t, []byte("hello\n"), append([]string{"run", box, "--id", "shell", "--"}, argv...)...)
+	if code != 4 || !strings.Contains(out, "got-hello") {
+		t.Errorf("run --id of a running spawn --tty session: %q exit %d stderr %q; want got-hello, exit 4", out, code, errOut)
+	}
+}

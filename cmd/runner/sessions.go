@@ -69,8 +69,10 @@ this terminal becomes the command's; elsewhere -i (stdin streamed). -t=false or
 -i=false turn either off.
 With --id, run is tmux's new -A: the first run starts session ID; a run with the
 same id and command while it runs attaches to it instead of starting another
-(its output is replayed from the start); once it has ended, run shows its output
-and exit again. The same id with another command is refused.
+(its output is replayed from the start), whatever its terminal or environment
+(a spawn --tty shell too); once it has ended, run says so, removes it (its output
+with it) and starts the command again. The same id while another command runs
+is refused, naming what differs.
 Examples:
   runner run dev -- bash
   runner run dev --id shell -- bash     # again later: back in the same shell`,
