@@ -66,6 +66,24 @@ func parseDetachKey(s string) (key byte, ok bool, err error) {
 	return 0, false, fmt.Errorf("--detach-key %q: want ctrl-X (X a letter or one of @[\\]^_) or none", s)
 }
 
+// defaultDetachKey is Ctrl-], the detach key without --detach-key.
+const defaultDetachKey = 0x1d
+
+// detachKeyFlag is " --detach-key K" that gives a reattach the detach
+// key this one had, "" for the default: the hint runner prints must not
+// hand back a key the person chose not to use.
+func detachKeyFlag(key byte, useKey bool) string {
+	switch {
+	case !useKey:
+		return " --detach-key none"
+	case key == defaultDetachKey:
+		return ""
+	case key >= 1 && key <= 26:
+		return " --detach-key ctrl-" + string(rune('a'+key-1))
+	}
+	return " --detach-key 'ctrl-" + string(rune(key|0x40)) + "'" // quoted: [ ] \ are the shell's
+}
+
 // attachRun is one attach: the frame pump (with reconnection), the stdin
 // pump and the resize follower. The frame pump's cursors are read only
 // after it has ended.

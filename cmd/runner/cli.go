@@ -269,7 +269,7 @@ func report(w io.Writer, err error, where string, asJSON bool) int {
 	if ce != nil {
 		inner = ce.err
 	}
-	detail := tidy(oneLine(detailOf(inner)))
+	detail := dropKind(tidy(oneLine(detailOf(inner))), kind)
 	hint := hintFor(err, where)
 	if ce != nil && ce.hint != "" {
 		hint = ce.hint
@@ -302,6 +302,19 @@ var (
 	opPrefix  = regexp.MustCompile(`^(GET|POST|PUT|DELETE) /\S*: `)
 	urlPrefix = regexp.MustCompile(`(Get|Post|Put|Delete) "[^"]*": `)
 )
+
+// dropKind drops kind from the ends of detail ("invalid: x: invalid"
+// is "x"): runner prints the kind once, before the detail (display
+// only).
+func dropKind(detail, kind string) string {
+	for {
+		d := strings.TrimPrefix(strings.TrimSuffix(detail, ": "+kind), kind+": ")
+		if d == detail || d == "" {
+			return detail
+		}
+		detail = d
+	}
+}
 
 func tidy(s string) string {
 	s = opPrefix.ReplaceAllString(s, "")
@@ -675,6 +688,9 @@ func run(ctx context.Context, args []string, io stdio) int {
 			cmdUsage(io.out, cmd, fs)
 			return exitOK
 		}
+		if near := nearFlag(fs, rest[1:]); near != "" {
+			err = fmt.Errorf("%w; did you mean %s?", err, near)
+		}
 		return flagError(cmd.name, err)
 	}
 	asJSON = e.g.json
@@ -714,6 +730,50 @@ func wantsJSON(args []string) bool {
 		}
 	}
 	return on
+}
+
+// nearFlag is the flag of fs nearest to the first flag in args that fs
+// does not define ("--detach-ky" gives "--detach-key"), "" when there is
+// no such flag or none is close. It reads the command line, not the
+// flag package's error text.
+func nearFlag(fs *flag.FlagSet, args []string) string {
+	var all []string
+	fs.VisitAll(func(f *flag.Flag) { all = append(all, f.Name) })
+	for _, a := range args {
+		if a == "--" {
+			return ""
+		}
+		if len(a) < 2 || a[0] != '-' {
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if name == "" || fs.Lookup(name) != nil {
+			continue
+		}
+		if len(name) > 1 && a[1] != '-' && allBoolLetters(fs, name) {
+			continue // -it: combined one-letter flags
+		}
+		if near := nearest(name, all); near != "" {
+			return dash(near)
+		}
+		return ""
+	}
+	return ""
+}
+
+// allBoolLetters reports whether each letter of s is a boolean flag of
+// fs (so "-it" is -i -t, not a flag named "it").
+func allBoolLetters(fs *flag.FlagSet, s string) bool {
+	for _, r := range s {
+		f := fs.Lookup(string(r))
+		if f == nil {
+			return false
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+			return false
+		}
+	}
+	return true
 }
 
 // nearest is the command name closest to a mistyped one: within two

@@ -263,7 +263,7 @@ wait:
 					"runner: %s: stopped waiting; the command may still run\nrunner: hint: runner logs %s %s -f   |   runner terminate %s %s",
 					what, name, id, name, id)}
 			}
-			again := fmt.Sprintf("runner attach %s %s %s", name, id, a.resumeFlags())
+			again := fmt.Sprintf("runner attach %s %s %s%s", name, id, a.resumeFlags(), detachKeyFlag(o.key, o.useKey))
 			msg := fmt.Sprintf("\r\nrunner: detached from %s %s; it keeps running.\nrunner: reattach with: %s\n"+
 				"runner: (that shows only what is new; without the cursors it replays the session from its start)", name, id, again)
 			return followResult{}, &exitError{code: exitDetached, kind: "detached", what: what, msg: msg}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -558,5 +559,83 @@ func TestRunIDAfterEnd(t *testing.T) {
 	out, errOut, code = d.cli(t, []byte("hello\n"), append([]string{"run", box, "--id", "shell", "--"}, argv...)...)
 	if code != 4 || !strings.Contains(out, "got-hello") {
 		t.Errorf("run --id of a running spawn --tty session: %q exit %d stderr %q; want got-hello, exit 4", out, code, errOut)
+	}
+}
+
+// TestSmallHints (item 4): a mistyped flag gets a "did you mean"; a
+// custom --detach-key is kept in the reattach hint; get shows the uid
+// and the isolation; bash completion skips the value of --ca, --cert
+// and --key.
+func TestSmallHints(t *testing.T) {
+	d := sharedDaemon(t)
+	box := d.sandbox(t, "hint-box")
+	_, errOut, code := d.cli(t, nil, "exec", box, "--detach-ky", "ctrl-x", "--", "true")
+	if want := "runner exec: flag provided but not defined: -detach-ky; did you mean --detach-key? (see runner exec --help)\n"; code != exitUsage || errOut != want {
+		t.Errorf("a mistyped flag: exit %d stderr %q; want %d %q", code, errOut, exitUsage, want)
+	}
+	if _, errOut, _ := d.cli(t, nil, "exec", box, "-it", "--zzzz", "--", "true"); strings.Contains(errOut, "did you mean") {
+		t.Errorf("a flag near nothing: %q, want no suggestion", errOut)
+	}
+
+	d.ok(t, "spawn", box, "--id", "long", "--", "sh", "-c", "echo up; sleep 60")
+	t.Cleanup(func() { d.cli(t, nil, "terminate", box, "long", "--grace", "100ms") })
+	cmd := exec.Command(filepath.Join(binDir, "runner"), "attach", box, "long", "--detach-key", "ctrl-x")
+	cmd.Env = d.env()
+	var out, errBuf syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errBuf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); out.String() != "up\n"; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			t.Fatalf("attach printed %q", out.String())
+		}
+	}
+	_ = cmd.Process.Signal(os.Interrupt)
+	waitBounded(t, cmd)
+	if want := "reattach with: runner attach " + box + " long --cursor 3 --detach-key ctrl-x\n"; !strings.Contains(errBuf.String(), want) {
+		t.Errorf("detach with --detach-key ctrl-x: stderr %q, want %q", errBuf.String(), want)
+	}
+
+	get := d.ok(t, "get", box)
+	sb := decode[wire.Sandbox](t, d.ok(t, "get", box, "--json"))
+	if sb.UID == nil || !sb.Isolated {
+		t.Fatalf("the shared runnerd (root) gave %s no uid of its own: %+v", box, sb)
+	}
+	for _, want := range []string{fmt.Sprintf("runs as:     uid %d, gid %d\n", *sb.UID, *sb.GID), "isolation:   isolated (an unprivileged uid of its own, no_new_privs, no capabilities)\n"} {
+		if !strings.Contains(get, want) {
+			t.Errorf("get: %q lacks %q", get, want)
+		}
+	}
+
+	bash := d.ok(t, "completion", "bash")
+	if !strings.Contains(bash, "--ca|-ca|--cert|-cert|--key|-key") {
+		t.Errorf("bash completion does not skip the value of --ca, --cert, --key:\n%s", bash)
+	}
+}
+
+// TestLimitsDisplay (item 4): with cgroups, get shows the sandbox's
+// usage, checkpoints sizes are human units, and a refused limit says
+// invalid once.
+func TestLimitsDisplay(t *testing.T) {
+	d := limitsDaemon(t)
+	d.ok(t, "create", "usage-box", "--memory", "64m")
+	d.ok(t, "exec", "usage-box", "--", "sh", "-c", "head -c 3000000 /dev/urandom > blob")
+	if get := d.ok(t, "get", "usage-box"); !strings.Contains(get, "usage:       memory ") || !strings.Contains(get, "oom kills 0\n") {
+		t.Errorf("get with cgroups shows no usage:\n%s", get)
+	}
+	_, errOut, _ := d.cli(t, nil, "create", "tiny", "--memory", "100k")
+	if want := "runner: create tiny: invalid: limits: memory 102400: below the minimum 1048576 bytes\n"; errOut != want {
+		t.Errorf("refused limit: %q, want %q (invalid once)", errOut, want)
+	}
+	if caps := d.ok(t, "caps"); !strings.Contains(caps, "checkpoint") {
+		t.Logf("no checkpoints on this runnerd: %q", caps)
+		return
+	}
+	d.ok(t, "checkpoint", "usage-box", "-m", "blob")
+	list := d.ok(t, "checkpoints", "usage-box")
+	if !regexp.MustCompile(`\t?\s2\.86[0-9]*MiB\s+2\.8[0-9]*MiB\s+blob\n`).MatchString(list) {
+		t.Errorf("checkpoints: sizes not in human units:\n%s", list)
 	}
 }

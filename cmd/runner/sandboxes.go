@@ -453,9 +453,26 @@ func printSandbox(e *env, sb wire.Sandbox) {
 	if sb.User != "" {
 		fmt.Fprintf(tw, "user:\t%s\n", sb.User)
 	}
+	if sb.UID != nil {
+		id := fmt.Sprintf("uid %d", *sb.UID)
+		if sb.GID != nil {
+			id += fmt.Sprintf(", gid %d", *sb.GID)
+		}
+		fmt.Fprintf(tw, "runs as:\t%s\n", id)
+	}
+	isolation := "none (runs as runnerd's user or --user, with its privileges)"
+	if sb.Isolated {
+		isolation = "isolated (an unprivileged uid of its own, no_new_privs, no capabilities)"
+	}
+	fmt.Fprintf(tw, "isolation:\t%s\n", isolation)
 	fmt.Fprintf(tw, "network:\t%s\n", networkText(sb.Network))
 	if sb.Limits != nil {
 		fmt.Fprintf(tw, "limits:\t%s\n", limitsText(*sb.Limits))
+	}
+	if u := sb.Usage; u != nil {
+		fmt.Fprintf(tw, "usage:\tmemory %s (peak %s), cpu %s, pids %d, oom kills %d\n",
+			units.BytesSize(float64(u.MemoryBytes)), units.BytesSize(float64(u.MemoryPeakBytes)),
+			(time.Duration(u.CPUUsec) * time.Microsecond).Round(time.Millisecond), u.Pids, u.OOMKills)
 	}
 	tw.Flush()
 }
