@@ -300,6 +300,10 @@ func report(w io.Writer, err error, where string, asJSON bool) int {
 // classified by kind, never by text).
 var (
 	opPrefix  = regexp.MustCompile(`^(GET|POST|PUT|DELETE) /\S*: `)
+	// apiAdvice is runnerd's advice to API callers inside a detail
+	// ("(change it with PUT /v1/sandboxes/x/network)"): runner's hint
+	// names its own command instead.
+	apiAdvice = regexp.MustCompile(` \(change (it|them) with (GET|POST|PUT|DELETE) /v1/[^)]*\)`)
 	urlPrefix = regexp.MustCompile(`(Get|Post|Put|Delete) "[^"]*": `)
 )
 
@@ -318,6 +322,7 @@ func dropKind(detail, kind string) string {
 
 func tidy(s string) string {
 	s = opPrefix.ReplaceAllString(s, "")
+	s = apiAdvice.ReplaceAllString(s, "")
 	return urlPrefix.ReplaceAllString(s, "")
 }
 
@@ -584,7 +589,7 @@ Run "runner COMMAND --help" for a command's flags and examples.
 `
 
 var groups = [][]string{
-	{"create", "ls", "get", "rm", "suspend", "resume", "policy", "url", "checkpoint", "checkpoints", "restore"},
+	{"create", "ls", "get", "rm", "suspend", "resume", "policy", "limits", "url", "checkpoint", "checkpoints", "restore"},
 	{"exec", "run", "spawn", "ps", "sessions", "attach", "logs", "write", "close-stdin", "signal", "terminate", "rm-session"},
 	{"info", "caps", "version", "completion"},
 }

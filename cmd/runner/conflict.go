@@ -86,5 +86,5 @@ func createConflictHint(err error, name string) string {
 	if reason, ok := reasonOf(err); !ok || reason != wire.ReasonSandboxExists {
 		return ""
 	}
-	return fmt.Sprintf("sandbox %s exists with other settings: runner get %s shows them; runner policy %s HOST... (or --deny-all) changes its network policy; or create another NAME", name, name, name)
+	return fmt.Sprintf("sandbox %s exists with other settings: runner get %s shows them; runner policy %s HOST... (or --deny-all) changes its network policy, runner limits %s --memory ... its limits; or create another NAME", name, name, name, name)
 }

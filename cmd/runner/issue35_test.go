@@ -639,3 +639,29 @@ func TestLimitsDisplay(t *testing.T) {
 		t.Errorf("checkpoints: sizes not in human units:\n%s", list)
 	}
 }
+
+// TestLimitsCommand (item 4): a create that conflicts with a sandbox's
+// limits or policy points to runner's commands, never to PUT /v1/...;
+// runner limits shows and changes limits, keeping those not named.
+func TestLimitsCommand(t *testing.T) {
+	d := limitsDaemon(t)
+	d.ok(t, "create", "lim-box", "--memory", "64m")
+	_, errOut, code := d.cli(t, nil, "create", "lim-box", "--memory", "32m")
+	want := "runner: create lim-box: invalid: conflict: sandbox \"lim-box\" exists with different limits\n" +
+		"runner: hint: sandbox lim-box exists with other settings: runner get lim-box shows them; runner policy lim-box HOST... (or --deny-all) changes its network policy, runner limits lim-box --memory ... its limits; or create another NAME\n"
+	if code != exitInvalid || errOut != want {
+		t.Errorf("create with other limits: exit %d stderr %q; want %d %q", code, errOut, exitInvalid, want)
+	}
+	if out := d.ok(t, "limits", "lim-box"); out != "lim-box: memory 64MiB\n" {
+		t.Errorf("limits: %q, want \"lim-box: memory 64MiB\"", out)
+	}
+	if out := d.ok(t, "limits", "lim-box", "--pids", "100"); out != "lim-box: memory 64MiB, pids 100\n" {
+		t.Errorf("limits --pids 100: %q, want memory kept and pids 100", out)
+	}
+	if sb := decode[wire.Sandbox](t, d.ok(t, "get", "lim-box", "--json")); sb.Limits == nil || sb.Limits.Pids != 100 || sb.Limits.MemoryBytes != 64<<20 {
+		t.Errorf("after limits --pids 100: %+v", sb.Limits)
+	}
+	if out := d.ok(t, "limits", "lim-box", "--none"); out != "lim-box: none\n" {
+		t.Errorf("limits --none: %q, want \"lim-box: none\"", out)
+	}
+}
