@@ -299,7 +299,7 @@ func report(w io.Writer, err error, where string, asJSON bool) int {
 // tidy drops them from what people read (display only: errors are
 // classified by kind, never by text).
 var (
-	opPrefix  = regexp.MustCompile(`^(GET|POST|PUT|DELETE) /\S*: `)
+	opPrefix = regexp.MustCompile(`^(GET|POST|PUT|DELETE) /\S*: `)
 	// apiAdvice is runnerd's advice to API callers inside a detail
 	// ("(change it with PUT /v1/sandboxes/x/network)"): runner's hint
 	// names its own command instead.
