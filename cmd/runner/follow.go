@@ -7,7 +7,6 @@ package main
 // the terminal's size, and decides what a detach key or a signal means.
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -149,49 +148,15 @@ func (e *env) follow(ctx context.Context, c *client.Client, o followOpts) (follo
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
-	// The stdin pump. Its goroutine may stay blocked in a read of
-	// runner's stdin when runner finishes; runner exits right after,
-	// so it is not waited for.
+	// The stdin forwarder (stdinq.go): its reader may stay blocked in a
+	// read of runner's stdin when runner finishes (runner exits right
+	// after, so it is not waited for); its writer is waited for.
 	detached := make(chan struct{}, 1)
 	if forwardStdin {
-		go func() {
-			buf := make([]byte, 32<<10)
-			warned := false
-			for {
-				n, rerr := e.io.in.Read(buf)
-				p := buf[:n]
-				hit := false
-				if interactive && o.useKey {
-					if i := bytes.IndexByte(p, o.key); i >= 0 {
-						p, hit = p[:i], true
-					}
-				}
-				if len(p) > 0 {
-					wctx, cancel := e.callCtx(actx)
-					err := c.WriteStdin(wctx, name, id, append([]byte(nil), p...))
-					cancel()
-					if errors.Is(err, adapter.ErrCommandExited) {
-						return // the exit frame follows
-					}
-					if err != nil && actx.Err() == nil && !warned {
-						warned = true
-						notice("input did not reach the session: " + oneLine(detailOf(err)))
-					}
-				}
-				if hit {
-					detached <- struct{}{}
-					return
-				}
-				if rerr != nil {
-					if rerr == io.EOF && !s.TTY {
-						cctx, cancel := e.callCtx(actx)
-						_ = c.CloseStdin(cctx, name, id)
-						cancel()
-					}
-					return
-				}
-			}
-		}()
+		fw := &stdinForwarder{e: e, c: c, name: name, id: id, in: e.io.in, tty: s.TTY,
+			key: o.key, useKey: interactive && o.useKey, notice: notice, q: newStdinQueue()}
+		go fw.read(actx, detached)
+		wg.Go(func() { fw.write(actx) })
 	}
 
 	// --max-time: terminate once, then keep reading to the exit frame.

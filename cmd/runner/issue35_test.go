@@ -665,3 +665,61 @@ func TestLimitsCommand(t *testing.T) {
 		t.Errorf("limits --none: %q, want \"lim-box: none\"", out)
 	}
 }
+
+// TestStdinKeptAcrossRestart (item 4): input runner reads while runnerd
+// restarts is kept and delivered once runnerd serves again, in order,
+// each byte once; runner says so rather than "input did not reach the
+// session".
+func TestStdinKeptAcrossRestart(t *testing.T) {
+	state := t.TempDir()
+	d, err := startDaemon(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.ok(t, "create", "keep-box")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	cmd := exec.Command(filepath.Join(binDir, "runner"), "exec", "keep-box", "-i", "--", "sh", "-c", "while read l; do echo got-$l; done; echo eof")
+	cmd.Env = d.env()
+	var out, errOut syncBuffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = r, &out, &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	waitOut := func(want string) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); out.String() != want; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("stdout %q, want %q; stderr %q", out.String(), want, errOut.String())
+			}
+		}
+	}
+	fmt.Fprintln(w, "a")
+	waitOut("got-a\n")
+
+	// runnerd stops (its sessions run on); input arrives meanwhile.
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	<-d.done
+	fmt.Fprintln(w, "b")
+	fmt.Fprintln(w, "c")
+	time.Sleep(500 * time.Millisecond)
+	d2, err := startDaemon(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d2.stop)
+	waitOut("got-a\ngot-b\ngot-c\n")
+	fmt.Fprintln(w, "d")
+	w.Close()
+	waitBounded(t, cmd)
+	if got, want := out.String(), "got-a\ngot-b\ngot-c\ngot-d\neof\n"; got != want || cmd.ProcessState.ExitCode() != 0 {
+		t.Errorf("exec -i across a restart: stdout %q exit %d, want %q exit 0; stderr %q", got, cmd.ProcessState.ExitCode(), want, errOut.String())
+	}
+	if e := errOut.String(); strings.Contains(e, "did not reach") || !strings.Contains(e, "input is kept and sent once it is back") {
+		t.Errorf("stderr %q: want the kept-input notice, not \"did not reach\"", e)
+	}
+}

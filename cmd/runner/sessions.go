@@ -49,7 +49,8 @@ terminates it (SIGTERM, SIGKILL 1 s later) if it still runs 50 ms later, waits
 for its end, and exits 141 (128+SIGPIPE).
 If the connection to runnerd is lost (runnerd restarts), runner rejoins the
 same session from where its output was, for up to 30 s, and still exits with
-the command's code; every byte is printed once. If runnerd stays away the
+the command's code; every byte is printed once, and input read meanwhile (-i)
+is kept (up to 1 MiB) and sent once runnerd is back. If runnerd stays away the
 outcome is unknown: runner says so and exits 255 (never 0), naming the session.
 A command that does not exist exits 127, one that cannot be run 126, as in sh.
 --max-time is kept by runner: the command is terminated when it passes.
