@@ -35,8 +35,8 @@ counts; a terminal stream may start mid escape sequence), or with --since from a
 earlier, never later, and a terminal stream may start mid escape sequence.
 If the connection to runnerd drops, runner
 reconnects from where it was, byte-exactly, for up to 30 s; then it exits 255.
-What is typed meanwhile is kept (up to 1 MiB) and sent once runnerd is back,
-in order and once.
+What is typed meanwhile is kept (1 MiB, then runner stops reading) and sent
+once runnerd is back, in order and once.
 Examples:
   runner spawn web-1 --tty --id sh -- bash && runner attach web-1 sh
   runner attach web-1 build --cursor 4096`,

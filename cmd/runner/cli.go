@@ -758,7 +758,9 @@ func nearFlag(fs *flag.FlagSet, args []string) string {
 		if len(name) > 1 && a[1] != '-' && allBoolLetters(fs, name) {
 			continue // -it: combined one-letter flags
 		}
-		if near := nearest(name, all); near != "" {
+		// A one- or two-letter slip ("-iz") has too many neighbours
+		// for a suggestion to help.
+		if near := nearest(name, all); len(name) > 2 && len(near) > 1 {
 			return dash(near)
 		}
 		return ""

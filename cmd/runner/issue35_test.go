@@ -196,7 +196,7 @@ func TestEnvSecretsOutOfArgv(t *testing.T) {
 				`env | grep -E '^(API_KEY|FROM_FILE|FROM_ENV)=' | sort -r; echo started >&2; sleep 30`)
 			cmd := exec.Command(filepath.Join(binDir, "runner"), args...)
 			cmd.Env = append(d.env(), "API_KEY="+secret, "FROM_ENV="+secret+"-env")
-			var out strings.Builder
+			var out syncBuffer
 			cmd.Stdout = &out
 			r, w, err := os.Pipe()
 			if err != nil {

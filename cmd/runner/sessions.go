@@ -50,7 +50,7 @@ for its end, and exits 141 (128+SIGPIPE).
 If the connection to runnerd is lost (runnerd restarts), runner rejoins the
 same session from where its output was, for up to 30 s, and still exits with
 the command's code; every byte is printed once, and input read meanwhile (-i)
-is kept (up to 1 MiB) and sent once runnerd is back. If runnerd stays away the
+is kept (1 MiB, then runner stops reading) and sent once runnerd is back. If runnerd stays away the
 outcome is unknown: runner says so and exits 255 (never 0), naming the session.
 A command that does not exist exits 127, one that cannot be run 126, as in sh.
 --max-time is kept by runner: the command is terminated when it passes.

@@ -24,46 +24,60 @@ import (
 	"github.com/agentrunner/runner/client"
 )
 
-// maxPendingStdin bounds what runner keeps of its stdin while runnerd
-// is away; beyond it, input is dropped and runner says so.
+// maxPendingStdin bounds what runner holds of its stdin not yet
+// delivered: past it runner stops reading (a pipe waits; the kernel's
+// terminal queue holds what is typed) until the session takes more.
 const maxPendingStdin = 1 << 20
 
 // stdinQueue is input read but not yet delivered, in order. Safe for
 // the reader and the writer goroutines.
 type stdinQueue struct {
-	mu      sync.Mutex // guards chunks, size, eof, dropped, stopped
+	mu      sync.Mutex // guards chunks, size, eof, stopped
 	chunks  [][]byte
 	size    int
-	eof     bool // the reader saw EOF: close the session's stdin once drained
-	dropped bool // input was dropped past maxPendingStdin (noticed once)
-	stopped bool // the writer is done (the command exited): input is discarded
-	ready   chan struct{}
+	eof     bool          // the reader saw EOF: close the session's stdin once drained
+	stopped bool          // the writer is done (the command exited): input is discarded
+	ready   chan struct{} // a chunk or EOF was queued (for the writer)
+	space   chan struct{} // a chunk left the queue (for the reader)
 }
 
-func newStdinQueue() *stdinQueue { return &stdinQueue{ready: make(chan struct{}, 1)} }
+func newStdinQueue() *stdinQueue {
+	return &stdinQueue{ready: make(chan struct{}, 1), space: make(chan struct{}, 1)}
+}
 
-func (q *stdinQueue) wake() {
+func signal1(c chan struct{}) {
 	select {
-	case q.ready <- struct{}{}:
+	case c <- struct{}{}:
 	default:
 	}
 }
 
-// push queues p; false (and p dropped) when the queue is full. After
-// stop, p is discarded: nothing will deliver it.
-func (q *stdinQueue) push(p []byte) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.stopped {
-		return true
+func (q *stdinQueue) wake() { signal1(q.ready) }
+
+// push queues p, waiting while the queue holds maxPendingStdin (one
+// chunk always fits an empty queue). After stop, p is discarded:
+// nothing will deliver it.
+func (q *stdinQueue) push(ctx context.Context, p []byte) {
+	for {
+		q.mu.Lock()
+		if q.stopped {
+			q.mu.Unlock()
+			return
+		}
+		if q.size == 0 || q.size+len(p) <= maxPendingStdin {
+			q.chunks = append(q.chunks, p)
+			q.size += len(p)
+			q.mu.Unlock()
+			q.wake()
+			return
+		}
+		q.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-q.space:
+		}
 	}
-	if q.size+len(p) > maxPendingStdin {
-		return false
-	}
-	q.chunks = append(q.chunks, p)
-	q.size += len(p)
-	q.wake()
-	return true
 }
 
 func (q *stdinQueue) closeInput() {
@@ -85,22 +99,25 @@ func (q *stdinQueue) next() (p []byte, eof bool) {
 
 func (q *stdinQueue) pop() {
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	q.size -= len(q.chunks[0])
 	q.chunks = q.chunks[1:]
+	q.mu.Unlock()
+	signal1(q.space)
 }
 
 func (q *stdinQueue) stop() {
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	q.stopped = true
 	q.chunks, q.size = nil, 0
+	q.mu.Unlock()
+	signal1(q.space)
 }
 
 func (q *stdinQueue) clear() {
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	q.chunks, q.size = nil, 0
+	q.mu.Unlock()
+	signal1(q.space)
 }
 
 // notDelivered reports whether a failed stdin write provably did not
@@ -145,14 +162,8 @@ func (f *stdinForwarder) read(ctx context.Context, detached chan<- struct{}) {
 				}
 			}
 		}
-		if len(p) > 0 && !f.q.push(append([]byte(nil), p...)) {
-			f.q.mu.Lock()
-			first := !f.q.dropped
-			f.q.dropped = true
-			f.q.mu.Unlock()
-			if first && ctx.Err() == nil {
-				f.notice("input dropped: more than 1 MiB typed or read while runnerd was away")
-			}
+		if len(p) > 0 {
+			f.q.push(ctx, append([]byte(nil), p...))
 		}
 		if hit {
 			detached <- struct{}{}
