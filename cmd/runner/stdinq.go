@@ -105,6 +105,26 @@ func (q *stdinQueue) pop() {
 	signal1(q.space)
 }
 
+// waitEmpty waits until every queued chunk was delivered (or dropped),
+// at most d.
+func (q *stdinQueue) waitEmpty(ctx context.Context, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for {
+		q.mu.Lock()
+		empty := q.size == 0
+		q.mu.Unlock()
+		if empty || time.Now().After(deadline) || ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-q.space:
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 func (q *stdinQueue) stop() {
 	q.mu.Lock()
 	q.stopped = true
@@ -166,6 +186,9 @@ func (f *stdinForwarder) read(ctx context.Context, detached chan<- struct{}) {
 			f.q.push(ctx, append([]byte(nil), p...))
 		}
 		if hit {
+			// What was typed before the key goes first, as it did
+			// before the detach.
+			f.q.waitEmpty(ctx, 2*time.Second)
 			detached <- struct{}{}
 			return
 		}
