@@ -84,13 +84,16 @@ func TestExecBrokenPipe(t *testing.T) {
 		name   string
 		stderr bool // break stderr instead of stdout
 		argv   []string
-		// most journal bytes: a command that ignores SIGPIPE writes on
-		// at full speed until terminate, 50 ms later (10-20 MB here).
+		// most journal bytes: 64 MiB for yes (the bound); a
+		// command that ignores SIGPIPE writes on at full speed (500 MB/s
+		// into this tmpfs) until terminate ends it 50 ms and two
+		// requests later: 10-50 MB here, bounded below the 256 MiB
+		// tmpfs that it fills without the fix.
 		most int64
 	}{
 		{"stdout", false, []string{"yes"}, 64 << 20},
 		{"stderr", true, []string{"sh", "-c", "yes >&2"}, 64 << 20},
-		{"ignores SIGPIPE", false, []string{"sh", "-c", "trap '' PIPE; exec yes"}, 64 << 20},
+		{"ignores SIGPIPE", false, []string{"sh", "-c", "trap '' PIPE; exec yes"}, 160 << 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := "pipe-" + strings.ReplaceAll(tc.name, " ", "-")
@@ -162,6 +165,27 @@ func TestExecBrokenPipe(t *testing.T) {
 		waitBounded(t, cmd)
 		if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); ws.Signaled() || cmd.ProcessState.ExitCode() != 141 {
 			t.Errorf("attach: %v; want exit status 141", cmd.ProcessState)
+		}
+		// logs -f | head: the same exit, the session untouched.
+		for _, args := range [][]string{{"logs", box, "spawned", "-f"}, {"logs", box, "spawned", "--stream", "stdout", "-f"}} {
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(filepath.Join(binDir, "runner"), args...)
+			cmd.Env, cmd.Stdout = d.env(), w
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			w.Close()
+			if _, err := bufio.NewReader(r).ReadString('\n'); err != nil {
+				t.Fatal(err)
+			}
+			r.Close()
+			waitBounded(t, cmd)
+			if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); ws.Signaled() || cmd.ProcessState.ExitCode() != 141 {
+				t.Errorf("runner %s | head: %v; want exit status 141", strings.Join(args, " "), cmd.ProcessState)
+			}
 		}
 		time.Sleep(300 * time.Millisecond)
 		if s := d.session(t, box, "spawned"); s.State != wire.SessionRunning {
