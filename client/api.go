@@ -131,6 +131,15 @@ func (c *Client) SetNetwork(ctx context.Context, name string, allow []string) (w
 	return sb, err
 }
 
+// SetLimits calls PUT /v1/sandboxes/{name}/limits: l replaces the
+// sandbox's limits whole (a zero field is the host's default, or none).
+// adapter.ErrNotSupported without resource_limits.
+func (c *Client) SetLimits(ctx context.Context, name string, l wire.Limits) (wire.Sandbox, error) {
+	var sb wire.Sandbox
+	err := c.do(ctx, call{method: http.MethodPut, path: apiPath("sandboxes", name, "limits"), body: l}, &sb)
+	return sb, err
+}
+
 // PublicURL calls POST /v1/sandboxes/{name}/urls and returns the URL. It
 // is handed over whether or not something listens on port yet; PreviewURL
 // also says which.

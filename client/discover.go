@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/agentrunner/runner/wire"
 )
@@ -119,12 +120,18 @@ func DiscoverFor(endpoint, token string) (Local, error) {
 	if url != "" && tok != "" {
 		return Local{Endpoint: url, TLS: TLSFromEnv(), token: secret(tok)}, nil
 	}
-	var state string
+	var state, denied string
 	for _, d := range StateDirs() {
-		if exists(filepath.Join(d, "token")) || exists(filepath.Join(d, wire.ListenFile)) || exists(filepath.Join(d, "runnerd.sock")) {
+		if exists(filepath.Join(d, "token")) || exists(filepath.Join(d, wire.ListenFile)) || exists(filepath.Join(d, "runnerd.sock")) || exists(filepath.Join(d, wire.StartingFile)) {
 			state = d
 			break
 		}
+		if _, err := os.Stat(filepath.Join(d, "token")); errors.Is(err, fs.ErrPermission) && denied == "" {
+			denied = d
+		}
+	}
+	if state == "" && denied != "" {
+		return Local{}, stateDenied(denied)
 	}
 	if state == "" {
 		return Local{}, fmt.Errorf("discover runnerd: no state directory with a token or socket among %s; set %s and %s",
@@ -145,7 +152,7 @@ func DiscoverFor(endpoint, token string) (Local, error) {
 	b, err := os.ReadFile(filepath.Join(state, "token"))
 	if err != nil {
 		if errors.Is(err, fs.ErrPermission) {
-			return l, fmt.Errorf("discover runnerd: read token in %s: permission denied (run as the daemon's user, or set %s)", state, EnvToken)
+			return l, stateDenied(state)
 		}
 		return l, fmt.Errorf("discover runnerd: read token: %w", err)
 	}
@@ -160,6 +167,9 @@ func DiscoverFor(endpoint, token string) (Local, error) {
 // endpointIn returns the endpoint of the daemon of state, from what tells
 // it: the listen file, a socket, or $RUNNERD_LISTEN.
 func endpointIn(state string) (string, error) {
+	if pid, ok := Starting(state); ok {
+		return "", &StartingError{Dir: state, PID: pid}
+	}
 	b, err := os.ReadFile(filepath.Join(state, wire.ListenFile))
 	switch {
 	case err == nil:
@@ -177,6 +187,8 @@ func endpointIn(state string) (string, error) {
 			return "http://" + ln.TCP, nil
 		}
 		return "", fmt.Errorf("discover runnerd: %s names no address that exists", filepath.Join(state, wire.ListenFile))
+	case errors.Is(err, fs.ErrPermission):
+		return "", stateDenied(state)
 	case !errors.Is(err, fs.ErrNotExist):
 		return "", fmt.Errorf("discover runnerd: read listen file: %w", err)
 	}
@@ -188,6 +200,76 @@ func endpointIn(state string) (string, error) {
 	}
 	return "", fmt.Errorf("discover runnerd: nothing in %s says where runnerd listens (no %s, no runnerd.sock; is it running?); set %s",
 		state, wire.ListenFile, EnvURL)
+}
+
+// StartingError is Discover's error while the runnerd of Dir is
+// starting (wire.StartingFile names a live process): it serves in a
+// moment; it is not stopped.
+type StartingError struct {
+	Dir string
+	PID int
+}
+
+func (e *StartingError) Error() string {
+	return fmt.Sprintf("discover runnerd: runnerd (pid %d) is starting in %s and does not serve yet", e.PID, e.Dir)
+}
+
+// Starting reports whether the runnerd of state directory dir is
+// starting: its wire.StartingFile is there and names a process that
+// lives. A start that died leaves the file naming no process: that is
+// not starting.
+func Starting(dir string) (pid int, ok bool) {
+	b, err := os.ReadFile(filepath.Join(dir, wire.StartingFile))
+	if err != nil {
+		return 0, false
+	}
+	var st wire.Starting
+	if json.Unmarshal(b, &st) != nil || st.PID <= 0 {
+		return 0, false
+	}
+	if err := syscall.Kill(st.PID, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return 0, false
+	}
+	return st.PID, true
+}
+
+// StateDeniedError is Discover's error when a state directory runnerd
+// uses is there but this user may not read it: runnerd runs as another
+// user (root, as a system service), whose token this one cannot read.
+// It is not "runnerd is not running".
+type StateDeniedError struct {
+	// Dir is the state directory.
+	Dir string
+	// UID owns Dir (-1 when its owner could not be read).
+	UID int
+}
+
+func (e *StateDeniedError) Error() string {
+	owner := "another user's"
+	switch {
+	case e.UID == 0:
+		owner = "root's"
+	case e.UID > 0:
+		owner = fmt.Sprintf("uid %d's", e.UID)
+	}
+	return fmt.Sprintf("discover runnerd: its state %s is %s: permission denied (run as that user, or set %s)", e.Dir, owner, EnvToken)
+}
+
+// stateDenied is the StateDeniedError of dir, with its owner.
+func stateDenied(dir string) error {
+	e := &StateDeniedError{Dir: dir, UID: -1}
+	if st, err := os.Stat(dir); err == nil {
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+			e.UID = int(sys.Uid)
+		}
+	} else if st, err := os.Stat(filepath.Dir(dir)); err == nil {
+		// dir itself is behind a directory this user cannot enter:
+		// that directory's owner is the one to be.
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+			e.UID = int(sys.Uid)
+		}
+	}
+	return e
 }
 
 func exists(path string) bool {

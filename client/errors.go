@@ -48,6 +48,10 @@ type APIError struct {
 	// more sandboxes or sessions (wire.Error.Exhausted): nothing was
 	// created; another host may take it.
 	Exhausted bool
+	// Reason is the body's reason: with the invalid kind (409), which
+	// conflict it is (wire.ReasonSandboxSuspended, ...), else "". A
+	// daemon before the field sends none.
+	Reason wire.Reason
 
 	kind error // the adapter kind: a sentinel or a typed error
 }
@@ -120,7 +124,7 @@ func responseErr(ctx context.Context, op string, resp *http.Response) error {
 	body, decoded := decodeErrorBody(resp)
 	e := &APIError{Op: op, Status: resp.StatusCode}
 	if decoded {
-		e.Code, e.Detail, e.ExecError = body.Code, body.Detail, body.ExecError
+		e.Code, e.Detail, e.ExecError, e.Reason = body.Code, body.Detail, body.ExecError, body.Reason
 		if body.RetryAfterMS > 0 {
 			e.RetryAfter = time.Duration(body.RetryAfterMS) * time.Millisecond
 		}

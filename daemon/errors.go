@@ -39,6 +39,8 @@ type apiError struct {
 	// execError refines invalid for a command that could not be started
 	// (wire.Error.ExecError); set only by classifyStart.
 	execError wire.ExecError
+	// reason says which conflict a 409 is (wire.Error.Reason).
+	reason wire.Reason
 }
 
 func (e *apiError) Error() string { return fmt.Sprintf("%s (%d): %s", e.code, e.status, e.detail) }
@@ -49,6 +51,14 @@ func errInvalid(format string, args ...any) *apiError {
 
 func errConflict(format string, args ...any) *apiError {
 	return &apiError{status: http.StatusConflict, code: wire.CodeInvalid, detail: fmt.Sprintf(format, args...)}
+}
+
+// errConflictFor is errConflict with the reason a client reads instead
+// of the detail (wire.Error.Reason).
+func errConflictFor(reason wire.Reason, format string, args ...any) *apiError {
+	ae := errConflict(format, args...)
+	ae.reason = reason
+	return ae
 }
 
 func errTooLarge(limit int64) *apiError {
@@ -154,7 +164,7 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if ae.retryAfterMS > 0 {
 		h.Set("Retry-After", strconv.FormatInt((ae.retryAfterMS+999)/1000, 10))
 	}
-	body, _ := json.Marshal(wire.ErrorBody{Error: wire.Error{Code: ae.code, Detail: ae.detail, RetryAfterMS: ae.retryAfterMS, Uncertain: ae.uncertain, ExecError: ae.execError}})
+	body, _ := json.Marshal(wire.ErrorBody{Error: wire.Error{Code: ae.code, Detail: ae.detail, RetryAfterMS: ae.retryAfterMS, Uncertain: ae.uncertain, ExecError: ae.execError, Reason: ae.reason}})
 	body = append(body, '\n')
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(ae.status)

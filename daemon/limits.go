@@ -145,7 +145,7 @@ func (s *server) ensureCgroup(sb registry.Sandbox) error {
 // record too, so a retry of a create that failed here repairs it.
 func (s *server) createCgroup(sb registry.Sandbox, created, asked bool, limits *wire.Limits) error {
 	if !created && asked && !sameLimits(sb.Limits, limits) {
-		return errConflict("%s: sandbox %q exists with different limits (change them with PUT /v1/sandboxes/%s/limits)", wire.DetailConflict, sb.Name, sb.Name)
+		return errConflictFor(wire.ReasonSandboxExists, "%s: sandbox %q exists with different limits (change them with PUT /v1/sandboxes/%s/limits)", wire.DetailConflict, sb.Name, sb.Name)
 	}
 	return s.ensureCgroup(sb)
 }

@@ -43,9 +43,6 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	log := cfg.Logger
-	if err := checkShim(ctx, cfg.ShimCommand, cfg.Version, log); err != nil {
-		return err
-	}
 	// Thousands of sessions hold a descriptor each for every connection,
 	// journal reader and shim socket: take all the kernel allows.
 	if lim, err := raiseNoFile(); err != nil {
@@ -73,6 +70,16 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return fmt.Errorf("chmod state directory: %w", err)
 	}
 	os.Chmod(filepath.Join(cfg.StateDir, "sandboxes"), 0o711)
+	// From here until listen.json is written, a client finds runnerd
+	// starting, not stopped (wire.StartingFile).
+	startingPath := filepath.Join(cfg.StateDir, wire.StartingFile)
+	if err := writeStarting(startingPath); err != nil {
+		log.Warn("cannot say runnerd is starting", "err", err)
+	}
+	defer removeStarting(startingPath)
+	if err := checkShim(ctx, cfg.ShimCommand, cfg.Version, log); err != nil {
+		return err
+	}
 
 	token, err := loadToken(cfg.StateDir, cfg.Token)
 	if err != nil {
@@ -277,6 +284,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// Removed only at a clean stop: the registry lock proves the file is
 	// this daemon's.
 	defer os.Remove(listenPath)
+	removeStarting(startingPath) // serving now: listen.json says where
 
 	srv := &http.Server{
 		Handler:           s,
@@ -297,7 +305,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			}
 		}()
 	}
-	log.Info("runnerd serving", "state", cfg.StateDir, "tcp", tcpAddr, "tls", cfg.tlsEnabled(), "client_ca", cfg.TLSClientCA != "", "socket", cfg.Socket, "version", cfg.Version, "network_policy", s.net != nil)
+	// The cgroup root is on the line people read first: the one that
+	// says runnerd serves (cgroups "off" when limits are not enforced;
+	// the earlier lines say why).
+	cgroups, cgroupRoot := "off", ""
+	if s.cg != nil {
+		cgroups, cgroupRoot = s.cg.Mode().String(), cfg.CgroupRoot
+	}
+	log.Info("runnerd serving", "state", cfg.StateDir, "tcp", tcpAddr, "tls", cfg.tlsEnabled(), "client_ca", cfg.TLSClientCA != "", "socket", cfg.Socket, "version", cfg.Version, "network_policy", s.net != nil,
+		"cgroups", cgroups, "cgroup_root", cgroupRoot)
 	if err := sdNotify("READY=1"); err != nil {
 		log.Warn("sd_notify READY", "err", err)
 	}
@@ -384,6 +400,38 @@ func writeListen(path string, l wire.Listen) error {
 		return fmt.Errorf("write %s: %w", wire.ListenFile, err)
 	}
 	return nil
+}
+
+// writeStarting writes wire.StartingFile with this process's pid
+// (tmp+rename, 0600).
+func writeStarting(path string) error {
+	b, err := json.Marshal(wire.Starting{PID: os.Getpid()})
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+// removeStarting removes wire.StartingFile if it is this process's: a
+// second runnerd that fails on a state directory in use leaves the first
+// one's alone.
+func removeStarting(path string) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	var st wire.Starting
+	if json.Unmarshal(b, &st) == nil && st.PID == os.Getpid() {
+		os.Remove(path)
+	}
 }
 
 // ErrShimUnusable is returned by Run, before it serves anything, when the

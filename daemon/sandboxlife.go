@@ -127,13 +127,13 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (_ r
 		}()
 	}
 	if !created && req.User != "" && sb.User != req.User { // absent: whatever it is, as network
-		return sb, errConflict("%s: sandbox %q exists with user %q", wire.DetailConflict, sb.Name, sb.User)
+		return sb, errConflictFor(wire.ReasonSandboxExists, "%s: sandbox %q exists with user %q", wire.DetailConflict, sb.Name, sb.User)
 	}
 	// A create that asks for containment never gets a sandbox contained
 	// less (or differently) than asked; one that does not ask gets the
 	// sandbox as it is.
 	if !created && asked && !sameNetwork(sb.Network, network) {
-		return sb, errConflict("%s: sandbox %q exists with a different network policy (change it with PUT /v1/sandboxes/%s/network)", wire.DetailConflict, sb.Name, sb.Name)
+		return sb, errConflictFor(wire.ReasonSandboxExists, "%s: sandbox %q exists with a different network policy (change it with PUT /v1/sandboxes/%s/network)", wire.DetailConflict, sb.Name, sb.Name)
 	}
 	if err := s.createCgroup(sb, created, req.Limits != nil, limits); err != nil { // limits.go
 		return sb, err

@@ -92,6 +92,9 @@ func (s *server) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolic
 	}
 	env := envWith(slices.Clone(req.Env), "PATH", shim.DefaultPath)
 	env = envWith(env, "HOME", sb.Workspace)
+	if lang := defaultLang(); lang != "" { // locale.go
+		env = envWith(env, "LANG", lang)
+	}
 	if req.TTY {
 		env = envWith(env, "TERM", "xterm-256color")
 	}
@@ -265,7 +268,7 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 			return err
 		}
 		if rec.State == wire.SandboxSuspended {
-			return errConflict("sandbox suspended")
+			return errConflictFor(wire.ReasonSandboxSuspended, "sandbox suspended")
 		}
 		if rec.Incarnation != ss.Incarnation {
 			return errUnavailable("sandbox %q was re-created during the spawn; retry", name)
@@ -285,7 +288,7 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 	switch {
 	case errors.Is(err, registry.ErrExists):
 		if !sameRequest(cur.Request, req) {
-			return ss, false, errConflict("%s: session %q exists with a different request", wire.DetailConflict, req.ID)
+			return ss, false, errConflictFor(wire.ReasonSessionExists, "%s: session %q exists with a different request", wire.DetailConflict, req.ID)
 		}
 		cur, err = s.refresh(cur)
 		if err == nil && cur.State == stateStarting {

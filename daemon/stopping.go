@@ -223,7 +223,7 @@ func (s *server) removeSession(ctx context.Context, ss registry.Session) error {
 		return err
 	}
 	if ss.State == wire.SessionRunning || ss.State == stateStarting {
-		return errConflict("session %s is running; terminate it first", ss.ID)
+		return errConflictFor(wire.ReasonSessionRunning, "session %s is running; terminate it first", ss.ID)
 	}
 	dir := s.sessionDir(ss)
 	if err := shimGone(ctx, dir, ss.ID); err != nil {
@@ -262,11 +262,11 @@ func shimGone(ctx context.Context, dir, id string) error {
 			return nil
 		}
 		if n, err := lingering(ctx, dir); err == nil && n != 0 {
-			return errConflict("session %s ended but %d process(es) it started still run; terminate it first", id, n)
+			return errConflictFor(wire.ReasonSessionRunning, "session %s ended but %d process(es) it started still run; terminate it first", id, n)
 		}
 		select {
 		case <-ctx.Done():
-			return errConflict("session %s ended but its supervisor still runs; terminate it first", id)
+			return errConflictFor(wire.ReasonSessionRunning, "session %s ended but its supervisor still runs; terminate it first", id)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

@@ -424,6 +424,20 @@ type Health struct {
 // behind, pointing at addresses nothing may answer.
 const ListenFile = "listen.json"
 
+// StartingFile is the name, in runnerd's state directory, of the file
+// runnerd writes (mode 0600, JSON [Starting]) as soon as its state
+// directory exists, before the slow part of a start (checking the shim,
+// recovering sandboxes and sessions), and removes once it serves
+// ([ListenFile] then says where) or has failed to start. A client that
+// finds it, naming a live process, knows runnerd is starting, not
+// stopped: wait, do not tell the user to start it.
+const StartingFile = "starting.json"
+
+// Starting is the content of [StartingFile].
+type Starting struct {
+	PID int `json:"pid"`
+}
+
 // Sources of Capacity.MemorySource and Capacity.PIDsSource.
 const (
 	CapacityCgroup = "cgroup"

@@ -161,7 +161,34 @@ type Error struct {
 	// more sandboxes or sessions (runnerd --max-sandboxes,
 	// --max-sessions): nothing was created; another host may take it.
 	Exhausted bool `json:"exhausted,omitempty"`
+	// Reason says which conflict a 409 invalid is (Reason*), so that a
+	// client can tell a suspended sandbox from a reused session id
+	// without reading Detail. It refines invalid and is not a code of
+	// its own: absent from daemons before it, and a client that does not
+	// know a value sees invalid as before.
+	Reason Reason `json:"reason,omitempty"`
 }
+
+// Reason says which state a request conflicted with (Error.Reason).
+type Reason string
+
+// The values of Error.Reason. More may be added; a client treats one it
+// does not know as a plain conflict.
+const (
+	// ReasonSessionExists: a spawn or exec named a session id that
+	// exists with a different request (argv, env, cwd, tty or its size,
+	// merged stderr). Detail is DetailConflict's.
+	ReasonSessionExists Reason = "session_exists"
+	// ReasonSandboxExists: a create named a sandbox that exists with a
+	// different user, network policy or limits.
+	ReasonSandboxExists Reason = "sandbox_exists"
+	// ReasonSandboxSuspended: a spawn or exec reached a suspended
+	// sandbox; resume it first.
+	ReasonSandboxSuspended Reason = "sandbox_suspended"
+	// ReasonSessionRunning: a session delete reached a session that runs,
+	// or whose processes outlived its command; terminate it first.
+	ReasonSessionRunning Reason = "session_running"
+)
 
 // ExecError says why a command could not be started (Error.ExecError).
 type ExecError string

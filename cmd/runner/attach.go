@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
@@ -34,6 +35,8 @@ counts; a terminal stream may start mid escape sequence), or with --since from a
 earlier, never later, and a terminal stream may start mid escape sequence.
 If the connection to runnerd drops, runner
 reconnects from where it was, byte-exactly, for up to 30 s; then it exits 255.
+What is typed meanwhile is kept (1 MiB, then runner stops reading) and sent
+once runnerd is back, in order and once.
 Examples:
   runner spawn web-1 --tty --id sh -- bash && runner attach web-1 sh
   runner attach web-1 build --cursor 4096`,
@@ -63,6 +66,24 @@ func parseDetachKey(s string) (key byte, ok bool, err error) {
 		return c & 0x1f, true, nil
 	}
 	return 0, false, fmt.Errorf("--detach-key %q: want ctrl-X (X a letter or one of @[\\]^_) or none", s)
+}
+
+// defaultDetachKey is Ctrl-], the detach key without --detach-key.
+const defaultDetachKey = 0x1d
+
+// detachKeyFlag is " --detach-key K" that gives a reattach the detach
+// key this one had, "" for the default: the hint runner prints must not
+// hand back a key the person chose not to use.
+func detachKeyFlag(key byte, useKey bool) string {
+	switch {
+	case !useKey:
+		return " --detach-key none"
+	case key == defaultDetachKey:
+		return ""
+	case key >= 1 && key <= 26:
+		return " --detach-key ctrl-" + string(rune('a'+key-1))
+	}
+	return " --detach-key 'ctrl-" + string(rune(key|0x40)) + "'" // quoted: [ ] \ are the shell's
 }
 
 // attachRun is one attach: the frame pump (with reconnection), the stdin
@@ -208,7 +229,7 @@ func (a *attachRun) pump(out, errw io.Writer, notice func(string)) pumpResult {
 				notice("connection to runnerd lost; reconnecting (the session keeps running)...")
 			}
 		}
-		if time.Since(lostAt) > reconnectFor {
+		if reconnectGiveUp(lostAt) {
 			return pumpResult{err: err}
 		}
 		select {
@@ -244,16 +265,30 @@ func (a *attachRun) read(fr *client.FrameReader, out, errw io.Writer, lostAt *ti
 		switch {
 		case f.Kind == wire.FrameData && f.Stream == wire.StreamStdout:
 			if _, err := out.Write(f.Payload); err != nil {
-				return &exitError{code: exitOther, kind: "io", msg: fmt.Sprintf("runner: attach: write stdout: %v", err)}
+				return writeErr("stdout", err)
 			}
 		case f.Kind == wire.FrameData && f.Stream == wire.StreamStderr:
 			if _, err := errw.Write(f.Payload); err != nil {
-				return &exitError{code: exitOther, kind: "io", msg: fmt.Sprintf("runner: attach: write stderr: %v", err)}
+				return writeErr("stderr", err)
 			}
 		case f.Kind.Terminal():
 			return &terminalFrame{f: f}
 		}
 	}
+}
+
+// errBrokenPipe is a write to runner's stdout or stderr that nobody
+// reads any more (`runner exec box -- yes | head -1`): runner's reader
+// went away, as a shell pipeline's reader does.
+var errBrokenPipe = errors.New("broken pipe")
+
+// writeErr is the error of a failed write of stream's output:
+// errBrokenPipe for EPIPE, else an io failure (exit 246).
+func writeErr(stream string, err error) error {
+	if errors.Is(err, syscall.EPIPE) {
+		return fmt.Errorf("write %s: %w", stream, errBrokenPipe)
+	}
+	return &exitError{code: exitOther, kind: "io", msg: fmt.Sprintf("runner: attach: write %s: %v", stream, err)}
 }
 
 func attachCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	units "github.com/docker/go-units"
 	"golang.org/x/term"
 
 	"github.com/agentrunner/runner/wire"
@@ -43,7 +44,8 @@ Example:
 			}},
 		&command{name: "checkpoints", args: "NAME", min: 1, max: 1,
 			short: "list a sandbox's checkpoints, oldest first",
-			long:  `Columns: id, created, size of the files, bytes it added to storage, comment.`,
+			long: `Columns: id, created, size of the files, bytes it added to storage (both in
+units of 1024: KiB, MiB, GiB; --json has the exact bytes), comment.`,
 			setup: func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
 				return func(ctx context.Context, e *env, pos, _ []string) error {
 					c, err := e.client()
@@ -62,7 +64,7 @@ Example:
 					tw := tabwriter.NewWriter(e.io.out, 0, 4, 2, ' ', 0)
 					fmt.Fprintln(tw, "ID\tCREATED\tSIZE\tSTORED\tCOMMENT")
 					for _, ck := range list {
-						fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", ck.ID, when(ck.Created), ck.Size, ck.StoredBytes, ck.Comment)
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", ck.ID, when(ck.Created), units.BytesSize(float64(ck.Size)), units.BytesSize(float64(ck.StoredBytes)), ck.Comment)
 					}
 					return tw.Flush()
 				}

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
@@ -41,6 +42,11 @@ const (
 	exitNotFound      = wire.RunnerExitNotFound
 	exitLost          = wire.RunnerExitLost
 	exitUnavailable   = wire.RunnerExitUnavailable
+	// exitBrokenPipe is runner's exit when its stdout or stderr pipe
+	// closed under it: 128+SIGPIPE, what a shell shows for a command
+	// SIGPIPE killed, so `runner exec box -- yes | head -1` reads as
+	// `yes | head -1` does.
+	exitBrokenPipe = 128 + int(syscall.SIGPIPE)
 )
 
 const exitTable = `Exit codes:
@@ -52,6 +58,9 @@ const exitTable = `Exit codes:
     126  exec, spawn: the command exists but cannot be run (not executable)
     127  exec, spawn: the command was not found in the sandbox
     130  interrupted (Ctrl-C); a command started by exec may still run
+    141  runner's stdout or stderr pipe closed (runner exec ... | head -1):
+         exec and run ended the command they started first (SIGPIPE, then
+         terminate); attach and logs leave the session running
     245  attach, exec -it, run: detached (the detach key on a terminal,
          Ctrl-C or SIGTERM on an attach without one); the session still runs
     246  provider, restore_failed or write_failed
@@ -203,6 +212,11 @@ func writeJSONWarning(e *env, msg string) {
 // one JSON object (jsonError). where names the daemon runner tried (""
 // before it knew), for the unavailable hint.
 func report(w io.Writer, err error, where string, asJSON bool) int {
+	if errors.Is(err, errBrokenPipe) || (errors.Is(err, syscall.EPIPE) && !errors.Is(err, adapter.ErrUnavailable)) {
+		// runner's own stdout or stderr went away: nobody reads a
+		// message, and the shell reads 141 as a SIGPIPE death.
+		return exitBrokenPipe
+	}
 	var ue *usageError
 	if errors.As(err, &ue) {
 		if asJSON {
@@ -255,7 +269,7 @@ func report(w io.Writer, err error, where string, asJSON bool) int {
 	if ce != nil {
 		inner = ce.err
 	}
-	detail := tidy(oneLine(detailOf(inner)))
+	detail := dropKind(tidy(oneLine(detailOf(inner))), kind)
 	hint := hintFor(err, where)
 	if ce != nil && ce.hint != "" {
 		hint = ce.hint
@@ -285,12 +299,30 @@ func report(w io.Writer, err error, where string, asJSON bool) int {
 // tidy drops them from what people read (display only: errors are
 // classified by kind, never by text).
 var (
-	opPrefix  = regexp.MustCompile(`^(GET|POST|PUT|DELETE) /\S*: `)
+	opPrefix = regexp.MustCompile(`^(GET|POST|PUT|DELETE) /\S*: `)
+	// apiAdvice is runnerd's advice to API callers inside a detail
+	// ("(change it with PUT /v1/sandboxes/x/network)"): runner's hint
+	// names its own command instead.
+	apiAdvice = regexp.MustCompile(` \(change (it|them) with (GET|POST|PUT|DELETE) /v1/[^)]*\)`)
 	urlPrefix = regexp.MustCompile(`(Get|Post|Put|Delete) "[^"]*": `)
 )
 
+// dropKind drops kind from the ends of detail ("invalid: x: invalid"
+// is "x"): runner prints the kind once, before the detail (display
+// only).
+func dropKind(detail, kind string) string {
+	for {
+		d := strings.TrimPrefix(strings.TrimSuffix(detail, ": "+kind), kind+": ")
+		if d == detail || d == "" {
+			return detail
+		}
+		detail = d
+	}
+}
+
 func tidy(s string) string {
 	s = opPrefix.ReplaceAllString(s, "")
+	s = apiAdvice.ReplaceAllString(s, "")
 	return urlPrefix.ReplaceAllString(s, "")
 }
 
@@ -303,6 +335,9 @@ func hintFor(err error, where string) string {
 		if !client.Refused(err) {
 			return ""
 		}
+		if pid, ok := daemonStarting(); ok {
+			return startingHint(pid)
+		}
 		if where != "" {
 			where = " at " + where
 		}
@@ -314,6 +349,41 @@ func hintFor(err error, where string) string {
 	}
 	return ""
 }
+
+// stateDir is the state directory runner found runnerd by ("" when
+// --url and a token named it): where it looks whether runnerd is
+// starting.
+var stateDir string
+
+// daemonStarting reports whether the runnerd of stateDir is starting
+// (client.Starting): a refused connection then means "wait", not "is it
+// running?".
+func daemonStarting() (int, bool) {
+	if stateDir == "" {
+		return 0, false
+	}
+	return client.Starting(stateDir)
+}
+
+func startingHint(pid int) string {
+	return fmt.Sprintf("runnerd (pid %d) is starting: it serves once it has recovered its sandboxes and sessions; retry in a moment", pid)
+}
+
+// reconnectGiveUp reports whether a reconnect that began at lostAt
+// has waited long enough: reconnectFor, and longer while runnerd says
+// it is starting (a restart that recovers many sessions), up to
+// startingFor.
+func reconnectGiveUp(lostAt time.Time) bool {
+	waited := time.Since(lostAt)
+	if waited <= reconnectFor {
+		return false
+	}
+	_, starting := daemonStarting()
+	return !starting || waited > startingFor
+}
+
+// startingFor bounds the wait for a runnerd that says it is starting.
+const startingFor = 10 * time.Minute
 
 // hints joins hint lines, leaving out empty ones.
 func hints(lines ...string) string {
@@ -383,11 +453,26 @@ func (e *env) client() (*client.Client, error) {
 	if endpoint == "" || token == "" {
 		// Look only for what the flags and environment did not give.
 		l, err := client.DiscoverFor(endpoint, token)
+		var starting *client.StartingError
+		if errors.As(err, &starting) {
+			stateDir = starting.Dir
+			return nil, &cliError{what: "find runnerd", err: &adapter.UnavailableError{Detail: err.Error()},
+				hint: startingHint(starting.PID), code: exitUnavailable}
+		}
+		var denied *client.StateDeniedError
+		if errors.As(err, &denied) {
+			hint := fmt.Sprintf("runnerd's state (%s) is another user's: run runner as that user, or use --token-file with a copy of its token", denied.Dir)
+			if denied.UID == 0 {
+				hint = fmt.Sprintf("runnerd runs as root and its state (%s) is root's: use sudo (sudo runner ...), or --token-file with a copy of its token", denied.Dir)
+			}
+			return nil, &cliError{what: "find runnerd", err: &adapter.DeniedError{Detail: err.Error()}, hint: hint}
+		}
 		if err != nil {
 			return nil, &cliError{what: "find runnerd", err: &adapter.UnavailableError{Detail: err.Error()},
 				hint: "is runnerd running? start it with `runnerd` (it writes its token into its state directory), or use --url and --token-file (RUNNERD_URL, RUNNERD_TOKEN)", code: exitUnavailable}
 		}
 		endpoint, token = l.Endpoint, l.Token()
+		stateDir = l.StateDir
 	}
 	opts := client.Options{RequestTimeout: e.g.timeout, UserAgent: "runner-cli"}
 	files := client.TLSFromEnv()
@@ -504,7 +589,7 @@ Run "runner COMMAND --help" for a command's flags and examples.
 `
 
 var groups = [][]string{
-	{"create", "ls", "get", "rm", "suspend", "resume", "policy", "url", "checkpoint", "checkpoints", "restore"},
+	{"create", "ls", "get", "rm", "suspend", "resume", "policy", "limits", "url", "checkpoint", "checkpoints", "restore"},
 	{"exec", "run", "spawn", "ps", "sessions", "attach", "logs", "write", "close-stdin", "signal", "terminate", "rm-session"},
 	{"info", "caps", "version", "completion"},
 }
@@ -608,6 +693,9 @@ func run(ctx context.Context, args []string, io stdio) int {
 			cmdUsage(io.out, cmd, fs)
 			return exitOK
 		}
+		if near := nearFlag(fs, rest[1:]); near != "" {
+			err = fmt.Errorf("%w; did you mean %s?", err, near)
+		}
 		return flagError(cmd.name, err)
 	}
 	asJSON = e.g.json
@@ -647,6 +735,52 @@ func wantsJSON(args []string) bool {
 		}
 	}
 	return on
+}
+
+// nearFlag is the flag of fs nearest to the first flag in args that fs
+// does not define ("--detach-ky" gives "--detach-key"), "" when there is
+// no such flag or none is close. It reads the command line, not the
+// flag package's error text.
+func nearFlag(fs *flag.FlagSet, args []string) string {
+	var all []string
+	fs.VisitAll(func(f *flag.Flag) { all = append(all, f.Name) })
+	for _, a := range args {
+		if a == "--" {
+			return ""
+		}
+		if len(a) < 2 || a[0] != '-' {
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if name == "" || fs.Lookup(name) != nil {
+			continue
+		}
+		if len(name) > 1 && a[1] != '-' && allBoolLetters(fs, name) {
+			continue // -it: combined one-letter flags
+		}
+		// A one- or two-letter slip ("-iz") has too many neighbours
+		// for a suggestion to help.
+		if near := nearest(name, all); len(name) > 2 && len(near) > 1 {
+			return dash(near)
+		}
+		return ""
+	}
+	return ""
+}
+
+// allBoolLetters reports whether each letter of s is a boolean flag of
+// fs (so "-it" is -i -t, not a flag named "it").
+func allBoolLetters(fs *flag.FlagSet, s string) bool {
+	for _, r := range s {
+		f := fs.Lookup(string(r))
+		if f == nil {
+			return false
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+			return false
+		}
+	}
+	return true
 }
 
 // nearest is the command name closest to a mistyped one: within two

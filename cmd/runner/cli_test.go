@@ -56,8 +56,9 @@ func TestSandboxRoundTrip(t *testing.T) {
 	if slices.ContainsFunc(list, func(s wire.Sandbox) bool { return s.Name == name }) {
 		t.Errorf("ls --json after rm still lists %q", name)
 	}
-	// rm of an absent sandbox succeeds: it is gone either way.
-	d.ok(t, "rm", name)
+	// rm -f of an absent sandbox succeeds: it is gone either way
+	// (without -f it says so and fails: TestRmAbsent).
+	d.ok(t, "rm", "-f", name)
 }
 
 func TestExec(t *testing.T) {

@@ -103,7 +103,7 @@ _runner() {
   for ((i = 1; i < COMP_CWORD; i++)); do
     w=${COMP_WORDS[i]}
     case $w in
-      --url|--token-file|--timeout|-url|-token-file|-timeout) ((i++)) ;;
+      %s) ((i++)) ;;
       -*) ;;
       *) if [[ -z $cmd ]]; then cmd=$w; else ((npos++)); fi ;;
     esac
@@ -122,7 +122,24 @@ _runner() {
   fi
 }
 complete -o default -F _runner runner
-`, strings.Join(names, " "), strings.Join(cases, "\n"))
+`, globalValueFlags(), strings.Join(names, " "), strings.Join(cases, "\n"))
+}
+
+// globalValueFlags is the bash case pattern of the global flags that
+// take a value (--url URL, --ca FILE, ...), in both spellings: the
+// word after one is its value, never the command.
+func globalValueFlags() string {
+	fs := flag.NewFlagSet("runner", flag.ContinueOnError)
+	var g globals
+	g.register(fs)
+	var pats []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			return
+		}
+		pats = append(pats, "--"+f.Name, "-"+f.Name)
+	})
+	return strings.Join(pats, "|")
 }
 
 // zshQuote quotes s for a single-quoted zsh word.

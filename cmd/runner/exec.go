@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"syscall"
 	"time"
 
@@ -91,7 +92,7 @@ func retryUnavailable(ctx context.Context, e *env, id string, call func(context.
 			} else {
 				fmt.Fprintf(e.io.err, "runner: %s\n", msg)
 			}
-		} else if time.Since(lostAt) > reconnectFor {
+		} else if reconnectGiveUp(lostAt) {
 			return err
 		}
 		select {
@@ -105,7 +106,7 @@ func retryUnavailable(ctx context.Context, e *env, id string, call func(context.
 
 // execFlags are exec's and run's flags.
 type execFlags struct {
-	envs           stringList
+	env            envFlags
 	cwd, id, dkey  *string
 	stdin, tty     *bool
 	maxTime        *time.Duration
@@ -113,7 +114,7 @@ type execFlags struct {
 }
 
 func registerExecFlags(fs *flag.FlagSet, f *execFlags) {
-	fs.Var(&f.envs, "env", "set KEY=VALUE in the command's environment (repeatable)")
+	registerEnvFlags(fs, &f.env)
 	f.cwd = fs.String("cwd", "", "working directory, relative to the workspace")
 	f.id = fs.String("id", "", "session id (default: exec-<random>); a retry with the same id never runs twice")
 	f.stdin = fs.Bool("i", false, "interactive: send runner's stdin to the command as it is typed or read (its EOF closes the command's stdin)")
@@ -145,8 +146,68 @@ func runCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) er
 		if err != nil {
 			return fail("create "+name, err)
 		}
+		if *f.id != "" {
+			if done, err := rejoin(ctx, e, c, fs, f, name, argv); done {
+				return err
+			}
+		}
 		return execBody(ctx, e, fs, f, "run "+name, name, argv)
 	}
+}
+
+// rejoin is run --id as tmux new -A: a running session of that id and
+// command is attached to, whatever its terminal, size or environment (a
+// spawn --tty shell included); one that has ended is removed, and run
+// starts the command afresh (saying so). done is false when run should
+// go on and start the session (none of that id, or one running another
+// command, which the spawn refuses naming what differs).
+func rejoin(ctx context.Context, e *env, c *client.Client, fs *flag.FlagSet, f *execFlags, name string, argv []string) (done bool, err error) {
+	id, what := *f.id, "run "+name
+	cctx, cancel := e.callCtx(ctx)
+	s, err := c.Session(cctx, name, id)
+	cancel()
+	switch {
+	case errors.Is(err, adapter.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return true, fail(what, err)
+	case s.State == wire.SessionRunning && !slices.Equal(s.Argv, argv):
+		return false, nil
+	case s.State != wire.SessionRunning:
+		how := "ended"
+		if s.Exit != nil {
+			code, _ := exitOf("", *s.Exit, "")
+			how = fmt.Sprintf("ended (exit code %d)", code)
+		}
+		msg := fmt.Sprintf("session %s %s; starting it again (its output is replaced)", id, how)
+		if e.g.json {
+			writeJSONWarning(e, msg)
+		} else {
+			fmt.Fprintf(e.io.err, "runner: %s\n", msg)
+		}
+		dctx, dcancel := context.WithTimeout(ctx, e.g.timeout+10*time.Second)
+		err := c.DeleteSession(dctx, name, id)
+		dcancel()
+		if err != nil {
+			ce := &cliError{what: what, err: err}
+			if r, ok := reasonOf(err); ok && r == wire.ReasonSessionRunning {
+				ce.hint = fmt.Sprintf("processes the old session started still run: runner terminate %s %s, or pick another --id", name, id)
+			}
+			return true, ce
+		}
+		return false, nil
+	}
+	key, useKey, kerr := parseDetachKey(*f.dkey)
+	if kerr != nil {
+		return true, usagef("run", "%v", kerr)
+	}
+	stdin := *f.stdin || !flagsSet(fs)["i"] // run's -i defaults on
+	r, err := e.follow(ctx, c, followOpts{what: what, name: name, id: id, s: s, key: key, useKey: useKey,
+		stdin: stdin, exec: true, maxTime: *f.maxTime})
+	if err != nil {
+		return true, err
+	}
+	return true, e.endOf(ctx, c, what, name, r.frame)
 }
 
 // execBody starts argv as a session of sandbox name and follows it to
@@ -170,11 +231,15 @@ func execBody(ctx context.Context, e *env, fs *flag.FlagSet, f *execFlags, what,
 			stdin = true
 		}
 	}
+	envs, err := f.env.resolve(fs.Name()[len("runner "):])
+	if err != nil {
+		return err
+	}
 	c, err := e.client()
 	if err != nil {
 		return err
 	}
-	req := wire.CreateSession{ID: *f.id, Argv: argv, Env: f.envs, Cwd: *f.cwd, TTY: tty}
+	req := wire.CreateSession{ID: *f.id, Argv: argv, Env: envs, Cwd: *f.cwd, TTY: tty}
 	if req.ID == "" {
 		req.ID = newID("exec-")
 	}
@@ -201,9 +266,14 @@ func execBody(ctx context.Context, e *env, fs *flag.FlagSet, f *execFlags, what,
 	}
 
 	var s wire.Session
+	// A session of runner's own random id is this runner's whoever's
+	// attempt created it; one named with --id only when this call did.
+	owned := *f.id == ""
 	err = retryUnavailable(ctx, e, req.ID, func(cctx context.Context) error {
 		var err error
-		s, _, err = c.CreateSession(cctx, name, req)
+		var created bool
+		s, created, err = c.CreateSession(cctx, name, req)
+		owned = owned || created
 		return err
 	})
 	if err != nil {
@@ -218,10 +288,7 @@ func execBody(ctx context.Context, e *env, fs *flag.FlagSet, f *execFlags, what,
 		case "not_found":
 			ce.hint = noSandboxHint
 		case "invalid":
-			var api *client.APIError
-			if errors.As(err, &api) && api.Status == 409 {
-				ce.hint = fmt.Sprintf("session %s exists with another command: runner attach %s %s, or pick another --id", req.ID, name, req.ID)
-			}
+			ce.hint = e.spawnConflictHint(ctx, c, err, name, req)
 		}
 		return ce
 	}
@@ -235,7 +302,7 @@ func execBody(ctx context.Context, e *env, fs *flag.FlagSet, f *execFlags, what,
 
 	var outBuf, errBuf bytes.Buffer
 	o := followOpts{what: what, name: name, id: s.ID, s: s, key: key, useKey: useKey,
-		stdin: stdin, exec: true, maxTime: *f.maxTime}
+		stdin: stdin, exec: true, owned: owned, maxTime: *f.maxTime}
 	if e.g.json {
 		o.out, o.errw = &outBuf, &errBuf
 	}

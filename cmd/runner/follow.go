@@ -7,7 +7,6 @@ package main
 // the terminal's size, and decides what a detach key or a signal means.
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -43,6 +42,9 @@ type followOpts struct {
 	// runner keeps waiting; a second one stops waiting (130). Without it
 	// (attach) a signal detaches (245), as the detach key does.
 	exec bool
+	// owned: this runner started the session (exec, or run that did
+	// not rejoin one), so a broken pipe on runner's output ends it.
+	owned bool
 	// maxTime > 0 terminates the command (1 s grace) that long after
 	// follow starts; the result says so.
 	maxTime time.Duration
@@ -146,49 +148,15 @@ func (e *env) follow(ctx context.Context, c *client.Client, o followOpts) (follo
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
-	// The stdin pump. Its goroutine may stay blocked in a read of
-	// runner's stdin when runner finishes; runner exits right after,
-	// so it is not waited for.
+	// The stdin forwarder (stdinq.go): its reader may stay blocked in a
+	// read of runner's stdin when runner finishes (runner exits right
+	// after, so it is not waited for); its writer is waited for.
 	detached := make(chan struct{}, 1)
 	if forwardStdin {
-		go func() {
-			buf := make([]byte, 32<<10)
-			warned := false
-			for {
-				n, rerr := e.io.in.Read(buf)
-				p := buf[:n]
-				hit := false
-				if interactive && o.useKey {
-					if i := bytes.IndexByte(p, o.key); i >= 0 {
-						p, hit = p[:i], true
-					}
-				}
-				if len(p) > 0 {
-					wctx, cancel := e.callCtx(actx)
-					err := c.WriteStdin(wctx, name, id, append([]byte(nil), p...))
-					cancel()
-					if errors.Is(err, adapter.ErrCommandExited) {
-						return // the exit frame follows
-					}
-					if err != nil && actx.Err() == nil && !warned {
-						warned = true
-						notice("input did not reach the session: " + oneLine(detailOf(err)))
-					}
-				}
-				if hit {
-					detached <- struct{}{}
-					return
-				}
-				if rerr != nil {
-					if rerr == io.EOF && !s.TTY {
-						cctx, cancel := e.callCtx(actx)
-						_ = c.CloseStdin(cctx, name, id)
-						cancel()
-					}
-					return
-				}
-			}
-		}()
+		fw := &stdinForwarder{e: e, c: c, name: name, id: id, in: e.io.in, tty: s.TTY,
+			key: o.key, useKey: interactive && o.useKey, notice: notice, q: newStdinQueue()}
+		go fw.read(actx, detached)
+		wg.Go(func() { fw.write(actx) })
 	}
 
 	// --max-time: terminate once, then keep reading to the exit frame.
@@ -260,13 +228,22 @@ wait:
 					"runner: %s: stopped waiting; the command may still run\nrunner: hint: runner logs %s %s -f   |   runner terminate %s %s",
 					what, name, id, name, id)}
 			}
-			again := fmt.Sprintf("runner attach %s %s %s", name, id, a.resumeFlags())
+			again := fmt.Sprintf("runner attach %s %s %s%s", name, id, a.resumeFlags(), detachKeyFlag(o.key, o.useKey))
 			msg := fmt.Sprintf("\r\nrunner: detached from %s %s; it keeps running.\nrunner: reattach with: %s\n"+
 				"runner: (that shows only what is new; without the cursors it replays the session from its start)", name, id, again)
 			return followResult{}, &exitError{code: exitDetached, kind: "detached", what: what, msg: msg}
 		}
 	}
 	restore()
+	if res.frame == nil && errors.Is(res.err, errBrokenPipe) {
+		// Nobody reads runner's output any more (| head): as ssh does,
+		// end the command exec started, and exit as a SIGPIPE death
+		// reads in a shell. attach only watches: its session runs on.
+		if o.exec && o.owned && running {
+			e.stopOnBrokenPipe(ctx, c, what, name, id)
+		}
+		return followResult{}, res.err
+	}
 	if res.frame == nil {
 		ce := &cliError{what: what, err: res.err}
 		if errors.Is(res.err, adapter.ErrUnavailable) {
@@ -277,6 +254,38 @@ wait:
 		return followResult{}, ce
 	}
 	return followResult{frame: *res.frame, timedOut: timedOut}, nil
+}
+
+// pipeGrace is how long a command has to end on the SIGPIPE runner sends
+// once its own output pipe broke, before terminate (SIGTERM, SIGKILL
+// 1 s later) ends it.
+const pipeGrace = 50 * time.Millisecond
+
+// stopOnBrokenPipe ends session id after runner's stdout or stderr
+// broke: SIGPIPE first (what the command would get writing into the
+// pipe itself, and what `yes` dies of), then terminate if it still runs
+// after pipeGrace. It waits for the end, bounded, so that runner never
+// exits leaving the command writing into its journal unread.
+func (e *env) stopOnBrokenPipe(ctx context.Context, c *client.Client, what, name, id string) {
+	ctx, cancel := context.WithTimeout(ctx, e.g.timeout+10*time.Second)
+	defer cancel()
+	err := c.Signal(ctx, name, id, "PIPE")
+	if errors.Is(err, adapter.ErrCommandExited) {
+		return
+	}
+	if err == nil {
+		for deadline := time.Now().Add(pipeGrace); time.Now().Before(deadline); {
+			if s, err := c.Session(ctx, name, id); err == nil && s.State != wire.SessionRunning {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if _, err := c.Terminate(ctx, name, id, time.Second); err != nil && !errors.Is(err, adapter.ErrCommandExited) {
+		// stderr may be the pipe that broke; then nobody reads this.
+		fmt.Fprintf(e.io.err, "runner: %s: could not end session %s after its output pipe closed: %s\nrunner: hint: runner terminate %s %s\n",
+			what, id, oneLine(detailOf(err)), name, id)
+	}
 }
 
 // terminalFd is the descriptor whose size a TTY session follows:

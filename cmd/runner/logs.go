@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"syscall"
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
@@ -307,6 +308,9 @@ func logsBoth(ctx context.Context, e *env, c *client.Client, what string, s wire
 				st.pos, w = f.Offset, st
 			}
 			if _, err := w.Write(f.Payload); err != nil {
+				if errors.Is(err, syscall.EPIPE) {
+					return errBrokenPipe
+				}
 				if st := stamps[f.Stream]; st != nil && st.err != nil {
 					return fail(what, st.err)
 				}

@@ -10,8 +10,15 @@ package main
 import (
 	"context"
 	"os"
+	"os/signal"
+	"syscall"
 )
 
 func main() {
+	// A write to a closed stdout or stderr pipe (runner ... | head) is
+	// then EPIPE, not death by SIGPIPE: exec ends the command it
+	// started before runner exits 141 (follow.go). Notify rather than
+	// Ignore: an ignored SIGPIPE is inherited by any process started.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	os.Exit(run(context.Background(), os.Args[1:], stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr}))
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -13,6 +14,7 @@ import (
 	units "github.com/docker/go-units"
 	"golang.org/x/term"
 
+	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -104,20 +106,37 @@ Example:
 		&command{name: "rm", args: "NAME...", min: 1, max: -1,
 			short: "destroy sandboxes: stop their sessions, delete workspace and journals",
 			long: `Running sessions get SIGTERM, then SIGKILL after 5 s (with or without -f, which
-is accepted as docker rm -f spells it). Removing a sandbox that does not exist
-succeeds (it is gone either way).
---json prints {"removed": [NAME...]}.`,
+is accepted as docker rm -f spells it). A NAME that does not exist is reported
+("no such sandbox") and runner exits 253 once the others are removed, as rm does;
+with -f it is not an error (exit 0), as rm -f.
+--json prints {"removed": [NAME...], "absent": [NAME...]}.`,
 			setup: func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
 				// rm always stops what runs (the sandbox's sessions are
 				// its own); -f is docker rm -f's spelling of that.
-				fs.Bool("f", false, "stop the sandbox's running sessions first (what rm always does; for docker rm -f habits)")
+				force := fs.Bool("f", false, "a NAME that does not exist is not an error (rm -f); running sessions are stopped with or without it")
 				return func(ctx context.Context, e *env, pos, _ []string) error {
 					c, err := e.client()
 					if err != nil {
 						return err
 					}
 					out := removedSandboxes{Removed: []string{}}
+					var missing error
 					for _, name := range pos {
+						// DELETE answers 204 for a sandbox that is not
+						// there; only a GET says a typo removed nothing.
+						gctx, gcancel := e.callCtx(ctx)
+						_, gerr := c.GetSandbox(gctx, name)
+						gcancel()
+						if errors.Is(gerr, adapter.ErrNotFound) {
+							out.Absent = append(out.Absent, name)
+							if !e.g.json {
+								fmt.Fprintf(e.io.err, "runner: rm %s: no such sandbox\n", name)
+							}
+							if !*force && missing == nil {
+								missing = &exitError{code: exitNotFound, kind: "not_found", what: "rm " + name, detail: "no such sandbox"}
+							}
+							continue
+						}
 						cctx, cancel := context.WithTimeout(ctx, e.g.timeout+30*time.Second)
 						slow := e.slowNotice(time.Second, "runner: stopping the sessions of "+name+" (SIGTERM, SIGKILL after 5 s)...")
 						err := c.DeleteSandbox(cctx, name)
@@ -135,9 +154,11 @@ succeeds (it is gone either way).
 						out.Removed = append(out.Removed, name)
 					}
 					if e.g.json {
-						return e.printJSON(out)
+						if err := e.printJSON(out); err != nil {
+							return err
+						}
 					}
-					return nil
+					return missing
 				}
 			}},
 		&command{name: "suspend", args: "NAME", min: 1, max: 1,
@@ -148,24 +169,43 @@ succeeds (it is gone either way).
 			short: "resume a suspended sandbox (same workspace, same incarnation)",
 			setup: stateChange("resume"),
 		},
-		&command{name: "policy", args: "NAME [HOST|IP|CIDR...]", min: 1, max: -1,
-			short: "set a sandbox's egress allowlist; no hosts denies all egress",
-			long: `Replaces the allowlist. Entries are host names (example.com, *.example.com),
-IP addresses or CIDRs. With no entries the sandbox can reach nothing.
+		&command{name: "policy", args: "NAME [HOST|IP|CIDR... | --deny-all]", min: 1, max: -1,
+			short: "show or set a sandbox's egress allowlist",
+			long: `With no entries, prints the sandbox's policy. With entries, replaces the
+allowlist: host names (example.com, *.example.com), IP addresses or CIDRs.
+--deny-all replaces it with nothing: the sandbox can reach nothing.
 A host that cannot enforce a policy (needs root and nftables; see runner caps,
 network_policy) refuses it with not_supported: a policy is never accepted and
 left unenforced.
 Examples:
+  runner policy web-1                           # show it
   runner policy web-1 api.github.com pypi.org
-  runner policy web-1            # deny all egress`,
+  runner policy web-1 --deny-all                # deny all egress`,
 			setup: func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+				denyAll := fs.Bool("deny-all", false, "deny all egress (DNS and raw IPs too)")
 				return func(ctx context.Context, e *env, pos, _ []string) error {
+					if *denyAll && len(pos) > 1 {
+						return usagef("policy", "--deny-all and hosts exclude each other")
+					}
 					c, err := e.client()
 					if err != nil {
 						return err
 					}
 					ctx, cancel := e.callCtx(ctx)
 					defer cancel()
+					if !*denyAll && len(pos) == 1 {
+						// No hosts: show, never change. Denying all
+						// egress is asked for by name (--deny-all).
+						sb, err := c.GetSandbox(ctx, pos[0])
+						if err != nil {
+							return fail("policy "+pos[0], err)
+						}
+						if e.g.json {
+							return e.printJSON(sb)
+						}
+						fmt.Fprintf(e.io.out, "%s: %s\n", sb.Name, networkText(sb.Network))
+						return nil
+					}
 					allow := append([]string{}, pos[1:]...)
 					sb, err := c.SetNetwork(ctx, pos[0], allow)
 					if err != nil {
@@ -327,6 +367,8 @@ func createCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 			ce := &cliError{what: "create " + name, err: err}
 			if _, kind := codeOf(err); kind == "not_supported" {
 				ce.hint = "nothing was created; `runner caps` lists what this runnerd enforces (resource_limits for limits, network_policy for --allow/--deny-all)"
+			} else {
+				ce.hint = createConflictHint(err, name)
 			}
 			return ce
 		}
@@ -382,6 +424,7 @@ func networkText(n *wire.Network) string {
 // removedSandboxes is what rm --json prints.
 type removedSandboxes struct {
 	Removed []string `json:"removed"`
+	Absent  []string `json:"absent,omitempty"` // named but not there
 }
 
 func stateChange(verb string) func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
@@ -427,9 +470,26 @@ func printSandbox(e *env, sb wire.Sandbox) {
 	if sb.User != "" {
 		fmt.Fprintf(tw, "user:\t%s\n", sb.User)
 	}
+	if sb.UID != nil {
+		id := fmt.Sprintf("uid %d", *sb.UID)
+		if sb.GID != nil {
+			id += fmt.Sprintf(", gid %d", *sb.GID)
+		}
+		fmt.Fprintf(tw, "runs as:\t%s\n", id)
+	}
+	isolation := "none (runs as runnerd's user or --user, with its privileges)"
+	if sb.Isolated {
+		isolation = "isolated (an unprivileged uid of its own, no_new_privs, no capabilities)"
+	}
+	fmt.Fprintf(tw, "isolation:\t%s\n", isolation)
 	fmt.Fprintf(tw, "network:\t%s\n", networkText(sb.Network))
 	if sb.Limits != nil {
 		fmt.Fprintf(tw, "limits:\t%s\n", limitsText(*sb.Limits))
+	}
+	if u := sb.Usage; u != nil {
+		fmt.Fprintf(tw, "usage:\tmemory %s (peak %s), cpu %s, pids %d, oom kills %d\n",
+			units.BytesSize(float64(u.MemoryBytes)), units.BytesSize(float64(u.MemoryPeakBytes)),
+			(time.Duration(u.CPUUsec) * time.Microsecond).Round(time.Millisecond), u.Pids, u.OOMKills)
 	}
 	tw.Flush()
 }

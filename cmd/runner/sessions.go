@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"text/tabwriter"
 	"time"
 
@@ -27,7 +28,10 @@ func init() {
 			long: `The command runs as a session of its own (listed by runner sessions, its output
 journaled); runner follows it live, stdout to stdout and stderr to stderr, and
 exits with its code (128+N when signal N killed it). There is no size cut.
-runner sends no local environment: pass --env.
+runner sends no local environment: pass --env. --env KEY=VALUE puts VALUE in
+runner's argv, which every process that runs ps can read (sandboxes too: they
+share the host's process list); --env KEY (the value from runner's own
+environment, as docker run -e KEY) and --env-file FILE keep it out of argv.
 Order: when runner's stdout and stderr are one file (a terminal, or 2>&1), the
 command gets one pipe for both, so its output shows in the order it wrote it
 (the session's stderr stream is then empty). When they are apart, each stream
@@ -39,9 +43,14 @@ command's stdin. Without -i the command's stdin is at EOF from the start.
 the command's (raw mode, size followed, Ctrl-] detaches), as docker exec -it.
 Ctrl-C sends SIGINT to the command and keeps waiting; a second Ctrl-C stops
 waiting (exit 130) and leaves the command running.
+When whoever reads runner's output goes away (runner exec web-1 -- yes | head -1),
+the command ends as it would have in the pipeline: runner sends it SIGPIPE, then
+terminates it (SIGTERM, SIGKILL 1 s later) if it still runs 50 ms later, waits
+for its end, and exits 141 (128+SIGPIPE).
 If the connection to runnerd is lost (runnerd restarts), runner rejoins the
 same session from where its output was, for up to 30 s, and still exits with
-the command's code; every byte is printed once. If runnerd stays away the
+the command's code; every byte is printed once, and input read meanwhile (-i)
+is kept (1 MiB, then runner stops reading) and sent once runnerd is back. If runnerd stays away the
 outcome is unknown: runner says so and exits 255 (never 0), naming the session.
 A command that does not exist exits 127, one that cannot be run 126, as in sh.
 --max-time is kept by runner: the command is terminated when it passes.
@@ -50,6 +59,7 @@ A command that does not exist exits 127, one that cannot be run 126, as in sh.
 (docs/cli.md); the *_truncated flags are always false.
 Examples:
   runner exec web-1 -- sh -c 'echo hi; exit 3'; echo $?      # hi, 3
+  API_KEY=$(cat key) runner exec web-1 --env API_KEY -- ./deploy   # the key stays out of ps
   tar c src | runner exec web-1 -i -- tar x                  # -i: send local stdin
   runner exec -it web-1 -- bash                              # a shell, as docker exec -it`,
 			setup: execCmd},
@@ -60,8 +70,10 @@ this terminal becomes the command's; elsewhere -i (stdin streamed). -t=false or
 -i=false turn either off.
 With --id, run is tmux's new -A: the first run starts session ID; a run with the
 same id and command while it runs attaches to it instead of starting another
-(its output is replayed from the start); once it has ended, run shows its output
-and exit again. The same id with another command is refused.
+(its output is replayed from the start), whatever its terminal or environment
+(a spawn --tty shell too); once it has ended, run says so, removes it (its output
+with it) and starts the command again. The same id while another command runs
+is refused, naming what differs.
 Examples:
   runner run dev -- bash
   runner run dev --id shell -- bash     # again later: back in the same shell`,
@@ -83,14 +95,18 @@ session objects (or one object with ID); [] when there are none. -q prints the
 ids only; --format a Go template per session ({{.ID}}, {{.State}}, {{.Argv}},
 {{.Exit}}...). runner ps lists the sessions of every sandbox.`,
 			setup: sessionsCmd},
-		&command{name: "write", args: "NAME ID [DATA|-]", min: 2, max: 3,
-			short: "write to a session's stdin (DATA plus a newline, or stdin with -)",
+		&command{name: "write", args: "NAME ID [DATA | - | --file FILE]", min: 2, max: 3,
+			short: "write to a session's stdin (DATA plus a newline, stdin with -, or a file)",
 			long: `DATA is written followed by a newline, like echo; -n leaves the newline out.
 With - (or no DATA) runner copies its own stdin, exactly, until EOF (it does not
-close the session's stdin: use close-stdin for that).
+close the session's stdin: use close-stdin for that); --file FILE copies FILE,
+exactly.
+DATA is in runner's argv, which every process that runs ps can read (sandboxes
+too): type a password or a token through - or --file, never as DATA.
 Examples:
   runner write web-1 s1 'print(1+1)'
-  printf 'raw bytes' | runner write web-1 s1 -`,
+  printf 'raw bytes' | runner write web-1 s1 -
+  runner write web-1 s1 --file ~/.secrets/token   # stays out of ps`,
 			setup: writeCmd},
 		&command{name: "close-stdin", args: "NAME ID", min: 2, max: 2,
 			short: "close a session's stdin: the command reads EOF (^D on a terminal)",
@@ -161,8 +177,8 @@ type removedSessions struct {
 const noSandboxHint = "`runner ls` lists the sandboxes; `runner create NAME` makes one"
 
 func spawnCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
-	var envs stringList
-	fs.Var(&envs, "env", "set KEY=VALUE in the command's environment (repeatable)")
+	var ef envFlags
+	registerEnvFlags(fs, &ef)
 	cwd := fs.String("cwd", "", "working directory, relative to the workspace")
 	id := fs.String("id", "", "session id (default: generated by runnerd)")
 	tty := fs.Bool("tty", false, "run on a terminal (a PTY): for shells and interactive programs")
@@ -172,6 +188,10 @@ func spawnCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) 
 		name := pos[0]
 		if !*tty && (*rows != 0 || *cols != 0) {
 			return usagef("spawn", "--rows and --cols need --tty")
+		}
+		envs, err := ef.resolve("spawn")
+		if err != nil {
+			return err
 		}
 		req := wire.CreateSession{ID: *id, Argv: argv, Env: envs, Cwd: *cwd, TTY: *tty, Rows: *rows, Cols: *cols}
 		if *tty && (req.Rows == 0 || req.Cols == 0) {
@@ -203,6 +223,8 @@ func spawnCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) 
 				ce.hint = hints(hintFor(err, e.where), fmt.Sprintf("if runnerd got the request the session may exist: runner sessions %s (give --id to make a retry safe)", name))
 			case kind == "not_found":
 				ce.hint = noSandboxHint
+			case kind == "invalid":
+				ce.hint = e.spawnConflictHint(ctx, c, err, name, req)
 			}
 			return ce
 		}
@@ -290,6 +312,7 @@ func sessionsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []strin
 
 func writeCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
 	noNewline := fs.Bool("n", false, "do not append a newline to DATA")
+	file := fs.String("file", "", "write FILE's bytes, exactly (keeps them out of runner's argv)")
 	return func(ctx context.Context, e *env, pos, _ []string) error {
 		name, id := pos[0], pos[1]
 		what := "write " + name + " " + id
@@ -309,16 +332,27 @@ func writeCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) 
 			}
 			return nil
 		}
-		if len(pos) == 3 && pos[2] != "-" {
+		in := io.Reader(e.io.in)
+		if *file != "" {
+			if len(pos) == 3 {
+				return usagef("write", "--file and DATA exclude each other")
+			}
+			f, err := os.Open(*file)
+			if err != nil {
+				return usagef("write", "--file: %v", err)
+			}
+			defer f.Close()
+			in = f
+		} else if len(pos) == 3 && pos[2] != "-" {
 			data := pos[2]
 			if !*noNewline {
 				data += "\n"
 			}
 			return send([]byte(data))
 		}
-		buf := make([]byte, 1<<20)
+		buf := make([]byte, min(1<<20, wire.MaxStdinBody))
 		for {
-			n, rerr := e.io.in.Read(buf)
+			n, rerr := in.Read(buf)
 			if n > 0 {
 				if err := send(buf[:n]); err != nil {
 					return err
@@ -328,7 +362,7 @@ func writeCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) 
 				return nil
 			}
 			if rerr != nil {
-				return &exitError{code: exitOther, kind: "io", what: what, msg: fmt.Sprintf("runner: %s: read stdin: %v", what, rerr)}
+				return &exitError{code: exitOther, kind: "io", what: what, msg: fmt.Sprintf("runner: %s: read input: %v", what, rerr)}
 			}
 		}
 	}

@@ -238,6 +238,12 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "runnerd: --session-retention and --journal-retain-bytes: want 0 or more")
 		return 2
 	}
+	// A log line written after stderr's reader went away (runnerd 2>&1 |
+	// tee log, then Ctrl-C, which ends tee too) fails with EPIPE instead
+	// of killing runnerd half-way through its stop (stale socket and
+	// listen.json). Notify, not Ignore: an ignored SIGPIPE would be
+	// inherited by the shims and the commands they start.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := daemon.Run(ctx, cfg); err != nil {

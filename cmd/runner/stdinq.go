@@ -1,0 +1,272 @@
+package main
+
+// The stdin forwarder of attach, exec -i and run: runner's stdin goes
+// to the session in order, and what is typed while runnerd restarts is
+// kept (bounded) and delivered once it serves again, exactly once.
+//
+// Exactly once holds because a write is sent again only after a
+// failure that proves nothing was delivered: a connection nothing
+// accepted (runnerd down or not yet serving: client.Refused) or an
+// answer runnerd gave without acting (503 without uncertain). A write
+// cut in flight (runnerd killed mid-request) may have been delivered:
+// it is not resent, and runner says the input may not have reached the
+// session.
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/client"
+)
+
+// maxPendingStdin bounds what runner holds of its stdin not yet
+// delivered: past it runner stops reading (a pipe waits; the kernel's
+// terminal queue holds what is typed) until the session takes more.
+const maxPendingStdin = 1 << 20
+
+// stdinQueue is input read but not yet delivered, in order. Safe for
+// the reader and the writer goroutines.
+type stdinQueue struct {
+	mu      sync.Mutex // guards chunks, size, eof, stopped
+	chunks  [][]byte
+	size    int
+	eof     bool          // the reader saw EOF: close the session's stdin once drained
+	stopped bool          // the writer is done (the command exited): input is discarded
+	ready   chan struct{} // a chunk or EOF was queued (for the writer)
+	space   chan struct{} // a chunk left the queue (for the reader)
+}
+
+func newStdinQueue() *stdinQueue {
+	return &stdinQueue{ready: make(chan struct{}, 1), space: make(chan struct{}, 1)}
+}
+
+func signal1(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+func (q *stdinQueue) wake() { signal1(q.ready) }
+
+// push queues p, waiting while the queue holds maxPendingStdin (one
+// chunk always fits an empty queue). After stop, p is discarded:
+// nothing will deliver it.
+func (q *stdinQueue) push(ctx context.Context, p []byte) {
+	for {
+		q.mu.Lock()
+		if q.stopped {
+			q.mu.Unlock()
+			return
+		}
+		if q.size == 0 || q.size+len(p) <= maxPendingStdin {
+			q.chunks = append(q.chunks, p)
+			q.size += len(p)
+			q.mu.Unlock()
+			q.wake()
+			return
+		}
+		q.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-q.space:
+		}
+	}
+}
+
+func (q *stdinQueue) closeInput() {
+	q.mu.Lock()
+	q.eof = true
+	q.mu.Unlock()
+	q.wake()
+}
+
+// next is the oldest chunk, or nil; eof reports that no more will come.
+func (q *stdinQueue) next() (p []byte, eof bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.chunks) > 0 {
+		return q.chunks[0], false
+	}
+	return nil, q.eof
+}
+
+func (q *stdinQueue) pop() {
+	q.mu.Lock()
+	q.size -= len(q.chunks[0])
+	q.chunks = q.chunks[1:]
+	q.mu.Unlock()
+	signal1(q.space)
+}
+
+// waitEmpty waits until every queued chunk was delivered (or dropped),
+// at most d.
+func (q *stdinQueue) waitEmpty(ctx context.Context, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for {
+		q.mu.Lock()
+		empty := q.size == 0
+		q.mu.Unlock()
+		if empty || time.Now().After(deadline) || ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-q.space:
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (q *stdinQueue) stop() {
+	q.mu.Lock()
+	q.stopped = true
+	q.chunks, q.size = nil, 0
+	q.mu.Unlock()
+	signal1(q.space)
+}
+
+func (q *stdinQueue) clear() {
+	q.mu.Lock()
+	q.chunks, q.size = nil, 0
+	q.mu.Unlock()
+	signal1(q.space)
+}
+
+// notDelivered reports whether a failed stdin write provably did not
+// reach the command, so sending it again cannot deliver it twice.
+func notDelivered(err error) bool {
+	if client.Refused(err) {
+		return true
+	}
+	var api *client.APIError
+	return errors.As(err, &api) && errors.Is(err, adapter.ErrUnavailable) && !api.Uncertain && !api.Exhausted
+}
+
+// stdinForwarder reads in and delivers it to session id: read, which
+// owns the read side, and write, which owns delivery. detach is signalled
+// when the detach key is read.
+type stdinForwarder struct {
+	e        *env
+	c        *client.Client
+	name, id string
+	in       *os.File
+	tty      bool // a TTY session: EOF is not sent as close-stdin
+	key      byte
+	useKey   bool // interactive and a detach key is set
+	notice   func(string)
+	q        *stdinQueue
+}
+
+// read copies runner's stdin into the queue until EOF, a read error or
+// the detach key. It may stay blocked in a read when runner finishes;
+// runner exits right after, so it is not waited for.
+func (f *stdinForwarder) read(ctx context.Context, detached chan<- struct{}) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := f.in.Read(buf)
+		p := buf[:n]
+		hit := false
+		if f.useKey {
+			for i, b := range p {
+				if b == f.key {
+					p, hit = p[:i], true
+					break
+				}
+			}
+		}
+		if len(p) > 0 {
+			f.q.push(ctx, append([]byte(nil), p...))
+		}
+		if hit {
+			// What was typed before the key goes first, as it did
+			// before the detach.
+			f.q.waitEmpty(ctx, 2*time.Second)
+			detached <- struct{}{}
+			return
+		}
+		if rerr != nil {
+			if rerr == io.EOF {
+				f.q.closeInput()
+			}
+			return
+		}
+	}
+}
+
+// write delivers the queue in order until ctx ends, the command exits,
+// or EOF was delivered (close-stdin for a pipes session).
+func (f *stdinForwarder) write(ctx context.Context) {
+	defer f.q.stop()
+	waiting := false // a "kept until runnerd is back" notice was given
+	var lostAt time.Time
+	backoff := 100 * time.Millisecond
+	for {
+		p, eof := f.q.next()
+		if p == nil && !eof {
+			select {
+			case <-ctx.Done():
+				return
+			case <-f.q.ready:
+				continue
+			}
+		}
+		var err error
+		wctx, cancel := f.e.callCtx(ctx)
+		if p != nil {
+			err = f.c.WriteStdin(wctx, f.name, f.id, p)
+		} else if !f.tty {
+			err = f.c.CloseStdin(wctx, f.name, f.id)
+		}
+		cancel()
+		switch {
+		case ctx.Err() != nil, errors.Is(err, adapter.ErrCommandExited):
+			return // the exit frame follows
+		case err == nil:
+			if waiting {
+				f.notice("input delivered")
+				waiting = false
+			}
+			lostAt, backoff = time.Time{}, 100*time.Millisecond
+			if p == nil {
+				return // EOF delivered
+			}
+			f.q.pop()
+			continue
+		case notDelivered(err):
+			if lostAt.IsZero() {
+				lostAt = time.Now()
+			}
+			if reconnectGiveUp(lostAt) {
+				f.notice("input did not reach the session: " + oneLine(detailOf(err)))
+				f.q.clear()
+				lostAt, waiting = time.Time{}, false
+				continue
+			}
+			if !waiting {
+				waiting = true
+				f.notice("runnerd is away: input is kept and sent once it is back")
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, time.Second)
+			continue
+		}
+		// It may have reached the command: never sent twice.
+		f.notice("input may not have reached the session: " + oneLine(detailOf(err)))
+		if p == nil {
+			return
+		}
+		f.q.pop()
+	}
+}
