@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,6 +57,13 @@ import (
 //     must let the user in, not every directory above it (a sandbox's
 //     uid reaches its own workspace under a state directory whose parent,
 //     such as root's home or a test's temporary directory, is 0700);
+//  9b. every descriptor from 3 up marked close-on-exec (close_range(2)
+//     with CLOSE_RANGE_CLOEXEC; MarkCloseOnExec): the command gets its
+//     stdin, stdout and stderr and nothing else, whatever the shim (or
+//     whoever started runnerd) left open without O_CLOEXEC. On the direct
+//     path the shim marks its own table just before the fork (Go's child
+//     dup2s only the stdio over 0-2, which clears the flag on those); the
+//     helper marks its own before the execve;
 //  10. seccomp filter (Spec.Isolate): Docker's default profile (package
 //     seccomp), last before the execve because it needs no_new_privs and
 //     denies the mount and unshare calls of the steps above;
@@ -214,6 +222,10 @@ var execSteps = []execStep{
 		active: func(p *execPlan) bool { return p.Dir != "" },
 		fork:   func(p *execPlan, f *forkSetup) error { f.cmd.Dir = p.Dir; return nil },
 		helper: enterDir},
+	{name: "mark inherited descriptors close-on-exec", phase: PhaseSetup,
+		active: func(*execPlan) bool { return true },
+		fork:   func(*execPlan, *forkSetup) error { return MarkCloseOnExec() },
+		helper: func(*execPlan) (string, error) { return "nsexec: mark descriptors close-on-exec", MarkCloseOnExec() }},
 	{name: "load the seccomp filter", phase: PhaseSetup,
 		active: func(p *execPlan) bool { return p.Isolate },
 		helper: loadSeccomp},
@@ -508,6 +520,34 @@ func notOurs(dir string) error {
 	for _, l := range bytes.Split(b, []byte("\n")) {
 		if bytes.Equal(l, me) {
 			return fmt.Errorf("%w: cgroup %q holds the shim itself", ErrInvalid, dir)
+		}
+	}
+	return nil
+}
+
+// MarkCloseOnExec marks every descriptor of the calling process from 3 up
+// close-on-exec, so that no program it executes inherits one it did not
+// pass on purpose (os/exec dup2s what it passes, which clears the flag on
+// the copy). The process itself keeps using them. close_range(2) with
+// CLOSE_RANGE_CLOEXEC (Linux 5.11); before that, each descriptor listed
+// in /proc/self/fd.
+func MarkCloseOnExec() error {
+	err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC)
+	if !errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EINVAL) {
+		return err
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return fmt.Errorf("list descriptors: %w", err)
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd < 3 {
+			continue
+		}
+		// The directory's own descriptor is closed by now: EBADF.
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil && !errors.Is(err, unix.EBADF) {
+			return fmt.Errorf("mark descriptor %d close-on-exec: %w", fd, err)
 		}
 	}
 	return nil
