@@ -73,6 +73,14 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "shim" {
 		os.Exit(shim.Main(os.Args[2:]))
 	}
+	// Whatever runnerd inherited beyond stdin, stdout and stderr (a
+	// shell's pipe, a supervisor's socket; runnerd takes no descriptor by
+	// socket activation) is not for the shims nor their commands: marked
+	// close-on-exec before anything is started.
+	if err := shim.MarkCloseOnExec(); err != nil {
+		fmt.Fprintln(os.Stderr, "runnerd: mark inherited descriptors close-on-exec:", err)
+		os.Exit(1)
+	}
 	os.Exit(run(os.Args[1:]))
 }
 
