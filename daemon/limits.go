@@ -19,7 +19,11 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/agentrunner/runner/cgroup"
@@ -37,6 +41,42 @@ const (
 	// and limits are refused.
 	CgroupsOff = "off"
 )
+
+// The shipped defaults: what runnerd's flags (--default-pids,
+// --default-memory, --sandbox-max-sessions) give when an operator names
+// none, chosen so that a host running a few dozen sandboxes (the design
+// point: 2 cores, 24 GiB, pid_max 32768) survives any one of them
+// misbehaving (docs/cgroups.md, "Default limits"). Config's zero values
+// are no bound: the defaults are runnerd's, not the library's.
+const (
+	// DefaultSandboxPids bounds a sandbox's tasks (processes and
+	// threads): a parallel build or a language server pool stays in the
+	// low hundreds, a fork bomb stops here, and 24 sandboxes at the bound
+	// together still leave a 32768 pid_max room for the host.
+	DefaultSandboxPids = 1024
+	// DefaultSandboxMemoryShare is the share of the host's memory
+	// (MemTotal) one sandbox may use: 1/8, 3 GiB on a 24 GiB host,
+	// enough for a compiler or a test suite, and a runaway takes at most
+	// an eighth of the host, its own OOM kill, never runnerd's.
+	DefaultSandboxMemoryShare = 8
+	// DefaultSandboxSessions bounds the sessions one sandbox holds,
+	// running or ended until deleted (each running one costs its shim,
+	// about 4 MiB charged to runnerd's unit; each ended one its journal
+	// and directory): 256 keeps one sandbox's shims near 1 GiB at worst.
+	DefaultSandboxSessions = 256
+)
+
+// DefaultSandboxMemory is the shipped default memory limit: the host's
+// MemTotal divided by DefaultSandboxMemoryShare, in whole pages, at
+// least cgroup.MinMemoryBytes.
+func DefaultSandboxMemory() (int64, error) {
+	total, err := meminfo("MemTotal:")
+	if err != nil {
+		return 0, err
+	}
+	page := int64(os.Getpagesize())
+	return max(total/DefaultSandboxMemoryShare/page*page, cgroup.MinMemoryBytes), nil
+}
 
 // cgroupOpTimeout bounds a cgroup removal (which kills what is left and
 // waits for it) that must finish even when its client has gone away.
@@ -302,4 +342,25 @@ func (s *server) handleLimits(w http.ResponseWriter, r *http.Request) {
 	out := toWireSandbox(sb)
 	out.Usage = s.usage(sb)
 	s.writeJSON(w, http.StatusOK, out)
+}
+
+// meminfo returns the field of /proc/meminfo that starts with key (e.g.
+// "MemTotal:"), in bytes.
+func meminfo(key string) (int64, error) {
+	raw, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		rest, ok := strings.CutPrefix(line, key)
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parse /proc/meminfo %s %q: %w", key, rest, err)
+		}
+		return kb << 10, nil
+	}
+	return 0, fmt.Errorf("no %s in /proc/meminfo", key)
 }

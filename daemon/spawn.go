@@ -189,6 +189,9 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 	if err != nil {
 		return ss, false, err
 	}
+	if err := s.sessionCap(name, req.ID); err != nil { // sessions_cap.go
+		return ss, false, err
+	}
 
 	ss = registry.Session{
 		Sandbox:     name,
