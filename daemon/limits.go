@@ -24,6 +24,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentrunner/runner/cgroup"
@@ -90,7 +91,11 @@ func errNoLimits() *apiError {
 // host can enforce limits, then adopts the running sandboxes' cgroups. It
 // never fails Run: a host that cannot runs without the capability and
 // says why in the log.
-func (s *server) startCgroups() {
+//
+// It returns a function that stops the leaf sweep (sweepLeaves) and
+// waits for it; Run calls it before the registry closes.
+func (s *server) startCgroups() (stop func()) {
+	stop = func() {}
 	if s.cfg.Cgroups == CgroupsOff {
 		s.log.Info("cgroups disabled (--cgroups=off): resource_limits is not advertised and limits are refused")
 		return
@@ -106,6 +111,13 @@ func (s *server) startCgroups() {
 	s.cg = m
 	s.log.Info("resource limits enforced", "mode", m.Mode().String(), "root", s.cfg.CgroupRoot, "defaults", s.cfg.DefaultLimits)
 	s.adoptCgroups()
+	ctx, cancel := context.WithCancel(s.life)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.sweepLeaves(ctx)
+	}()
+	return func() { cancel(); <-done }
 }
 
 // parseLimits validates a request's limits and fills its zero fields
@@ -202,6 +214,7 @@ func (s *server) removeCgroup(ctx context.Context, name string) error {
 	if err := s.cg.Remove(ctx, name); err != nil {
 		return errUnavailable("remove cgroup: %v", err)
 	}
+	s.leaves.forget(name) // a new cgroup counts from 0, as its usage does
 	return nil
 }
 
@@ -260,7 +273,7 @@ func (s *server) usage(sb registry.Sandbox) *wire.Usage {
 		MemoryPeakBytes: u.MemoryPeakBytes,
 		CPUUsec:         uint64(u.CPUTime.Microseconds()),
 		Pids:            u.Pids,
-		OOMKills:        u.OOMKills,
+		OOMKills:        u.OOMKills + s.leaves.of(sb.Name), // v1: the kills of released leaves too
 	}
 }
 
@@ -363,4 +376,106 @@ func meminfo(key string) (int64, error) {
 		return kb << 10, nil
 	}
 	return 0, fmt.Errorf("no %s in /proc/meminfo", key)
+}
+
+// leafSweepInterval is how often runnerd looks for session leaves whose
+// session has ended and which hold no process any more (a variable for
+// tests).
+var leafSweepInterval = 5 * time.Second
+
+// releasedLeaves is what the leaf sweep keeps: under cgroup v1 an OOM kill
+// is counted only in the victim's own leaf, so the kills of the leaves it
+// removed are kept here, per sandbox, and added to its usage. They live as
+// long as runnerd (a restart forgets them) and go with the sandbox's
+// cgroup (suspend, destroy).
+type releasedLeaves struct {
+	mu    sync.Mutex        // guards kills
+	kills map[string]uint64 // by sandbox
+}
+
+func (r *releasedLeaves) add(sandbox string, n uint64) {
+	if n == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.kills == nil {
+		r.kills = map[string]uint64{}
+	}
+	r.kills[sandbox] += n
+}
+
+func (r *releasedLeaves) of(sandbox string) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.kills[sandbox]
+}
+
+func (r *releasedLeaves) forget(sandbox string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.kills, sandbox)
+}
+
+// sweepLeaves removes, every leafSweepInterval until ctx ends, the leaves
+// of sessions that have ended and hold no process (releaseLeaves). Run
+// starts it when cgroups are on and waits for it.
+func (s *server) sweepLeaves(ctx context.Context) {
+	t := time.NewTicker(leafSweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		names, err := s.cg.List()
+		if err != nil {
+			s.log.Warn("session leaves: list cgroups", "err", err)
+			continue
+		}
+		for _, name := range names {
+			if ctx.Err() != nil {
+				return
+			}
+			s.releaseLeaves(name)
+		}
+	}
+}
+
+// releaseLeaves removes the leaves of sandbox name whose session has
+// ended (or has no record: a spawn that failed) and that hold no process,
+// killing nothing: a background job a command left keeps its leaf until
+// it ends or the session is deleted. It holds the sandbox's lock, which
+// every spawn holds from before it creates its leaf to after its record
+// is committed, so a leaf being set up is never taken.
+func (s *server) releaseLeaves(name string) {
+	unlock := s.locks.Lock(name)
+	defer unlock()
+	leaves, err := s.cg.Sessions(name)
+	if err != nil {
+		s.log.Warn("session leaves: list", "sandbox", name, "err", err)
+		return
+	}
+	for _, id := range leaves {
+		ss, err := s.reg.GetSession(name, id)
+		switch {
+		case errors.Is(err, registry.ErrNotFound):
+		case err != nil:
+			continue
+		default:
+			if ss, err = s.refresh(ss); err != nil || ss.Exit == nil {
+				continue // running, or not known to have ended
+			}
+		}
+		kills, released, err := s.cg.ReleaseSession(name, id)
+		if err != nil {
+			s.log.Warn("session leaves: release", "sandbox", name, "session", id, "err", err)
+			continue
+		}
+		if released {
+			s.leaves.add(name, kills)
+			s.log.Debug("session leaf released", "sandbox", name, "session", id)
+		}
+	}
 }
