@@ -98,19 +98,19 @@ func TestHostileDefaultLimitsApplied(t *testing.T) {
 // numbers docs/cgroups.md states.
 func TestHostileShippedDefaultsDocumented(t *testing.T) {
 	out, _ := exec.Command(runnerdBin, "--help").CombinedOutput()
-	for _, re := range []string{`-default-pids int\n[^\n]*\(default 1024\)`, `-sandbox-max-sessions int\n[^\n]*\(default 256\)`} {
+	for _, re := range []string{`-default-pids int\n[^\n]*\(default 1024\)`, `-sandbox-max-sessions int\n[^\n]*\(default 256\)`, `-sandbox-journal-bytes value\n[^\n]*\(default 4294967296\)`} {
 		if !regexp.MustCompile(re).Match(out) {
 			t.Errorf("runnerd --help does not match %q:\n%s", re, out)
 		}
 	}
-	if daemon.DefaultSandboxPids != 1024 || daemon.DefaultSandboxSessions != 256 || daemon.DefaultSandboxMemoryShare != 8 {
-		t.Fatalf("shipped defaults changed: pids %d sessions %d memory 1/%d; update docs/cgroups.md and this test", daemon.DefaultSandboxPids, daemon.DefaultSandboxSessions, daemon.DefaultSandboxMemoryShare)
+	if daemon.DefaultSandboxPids != 1024 || daemon.DefaultSandboxSessions != 256 || daemon.DefaultSandboxMemoryShare != 8 || daemon.DefaultSandboxJournalBytes != 4<<30 {
+		t.Fatalf("shipped defaults changed: pids %d sessions %d memory 1/%d journals %d; update docs/cgroups.md and this test", daemon.DefaultSandboxPids, daemon.DefaultSandboxSessions, daemon.DefaultSandboxMemoryShare, daemon.DefaultSandboxJournalBytes)
 	}
 	doc, err := os.ReadFile("../docs/cgroups.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| `--default-pids` | 1024 |", "| `--default-memory` | 1/8 of `MemTotal` |", "| `--sandbox-max-sessions` | 256 |"} {
+	for _, want := range []string{"| `--default-pids` | 1024 |", "| `--default-memory` | 1/8 of `MemTotal` |", "| `--sandbox-max-sessions` | 256 |", "| `--sandbox-journal-bytes` | 4 GiB |"} {
 		if !strings.Contains(string(doc), want) {
 			t.Errorf("docs/cgroups.md lacks %q", want)
 		}

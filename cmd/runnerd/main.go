@@ -131,6 +131,8 @@ func run(args []string) int {
 	fs.Var(&defMemory, "default-memory", fmt.Sprintf("memory limit of a sandbox created without one, in bytes or with a K, M or G suffix (powers of 1024); default 1/%d of this host's memory; 0: none", daemon.DefaultSandboxMemoryShare))
 	defPids := fs.Int64("default-pids", daemon.DefaultSandboxPids, "tasks (processes and threads) limit of a sandbox created without one; 0: none")
 	sandboxSessions := fs.Int("sandbox-max-sessions", daemon.DefaultSandboxSessions, "most sessions one sandbox holds, running or ended until deleted; one more is answered 409 invalid (detail session_cap); 0: no bound")
+	sandboxJournal := byteSize(daemon.DefaultSandboxJournalBytes)
+	fs.Var(&sandboxJournal, "sandbox-journal-bytes", "most bytes the journals of one sandbox's sessions hold together, running or ended until deleted, with a K, M or G suffix (powers of 1024): output past it ends its session (the exit names the cap) and a create is answered 409 invalid (detail journal_cap); 0: no bound")
 	defWeight := fs.Uint64("default-cpu-weight", 0, "CPU weight (1..10000, kernel default 100) of a sandbox created without one; 0: the kernel's default")
 	defQuota := fs.Int64("default-cpu-quota-us", 0, "CPU time in microseconds per --default-cpu-period-us a sandbox created without a quota may use (200000 per 100000 is two cores); 0: none")
 	defPeriod := fs.Int64("default-cpu-period-us", 0, "accounting period of --default-cpu-quota-us (1000..1000000; 0: 100000)")
@@ -224,17 +226,18 @@ func run(args []string) int {
 		return 2
 	}
 	cfg := daemon.Config{
-		MaxExecs:           *maxExecs,
-		Capacity:           daemon.CapacityLimits{MaxSandboxes: *maxSandboxes, MaxSessions: *maxSessions},
-		MaxSandboxSessions: *sandboxSessions,
-		ShimCommand:        shimCommand,
-		WarmShims:          *warmShims,
-		DiskReserve:        *diskReserve,
-		StateDir:           *state, // "": daemon.DefaultStateDir
-		Listen:             *listen,
-		Socket:             *socket,
-		Token:              os.Getenv(daemon.EnvToken),
-		Version:            version.String(),
+		MaxExecs:            *maxExecs,
+		Capacity:            daemon.CapacityLimits{MaxSandboxes: *maxSandboxes, MaxSessions: *maxSessions},
+		MaxSandboxSessions:  *sandboxSessions,
+		SandboxJournalBytes: int64(sandboxJournal),
+		ShimCommand:         shimCommand,
+		WarmShims:           *warmShims,
+		DiskReserve:         *diskReserve,
+		StateDir:            *state, // "": daemon.DefaultStateDir
+		Listen:              *listen,
+		Socket:              *socket,
+		Token:               os.Getenv(daemon.EnvToken),
+		Version:             version.String(),
 
 		MetricsListen:      *metricsListen,
 		PreviewListen:      *previewListen,
