@@ -146,6 +146,19 @@ type Config struct {
 	MaxExecs int
 	// Capacity bounds what this host takes (capacity.go); zero: no bound.
 	Capacity CapacityLimits
+	// MaxSandboxSessions bounds the sessions one sandbox holds, running
+	// or ended until deleted (sessions_cap.go): a create of one more is
+	// answered 409 invalid, detail wire.DetailSessionCap. 0: no bound
+	// (runnerd's --sandbox-max-sessions defaults to
+	// DefaultSandboxSessions).
+	MaxSandboxSessions int
+	// SandboxJournalBytes bounds the bytes the journals of one sandbox's
+	// sessions hold together, running or ended until deleted
+	// (journalcap.go): output past it ends its session, and a create is
+	// answered 409 invalid, detail wire.DetailJournalCap. 0: no bound
+	// (runnerd's --sandbox-journal-bytes defaults to
+	// DefaultSandboxJournalBytes).
+	SandboxJournalBytes int64
 	// pool holds the warm shims; set by Run, nil when disabled.
 	pool *shim.Pool
 	// TerminateGrace is the grace of the SIGTERM before SIGKILL when destroy
@@ -336,6 +349,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 10 * time.Second
+	}
+	if cfg.MaxSandboxSessions < 0 || cfg.SandboxJournalBytes < 0 {
+		return cfg, errors.New("config: sessions and journal bytes per sandbox must not be negative")
 	}
 	if cfg.SessionRetention < 0 || cfg.JournalRetainBytes < 0 {
 		return cfg, errors.New("config: session retention and journal retain bytes must not be negative")

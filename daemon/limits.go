@@ -19,7 +19,12 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentrunner/runner/cgroup"
@@ -38,6 +43,42 @@ const (
 	CgroupsOff = "off"
 )
 
+// The shipped defaults: what runnerd's flags (--default-pids,
+// --default-memory, --sandbox-max-sessions) give when an operator names
+// none, chosen so that a host running a few dozen sandboxes (the design
+// point: 2 cores, 24 GiB, pid_max 32768) survives any one of them
+// misbehaving (docs/cgroups.md, "Default limits"). Config's zero values
+// are no bound: the defaults are runnerd's, not the library's.
+const (
+	// DefaultSandboxPids bounds a sandbox's tasks (processes and
+	// threads): a parallel build or a language server pool stays in the
+	// low hundreds, a fork bomb stops here, and 24 sandboxes at the bound
+	// together still leave a 32768 pid_max room for the host.
+	DefaultSandboxPids = 1024
+	// DefaultSandboxMemoryShare is the share of the host's memory
+	// (MemTotal) one sandbox may use: 1/8, 3 GiB on a 24 GiB host,
+	// enough for a compiler or a test suite, and a runaway takes at most
+	// an eighth of the host, its own OOM kill, never runnerd's.
+	DefaultSandboxMemoryShare = 8
+	// DefaultSandboxSessions bounds the sessions one sandbox holds,
+	// running or ended until deleted (each running one costs its shim,
+	// about 4 MiB charged to runnerd's unit; each ended one its journal
+	// and directory): 256 keeps one sandbox's shims near 1 GiB at worst.
+	DefaultSandboxSessions = 256
+)
+
+// DefaultSandboxMemory is the shipped default memory limit: the host's
+// MemTotal divided by DefaultSandboxMemoryShare, in whole pages, at
+// least cgroup.MinMemoryBytes.
+func DefaultSandboxMemory() (int64, error) {
+	total, err := meminfo("MemTotal:")
+	if err != nil {
+		return 0, err
+	}
+	page := int64(os.Getpagesize())
+	return max(total/DefaultSandboxMemoryShare/page*page, cgroup.MinMemoryBytes), nil
+}
+
 // cgroupOpTimeout bounds a cgroup removal (which kills what is left and
 // waits for it) that must finish even when its client has gone away.
 const cgroupOpTimeout = 30 * time.Second
@@ -50,7 +91,11 @@ func errNoLimits() *apiError {
 // host can enforce limits, then adopts the running sandboxes' cgroups. It
 // never fails Run: a host that cannot runs without the capability and
 // says why in the log.
-func (s *server) startCgroups() {
+//
+// It returns a function that stops the leaf sweep (sweepLeaves) and
+// waits for it; Run calls it before the registry closes.
+func (s *server) startCgroups() (stop func()) {
+	stop = func() {}
 	if s.cfg.Cgroups == CgroupsOff {
 		s.log.Info("cgroups disabled (--cgroups=off): resource_limits is not advertised and limits are refused")
 		return
@@ -66,6 +111,13 @@ func (s *server) startCgroups() {
 	s.cg = m
 	s.log.Info("resource limits enforced", "mode", m.Mode().String(), "root", s.cfg.CgroupRoot, "defaults", s.cfg.DefaultLimits)
 	s.adoptCgroups()
+	ctx, cancel := context.WithCancel(s.life)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.sweepLeaves(ctx)
+	}()
+	return func() { cancel(); <-done }
 }
 
 // parseLimits validates a request's limits and fills its zero fields
@@ -162,6 +214,7 @@ func (s *server) removeCgroup(ctx context.Context, name string) error {
 	if err := s.cg.Remove(ctx, name); err != nil {
 		return errUnavailable("remove cgroup: %v", err)
 	}
+	s.leaves.forget(name) // a new cgroup counts from 0, as its usage does
 	return nil
 }
 
@@ -220,7 +273,7 @@ func (s *server) usage(sb registry.Sandbox) *wire.Usage {
 		MemoryPeakBytes: u.MemoryPeakBytes,
 		CPUUsec:         uint64(u.CPUTime.Microseconds()),
 		Pids:            u.Pids,
-		OOMKills:        u.OOMKills,
+		OOMKills:        u.OOMKills + s.leaves.of(sb.Name), // v1: the kills of released leaves too
 	}
 }
 
@@ -302,4 +355,127 @@ func (s *server) handleLimits(w http.ResponseWriter, r *http.Request) {
 	out := toWireSandbox(sb)
 	out.Usage = s.usage(sb)
 	s.writeJSON(w, http.StatusOK, out)
+}
+
+// meminfo returns the field of /proc/meminfo that starts with key (e.g.
+// "MemTotal:"), in bytes.
+func meminfo(key string) (int64, error) {
+	raw, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		rest, ok := strings.CutPrefix(line, key)
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parse /proc/meminfo %s %q: %w", key, rest, err)
+		}
+		return kb << 10, nil
+	}
+	return 0, fmt.Errorf("no %s in /proc/meminfo", key)
+}
+
+// leafSweepInterval is how often runnerd looks for session leaves whose
+// session has ended and which hold no process any more (a variable for
+// tests).
+var leafSweepInterval = 5 * time.Second
+
+// releasedLeaves is what the leaf sweep keeps: under cgroup v1 an OOM kill
+// is counted only in the victim's own leaf, so the kills of the leaves it
+// removed are kept here, per sandbox, and added to its usage. They live as
+// long as runnerd (a restart forgets them) and go with the sandbox's
+// cgroup (suspend, destroy).
+type releasedLeaves struct {
+	mu    sync.Mutex        // guards kills
+	kills map[string]uint64 // by sandbox
+}
+
+func (r *releasedLeaves) add(sandbox string, n uint64) {
+	if n == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.kills == nil {
+		r.kills = map[string]uint64{}
+	}
+	r.kills[sandbox] += n
+}
+
+func (r *releasedLeaves) of(sandbox string) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.kills[sandbox]
+}
+
+func (r *releasedLeaves) forget(sandbox string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.kills, sandbox)
+}
+
+// sweepLeaves removes, every leafSweepInterval until ctx ends, the leaves
+// of sessions that have ended and hold no process (releaseLeaves). Run
+// starts it when cgroups are on and waits for it.
+func (s *server) sweepLeaves(ctx context.Context) {
+	t := time.NewTicker(leafSweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		names, err := s.cg.List()
+		if err != nil {
+			s.log.Warn("session leaves: list cgroups", "err", err)
+			continue
+		}
+		for _, name := range names {
+			if ctx.Err() != nil {
+				return
+			}
+			s.releaseLeaves(name)
+		}
+	}
+}
+
+// releaseLeaves removes the leaves of sandbox name whose session has
+// ended (or has no record: a spawn that failed) and that hold no process,
+// killing nothing: a background job a command left keeps its leaf until
+// it ends or the session is deleted. It holds the sandbox's lock, which
+// every spawn holds from before it creates its leaf to after its record
+// is committed, so a leaf being set up is never taken.
+func (s *server) releaseLeaves(name string) {
+	unlock := s.locks.Lock(name)
+	defer unlock()
+	leaves, err := s.cg.Sessions(name)
+	if err != nil {
+		s.log.Warn("session leaves: list", "sandbox", name, "err", err)
+		return
+	}
+	for _, id := range leaves {
+		ss, err := s.reg.GetSession(name, id)
+		switch {
+		case errors.Is(err, registry.ErrNotFound):
+		case err != nil:
+			continue
+		default:
+			if ss, err = s.refresh(ss); err != nil || ss.Exit == nil {
+				continue // running, or not known to have ended
+			}
+		}
+		kills, released, err := s.cg.ReleaseSession(name, id)
+		if err != nil {
+			s.log.Warn("session leaves: release", "sandbox", name, "session", id, "err", err)
+			continue
+		}
+		if released {
+			s.leaves.add(name, kills)
+			s.log.Debug("session leaf released", "sandbox", name, "session", id)
+		}
+	}
 }

@@ -136,7 +136,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := s.reconcile(ctx); err != nil {
 		return fmt.Errorf("recover sessions: %w", err)
 	}
-	s.startCgroups() // limits.go; adopts the sandboxes' cgroups before serving
+	defer s.startCgroups()() // limits.go; adopts the sandboxes' cgroups before serving
 	if cfg.SessionRetention > 0 {
 		// It ends when Run begins stopping (s.life) and is waited for
 		// before the registry closes (defers run in reverse).

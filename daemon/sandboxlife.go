@@ -243,6 +243,7 @@ func (s *server) destroySandbox(ctx context.Context, name string) error {
 	if err := s.reg.DeleteSandbox(name); err != nil {
 		return errRegistryWrite(err)
 	}
+	s.removeBudgets(name) // journalcap.go
 	s.replenishReserve()
 	s.log.Info("sandbox destroyed", "sandbox", name)
 	return nil

@@ -40,6 +40,7 @@ type server struct {
 	ids     identities         // isolation policy (identity.go); set by Run, then read-only
 	adm     admission          // creates in flight under Config.Capacity (capacity.go)
 	stdin   stdinGates         // per-session bounds of stdin writes (stdingate.go)
+	leaves  releasedLeaves     // OOM kills of session leaves the sweep removed (limits.go)
 
 	netMu sync.Mutex                    // guards nets
 	nets  map[string]*netpolicy.Sandbox // by netID: namespaces this runnerd set up

@@ -130,6 +130,9 @@ func (s *server) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolic
 	if spec.Cgroups, err = s.sessionCgroups(sb, ss); err != nil { // limits.go
 		return shim.Spec{}, err
 	}
+	if err := s.journalCap(sb, &spec); err != nil { // journalcap.go
+		return shim.Spec{}, err
+	}
 	return spec, nil
 }
 
@@ -232,6 +235,14 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 	live, err := s.sandbox(name)
 	if err != nil {
 		return ss, false, err
+	}
+	if err := s.sessionCap(name, req.ID); err != nil { // sessions_cap.go
+		return ss, false, err
+	}
+	if _, err := s.reg.GetSession(name, req.ID); err != nil { // a re-create is answered as before
+		if err := s.journalCap(live, nil); err != nil { // journalcap.go
+			return ss, false, err
+		}
 	}
 
 	ss = registry.Session{

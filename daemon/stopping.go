@@ -241,6 +241,7 @@ func (s *server) removeSession(ctx context.Context, ss registry.Session) error {
 	if err != nil {
 		return errRegistryWrite(err) // diskfull.go
 	}
+	s.refundJournal(ss) // journalcap.go: before its files go
 	if err := os.RemoveAll(dir); err != nil {
 		return errUnavailable("remove session %s: %v", ss.ID, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,6 +63,13 @@ import (
 //     is 0700); on the direct path the shim resolves it beneath the root,
 //     with the user's file-system identity (lookas.go), and the child
 //     enters it by its descriptor (/proc/self/fd/N);
+//  9b. every descriptor from 3 up marked close-on-exec (close_range(2)
+//     with CLOSE_RANGE_CLOEXEC; MarkCloseOnExec): the command gets its
+//     stdin, stdout and stderr and nothing else, whatever the shim (or
+//     whoever started runnerd) left open without O_CLOEXEC. On the direct
+//     path the shim marks its own table just before the fork (Go's child
+//     dup2s only the stdio over 0-2, which clears the flag on those); the
+//     helper marks its own before the execve;
 //  10. seccomp filter (Spec.Isolate): Docker's default profile (package
 //     seccomp), last before the execve because it needs no_new_privs and
 //     denies the mount and unshare calls of the steps above;
@@ -221,6 +229,10 @@ var execSteps = []execStep{
 		active: func(p *execPlan) bool { return p.Dir != "" },
 		fork:   forkDir,
 		helper: enterDir},
+	{name: "mark inherited descriptors close-on-exec", phase: PhaseSetup,
+		active: func(*execPlan) bool { return true },
+		fork:   func(*execPlan, *forkSetup) error { return MarkCloseOnExec() },
+		helper: func(*execPlan) (string, error) { return "nsexec: mark descriptors close-on-exec", MarkCloseOnExec() }},
 	{name: "load the seccomp filter", phase: PhaseSetup,
 		active: func(p *execPlan) bool { return p.Isolate },
 		helper: loadSeccomp},
@@ -553,6 +565,34 @@ func notOurs(dir string) error {
 	for _, l := range bytes.Split(b, []byte("\n")) {
 		if bytes.Equal(l, me) {
 			return fmt.Errorf("%w: cgroup %q holds the shim itself", ErrInvalid, dir)
+		}
+	}
+	return nil
+}
+
+// MarkCloseOnExec marks every descriptor of the calling process from 3 up
+// close-on-exec, so that no program it executes inherits one it did not
+// pass on purpose (os/exec dup2s what it passes, which clears the flag on
+// the copy). The process itself keeps using them. close_range(2) with
+// CLOSE_RANGE_CLOEXEC (Linux 5.11); before that, each descriptor listed
+// in /proc/self/fd.
+func MarkCloseOnExec() error {
+	err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC)
+	if !errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EINVAL) {
+		return err
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return fmt.Errorf("list descriptors: %w", err)
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd < 3 {
+			continue
+		}
+		// The directory's own descriptor is closed by now: EBADF.
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil && !errors.Is(err, unix.EBADF) {
+			return fmt.Errorf("mark descriptor %d close-on-exec: %w", fd, err)
 		}
 	}
 	return nil

@@ -39,7 +39,7 @@ func TestExecStepOrder(t *testing.T) {
 	want := []string{
 		"join cgroup v2", "enter network namespace", "join cgroups v1", "mount resolv.conf", "bind directories", "set hostname",
 		"empty the capability bounding set", "open the working directory", "switch user", "clear ambient and inheritable capabilities",
-		"set no_new_privs", "chdir", "load the seccomp filter",
+		"set no_new_privs", "chdir", "mark inherited descriptors close-on-exec", "load the seccomp filter",
 	}
 	if !slices.Equal(names, want) {
 		t.Fatalf("steps: got %q, want %q", names, want)

@@ -67,6 +67,9 @@ type server struct {
 	// run until no descendant is left.
 	reap *reaper
 
+	// budget is the sandbox's shared journal budget (Spec.JournalBudget),
+	// nil without one; set by start (budget.go).
+	budget *journalBudget
 	// stopAsked is set by the terminate op before it signals the command:
 	// the exit record of a command that ends after it says Terminated.
 	stopAsked atomic.Bool

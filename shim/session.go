@@ -115,6 +115,13 @@ type Spec struct {
 	Cgroups []string `json:"cgroups,omitempty"`
 	// RetainBytes caps each stream's journal (0 keeps everything).
 	RetainBytes int64 `json:"retain_bytes,omitempty"`
+	// JournalBudget optionally names a file (absolute, 8 bytes, made by
+	// the caller) holding the bytes the journals of every session of the
+	// sandbox hold, shared by their shims (budget.go), and JournalCap the
+	// most it may reach: output past it is not stored, and the session is
+	// ended (exit detail names the cap). Both or neither.
+	JournalBudget string `json:"journal_budget,omitempty"`
+	JournalCap    int64  `json:"journal_cap,omitempty"`
 	// StdinClosed starts the command with its stdin at EOF: the shim
 	// closes its end as soon as the command runs, as close-stdin would,
 	// sparing a caller with nothing to send that round trip (runnerd's
@@ -228,6 +235,9 @@ func (s Spec) validate() error {
 	}
 	if s.RetainBytes < 0 {
 		return fmt.Errorf("%w: negative retain_bytes", ErrInvalid)
+	}
+	if (s.JournalBudget == "") != (s.JournalCap == 0) || s.JournalCap < 0 || (s.JournalBudget != "" && !filepath.IsAbs(s.JournalBudget)) {
+		return fmt.Errorf("%w: journal_budget (an absolute path) and journal_cap (positive) go together", ErrInvalid)
 	}
 	if s.StdinClosed && s.TTY {
 		return fmt.Errorf("%w: stdin_closed with a tty", ErrInvalid)

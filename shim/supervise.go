@@ -40,6 +40,9 @@ func (s *server) startWith(spec Spec, gate func() error, ahead *nsexecAhead) (er
 		}
 	}()
 	s.spec = spec
+	if s.budget, err = openBudget(spec); err != nil { // budget.go
+		return err
+	}
 	var childEnds []*os.File // closed in the shim once the child has them
 	defer func() {
 		for _, f := range childEnds {
@@ -399,7 +402,7 @@ func (s *server) writeJournal(stream string, p []byte) {
 	// there rather than after up to maxBackoff, once (exited stays closed).
 	wake := s.exited
 	for len(p) > 0 {
-		n, err := s.jw.Load().Write(stream, p)
+		n, err := s.writeBudgeted(stream, p) // budget.go
 		p = p[n:]
 		if err == nil {
 			continue

@@ -133,6 +133,15 @@ const (
 	// DetailConflict accompanies 409 invalid when a session ID is reused with
 	// a different request.
 	DetailConflict = "conflict"
+	// DetailSessionCap starts the detail of 409 invalid for a session
+	// create refused because its sandbox holds as many sessions, running
+	// or ended, as runnerd allows one sandbox (--sandbox-max-sessions);
+	// deleting ended sessions frees room.
+	DetailSessionCap = "session_cap"
+	// DetailJournalCap starts the detail of 409 invalid for a session
+	// create refused because its sandbox's journals hold as many bytes as
+	// runnerd allows one sandbox (--sandbox-journal-bytes).
+	DetailJournalCap = "journal_cap"
 	// DetailUncertain starts the detail of an unavailable answer whose
 	// outcome runnerd could not confirm (a terminate, a start, an exec
 	// whose end is unknown). Error.Uncertain says the same as a field;

@@ -73,6 +73,14 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "shim" {
 		os.Exit(shim.Main(os.Args[2:]))
 	}
+	// Whatever runnerd inherited beyond stdin, stdout and stderr (a
+	// shell's pipe, a supervisor's socket; runnerd takes no descriptor by
+	// socket activation) is not for the shims nor their commands: marked
+	// close-on-exec before anything is started.
+	if err := shim.MarkCloseOnExec(); err != nil {
+		fmt.Fprintln(os.Stderr, "runnerd: mark inherited descriptors close-on-exec:", err)
+		os.Exit(1)
+	}
 	os.Exit(run(os.Args[1:]))
 }
 
@@ -116,9 +124,15 @@ func run(args []string) int {
 	cgroups := fs.String("cgroups", envOr("RUNNERD_CGROUPS", daemon.CgroupsAuto),
 		`per-sandbox cgroups with resource limits: "auto" (when this host can enforce them: root or a delegated subtree with the memory, pids and cpu controllers; resource_limits is advertised) or "off" (never; limits are refused with not_supported)`)
 	cgroupRoot := fs.String("cgroup-root", "", "cgroup under which sandboxes' cgroups go, relative to runnerd's own cgroup in each hierarchy unless absolute (default \"runner\")")
-	var defMemory byteSize
-	fs.Var(&defMemory, "default-memory", "memory limit of a sandbox created without one, in bytes or with a K, M or G suffix (powers of 1024); 0: none")
-	defPids := fs.Int64("default-pids", 0, "tasks (processes and threads) limit of a sandbox created without one; 0: none")
+	// The shipped defaults bound every new sandbox where cgroups enforce
+	// them (docs/cgroups.md, "Default limits"); 0 turns one off.
+	shippedMemory, memErr := daemon.DefaultSandboxMemory()
+	defMemory := byteSize(shippedMemory)
+	fs.Var(&defMemory, "default-memory", fmt.Sprintf("memory limit of a sandbox created without one, in bytes or with a K, M or G suffix (powers of 1024); default 1/%d of this host's memory; 0: none", daemon.DefaultSandboxMemoryShare))
+	defPids := fs.Int64("default-pids", daemon.DefaultSandboxPids, "tasks (processes and threads) limit of a sandbox created without one; 0: none")
+	sandboxSessions := fs.Int("sandbox-max-sessions", daemon.DefaultSandboxSessions, "most sessions one sandbox holds, running or ended until deleted; one more is answered 409 invalid (detail session_cap); 0: no bound")
+	sandboxJournal := byteSize(daemon.DefaultSandboxJournalBytes)
+	fs.Var(&sandboxJournal, "sandbox-journal-bytes", "most bytes the journals of one sandbox's sessions hold together, running or ended until deleted, with a K, M or G suffix (powers of 1024): output past it ends its session (the exit names the cap) and a create is answered 409 invalid (detail journal_cap); 0: no bound")
 	defWeight := fs.Uint64("default-cpu-weight", 0, "CPU weight (1..10000, kernel default 100) of a sandbox created without one; 0: the kernel's default")
 	defQuota := fs.Int64("default-cpu-quota-us", 0, "CPU time in microseconds per --default-cpu-period-us a sandbox created without a quota may use (200000 per 100000 is two cores); 0: none")
 	defPeriod := fs.Int64("default-cpu-period-us", 0, "accounting period of --default-cpu-quota-us (1000..1000000; 0: 100000)")
@@ -146,6 +160,25 @@ func run(args []string) int {
 	if *showVersion {
 		fmt.Println(version.String())
 		return 0
+	}
+	if memErr != nil && !flagSet(fs, "default-memory") {
+		fmt.Fprintf(os.Stderr, "runnerd: the default memory limit (1/%d of the host's memory): %v; name one with --default-memory (0: none)\n", daemon.DefaultSandboxMemoryShare, memErr)
+		return 2
+	}
+	if *cgroups == daemon.CgroupsOff {
+		// Without cgroups no limit is enforced, so none is claimed: the
+		// shipped defaults go; defaults an operator named are refused by
+		// daemon.Run, as before.
+		if !flagSet(fs, "default-memory") {
+			defMemory = 0
+		}
+		if !flagSet(fs, "default-pids") {
+			*defPids = 0
+		}
+	}
+	if *sandboxSessions < 0 {
+		fmt.Fprintf(os.Stderr, "runnerd: --sandbox-max-sessions %d: want 0 or more\n", *sandboxSessions)
+		return 2
 	}
 	var pool netip.Prefix
 	if *netPool != "" {
@@ -193,16 +226,18 @@ func run(args []string) int {
 		return 2
 	}
 	cfg := daemon.Config{
-		MaxExecs:    *maxExecs,
-		Capacity:    daemon.CapacityLimits{MaxSandboxes: *maxSandboxes, MaxSessions: *maxSessions},
-		ShimCommand: shimCommand,
-		WarmShims:   *warmShims,
-		DiskReserve: *diskReserve,
-		StateDir:    *state, // "": daemon.DefaultStateDir
-		Listen:      *listen,
-		Socket:      *socket,
-		Token:       os.Getenv(daemon.EnvToken),
-		Version:     version.String(),
+		MaxExecs:            *maxExecs,
+		Capacity:            daemon.CapacityLimits{MaxSandboxes: *maxSandboxes, MaxSessions: *maxSessions},
+		MaxSandboxSessions:  *sandboxSessions,
+		SandboxJournalBytes: int64(sandboxJournal),
+		ShimCommand:         shimCommand,
+		WarmShims:           *warmShims,
+		DiskReserve:         *diskReserve,
+		StateDir:            *state, // "": daemon.DefaultStateDir
+		Listen:              *listen,
+		Socket:              *socket,
+		Token:               os.Getenv(daemon.EnvToken),
+		Version:             version.String(),
 
 		MetricsListen:      *metricsListen,
 		PreviewListen:      *previewListen,
@@ -304,4 +339,11 @@ func (b *byteSize) Set(v string) error {
 	}
 	*b = byteSize(n << shift)
 	return nil
+}
+
+// flagSet reports whether the command line named flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
