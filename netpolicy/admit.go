@@ -187,9 +187,10 @@ type dynWrite struct {
 
 // plan is one sandbox's share of a batch.
 type plan struct {
-	r    *resolver
-	ttl  map[netip.Addr]time.Duration // address → lifetime to write
-	adms []*admission
+	r     *resolver
+	ttl   map[netip.Addr]time.Duration // address → lifetime to write
+	fresh int                          // addresses of ttl not yet in r.admitted
+	adms  []*admission
 }
 
 // commit writes a batch: the answers whose names the policy still
@@ -231,12 +232,15 @@ func (a *admitter) commit(batch []*admission) {
 			if ok && exp.Sub(now) > x.ttl/2 {
 				continue // fresh enough: no kernel write
 			}
-			if !ok && len(r.admitted)+len(p.ttl) >= MaxAdmitted {
-				r.pruneAdmitted(now)
-				if len(r.admitted)+len(p.ttl) >= MaxAdmitted {
+			if !ok {
+				if len(r.admitted)+p.fresh >= MaxAdmitted {
+					r.pruneAdmitted(now)
+				}
+				if len(r.admitted)+p.fresh >= MaxAdmitted {
 					m.stats.overCap.Add(1)
 					continue
 				}
+				p.fresh++
 			}
 			p.ttl[ip] = x.ttl
 		}
