@@ -1,17 +1,20 @@
 package daemon_test
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/agentrunner/runner/daemon"
 	"github.com/agentrunner/runner/netpolicy"
 	"github.com/agentrunner/runner/netpolicy/netlab"
 	"github.com/agentrunner/runner/wire"
@@ -148,5 +151,17 @@ func TestHostileEgress(t *testing.T) {
 				t.Errorf("dial %s under allow [0.0.0.0/0]: %q, want ok", A, got)
 			}
 		})
+	}
+}
+
+// TestEgressPrivateConfigRefused: a value of --egress-private other than
+// allow or deny is a config error, never read as either.
+func TestEgressPrivateConfigRefused(t *testing.T) {
+	for _, bad := range []string{"yes", "Deny", "private"} {
+		cfg := daemon.Config{EgressPrivate: bad}
+		cfg.StateDir, cfg.Token, cfg.NetPolicy, cfg.Listen, cfg.Socket = t.TempDir(), testToken, daemon.NetPolicyOff, "127.0.0.1:0", "none"
+		if err := daemon.Run(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "config: egress private") {
+			t.Errorf("Run with EgressPrivate %q: %v, want a config error", bad, err)
+		}
 	}
 }
