@@ -372,7 +372,7 @@ func TestHostileDNSTCPConns(t *testing.T) {
 	}
 	a.createSandbox("b")
 	a.createSandbox("flood")
-	const hold = 20
+	const hold = 12
 	base := openFDs(pid)
 	smp := sample(t, pid)
 	ss := a.spawn("flood", wire.CreateSession{ID: "conns", Argv: []string{flood, "tcp", "20000", strconv.Itoa(hold)}})
