@@ -179,18 +179,29 @@ func (a *admitter) run() {
 	}
 }
 
-// dynWrite is what one transaction adds to one sandbox's dynamic set.
+// dynWrite is what one transaction adds to one sandbox's dynamic set,
+// after deleting dels (present elements whose timeout an add would not
+// restart on this kernel).
 type dynWrite struct {
 	n     sbNames
+	dels  []nftables.SetElement
 	elems []nftables.SetElement
 }
+
+// refreshMargin: an element with less life left than this may expire
+// before the transaction that deletes it commits, so it is only added.
+const refreshMargin = 2 * time.Second
 
 // plan is one sandbox's share of a batch.
 type plan struct {
 	r     *resolver
 	ttl   map[netip.Addr]time.Duration // address → lifetime to write
 	fresh int                          // addresses of ttl not yet in r.admitted
-	adms  []*admission
+	// live are addresses of ttl whose element the kernel still holds:
+	// where an "add" does not restart a timeout (m.addRefreshes false),
+	// they are deleted and added again in the same transaction.
+	live map[netip.Addr]bool
+	adms []*admission
 }
 
 // commit writes a batch: the answers whose names the policy still
@@ -218,7 +229,7 @@ func (a *admitter) commit(batch []*admission) {
 		}
 		p := byRes[r]
 		if p == nil {
-			p = &plan{r: r, ttl: map[netip.Addr]time.Duration{}}
+			p = &plan{r: r, ttl: map[netip.Addr]time.Duration{}, live: map[netip.Addr]bool{}}
 			byRes[r] = p
 			plans = append(plans, p)
 		}
@@ -228,8 +239,8 @@ func (a *admitter) commit(batch []*admission) {
 				p.ttl[ip] = max(t, x.ttl)
 				continue
 			}
-			exp, ok := r.admitted[ip]
-			if ok && exp.Sub(now) > x.ttl/2 {
+			el, ok := r.admitted[ip]
+			if ok && el.exp.Sub(now) > x.ttl/2 {
 				continue // fresh enough: no kernel write
 			}
 			if !ok {
@@ -241,13 +252,22 @@ func (a *admitter) commit(batch []*admission) {
 					continue
 				}
 				p.fresh++
+			} else if !m.addRefreshes && el.exp.Sub(now) > refreshMargin {
+				p.live[ip] = true
+			} else if el.timeout == x.ttl {
+				// The kernel restarts the timer of a present element
+				// only when the timeout it is given differs from the
+				// element's (the expiration attribute, which would force
+				// it, is not one google/nftables sends): a second more.
+				p.ttl[ip] = x.ttl + time.Second
+				continue
 			}
 			p.ttl[ip] = x.ttl
 		}
 	}
 	var ws []dynWrite
 	for _, p := range plans {
-		if w := p.write(); len(w.elems) > 0 {
+		if w := p.write(true); len(w.elems) > 0 {
 			ws = append(ws, w)
 		}
 	}
@@ -261,13 +281,17 @@ func (a *admitter) commit(batch []*admission) {
 	m.stats.commits.Add(1)
 	if err == nil {
 		for _, p := range plans {
-			p.apply(m, now)
+			p.apply(m, now, true)
 			p.reply(nil)
 		}
 		return
 	}
 	for _, p := range plans {
-		w := p.write()
+		// Alone, and without deletes: a delete of an element that expired
+		// meanwhile fails the transaction. An add of a live element then
+		// may not restart its timeout (apply keeps its old expiry, so the
+		// next answer tries again).
+		w := p.write(false)
 		if len(w.elems) == 0 {
 			p.reply(nil)
 			continue
@@ -276,7 +300,7 @@ func (a *admitter) commit(batch []*admission) {
 		m.stats.commits.Add(1)
 		switch {
 		case err == nil:
-			p.apply(m, now)
+			p.apply(m, now, len(p.live) == 0)
 			p.reply(nil)
 		case errors.Is(err, unix.ENFILE):
 			// The kernel's set is full (elements this writer does not
@@ -290,19 +314,27 @@ func (a *admitter) commit(batch []*admission) {
 	}
 }
 
-func (p *plan) write() dynWrite {
+// write is the plan's share of a transaction; with dels, the live
+// elements to delete first (see plan.live).
+func (p *plan) write(dels bool) dynWrite {
 	w := dynWrite{n: p.r.n}
 	for ip, ttl := range p.ttl {
 		w.elems = append(w.elems, nftables.SetElement{Key: ip.AsSlice(), Timeout: ttl})
+		if dels && p.live[ip] {
+			w.dels = append(w.dels, nftables.SetElement{Key: ip.AsSlice()})
+		}
 	}
 	return w
 }
 
-// apply records the plan's addresses as admitted. The caller holds
-// m.dynMu.
-func (p *plan) apply(m *Manager, now time.Time) {
+// apply records the plan's addresses as admitted; with refreshed false,
+// a live element keeps the expiry it had. The caller holds m.dynMu.
+func (p *plan) apply(m *Manager, now time.Time, refreshed bool) {
 	for ip, ttl := range p.ttl {
-		p.r.admitted[ip] = now.Add(ttl)
+		if !refreshed && p.live[ip] {
+			continue
+		}
+		p.r.admitted[ip] = admittedElem{exp: now.Add(ttl), timeout: ttl}
 	}
 	m.stats.admitted.Add(uint64(len(p.ttl)))
 }
@@ -313,19 +345,27 @@ func (p *plan) reply(err error) {
 	}
 }
 
+// admittedElem is what the writer knows of an element it wrote: when it
+// expires and the timeout it was given.
+type admittedElem struct {
+	exp     time.Time
+	timeout time.Duration
+}
+
 // pruneAdmitted forgets the addresses whose elements have expired. The
 // caller holds m.dynMu.
 func (r *resolver) pruneAdmitted(now time.Time) {
-	for ip, exp := range r.admitted {
-		if !exp.After(now) {
+	for ip, el := range r.admitted {
+		if !el.exp.After(now) {
 			delete(r.admitted, ip)
 		}
 	}
 }
 
-// writeDyn adds (or, for present elements, refreshes the timeout of:
-// "add" of an element that exists restarts its timeout on Linux 6.10
-// and later) the elements of ws in one transaction.
+// writeDyn adds the elements of ws in one transaction, each after its
+// sandbox's dels. An "add" of a present element with another timeout
+// restarts its timer where the kernel supports it (Linux 6.10 and
+// later; m.addRefreshes), so there dels is empty.
 func (m *Manager) writeDyn(ws []dynWrite) error {
 	c, err := m.nft()
 	if err != nil {
@@ -334,6 +374,14 @@ func (m *Manager) writeDyn(ws []dynWrite) error {
 	t := m.table()
 	for _, w := range ws {
 		_, dyn := sandboxSets(t, w.n)
+		dels := w.dels
+		for len(dels) > 0 {
+			k := min(len(dels), setChunk)
+			if err := c.SetDeleteElements(dyn, dels[:k]); err != nil {
+				return fmt.Errorf("refresh in %s: %w", w.n.dyn, err)
+			}
+			dels = dels[k:]
+		}
 		elems := w.elems
 		for len(elems) > 0 {
 			k := min(len(elems), setChunk)
@@ -355,4 +403,49 @@ func (m *Manager) forgetAdmitted(id string) {
 	if l := m.live[id]; l != nil {
 		clear(l.res.admitted)
 	}
+}
+
+// probeAddRefresh asks the kernel whether an "add" of a present set
+// element with another timeout restarts its timer (Linux 6.10 and later)
+// or leaves it (older kernels, where a refresh must delete and add), with
+// a set of its own in the table that it deletes again.
+func (m *Manager) probeAddRefresh() (bool, error) {
+	s := &nftables.Set{Table: m.table(), Name: "probe-refresh", ID: idProbe, KeyType: nftables.TypeIPAddr, HasTimeout: true}
+	key := []byte{192, 0, 2, 1}
+	step := func(f func(c *nftables.Conn) error) error {
+		c, err := m.nft()
+		if err != nil {
+			return err
+		}
+		if err := f(c); err != nil {
+			return err
+		}
+		return c.Flush()
+	}
+	defer step(func(c *nftables.Conn) error {
+		if err := c.AddSet(s, nil); err != nil {
+			return err
+		}
+		c.DelSet(s)
+		return nil
+	})
+	for _, ttl := range []time.Duration{time.Minute, time.Hour} {
+		if err := step(func(c *nftables.Conn) error {
+			if err := c.AddSet(s, nil); err != nil {
+				return err
+			}
+			return c.SetAddElements(s, []nftables.SetElement{{Key: key, Timeout: ttl}})
+		}); err != nil {
+			return false, fmt.Errorf("probe set element timeouts: %w", err)
+		}
+	}
+	c, err := m.nft()
+	if err != nil {
+		return false, err
+	}
+	els, err := c.GetSetElements(s)
+	if err != nil || len(els) != 1 {
+		return false, fmt.Errorf("probe set element timeouts: list: %v (%d elements)", err, len(els))
+	}
+	return els[0].Timeout > time.Minute || els[0].Expires > time.Minute, nil
 }

@@ -101,6 +101,9 @@ type Manager struct {
 
 	adm   *admitter // the admission writer; started by New, stopped by Close
 	stats stats
+	// addRefreshes says whether this kernel restarts a present set
+	// element's timeout on "add" (probed by New; a test may clear it).
+	addRefreshes bool
 	// dynMu orders the admission writer's commits with the flushes of
 	// dynamic sets (SetPolicy, denyAll) and guards every resolver's
 	// admitted map. Lock order: mu, then dynMu; the writer takes dynMu
@@ -188,6 +191,11 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	if err := m.removeStale(); err != nil {
+		m.hostH.Close()
+		m.hostNS.Close()
+		return nil, err
+	}
+	if m.addRefreshes, err = m.probeAddRefresh(); err != nil {
 		m.hostH.Close()
 		m.hostNS.Close()
 		return nil, err

@@ -71,6 +71,8 @@ const (
 	idDyn     = 4
 	// idLegacyHostMap is the ID of an earlier layout's map, deleted by New.
 	idLegacyHostMap = 5
+	// idProbe is the set probeAddRefresh makes and deletes in New.
+	idProbe = 6
 )
 
 // gatewayElem is the sandbox-gw element of a sandbox: its veth's name

@@ -65,9 +65,9 @@ type resolver struct {
 	cancel   context.CancelFunc
 	limiter  *rate.Limiter
 	inflight chan struct{} // a slot per query being served
-	// admitted is the writer's view of the dynamic set: address →
-	// expiry. Guarded by m.dynMu.
-	admitted map[netip.Addr]time.Time
+	// admitted is the writer's view of the dynamic set. Guarded by
+	// m.dynMu.
+	admitted map[netip.Addr]admittedElem
 
 	servers []*dns.Server
 	wg      sync.WaitGroup // the servers' serve goroutines
@@ -76,7 +76,7 @@ type resolver struct {
 
 func (m *Manager) startResolver(n sbNames, gw netip.Addr, pp *parsedPolicy) (*resolver, error) {
 	r := &resolver{m: m, n: n, gw: gw, limiter: rate.NewLimiter(ResolverRate, ResolverBurst),
-		inflight: make(chan struct{}, ResolverInflight), admitted: map[netip.Addr]time.Time{}}
+		inflight: make(chan struct{}, ResolverInflight), admitted: map[netip.Addr]admittedElem{}}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.policy.Store(pp)
 	var pc net.PacketConn
