@@ -449,3 +449,28 @@ func (m *Manager) probeAddRefresh() (bool, error) {
 	}
 	return els[0].Timeout > time.Minute || els[0].Expires > time.Minute, nil
 }
+
+// seedAdmitted fills a new resolver's view of its dynamic set from the
+// kernel: a set a previous runnerd filled (re-adoption) holds elements
+// the writer must count against MaxAdmitted and must not believe fresher
+// than they are.
+func (m *Manager) seedAdmitted(r *resolver) error {
+	c, err := m.nft()
+	if err != nil {
+		return err
+	}
+	_, dyn := sandboxSets(m.table(), r.n)
+	els, err := c.GetSetElements(dyn)
+	if err != nil {
+		return fmt.Errorf("list set %s: %w", r.n.dyn, err)
+	}
+	now := time.Now()
+	m.dynMu.Lock()
+	defer m.dynMu.Unlock()
+	for _, e := range els {
+		if ip, ok := netip.AddrFromSlice(e.Key); ok && e.Expires > 0 {
+			r.admitted[ip] = admittedElem{exp: now.Add(e.Expires), timeout: e.Timeout}
+		}
+	}
+	return nil
+}

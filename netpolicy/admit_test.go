@@ -226,3 +226,28 @@ func TestAdmissionRefresh(t *testing.T) {
 		})
 	}
 }
+
+// TestAdmissionReadopted: a new Manager's resolver knows the elements a
+// previous one admitted (it reads the set at Setup), so an answer for
+// an address whose element is fresh writes nothing, and the address is
+// counted against the cap. Without the read it rewrote the element with
+// the same timeout, which restarts nothing, and believed it fresh.
+func TestAdmissionReadopted(t *testing.T) {
+	l := newLab(t)
+	m1 := newManager(t, l)
+	sb := setup(t, m1, "readopt")
+	if err := m1.SetPolicy(context.Background(), sb.ID, netpolicy.Policy{Allow: []string{"allowed.test"}}); err != nil {
+		t.Fatal(err)
+	}
+	wantResolves(t, sb, "allowed.test", netlab.A)
+	if err := m1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m2 := newManager(t, l)
+	sb2 := setup(t, m2, "readopt")
+	wantResolves(t, sb2, "allowed.test", netlab.A)
+	if st := m2.Stats(); st.AdmissionCommits != 0 {
+		t.Errorf("re-adopted sandbox: an answer for a fresh admitted address made %d commits, want 0", st.AdmissionCommits)
+	}
+	wantConnect(t, sb2, netlab.A)
+}

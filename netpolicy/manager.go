@@ -390,6 +390,10 @@ func (m *Manager) setup(n sbNames, sb *Sandbox, pp *parsedPolicy) error {
 	if err != nil {
 		return err
 	}
+	if err := m.seedAdmitted(res); err != nil {
+		res.close()
+		return err
+	}
 	m.live[n.id] = &live{pp: pp, res: res}
 	return nil
 }
