@@ -53,6 +53,20 @@ const (
 	NetPolicyOff = "off"
 )
 
+// Private egress modes (Config.EgressPrivate): whether the open egress
+// an isolated sandbox gets without a policy reaches private networks.
+const (
+	// EgressPrivateDeny leaves them out (the default): the open egress is
+	// netpolicy.PublicEgress, every IPv4 destination but RFC 1918 and
+	// 100.64.0.0/10. The operator's internal network and a cluster's
+	// services are where an agent's hostile command does harm beyond
+	// sending data out, and they are often unauthenticated; a sandbox that
+	// needs one names it in its policy.
+	EgressPrivateDeny = "deny"
+	// EgressPrivateAllow puts them in: netpolicy.OpenEgress, 0.0.0.0/0.
+	EgressPrivateAllow = "allow"
+)
+
 // Isolation modes (Config.Isolate). The default (empty) is IsolateAll
 // when runnerd runs as root and IsolateNone otherwise.
 const (
@@ -222,6 +236,10 @@ type Config struct {
 	// DNSUpstream lists the DNS servers the sandboxes' resolvers forward
 	// allowed names to; empty means the host's /etc/resolv.conf.
 	DNSUpstream []netip.AddrPort
+	// EgressPrivate is EgressPrivateDeny (the default when empty) or
+	// EgressPrivateAllow. Either way an explicit policy may name private
+	// addresses, and link-local and the host are never destinations.
+	EgressPrivate string
 	// NetPolicyHostNetNS is the path of the network namespace that plays
 	// "host" for containment (veths, rules, NAT, resolvers); empty means
 	// runnerd's own. For tests, so they never modify the real host.
@@ -375,6 +393,13 @@ func (cfg Config) withDefaults() (Config, error) {
 			return cfg, fmt.Errorf("resolve netpolicy state directory: %w", err)
 		}
 		cfg.NetPolicyState = abs
+	}
+	switch cfg.EgressPrivate {
+	case "":
+		cfg.EgressPrivate = EgressPrivateDeny
+	case EgressPrivateDeny, EgressPrivateAllow:
+	default:
+		return cfg, fmt.Errorf("config: egress private %q: want %q or %q", cfg.EgressPrivate, EgressPrivateAllow, EgressPrivateDeny)
 	}
 	switch cfg.Isolate {
 	case "":

@@ -113,9 +113,14 @@ func hostUsesID(id uint32) bool {
 }
 
 // openEgress is the network of an isolated sandbox created without a
-// policy: its own namespace, open egress (netpolicy.OpenEgress).
-func openEgress() *wire.Network {
-	return &wire.Network{Allow: netpolicy.OpenEgress().Allow}
+// policy: its own namespace, open egress (netpolicy.OpenEgress), without
+// the private networks unless --egress-private allow
+// (netpolicy.PublicEgress).
+func (s *server) openEgress() *wire.Network {
+	if s.cfg.EgressPrivate == EgressPrivateAllow {
+		return &wire.Network{Allow: netpolicy.OpenEgress().Allow}
+	}
+	return &wire.Network{Allow: netpolicy.PublicEgress().Allow}
 }
 
 // isolating says whether a sandbox created now, contained or not, is

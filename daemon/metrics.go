@@ -257,6 +257,7 @@ func (sc *scrape) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(errDesc, prometheus.CounterValue, float64(s.metrics.errors[c].Load()), string(c))
 	}
 	s.collectSandboxUsage(sc.ctx, ch)
+	s.collectNetStats(ch) // network.go
 }
 
 func (s *server) handleMetrics(w http.ResponseWriter, r *http.Request) {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/netpolicy"
 	"github.com/agentrunner/runner/shim"
@@ -95,8 +97,33 @@ func (s *server) startNetPolicy(ctx context.Context) {
 	if !pool.IsValid() {
 		pool = netpolicy.DefaultPool
 	}
-	s.log.Info("network policy enforced", "state", state, "pool", pool, "host_netns", s.cfg.NetPolicyHostNetNS)
+	s.log.Info("network policy enforced", "state", state, "pool", pool, "host_netns", s.cfg.NetPolicyHostNetNS,
+		"egress_private", s.cfg.EgressPrivate)
 	s.adoptNets(ctx)
+}
+
+// collectNetStats sends the counters of the sandboxes' DNS resolvers and
+// of netpolicy's admission writer (what a sandbox flooding its resolver
+// was refused), when policies are enforced.
+func (s *server) collectNetStats(ch chan<- prometheus.Metric) {
+	if s.net == nil {
+		return
+	}
+	st := s.net.Stats()
+	counter := func(name, help string, v uint64) {
+		ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(name, help, nil, nil), prometheus.CounterValue, float64(v))
+	}
+	const dropped = "runnerd_dns_queries_dropped_total"
+	dropHelp := fmt.Sprintf("DNS queries of sandboxes dropped unanswered by their resolver: over its rate (%d/s, burst %d; a TCP connection counts once) or with %d already in progress (busy).",
+		netpolicy.ResolverRate, netpolicy.ResolverBurst, netpolicy.ResolverInflight)
+	desc := prometheus.NewDesc(dropped, dropHelp, []string{"reason"}, nil)
+	ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(st.QueriesRateLimited), "rate")
+	ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(st.QueriesBusy), "busy")
+	counter("runnerd_dns_tcp_conns_refused_total", fmt.Sprintf("TCP connections to a sandbox's resolver closed at accept: it held %d already.", netpolicy.ResolverTCPConns), st.TCPConnsRefused)
+	counter("runnerd_dns_addresses_not_admitted_total", fmt.Sprintf("Answered addresses not admitted into a sandbox's dynamic set because it held %d (the answer was served).", netpolicy.MaxAdmitted), st.AddressesOverCap)
+	counter("runnerd_dns_admission_queue_full_total", "DNS answers refused (SERVFAIL) because the admission writer's queue was full.", st.AdmissionsQueueFull)
+	counter("runnerd_dns_addresses_admitted_total", "Addresses the admission writer added to (or refreshed in) sandboxes' dynamic sets.", st.AddressesAdmitted)
+	counter("runnerd_dns_admission_commits_total", "nftables transactions of the admission writer.", st.AdmissionCommits)
 }
 
 // adoptNets runs Setup and SetPolicy for every sandbox with a network, so

@@ -87,7 +87,7 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (_ r
 	if !asked && isolated && s.net != nil {
 		// Isolated means its own network too: open egress, never the host
 		// or another sandbox (identity.go).
-		network = openEgress()
+		network = s.openEgress()
 	}
 	unlock := s.locks.Lock(req.Name)
 	defer unlock()

@@ -8,8 +8,9 @@
 // in the inet table Config.Table, keyed on the sandbox's veth, where a
 // process inside the sandbox cannot reach it. DNS is served by a per-
 // sandbox resolver on the gateway address that answers only allowlisted
-// names and admits the answered addresses into the sandbox's nftables set
-// before it replies.
+// names and, for names an entry names, admits the answered addresses the
+// policy's CIDRs do not already hold into the sandbox's nftables set
+// before it replies, through one admission writer per Manager.
 //
 // Invariants:
 //   - An empty allowlist denies every destination, DNS and raw IPs
@@ -22,6 +23,14 @@
 //     address of the host (the input path) is refused whatever the
 //     allowlist holds, except DNS to its own gateway; traffic to another
 //     sandbox (the pool) is refused before the allowlist is read.
+//   - Link-local (169.254.0.0/16: a cloud's metadata service) is never a
+//     destination either: the sandbox's chain rejects it before the
+//     allowlist, an entry naming it is refused, no answer admits it.
+//   - A sandbox's resolver costs runnerd bounded work: a rate, a number
+//     of queries in progress and of TCP connections per resolver, one
+//     writer (one OS thread) for every admission, a bounded queue, at
+//     most MaxAdmitted addresses per sandbox; closing a resolver cancels
+//     its queries, so Teardown and Close never wait for admissions.
 //   - Revocation cuts: SetPolicy deletes the conntrack entries of flows to
 //     destinations it removed before it returns; the ruleset then judges
 //     their next packet as new (or drops it as invalid).

@@ -51,3 +51,9 @@ func (m *Manager) InstallRules(id string, slot int) error {
 	_, gw, addr := slotAddrs(m.cfg.Pool, slot)
 	return m.ensureSandboxRules(namesFor(id), addr, gw)
 }
+
+// AddRefreshes reports whether this kernel restarts an element's timeout
+// on "add"; SetAddRefreshes(false) makes the admission writer refresh by
+// delete-then-add, as it does on kernels before 6.10.
+func (m *Manager) AddRefreshes() bool      { return m.addRefreshes }
+func (m *Manager) SetAddRefreshes(on bool) { m.dynMu.Lock(); m.addRefreshes = on; m.dynMu.Unlock() }

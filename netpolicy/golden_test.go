@@ -75,7 +75,11 @@ func TestGoldenNetlink(t *testing.T) {
 		{"set-policy-keep-dns", func(m *Manager) error { return m.setStatic(n, prefixes, false) }},
 		{"deny-all", func(m *Manager) error { return m.denyAll(n) }},
 		{"admit", func(m *Manager) error {
-			return m.admit(n, []netip.Addr{netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("198.51.100.2")}, time.Hour)
+			// One transaction of adds: "add" of a present element
+			// restarts its timeout, so no delete goes first.
+			return m.writeDyn([]dynWrite{{n: n, elems: []nftables.SetElement{
+				{Key: netip.MustParseAddr("198.51.100.1").AsSlice(), Timeout: time.Hour},
+				{Key: netip.MustParseAddr("198.51.100.2").AsSlice(), Timeout: time.Hour}}}})
 		}},
 		{"teardown", func(m *Manager) error { return m.removeSandboxRules(n, []netip.Addr{gw}) }},
 		{"teardown-partial", func(m *Manager) error { return m.deleteSandboxObjects(n, []netip.Addr{gw}, true) }},

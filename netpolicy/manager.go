@@ -99,6 +99,17 @@ type Manager struct {
 	ownNS    bool // hostNS is the namespace the process runs in
 	hostH    *netlink.Handle
 
+	adm   *admitter // the admission writer; started by New, stopped by Close
+	stats stats
+	// addRefreshes says whether this kernel restarts a present set
+	// element's timeout on "add" (probed by New; a test may clear it).
+	addRefreshes bool
+	// dynMu orders the admission writer's commits with the flushes of
+	// dynamic sets (SetPolicy, denyAll) and guards every resolver's
+	// admitted map. Lock order: mu, then dynMu; the writer takes dynMu
+	// alone, never mu, so Teardown and Close never wait for it under mu.
+	dynMu sync.Mutex
+
 	mu        sync.Mutex // guards the fields below and serializes kernel changes
 	records   map[string]record
 	live      map[string]*live
@@ -184,6 +195,12 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		m.hostNS.Close()
 		return nil, err
 	}
+	if m.addRefreshes, err = m.probeAddRefresh(); err != nil {
+		m.hostH.Close()
+		m.hostNS.Close()
+		return nil, err
+	}
+	m.startAdmitter()
 	return m, nil
 }
 
@@ -373,6 +390,10 @@ func (m *Manager) setup(n sbNames, sb *Sandbox, pp *parsedPolicy) error {
 	if err != nil {
 		return err
 	}
+	if err := m.seedAdmitted(res); err != nil {
+		res.close()
+		return err
+	}
 	m.live[n.id] = &live{pp: pp, res: res}
 	return nil
 }
@@ -421,14 +442,20 @@ func (m *Manager) SetPolicy(ctx context.Context, id string, p Policy) error {
 	}
 	n := namesFor(id)
 	flushDyn := !l.pp.namesSubsetOf(pp)
-	// Narrow the resolver before flushing, so no answer for a revoked
-	// name lands in the set after the flush.
-	if flushDyn {
-		l.res.policy.Store(pp)
-	}
 	rec := m.records[id]
 	rec.Policy = pp.norm
-	err = m.setStatic(n, pp.prefixes, flushDyn)
+	if flushDyn {
+		// Narrow the resolver and flush under dynMu, which the admission
+		// writer holds from its policy check to its commit: an answer
+		// for a revoked name lands before the flush or never.
+		m.dynMu.Lock()
+		l.res.policy.Store(pp)
+		err = m.setStatic(n, pp.prefixes, true)
+		m.forgetAdmitted(id)
+		m.dynMu.Unlock()
+	} else {
+		err = m.setStatic(n, pp.prefixes, false)
+	}
 	if err == nil && m.failSetPolicy != nil {
 		err = m.failSetPolicy
 	}
@@ -558,6 +585,7 @@ func (m *Manager) Close() error {
 		l.res.close()
 		delete(m.live, id)
 	}
+	m.adm.close()
 	m.hostH.Close()
 	return m.hostNS.Close()
 }

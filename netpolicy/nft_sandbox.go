@@ -71,6 +71,8 @@ const (
 	idDyn     = 4
 	// idLegacyHostMap is the ID of an earlier layout's map, deleted by New.
 	idLegacyHostMap = 5
+	// idProbe is the set probeAddRefresh makes and deletes in New.
+	idProbe = 6
 )
 
 // gatewayElem is the sandbox-gw element of a sandbox: its veth's name
@@ -81,7 +83,11 @@ func gatewayElem(ifName string, gw netip.Addr) nftables.SetElement {
 
 func sandboxSets(t *nftables.Table, n sbNames) (static, dyn *nftables.Set) {
 	static = &nftables.Set{Table: t, Name: n.static, ID: idStatic, KeyType: nftables.TypeIPAddr, Interval: true}
-	dyn = &nftables.Set{Table: t, Name: n.dyn, ID: idDyn, KeyType: nftables.TypeIPAddr, HasTimeout: true}
+	// The kernel holds the cap on admitted addresses: a set made by an
+	// earlier version has no size, and keeps none (re-adding a set with
+	// another size changes nothing), until its sandbox is made again;
+	// the admission writer caps it all the same.
+	dyn = &nftables.Set{Table: t, Name: n.dyn, ID: idDyn, KeyType: nftables.TypeIPAddr, HasTimeout: true, Size: MaxAdmitted}
 	return static, dyn
 }
 
@@ -121,6 +127,11 @@ func (m *Manager) ensureSandboxRules(n sbNames, addr, gw netip.Addr) error {
 	add(out, matchIPv4(), matchAddr(12, addr, expr.CmpOpNeq), verdict(expr.VerdictDrop)) // anti-spoof
 	add(out, matchIPv4(), matchPrefix(16, m.cfg.Pool), rejectTCP())
 	add(out, matchIPv4(), matchPrefix(16, m.cfg.Pool), rejectAny())
+	// Link-local (a cloud's metadata service, 169.254.169.254) is never a
+	// destination either: a CIDR that covers it ("0.0.0.0/0") or a DNS
+	// answer naming it opens nothing there.
+	add(out, matchIPv4(), matchPrefix(16, LinkLocal), rejectTCP())
+	add(out, matchIPv4(), matchPrefix(16, LinkLocal), rejectAny())
 	add(out, matchCtState(expr.CtStateBitINVALID), verdict(expr.VerdictDrop))
 	add(out, matchCtEstablished(), verdict(expr.VerdictAccept))
 	add(out, matchIPv4(), matchSet(16, static), verdict(expr.VerdictAccept))
@@ -184,7 +195,13 @@ func (m *Manager) setStatic(n sbNames, prefixes []netip.Prefix, flushDyn bool) e
 
 // denyAll empties both sets: the fail-closed state. Each set is flushed
 // in its own batch, so one missing set does not keep the other full.
+//
+// It holds dynMu (see Manager), so no admission lands after the flush
+// for a policy stored before it. The caller holds mu.
 func (m *Manager) denyAll(n sbNames) error {
+	m.dynMu.Lock()
+	defer m.dynMu.Unlock()
+	defer m.forgetAdmitted(n.id)
 	var errs []error
 	static, dyn := sandboxSets(m.table(), n)
 	for _, s := range []*nftables.Set{static, dyn} {
@@ -219,61 +236,6 @@ func (m *Manager) admitted(n sbNames) ([]netip.Addr, error) {
 		}
 	}
 	return out, nil
-}
-
-// admit adds resolver answers to the sandbox's dynamic set with a
-// lifetime derived from ttl. An element already present is replaced so
-// its timeout restarts.
-func (m *Manager) admit(n sbNames, addrs []netip.Addr, ttl time.Duration) error {
-	if len(addrs) == 0 {
-		return nil
-	}
-	ttl = max(m.minAdmitTTL, min(ttl, m.maxAdmitTTL))
-	_, dyn := sandboxSets(m.table(), n)
-	elems := make([]nftables.SetElement, 0, len(addrs))
-	for _, a := range addrs {
-		elems = append(elems, nftables.SetElement{Key: a.AsSlice(), Timeout: ttl})
-	}
-	c, err := m.nft()
-	if err != nil {
-		return err
-	}
-	// Delete-then-add restarts the timeout of present elements. The
-	// delete fails the whole batch when an element is absent, so fall
-	// back to adding one by one.
-	if err := c.SetDeleteElements(dyn, elems); err == nil {
-		if err := c.SetAddElements(dyn, elems); err == nil {
-			if c.Flush() == nil {
-				return nil
-			}
-		}
-	}
-	for _, e := range elems {
-		c, err := m.nft()
-		if err != nil {
-			return err
-		}
-		if err := c.SetDeleteElements(dyn, []nftables.SetElement{e}); err != nil {
-			return fmt.Errorf("admit %v: %w", e.Key, err)
-		}
-		if err := c.SetAddElements(dyn, []nftables.SetElement{e}); err != nil {
-			return fmt.Errorf("admit %v: %w", e.Key, err)
-		}
-		if c.Flush() == nil {
-			continue
-		}
-		c, err = m.nft()
-		if err != nil {
-			return err
-		}
-		if err := c.SetAddElements(dyn, []nftables.SetElement{e}); err != nil {
-			return fmt.Errorf("admit %v: %w", e.Key, err)
-		}
-		if err := c.Flush(); err != nil {
-			return fmt.Errorf("admit %v into %s: %w", netip.AddrFrom4([4]byte(e.Key)), n.dyn, err)
-		}
-	}
-	return nil
 }
 
 // removeSandboxRules deletes the dispatch elements (with the gateway

@@ -1,9 +1,12 @@
 package netpolicy
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
+	"sort"
 	"strings"
 )
 
@@ -15,13 +18,45 @@ type Policy struct {
 	//     sandbox's gateway resolver, whose answers are admitted;
 	//   - a wildcard "*.example.com", matching every name strictly below
 	//     example.com (not example.com itself);
+	//   - "*": every name resolves, but its answers admit nothing: what
+	//     a sandbox with "*" reaches is what its addresses and CIDRs
+	//     allow (a name matched only by "*" could be any address, so
+	//     admitting its answers would open every address to whoever
+	//     owns a domain, and costs a kernel update per answer);
 	//   - an IPv4 address ("192.0.2.7");
 	//   - an IPv4 CIDR ("192.0.2.0/24").
 	// All ports and protocols of an admitted address are allowed. IPv6
 	// entries and "host:port" entries are refused with ErrInvalidPolicy:
 	// a sandbox has IPv4 addressing only, and port filtering is not
-	// implemented, so accepting them would pretend.
+	// implemented, so accepting them would pretend. So is an address or
+	// CIDR inside LinkLocal: link-local is never a destination (below).
+	//
+	// Never a destination, whatever Allow holds: the host (any of its
+	// addresses), the pool (other sandboxes), and LinkLocal (a cloud's
+	// metadata service and its credentials at 169.254.169.254). A CIDR
+	// that covers one of them ("0.0.0.0/0") opens the rest only.
 	Allow []string `json:"allow"`
+}
+
+// LinkLocal is IPv4 link-local, 169.254.0.0/16: on a cloud host the
+// metadata service (169.254.169.254, with the instance's credentials)
+// and, on others, whatever the uplink's neighbours answer there. No
+// sandbox ever reaches it: an allowlist entry inside it is refused, the
+// resolver never admits an answer in it, and the sandbox's chain rejects
+// it before the allowlist is read. (fe80::/10 needs no rule: sandboxes
+// have no IPv6 route and IPv6 entries are refused.)
+var LinkLocal = netip.MustParsePrefix("169.254.0.0/16")
+
+// PrivatePrefixes are the IPv4 ranges of private networks: RFC 1918
+// (10/8, 172.16/12, 192.168/16) and the shared address space of RFC 6598
+// (100.64/10: carrier-grade NAT, some clouds' internal services, VPN
+// overlays). An operator's internal network lives there; PublicEgress
+// leaves them out.
+var PrivatePrefixes = []netip.Prefix{
+	netip.MustParsePrefix("10.0.0.0/8"),
+	netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.168.0.0/16"),
 }
 
 // MaxEntries is the most entries a Policy may list (after duplicates are
@@ -38,6 +73,52 @@ const MaxEntries = 4096
 // unreachable whatever a policy says.
 func OpenEgress() Policy { return Policy{Allow: []string{"*", "0.0.0.0/0"}} }
 
+// PublicEgress is OpenEgress without the private networks: every name
+// resolves and every IPv4 destination outside PrivatePrefixes (and, as
+// always, the host, the pool and LinkLocal) is reachable. It is "*" and
+// the CIDRs that cover the rest of the IPv4 space, so the policy shown is
+// the policy enforced.
+func PublicEgress() Policy {
+	allow := []string{"*"}
+	for _, p := range complement(PrivatePrefixes) {
+		allow = append(allow, p.String())
+	}
+	return Policy{Allow: allow}
+}
+
+// complement returns the fewest CIDRs that cover the IPv4 space outside
+// excl, in address order.
+func complement(excl []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	var walk func(p netip.Prefix)
+	walk = func(p netip.Prefix) {
+		for _, e := range excl {
+			if e.Bits() <= p.Bits() && e.Contains(p.Addr()) {
+				return // p inside an excluded range
+			}
+		}
+		overlaps := false
+		for _, e := range excl {
+			if p.Overlaps(e) {
+				overlaps = true
+			}
+		}
+		if !overlaps {
+			out = append(out, p)
+			return
+		}
+		lo := netip.PrefixFrom(p.Addr(), p.Bits()+1)
+		a := p.Addr().As4()
+		v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+		v |= 1 << (31 - p.Bits())
+		hi := netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), p.Bits()+1)
+		walk(lo)
+		walk(hi)
+	}
+	walk(netip.MustParsePrefix("0.0.0.0/0"))
+	return out
+}
+
 // ErrInvalidPolicy is returned (wrapped) by SetPolicy and ParsePolicy when
 // an allowlist entry is malformed or names something the package does not
 // enforce.
@@ -48,9 +129,13 @@ type parsedPolicy struct {
 	norm     Policy         // entries normalized, duplicates removed, input order kept
 	prefixes []netip.Prefix // static addresses and CIDRs (masked, IPv4)
 	names    map[string]bool
-	wild     []string // suffixes, each starting with "." ("*.a.b" -> ".a.b")
-	allNames bool     // "*": every name
+	wild     []string    // suffixes, each starting with "." ("*.a.b" -> ".a.b")
+	allNames bool        // "*": every name
+	ranges   []addrRange // prefixes merged, sorted: covers' binary search
 }
+
+// addrRange is an IPv4 range [lo, hi) as numbers (hi 1<<32 is the end).
+type addrRange struct{ lo, hi uint64 }
 
 // ParsePolicy validates p and returns it normalized: entries lowercased,
 // trailing dots and duplicates removed, CIDRs masked. It returns an error
@@ -85,6 +170,9 @@ func parsePolicy(p Policy) (*parsedPolicy, error) {
 				return nil, fmt.Errorf("entry %q: IPv6 is not supported (sandboxes are IPv4-only): %w", raw, ErrInvalidPolicy)
 			}
 			pfx = pfx.Masked()
+			if LinkLocal.Bits() <= pfx.Bits() && LinkLocal.Contains(pfx.Addr()) {
+				return nil, fmt.Errorf("entry %q: link-local (%s: a cloud's metadata service) is never a destination: %w", raw, LinkLocal, ErrInvalidPolicy)
+			}
 			pp.prefixes = append(pp.prefixes, pfx)
 			norm = pfx.String()
 		case strings.Contains(e, ":"):
@@ -96,6 +184,9 @@ func parsePolicy(p Policy) (*parsedPolicy, error) {
 			if a, err := netip.ParseAddr(e); err == nil {
 				if !a.Is4() {
 					return nil, fmt.Errorf("entry %q: not an IPv4 address: %w", raw, ErrInvalidPolicy)
+				}
+				if LinkLocal.Contains(a) {
+					return nil, fmt.Errorf("entry %q: link-local (%s: a cloud's metadata service) is never a destination: %w", raw, LinkLocal, ErrInvalidPolicy)
 				}
 				pp.prefixes = append(pp.prefixes, netip.PrefixFrom(a, 32))
 				norm = a.String()
@@ -125,7 +216,45 @@ func parsePolicy(p Policy) (*parsedPolicy, error) {
 			}
 		}
 	}
+	pp.ranges = mergeRanges(pp.prefixes)
 	return pp, nil
+}
+
+// mergeRanges turns prefixes into sorted ranges, merging overlapping and
+// adjacent ones.
+func mergeRanges(prefixes []netip.Prefix) []addrRange {
+	var rs []addrRange
+	for _, p := range prefixes {
+		p = p.Masked()
+		lo := uint64(addrNum(p.Addr()))
+		rs = append(rs, addrRange{lo, lo + 1<<(32-p.Bits())})
+	}
+	slices.SortFunc(rs, func(a, b addrRange) int { return cmp.Compare(a.lo, b.lo) })
+	var merged []addrRange
+	for _, r := range rs {
+		if k := len(merged); k > 0 && r.lo <= merged[k-1].hi {
+			merged[k-1].hi = max(merged[k-1].hi, r.hi)
+			continue
+		}
+		merged = append(merged, r)
+	}
+	return merged
+}
+
+func addrNum(a netip.Addr) uint32 {
+	b := a.As4()
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
+// covers reports whether the policy's addresses and CIDRs hold a (an
+// IPv4 address): the static set already admits it.
+func (pp *parsedPolicy) covers(a netip.Addr) bool {
+	if pp == nil || !a.Is4() {
+		return false
+	}
+	v := uint64(addrNum(a))
+	i := sort.Search(len(pp.ranges), func(i int) bool { return pp.ranges[i].hi > v })
+	return i < len(pp.ranges) && pp.ranges[i].lo <= v
 }
 
 // checkHostname accepts a lowercased name of LDH labels (underscores are
@@ -173,24 +302,38 @@ func (pp *parsedPolicy) allowsName(q string) bool {
 	return false
 }
 
-// namesSubsetOf reports whether every name entry of pp is also in other,
-// i.e. changing from pp to other revokes no name.
-func (pp *parsedPolicy) namesSubsetOf(other *parsedPolicy) bool {
-	if other.allNames {
-		return true
-	}
-	if pp.allNames {
+// admitsAnswers reports whether the resolver admits the answers for q
+// into the dynamic set: q is named by an entry or a "*.suffix" wildcard.
+// A name that only "*" allows resolves, but admits nothing.
+func (pp *parsedPolicy) admitsAnswers(q string) bool {
+	if pp == nil {
 		return false
 	}
+	if pp.names[q] {
+		return true
+	}
+	for _, s := range pp.wild {
+		if strings.HasSuffix(q, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// namesSubsetOf reports whether every name whose answers pp admits is
+// admitted by other too, i.e. changing from pp to other revokes no
+// resolver-admitted address. ("*" admits no answer, so it counts for
+// neither side.)
+func (pp *parsedPolicy) namesSubsetOf(other *parsedPolicy) bool {
 	for n := range pp.names {
-		if !other.names[n] {
+		if !other.admitsAnswers(n) {
 			return false
 		}
 	}
 	for _, w := range pp.wild {
 		found := false
 		for _, o := range other.wild {
-			if o == w {
+			if strings.HasSuffix(w, o) {
 				found = true
 			}
 		}

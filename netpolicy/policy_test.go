@@ -43,6 +43,14 @@ func TestParsePolicy(t *testing.T) {
 		{name: "inner wildcard", in: []string{"a.*.com"}, wantErr: true},
 		{name: "numeric tld is not a name", in: []string{"1.2.3"}, wantErr: true},
 		{name: "one bad entry rejects all", in: []string{"ok.test", "bad..test"}, wantErr: true},
+		{name: "metadata address", in: []string{"169.254.169.254"}, wantErr: true},
+		{name: "metadata /32", in: []string{"169.254.169.254/32"}, wantErr: true},
+		{name: "link-local", in: []string{"169.254.0.0/16"}, wantErr: true},
+		{name: "inside link-local", in: []string{"169.254.169.0/24"}, wantErr: true},
+		{name: "ipv6 link-local", in: []string{"fe80::/10"}, wantErr: true},
+		{name: "ipv6 link-local address", in: []string{"fe80::1"}, wantErr: true},
+		{name: "covering link-local is fine", in: []string{"169.0.0.0/8"}, want: []string{"169.0.0.0/8"}},
+		{name: "private ranges may be named", in: []string{"10.0.0.0/8", "192.168.1.5", "100.64.0.0/10"}, want: []string{"10.0.0.0/8", "192.168.1.5", "100.64.0.0/10"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -96,9 +104,10 @@ func TestAllowsName(t *testing.T) {
 			t.Errorf("OpenEgress: allowsName(%q) false, want true", q)
 		}
 	}
-	// Narrowing from every name revokes names; widening to it does not.
-	if open.namesSubsetOf(pp) || !pp.namesSubsetOf(open) {
-		t.Errorf("namesSubsetOf: open⊆pp %v, pp⊆open %v; want false, true", open.namesSubsetOf(pp), pp.namesSubsetOf(open))
+	// "*" admits no answer (its CIDRs decide): going from it revokes no
+	// admitted address, going to it from named entries revokes theirs.
+	if !open.namesSubsetOf(pp) || pp.namesSubsetOf(open) {
+		t.Errorf("namesSubsetOf: open⊆pp %v, pp⊆open %v; want true, false", open.namesSubsetOf(pp), pp.namesSubsetOf(open))
 	}
 }
 
@@ -206,4 +215,58 @@ func TestNewRefusesWithoutPrivilege(t *testing.T) {
 	if !strings.Contains(string(out), "--- PASS: TestNewRefusesWithoutPrivilege") {
 		t.Fatalf("unprivileged child did not run the check:\n%s", out)
 	}
+}
+
+// TestAdmitsAnswers: the resolver admits answers for names an entry or a
+// wildcard names, never for a name only "*" allows; an address the
+// policy's CIDRs hold needs no admission.
+func TestAdmitsAnswers(t *testing.T) {
+	pp, err := parsePolicy(Policy{Allow: []string{"*", "a.test", "*.w.test", "192.0.2.0/24", "198.51.100.7"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for q, want := range map[string]bool{"a.test": true, "x.w.test": true, "other.test": false, "w.test": false} {
+		if got := pp.admitsAnswers(q); got != want {
+			t.Errorf("admitsAnswers(%q) = %v, want %v", q, got, want)
+		}
+		if !pp.allowsName(q) {
+			t.Errorf("allowsName(%q) = false under \"*\"", q)
+		}
+	}
+	for a, want := range map[string]bool{"192.0.2.0": true, "192.0.2.255": true, "192.0.3.0": false, "198.51.100.7": true,
+		"198.51.100.8": false, "0.0.0.0": false, "255.255.255.255": false} {
+		if got := pp.covers(netip.MustParseAddr(a)); got != want {
+			t.Errorf("covers(%s) = %v, want %v", a, got, want)
+		}
+	}
+	open, _ := parsePolicy(OpenEgress())
+	for _, a := range []string{"0.0.0.0", "10.1.2.3", "169.254.169.254", "255.255.255.255"} {
+		if !open.covers(netip.MustParseAddr(a)) {
+			t.Errorf("OpenEgress does not cover %s", a)
+		}
+	}
+}
+
+// TestPublicEgress: the policy holds every IPv4 address but the private
+// ranges, and is a valid policy as it stands.
+func TestPublicEgress(t *testing.T) {
+	p := PublicEgress()
+	norm, err := ParsePolicy(p)
+	if err != nil || !slices.Equal(norm.Allow, p.Allow) || p.Allow[0] != "*" {
+		t.Fatalf("ParsePolicy(PublicEgress()) = %v, %v; want it unchanged, starting with *", norm.Allow, err)
+	}
+	pp, _ := parsePolicy(p)
+	for a, want := range map[string]bool{
+		"1.1.1.1": true, "9.255.255.255": true, "11.0.0.0": true, "100.63.255.255": true, "100.128.0.0": true,
+		"172.15.255.255": true, "172.32.0.0": true, "192.167.255.255": true, "192.169.0.0": true, "203.0.113.9": true,
+		"169.253.255.255": true, "169.255.0.0": true, "255.255.255.255": true,
+		"10.0.0.0": false, "10.255.255.255": false, "100.64.0.1": false, "100.127.255.255": false, "172.16.0.1": false,
+		"172.31.255.255": false, "192.168.0.1": false,
+		"169.254.169.254": true, // covered, and rejected by the chain before the sets are read
+	} {
+		if got := pp.covers(netip.MustParseAddr(a)); got != want {
+			t.Errorf("PublicEgress covers %s = %v, want %v", a, got, want)
+		}
+	}
+	t.Logf("PublicEgress: %d entries: %v", len(p.Allow), p.Allow)
 }

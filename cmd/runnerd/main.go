@@ -115,6 +115,8 @@ func run(args []string) int {
 	netPool := fs.String("netpolicy-pool", "", "IPv4 pool for contained sandboxes, one /30 each (default 10.213.0.0/16); must not overlap a network the host uses")
 	var upstreams addrPorts
 	fs.Var(&upstreams, "dns-upstream", "DNS server (IP or IP:port) the sandboxes' resolvers forward allowed names to; repeatable (default: the nameservers of /etc/resolv.conf)")
+	egressPrivate := fs.String("egress-private", envOr("RUNNERD_EGRESS_PRIVATE", daemon.EgressPrivateDeny),
+		`whether the open egress of a sandbox created without a network policy reaches private networks (10/8, 172.16/12, 192.168/16, 100.64/10): "deny" (the default) or "allow"; a policy may name them either way; link-local (169.254/16, cloud metadata) and the host never are`)
 	hostNetNS := fs.String("netpolicy-host-netns", "", "TESTING: network namespace file that plays the host for containment (veths, rules, resolvers), so tests never change the real host's network; empty: runnerd's own")
 	isolate := fs.String("isolate", envOr(daemon.EnvIsolate, ""),
 		`"all" (the default as root): every sandbox runs as an unprivileged uid of its own with no way back to privilege, in a network namespace of its own (open egress, never the host, unless a policy narrows it); "none" (the default when not root; "contained" is its old name): a sandbox without a network policy runs as its user or as runnerd's, on the host network, and so can do whatever that user can (as root: read runnerd's token, signal any process, write the host) — only for a VM that is itself the boundary`)
@@ -252,6 +254,7 @@ func run(args []string) int {
 		NetPolicyState:     *netState,
 		NetPolicyPool:      pool,
 		DNSUpstream:        upstreams,
+		EgressPrivate:      *egressPrivate,
 		NetPolicyHostNetNS: *hostNetNS,
 
 		Isolate:       *isolate,

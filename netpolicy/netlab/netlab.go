@@ -9,7 +9,8 @@
 //
 // Pass RunnerdArgs to runnerd: it then puts the host ends of its veths,
 // its nftables table, NAT and resolvers into the lab's "host" namespace,
-// forwards DNS to C (which, like B, answers allowed.test and
+// lets open egress reach private ranges (the lab's outside is one; see
+// Lab.EgressPrivate), forwards DNS to C (which, like B, answers allowed.test and
 // sub.wild.test with A and other.test with B), and carves sandbox
 // addresses from Pool. Commands inside a sandbox reach A or B only if the
 // policy allows them; nothing else in the lab is routed anywhere, and no
@@ -63,6 +64,15 @@ type Lab struct {
 	HostNetNS string
 	// Host and Net are handles to the "host" and "net" namespaces.
 	Host, Net netns.NsHandle
+	// EgressPrivate is what RunnerdArgs passes as --egress-private:
+	// "allow" unless a test sets it; "default" passes no flag, so
+	// runnerd's default applies. The lab's outside (A, B, C) is in
+	// 10.99.0.0/24, a private range playing the internet, so a sandbox
+	// with open egress reaches it only when private ranges are allowed.
+	EgressPrivate string
+	// DNSUpstream is what RunnerdArgs passes as --dns-upstream: C unless
+	// a test sets it (to a DNS server of its own in the "net" namespace).
+	DNSUpstream netip.Addr
 }
 
 // New builds a lab for t, or skips t when this machine cannot (not root,
@@ -178,8 +188,19 @@ func Build(t testing.TB) *Lab {
 // test's; unmount what is left in netState/netns at cleanup with
 // UnmountLeftovers if the test may end before destroying its sandboxes).
 func (l *Lab) RunnerdArgs(netState string) []string {
-	return []string{"--netpolicy", "auto", "--netpolicy-state", netState, "--netpolicy-pool", Pool.String(),
-		"--dns-upstream", C.String(), "--netpolicy-host-netns", l.HostNetNS}
+	private, upstream := l.EgressPrivate, l.DNSUpstream
+	if private == "" {
+		private = "allow"
+	}
+	if !upstream.IsValid() {
+		upstream = C
+	}
+	args := []string{"--netpolicy", "auto", "--netpolicy-state", netState, "--netpolicy-pool", Pool.String(),
+		"--dns-upstream", upstream.String(), "--netpolicy-host-netns", l.HostNetNS}
+	if private != "default" {
+		args = append(args, "--egress-private", private)
+	}
+	return args
 }
 
 // UnmountLeftovers unmounts and removes every namespace file runnerd left
