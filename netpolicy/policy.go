@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/agentrunner/runner/wire"
 )
 
 // Policy is a sandbox's egress allowlist. The zero Policy (empty Allow)
@@ -47,18 +49,6 @@ type Policy struct {
 // have no IPv6 route and IPv6 entries are refused.)
 var LinkLocal = netip.MustParsePrefix("169.254.0.0/16")
 
-// PrivatePrefixes are the IPv4 ranges of private networks: RFC 1918
-// (10/8, 172.16/12, 192.168/16) and the shared address space of RFC 6598
-// (100.64/10: carrier-grade NAT, some clouds' internal services, VPN
-// overlays). An operator's internal network lives there; PublicEgress
-// leaves them out.
-var PrivatePrefixes = []netip.Prefix{
-	netip.MustParsePrefix("10.0.0.0/8"),
-	netip.MustParsePrefix("100.64.0.0/10"),
-	netip.MustParsePrefix("172.16.0.0/12"),
-	netip.MustParsePrefix("192.168.0.0/16"),
-}
-
 // MaxEntries is the most entries a Policy may list (after duplicates are
 // removed). The addresses and CIDRs of a policy are replaced in the
 // kernel in one nftables transaction, and that batch must fit one
@@ -74,50 +64,14 @@ const MaxEntries = 4096
 func OpenEgress() Policy { return Policy{Allow: []string{"*", "0.0.0.0/0"}} }
 
 // PublicEgress is OpenEgress without the private networks: every name
-// resolves and every IPv4 destination outside PrivatePrefixes (and, as
-// always, the host, the pool and LinkLocal) is reachable. It is "*" and
-// the CIDRs that cover the rest of the IPv4 space, so the policy shown is
-// the policy enforced.
-func PublicEgress() Policy {
-	allow := []string{"*"}
-	for _, p := range complement(PrivatePrefixes) {
-		allow = append(allow, p.String())
-	}
-	return Policy{Allow: allow}
-}
-
-// complement returns the fewest CIDRs that cover the IPv4 space outside
-// excl, in address order.
-func complement(excl []netip.Prefix) []netip.Prefix {
-	var out []netip.Prefix
-	var walk func(p netip.Prefix)
-	walk = func(p netip.Prefix) {
-		for _, e := range excl {
-			if e.Bits() <= p.Bits() && e.Contains(p.Addr()) {
-				return // p inside an excluded range
-			}
-		}
-		overlaps := false
-		for _, e := range excl {
-			if p.Overlaps(e) {
-				overlaps = true
-			}
-		}
-		if !overlaps {
-			out = append(out, p)
-			return
-		}
-		lo := netip.PrefixFrom(p.Addr(), p.Bits()+1)
-		a := p.Addr().As4()
-		v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
-		v |= 1 << (31 - p.Bits())
-		hi := netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), p.Bits()+1)
-		walk(lo)
-		walk(hi)
-	}
-	walk(netip.MustParsePrefix("0.0.0.0/0"))
-	return out
-}
+// resolves and every IPv4 destination outside wire.PrivatePrefixes (RFC
+// 1918 and RFC 6598's 100.64/10, where an operator's internal network
+// lives; and, as always, the host, the pool and LinkLocal) is reachable.
+// It is "*" and the CIDRs that cover the rest of the IPv4 space, so the
+// policy shown is the policy enforced. The list is wire.PublicEgress, so a
+// client recognises it (wire.IsPublicEgress) without importing this
+// package.
+func PublicEgress() Policy { return Policy{Allow: wire.PublicEgress()} }
 
 // ErrInvalidPolicy is returned (wrapped) by SetPolicy and ParsePolicy when
 // an allowlist entry is malformed or names something the package does not
