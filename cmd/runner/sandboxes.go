@@ -411,12 +411,17 @@ func limitsText(l wire.Limits) string {
 	return strings.Join(parts, ", ")
 }
 
+// networkText says a sandbox's egress policy for people. runnerd's default
+// (wire.PublicEgress: "*" and the 38 CIDRs outside the private ranges) is
+// said in words, not as 39 entries; --json and the API keep the list.
 func networkText(n *wire.Network) string {
 	switch {
 	case n == nil:
 		return "unrestricted (no policy)"
 	case len(n.Allow) == 0:
 		return "all egress denied"
+	case wire.IsPublicEgress(n.Allow):
+		return "allow * and every public address (private ranges need a policy or runnerd --egress-private allow)"
 	}
 	return "allow " + strings.Join(n.Allow, ", ")
 }
