@@ -27,7 +27,8 @@ import (
 // moment, a hint...). TestReadmeTour runs it: every `$ ` line of its
 // console block, in order, against a real root runnerd (internal/
 // runnerdtest) with isolation, network containment (inside a netlab lab,
-// never the host's network) and cgroups (a root of the test's own), and
+// never the host's network; runnerd's default --egress-private) and
+// cgroups (a root of the test's own), and
 // compares the output the README shows with what the command prints, by
 // shape: numbers, the state directory and the binaries' directory
 // normalised (tourShape), so a uid or a byte count may differ but a line
@@ -137,6 +138,11 @@ func TestReadmeTour(t *testing.T) {
 	}
 
 	lab := netlab.New(t)
+	// runnerd's default egress, as `sudo bin/runnerd` runs it (netlab
+	// passes --egress-private allow unless told): the tour shows a default
+	// sandbox's network, so the test must see the default, and no tour
+	// line reaches the lab's outside (a private range).
+	lab.EgressPrivate = "default"
 	netState := t.TempDir()
 	t.Cleanup(func() { netlab.UnmountLeftovers(netState) })
 	var rnd [6]byte
