@@ -179,13 +179,13 @@ func TestExecInteractiveTmux(t *testing.T) {
 // limitsDaemon is a runnerd that enforces resource limits: root, cgroups
 // on, under a cgroup root of its own (absolute, so its directories are
 // known and removed at the end).
-func limitsDaemon(t *testing.T) *daemon {
+func limitsDaemon(t *testing.T, extra ...string) *daemon {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		testcap.Skip(t, "root", "resource limits need root to write cgroups")
 	}
 	root := fmt.Sprintf("/runner-cli-test-%d", os.Getpid())
-	d, err := startDaemonArgs(filepath.Join(binDir, "runnerd"), t.TempDir(), "--netpolicy", "off", "--cgroup-root", root)
+	d, err := startDaemonArgs(filepath.Join(binDir, "runnerd"), t.TempDir(), append([]string{"--netpolicy", "off", "--cgroup-root", root}, extra...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -666,9 +666,11 @@ func TestLimitsDisplay(t *testing.T) {
 
 // TestLimitsCommand (item 4): a create that conflicts with a sandbox's
 // limits or policy points to runner's commands, never to PUT /v1/...;
-// runner limits shows and changes limits, keeping those not named.
+// runner limits shows and changes limits, keeping those not named;
+// runnerd's defaults (here pids 512, memory 128 MiB) fill what a sandbox
+// does not name, and --none goes back to them.
 func TestLimitsCommand(t *testing.T) {
-	d := limitsDaemon(t)
+	d := limitsDaemon(t, "--default-pids", "512", "--default-memory", "128m")
 	d.ok(t, "create", "lim-box", "--memory", "64m")
 	_, errOut, code := d.cli(t, nil, "create", "lim-box", "--memory", "32m")
 	want := "runner: create lim-box: invalid: conflict: sandbox \"lim-box\" exists with different limits\n" +
@@ -676,8 +678,8 @@ func TestLimitsCommand(t *testing.T) {
 	if code != exitInvalid || errOut != want {
 		t.Errorf("create with other limits: exit %d stderr %q; want %d %q", code, errOut, exitInvalid, want)
 	}
-	if out := d.ok(t, "limits", "lim-box"); out != "lim-box: memory 64MiB\n" {
-		t.Errorf("limits: %q, want \"lim-box: memory 64MiB\"", out)
+	if out := d.ok(t, "limits", "lim-box"); out != "lim-box: memory 64MiB, pids 512\n" {
+		t.Errorf("limits: %q, want \"lim-box: memory 64MiB, pids 512\"", out)
 	}
 	if out := d.ok(t, "limits", "lim-box", "--pids", "100"); out != "lim-box: memory 64MiB, pids 100\n" {
 		t.Errorf("limits --pids 100: %q, want memory kept and pids 100", out)
@@ -685,8 +687,8 @@ func TestLimitsCommand(t *testing.T) {
 	if sb := decode[wire.Sandbox](t, d.ok(t, "get", "lim-box", "--json")); sb.Limits == nil || sb.Limits.Pids != 100 || sb.Limits.MemoryBytes != 64<<20 {
 		t.Errorf("after limits --pids 100: %+v", sb.Limits)
 	}
-	if out := d.ok(t, "limits", "lim-box", "--none"); out != "lim-box: none\n" {
-		t.Errorf("limits --none: %q, want \"lim-box: none\"", out)
+	if out := d.ok(t, "limits", "lim-box", "--none"); out != "lim-box: memory 128MiB, pids 512\n" {
+		t.Errorf("limits --none: %q, want runnerd's defaults \"lim-box: memory 128MiB, pids 512\"", out)
 	}
 }
 
