@@ -35,25 +35,41 @@ func (e *env) spawnConflictHint(ctx context.Context, c *client.Client, err error
 	case wire.ReasonSandboxSuspended:
 		return fmt.Sprintf("sandbox %s is suspended: runner resume %s, then run the command again", name, name)
 	case wire.ReasonSessionExists:
+		cctx, cancel := e.callCtx(ctx)
+		s, serr := c.Session(cctx, name, req.ID)
+		cancel()
+		if serr != nil {
+			return fmt.Sprintf("session %s exists with another request: runner sessions %s %s shows it, or pick another --id", req.ID, name, req.ID)
+		}
+		if s.State != wire.SessionRunning {
+			// Attaching to an ended session only replays it: say how to
+			// run the command again under that id.
+			return fmt.Sprintf("session %s %s, with %s: runner logs %s %s shows its output; runner rm-session %s %s frees the id, or pick another --id",
+				req.ID, endedText(s), sessionDiff(s, req, "ran"), name, req.ID, name, req.ID)
+		}
 		return fmt.Sprintf("session %s exists with %s: runner attach %s %s, or pick another --id",
-			req.ID, e.sessionDiff(ctx, c, name, req), name, req.ID)
+			req.ID, sessionDiff(s, req, "runs"), name, req.ID)
 	}
 	return fmt.Sprintf("the request conflicts with the state of sandbox %s: runner get %s; runner sessions %s", name, name, name)
 }
 
-// sessionDiff says how session req.ID differs from req: "another
-// command (it runs [a b], this asks [c])", a terminal, or what the daemon
-// keeps but does not show.
-func (e *env) sessionDiff(ctx context.Context, c *client.Client, name string, req wire.CreateSession) string {
-	cctx, cancel := e.callCtx(ctx)
-	s, err := c.Session(cctx, name, req.ID)
-	cancel()
-	if err != nil {
-		return "another request"
+// endedText is how session s ended, for a person: "ended (exit code 3)",
+// or "ended" while its exit is not known.
+func endedText(s wire.Session) string {
+	if s.Exit == nil {
+		return "ended"
 	}
+	code, _ := exitOf("", *s.Exit, "")
+	return fmt.Sprintf("ended (exit code %d)", code)
+}
+
+// sessionDiff says how session s differs from req: "another command (it
+// runs [a b], this asks [c])" (verb: "runs" or "ran"), a terminal, or
+// what the daemon keeps but does not show.
+func sessionDiff(s wire.Session, req wire.CreateSession, verb string) string {
 	var d []string
 	if !slices.Equal(s.Argv, req.Argv) {
-		d = append(d, fmt.Sprintf("another command (it runs %s, this asks %s)", quoteArgv(s.Argv), quoteArgv(req.Argv)))
+		d = append(d, fmt.Sprintf("another command (it %s %s, this asks %s)", verb, quoteArgv(s.Argv), quoteArgv(req.Argv)))
 	}
 	if s.TTY != req.TTY {
 		if s.TTY {
@@ -87,4 +103,22 @@ func createConflictHint(err error, name string) string {
 		return ""
 	}
 	return fmt.Sprintf("sandbox %s exists with other settings: runner get %s shows them; runner policy %s HOST... (or --deny-all) changes its network policy, runner limits %s --memory ... its limits; or create another NAME", name, name, name, name)
+}
+
+// execExistingNote tells the person that exec --id (or run --id) met
+// session s already there with the same request: its output is shown,
+// but the command does not run again (an id runs at most once).
+func execExistingNote(e *env, name string, s wire.Session) {
+	var msg string
+	if s.State == wire.SessionRunning {
+		msg = fmt.Sprintf("session %s already runs this command: following it (not started again)", s.ID)
+	} else {
+		msg = fmt.Sprintf("session %s already %s: replaying its output, not running the command again (runner rm-session %s %s, or another --id, runs it afresh)",
+			s.ID, endedText(s), name, s.ID)
+	}
+	if e.g.json {
+		writeJSONWarning(e, msg)
+		return
+	}
+	fmt.Fprintf(e.io.err, "runner: note: %s\n", msg)
 }

@@ -174,12 +174,7 @@ func rejoin(ctx context.Context, e *env, c *client.Client, fs *flag.FlagSet, f *
 	case s.State == wire.SessionRunning && !slices.Equal(s.Argv, argv):
 		return false, nil
 	case s.State != wire.SessionRunning:
-		how := "ended"
-		if s.Exit != nil {
-			code, _ := exitOf("", *s.Exit, "")
-			how = fmt.Sprintf("ended (exit code %d)", code)
-		}
-		msg := fmt.Sprintf("session %s %s; starting it again (its output is replaced)", id, how)
+		msg := fmt.Sprintf("session %s %s; starting it again (its output is replaced)", id, endedText(s))
 		if e.g.json {
 			writeJSONWarning(e, msg)
 		} else {
@@ -269,13 +264,20 @@ func execBody(ctx context.Context, e *env, fs *flag.FlagSet, f *execFlags, what,
 	// A session of runner's own random id is this runner's whoever's
 	// attempt created it; one named with --id only when this call did.
 	owned := *f.id == ""
+	attempts, created := 0, false
 	err = retryUnavailable(ctx, e, req.ID, func(cctx context.Context) error {
 		var err error
-		var created bool
+		attempts++
 		s, created, err = c.CreateSession(cctx, name, req)
 		owned = owned || created
 		return err
 	})
+	if err == nil && !created && attempts == 1 {
+		// --id named a session that was there before this call (not a
+		// retry of ours): the same request is answered with it, and
+		// nothing runs again. Say so rather than pass it off as a run.
+		execExistingNote(e, name, s)
+	}
 	if err != nil {
 		if xe := startFailure(err, what, name, argv[0]); xe != nil {
 			return xe
