@@ -50,7 +50,7 @@ var tourSkipped = map[string]string{
 	"bin/runner run dev --id sh -- bash":        "takes a terminal (run attaches)",
 	"bin/runner attach demo shell":              "takes a terminal (attach)",
 	"bin/runner logs demo shell -f":             "never ends (-f follows a live bash)",
-	"bin/runner attach demo shell --cursor 135": "takes a terminal (attach)",
+	"bin/runner attach demo shell --cursor 166": "takes a terminal (attach)",
 }
 
 // tourCommand is one `$ ` line of the tour and the output shown under it.
