@@ -107,6 +107,13 @@ func openNoFollow(root int, rel string) (int, error) {
 // unix.EXDEV means dir resolves outside root; ErrInvalid that dir is not
 // below root at all.
 func OpenDirBeneath(root, dir string) (*os.File, error) {
+	return openDirBeneath(root, dir, func(open func() error) error { return open() })
+}
+
+// openDirBeneath is OpenDirBeneath with the resolution below the root
+// run by as (the calling thread, or a thread with a user's identity:
+// openDirBeneathAs); the root itself is opened by the caller's identity.
+func openDirBeneath(root, dir string, as func(open func() error) error) (*os.File, error) {
 	rel, ok := relBelow(root, dir)
 	if !ok {
 		return nil, fmt.Errorf("%w: %q is not %q or below it", ErrInvalid, dir, root)
@@ -116,8 +123,8 @@ func OpenDirBeneath(root, dir string) (*os.File, error) {
 		return nil, &os.PathError{Op: "open", Path: root, Err: err}
 	}
 	defer unix.Close(rfd)
-	fd, err := openBeneath(rfd, rel)
-	if err != nil {
+	fd := -1
+	if err := as(func() (err error) { fd, err = openBeneath(rfd, rel); return err }); err != nil {
 		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
 	}
 	return os.NewFile(uintptr(fd), dir), nil

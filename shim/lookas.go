@@ -19,31 +19,35 @@ import (
 // directory the user cannot search (ENOENT or EACCES). As the user the
 // lookup learns only what the user could. cred nil, or a shim that is not
 // root: lookPath as the shim.
-//
-// The file-system identity is per thread (setfsuid(2), setfsgid(2) and
-// the raw setgroups(2), not Go's all-threads wrappers): the lookup runs
-// on a goroutine locked to its thread that never unlocks it, so the
-// runtime discards the thread with its identity when it returns.
+// The identity is the calling thread's alone (asUser).
 func lookPathAs(cred *syscall.Credential, argv0 string, env []string, dir string) (string, error) {
 	if cred == nil || os.Geteuid() != 0 || cred.Uid == 0 {
 		return lookPath(argv0, env, dir)
 	}
-	type result struct {
-		path string
-		err  error
-	}
-	ch := make(chan result, 1)
+	var path string
+	err := asUser(cred, func() (err error) {
+		path, err = lookPath(argv0, env, dir)
+		return err
+	})
+	return path, err
+}
+
+// asUser runs f with cred's groups and file-system uid and gid, on a
+// goroutine locked to a thread of its own that never unlocks it: the
+// identity is per thread (setfsuid(2), setfsgid(2) and the raw
+// setgroups(2), not Go's all-threads wrappers), and the runtime discards
+// the thread with it when the goroutine returns.
+func asUser(cred *syscall.Credential, f func() error) error {
+	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread dies with this goroutine
 		if err := setFSCred(cred); err != nil {
-			ch <- result{err: err}
+			done <- err
 			return
 		}
-		p, err := lookPath(argv0, env, dir)
-		ch <- result{p, err}
+		done <- f()
 	}()
-	r := <-ch
-	return r.path, r.err
+	return <-done
 }
 
 // setFSCred gives the calling thread cred's groups and file-system uid
@@ -79,32 +83,7 @@ func openDirBeneathAs(cred *nsexecCred, root, dir string) (*os.File, error) {
 	if cred == nil || os.Geteuid() != 0 || cred.UID == 0 {
 		return OpenDirBeneath(root, dir)
 	}
-	rel, ok := relBelow(root, dir)
-	if !ok {
-		return nil, fmt.Errorf("%w: %q is not %q or below it", ErrInvalid, dir, root)
-	}
-	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: root, Err: err}
-	}
-	defer unix.Close(rfd)
-	type result struct {
-		fd  int
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with this goroutine
-		if err := setFSCred(&syscall.Credential{Uid: cred.UID, Gid: cred.GID, Groups: cred.Groups}); err != nil {
-			ch <- result{-1, err}
-			return
-		}
-		fd, err := openBeneath(rfd, rel)
-		ch <- result{fd, err}
-	}()
-	r := <-ch
-	if r.err != nil {
-		return nil, &os.PathError{Op: "open", Path: dir, Err: r.err}
-	}
-	return os.NewFile(uintptr(r.fd), dir), nil
+	return openDirBeneath(root, dir, func(open func() error) error {
+		return asUser(&syscall.Credential{Uid: cred.UID, Gid: cred.GID, Groups: cred.Groups}, open)
+	})
 }
