@@ -49,6 +49,8 @@ var rules = []struct {
 	// internal/runnerdtest starts real runnerd processes for tests; it
 	// runs the binary, never imports the daemon.
 	{pkg: "internal/runnerdtest", stdlibOnly: true, allowed: []string{"go.uber.org/goleak"}},
+	// internal/browsertest runs headless Chromium for the preview tests.
+	{pkg: "internal/browsertest", stdlibOnly: true},
 	// internal/testpki makes throwaway CAs for TLS tests.
 	{pkg: "internal/testpki", stdlibOnly: true},
 	{pkg: "client", forbidden: []string{

@@ -2,8 +2,6 @@ package daemon_test
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,14 +9,13 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/agentrunner/runner/daemon"
+	"github.com/agentrunner/runner/internal/browsertest"
 	"github.com/agentrunner/runner/internal/testcap"
 	"github.com/agentrunner/runner/netpolicy/netlab"
 	"github.com/agentrunner/runner/wire"
@@ -98,7 +95,7 @@ func askURL(a *api, sandbox string, port int) (string, bool) {
 // Chromium with an empty profile. Before the server starts, the URL is
 // handed over with listening false and answers a 502 page at once.
 func TestPreviewLoopbackServer(t *testing.T) {
-	bin := findChromium()
+	bin := browsertest.Find()
 	if bin == "" {
 		testcap.Skip(t, "chromium", "the real-browser preview test needs Chromium: apt-get install -y --no-install-recommends chromium")
 	}
@@ -155,7 +152,7 @@ func TestPreviewLoopbackServer(t *testing.T) {
 			if status, _, body := previewGet(t, previewAddr, u); status != 200 || string(body) != page {
 				t.Errorf("GET %s: %d %q, want 200 %q", u, status, body, page)
 			}
-			dom, stderr, err := dumpDOM(t, bin, u)
+			dom, stderr, err := browsertest.DumpDOM(t, bin, u)
 			if err != nil {
 				t.Fatalf("chromium --dump-dom: %v\nstderr:\n%s", err, stderr)
 			}
@@ -194,51 +191,6 @@ func TestPreviewNeverHostLoopback(t *testing.T) {
 	if status, code, body := previewGet(t, previewAddr, u); status != http.StatusBadGateway || code != string(wire.CodeUnavailable) {
 		t.Errorf("sandbox URL of a port only the host serves: %d %s %q, body %q; want 502, unavailable", status, wire.HeaderError, code, body)
 	}
-}
-
-// findChromium returns the path of a Chromium binary, or "".
-func findChromium() string {
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	return ""
-}
-
-// dumpDOM opens u in headless Chromium with a fresh, empty profile and
-// returns the DOM after load. Chromium runs in its own process group,
-// killed as a group on timeout and once more after it exits, for any
-// helper it left behind. (daemon/preview's browser test does the same.)
-func dumpDOM(t *testing.T, bin, u string) (dom, stderr string, err error) {
-	t.Helper()
-	home := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin,
-		"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-		"--no-first-run", "--disable-background-networking", "--disable-component-update",
-		"--disable-sync", "--disable-dev-shm-usage",
-		"--user-data-dir="+t.TempDir(),
-		"--dump-dom", u)
-	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home, "XDG_CACHE_HOME="+home)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Start(); err != nil {
-		return "", "", err
-	}
-	pgid := cmd.Process.Pid
-	err = cmd.Wait()
-	if kerr := syscall.Kill(-pgid, syscall.SIGKILL); kerr != nil && !errors.Is(kerr, syscall.ESRCH) {
-		t.Logf("kill chromium process group %d: %v", pgid, kerr)
-	}
-	if ctx.Err() != nil {
-		err = fmt.Errorf("timed out after 45s: %w", err)
-	}
-	return out.String(), errOut.String(), err
 }
 
 // keepAliveServer is a python3 HTTP/1.1 server that keeps connections

@@ -1,26 +1,16 @@
 package preview
 
 import (
-	"bytes"
-	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
-	"time"
 
+	"github.com/agentrunner/runner/internal/browsertest"
 	"github.com/agentrunner/runner/internal/testcap"
 )
-
-// chromiumNames are the binaries the browser test looks for, in order. Debian
-// ships "chromium" (apt-get install chromium).
-var chromiumNames = []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"}
 
 // TestBrowserOpensReportedURL is the preview listener's url-or-nothing
 // acceptance test (a reported preview URL works in a plain browser): serve
@@ -30,11 +20,11 @@ var chromiumNames = []string{"chromium", "chromium-browser", "google-chrome", "g
 // through the proxy and writes the answer into the DOM, so the rendered DOM
 // proves the page and a same-origin request both reached the sandbox port.
 func TestBrowserOpensReportedURL(t *testing.T) {
-	bin := findChromium()
+	bin := browsertest.Find()
 	if bin == "" {
 		testcap.Skip(t, "chromium", fmt.Sprintf("the real-browser preview test found no Chromium binary (%s) on PATH; "+
 			"install it with: apt-get install -y --no-install-recommends chromium",
-			strings.Join(chromiumNames, ", ")))
+			strings.Join(browsertest.Names, ", ")))
 	}
 
 	tok0, _ := NewToken()
@@ -83,7 +73,7 @@ func TestBrowserOpensReportedURL(t *testing.T) {
 		t.Fatalf("reported URL = %q, want http://%s/", url, wantHost)
 	}
 
-	dom, stderr, err := dumpDOM(t, bin, url)
+	dom, stderr, err := browsertest.DumpDOM(t, bin, url)
 	if err != nil {
 		t.Fatalf("chromium --dump-dom: %v\nstderr:\n%s", err, stderr)
 	}
@@ -113,47 +103,4 @@ func TestBrowserOpensReportedURL(t *testing.T) {
 			t.Errorf("target never saw %s through the preview; saw %v", want, paths)
 		}
 	}
-}
-
-func findChromium() string {
-	for _, name := range chromiumNames {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	return ""
-}
-
-// dumpDOM opens url in headless Chromium with a fresh profile and returns the
-// DOM after load. Chromium runs in its own process group, killed as a group
-// on timeout and once more after it exits, for any helper it left behind.
-func dumpDOM(t *testing.T, bin, url string) (dom, stderr string, err error) {
-	t.Helper()
-	home := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin,
-		"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-		"--no-first-run", "--disable-background-networking", "--disable-component-update",
-		"--disable-sync", "--disable-dev-shm-usage",
-		"--user-data-dir="+t.TempDir(),
-		"--dump-dom", url)
-	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home, "XDG_CACHE_HOME="+home)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Start(); err != nil {
-		return "", "", err
-	}
-	pgid := cmd.Process.Pid
-	err = cmd.Wait()
-	if kerr := syscall.Kill(-pgid, syscall.SIGKILL); kerr != nil && !errors.Is(kerr, syscall.ESRCH) {
-		t.Logf("kill chromium process group %d: %v", pgid, kerr)
-	}
-	if ctx.Err() != nil {
-		err = fmt.Errorf("timed out after 45s: %w", err)
-	}
-	return out.String(), errOut.String(), err
 }
