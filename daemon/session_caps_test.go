@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -238,4 +239,44 @@ func TestSessionCapsManyExecsDefaultFlags(t *testing.T) {
 	if got := listIDs(a, "a"); len(got) != 300 {
 		t.Fatalf("sessions of a: %d, want all 300 (under the ended bound nothing goes)", len(got))
 	}
+}
+
+// TestSessionCapsAfterRestart: the counts are rebuilt from the registry
+// and the shims' files by a new runnerd on the same state: a session that
+// still runs counts against the running cap, and the ended ones kept
+// before the restart count against the ended bound.
+func TestSessionCapsAfterRestart(t *testing.T) {
+	state := t.TempDir()
+	flags := []string{"--sandbox-max-sessions", "1", "--sandbox-max-ended-sessions", "3"}
+	a, p := startProcess(t, state, flags...)
+	a.createSandbox("a")
+	var ids []string
+	for range 4 {
+		ids = append(ids, a.exec("a", wire.Exec{Argv: []string{"true"}, TimeoutMS: 20000}).Session)
+	}
+	waitIDs(t, a, "a", ids[1:])
+	a.spawn("a", wire.CreateSession{ID: "running", Argv: []string{"sleep", "600"}})
+	p.kill(syscall.SIGTERM)
+
+	a2, _ := startProcess(t, state, flags...)
+	wantSessionCap(t, a2.do("POST", "/v1/sandboxes/a/exec", wire.Exec{Argv: []string{"true"}, TimeoutMS: 20000}), "exec after the restart beside a running session")
+	a2.must("POST", "/v1/sandboxes/a/sessions/running/terminate", wire.Terminate{GraceMS: 1000}, 200, nil)
+	// Ended now: ids[1..3] and running; the next exec's session ends too.
+	var last string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		r := a2.do("POST", "/v1/sandboxes/a/exec", wire.Exec{Argv: []string{"true"}, TimeoutMS: 20000})
+		if r.status == 200 {
+			var res wire.ExecResult
+			if err := jsonUnmarshal(r.body, &res); err != nil {
+				t.Fatal(err)
+			}
+			last = res.Session
+			break
+		}
+		wantSessionCap(t, r, "exec after the terminate")
+		if time.Now().After(deadline) {
+			t.Fatalf("exec after the terminate: still %d %s", r.status, r.body)
+		}
+	}
+	waitIDs(t, a2, "a", []string{ids[3], "running", last})
 }

@@ -343,7 +343,8 @@ func (s *server) collector(ctx context.Context) {
 }
 
 // collectEnded deletes the oldest ended sessions of sandbox name (in
-// listing order) while it holds more than Config.MaxSandboxEndedSessions,
+// listing order), if its book is built, while it holds more than
+// Config.MaxSandboxEndedSessions,
 // through removeSession, as DELETE does; one it cannot delete (its shim
 // still lives) is kept and the next is taken. again reports an ended
 // session whose shim still lived, worth another look soon.
@@ -356,8 +357,14 @@ func (s *server) collectEnded(ctx context.Context, name string) (again bool) {
 	// behind take the same sessions otherwise.
 	s.book.collecting.Lock()
 	defer s.book.collecting.Unlock()
-	if err := s.bookOf(name); err != nil {
-		s.log.Warn("collect ended sessions: read registry", "sandbox", name, "err", err)
+	s.book.mu.Lock()
+	_, built := s.book.boxes[name]
+	s.book.mu.Unlock()
+	if !built {
+		// Only a spawn builds a book (under the sandbox's lock, and wakes
+		// the collector when it finds too many): a wake-up for a sandbox
+		// destroyed meanwhile, or not spawned in since runnerd started,
+		// leaves nothing behind.
 		return false
 	}
 	s.prune(name, true)
