@@ -233,19 +233,18 @@ func run(args []string) int {
 		return 2
 	}
 	cfg := daemon.Config{
-		MaxExecs:                *maxExecs,
-		Capacity:                daemon.CapacityLimits{MaxSandboxes: *maxSandboxes, MaxSessions: *maxSessions},
-		MaxSandboxSessions:      *sandboxSessions,
-		MaxSandboxEndedSessions: *sandboxEnded,
-		SandboxJournalBytes:     int64(sandboxJournal),
-		ShimCommand:             shimCommand,
-		WarmShims:               *warmShims,
-		DiskReserve:             *diskReserve,
-		StateDir:                *state, // "": daemon.DefaultStateDir
-		Listen:                  *listen,
-		Socket:                  *socket,
-		Token:                   os.Getenv(daemon.EnvToken),
-		Version:                 version.String(),
+		MaxExecs:            *maxExecs,
+		Capacity:            daemon.CapacityLimits{MaxSandboxes: *maxSandboxes, MaxSessions: *maxSessions},
+		MaxSandboxSessions:  *sandboxSessions,
+		SandboxJournalBytes: int64(sandboxJournal),
+		ShimCommand:         shimCommand,
+		WarmShims:           *warmShims,
+		DiskReserve:         *diskReserve,
+		StateDir:            *state, // "": daemon.DefaultStateDir
+		Listen:              *listen,
+		Socket:              *socket,
+		Token:               os.Getenv(daemon.EnvToken),
+		Version:             version.String(),
 
 		MetricsListen:      *metricsListen,
 		PreviewListen:      *previewListen,
@@ -275,6 +274,8 @@ func run(args []string) int {
 
 		SessionRetention:   *retention,
 		JournalRetainBytes: *retainBytes,
+
+		MaxSandboxEndedSessions: *sandboxEnded,
 
 		Logger: log,
 	}
