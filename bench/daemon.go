@@ -105,7 +105,7 @@ func startDaemon(ctx context.Context, dir string, bins binaries, cgroups, isolat
 	// before the defaults existed.
 	cmd := exec.Command(bins.runnerd, "-state", state, "-listen", addr, "-socket", "none", "-log-level", "warn",
 		"-shim", bins.shim, "-netpolicy", "off",
-		"-sandbox-max-sessions", "0", "-sandbox-journal-bytes", "0", "-default-pids", "0", "-default-memory", "0")
+		"-sandbox-max-sessions", "0", "-sandbox-max-ended-sessions", "0", "-sandbox-journal-bytes", "0", "-default-pids", "0", "-default-memory", "0")
 	if isolate == "" {
 		isolate = "none"
 	}

@@ -160,12 +160,18 @@ type Config struct {
 	MaxExecs int
 	// Capacity bounds what this host takes (capacity.go); zero: no bound.
 	Capacity CapacityLimits
-	// MaxSandboxSessions bounds the sessions one sandbox holds, running
-	// or ended until deleted (sessions_cap.go): a create of one more is
-	// answered 409 invalid, detail wire.DetailSessionCap. 0: no bound
-	// (runnerd's --sandbox-max-sessions defaults to
-	// DefaultSandboxSessions).
+	// MaxSandboxSessions bounds the sessions of one sandbox whose shim
+	// may live: running, or ended with processes left (sessions_cap.go).
+	// A create of one more is answered 409 invalid, detail
+	// wire.DetailSessionCap. 0: no bound (runnerd's --sandbox-max-sessions
+	// defaults to DefaultSandboxSessions).
 	MaxSandboxSessions int
+	// MaxSandboxEndedSessions bounds the ended sessions one sandbox keeps:
+	// past it the oldest (in listing order) are deleted as DELETE does,
+	// never refused (sessions_cap.go). 0: no bound, ended sessions are
+	// kept until deleted (runnerd's --sandbox-max-ended-sessions defaults
+	// to DefaultSandboxEndedSessions).
+	MaxSandboxEndedSessions int
 	// SandboxJournalBytes bounds the bytes the journals of one sandbox's
 	// sessions hold together, running or ended until deleted
 	// (journalcap.go): output past it ends its session, and a create is
@@ -368,7 +374,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 10 * time.Second
 	}
-	if cfg.MaxSandboxSessions < 0 || cfg.SandboxJournalBytes < 0 {
+	if cfg.MaxSandboxSessions < 0 || cfg.MaxSandboxEndedSessions < 0 || cfg.SandboxJournalBytes < 0 {
 		return cfg, errors.New("config: sessions and journal bytes per sandbox must not be negative")
 	}
 	if cfg.SessionRetention < 0 || cfg.JournalRetainBytes < 0 {

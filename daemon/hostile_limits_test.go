@@ -98,19 +98,19 @@ func TestHostileDefaultLimitsApplied(t *testing.T) {
 // numbers docs/cgroups.md states.
 func TestHostileShippedDefaultsDocumented(t *testing.T) {
 	out, _ := exec.Command(runnerdBin, "--help").CombinedOutput()
-	for _, re := range []string{`-default-pids int\n[^\n]*\(default 1024\)`, `-sandbox-max-sessions int\n[^\n]*\(default 256\)`, `-sandbox-journal-bytes value\n[^\n]*\(default 4294967296\)`} {
+	for _, re := range []string{`-default-pids int\n[^\n]*\(default 1024\)`, `-sandbox-max-sessions int\n[^\n]*\(default 256\)`, `-sandbox-max-ended-sessions int\n[^\n]*\(default 1024\)`, `-sandbox-journal-bytes value\n[^\n]*\(default 4294967296\)`} {
 		if !regexp.MustCompile(re).Match(out) {
 			t.Errorf("runnerd --help does not match %q:\n%s", re, out)
 		}
 	}
-	if daemon.DefaultSandboxPids != 1024 || daemon.DefaultSandboxSessions != 256 || daemon.DefaultSandboxMemoryShare != 8 || daemon.DefaultSandboxJournalBytes != 4<<30 {
-		t.Fatalf("shipped defaults changed: pids %d sessions %d memory 1/%d journals %d; update docs/cgroups.md and this test", daemon.DefaultSandboxPids, daemon.DefaultSandboxSessions, daemon.DefaultSandboxMemoryShare, daemon.DefaultSandboxJournalBytes)
+	if daemon.DefaultSandboxPids != 1024 || daemon.DefaultSandboxSessions != 256 || daemon.DefaultSandboxEndedSessions != 1024 || daemon.DefaultSandboxMemoryShare != 8 || daemon.DefaultSandboxJournalBytes != 4<<30 {
+		t.Fatalf("shipped defaults changed: pids %d sessions %d ended sessions %d memory 1/%d journals %d; update docs/cgroups.md and this test", daemon.DefaultSandboxPids, daemon.DefaultSandboxSessions, daemon.DefaultSandboxEndedSessions, daemon.DefaultSandboxMemoryShare, daemon.DefaultSandboxJournalBytes)
 	}
 	doc, err := os.ReadFile("../docs/cgroups.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| `--default-pids` | 1024 |", "| `--default-memory` | 1/8 of `MemTotal` |", "| `--sandbox-max-sessions` | 256 |", "| `--sandbox-journal-bytes` | 4 GiB |"} {
+	for _, want := range []string{"| `--default-pids` | 1024 |", "| `--default-memory` | 1/8 of `MemTotal` |", "| `--sandbox-max-sessions` | 256 |", "| `--sandbox-max-ended-sessions` | 1024 |", "| `--sandbox-journal-bytes` | 4 GiB |"} {
 		if !strings.Contains(string(doc), want) {
 			t.Errorf("docs/cgroups.md lacks %q", want)
 		}
@@ -269,11 +269,12 @@ func TestHostileInheritedDescriptors(t *testing.T) {
 	}
 }
 
-// TestHostileSessionFlood: 2,000 session creates in A on a runnerd with
-// a small session cap: the first ones up to the cap start, every later one
-// is 409 invalid with detail session_cap (ended sessions count until
-// deleted), a re-create of an existing id is still answered, B's exec is
-// unaffected, and deleting an ended session frees a place.
+// TestHostileSessionFlood: 2,000 creates of running sessions in A on a
+// runnerd with a small running cap: the first ones up to the cap start,
+// every later one is 409 invalid with detail session_cap, a re-create of
+// an existing id is still answered, B's exec is unaffected, and ending a
+// session frees a place. (Ended sessions do not count against this cap:
+// --sandbox-max-ended-sessions collects them, session_caps_test.go.)
 func TestHostileSessionFlood(t *testing.T) {
 	needV1Cgroups(t)
 	const cap = 20
@@ -283,7 +284,7 @@ func TestHostileSessionFlood(t *testing.T) {
 	started, refused := 0, 0
 	var first wire.Session
 	for i := 0; i < 2000; i++ {
-		r := a.do("POST", "/v1/sandboxes/a/sessions", wire.CreateSession{ID: fmt.Sprintf("s%d", i), Argv: []string{"true"}})
+		r := a.do("POST", "/v1/sandboxes/a/sessions", wire.CreateSession{ID: fmt.Sprintf("s%d", i), Argv: []string{"sleep", "600"}})
 		switch {
 		case r.status == 201:
 			if started == 0 {
@@ -306,13 +307,13 @@ func TestHostileSessionFlood(t *testing.T) {
 	if started != cap || refused != 2000-cap {
 		t.Fatalf("started %d, refused %d, want %d and %d", started, refused, cap, 2000-cap)
 	}
-	r := a.do("POST", "/v1/sandboxes/a/sessions", wire.CreateSession{ID: "s2000", Argv: []string{"true"}})
+	r := a.do("POST", "/v1/sandboxes/a/sessions", wire.CreateSession{ID: "s2000", Argv: []string{"sleep", "600"}})
 	t.Logf("refusal: %d %s", r.status, r.body)
 	// A re-create of an existing id is answered as before.
-	a.must("POST", "/v1/sandboxes/a/sessions", wire.CreateSession{ID: first.ID, Argv: []string{"true"}}, 200, nil)
+	a.must("POST", "/v1/sandboxes/a/sessions", wire.CreateSession{ID: first.ID, Argv: []string{"sleep", "600"}}, 200, nil)
 	bAnswers(t, a, "b", "after the flood")
-	// Deleting an ended session frees its place.
-	a.attach(t.Context(), "a", first.ID, "", nil)
-	a.must("DELETE", "/v1/sandboxes/a/sessions/"+first.ID, nil, 204, nil)
-	a.must("POST", "/v1/sandboxes/a/sessions", wire.CreateSession{ID: "again", Argv: []string{"true"}}, 201, nil)
+	// Ending a session frees its place (once its supervisor has exited).
+	a.must("POST", "/v1/sandboxes/a/sessions/"+first.ID+"/terminate", wire.Terminate{GraceMS: 1000}, 200, nil)
+	spawnSoon(t, a, "a", wire.CreateSession{ID: "again", Argv: []string{"sleep", "600"}})
+	a.must("DELETE", "/v1/sandboxes/a", nil, 204, nil) // ends them all
 }

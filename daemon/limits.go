@@ -44,8 +44,8 @@ const (
 )
 
 // The shipped defaults: what runnerd's flags (--default-pids,
-// --default-memory, --sandbox-max-sessions) give when an operator names
-// none, chosen so that a host running a few dozen sandboxes (the design
+// --default-memory; the session bounds are in sessions_cap.go) give when
+// an operator names none, chosen so that a host running a few dozen sandboxes (the design
 // point: 2 cores, 24 GiB, pid_max 32768) survives any one of them
 // misbehaving (docs/cgroups.md, "Default limits"). Config's zero values
 // are no bound: the defaults are runnerd's, not the library's.
@@ -60,11 +60,6 @@ const (
 	// enough for a compiler or a test suite, and a runaway takes at most
 	// an eighth of the host, its own OOM kill, never runnerd's.
 	DefaultSandboxMemoryShare = 8
-	// DefaultSandboxSessions bounds the sessions one sandbox holds,
-	// running or ended until deleted (each running one costs its shim,
-	// about 4 MiB charged to runnerd's unit; each ended one its journal
-	// and directory): 256 keeps one sandbox's shims near 1 GiB at worst.
-	DefaultSandboxSessions = 256
 )
 
 // DefaultSandboxMemory is the shipped default memory limit: the host's

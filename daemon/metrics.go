@@ -35,9 +35,12 @@ type metrics struct {
 	attaches        atomic.Int64
 	attachesTotal   atomic.Int64
 	sessionsStarted atomic.Int64
-	errors          map[wire.Code]*atomic.Int64 // fixed at construction; values atomic
-	static          *prometheus.Registry        // process and Go runtime collectors, the histograms
-	ckpt            checkpointMetrics           // checkpoints.go; registered in static
+	// sessionsCollected counts the ended sessions deleted because their
+	// sandbox kept more than --sandbox-max-ended-sessions (sessions_cap.go).
+	sessionsCollected atomic.Int64
+	errors            map[wire.Code]*atomic.Int64 // fixed at construction; values atomic
+	static            *prometheus.Registry        // process and Go runtime collectors, the histograms
+	ckpt              checkpointMetrics           // checkpoints.go; registered in static
 
 	requests *prometheus.HistogramVec // by route and status; seconds to the response header
 	spawnAck prometheus.Histogram     // seconds from spawn to the shim's readiness
@@ -239,6 +242,7 @@ func (sc *scrape) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge("runnerd_sessions_running", "Sessions whose command is running.", float64(st.running))
 	counter("runnerd_sessions_started_total", "Sessions started by this runnerd process.", float64(s.metrics.sessionsStarted.Load()))
+	counter("runnerd_sessions_collected_total", "Ended sessions this runnerd process deleted because their sandbox kept more than --sandbox-max-ended-sessions (the oldest go first).", float64(s.metrics.sessionsCollected.Load()))
 	gauge("runnerd_journal_bytes", "Sum of the stream lengths of every session in the registry.", float64(st.bytes))
 	gauge("runnerd_attaches", "Attached WebSocket clients.", float64(s.metrics.attaches.Load()))
 	counter("runnerd_attaches_served_total", "WebSocket attaches served by this runnerd process.", float64(s.metrics.attachesTotal.Load()))

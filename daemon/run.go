@@ -137,6 +137,18 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return fmt.Errorf("recover sessions: %w", err)
 	}
 	defer s.startCgroups()() // limits.go; adopts the sandboxes' cgroups before serving
+	if cfg.MaxSandboxEndedSessions > 0 {
+		// sessions_cap.go; ends and is waited for as the janitor below.
+		collectorDone := make(chan struct{})
+		go func() {
+			defer close(collectorDone)
+			s.collector(s.life)
+		}()
+		defer func() {
+			s.endLife()
+			<-collectorDone
+		}()
+	}
 	if cfg.SessionRetention > 0 {
 		// It ends when Run begins stopping (s.life) and is waited for
 		// before the registry closes (defers run in reverse).

@@ -244,6 +244,7 @@ func (s *server) destroySandbox(ctx context.Context, name string) error {
 		return errRegistryWrite(err)
 	}
 	s.removeBudgets(name) // journalcap.go
+	s.bookForget(name)    // sessions_cap.go
 	s.replenishReserve()
 	s.log.Info("sandbox destroyed", "sandbox", name)
 	return nil

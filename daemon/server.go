@@ -41,6 +41,7 @@ type server struct {
 	adm     admission          // creates in flight under Config.Capacity (capacity.go)
 	stdin   stdinGates         // per-session bounds of stdin writes (stdingate.go)
 	leaves  releasedLeaves     // OOM kills of session leaves the sweep removed (limits.go)
+	book    sessionBook        // per-sandbox session counts and the collector's queue (sessions_cap.go)
 
 	netMu sync.Mutex                    // guards nets
 	nets  map[string]*netpolicy.Sandbox // by netID: namespaces this runnerd set up
@@ -78,6 +79,7 @@ func newServer(cfg Config, reg *registry.Registry) *server {
 		endLife: endLife,
 		stop:    life.Done(),
 		nets:    map[string]*netpolicy.Sandbox{},
+		book:    newSessionBook(),
 		commits: newDeferredCommits(reg, cfg.Logger),
 	}
 }

@@ -44,6 +44,7 @@ func (s *server) recordExitLater(ss registry.Session, exit wire.Exit) {
 			s.logEnded(*rec) // server.go
 		}
 	})
+	s.wakeCollector(ss.Sandbox) // sessions_cap.go; it waits for this commit
 }
 
 // refresh brings a running session's record up to date with its shim's
@@ -189,5 +190,6 @@ func (s *server) recordExit(ss registry.Session, exit wire.Exit) (registry.Sessi
 		}
 		return ss, errUnavailable("record exit: %v", err)
 	}
+	s.wakeCollector(ss.Sandbox) // sessions_cap.go
 	return out, nil
 }

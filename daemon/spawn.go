@@ -236,7 +236,7 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 	if err != nil {
 		return ss, false, err
 	}
-	if err := s.sessionCap(name, req.ID); err != nil { // sessions_cap.go
+	if err := s.sessionCap(ctx, name, req.ID); err != nil { // sessions_cap.go
 		return ss, false, err
 	}
 	if _, err := s.reg.GetSession(name, req.ID); err != nil { // a re-create is answered as before
@@ -310,10 +310,13 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 		return ss, false, s.registryErr(err, name) // not_found for a sandbox gone meanwhile
 	}
 
+	s.bookAdd(cur) // sessions_cap.go: counted from now on
 	fail := func(err error) (registry.Session, bool, error) {
 		os.RemoveAll(s.sessionDir(ss))
 		if derr := s.reg.DeleteSession(name, ss.ID); derr != nil {
 			s.log.Error("forget failed session", "sandbox", name, "session", ss.ID, "err", derr)
+		} else {
+			s.bookDrop(name, ss.ID)
 		}
 		return ss, false, err
 	}

@@ -218,37 +218,50 @@ var errSessionLive = errors.New("session is live")
 // between leaves an unreferenced directory (removed at the next start,
 // removeOrphans), never a record without files.
 func (s *server) removeSession(ctx context.Context, ss registry.Session) error {
-	ss, err := s.refresh(ss)
+	_, err := s.deleteSession(ctx, ss)
+	return err
+}
+
+// deleteSession is removeSession; deleted reports whether this call
+// removed the record (false: it was gone already).
+func (s *server) deleteSession(ctx context.Context, ss registry.Session) (deleted bool, err error) {
+	ss, err = s.refresh(ss)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if ss.State == wire.SessionRunning || ss.State == stateStarting {
-		return errConflictFor(wire.ReasonSessionRunning, "session %s is running; terminate it first", ss.ID)
+		return false, errConflictFor(wire.ReasonSessionRunning, "session %s is running; terminate it first", ss.ID)
 	}
 	dir := s.sessionDir(ss)
 	if err := shimGone(ctx, dir, ss.ID); err != nil {
-		return err
+		return false, err
 	}
+	// deleted: by this call; a concurrent delete (DELETE, the collector)
+	// refunds the journal once.
 	err = s.reg.DeleteSessionIf(ss.Sandbox, ss.ID, func(cur registry.Session) error {
 		if cur.Key != ss.Key || cur.State == wire.SessionRunning || cur.State == stateStarting {
 			return errSessionLive
 		}
+		deleted = true
 		return nil
 	})
 	if errors.Is(err, errSessionLive) {
-		return errConflict("session %s changed during the delete; retry", ss.ID)
+		return false, errConflict("session %s changed during the delete; retry", ss.ID)
 	}
 	if err != nil {
-		return errRegistryWrite(err) // diskfull.go
+		return false, errRegistryWrite(err) // diskfull.go
 	}
-	s.refundJournal(ss) // journalcap.go: before its files go
+	s.bookDrop(ss.Sandbox, ss.ID) // sessions_cap.go
+	if deleted {
+		s.refundJournal(ss) // journalcap.go: before its files go
+	}
 	if err := os.RemoveAll(dir); err != nil {
-		return errUnavailable("remove session %s: %v", ss.ID, err)
+		return deleted, errUnavailable("remove session %s: %v", ss.ID, err)
 	}
 	s.replenishReserve()
 	s.removeSessionCgroup(ctx, ss) // limits.go
 	s.log.Info("session deleted", "sandbox", ss.Sandbox, "session", ss.ID)
-	return nil
+	return deleted, nil
 }
 
 // shimGone returns nil once the shim of the ended session in dir is gone

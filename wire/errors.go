@@ -134,9 +134,10 @@ const (
 	// a different request.
 	DetailConflict = "conflict"
 	// DetailSessionCap starts the detail of 409 invalid for a session
-	// create refused because its sandbox holds as many sessions, running
-	// or ended, as runnerd allows one sandbox (--sandbox-max-sessions);
-	// deleting ended sessions frees room.
+	// create (or exec) refused because its sandbox runs as many sessions
+	// as runnerd allows one sandbox (--sandbox-max-sessions): sessions
+	// whose supervisor lives, running or ended with processes left. One
+	// ending (or terminated) frees room; ended sessions do not count.
 	DetailSessionCap = "session_cap"
 	// DetailJournalCap starts the detail of 409 invalid for a session
 	// create refused because its sandbox's journals hold as many bytes as

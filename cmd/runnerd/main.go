@@ -132,7 +132,8 @@ func run(args []string) int {
 	defMemory := byteSize(shippedMemory)
 	fs.Var(&defMemory, "default-memory", fmt.Sprintf("memory limit of a sandbox created without one, in bytes or with a K, M or G suffix (powers of 1024); default 1/%d of this host's memory; 0: none", daemon.DefaultSandboxMemoryShare))
 	defPids := fs.Int64("default-pids", daemon.DefaultSandboxPids, "tasks (processes and threads) limit of a sandbox created without one; 0: none")
-	sandboxSessions := fs.Int("sandbox-max-sessions", daemon.DefaultSandboxSessions, "most sessions one sandbox holds, running or ended until deleted; one more is answered 409 invalid (detail session_cap); 0: no bound")
+	sandboxSessions := fs.Int("sandbox-max-sessions", daemon.DefaultSandboxSessions, "most sessions of one sandbox that hold a supervisor (2-4 MiB of runnerd's memory each): running, or ended with processes left; one more is answered 409 invalid (detail session_cap); 0: no bound")
+	sandboxEnded := fs.Int("sandbox-max-ended-sessions", daemon.DefaultSandboxEndedSessions, "most ended sessions one sandbox keeps (record, directory, journal); past it the oldest are deleted as DELETE .../sessions/{id} does, so read what you need of a session before this many more have ended; never refused; 0: keep until deleted")
 	sandboxJournal := byteSize(daemon.DefaultSandboxJournalBytes)
 	fs.Var(&sandboxJournal, "sandbox-journal-bytes", "most bytes the journals of one sandbox's sessions hold together, running or ended until deleted, with a K, M or G suffix (powers of 1024): output past it ends its session (the exit names the cap) and a create is answered 409 invalid (detail journal_cap); 0: no bound")
 	defWeight := fs.Uint64("default-cpu-weight", 0, "CPU weight (1..10000, kernel default 100) of a sandbox created without one; 0: the kernel's default")
@@ -180,6 +181,10 @@ func run(args []string) int {
 	}
 	if *sandboxSessions < 0 {
 		fmt.Fprintf(os.Stderr, "runnerd: --sandbox-max-sessions %d: want 0 or more\n", *sandboxSessions)
+		return 2
+	}
+	if *sandboxEnded < 0 {
+		fmt.Fprintf(os.Stderr, "runnerd: --sandbox-max-ended-sessions %d: want 0 or more\n", *sandboxEnded)
 		return 2
 	}
 	var pool netip.Prefix
@@ -269,6 +274,8 @@ func run(args []string) int {
 
 		SessionRetention:   *retention,
 		JournalRetainBytes: *retainBytes,
+
+		MaxSandboxEndedSessions: *sandboxEnded,
 
 		Logger: log,
 	}
