@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentrunner/runner/wire"
 )
@@ -12,8 +13,9 @@ import (
 // --sandbox-journal-bytes of output. A command in A that writes past it
 // (two at once, so the cap is shared) is ended, its exit naming the cap
 // and counting what was not stored, and every byte stored before is
-// readable; a create in A is then 409 invalid (journal_cap) until a
-// session is deleted; B is unaffected throughout.
+// readable; a create in A then collects the oldest ended sessions to
+// make room, while a create in C whose cap a running session holds is
+// 409 invalid (journal_cap) until it ends; B is unaffected throughout.
 func TestHostileJournalCap(t *testing.T) {
 	needV1Cgroups(t)
 	const capBytes = 1 << 20
@@ -53,22 +55,54 @@ func TestHostileJournalCap(t *testing.T) {
 		t.Fatalf("sessions of a stored %d bytes (cap %d), %d ended by the cap: want at most the cap and at least one ended", total, capBytes, capped)
 	}
 
-	r := a.do("POST", "/v1/sandboxes/a/sessions", wire.CreateSession{Argv: []string{"true"}})
+	// At the cap with only ended sessions: a create collects the oldest
+	// (their journals are what makes room) and starts.
+	r := a.do("POST", "/v1/sandboxes/a/sessions", wire.CreateSession{ID: "after", Argv: []string{"true"}})
+	if r.status != 201 {
+		t.Fatalf("create in a whose cap is held by ended sessions: %d %s, want 201 (the oldest collected)", r.status, r.body)
+	}
 	if total == capBytes {
-		if r.status != 409 || r.code() != wire.CodeInvalid || !strings.HasPrefix(r.errBody(t).Detail, wire.DetailJournalCap+": ") {
-			t.Fatalf("create in a at its journal cap: %d %s, want 409 invalid journal_cap", r.status, r.body)
+		// The oldest whose shim had exited went (a shim lingers a moment
+		// after its exit record): one of the two at least.
+		collected := 0
+		for _, id := range ids {
+			if g := a.do("GET", "/v1/sandboxes/a/sessions/"+id, nil); g.status == 404 {
+				collected++
+			} else if g.status != 200 {
+				t.Fatalf("ended session %s after a create at the cap: %d %s", id, g.status, g.body)
+			}
+		}
+		if collected == 0 {
+			t.Fatalf("a create at the cap started and collected neither of %v: want the oldest collected", ids)
 		}
 	}
-	t.Logf("create at the cap: %d %s", r.status, r.body)
 	bAnswers(t, a, "b", "a at its journal cap")
-	// A re-create of an existing id is answered as before.
-	a.must("POST", "/v1/sandboxes/a/sessions", wire.CreateSession{ID: "w1", Argv: []string{"sh", "-c", "head -c 800000 /dev/zero; sleep 0.5; head -c 800000 /dev/zero"}}, 200, nil)
-	// Deleting the sessions frees their bytes.
-	for _, id := range ids {
-		a.must("DELETE", "/v1/sandboxes/a/sessions/"+id, nil, 204, nil)
+
+	// A running session holding the cap is never collected: a create is
+	// refused, 409 invalid journal_cap, until it ends.
+	a.createSandbox("c")
+	a.spawn("c", wire.CreateSession{ID: "holder", Argv: []string{"sh", "-c", "head -c 1048571 /dev/zero; echo full >&2; exec sleep 600"}})
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var ss wire.Session
+		a.must("GET", "/v1/sandboxes/c/sessions/holder", nil, 200, &ss)
+		if ss.Lengths["stderr"] == 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("c's holder did not fill the cap in 20s: %+v", ss)
+		}
 	}
-	res := a.exec("a", wire.Exec{Argv: []string{"sh", "-c", "head -c 1000 /dev/zero"}, TimeoutMS: 20000})
+	r = a.do("POST", "/v1/sandboxes/c/sessions", wire.CreateSession{Argv: []string{"true"}})
+	if r.status != 409 || r.code() != wire.CodeInvalid || !strings.HasPrefix(r.errBody(t).Detail, wire.DetailJournalCap+": ") {
+		t.Fatalf("create in c whose cap a running session holds: %d %s, want 409 invalid journal_cap", r.status, r.body)
+	}
+	if g := a.do("GET", "/v1/sandboxes/c/sessions/holder", nil); g.status != 200 {
+		t.Fatalf("running holder after a refused create: %d %s, want 200 (never collected)", g.status, g.body)
+	}
+	bAnswers(t, a, "b", "c at its journal cap")
+	a.must("POST", "/v1/sandboxes/c/sessions/holder/terminate", nil, 200, nil)
+	res := a.exec("c", wire.Exec{Argv: []string{"sh", "-c", "head -c 1000 /dev/zero"}, TimeoutMS: 20000})
 	if res.Exit.Code != 0 || len(res.Stdout) != 1000 {
-		t.Fatalf("exec in a after the deletes: %+v, %d bytes", res.Exit, len(res.Stdout))
+		t.Fatalf("exec in c after its holder ended: %+v, %d bytes", res.Exit, len(res.Stdout))
 	}
 }

@@ -116,7 +116,7 @@ func (s *server) journalCap(sb registry.Sandbox, spec *shim.Spec) error {
 		return errUnavailable("read the sandbox's journal budget: %v", err)
 	}
 	if used >= max {
-		return errConflict("%s: the journals of sandbox %q hold %d bytes of at most %d (runnerd --sandbox-journal-bytes); delete ended sessions (DELETE /v1/sandboxes/%s/sessions/{id}), or let --session-retention do it", wire.DetailJournalCap, sb.Name, used, max, sb.Name)
+		return errConflict("%s: the journals of sandbox %q hold %d bytes of at most %d (runnerd --sandbox-journal-bytes); what ended sessions held is collected first, so its running sessions hold it: terminate one (POST /v1/sandboxes/%s/sessions/{id}/terminate)", wire.DetailJournalCap, sb.Name, used, max, sb.Name)
 	}
 	if spec != nil {
 		spec.JournalBudget, spec.JournalCap = path, max

@@ -280,6 +280,9 @@ func (s *server) sessionCap(ctx context.Context, name, id string) error {
 	}
 	s.prune(name, false)
 	live, ended := s.bookCounts(name)
+	if maxLive > 0 && live >= maxLive && s.awaitEnding(ctx, name) {
+		live, ended = s.bookCounts(name)
+	}
 	if maxLive > 0 && live >= maxLive {
 		if _, err := s.reg.GetSession(name, id); err == nil {
 			return nil // a re-create: answered as before
@@ -296,6 +299,54 @@ func (s *server) sessionCap(ctx context.Context, name, id string) error {
 		}
 	}
 	return nil
+}
+
+// endingGrace bounds how long a spawn at the running cap waits for the
+// shims of sessions whose command has ended: a shim syncs its journal and
+// writes the exit record, then exits, within milliseconds, and an exec
+// that follows the previous one's answer must not be refused for that
+// moment. A session still running is never waited for.
+const endingGrace = time.Second
+
+// awaitEnding waits, at most endingGrace, until a shim of sandbox name
+// whose command has ended (its journal holds the exit record) has
+// exited, then prunes the book; false when no such shim was found. The
+// caller holds name's lock.
+func (s *server) awaitEnding(ctx context.Context, name string) bool {
+	s.book.mu.Lock()
+	var dirs []string
+	for _, e := range s.book.boxes[name] {
+		if !e.gone {
+			dirs = append(dirs, s.sessionDir(registry.Session{Key: e.key}))
+		}
+	}
+	s.book.mu.Unlock()
+	var ending []string
+	for _, dir := range dirs {
+		if st, err := shim.ReadStatus(dir); err == nil && st.State == shim.StateExited {
+			ending = append(ending, dir)
+		}
+	}
+	if len(ending) == 0 {
+		return false
+	}
+	t := time.NewTimer(endingGrace)
+	defer t.Stop()
+	for {
+		for _, dir := range ending {
+			if shimExited(dir) {
+				s.prune(name, false)
+				return true
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return false
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // wakeCollector asks the collector to look at sandbox name's ended
@@ -353,6 +404,32 @@ func (s *server) collectEnded(ctx context.Context, name string) (again bool) {
 	if max <= 0 {
 		return false
 	}
+	return s.collectOldest(ctx, name, "max_ended", func(ended int) bool { return ended > max })
+}
+
+// collectForJournal makes room under the journal cap for a spawn in sb
+// (the caller holds sb's lock): it deletes sb's oldest ended sessions,
+// as collectEnded does, while its journals hold the cap. A running
+// session's journal is never taken: when they alone hold the cap, the
+// spawn is refused (journalCap).
+func (s *server) collectForJournal(ctx context.Context, sb registry.Sandbox) {
+	max := s.cfg.SandboxJournalBytes
+	if max <= 0 {
+		return
+	}
+	if err := s.bookOf(sb.Name); err != nil {
+		return // journalCap answers
+	}
+	s.collectOldest(ctx, sb.Name, "journal_cap", func(int) bool {
+		_, used, err := s.ensureBudget(sb)
+		return err == nil && used >= max
+	})
+}
+
+// collectOldest deletes sandbox name's oldest ended sessions while over
+// says the sandbox holds too much (given its count of ended sessions);
+// why names the bound in the log.
+func (s *server) collectOldest(ctx context.Context, name, why string, over func(ended int) bool) (again bool) {
 	// One pass at a time: the collector's and a spawn's that found it
 	// behind take the same sessions otherwise.
 	s.book.collecting.Lock()
@@ -388,7 +465,7 @@ func (s *server) collectEnded(ctx context.Context, name string) (again bool) {
 		}
 	}
 	s.book.mu.Unlock()
-	if ended <= max {
+	if !over(ended) {
 		return false
 	}
 	slices.SortFunc(cands, func(a, b cand) int {
@@ -398,7 +475,7 @@ func (s *server) collectEnded(ctx context.Context, name string) (again bool) {
 		return strings.Compare(a.id, b.id)
 	})
 	for _, c := range cands {
-		if ended <= max || ctx.Err() != nil {
+		if !over(ended) || ctx.Err() != nil {
 			break
 		}
 		ss, err := s.reg.GetSession(name, c.id)
@@ -420,9 +497,9 @@ func (s *server) collectEnded(ctx context.Context, name string) (again bool) {
 			continue // a DELETE took it meanwhile
 		}
 		s.metrics.sessionsCollected.Add(1)
-		s.log.Info("ended session collected", "sandbox", name, "session", c.id, "ended", ended, "max_ended", max)
+		s.log.Info("ended session collected", "sandbox", name, "session", c.id, "ended", ended, "bound", why)
 	}
-	if ended <= max {
+	if !over(ended) {
 		return false
 	}
 	// Still past the bound: the rest are ended sessions whose shim lived

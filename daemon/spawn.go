@@ -241,7 +241,12 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 	}
 	if _, err := s.reg.GetSession(name, req.ID); err != nil { // a re-create is answered as before
 		if err := s.journalCap(live, nil); err != nil { // journalcap.go
-			return ss, false, err
+			// Ended sessions' journals make room (oldest first), as the
+			// ended-session bound does; running ones never.
+			s.collectForJournal(ctx, live) // sessions_cap.go
+			if err := s.journalCap(live, nil); err != nil {
+				return ss, false, err
+			}
 		}
 	}
 
