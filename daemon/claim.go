@@ -343,6 +343,9 @@ func netTable(state string, sum [32]byte, ns string, others []claim) (string, er
 				table = t
 			}
 		}
+		if table == "" {
+			return "", fmt.Errorf("no nftables table name is free: every one is held by another runnerd: %w", errClaimed)
+		}
 	}
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		return "", fmt.Errorf("save nftables table name: %w", err)

@@ -64,7 +64,11 @@ type Config struct {
 	// to. Default: the nameservers in the host's /etc/resolv.conf.
 	Upstream []netip.AddrPort
 	// Table is the nftables inet table the package owns. Default
-	// DefaultTable.
+	// DefaultTable. Its sandboxes' veths are named with IfPrefix(Table),
+	// and its rules touch only interfaces with that prefix and the Pool,
+	// so Managers with different tables (and prefixes) and disjoint pools
+	// coexist in one namespace; two with the same table remove each
+	// other's sandboxes (New removes what it has no record of).
 	Table string
 	// HostNetNS is the path of the network namespace that plays "host":
 	// where the veths' host ends, the rules, the NAT and the resolver
