@@ -29,6 +29,21 @@ package daemon
 // already holds identities and has no saved choice keeps the range
 // older versions used for every runnerd (slot 0, 0x70000000-0x7000FFFF).
 // An explicit --identity-range is used as given, and refused on overlap.
+//
+// With network policy on, the claim holds the netpolicy state directory,
+// the address pool and the nftables table too, each with the network
+// namespace it lives in (the host's, or --netpolicy-host-netns): two
+// runnerds that share a state directory adopt and tear down each other's
+// sandboxes, two whose pools overlap in one namespace hand out the same
+// addresses and masquerade each other's traffic, and two that share a
+// table rewrite each other's base chains and remove each other's
+// dispatch elements (every sandbox of the other loses egress and DNS).
+// The table is runnerd's own: netpolicy.TablePrefix and 4 hex digits
+// from the state directory's hash (the next free value when a live
+// runnerd in the namespace holds it), saved in NETSTATE/table and kept
+// across restarts; a netpolicy state directory that already holds
+// sandboxes and no saved name keeps netpolicy.DefaultTable, the table
+// every runnerd shared before (its sandboxes' rules are there).
 
 import (
 	"crypto/sha256"
@@ -37,6 +52,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path"
 	"path/filepath"
@@ -46,6 +62,7 @@ import (
 
 	"github.com/agentrunner/runner/cgroup"
 	"github.com/agentrunner/runner/internal/atomicfile"
+	"github.com/agentrunner/runner/netpolicy"
 )
 
 // DefaultClaimDir is Config.ClaimDir's default.
@@ -80,6 +97,14 @@ type claim struct {
 	// its session's cgroup SIGKILLs the other's command. CgroupRoot alone
 	// (the memory hierarchy's) missed that.
 	CgroupRoots []string `json:"cgroup_roots,omitempty"`
+	// NetState, NetNS, Pool and Table are the netpolicy state directory,
+	// the network namespace the rules live in (as "dev:inode" of its
+	// nsfs file), the address pool and the nftables table; empty with
+	// network policy off.
+	NetState string `json:"net_state,omitempty"`
+	NetNS    string `json:"net_ns,omitempty"`
+	Pool     string `json:"pool,omitempty"`
+	Table    string `json:"table,omitempty"`
 }
 
 func (c claim) String() string {
@@ -151,6 +176,11 @@ func claimHost(cfg *Config, hasIdentities bool) (*hostClaim, error) {
 			return nil, err
 		}
 	}
+	if cfg.NetPolicy != NetPolicyOff {
+		if err := claimNet(cfg, &c, sum, others); err != nil {
+			return nil, err
+		}
+	}
 	for _, o := range others {
 		if o.IdentityFirst <= c.IdentityLast && c.IdentityFirst <= o.IdentityLast {
 			return nil, fmt.Errorf("identity range %d-%d overlaps %d-%d of %s: give each runnerd its own --identity-range: %w",
@@ -218,6 +248,112 @@ func liveClaims(dir, mine string) ([]claim, error) {
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// tableFile is where the netpolicy state directory's table name is saved.
+const tableFile = "table"
+
+// claimNet fills c's network fields from cfg (resolving
+// cfg.NetPolicyState and setting cfg.netTable) and fails with errClaimed
+// naming the other runnerd when a live one holds the same netpolicy state
+// directory, or, in the same network namespace, an overlapping pool or a
+// table with the same interface prefix.
+func claimNet(cfg *Config, c *claim, sum [32]byte, others []claim) error {
+	cfg.NetPolicyState = netPolicyState(*cfg)
+	state, err := filepath.Abs(cfg.NetPolicyState)
+	if err != nil {
+		return fmt.Errorf("claim netpolicy state: %w", err)
+	}
+	if r, err := filepath.EvalSymlinks(state); err == nil {
+		state = r
+	}
+	nsPath := cfg.NetPolicyHostNetNS
+	if nsPath == "" {
+		nsPath = "/proc/self/ns/net"
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(nsPath, &st); err != nil {
+		return fmt.Errorf("claim netpolicy state: stat network namespace %s: %w", nsPath, err)
+	}
+	pool := cfg.NetPolicyPool
+	if !pool.IsValid() {
+		pool = netpolicy.DefaultPool
+	}
+	pool = pool.Masked()
+	c.NetState, c.NetNS, c.Pool = state, fmt.Sprintf("%d:%d", st.Dev, st.Ino), pool.String()
+	for _, o := range others {
+		if o.NetState == c.NetState {
+			return fmt.Errorf("netpolicy state directory %s is used by %s: give each runnerd its own --netpolicy-state: %w", c.NetState, o, errClaimed)
+		}
+		if o.NetNS != c.NetNS || o.Pool == "" {
+			continue
+		}
+		if op, err := netip.ParsePrefix(o.Pool); err == nil && op.Overlaps(pool) {
+			return fmt.Errorf("address pool %s overlaps %s of %s: give each runnerd its own --netpolicy-pool: %w", pool, op, o, errClaimed)
+		}
+	}
+	if c.Table, err = netTable(cfg.NetPolicyState, sum, c.NetNS, others); err != nil {
+		return err
+	}
+	cfg.netTable = c.Table
+	return nil
+}
+
+// netTable returns the table of the netpolicy state directory state: the
+// saved name, else DefaultTable when the directory holds sandboxes, else
+// TablePrefix and the first 4 hex digits from sum's no live runnerd in
+// the namespace ns uses; a new choice is saved. A saved name that a live
+// runnerd in ns uses (a copied state directory) is refused.
+func netTable(state string, sum [32]byte, ns string, others []claim) (string, error) {
+	taken := func(table string) *claim {
+		for i, o := range others {
+			if o.NetNS == ns && o.Table != "" && netpolicy.IfPrefix(o.Table) == netpolicy.IfPrefix(table) {
+				return &others[i]
+			}
+		}
+		return nil
+	}
+	saved := filepath.Join(state, tableFile)
+	b, err := os.ReadFile(saved)
+	if err == nil {
+		table := strings.TrimSpace(string(b))
+		if table == "" || len(table) > 64 {
+			return "", fmt.Errorf("%s: not a table name", saved)
+		}
+		if o := taken(table); o != nil {
+			return "", fmt.Errorf("nftables table %s (%s) is used by %s: give each runnerd its own --netpolicy-state: %w", table, saved, o, errClaimed)
+		}
+		return table, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("read %s: %w", saved, err)
+	}
+	table := ""
+	if recs, _ := filepath.Glob(filepath.Join(state, "sandboxes", "*.json")); len(recs) > 0 {
+		// Sandboxes of a version that shared DefaultTable: their rules
+		// and veths are there.
+		table = netpolicy.DefaultTable
+		if o := taken(table); o != nil {
+			return "", fmt.Errorf("nftables table %s (the sandboxes in %s were made in it) is used by %s: %w", table, state, o, errClaimed)
+		}
+	} else {
+		start := binary.BigEndian.Uint16(sum[8:10])
+		for i := 0; i < 1<<16 && table == ""; i++ {
+			t := fmt.Sprintf("%s%04x", netpolicy.TablePrefix, start+uint16(i))
+			if taken(t) == nil {
+				table = t
+			}
+		}
+		if table == "" {
+			return "", fmt.Errorf("no nftables table name is free: every one is held by another runnerd: %w", errClaimed)
+		}
+	}
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		return "", fmt.Errorf("save nftables table name: %w", err)
+	}
+	if err := atomicfile.WriteFileSync(saved, []byte(table+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("save nftables table name: %w", err)
+	}
+	return table, nil
 }
 
 // defaultIdentityRange sets cfg's range: the saved one, else the legacy

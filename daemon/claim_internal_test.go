@@ -39,13 +39,13 @@ func TestClaimSeesSharedV1Hierarchies(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			claims := t.TempDir()
 			ownCgroupFile = own("/process_api/a", "/")
-			a, err := claimHost(&Config{StateDir: t.TempDir(), ClaimDir: claims}, false)
+			a, err := claimHost(&Config{StateDir: t.TempDir(), ClaimDir: claims, NetPolicy: NetPolicyOff}, false)
 			if err != nil {
 				t.Fatalf("first claim: %v", err)
 			}
 			defer a.release()
 			ownCgroupFile = own(tt.memB, tt.rsB)
-			b, err := claimHost(&Config{StateDir: t.TempDir(), ClaimDir: claims}, false)
+			b, err := claimHost(&Config{StateDir: t.TempDir(), ClaimDir: claims, NetPolicy: NetPolicyOff}, false)
 			b.release()
 			switch {
 			case tt.refused && !errors.Is(err, errClaimed):

@@ -181,6 +181,9 @@ type Config struct {
 	SandboxJournalBytes int64
 	// pool holds the warm shims; set by Run, nil when disabled.
 	pool *shim.Pool
+	// netTable is the nftables table of this runnerd's network policy;
+	// set by claimHost (claim.go), "" with network policy off.
+	netTable string
 	// TerminateGrace is the grace of the SIGTERM before SIGKILL when destroy
 	// stops sessions. Suspend uses SuspendGrace.
 	TerminateGrace time.Duration

@@ -118,6 +118,8 @@ func TestHostileCommand(t *testing.T) {
 	if len(nsFiles) != 2 {
 		t.Fatalf("netns files %v, want one per sandbox", nsFiles)
 	}
+	var info wire.Info
+	a.must("GET", "/v1/info", nil, 200, &info)
 	yama, _ := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope")
 	t.Logf("runnerd pid %d, hostile shim pid %d, victim command pid %d, yama ptrace_scope %q", listen.PID, shimPID, victimCmd.PID, strings.TrimSpace(string(yama)))
 
@@ -142,7 +144,7 @@ func TestHostileCommand(t *testing.T) {
 		{"setns through the netns bind mount", []string{"setns", filepath.Join(netState, "netns", nsFiles[0])}, "open:EACCES"},
 		// Reachable or not, a namespace needs CAP_SYS_ADMIN to enter.
 		{"setns without capabilities", []string{"setns", "/proc/self/ns/net"}, "setns:EPERM"},
-		{"edit the inet runner table", []string{"nft"}, "runner-visible=false list:EPERM del:EPERM add:EPERM"},
+		{"edit the inet runner table", []string{"nft", info.NetworkTable}, "runner-visible=false list:EPERM del:EPERM add:EPERM"},
 		{"change routes", []string{"route"}, "route:EPERM"},
 		{"change links", []string{"link"}, "linkset:EPERM"},
 		{"connect to the unix socket", []string{"unix", filepath.Join(state, "runnerd.sock")}, "connect:EACCES"},

@@ -39,6 +39,9 @@ func (s *server) handleInfo(w http.ResponseWriter, r *http.Request) {
 	case s.ids.enabled:
 		info.Isolation = "none" // --isolate none: only sandboxes made with a policy
 	}
+	if s.net != nil {
+		info.NetworkTable = s.cfg.netTable
+	}
 	if p := s.cfg.pool; p != nil {
 		info.WarmShims = wire.WarmShims{Target: s.cfg.WarmShims, Idle: p.Idle()}
 	}

@@ -163,7 +163,9 @@ func rnLinks(t *testing.T, lab *netlab.Lab) []string {
 	}
 	var out []string
 	for _, l := range links {
-		if strings.HasPrefix(l.Attrs().Name, "rn") {
+		// Every table's veth prefix starts with "r" (netpolicy.IfPrefix);
+		// none of the lab's own links does.
+		if strings.HasPrefix(l.Attrs().Name, "r") {
 			out = append(out, l.Attrs().Name)
 		}
 	}

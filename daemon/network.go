@@ -79,6 +79,7 @@ func (s *server) startNetPolicy(ctx context.Context) {
 	state := netPolicyState(s.cfg)
 	m, err := netpolicy.New(ctx, netpolicy.Config{
 		StateDir:  state,
+		Table:     s.cfg.netTable,
 		Pool:      s.cfg.NetPolicyPool,
 		Upstream:  s.cfg.DNSUpstream,
 		HostNetNS: s.cfg.NetPolicyHostNetNS,
@@ -97,7 +98,7 @@ func (s *server) startNetPolicy(ctx context.Context) {
 	if !pool.IsValid() {
 		pool = netpolicy.DefaultPool
 	}
-	s.log.Info("network policy enforced", "state", state, "pool", pool, "host_netns", s.cfg.NetPolicyHostNetNS,
+	s.log.Info("network policy enforced", "state", state, "table", s.cfg.netTable, "pool", pool, "host_netns", s.cfg.NetPolicyHostNetNS,
 		"egress_private", s.cfg.EgressPrivate)
 	s.adoptNets(ctx)
 }

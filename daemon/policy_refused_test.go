@@ -10,7 +10,6 @@ import (
 	"github.com/google/nftables"
 
 	"github.com/agentrunner/runner/internal/testcap"
-	"github.com/agentrunner/runner/netpolicy"
 	"github.com/agentrunner/runner/netpolicy/netlab"
 	"github.com/agentrunner/runner/wire"
 )
@@ -30,6 +29,8 @@ func TestPolicyUpdateKernelRefused(t *testing.T) {
 	// Two ranges the kernel keeps apart (not adjacent), and a third.
 	old := []string{netlab.A.String(), netlab.C.String()}
 	refused := append(slices.Clone(old), "192.0.2.0/24")
+	var info wire.Info
+	a.must("GET", "/v1/info", nil, 200, &info)
 	for _, tc := range []struct {
 		name  string
 		limit uint32 // elements the kernel lets the sandbox's set hold
@@ -44,7 +45,7 @@ func TestPolicyUpdateKernelRefused(t *testing.T) {
 		if !slices.Equal(sb.Network.Allow, old) {
 			t.Fatalf("%s: created with %v, want %v", tc.name, sb.Network.Allow, old)
 		}
-		set := limitSet(t, lab, "allow-"+tc.name+"-"+sb.Incarnation, tc.limit)
+		set := limitSet(t, lab, info.NetworkTable, "allow-"+tc.name+"-"+sb.Incarnation, tc.limit)
 		if got := kernelRanges(t, lab, set); !slices.Equal(got, ranges(t, old)) {
 			t.Fatalf("%s: kernel holds %v before the update, want %v", tc.name, got, ranges(t, old))
 		}
@@ -64,24 +65,24 @@ func TestPolicyUpdateKernelRefused(t *testing.T) {
 	}
 }
 
-// limitSet limits the sandbox set name in the lab's host namespace to n
+// limitSet limits the sandbox set name of table in the lab's host namespace to n
 // elements (nft's "size", which the kernel lets an existing set change)
 // and returns it; it skips the test on a kernel that keeps the old size.
-func limitSet(t *testing.T, lab *netlab.Lab, name string, n uint32) *nftables.Set {
+func limitSet(t *testing.T, lab *netlab.Lab, table, name string, n uint32) *nftables.Set {
 	t.Helper()
 	c, err := nftables.New(nftables.WithNetNSFd(int(lab.Host)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	table := &nftables.Table{Name: netpolicy.DefaultTable, Family: nftables.TableFamilyINet}
-	set := &nftables.Set{Table: table, Name: name, KeyType: nftables.TypeIPAddr, Interval: true, Size: n}
+	tbl := &nftables.Table{Name: table, Family: nftables.TableFamilyINet}
+	set := &nftables.Set{Table: tbl, Name: name, KeyType: nftables.TypeIPAddr, Interval: true, Size: n}
 	if err := c.AddSet(set, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Flush(); err != nil {
 		t.Fatalf("limit set %s to %d elements: %v", name, n, err)
 	}
-	got, err := c.GetSetByName(table, name)
+	got, err := c.GetSetByName(tbl, name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func (m *Manager) SetAdmitTTL(d time.Duration) { m.minAdmitTTL, m.maxAdmitTTL = 
 func (m *Manager) RulesRoundTrip(id string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	n := namesFor(id)
+	n := m.namesFor(id)
 	_, gw, addr := slotAddrs(m.cfg.Pool, poolSlots(m.cfg.Pool)-1)
 	if err := m.ensureSandboxRules(n, addr, gw); err != nil {
 		return err
@@ -49,7 +49,7 @@ func (m *Manager) InstallRules(id string, slot int) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	_, gw, addr := slotAddrs(m.cfg.Pool, slot)
-	return m.ensureSandboxRules(namesFor(id), addr, gw)
+	return m.ensureSandboxRules(m.namesFor(id), addr, gw)
 }
 
 // AddRefreshes reports whether this kernel restarts an element's timeout

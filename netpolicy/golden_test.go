@@ -57,7 +57,7 @@ func (r *recorder) dump() string {
 // with -update after an intended change and review the diff (an
 // `nft --debug=netlink` of the new ruleset helps to read it).
 func TestGoldenNetlink(t *testing.T) {
-	n := namesFor("golden")
+	n := (&Manager{cfg: Config{Table: DefaultTable}}).namesFor("golden")
 	_, gw, addr := slotAddrs(DefaultPool, 0)
 	prefixes := []netip.Prefix{netip.MustParsePrefix("192.0.2.7/32"), netip.MustParsePrefix("10.0.0.0/8")}
 	for _, tc := range []struct {

@@ -64,7 +64,11 @@ type Config struct {
 	// to. Default: the nameservers in the host's /etc/resolv.conf.
 	Upstream []netip.AddrPort
 	// Table is the nftables inet table the package owns. Default
-	// DefaultTable.
+	// DefaultTable. Its sandboxes' veths are named with IfPrefix(Table),
+	// and its rules touch only interfaces with that prefix and the Pool,
+	// so Managers with different tables (and prefixes) and disjoint pools
+	// coexist in one namespace; two with the same table remove each
+	// other's sandboxes (New removes what it has no record of).
 	Table string
 	// HostNetNS is the path of the network namespace that plays "host":
 	// where the veths' host ends, the rules, the NAT and the resolver
@@ -216,7 +220,7 @@ func (m *Manager) removeStale() error {
 		return fmt.Errorf("find stale sandboxes: %w", err)
 	}
 	for _, id := range stale {
-		n := namesFor(id)
+		n := m.namesFor(id)
 		gws, err := m.gatewaysOf(n.hostIf)
 		if err != nil {
 			return fmt.Errorf("remove stale sandbox %s: %w", id, err)
@@ -348,7 +352,7 @@ func (m *Manager) Setup(ctx context.Context, id string) (*Sandbox, error) {
 	if err != nil {
 		pp, _ = parsePolicy(Policy{}) // a corrupt record denies all
 	}
-	n := namesFor(id)
+	n := m.namesFor(id)
 	_, gw, addr := slotAddrs(m.cfg.Pool, rec.Slot)
 	sb := &Sandbox{ID: id, NetNSPath: m.netnsPath(id), Addr: addr, Gateway: gw, ResolvConfPath: m.resolvConfPath(id)}
 	if err := m.setup(n, sb, pp); err != nil {
@@ -440,7 +444,7 @@ func (m *Manager) SetPolicy(ctx context.Context, id string, p Policy) error {
 	if l == nil {
 		return fmt.Errorf("set policy of %s: %w", id, ErrUnknownSandbox)
 	}
-	n := namesFor(id)
+	n := m.namesFor(id)
 	flushDyn := !l.pp.namesSubsetOf(pp)
 	rec := m.records[id]
 	rec.Policy = pp.norm
@@ -521,7 +525,7 @@ func (m *Manager) Teardown(ctx context.Context, id string) error {
 	if m.closed {
 		return ErrClosed
 	}
-	n := namesFor(id)
+	n := m.namesFor(id)
 	if l := m.live[id]; l != nil {
 		l.res.close()
 		delete(m.live, id)

@@ -6,6 +6,8 @@ package netpolicy
 // nft_sandbox.go; the rule expressions they are built from in nft_expr.go.
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -17,11 +19,52 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// hostIfPrefix starts the name of every sandbox veth's host end. The base
-// chains drop traffic from or to an interface with this prefix that no
-// verdict map element dispatches, so a veth without rules is shut, never
-// open.
-const hostIfPrefix = "rn"
+// legacyIfPrefix starts the name of every sandbox veth's host end in the
+// table DefaultTable (the one every runnerd shared before each had its
+// own). The base chains drop traffic from or to an interface with the
+// table's prefix that no verdict map element dispatches, so a veth
+// without rules is shut, never open.
+//
+// Several tables coexist in one network namespace, and a packet goes
+// through the base chains of every one of them: an accept in one table
+// does not spare it a drop in another. So each table's rules match only
+// its own interfaces (its prefix) and its own pool (the masquerade): a
+// table's catch-all drops never see another table's sandboxes. Prefixes
+// must therefore never be prefixes of each other's names: DefaultTable's
+// is "rn"; a table named TablePrefix+4 hex digits (what runnerd derives)
+// has "r" and those digits ("n" is not a hex digit); any other name has
+// "r" and 4 hex digits of its hash.
+const legacyIfPrefix = "rn"
+
+// TablePrefix starts the name of a table whose interface prefix is the 4
+// lowercase hex digits that follow it (see legacyIfPrefix).
+const TablePrefix = "runner-"
+
+// IfPrefix is the prefix of the host-end veth names of the sandboxes in
+// table: two tables with different prefixes never match each other's
+// interfaces. runnerd refuses to start next to a runnerd whose table has
+// the same prefix in the same namespace.
+func IfPrefix(table string) string {
+	if table == DefaultTable {
+		return legacyIfPrefix
+	}
+	if tag, ok := strings.CutPrefix(table, TablePrefix); ok && len(tag) == 4 && isLowerHex(tag) {
+		return "r" + tag
+	}
+	sum := sha256.Sum256([]byte(table))
+	return "r" + hex.EncodeToString(sum[:2])
+}
+
+func isLowerHex(s string) bool {
+	for _, r := range s {
+		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func (m *Manager) ifPrefix() string { return IfPrefix(m.cfg.Table) }
 
 func (m *Manager) table() *nftables.Table {
 	return &nftables.Table{Name: m.cfg.Table, Family: nftables.TableFamilyINet}
@@ -96,6 +139,7 @@ func (m *Manager) ensureTable() error {
 		return fmt.Errorf("delete map %s: %w", legacyHostMap, err)
 	}
 	c.DelSet(legacy)
+	prefix := m.ifPrefix()
 	add := func(ch *nftables.Chain, exprs ...[]expr.Any) {
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: concat(exprs...)})
 	}
@@ -104,19 +148,19 @@ func (m *Manager) ensureTable() error {
 	// a sandbox only replies pass (nothing outside, and no other sandbox,
 	// opens a connection to a sandbox).
 	add(fwd, dispatchVMap(expr.MetaKeyIIFNAME, outMap))
-	add(fwd, matchIfPrefix(expr.MetaKeyIIFNAME), verdict(expr.VerdictDrop))
-	add(fwd, matchIfPrefix(expr.MetaKeyOIFNAME), matchCtEstablished(), verdict(expr.VerdictAccept))
-	add(fwd, matchIfPrefix(expr.MetaKeyOIFNAME), verdict(expr.VerdictDrop))
+	add(fwd, matchIfPrefix(expr.MetaKeyIIFNAME, prefix), verdict(expr.VerdictDrop))
+	add(fwd, matchIfPrefix(expr.MetaKeyOIFNAME, prefix), matchCtEstablished(), verdict(expr.VerdictAccept))
+	add(fwd, matchIfPrefix(expr.MetaKeyOIFNAME, prefix), verdict(expr.VerdictDrop))
 	// input: a sandbox talking to the host itself (any of its addresses,
 	// found by the input hook, not by address). Shared rules, no jump:
 	// replies to connections the host opened, DNS to the sandbox's own
 	// gateway (the pair veth . daddr is in sandbox-gw), otherwise reject.
 	// The allowlist is never consulted, so no CIDR opens a host service.
-	add(in, matchIfPrefix(expr.MetaKeyIIFNAME), matchCtEstablished(), verdict(expr.VerdictAccept))
-	add(in, matchIfPrefix(expr.MetaKeyIIFNAME), matchIPv4(), matchL4Port(unix.IPPROTO_UDP, 53), matchOwnGateway(gws), verdict(expr.VerdictAccept))
-	add(in, matchIfPrefix(expr.MetaKeyIIFNAME), matchIPv4(), matchL4Port(unix.IPPROTO_TCP, 53), matchOwnGateway(gws), verdict(expr.VerdictAccept))
-	add(in, matchIfPrefix(expr.MetaKeyIIFNAME), rejectTCP())
-	add(in, matchIfPrefix(expr.MetaKeyIIFNAME), rejectAny())
+	add(in, matchIfPrefix(expr.MetaKeyIIFNAME, prefix), matchCtEstablished(), verdict(expr.VerdictAccept))
+	add(in, matchIfPrefix(expr.MetaKeyIIFNAME, prefix), matchIPv4(), matchL4Port(unix.IPPROTO_UDP, 53), matchOwnGateway(gws), verdict(expr.VerdictAccept))
+	add(in, matchIfPrefix(expr.MetaKeyIIFNAME, prefix), matchIPv4(), matchL4Port(unix.IPPROTO_TCP, 53), matchOwnGateway(gws), verdict(expr.VerdictAccept))
+	add(in, matchIfPrefix(expr.MetaKeyIIFNAME, prefix), rejectTCP())
+	add(in, matchIfPrefix(expr.MetaKeyIIFNAME, prefix), rejectAny())
 	// postrouting: masquerade what leaves the pool.
 	pool := m.cfg.Pool
 	mask := net4Mask(pool.Bits())

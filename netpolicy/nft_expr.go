@@ -85,11 +85,11 @@ func matchPrefix(off uint32, p netip.Prefix) []expr.Any {
 }
 
 // matchIfPrefix matches an interface name (iifname or oifname) that
-// starts with hostIfPrefix, like nft's `iifname "rn*"`.
-func matchIfPrefix(key expr.MetaKey) []expr.Any {
+// starts with prefix, like nft's `iifname "rn*"`.
+func matchIfPrefix(key expr.MetaKey, prefix string) []expr.Any {
 	return []expr.Any{
 		&expr.Meta{Key: key, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(hostIfPrefix)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(prefix)},
 	}
 }
 

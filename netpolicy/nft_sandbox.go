@@ -28,11 +28,14 @@ type sbNames struct {
 	dyn    string // set: addresses admitted by the resolver (timeouts)
 }
 
-func namesFor(id string) sbNames {
+// namesFor names the objects of sandbox id in this Manager's table; its
+// veth's host end starts with the table's interface prefix.
+func (m *Manager) namesFor(id string) sbNames {
 	sum := sha256.Sum256([]byte(id))
+	prefix := m.ifPrefix()
 	return sbNames{
 		id:     id,
-		hostIf: hostIfPrefix + hex.EncodeToString(sum[:])[:13],
+		hostIf: prefix + hex.EncodeToString(sum[:])[:15-len(prefix)],
 		out:    "out-" + id,
 		static: "allow-" + id,
 		dyn:    "dns-" + id,

@@ -400,6 +400,10 @@ type Info struct {
 	// default), "none" (--isolate none: only those with a network policy), or
 	// "off" (runnerd is not root: none).
 	Isolation string `json:"isolation"`
+	// NetworkTable is the nftables table (family inet) that holds this
+	// runnerd's network policy rules, its own among the runnerds of the
+	// host; "" when network_policy is not advertised.
+	NetworkTable string `json:"network_table,omitempty"`
 	// WarmShims is the warm pool: the shims kept started ahead (Target,
 	// 0 when the pool is off) and those waiting now (Idle).
 	WarmShims WarmShims `json:"warm_shims"`

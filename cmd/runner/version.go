@@ -128,6 +128,9 @@ func infoCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) e
 		fmt.Fprintf(tw, "capabilities:\t%s\n", caps)
 		fmt.Fprintf(tw, "cgroups:\t%s\n", cg)
 		fmt.Fprintf(tw, "isolation:\t%s\n", in.Isolation)
+		if in.NetworkTable != "" {
+			fmt.Fprintf(tw, "network table:\tinet %s\n", in.NetworkTable)
+		}
 		fmt.Fprintf(tw, "warm pool:\t%s\n", pool)
 		fmt.Fprintf(tw, "memory available:\t%s\n", units.BytesSize(float64(in.Capacity.MemoryAvailableBytes)))
 		fmt.Fprintf(tw, "pids free:\t%d\n", in.Capacity.PIDsFree)

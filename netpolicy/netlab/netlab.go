@@ -73,6 +73,10 @@ type Lab struct {
 	// DNSUpstream is what RunnerdArgs passes as --dns-upstream: C unless
 	// a test sets it (to a DNS server of its own in the "net" namespace).
 	DNSUpstream netip.Addr
+	// Pool is what RunnerdArgs passes as --netpolicy-pool: the package's
+	// Pool unless a test sets it (two runnerds in one lab need disjoint
+	// pools: give each a copy of the Lab with its own).
+	Pool netip.Prefix
 }
 
 // New builds a lab for t, or skips t when this machine cannot (not root,
@@ -195,7 +199,11 @@ func (l *Lab) RunnerdArgs(netState string) []string {
 	if !upstream.IsValid() {
 		upstream = C
 	}
-	args := []string{"--netpolicy", "auto", "--netpolicy-state", netState, "--netpolicy-pool", Pool.String(),
+	pool := l.Pool
+	if !pool.IsValid() {
+		pool = Pool
+	}
+	args := []string{"--netpolicy", "auto", "--netpolicy-state", netState, "--netpolicy-pool", pool.String(),
 		"--dns-upstream", upstream.String(), "--netpolicy-host-netns", l.HostNetNS}
 	if private != "default" {
 		args = append(args, "--egress-private", private)

@@ -8,8 +8,8 @@
 //	attack write PATH         create PATH and write to it
 //	attack ls PATH            list the directory PATH
 //	attack setns PATH         open the namespace file PATH, setns(CLONE_NEWNET)
-//	attack nft                list nftables tables (prints whether "inet runner" is visible),
-//	                          then try to delete table inet runner and add one
+//	attack nft [TABLE]        list nftables tables (prints whether "inet TABLE" is visible),
+//	                          then try to delete table inet TABLE (default runner) and add one
 //	attack route              add a route (203.0.113.0/24 on lo)
 //	attack link               set lo down
 //	attack unix PATH          connect to the unix socket PATH
@@ -64,7 +64,11 @@ func main() {
 	case "setns":
 		out = setns(arg(1))
 	case "nft":
-		out = nft()
+		table := "runner"
+		if len(os.Args) > 2 {
+			table = os.Args[2]
+		}
+		out = nft(table)
 	case "route":
 		out = route()
 	case "link":
@@ -156,10 +160,10 @@ func setns(path string) string {
 	return step("setns", unix.Setns(fd, unix.CLONE_NEWNET))
 }
 
-// nft reports whether the table inet runner (runnerd's rules, in the
-// host's namespace) is visible from here, then tries to delete it and to
-// add a table of its own.
-func nft() string {
+// nft reports whether the table inet TABLE (runnerd's rules, in the
+// host's namespace; GET /v1/info's network_table) is visible from here,
+// then tries to delete it and to add a table of its own.
+func nft(table string) string {
 	c, err := nftables.New()
 	if err != nil {
 		return step("netlink", err)
@@ -167,7 +171,7 @@ func nft() string {
 	visible := false
 	tables, err := c.ListTables()
 	for _, t := range tables {
-		if t.Name == "runner" {
+		if t.Name == table {
 			visible = true
 		}
 	}
@@ -175,7 +179,7 @@ func nft() string {
 	if err != nil {
 		list = step("list", err)
 	}
-	c.DelTable(&nftables.Table{Name: "runner", Family: nftables.TableFamilyINet})
+	c.DelTable(&nftables.Table{Name: table, Family: nftables.TableFamilyINet})
 	del := step("del", c.Flush())
 	c.AddTable(&nftables.Table{Name: "attack", Family: nftables.TableFamilyINet})
 	add := step("add", c.Flush())
