@@ -7,12 +7,14 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentrunner/runner/wire"
+	"golang.org/x/sys/unix"
 )
 
 // stdinAt is POST .../stdin with the Runner-Stdin-Offset header.
@@ -44,11 +46,28 @@ func (a *api) stdinCount(sandbox, id string) int64 {
 	return n
 }
 
+// pipeHolds is how many bytes wait in the stdin pipe of process pid
+// (read through a second read end of it, never read from).
+func pipeHolds(t *testing.T, pid int) int {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/fd/0", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCINQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // cutStdinWrite sends a stdin write at off on a connection of its own
 // and closes it without reading the answer: after sending all but the
-// last byte of p (cut mid-body), or after all of p and a pause in which
-// runnerd is writing it to a command that does not read (cut mid-write).
-func (a *api) cutStdinWrite(sandbox, id string, off int64, p []byte, midBody bool) {
+// last byte of p (cut mid-body), or after all of p once runnerd is
+// writing it to command pid, which does not read (cut mid-write: the
+// pipe holds more than before).
+func (a *api) cutStdinWrite(sandbox, id string, pid int, off int64, p []byte, midBody bool) {
 	a.t.Helper()
 	c, err := net.Dial("tcp", strings.TrimPrefix(a.base, "http://"))
 	if err != nil {
@@ -62,8 +81,14 @@ func (a *api) cutStdinWrite(sandbox, id string, off int64, p []byte, midBody boo
 		time.Sleep(200 * time.Millisecond)
 		return
 	}
+	before := pipeHolds(a.t, pid)
 	c.Write(p)
-	time.Sleep(700 * time.Millisecond)
+	for deadline := time.Now().Add(20 * time.Second); pipeHolds(a.t, pid) == before; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			a.t.Fatal("runnerd wrote nothing of the write into the command's stdin")
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // the pipe is full: the write waits
 }
 
 // TestStdinOffsetExactlyOnce: stdin writes carrying Runner-Stdin-Offset
@@ -110,12 +135,12 @@ func TestStdinOffsetExactlyOnce(t *testing.T) {
 	for i := range body1 {
 		body1[i] = byte(rand.IntN(256))
 	}
-	a.cutStdinWrite("box", s.ID, 5, body1, true)
+	a.cutStdinWrite("box", s.ID, s.PID, 5, body1, true)
 	if n := a.stdinCount("box", s.ID); n != 5 {
 		t.Fatalf("stdin count after a write cut mid-body: %d, want 5", n)
 	}
 	// Cut mid-write: the pipe (64 KiB) took a prefix.
-	a.cutStdinWrite("box", s.ID, 5, body1, false)
+	a.cutStdinWrite("box", s.ID, s.PID, 5, body1, false)
 	cut := a.stdinCount("box", s.ID)
 	if cut <= 5 || cut >= 5+int64(len(body1)) {
 		t.Fatalf("stdin count after a write cut mid-write: %d, want a prefix of the %d bytes past 5", cut, len(body1))
