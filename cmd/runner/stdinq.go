@@ -237,7 +237,10 @@ func (f *stdinForwarder) send(ctx context.Context, p []byte) error {
 	}
 	if f.off == offsetUnknown {
 		n, err := f.c.WriteStdinAt(wctx, f.name, f.id, 0, nil)
-		if err != nil {
+		switch {
+		case errors.Is(err, adapter.ErrNotSupported):
+			n = -1 // a session supervisor older than offsets
+		case err != nil:
 			return err
 		}
 		f.off = n
@@ -249,6 +252,11 @@ func (f *stdinForwarder) send(ctx context.Context, p []byte) error {
 		return f.c.WriteStdin(wctx, f.name, f.id, p)
 	}
 	n, err := f.c.WriteStdinAt(wctx, f.name, f.id, f.off, p)
+	if errors.Is(err, adapter.ErrNotSupported) {
+		// Nothing was written (501); the session cannot take offsets.
+		f.off = offsetNone
+		return f.c.WriteStdin(wctx, f.name, f.id, p)
+	}
 	if err != nil {
 		return err
 	}
