@@ -213,6 +213,45 @@ func (c *Client) WriteStdin(ctx context.Context, sandbox, id string, p []byte) e
 	return c.do(ctx, call{method: http.MethodPost, path: apiPath("sandboxes", sandbox, "sessions", id, "stdin"), raw: p}, nil)
 }
 
+// WriteStdinAt calls POST .../stdin with the Runner-Stdin-Offset header:
+// p follows the first off stdin bytes of the session. runnerd skips what
+// the command already got and refuses a gap (adapter.ErrInvalid, 409),
+// so after a failure that may have delivered part of p (runnerd killed
+// mid-request, a cut connection, 503 uncertain) sending the same p with
+// the same off again delivers each byte exactly once. An empty p writes
+// nothing: it is how a caller learns the count to start from (off 0).
+// It returns the session's stdin count after the write, or -1 when
+// runnerd predates offsets (it then wrote p as a plain write, and a
+// resend would not be deduplicated).
+func (c *Client) WriteStdinAt(ctx context.Context, sandbox, id string, off int64, p []byte) (int64, error) {
+	if len(p) > wire.MaxStdinBody {
+		return 0, invalidf("stdin write of %d bytes exceeds %d", len(p), wire.MaxStdinBody)
+	}
+	if off < 0 {
+		return 0, invalidf("stdin offset %d is negative", off)
+	}
+	if p == nil {
+		p = []byte{}
+	}
+	var h http.Header
+	err := c.do(ctx, call{
+		method: http.MethodPost, path: apiPath("sandboxes", sandbox, "sessions", id, "stdin"), raw: p,
+		header: http.Header{wire.HeaderStdinOffset: {strconv.FormatInt(off, 10)}}, respHeader: &h,
+	}, nil)
+	if err != nil {
+		return 0, err
+	}
+	v := h.Get(wire.HeaderStdinOffset)
+	if v == "" {
+		return -1, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < off+int64(len(p)) {
+		return 0, unavailablef("stdin write: %s %q after a write of %d bytes at %d", wire.HeaderStdinOffset, v, len(p), off)
+	}
+	return n, nil
+}
+
 // CloseStdin calls POST .../close-stdin: a real EOF, once.
 func (c *Client) CloseStdin(ctx context.Context, sandbox, id string) error {
 	return c.do(ctx, call{method: http.MethodPost, path: apiPath("sandboxes", sandbox, "sessions", id, "close-stdin")}, nil)

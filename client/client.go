@@ -238,6 +238,10 @@ type call struct {
 	unbounded bool
 	// status, when not nil, receives the 2xx status.
 	status *int
+	// header is sent with the request; respHeader, when not nil,
+	// receives the 2xx answer's header.
+	header     http.Header
+	respHeader *http.Header
 }
 
 // do performs a non-streaming call under the request deadline and decodes
@@ -272,6 +276,9 @@ func (c *Client) do(ctx context.Context, cl call, out any) error {
 		req.Header.Set("Content-Type", ctype)
 	}
 	c.header(req.Header, cl.noAuth)
+	for k, v := range cl.header {
+		req.Header[k] = v
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return transportErr(ctx, op, err)
@@ -282,6 +289,9 @@ func (c *Client) do(ctx context.Context, cl call, out any) error {
 	}
 	if cl.status != nil {
 		*cl.status = resp.StatusCode
+	}
+	if cl.respHeader != nil {
+		*cl.respHeader = resp.Header
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
 	if err != nil {

@@ -447,6 +447,27 @@ func (s *server) writeStdin(ctx context.Context, ss registry.Session, data []byt
 	})
 }
 
+// writeStdinAt writes data as the stdin bytes that follow the first off
+// (shim.Client.WriteStdinAt) and returns the shim's count after it. An
+// empty body writes nothing and answers the count (off must not be past
+// it). A gap is 409 invalid; a shim that predates offsets (started by an
+// older runnerd) is not_supported.
+func (s *server) writeStdinAt(ctx context.Context, ss registry.Session, off int64, data []byte) (int64, error) {
+	var count int64
+	err := s.controlShim(ctx, ss, func(ctx context.Context, c *shim.Client) error {
+		var err error
+		count, err = c.WriteStdinAt(ctx, off, data)
+		return err
+	})
+	switch {
+	case errors.Is(err, shim.ErrStdinGap):
+		return 0, errConflict("%v", err)
+	case errors.Is(err, shim.ErrNoStdinOffsets):
+		return 0, errNotSupported("%s: this session's supervisor predates stdin offsets; write without one", wire.HeaderStdinOffset)
+	}
+	return count, err
+}
+
 // closeStdin closes the command's stdin (a real EOF, once).
 func (s *server) closeStdin(ctx context.Context, ss registry.Session) error {
 	return s.controlShim(ctx, ss, func(ctx context.Context, c *shim.Client) error { return c.CloseStdin(ctx) })

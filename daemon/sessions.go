@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -77,6 +78,15 @@ func (s *server) handleStdin(w http.ResponseWriter, r *http.Request) {
 	// The session is looked up (and its incarnation checked) before the
 	// body is read: a request for a session that is not there, not the
 	// caller's, or ended costs no MaxStdinBody buffer.
+	off := int64(-1) // no offset: a plain write
+	if v := r.Header.Get(wire.HeaderStdinOffset); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			s.writeError(w, r, errInvalid("%s %q: want a count of bytes", wire.HeaderStdinOffset, v))
+			return
+		}
+		off = n
+	}
 	ss, err := s.stdinSession(r.Context(), r.PathValue("name"), r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
@@ -106,7 +116,15 @@ func (s *server) handleStdin(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errUnavailable("stdin write abandoned: %v", err))
 		return
 	}
-	s.writeNoContent(w, r, s.writeStdin(r.Context(), ss, body))
+	if off < 0 {
+		s.writeNoContent(w, r, s.writeStdin(r.Context(), ss, body))
+		return
+	}
+	count, err := s.writeStdinAt(r.Context(), ss, off, body)
+	if err == nil {
+		w.Header().Set(wire.HeaderStdinOffset, strconv.FormatInt(count, 10))
+	}
+	s.writeNoContent(w, r, err)
 }
 
 func (s *server) handleCloseStdin(w http.ResponseWriter, r *http.Request) {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -271,6 +272,71 @@ func (c *Client) WriteStdin(ctx context.Context, p []byte) error {
 			return nil
 		}
 	}
+}
+
+// WriteStdinAt writes p to the command's stdin as the bytes that follow
+// the first off stdin bytes of the session, and returns the shim's count
+// of stdin bytes written once it is done. What the command already got
+// (off behind the count: an earlier write of the same bytes that the
+// caller could not confirm) is skipped, so sending the same bytes with
+// the same offset again until one call succeeds delivers each exactly
+// once. An off past the count is refused with ErrStdinGap, and nothing
+// is written. Errors are WriteStdin's, and ErrNoStdinOffsets from a shim
+// that predates offsets.
+func (c *Client) WriteStdinAt(ctx context.Context, off int64, p []byte) (int64, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("write stdin at %d: %w: negative offset", off, ErrInvalid)
+	}
+	for {
+		n := min(len(p), maxStdinAtChunk)
+		body := binary.BigEndian.AppendUint64(make([]byte, 0, 8+n), uint64(off))
+		body = append(body, p[:n]...)
+		count, err := c.stdinCall(ctx, "write stdin", opWriteAt, body)
+		if err != nil {
+			return 0, err
+		}
+		off += int64(n)
+		p = p[n:]
+		if len(p) == 0 {
+			return count, nil
+		}
+	}
+}
+
+// StdinCount is the count of bytes the command's stdin has been given
+// so far (by every write, acknowledged or cut short). ErrExited once the
+// command has ended.
+func (c *Client) StdinCount(ctx context.Context) (int64, error) {
+	return c.stdinCall(ctx, "stdin count", opWrite, nil)
+}
+
+// stdinCall runs a write request whose OK answer is the stdin count.
+func (c *Client) stdinCall(ctx context.Context, name string, op byte, body []byte) (int64, error) {
+	st, resp, err := c.call(ctx, &c.stdin, op, body)
+	if errors.Is(err, errGone) {
+		_, err = c.fromDisk(err)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	if st == stError {
+		var e errBody
+		json.Unmarshal(resp, &e)
+		switch {
+		case e.Code == codeInvalid && strings.HasPrefix(e.Detail, "stdin offset"):
+			return 0, fmt.Errorf("%s: %w: %s", name, ErrStdinGap, e.Detail)
+		case e.Code == codeInvalid && strings.HasPrefix(e.Detail, "unknown op"):
+			return 0, fmt.Errorf("%s: %w", name, ErrNoStdinOffsets)
+		}
+	}
+	if err := answer(name, st, resp); err != nil {
+		return 0, err
+	}
+	if len(resp) != 8 {
+		// An older shim answers a write with no body.
+		return 0, fmt.Errorf("%s: %w", name, ErrNoStdinOffsets)
+	}
+	return int64(binary.BigEndian.Uint64(resp)), nil
 }
 
 // CloseStdin delivers a real end of file to the command, once; a repeat is

@@ -91,9 +91,13 @@ func (s *server) serveConn(c *net.UnixConn) {
 		var st byte
 		var resp []byte
 		usable := true
-		if op == opWrite && len(body) > 0 {
+		if (op == opWrite && len(body) > 0) || (op == opWriteAt && len(body) > 8) {
 			gone, stop := watchGone(c)
-			st, resp = s.writeStdin(body, gone)
+			if op == opWrite {
+				st, resp = s.writeStdin(body, gone)
+			} else {
+				st, resp = s.writeStdinAt(int64(binary.BigEndian.Uint64(body)), body[8:], gone)
+			}
 			usable = stop()
 		} else {
 			st, resp = s.handle(op, body)
@@ -120,9 +124,14 @@ func (s *server) handle(op byte, body []byte) (byte, []byte) {
 	switch op {
 	case opWrite:
 		if len(body) == 0 {
-			return stOK, nil
+			return stOK, s.stdinCount() // a probe: where stdin stands
 		}
 		return s.writeStdin(body, nil) // serveConn watches its caller (watchGone)
+	case opWriteAt:
+		if len(body) < 8 {
+			return stError, errorBody(codeInvalid, "write_at wants an offset")
+		}
+		return s.writeStdinAt(int64(binary.BigEndian.Uint64(body)), body[8:], nil)
 	case opCloseStdin:
 		return s.closeStdin()
 	case opResize:
@@ -192,6 +201,48 @@ func (s *server) writeStdin(p []byte, gone <-chan struct{}) (byte, []byte) {
 		return abandoned(0, len(p))
 	}
 	defer func() { <-s.stdinTurn }()
+	return s.writeStdinTurn(p, gone)
+}
+
+// stdinCount is the answer body of a write: the count of stdin bytes
+// written so far, big-endian uint64.
+func (s *server) stdinCount() []byte {
+	return binary.BigEndian.AppendUint64(nil, uint64(s.stdinBytes.Load()))
+}
+
+// writeStdinAt is writeStdin for a caller that says where its bytes go:
+// off is the count of stdin bytes that precede p, as the caller knows it.
+// The shim's count (stdinBytes) is the truth: when off is behind it, the
+// first count-off bytes of p already reached the command (a write the
+// caller could not confirm, sent again) and are skipped; when all of p
+// did, nothing is written and the answer is OK. When off is ahead of the
+// count, bytes the caller believes sent never arrived: the write is
+// refused (invalid, nothing written), since writing p would lose them
+// silently. So a caller that sends the same bytes again with the same
+// offset until one answer says OK delivers each byte exactly once, even
+// across runnerd restarts: the count lives in the shim.
+func (s *server) writeStdinAt(off int64, p []byte, gone <-chan struct{}) (byte, []byte) {
+	select {
+	case s.stdinTurn <- struct{}{}:
+	case <-gone:
+		return abandoned(0, len(p))
+	}
+	defer func() { <-s.stdinTurn }()
+	n := s.stdinBytes.Load()
+	switch {
+	case off < 0 || off > n:
+		return stError, errorBody(codeInvalid, fmt.Sprintf("stdin offset %d is past the %d bytes written: a gap", off, n))
+	case off+int64(len(p)) <= n:
+		return stOK, s.stdinCount() // all of it was delivered before
+	}
+	if s.isExited() {
+		return stExited, nil
+	}
+	return s.writeStdinTurn(p[n-off:], gone)
+}
+
+// writeStdinTurn writes p for a caller that holds the stdin turn.
+func (s *server) writeStdinTurn(p []byte, gone <-chan struct{}) (byte, []byte) {
 	if s.stdinClosed {
 		return stExited, []byte(codeClosed)
 	}
@@ -210,6 +261,7 @@ func (s *server) writeStdin(p []byte, gone <-chan struct{}) (byte, []byte) {
 		}
 	}()
 	n, err := s.stdin.Write(p)
+	s.stdinBytes.Add(int64(n))
 	close(written)
 	<-watched
 	if interrupted {
@@ -223,7 +275,7 @@ func (s *server) writeStdin(p []byte, gone <-chan struct{}) (byte, []byte) {
 		s.atLineStart = p[n-1] == '\n' || p[n-1] == '\r'
 	}
 	if err == nil {
-		return stOK, nil
+		return stOK, s.stdinCount()
 	}
 	if s.isExited() {
 		return stExited, nil

@@ -28,11 +28,14 @@ const (
 	// MaxStdinChunk is the largest stdin payload of one request; the
 	// client splits larger writes into chunks of this size, in order.
 	MaxStdinChunk = maxBody
+	// maxStdinAtChunk is the largest stdin payload of one opWriteAt
+	// request: its body also holds the 8-byte offset.
+	maxStdinAtChunk = maxBody - 8
 )
 
 // Request ops.
 const (
-	opWrite      = 1 // body: raw stdin bytes (1..MaxStdinChunk)
+	opWrite      = 1 // body: raw stdin bytes (0..MaxStdinChunk); answer: count uint64
 	opCloseStdin = 2 // body: empty
 	opResize     = 3 // body: rows uint16, cols uint16 (big-endian)
 	opSignal     = 4 // body: signal number uint32
@@ -40,11 +43,16 @@ const (
 	opStatus     = 6 // body: empty
 	opOffsetAt   = 7 // body: JSON {"stream":"stdout","time":"RFC 3339"}
 	opMarks      = 8 // body: JSON {"stream":"stdout","from":N}; answer: JSON wire.Marks
+	// opWriteAt is opWrite with the caller's idea of where its bytes go:
+	// body: offset uint64 (the stdin bytes that precede these), then raw
+	// stdin bytes (0..maxStdinAtChunk); answer: count uint64. What the
+	// command already got is skipped, a gap is refused (writeStdinAt).
+	opWriteAt = 9
 )
 
 // Response statuses.
 const (
-	stOK     = 0 // body: op-specific (terminate: exit JSON; status: Status JSON; offset_at: int64)
+	stOK     = 0 // body: op-specific (terminate: exit JSON; status: Status JSON; offset_at: int64; write, write_at: the stdin count uint64)
 	stExited = 1 // the command has ended (or stdin was closed); body: empty or a reason
 	stError  = 2 // body: JSON {"code": "...", "detail": "..."}
 )

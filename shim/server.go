@@ -57,6 +57,12 @@ type server struct {
 	// held by resize, signal, terminate or status.
 	stdinTurn   chan struct{}
 	stdinClosed bool
+	// stdinBytes counts the bytes written to the command's stdin by every
+	// write (acknowledged or abandoned); written under stdinTurn, read
+	// without it. It is what an offset write (opWriteAt) is checked
+	// against, and it lives as long as the command, across runnerd's
+	// restarts.
+	stdinBytes  atomic.Int64
 	atLineStart bool // TTY: the last stdin byte was '\n' (or none yet)
 
 	exited  chan struct{} // closed once the child is reaped

@@ -323,7 +323,20 @@ var (
 	// ErrWriteFailed is returned by Terminate's wait when the shim reports
 	// that it cannot write the journal.
 	ErrWriteFailed = errors.New("journal write failed")
+	// ErrStdinGap is returned by WriteStdinAt when its offset is past the
+	// bytes the command's stdin got: nothing was written. It matches
+	// ErrInvalid too.
+	ErrStdinGap error = stdinGapError{}
+	// ErrNoStdinOffsets is returned by WriteStdinAt and StdinCount when
+	// the shim predates offset writes (it was started by an older
+	// runnerd and outlived it).
+	ErrNoStdinOffsets = errors.New("shim predates stdin offsets")
 )
+
+type stdinGapError struct{}
+
+func (stdinGapError) Error() string        { return "stdin offset gap" }
+func (stdinGapError) Is(target error) bool { return target == ErrInvalid }
 
 type stdinClosedError struct{}
 

@@ -28,6 +28,13 @@ const (
 	// HeaderStreamStart is the offset of the first body byte of a stream
 	// read (the cursor, or what since resolved to).
 	HeaderStreamStart = "Runner-Stream-Start"
+	// HeaderStdinOffset, on a POST .../stdin request, is the count of the
+	// session's stdin bytes that precede the body (decimal): runnerd
+	// skips what the command already got and refuses a gap (409
+	// invalid), so a write sent again with the same offset is delivered
+	// once. On the 204 answer to such a write it is the count after it.
+	// See docs/protocol.md, "Exactly once".
+	HeaderStdinOffset = "Runner-Stdin-Offset"
 )
 
 // QueryIncarnation is the optional query parameter of every

@@ -4,13 +4,17 @@ package main
 // to the session in order, and what is typed while runnerd restarts is
 // kept (bounded) and delivered once it serves again, exactly once.
 //
-// Exactly once holds because a write is sent again only after a
-// failure that proves nothing was delivered: a connection nothing
-// accepted (runnerd down or not yet serving: client.Refused) or an
-// answer runnerd gave without acting (503 without uncertain). A write
-// cut in flight (runnerd killed mid-request) may have been delivered:
-// it is not resent, and runner says the input may not have reached the
-// session.
+// Exactly once holds because every write carries its offset (the count
+// of the session's stdin bytes before it, Runner-Stdin-Offset): the
+// session's shim, which outlives runnerd, skips what the command already
+// got. So a write whose fate is unknown (runnerd killed mid-request, a
+// cut connection, 503 uncertain) is sent again, the same bytes at the
+// same offset, until an answer says it was delivered. The first offset
+// comes from an empty write at 0, which answers the count. Against a
+// runnerd that predates offsets, a write is sent again only after a
+// failure that proves nothing was delivered (a refused connection, 503
+// without uncertain); one cut in flight is not resent, and runner says
+// the input may not have reached the session.
 
 import (
 	"context"
@@ -163,6 +167,9 @@ type stdinForwarder struct {
 	useKey   bool // interactive and a detach key is set
 	notice   func(string)
 	q        *stdinQueue
+	// off is the session's stdin count where the next write goes
+	// (owned by write), offsetUnknown or offsetNone.
+	off int64
 }
 
 // read copies runner's stdin into the queue until EOF, a read error or
@@ -201,10 +208,70 @@ func (f *stdinForwarder) read(ctx context.Context, detached chan<- struct{}) {
 	}
 }
 
+// offsetUnknown and offsetNone are the states of stdinForwarder.off
+// besides a count: not learnt yet, and runnerd predates offsets.
+const (
+	offsetUnknown = -1
+	offsetNone    = -2
+)
+
+// resendable reports whether a failed write with an offset may be sent
+// again as is: runnerd did not answer (down, restarting, cut), or
+// answered that it could not act now. The offset makes a resend
+// harmless whatever reached the command.
+func resendable(err error) bool {
+	return client.Refused(err) || errors.Is(err, adapter.ErrUnavailable) || errors.Is(err, adapter.ErrRateLimited)
+}
+
+// send delivers p (or, for nil, EOF): with an offset once f.off is
+// known, learning it first (an empty write at 0 answers the count), and
+// holds the count the answer gives.
+func (f *stdinForwarder) send(ctx context.Context, p []byte) error {
+	wctx, cancel := f.e.callCtx(ctx)
+	defer cancel()
+	if p == nil {
+		if f.tty {
+			return nil
+		}
+		return f.c.CloseStdin(wctx, f.name, f.id)
+	}
+	if f.off == offsetUnknown {
+		n, err := f.c.WriteStdinAt(wctx, f.name, f.id, 0, nil)
+		switch {
+		case errors.Is(err, adapter.ErrNotSupported):
+			n = -1 // a session supervisor older than offsets
+		case err != nil:
+			return err
+		}
+		f.off = n
+		if n < 0 {
+			f.off = offsetNone
+		}
+	}
+	if f.off == offsetNone {
+		return f.c.WriteStdin(wctx, f.name, f.id, p)
+	}
+	n, err := f.c.WriteStdinAt(wctx, f.name, f.id, f.off, p)
+	if errors.Is(err, adapter.ErrNotSupported) {
+		// Nothing was written (501); the session cannot take offsets.
+		f.off = offsetNone
+		return f.c.WriteStdin(wctx, f.name, f.id, p)
+	}
+	if err != nil {
+		return err
+	}
+	f.off = n
+	if n < 0 { // runnerd was replaced by one that predates offsets
+		f.off = offsetNone
+	}
+	return nil
+}
+
 // write delivers the queue in order until ctx ends, the command exits,
 // or EOF was delivered (close-stdin for a pipes session).
 func (f *stdinForwarder) write(ctx context.Context) {
 	defer f.q.stop()
+	f.off = offsetUnknown
 	waiting := false // a "kept until runnerd is back" notice was given
 	var lostAt time.Time
 	backoff := 100 * time.Millisecond
@@ -218,14 +285,11 @@ func (f *stdinForwarder) write(ctx context.Context) {
 				continue
 			}
 		}
-		var err error
-		wctx, cancel := f.e.callCtx(ctx)
-		if p != nil {
-			err = f.c.WriteStdin(wctx, f.name, f.id, p)
-		} else if !f.tty {
-			err = f.c.CloseStdin(wctx, f.name, f.id)
-		}
-		cancel()
+		err := f.send(ctx, p)
+		// With an offset (or none needed: learning it, closing stdin,
+		// which is idempotent) any failure that is runnerd's absence is
+		// sent again; without one only a provable non-delivery is.
+		again := notDelivered(err) || (resendable(err) && (f.off != offsetNone || p == nil))
 		switch {
 		case ctx.Err() != nil, errors.Is(err, adapter.ErrCommandExited):
 			return // the exit frame follows
@@ -240,13 +304,20 @@ func (f *stdinForwarder) write(ctx context.Context) {
 			}
 			f.q.pop()
 			continue
-		case notDelivered(err):
+		case again:
 			if lostAt.IsZero() {
 				lostAt = time.Now()
 			}
 			if reconnectGiveUp(lostAt) {
-				f.notice("input did not reach the session: " + oneLine(detailOf(err)))
+				if notDelivered(err) {
+					f.notice("input did not reach the session: " + oneLine(detailOf(err)))
+				} else {
+					f.notice("input may not have reached the session: " + oneLine(detailOf(err)))
+				}
 				f.q.clear()
+				if f.off >= 0 {
+					f.off = offsetUnknown // learnt again before the next write
+				}
 				lostAt, waiting = time.Time{}, false
 				continue
 			}
@@ -262,10 +333,13 @@ func (f *stdinForwarder) write(ctx context.Context) {
 			backoff = min(backoff*2, time.Second)
 			continue
 		}
-		// It may have reached the command: never sent twice.
+		// It may have reached the command, in part: never sent twice.
 		f.notice("input may not have reached the session: " + oneLine(detailOf(err)))
 		if p == nil {
 			return
+		}
+		if f.off >= 0 {
+			f.off = offsetUnknown
 		}
 		f.q.pop()
 	}
