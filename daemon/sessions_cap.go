@@ -305,8 +305,10 @@ func (s *server) sessionCap(ctx context.Context, name, id string) error {
 // shims of sessions whose command has ended: a shim syncs its journal and
 // writes the exit record, then exits, within milliseconds, and an exec
 // that follows the previous one's answer must not be refused for that
-// moment. A session still running is never waited for.
-const endingGrace = time.Second
+// moment. A session still running, or whose command ended longer ago
+// than twice this (its shim waits for processes the command left), is
+// never waited for.
+const endingGrace = 2 * time.Second
 
 // awaitEnding waits, at most endingGrace, until a shim of sandbox name
 // whose command has ended (its journal holds the exit record) has
@@ -323,7 +325,11 @@ func (s *server) awaitEnding(ctx context.Context, name string) bool {
 	s.book.mu.Unlock()
 	var ending []string
 	for _, dir := range dirs {
-		if st, err := shim.ReadStatus(dir); err == nil && st.State == shim.StateExited {
+		// Only a command that ended a moment ago: a shim that outlives
+		// its command by more (processes it started still run) is not
+		// about to go, and waiting for it would hold the lock for nothing.
+		if st, err := shim.ReadStatus(dir); err == nil && st.State == shim.StateExited &&
+			st.Exit != nil && time.Since(st.Exit.Time) < 2*endingGrace {
 			ending = append(ending, dir)
 		}
 	}
@@ -420,10 +426,17 @@ func (s *server) collectForJournal(ctx context.Context, sb registry.Sandbox) {
 	if err := s.bookOf(sb.Name); err != nil {
 		return // journalCap answers
 	}
-	s.collectOldest(ctx, sb.Name, "journal_cap", func(int) bool {
+	full := func(int) bool {
 		_, used, err := s.ensureBudget(sb)
 		return err == nil && used >= max
-	})
+	}
+	s.collectOldest(ctx, sb.Name, "journal_cap", full)
+	// A session whose command just ended (a terminate answered, an exec
+	// right after) keeps its shim a moment: wait for it, as the running
+	// cap does, and collect again.
+	if full(0) && s.awaitEnding(ctx, sb.Name) {
+		s.collectOldest(ctx, sb.Name, "journal_cap", full)
+	}
 }
 
 // collectOldest deletes sandbox name's oldest ended sessions while over
