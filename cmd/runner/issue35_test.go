@@ -148,44 +148,9 @@ func TestExecBrokenPipe(t *testing.T) {
 	t.Run("attach leaves the session running", func(t *testing.T) {
 		d.ok(t, "spawn", box, "--id", "spawned", "--", "sh", "-c", "yes | head -c 100000000; sleep 60")
 		t.Cleanup(func() { d.cli(t, nil, "terminate", box, "spawned", "--grace", "100ms") })
-		r, w, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(filepath.Join(binDir, "runner"), "attach", box, "spawned")
-		cmd.Env, cmd.Stdout = d.env(), w
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		w.Close()
-		if _, err := bufio.NewReader(r).ReadString('\n'); err != nil {
-			t.Fatal(err)
-		}
-		r.Close()
-		waitBounded(t, cmd)
-		if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); ws.Signaled() || cmd.ProcessState.ExitCode() != 141 {
-			t.Errorf("attach: %v; want exit status 141", cmd.ProcessState)
-		}
-		// logs -f | head: the same exit, the session untouched.
-		for _, args := range [][]string{{"logs", box, "spawned", "-f"}, {"logs", box, "spawned", "--stream", "stdout", "-f"}} {
-			r, w, err := os.Pipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			cmd := exec.Command(filepath.Join(binDir, "runner"), args...)
-			cmd.Env, cmd.Stdout = d.env(), w
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			w.Close()
-			if _, err := bufio.NewReader(r).ReadString('\n'); err != nil {
-				t.Fatal(err)
-			}
-			r.Close()
-			waitBounded(t, cmd)
-			if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); ws.Signaled() || cmd.ProcessState.ExitCode() != 141 {
-				t.Errorf("runner %s | head: %v; want exit status 141", strings.Join(args, " "), cmd.ProcessState)
-			}
+		// attach | head, logs -f | head: exit 141, the session untouched.
+		for _, args := range [][]string{{"attach", box, "spawned"}, {"logs", box, "spawned", "-f"}, {"logs", box, "spawned", "--stream", "stdout", "-f"}} {
+			headOne(t, d, args...)
 		}
 		time.Sleep(300 * time.Millisecond)
 		if s := d.session(t, box, "spawned"); s.State != wire.SessionRunning {
@@ -747,5 +712,30 @@ func TestStdinKeptAcrossRestart(t *testing.T) {
 	}
 	if e := errOut.String(); strings.Contains(e, "did not reach") || !strings.Contains(e, "input is kept and sent once it is back") {
 		t.Errorf("stderr %q: want the kept-input notice, not \"did not reach\"", e)
+	}
+}
+
+// headOne runs runner with args into a pipe whose reader, like head -1,
+// goes away after the first line, and wants runner to exit 141 (not die
+// of the signal) within waitBounded's bound.
+func headOne(t *testing.T, d *daemon, args ...string) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(binDir, "runner"), args...)
+	cmd.Env, cmd.Stdout = d.env(), w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if _, err := bufio.NewReader(r).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	waitBounded(t, cmd)
+	if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); ws.Signaled() || cmd.ProcessState.ExitCode() != 141 {
+		t.Errorf("runner %s | head: %v; want exit status 141", strings.Join(args, " "), cmd.ProcessState)
 	}
 }
