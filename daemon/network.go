@@ -125,6 +125,9 @@ func (s *server) collectNetStats(ch chan<- prometheus.Metric) {
 	counter("runnerd_dns_admission_queue_full_total", "DNS answers refused (SERVFAIL) because the admission writer's queue was full.", st.AdmissionsQueueFull)
 	counter("runnerd_dns_addresses_admitted_total", "Addresses the admission writer added to (or refreshed in) sandboxes' dynamic sets.", st.AddressesAdmitted)
 	counter("runnerd_dns_admission_commits_total", "nftables transactions of the admission writer.", st.AdmissionCommits)
+	counter("runnerd_netpolicy_rule_commits_total", "nftables transactions of the rule writer (every change of runnerd's table: sandboxes' rules, policies, admissions).", st.RuleCommits)
+	counter("runnerd_netpolicy_rule_changes_total", "Changes the rule writer committed (a transaction carries those queued together).", st.RuleChanges)
+	counter("runnerd_netpolicy_rule_batches_retried_total", "Rule writer transactions that failed as a whole and were committed again change by change.", st.RuleBatchesRetried)
 }
 
 // adoptNets runs Setup and SetPolicy for every sandbox with a network, so
