@@ -1,0 +1,331 @@
+package cli
+
+// runner exec and runner run: start a command as a session and follow it
+// as it writes (spawn, then attach), rejoining across runnerd restarts,
+// and exit with its code.
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"syscall"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/client"
+	"github.com/agentrunner/runner/wire"
+)
+
+// newID returns a session id for exec, so that runner can name the session
+// if the answer never arrives.
+func newID(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// execJSON is what exec --json prints. stdout and stderr are raw bytes,
+// so they are base64 (standard encoding, with padding), and the field
+// names say so; the flags are always present.
+type execJSON struct {
+	Session         string    `json:"session"`
+	StdoutBase64    []byte    `json:"stdout_base64"`
+	StderrBase64    []byte    `json:"stderr_base64"`
+	StdoutTruncated bool      `json:"stdout_truncated"`
+	StderrTruncated bool      `json:"stderr_truncated"`
+	TimedOut        bool      `json:"timed_out"`
+	Exit            wire.Exit `json:"exit"`
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+// sameFile reports whether a and b are one open file (a terminal, or
+// one pipe or file after 2>&1): then the order of stdout and stderr is
+// all a reader of it can see, and exec asks for one merged stream.
+func sameFile(a, b *os.File) bool {
+	var sa, sb syscall.Stat_t
+	if syscall.Fstat(int(a.Fd()), &sa) != nil || syscall.Fstat(int(b.Fd()), &sb) != nil {
+		return false
+	}
+	if sa.Mode&syscall.S_IFMT == syscall.S_IFCHR && !term.IsTerminal(int(a.Fd())) {
+		return false // /dev/null: nobody reads it; the journal keeps both streams
+	}
+	return sa.Dev == sb.Dev && sa.Ino == sb.Ino
+}
+
+// retryUnavailable runs call and, while it fails unavailable (runnerd
+// restarting, a cut connection), runs it again for up to reconnectFor,
+// saying so once. Only for calls that are safe to repeat: a spawn with
+// its id, a close-stdin.
+func retryUnavailable(ctx context.Context, e *env, id string, call func(context.Context) error) error {
+	var lostAt time.Time
+	backoff := 250 * time.Millisecond
+	for {
+		cctx, cancel := e.callCtx(ctx)
+		err := call(cctx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, adapter.ErrUnavailable) {
+			return err
+		}
+		var api *client.APIError
+		if errors.As(err, &api) && api.Exhausted {
+			return err // nothing was created; waiting does not make room
+		}
+		if lostAt.IsZero() {
+			lostAt = time.Now()
+			msg := fmt.Sprintf("connection to runnerd lost; rejoining session %s (the command keeps running)...", id)
+			if e.g.json {
+				writeJSONWarning(e, msg)
+			} else {
+				fmt.Fprintf(e.io.err, "runner: %s\n", msg)
+			}
+		} else if reconnectGiveUp(lostAt) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 2*time.Second)
+	}
+}
+
+// execFlags are exec's and run's flags.
+type execFlags struct {
+	env            envFlags
+	cwd, id, dkey  *string
+	stdin, tty     *bool
+	maxTime        *time.Duration
+	ttyDefaultAuto bool // run: -t and -i default to "runner's stdin is a terminal"
+}
+
+func registerExecFlags(fs *flag.FlagSet, f *execFlags) {
+	registerEnvFlags(fs, &f.env)
+	f.cwd = fs.String("cwd", "", "working directory, relative to the workspace")
+	f.id = fs.String("id", "", "session id (default: exec-<random>); a retry with the same id never runs twice")
+	f.stdin = fs.Bool("i", false, "interactive: send runner's stdin to the command as it is typed or read (its EOF closes the command's stdin)")
+	f.tty = fs.Bool("t", false, "run the command on a terminal (a PTY); with -i this terminal becomes it (raw mode, size followed)")
+	f.dkey = fs.String("detach-key", "ctrl-]", `with -it: the key that detaches, leaving the command running: ctrl-X, or "none"`)
+	f.maxTime = fs.Duration("max-time", 0, "terminate the command (SIGTERM, SIGKILL 1 s later) after this long (0: no limit)")
+}
+
+func execCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+	f := &execFlags{}
+	registerExecFlags(fs, f)
+	return func(ctx context.Context, e *env, pos, argv []string) error {
+		return execBody(ctx, e, fs, f, "exec "+pos[0], pos[0], argv)
+	}
+}
+
+func runCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+	f := &execFlags{ttyDefaultAuto: true}
+	registerExecFlags(fs, f)
+	return func(ctx context.Context, e *env, pos, argv []string) error {
+		name := pos[0]
+		c, err := e.client()
+		if err != nil {
+			return err
+		}
+		cctx, cancel := e.callCtx(ctx)
+		_, err = c.CreateSandbox(cctx, wire.CreateSandbox{Name: name})
+		cancel()
+		if err != nil {
+			return fail("create "+name, err)
+		}
+		if *f.id != "" {
+			if done, err := rejoin(ctx, e, c, fs, f, name, argv); done {
+				return err
+			}
+		}
+		return execBody(ctx, e, fs, f, "run "+name, name, argv)
+	}
+}
+
+// rejoin is run --id as tmux new -A: a running session of that id and
+// command is attached to, whatever its terminal, size or environment (a
+// spawn --tty shell included); one that has ended is removed, and run
+// starts the command afresh (saying so). done is false when run should
+// go on and start the session (none of that id, or one running another
+// command, which the spawn refuses naming what differs).
+func rejoin(ctx context.Context, e *env, c *client.Client, fs *flag.FlagSet, f *execFlags, name string, argv []string) (done bool, err error) {
+	id, what := *f.id, "run "+name
+	cctx, cancel := e.callCtx(ctx)
+	s, err := c.Session(cctx, name, id)
+	cancel()
+	switch {
+	case errors.Is(err, adapter.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return true, fail(what, err)
+	case s.State == wire.SessionRunning && !slices.Equal(s.Argv, argv):
+		return false, nil
+	case s.State != wire.SessionRunning:
+		msg := fmt.Sprintf("session %s %s; starting it again (its output is replaced)", id, endedText(s))
+		if e.g.json {
+			writeJSONWarning(e, msg)
+		} else {
+			fmt.Fprintf(e.io.err, "runner: %s\n", msg)
+		}
+		dctx, dcancel := context.WithTimeout(ctx, e.g.timeout+10*time.Second)
+		err := c.DeleteSession(dctx, name, id)
+		dcancel()
+		if err != nil {
+			ce := &cliError{what: what, err: err}
+			if r, ok := reasonOf(err); ok && r == wire.ReasonSessionRunning {
+				ce.hint = fmt.Sprintf("processes the old session started still run: runner terminate %s %s, or pick another --id", name, id)
+			}
+			return true, ce
+		}
+		return false, nil
+	}
+	key, useKey, kerr := parseDetachKey(*f.dkey)
+	if kerr != nil {
+		return true, usagef("run", "%v", kerr)
+	}
+	stdin := *f.stdin || !flagsSet(fs)["i"] // run's -i defaults on
+	r, err := e.follow(ctx, c, followOpts{what: what, name: name, id: id, s: s, key: key, useKey: useKey,
+		stdin: stdin, exec: true, maxTime: *f.maxTime})
+	if err != nil {
+		return true, err
+	}
+	return true, e.endOf(ctx, c, what, name, r.frame)
+}
+
+// execBody starts argv as a session of sandbox name and follows it to
+// its end: exec, and run after its create.
+func execBody(ctx context.Context, e *env, fs *flag.FlagSet, f *execFlags, what, name string, argv []string) error {
+	key, useKey, err := parseDetachKey(*f.dkey)
+	if err != nil {
+		return usagef(fs.Name()[len("runner "):], "%v", err)
+	}
+	if *f.maxTime < 0 {
+		return usagef(fs.Name()[len("runner "):], "--max-time %s: want a duration >= 0", *f.maxTime)
+	}
+	tty, stdin := *f.tty, *f.stdin
+	if f.ttyDefaultAuto {
+		set := flagsSet(fs)
+		isTerm := term.IsTerminal(int(e.io.in.Fd()))
+		if !set["t"] {
+			tty = isTerm
+		}
+		if !set["i"] {
+			stdin = true
+		}
+	}
+	envs, err := f.env.resolve(fs.Name()[len("runner "):])
+	if err != nil {
+		return err
+	}
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+	req := wire.CreateSession{ID: *f.id, Argv: argv, Env: envs, Cwd: *f.cwd, TTY: tty}
+	if req.ID == "" {
+		req.ID = newID("exec-")
+	}
+	if tty {
+		if fd, ok := terminalFd(e); ok {
+			if w, h, err := term.GetSize(fd); err == nil && w > 0 && h > 0 {
+				req.Rows, req.Cols = h, w
+			}
+		}
+	} else if !e.g.json && sameFile(e.io.out, e.io.err) {
+		// Whoever reads runner's output sees one stream: give the
+		// command one pipe, so the order it wrote in is the order shown.
+		req.MergeStderr = true
+	}
+
+	// Ask runnerd once before the spawn: rejoining after a cut
+	// connection is only for a daemon that was there (a runnerd that
+	// never answered is reported at once, not waited for).
+	hctx, hcancel := e.callCtx(ctx)
+	_, herr := c.Health(hctx)
+	hcancel()
+	if herr != nil {
+		return &cliError{what: what, err: herr}
+	}
+
+	var s wire.Session
+	// A session of runner's own random id is this runner's whoever's
+	// attempt created it; one named with --id only when this call did.
+	owned := *f.id == ""
+	attempts, created := 0, false
+	err = retryUnavailable(ctx, e, req.ID, func(cctx context.Context) error {
+		var err error
+		attempts++
+		s, created, err = c.CreateSession(cctx, name, req)
+		owned = owned || created
+		return err
+	})
+	if err == nil && !created && attempts == 1 {
+		// --id named a session that was there before this call (not a
+		// retry of ours): the same request is answered with it, and
+		// nothing runs again. Say so rather than pass it off as a run.
+		execExistingNote(e, name, s)
+	}
+	if err != nil {
+		if xe := startFailure(err, what, name, argv[0]); xe != nil {
+			return xe
+		}
+		ce := &cliError{what: what, err: err}
+		switch _, kind := codeOf(err); kind {
+		case "unavailable":
+			ce.hint = hints(hintFor(err, e.where), fmt.Sprintf(
+				"if runnerd got the request, the outcome is unknown and the command may still run as session %s: runner sessions %s %s", req.ID, name, req.ID))
+		case "not_found":
+			ce.hint = noSandboxHint
+		case "invalid":
+			ce.hint = e.spawnConflictHint(ctx, c, err, name, req)
+		}
+		return ce
+	}
+	if !stdin && !tty {
+		// The command reads EOF at once, as from </dev/null.
+		err := retryUnavailable(ctx, e, req.ID, func(cctx context.Context) error { return c.CloseStdin(cctx, name, s.ID) })
+		if err != nil && !errors.Is(err, adapter.ErrCommandExited) {
+			return &cliError{what: what, err: err, hint: fmt.Sprintf("the command runs with its stdin open: runner close-stdin %s %s", name, s.ID)}
+		}
+	}
+
+	var outBuf, errBuf bytes.Buffer
+	o := followOpts{what: what, name: name, id: s.ID, s: s, key: key, useKey: useKey,
+		stdin: stdin, exec: true, owned: owned, maxTime: *f.maxTime}
+	if e.g.json {
+		o.out, o.errw = &outBuf, &errBuf
+	}
+	r, err := e.follow(ctx, c, o)
+	if err != nil {
+		return err
+	}
+	if r.timedOut && !e.g.json {
+		fmt.Fprintf(e.io.err, "runner: %s: terminated after --max-time %s\n", what, *f.maxTime)
+	}
+	if e.g.json && r.frame.Kind != wire.FrameError {
+		x, err := r.frame.Exit()
+		if err == nil {
+			if r.frame.Kind == wire.FrameLost {
+				x.Reason = wire.ExitLost
+			}
+			if err := e.printJSON(execJSON{Session: s.ID, StdoutBase64: nonNil(outBuf.Bytes()), StderrBase64: nonNil(errBuf.Bytes()),
+				TimedOut: r.timedOut, Exit: x}); err != nil {
+				return err
+			}
+		}
+	}
+	return e.endOf(ctx, c, what, name, r.frame)
+}

@@ -1,0 +1,97 @@
+package cli
+
+// runner limits: show or change a sandbox's limits, the runner command
+// a create conflict points to (never PUT /v1/...).
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+
+	units "github.com/docker/go-units"
+
+	"github.com/agentrunner/runner/wire"
+)
+
+func init() {
+	commands = append(commands, &command{name: "limits", args: "NAME [--memory SIZE] [--cpus N] [--pids N] [--none]", min: 1, max: 1,
+		short: "show or change a sandbox's limits (memory, CPU, pids)",
+		long: `With no flags, prints the sandbox's limits (runner get adds its usage). With flags, changes those
+limits and keeps the others (the flags are create's: --memory 512m, --cpus 1.5,
+--pids 256); --none removes every limit the host does not impose. A running
+sandbox's cgroup gets them at once, its running sessions included (needs
+resource_limits in runner caps); a limit the kernel refuses (memory below what
+the sandbox holds) leaves the old ones in place, and runner prints runnerd's
+reason.
+Examples:
+  runner limits web-1
+  runner limits web-1 --memory 2g --pids 1024`,
+		setup: limitsCmd})
+}
+
+func limitsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+	memory := fs.String("memory", "", "memory limit: 512m, 2g (b, k, m, g; powers of 1024)")
+	cpus := fs.Float64("cpus", 0, "CPU limit in cores: 1.5 is 150 ms of CPU time each 100 ms")
+	pids := fs.Int64("pids", 0, "most tasks (processes and threads) alive at once")
+	none := fs.Bool("none", false, "remove every limit (the host's defaults stay)")
+	return func(ctx context.Context, e *env, pos, _ []string) error {
+		name, what := pos[0], "limits "+pos[0]
+		set := flagsSet(fs)
+		if *none && (set["memory"] || set["cpus"] || set["pids"]) {
+			return usagef("limits", "--none and --memory/--cpus/--pids exclude each other")
+		}
+		c, err := e.client()
+		if err != nil {
+			return err
+		}
+		ctx, cancel := e.callCtx(ctx)
+		defer cancel()
+		sb, err := c.GetSandbox(ctx, name)
+		if err != nil {
+			return fail(what, err)
+		}
+		if *none || set["memory"] || set["cpus"] || set["pids"] {
+			var l wire.Limits
+			if sb.Limits != nil && !*none {
+				l = *sb.Limits
+			}
+			if set["memory"] {
+				n, err := units.RAMInBytes(*memory)
+				if err != nil || n <= 0 {
+					return usagef("limits", "--memory %q: want a size such as 512m or 2g", *memory)
+				}
+				l.MemoryBytes = n
+			}
+			if set["cpus"] {
+				if *cpus <= 0 {
+					return usagef("limits", "--cpus %v: want a number of cores > 0", *cpus)
+				}
+				l.CPUPeriodUS = 100000
+				l.CPUQuotaUS = int64(math.Round(*cpus * 100000))
+			}
+			if set["pids"] {
+				if *pids <= 0 {
+					return usagef("limits", "--pids %d: want a count > 0", *pids)
+				}
+				l.Pids = *pids
+			}
+			if sb, err = c.SetLimits(ctx, name, l); err != nil {
+				ce := &cliError{what: what, err: err}
+				if _, kind := codeOf(err); kind == "not_supported" {
+					ce.hint = "this runnerd does not enforce limits here (resource_limits is not in `runner caps`)"
+				}
+				return ce
+			}
+		}
+		if e.g.json {
+			return e.printJSON(sb)
+		}
+		l := "none"
+		if sb.Limits != nil {
+			l = limitsText(*sb.Limits)
+		}
+		fmt.Fprintf(e.io.out, "%s: %s\n", sb.Name, l)
+		return nil
+	}
+}
