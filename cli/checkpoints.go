@@ -1,5 +1,7 @@
 package cli
 
+// Checkpoints of a sandbox's disk: checkpoint, checkpoints and restore.
+
 import (
 	"context"
 	"flag"
@@ -23,75 +25,18 @@ a second checkpoint after a small change stores little.
 --json prints the checkpoint object.
 Example:
   id=$(runner checkpoint web-1 -m "before the migration")`,
-			setup: func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
-				comment := fs.String("m", "", "a comment stored with the checkpoint")
-				return func(ctx context.Context, e *env, pos, _ []string) error {
-					c, err := e.client()
-					if err != nil {
-						return err
-					}
-					defer e.progress("checkpointing " + pos[0])()
-					ck, err := c.CreateCheckpoint(ctx, pos[0], *comment)
-					if err != nil {
-						return fail("checkpoint "+pos[0], err)
-					}
-					if e.g.json {
-						return e.printJSON(ck)
-					}
-					fmt.Fprintln(e.io.out, ck.ID)
-					return nil
-				}
-			}},
+			setup: checkpointCmd},
 		&command{name: "checkpoints", args: "NAME", min: 1, max: 1,
 			short: "list a sandbox's checkpoints, oldest first",
 			long: `Columns: id, created, size of the files, bytes it added to storage (both in
 units of 1024: KiB, MiB, GiB; --json has the exact bytes), comment.`,
-			setup: func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
-				return func(ctx context.Context, e *env, pos, _ []string) error {
-					c, err := e.client()
-					if err != nil {
-						return err
-					}
-					ctx, cancel := e.callCtx(ctx)
-					defer cancel()
-					list, err := c.Checkpoints(ctx, pos[0])
-					if err != nil {
-						return fail("checkpoints "+pos[0], err)
-					}
-					if e.g.json {
-						return e.printJSON(wire.Checkpoints{Checkpoints: list})
-					}
-					tw := tabwriter.NewWriter(e.io.out, 0, 4, 2, ' ', 0)
-					fmt.Fprintln(tw, "ID\tCREATED\tSIZE\tSTORED\tCOMMENT")
-					for _, ck := range list {
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", ck.ID, when(ck.Created), units.BytesSize(float64(ck.Size)), units.BytesSize(float64(ck.StoredBytes)), ck.Comment)
-					}
-					return tw.Flush()
-				}
-			}},
+			setup: checkpointsCmd},
 		&command{name: "restore", args: "NAME ID", min: 2, max: 2,
 			short: "replace a sandbox's disk with a checkpoint (parks and resumes it)",
 			long: `A running sandbox is parked first (its sessions end as runner suspend ends
 them; their logs stay), its disk replaced in one swap, then resumed. A
 corrupted checkpoint fails restore_failed with the disk unchanged.`,
-			setup: func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
-				return func(ctx context.Context, e *env, pos, _ []string) error {
-					c, err := e.client()
-					if err != nil {
-						return err
-					}
-					defer e.progress("restoring " + pos[0] + " from " + pos[1])()
-					sb, err := c.RestoreCheckpoint(ctx, pos[0], pos[1])
-					if err != nil {
-						return fail("restore "+pos[0], err)
-					}
-					if e.g.json {
-						return e.printJSON(sb)
-					}
-					fmt.Fprintf(e.io.out, "%s restored from %s, %s\n", sb.Name, pos[1], sb.State)
-					return nil
-				}
-			}},
+			setup: restoreCmd},
 	)
 }
 
@@ -127,5 +72,68 @@ func (e *env) progress(what string) (stop func()) {
 	return func() {
 		close(done)
 		<-finished
+	}
+}
+
+func checkpointCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+	comment := fs.String("m", "", "a comment stored with the checkpoint")
+	return func(ctx context.Context, e *env, pos, _ []string) error {
+		c, err := e.client()
+		if err != nil {
+			return err
+		}
+		defer e.progress("checkpointing " + pos[0])()
+		ck, err := c.CreateCheckpoint(ctx, pos[0], *comment)
+		if err != nil {
+			return fail("checkpoint "+pos[0], err)
+		}
+		if e.g.json {
+			return e.printJSON(ck)
+		}
+		fmt.Fprintln(e.io.out, ck.ID)
+		return nil
+	}
+}
+
+func checkpointsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+	return func(ctx context.Context, e *env, pos, _ []string) error {
+		c, err := e.client()
+		if err != nil {
+			return err
+		}
+		ctx, cancel := e.callCtx(ctx)
+		defer cancel()
+		list, err := c.Checkpoints(ctx, pos[0])
+		if err != nil {
+			return fail("checkpoints "+pos[0], err)
+		}
+		if e.g.json {
+			return e.printJSON(wire.Checkpoints{Checkpoints: list})
+		}
+		tw := tabwriter.NewWriter(e.io.out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tCREATED\tSIZE\tSTORED\tCOMMENT")
+		for _, ck := range list {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", ck.ID, when(ck.Created), units.BytesSize(float64(ck.Size)), units.BytesSize(float64(ck.StoredBytes)), ck.Comment)
+		}
+		return tw.Flush()
+	}
+}
+
+func restoreCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+	return func(ctx context.Context, e *env, pos, _ []string) error {
+		c, err := e.client()
+		if err != nil {
+			return err
+		}
+		defer e.progress("restoring " + pos[0] + " from " + pos[1])()
+		sb, err := c.RestoreCheckpoint(ctx, pos[0], pos[1])
+		if err != nil {
+			return fail("restore "+pos[0], err)
+		}
+		if e.g.json {
+			return e.printJSON(sb)
+		}
+		fmt.Fprintf(e.io.out, "%s restored from %s, %s\n", sb.Name, pos[1], sb.State)
+		return nil
 	}
 }

@@ -23,22 +23,7 @@ runner ls -q) where a command takes one. Load it:
   bash:  source <(runner completion bash)      (or save it in /etc/bash_completion.d/runner)
   zsh:   source <(runner completion zsh)       (or save it as _runner on $fpath)
   fish:  runner completion fish | source       (or save it in ~/.config/fish/completions/runner.fish)`,
-		setup: func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
-			return func(ctx context.Context, e *env, pos, _ []string) error {
-				specs := completionSpecs()
-				switch pos[0] {
-				case "bash":
-					writeBash(e.io.out, specs)
-				case "zsh":
-					writeZsh(e.io.out, specs)
-				case "fish":
-					writeFish(e.io.out, specs)
-				default:
-					return usagef("completion", "shell %q: want bash, zsh or fish", pos[0])
-				}
-				return nil
-			}
-		}})
+		setup: completionCmd})
 }
 
 // compFlag is one flag of a command, for completion.
@@ -190,5 +175,22 @@ func writeFish(w io.Writer, specs []compSpec) {
 		if s.sandboxArg {
 			fmt.Fprintf(w, "complete -c runner -n %s -a '(runner ls -q 2>/dev/null)'\n", cond)
 		}
+	}
+}
+
+func completionCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+	return func(ctx context.Context, e *env, pos, _ []string) error {
+		specs := completionSpecs()
+		switch pos[0] {
+		case "bash":
+			writeBash(e.io.out, specs)
+		case "zsh":
+			writeZsh(e.io.out, specs)
+		case "fish":
+			writeFish(e.io.out, specs)
+		default:
+			return usagef("completion", "shell %q: want bash, zsh or fish", pos[0])
+		}
+		return nil
 	}
 }

@@ -329,3 +329,63 @@ func execBody(ctx context.Context, e *env, fs *flag.FlagSet, f *execFlags, what,
 	}
 	return e.endOf(ctx, c, what, name, r.frame)
 }
+
+func init() {
+	commands = append(commands,
+		&command{name: "exec", args: "NAME [-i] [-t] [flags] [--] COMMAND [ARG...]", min: 1, max: 1, argvAfter: 1,
+			short: "run a command, print its output as it writes it, exit with its code",
+			long: `The command runs as a session of its own (listed by runner sessions, its output
+journaled); runner follows it live, stdout to stdout and stderr to stderr, and
+exits with its code (128+N when signal N killed it). There is no size cut.
+runner sends no local environment: pass --env. --env KEY=VALUE puts VALUE in
+runner's argv, which every process that runs ps can read (sandboxes too: they
+share the host's process list); --env KEY (the value from runner's own
+environment, as docker run -e KEY) and --env-file FILE keep it out of argv.
+Order: when runner's stdout and stderr are one file (a terminal, or 2>&1), the
+command gets one pipe for both, so its output shows in the order it wrote it
+(the session's stderr stream is then empty). When they are apart, each stream
+keeps its own order and the two interleave as runnerd journaled them, which
+may differ from the order the command wrote them.
+-i streams runner's stdin to the command as it is typed or read; EOF closes the
+command's stdin. Without -i the command's stdin is at EOF from the start.
+-t runs the command on a terminal (one output stream); -it makes this terminal
+the command's (raw mode, size followed, Ctrl-] detaches), as docker exec -it.
+Ctrl-C sends SIGINT to the command and keeps waiting; a second Ctrl-C stops
+waiting (exit 130) and leaves the command running.
+When whoever reads runner's output goes away (runner exec web-1 -- yes | head -1),
+the command ends as it would have in the pipeline: runner sends it SIGPIPE, then
+terminates it (SIGTERM, SIGKILL 1 s later) if it still runs 50 ms later, waits
+for its end, and exits 141 (128+SIGPIPE).
+If the connection to runnerd is lost (runnerd restarts), runner rejoins the
+same session from where its output was, for up to 30 s, and still exits with
+the command's code; every byte is printed once, and input read meanwhile (-i)
+is kept (1 MiB, then runner stops reading) and sent once runnerd is back. If runnerd stays away the
+outcome is unknown: runner says so and exits 255 (never 0), naming the session.
+A command that does not exist exits 127, one that cannot be run 126, as in sh.
+--max-time is kept by runner: the command is terminated when it passes.
+--json prints one object once the command ends: {"session", "stdout_base64",
+"stderr_base64", "stdout_truncated", "stderr_truncated", "timed_out", "exit"}
+(docs/cli.md); the *_truncated flags are always false.
+Examples:
+  runner exec web-1 -- sh -c 'echo hi; exit 3'; echo $?      # hi, 3
+  API_KEY=$(cat key) runner exec web-1 --env API_KEY -- ./deploy   # the key stays out of ps
+  tar c src | runner exec web-1 -i -- tar x                  # -i: send local stdin
+  runner exec -it web-1 -- bash                              # a shell, as docker exec -it`,
+			setup: execCmd},
+		&command{name: "run", args: "NAME [-i] [-t] [--id ID] [flags] [--] COMMAND [ARG...]", min: 1, max: 1, argvAfter: 1,
+			short: "create the sandbox if missing, then run a command in it and attach (-it on a terminal)",
+			long: `run is create NAME (idempotent) followed by exec. On a terminal it is exec -it:
+this terminal becomes the command's; elsewhere -i (stdin streamed). -t=false or
+-i=false turn either off.
+With --id, run is tmux's new -A: the first run starts session ID; a run with the
+same id and command while it runs attaches to it instead of starting another
+(its output is replayed from the start), whatever its terminal or environment
+(a spawn --tty shell too); once it has ended, run says so, removes it (its output
+with it) and starts the command again. The same id while another command runs
+is refused, naming what differs.
+Examples:
+  runner run dev -- bash
+  runner run dev --id shell -- bash     # again later: back in the same shell`,
+			setup: runCmd},
+	)
+}

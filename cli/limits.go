@@ -8,6 +8,8 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 
 	units "github.com/docker/go-units"
 
@@ -94,4 +96,29 @@ func limitsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 		fmt.Fprintf(e.io.out, "%s: %s\n", sb.Name, l)
 		return nil
 	}
+}
+
+// limitsText says a sandbox's limits as create takes them.
+func limitsText(l wire.Limits) string {
+	var parts []string
+	if l.MemoryBytes > 0 {
+		parts = append(parts, "memory "+units.BytesSize(float64(l.MemoryBytes)))
+	}
+	if l.CPUQuotaUS > 0 {
+		period := l.CPUPeriodUS
+		if period == 0 {
+			period = 100000
+		}
+		parts = append(parts, "cpus "+strconv.FormatFloat(float64(l.CPUQuotaUS)/float64(period), 'f', -1, 64))
+	}
+	if l.CPUWeight > 0 && l.CPUWeight != 100 {
+		parts = append(parts, fmt.Sprintf("cpu weight %d", l.CPUWeight))
+	}
+	if l.Pids > 0 {
+		parts = append(parts, fmt.Sprintf("pids %d", l.Pids))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }

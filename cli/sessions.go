@@ -1,83 +1,25 @@
 package cli
 
-// The session subcommands: their registration (exec's included; its
-// code is in exec.go), spawn, sessions, write, close-stdin, signal,
-// terminate, logs and rm-session.
+// Sessions: spawn, sessions (one sandbox's), ps (every sandbox's) and
+// rm-session. exec and run are in exec.go, attach and logs in files of
+// their own, write, close-stdin, signal and terminate in steer.go.
 
 import (
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"os"
 	"text/tabwriter"
 	"time"
 
 	"golang.org/x/term"
 
 	"github.com/agentrunner/runner/adapter"
-	"github.com/agentrunner/runner/client"
 	"github.com/agentrunner/runner/wire"
 )
 
 func init() {
 	commands = append(commands,
-		&command{name: "exec", args: "NAME [-i] [-t] [flags] [--] COMMAND [ARG...]", min: 1, max: 1, argvAfter: 1,
-			short: "run a command, print its output as it writes it, exit with its code",
-			long: `The command runs as a session of its own (listed by runner sessions, its output
-journaled); runner follows it live, stdout to stdout and stderr to stderr, and
-exits with its code (128+N when signal N killed it). There is no size cut.
-runner sends no local environment: pass --env. --env KEY=VALUE puts VALUE in
-runner's argv, which every process that runs ps can read (sandboxes too: they
-share the host's process list); --env KEY (the value from runner's own
-environment, as docker run -e KEY) and --env-file FILE keep it out of argv.
-Order: when runner's stdout and stderr are one file (a terminal, or 2>&1), the
-command gets one pipe for both, so its output shows in the order it wrote it
-(the session's stderr stream is then empty). When they are apart, each stream
-keeps its own order and the two interleave as runnerd journaled them, which
-may differ from the order the command wrote them.
--i streams runner's stdin to the command as it is typed or read; EOF closes the
-command's stdin. Without -i the command's stdin is at EOF from the start.
--t runs the command on a terminal (one output stream); -it makes this terminal
-the command's (raw mode, size followed, Ctrl-] detaches), as docker exec -it.
-Ctrl-C sends SIGINT to the command and keeps waiting; a second Ctrl-C stops
-waiting (exit 130) and leaves the command running.
-When whoever reads runner's output goes away (runner exec web-1 -- yes | head -1),
-the command ends as it would have in the pipeline: runner sends it SIGPIPE, then
-terminates it (SIGTERM, SIGKILL 1 s later) if it still runs 50 ms later, waits
-for its end, and exits 141 (128+SIGPIPE).
-If the connection to runnerd is lost (runnerd restarts), runner rejoins the
-same session from where its output was, for up to 30 s, and still exits with
-the command's code; every byte is printed once, and input read meanwhile (-i)
-is kept (1 MiB, then runner stops reading) and sent once runnerd is back. If runnerd stays away the
-outcome is unknown: runner says so and exits 255 (never 0), naming the session.
-A command that does not exist exits 127, one that cannot be run 126, as in sh.
---max-time is kept by runner: the command is terminated when it passes.
---json prints one object once the command ends: {"session", "stdout_base64",
-"stderr_base64", "stdout_truncated", "stderr_truncated", "timed_out", "exit"}
-(docs/cli.md); the *_truncated flags are always false.
-Examples:
-  runner exec web-1 -- sh -c 'echo hi; exit 3'; echo $?      # hi, 3
-  API_KEY=$(cat key) runner exec web-1 --env API_KEY -- ./deploy   # the key stays out of ps
-  tar c src | runner exec web-1 -i -- tar x                  # -i: send local stdin
-  runner exec -it web-1 -- bash                              # a shell, as docker exec -it`,
-			setup: execCmd},
-		&command{name: "run", args: "NAME [-i] [-t] [--id ID] [flags] [--] COMMAND [ARG...]", min: 1, max: 1, argvAfter: 1,
-			short: "create the sandbox if missing, then run a command in it and attach (-it on a terminal)",
-			long: `run is create NAME (idempotent) followed by exec. On a terminal it is exec -it:
-this terminal becomes the command's; elsewhere -i (stdin streamed). -t=false or
--i=false turn either off.
-With --id, run is tmux's new -A: the first run starts session ID; a run with the
-same id and command while it runs attaches to it instead of starting another
-(its output is replayed from the start), whatever its terminal or environment
-(a spawn --tty shell too); once it has ended, run says so, removes it (its output
-with it) and starts the command again. The same id while another command runs
-is refused, naming what differs.
-Examples:
-  runner run dev -- bash
-  runner run dev --id shell -- bash     # again later: back in the same shell`,
-			setup: runCmd},
 		&command{name: "spawn", args: "NAME [--tty] [--id ID] [flags] [--] COMMAND [ARG...]", min: 1, max: 1, argvAfter: 1,
 			short: "start a long-running session; print its id once the command runs",
 			long: `The session lives until its command ends, whatever happens to runner or to
@@ -95,31 +37,6 @@ session objects (or one object with ID); [] when there are none. -q prints the
 ids only; --format a Go template per session ({{.ID}}, {{.State}}, {{.Argv}},
 {{.Exit}}...). runner ps lists the sessions of every sandbox.`,
 			setup: sessionsCmd},
-		&command{name: "write", args: "NAME ID [DATA | - | --file FILE]", min: 2, max: 3,
-			short: "write to a session's stdin (DATA plus a newline, stdin with -, or a file)",
-			long: `DATA is written followed by a newline, like echo; -n leaves the newline out.
-With - (or no DATA) runner copies its own stdin, exactly, until EOF (it does not
-close the session's stdin: use close-stdin for that); --file FILE copies FILE,
-exactly.
-DATA is in runner's argv, which every process that runs ps can read (sandboxes
-too): type a password or a token through - or --file, never as DATA.
-Examples:
-  runner write web-1 s1 'print(1+1)'
-  printf 'raw bytes' | runner write web-1 s1 -
-  runner write web-1 s1 --file ~/.secrets/token   # stays out of ps`,
-			setup: writeCmd},
-		&command{name: "close-stdin", args: "NAME ID", min: 2, max: 2,
-			short: "close a session's stdin: the command reads EOF (^D on a terminal)",
-			setup: simpleSessionCmd("close-stdin")},
-		&command{name: "signal", args: "NAME ID SIGNAL", min: 3, max: 3,
-			short: "send a signal (TERM, INT, KILL, HUP, 9, ...) to the session's process group",
-			setup: simpleSessionCmd("signal")},
-		&command{name: "terminate", args: "NAME ID [--grace 10s]", min: 2, max: 2,
-			short: "stop a session: SIGTERM, SIGKILL after the grace; print how it ended",
-			long: `Answers once the exit is recorded. runner exits 0 when the session is known to
-have ended (whatever its code); if runnerd cannot confirm the end it is
-unavailable (255) and the session may still run: terminate again.`,
-			setup: terminateCmd},
 		&command{name: "rm-session", args: "NAME ID...", min: 2, max: -1,
 			short: "delete ended sessions: their journals and records",
 			long: `Only a session that has ended (and left no process behind) can be deleted;
@@ -128,43 +45,7 @@ exist succeeds. Its output cannot be replayed afterwards: save what you need.
 With -f a running session is terminated first (SIGTERM, SIGKILL after 5 s), as
 docker rm -f does.
 --json prints {"sandbox": NAME, "removed": [ID...]}.`,
-			setup: func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
-				force := fs.Bool("f", false, "terminate a running session first (SIGTERM, SIGKILL after 5 s)")
-				return func(ctx context.Context, e *env, pos, _ []string) error {
-					c, err := e.client()
-					if err != nil {
-						return err
-					}
-					out := removedSessions{Sandbox: pos[0], Removed: []string{}}
-					for _, id := range pos[1:] {
-						if *force {
-							tctx, cancel := context.WithTimeout(ctx, e.g.timeout+15*time.Second)
-							_, err := c.Terminate(tctx, pos[0], id, 5*time.Second)
-							cancel()
-							if err != nil && !errors.Is(err, adapter.ErrNotFound) {
-								return fail("rm-session "+pos[0]+" "+id+": terminate", err)
-							}
-						}
-						cctx, cancel := e.callCtx(ctx) // not below the client's own bound (--timeout plus the delete's wait)
-						err := c.DeleteSession(cctx, pos[0], id)
-						cancel()
-						if err != nil {
-							if e.g.json && len(out.Removed) > 0 {
-								_ = e.printJSON(out) // what was removed before the failure
-							}
-							return fail("rm-session "+pos[0]+" "+id, err)
-						}
-						if !e.g.json {
-							fmt.Fprintf(e.io.out, "removed session %s\n", id)
-						}
-						out.Removed = append(out.Removed, id)
-					}
-					if e.g.json {
-						return e.printJSON(out)
-					}
-					return nil
-				}
-			}},
+			setup: rmSessionCmd},
 	)
 }
 
@@ -310,119 +191,118 @@ func sessionsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []strin
 	}
 }
 
-func writeCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
-	noNewline := fs.Bool("n", false, "do not append a newline to DATA")
-	file := fs.String("file", "", "write FILE's bytes, exactly (keeps them out of runner's argv)")
+func rmSessionCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+	force := fs.Bool("f", false, "terminate a running session first (SIGTERM, SIGKILL after 5 s)")
 	return func(ctx context.Context, e *env, pos, _ []string) error {
-		name, id := pos[0], pos[1]
-		what := "write " + name + " " + id
 		c, err := e.client()
 		if err != nil {
 			return err
 		}
-		send := func(p []byte) error {
-			cctx, cancel := e.callCtx(ctx)
-			defer cancel()
-			if err := c.WriteStdin(cctx, name, id, p); err != nil {
-				ce := &cliError{what: what, err: err}
-				if errors.Is(err, adapter.ErrCommandExited) {
-					ce.hint = fmt.Sprintf("the command has ended (or its stdin was closed): runner sessions %s %s", name, id)
-				}
-				return ce
-			}
-			return nil
-		}
-		in := io.Reader(e.io.in)
-		if *file != "" {
-			if len(pos) == 3 {
-				return usagef("write", "--file and DATA exclude each other")
-			}
-			f, err := os.Open(*file)
-			if err != nil {
-				return usagef("write", "--file: %v", err)
-			}
-			defer f.Close()
-			in = f
-		} else if len(pos) == 3 && pos[2] != "-" {
-			data := pos[2]
-			if !*noNewline {
-				data += "\n"
-			}
-			return send([]byte(data))
-		}
-		buf := make([]byte, min(1<<20, wire.MaxStdinBody))
-		for {
-			n, rerr := in.Read(buf)
-			if n > 0 {
-				if err := send(buf[:n]); err != nil {
-					return err
+		out := removedSessions{Sandbox: pos[0], Removed: []string{}}
+		for _, id := range pos[1:] {
+			if *force {
+				tctx, cancel := context.WithTimeout(ctx, e.g.timeout+15*time.Second)
+				_, err := c.Terminate(tctx, pos[0], id, 5*time.Second)
+				cancel()
+				if err != nil && !errors.Is(err, adapter.ErrNotFound) {
+					return fail("rm-session "+pos[0]+" "+id+": terminate", err)
 				}
 			}
-			if rerr == io.EOF {
-				return nil
-			}
-			if rerr != nil {
-				return &exitError{code: exitOther, kind: "io", what: what, msg: fmt.Sprintf("runner: %s: read input: %v", what, rerr)}
-			}
-		}
-	}
-}
-
-func simpleSessionCmd(verb string) func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
-	return func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
-		return func(ctx context.Context, e *env, pos, _ []string) error {
-			c, err := e.client()
+			cctx, cancel := e.callCtx(ctx) // not below the client's own bound (--timeout plus the delete's wait)
+			err := c.DeleteSession(cctx, pos[0], id)
+			cancel()
 			if err != nil {
-				return err
+				if e.g.json && len(out.Removed) > 0 {
+					_ = e.printJSON(out) // what was removed before the failure
+				}
+				return fail("rm-session "+pos[0]+" "+id, err)
 			}
-			ctx, cancel := e.callCtx(ctx)
-			defer cancel()
-			what := verb + " " + pos[0] + " " + pos[1]
-			if verb == "signal" {
-				err = c.Signal(ctx, pos[0], pos[1], pos[2])
-			} else {
-				err = c.CloseStdin(ctx, pos[0], pos[1])
+			if !e.g.json {
+				fmt.Fprintf(e.io.out, "removed session %s\n", id)
 			}
-			if err != nil {
-				return fail(what, err)
-			}
-			return nil
-		}
-	}
-}
-
-func terminateCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
-	grace := fs.Duration("grace", 10*time.Second, "time between SIGTERM and SIGKILL (1ms..30s)")
-	return func(ctx context.Context, e *env, pos, _ []string) error {
-		if *grace <= 0 || *grace > wire.MaxGraceMS*time.Millisecond {
-			return usagef("terminate", "--grace %s: want 1ms..30s", *grace)
-		}
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
-		ctx, cancel := context.WithTimeout(ctx, e.g.timeout+*grace+10*time.Second)
-		defer cancel()
-		what := "terminate " + pos[0] + " " + pos[1]
-		x, err := c.Terminate(ctx, pos[0], pos[1], *grace)
-		if err != nil {
-			ce := &cliError{what: what, err: err}
-			if _, kind := codeOf(err); kind == "unavailable" {
-				ce.hint = "the end is not confirmed and the session may still run: run terminate again"
-			}
-			return ce
+			out.Removed = append(out.Removed, id)
 		}
 		if e.g.json {
-			return e.printJSON(x)
-		}
-		switch x.Reason {
-		case wire.ExitExited:
-			fmt.Fprintf(e.io.out, "%s exited with code %d\n", pos[1], x.Code)
-		case wire.ExitSignaled:
-			fmt.Fprintf(e.io.out, "%s killed by %s (code %d)\n", pos[1], client.SignalName(x.Signal), x.Code)
-		default:
-			fmt.Fprintf(e.io.out, "%s lost: ended without an exit record\n", pos[1])
+			return e.printJSON(out)
 		}
 		return nil
+	}
+}
+
+// psRow is one line of runner ps: a session and its sandbox.
+type psRow struct {
+	Sandbox string       `json:"sandbox"`
+	Session wire.Session `json:"session"`
+}
+
+func init() {
+	commands = append(commands, &command{name: "ps", args: "[-a]", min: 0, max: 0,
+		short: "list running sessions across every sandbox (-a: ended ones too)",
+		long: `One line per session: its sandbox, id, state, exit, output so far, start and
+command, by sandbox name and start time. -q prints "SANDBOX ID" pairs; --format a
+Go template over {{.Sandbox}} and {{.Session}} (a session object:
+{{.Session.ID}}, {{.Session.State}}...); --json an array of {"sandbox",
+"session"} objects.
+Example:
+  runner ps -q | while read sb id; do runner terminate "$sb" "$id"; done`,
+		setup: psCmd})
+}
+
+func psCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+	all := fs.Bool("a", false, "list ended sessions too")
+	lf := registerListFlags(fs, `"SANDBOX ID" pairs`)
+	return func(ctx context.Context, e *env, _, _ []string) error {
+		tmpl, err := lf.template("ps")
+		if err != nil {
+			return err
+		}
+		c, err := e.client()
+		if err != nil {
+			return err
+		}
+		ctx, cancel := e.callCtx(ctx)
+		defer cancel()
+		sbs, err := c.ListAllSandboxes(ctx)
+		if err != nil {
+			return fail("list sandboxes", err)
+		}
+		rows := []psRow{}
+		for _, sb := range sbs {
+			list, err := c.Sessions(ctx, sb.Name)
+			if err != nil {
+				// A listing with a sandbox left out would be a short
+				// set passed off as whole: fail instead.
+				return fail("sessions "+sb.Name, err)
+			}
+			sortByStart(list)
+			for _, s := range list {
+				if *all || s.State == wire.SessionRunning {
+					rows = append(rows, psRow{Sandbox: sb.Name, Session: s})
+				}
+			}
+		}
+		switch {
+		case *lf.quiet || tmpl != nil:
+			return printEach(e, rows, tmpl, func(r psRow) string { return r.Sandbox + " " + r.Session.ID })
+		case e.g.json:
+			return e.printJSON(rows)
+		case len(rows) == 0 && *all:
+			fmt.Fprintln(e.io.out, "no sessions")
+			return nil
+		case len(rows) == 0:
+			fmt.Fprintln(e.io.out, "no running sessions (runner ps -a lists ended ones too)")
+			return nil
+		}
+		tw := tabwriter.NewWriter(e.io.out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "SANDBOX\tID\tSTATE\tEXIT\tTTY\tOUTPUT\tSTARTED\tCOMMAND")
+		for _, r := range rows {
+			s := r.Session
+			tty := "-"
+			if s.TTY {
+				tty = "tty"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Sandbox, s.ID, s.State, exitColumn(s), tty, outputColumn(s), when(s.StartedAt), argvString(s.Argv))
+		}
+		return tw.Flush()
 	}
 }

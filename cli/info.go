@@ -1,5 +1,7 @@
 package cli
 
+// What runner talks to: version (runner's and runnerd's), info and caps.
+
 import (
 	"context"
 	"flag"
@@ -10,6 +12,7 @@ import (
 	units "github.com/docker/go-units"
 
 	"github.com/agentrunner/runner/version"
+	"github.com/agentrunner/runner/wire"
 )
 
 func init() {
@@ -138,5 +141,38 @@ func infoCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) e
 			fmt.Fprintf(tw, "exhausted:\tyes: a new sandbox is refused\n")
 		}
 		return tw.Flush()
+	}
+}
+
+func init() {
+	commands = append(commands,
+		&command{name: "caps", args: "", min: 0, max: 0,
+			short: "list what this runnerd delivers on this host (capabilities)",
+			setup: capsCmd},
+	)
+}
+
+func capsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+	return func(ctx context.Context, e *env, _, _ []string) error {
+		c, err := e.client()
+		if err != nil {
+			return err
+		}
+		ctx, cancel := e.callCtx(ctx)
+		defer cancel()
+		caps, err := c.Capabilities(ctx)
+		if err != nil {
+			return fail("capabilities", err)
+		}
+		if e.g.json {
+			if caps == nil {
+				caps = []string{}
+			}
+			return e.printJSON(wire.Capabilities{Capabilities: caps})
+		}
+		for _, cp := range caps {
+			fmt.Fprintln(e.io.out, cp)
+		}
+		return nil
 	}
 }
