@@ -6,7 +6,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"text/tabwriter"
 	"time"
 
 	units "github.com/docker/go-units"
@@ -107,15 +106,14 @@ func checkpointsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []st
 		if err != nil {
 			return fail("checkpoints "+pos[0], err)
 		}
-		if e.g.json {
-			return e.printJSON(wire.Checkpoints{Checkpoints: list})
-		}
-		tw := tabwriter.NewWriter(e.io.out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tCREATED\tSIZE\tSTORED\tCOMMENT")
-		for _, ck := range list {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", ck.ID, when(ck.Created), units.BytesSize(float64(ck.Size)), units.BytesSize(float64(ck.StoredBytes)), ck.Comment)
-		}
-		return tw.Flush()
+		return printList(e, listForm{}, listing[wire.Checkpoint]{
+			items:  list,
+			json:   wire.Checkpoints{Checkpoints: list},
+			header: "ID\tCREATED\tSIZE\tSTORED\tCOMMENT",
+			row: func(ck wire.Checkpoint) []string {
+				return []string{ck.ID, when(ck.Created), units.BytesSize(float64(ck.Size)), units.BytesSize(float64(ck.StoredBytes)), ck.Comment}
+			},
+		})
 	}
 }
 

@@ -5,7 +5,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -168,14 +167,4 @@ func normalizeEndpoint(s string) string {
 // too; this bounds a command that makes several.
 func (e *env) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, e.g.timeout+5*time.Second)
-}
-
-func (e *env) printJSON(v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	b = append(b, '\n')
-	_, err = e.io.out.Write(b)
-	return err
 }

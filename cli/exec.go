@@ -45,13 +45,6 @@ type execJSON struct {
 	Exit            wire.Exit `json:"exit"`
 }
 
-func nonNil(b []byte) []byte {
-	if b == nil {
-		return []byte{}
-	}
-	return b
-}
-
 // sameFile reports whether a and b are one open file (a terminal, or
 // one pipe or file after 2>&1): then the order of stdout and stderr is
 // all a reader of it can see, and exec asks for one merged stream.

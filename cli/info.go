@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"strings"
-	"text/tabwriter"
 
 	units "github.com/docker/go-units"
 
@@ -122,25 +121,25 @@ func infoCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) e
 			pool = fmt.Sprintf("%d warm shims, %d idle", in.WarmShims.Target, in.WarmShims.Idle)
 		}
 		caps := strings.Join(in.Capabilities, ", ")
-		tw := tabwriter.NewWriter(e.io.out, 0, 4, 1, ' ', 0)
-		fmt.Fprintf(tw, "daemon:\t%s at %s\n", in.Version, e.where)
-		fmt.Fprintf(tw, "client:\t%s\n", version.String())
-		fmt.Fprintf(tw, "state:\t%s\n", in.StateDir)
-		fmt.Fprintf(tw, "sandboxes:\t%s\n", bound(in.Capacity.Sandboxes, in.Capacity.MaxSandboxes))
-		fmt.Fprintf(tw, "sessions:\t%s running\n", bound(in.Capacity.Sessions, in.Capacity.MaxSessions))
-		fmt.Fprintf(tw, "capabilities:\t%s\n", caps)
-		fmt.Fprintf(tw, "cgroups:\t%s\n", cg)
-		fmt.Fprintf(tw, "isolation:\t%s\n", in.Isolation)
+		f := newFields(e.io.out)
+		f.add("daemon", in.Version+" at "+e.where)
+		f.add("client", version.String())
+		f.add("state", in.StateDir)
+		f.add("sandboxes", bound(in.Capacity.Sandboxes, in.Capacity.MaxSandboxes))
+		f.add("sessions", bound(in.Capacity.Sessions, in.Capacity.MaxSessions)+" running")
+		f.add("capabilities", caps)
+		f.add("cgroups", cg)
+		f.add("isolation", in.Isolation)
 		if in.NetworkTable != "" {
-			fmt.Fprintf(tw, "network table:\tinet %s\n", in.NetworkTable)
+			f.add("network table", "inet "+in.NetworkTable)
 		}
-		fmt.Fprintf(tw, "warm pool:\t%s\n", pool)
-		fmt.Fprintf(tw, "memory available:\t%s\n", units.BytesSize(float64(in.Capacity.MemoryAvailableBytes)))
-		fmt.Fprintf(tw, "pids free:\t%d\n", in.Capacity.PIDsFree)
+		f.add("warm pool", pool)
+		f.add("memory available", units.BytesSize(float64(in.Capacity.MemoryAvailableBytes)))
+		f.add("pids free", fmt.Sprint(in.Capacity.PIDsFree))
 		if in.Capacity.Exhausted {
-			fmt.Fprintf(tw, "exhausted:\tyes: a new sandbox is refused\n")
+			f.add("exhausted", "yes: a new sandbox is refused")
 		}
-		return tw.Flush()
+		return f.flush()
 	}
 }
 
@@ -165,10 +164,7 @@ func capsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) e
 			return fail("capabilities", err)
 		}
 		if e.g.json {
-			if caps == nil {
-				caps = []string{}
-			}
-			return e.printJSON(wire.Capabilities{Capabilities: caps})
+			return e.printJSON(wire.Capabilities{Capabilities: nonNil(caps)})
 		}
 		for _, cp := range caps {
 			fmt.Fprintln(e.io.out, cp)

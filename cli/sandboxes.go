@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	"text/tabwriter"
 	"time"
 
 	units "github.com/docker/go-units"
@@ -186,48 +185,40 @@ func stateChange(verb string) func(fs *flag.FlagSet) func(context.Context, *env,
 }
 
 func printSandbox(e *env, sb wire.Sandbox) {
-	tw := tabwriter.NewWriter(e.io.out, 0, 4, 1, ' ', 0)
-	fmt.Fprintf(tw, "name:\t%s\n", sb.Name)
-	fmt.Fprintf(tw, "state:\t%s\n", sb.State)
-	fmt.Fprintf(tw, "incarnation:\t%s\n", sb.Incarnation)
-	fmt.Fprintf(tw, "created:\t%s\n", when(sb.CreatedAt))
+	f := newFields(e.io.out)
+	f.add("name", sb.Name)
+	f.add("state", sb.State)
+	f.add("incarnation", sb.Incarnation)
+	f.add("created", when(sb.CreatedAt))
 	if sb.ParkedAt != nil {
-		fmt.Fprintf(tw, "parked:\t%s\n", when(*sb.ParkedAt))
+		f.add("parked", when(*sb.ParkedAt))
 	}
-	fmt.Fprintf(tw, "workspace:\t%s\n", sb.Workspace)
+	f.add("workspace", sb.Workspace)
 	if sb.User != "" {
-		fmt.Fprintf(tw, "user:\t%s\n", sb.User)
+		f.add("user", sb.User)
 	}
 	if sb.UID != nil {
 		id := fmt.Sprintf("uid %d", *sb.UID)
 		if sb.GID != nil {
 			id += fmt.Sprintf(", gid %d", *sb.GID)
 		}
-		fmt.Fprintf(tw, "runs as:\t%s\n", id)
+		f.add("runs as", id)
 	}
 	isolation := "none (runs as runnerd's user or --user, with its privileges)"
 	if sb.Isolated {
 		isolation = "isolated (an unprivileged uid of its own, no_new_privs, no capabilities)"
 	}
-	fmt.Fprintf(tw, "isolation:\t%s\n", isolation)
-	fmt.Fprintf(tw, "network:\t%s\n", networkText(sb.Network))
+	f.add("isolation", isolation)
+	f.add("network", networkText(sb.Network))
 	if sb.Limits != nil {
-		fmt.Fprintf(tw, "limits:\t%s\n", limitsText(*sb.Limits))
+		f.add("limits", limitsText(*sb.Limits))
 	}
 	if u := sb.Usage; u != nil {
-		fmt.Fprintf(tw, "usage:\tmemory %s (peak %s), cpu %s, pids %d, oom kills %d\n",
+		f.add("usage", fmt.Sprintf("memory %s (peak %s), cpu %s, pids %d, oom kills %d",
 			units.BytesSize(float64(u.MemoryBytes)), units.BytesSize(float64(u.MemoryPeakBytes)),
-			(time.Duration(u.CPUUsec) * time.Microsecond).Round(time.Millisecond), u.Pids, u.OOMKills)
+			(time.Duration(u.CPUUsec)*time.Microsecond).Round(time.Millisecond), u.Pids, u.OOMKills))
 	}
-	tw.Flush()
-}
-
-// when formats a time for people: local time to the second.
-func when(t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	return t.Local().Format("2006-01-02 15:04:05")
+	f.flush()
 }
 
 // slowNotice prints msg to a terminal stderr if the returned stop function
@@ -243,7 +234,7 @@ func (e *env) slowNotice(d time.Duration, msg string) (stop func()) {
 func lsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
 	lf := registerListFlags(fs, "sandbox names")
 	return func(ctx context.Context, e *env, _, _ []string) error {
-		tmpl, err := lf.template("ls")
+		form, err := lf.form("ls")
 		if err != nil {
 			return err
 		}
@@ -257,25 +248,15 @@ func lsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) err
 		if err != nil {
 			return fail("list sandboxes", err)
 		}
-		if *lf.quiet || tmpl != nil {
-			return printEach(e, all, tmpl, func(sb wire.Sandbox) string { return sb.Name })
-		}
-		if e.g.json {
-			if all == nil {
-				all = []wire.Sandbox{}
-			}
-			return e.printJSON(all)
-		}
-		if len(all) == 0 {
-			fmt.Fprintln(e.io.out, "no sandboxes (runner create NAME makes one)")
-			return nil
-		}
-		tw := tabwriter.NewWriter(e.io.out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tSTATE\tCREATED\tWORKSPACE")
-		for _, sb := range all {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", sb.Name, sb.State, when(sb.CreatedAt), sb.Workspace)
-		}
-		return tw.Flush()
+		return printList(e, form, listing[wire.Sandbox]{
+			items:  all,
+			key:    func(sb wire.Sandbox) string { return sb.Name },
+			empty:  "no sandboxes (runner create NAME makes one)",
+			header: "NAME\tSTATE\tCREATED\tWORKSPACE",
+			row: func(sb wire.Sandbox) []string {
+				return []string{sb.Name, sb.State, when(sb.CreatedAt), sb.Workspace}
+			},
+		})
 	}
 }
 

@@ -149,3 +149,34 @@ func argvString(argv []string) string {
 	}
 	return s
 }
+
+// sessionHeader names the columns of sessionCells (ps puts SANDBOX
+// before them).
+const sessionHeader = "ID\tSTATE\tEXIT\tTTY\tOUTPUT\tSTARTED\tCOMMAND"
+
+// sessionCells is a session's row in ps and sessions, with state as its
+// STATE cell.
+func sessionCells(s wire.Session, state string) []string {
+	tty := "-"
+	if s.TTY {
+		tty = "tty"
+	}
+	return []string{s.ID, state, exitColumn(s), tty, outputColumn(s), when(s.StartedAt), argvString(s.Argv)}
+}
+
+// sessionRow is a row of runner sessions: its STATE says too when output
+// waits for the journal or the status could not be read.
+func sessionRow(s wire.Session) []string {
+	state := s.State
+	if s.WriteError != "" {
+		// Output is waiting for the journal (disk full): the
+		// command is held, nothing is dropped.
+		state += " (write error: " + s.WriteError + ")"
+	}
+	if s.StatusError != "" {
+		// The daemon could not read its current status: what
+		// the row shows is as last recorded.
+		state += " (as last recorded; status unreadable: " + s.StatusError + ")"
+	}
+	return sessionCells(s, state)
+}

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"text/tabwriter"
 	"time"
 
 	"golang.org/x/term"
@@ -127,7 +126,7 @@ func spawnCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) 
 func sessionsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
 	lf := registerListFlags(fs, "session ids")
 	return func(ctx context.Context, e *env, pos, _ []string) error {
-		tmpl, err := lf.template("sessions")
+		form, err := lf.form("sessions")
 		if err != nil {
 			return err
 		}
@@ -137,7 +136,6 @@ func sessionsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []strin
 		}
 		ctx, cancel := e.callCtx(ctx)
 		defer cancel()
-		var list []wire.Session
 		if len(pos) == 2 {
 			s, err := c.Session(ctx, pos[0], pos[1])
 			if err != nil {
@@ -146,48 +144,20 @@ func sessionsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []strin
 			if e.g.json {
 				return e.printJSON(s)
 			}
-			list = []wire.Session{s}
-		} else {
-			list, err = c.Sessions(ctx, pos[0])
-			if err != nil {
-				return fail("sessions "+pos[0], err)
-			}
-			sortByStart(list)
-			if *lf.quiet || tmpl != nil {
-				return printEach(e, list, tmpl, func(s wire.Session) string { return s.ID })
-			}
-			if e.g.json {
-				if list == nil {
-					list = []wire.Session{}
-				}
-				return e.printJSON(list)
-			}
-			if len(list) == 0 {
-				fmt.Fprintf(e.io.out, "no sessions in sandbox %s\n", pos[0])
-				return nil
-			}
+			return printTable(e.io.out, sessionHeader, []wire.Session{s}, sessionRow)
 		}
-		tw := tabwriter.NewWriter(e.io.out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tSTATE\tEXIT\tTTY\tOUTPUT\tSTARTED\tCOMMAND")
-		for _, s := range list {
-			tty := "-"
-			if s.TTY {
-				tty = "tty"
-			}
-			state := s.State
-			if s.WriteError != "" {
-				// Output is waiting for the journal (disk full): the
-				// command is held, nothing is dropped.
-				state += " (write error: " + s.WriteError + ")"
-			}
-			if s.StatusError != "" {
-				// The daemon could not read its current status: what
-				// the row shows is as last recorded.
-				state += " (as last recorded; status unreadable: " + s.StatusError + ")"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, state, exitColumn(s), tty, outputColumn(s), when(s.StartedAt), argvString(s.Argv))
+		list, err := c.Sessions(ctx, pos[0])
+		if err != nil {
+			return fail("sessions "+pos[0], err)
 		}
-		return tw.Flush()
+		sortByStart(list)
+		return printList(e, form, listing[wire.Session]{
+			items:  list,
+			key:    func(s wire.Session) string { return s.ID },
+			empty:  fmt.Sprintf("no sessions in sandbox %s", pos[0]),
+			header: sessionHeader,
+			row:    sessionRow,
+		})
 	}
 }
 
@@ -252,7 +222,7 @@ func psCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) err
 	all := fs.Bool("a", false, "list ended sessions too")
 	lf := registerListFlags(fs, `"SANDBOX ID" pairs`)
 	return func(ctx context.Context, e *env, _, _ []string) error {
-		tmpl, err := lf.template("ps")
+		form, err := lf.form("ps")
 		if err != nil {
 			return err
 		}
@@ -281,28 +251,18 @@ func psCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) err
 				}
 			}
 		}
-		switch {
-		case *lf.quiet || tmpl != nil:
-			return printEach(e, rows, tmpl, func(r psRow) string { return r.Sandbox + " " + r.Session.ID })
-		case e.g.json:
-			return e.printJSON(rows)
-		case len(rows) == 0 && *all:
-			fmt.Fprintln(e.io.out, "no sessions")
-			return nil
-		case len(rows) == 0:
-			fmt.Fprintln(e.io.out, "no running sessions (runner ps -a lists ended ones too)")
-			return nil
+		empty := "no running sessions (runner ps -a lists ended ones too)"
+		if *all {
+			empty = "no sessions"
 		}
-		tw := tabwriter.NewWriter(e.io.out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "SANDBOX\tID\tSTATE\tEXIT\tTTY\tOUTPUT\tSTARTED\tCOMMAND")
-		for _, r := range rows {
-			s := r.Session
-			tty := "-"
-			if s.TTY {
-				tty = "tty"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Sandbox, s.ID, s.State, exitColumn(s), tty, outputColumn(s), when(s.StartedAt), argvString(s.Argv))
-		}
-		return tw.Flush()
+		return printList(e, form, listing[psRow]{
+			items:  rows,
+			key:    func(r psRow) string { return r.Sandbox + " " + r.Session.ID },
+			empty:  empty,
+			header: "SANDBOX\t" + sessionHeader,
+			row: func(r psRow) []string {
+				return append([]string{r.Sandbox}, sessionCells(r.Session, r.Session.State)...)
+			},
+		})
 	}
 }
