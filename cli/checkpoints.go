@@ -11,6 +11,7 @@ import (
 	units "github.com/docker/go-units"
 	"golang.org/x/term"
 
+	"github.com/agentrunner/runner/client"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -95,13 +96,7 @@ func checkpointCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []str
 }
 
 func checkpointsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
-	return func(ctx context.Context, e *env, pos, _ []string) error {
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
-		ctx, cancel := e.callCtx(ctx)
-		defer cancel()
+	return withClient(func(ctx context.Context, e *env, c *client.Client, pos []string) error {
 		list, err := c.Checkpoints(ctx, pos[0])
 		if err != nil {
 			return fail("checkpoints "+pos[0], err)
@@ -114,7 +109,7 @@ func checkpointsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []st
 				return []string{ck.ID, when(ck.Created), units.BytesSize(float64(ck.Size)), units.BytesSize(float64(ck.StoredBytes)), ck.Comment}
 			},
 		})
-	}
+	})
 }
 
 func restoreCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {

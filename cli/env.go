@@ -168,3 +168,18 @@ func normalizeEndpoint(s string) string {
 func (e *env) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, e.g.timeout+5*time.Second)
 }
+
+// withClient is the body of a command that needs nothing checked before
+// it reaches runnerd: body gets the client and a context that bounds the
+// command's short calls (callCtx).
+func withClient(body func(ctx context.Context, e *env, c *client.Client, pos []string) error) func(context.Context, *env, []string, []string) error {
+	return func(ctx context.Context, e *env, pos, _ []string) error {
+		c, err := e.client()
+		if err != nil {
+			return err
+		}
+		ctx, cancel := e.callCtx(ctx)
+		defer cancel()
+		return body(ctx, e, c, pos)
+	}
+}

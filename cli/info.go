@@ -10,6 +10,7 @@ import (
 
 	units "github.com/docker/go-units"
 
+	"github.com/agentrunner/runner/client"
 	"github.com/agentrunner/runner/version"
 	"github.com/agentrunner/runner/wire"
 )
@@ -89,13 +90,7 @@ enforces resource limits (cgroups v1, v2, or off), which sandboxes it isolates
 }
 
 func infoCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
-	return func(ctx context.Context, e *env, _, _ []string) error {
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
-		ctx, cancel := e.callCtx(ctx)
-		defer cancel()
+	return withClient(func(ctx context.Context, e *env, c *client.Client, _ []string) error {
 		in, err := c.Info(ctx)
 		if err != nil {
 			return fail("info", err)
@@ -140,7 +135,7 @@ func infoCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) e
 			f.add("exhausted", "yes: a new sandbox is refused")
 		}
 		return f.flush()
-	}
+	})
 }
 
 func init() {
@@ -152,13 +147,7 @@ func init() {
 }
 
 func capsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
-	return func(ctx context.Context, e *env, _, _ []string) error {
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
-		ctx, cancel := e.callCtx(ctx)
-		defer cancel()
+	return withClient(func(ctx context.Context, e *env, c *client.Client, _ []string) error {
 		caps, err := c.Capabilities(ctx)
 		if err != nil {
 			return fail("capabilities", err)
@@ -170,5 +159,5 @@ func capsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) e
 			fmt.Fprintln(e.io.out, cp)
 		}
 		return nil
-	}
+	})
 }

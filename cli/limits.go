@@ -33,9 +33,7 @@ Examples:
 }
 
 func limitsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
-	memory := fs.String("memory", "", "memory limit: 512m, 2g (b, k, m, g; powers of 1024)")
-	cpus := fs.Float64("cpus", 0, "CPU limit in cores: 1.5 is 150 ms of CPU time each 100 ms")
-	pids := fs.Int64("pids", 0, "most tasks (processes and threads) alive at once")
+	lf := registerLimitFlags(fs)
 	none := fs.Bool("none", false, "remove every limit (the host's defaults stay)")
 	return func(ctx context.Context, e *env, pos, _ []string) error {
 		name, what := pos[0], "limits "+pos[0]
@@ -58,25 +56,8 @@ func limitsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 			if sb.Limits != nil && !*none {
 				l = *sb.Limits
 			}
-			if set["memory"] {
-				n, err := units.RAMInBytes(*memory)
-				if err != nil || n <= 0 {
-					return usagef("limits", "--memory %q: want a size such as 512m or 2g", *memory)
-				}
-				l.MemoryBytes = n
-			}
-			if set["cpus"] {
-				if *cpus <= 0 {
-					return usagef("limits", "--cpus %v: want a number of cores > 0", *cpus)
-				}
-				l.CPUPeriodUS = 100000
-				l.CPUQuotaUS = int64(math.Round(*cpus * 100000))
-			}
-			if set["pids"] {
-				if *pids <= 0 {
-					return usagef("limits", "--pids %d: want a count > 0", *pids)
-				}
-				l.Pids = *pids
+			if err := lf.apply("limits", set, &l); err != nil {
+				return err
 			}
 			if sb, err = c.SetLimits(ctx, name, l); err != nil {
 				ce := &cliError{what: what, err: err}
@@ -121,4 +102,53 @@ func limitsText(l wire.Limits) string {
 		return "none"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// limitFlags are --memory, --cpus and --pids, as create and limits take
+// them (docker run's spellings).
+type limitFlags struct {
+	memory *string
+	cpus   *float64
+	pids   *int64
+}
+
+func registerLimitFlags(fs *flag.FlagSet) limitFlags {
+	return limitFlags{
+		memory: fs.String("memory", "", "memory limit: 512m, 2g (b, k, m, g; powers of 1024)"),
+		cpus:   fs.Float64("cpus", 0, "CPU limit in cores: 1.5 is 150 ms of CPU time each 100 ms"),
+		pids:   fs.Int64("pids", 0, "most tasks (processes and threads) alive at once"),
+	}
+}
+
+// given names the flags that have a value, as create reads them: "" and
+// 0 ask for no limit.
+func (f limitFlags) given() map[string]bool {
+	return map[string]bool{"memory": *f.memory != "", "cpus": *f.cpus != 0, "pids": *f.pids != 0}
+}
+
+// apply sets in l the limits of the flags set names; a value that is no
+// limit (a size of 0, a negative count) is a usage error of cmd, and l is
+// then not sent.
+func (f limitFlags) apply(cmd string, set map[string]bool, l *wire.Limits) error {
+	if set["memory"] {
+		n, err := units.RAMInBytes(*f.memory)
+		if err != nil || n <= 0 {
+			return usagef(cmd, "--memory %q: want a size such as 512m or 2g", *f.memory)
+		}
+		l.MemoryBytes = n
+	}
+	if set["cpus"] {
+		if *f.cpus <= 0 {
+			return usagef(cmd, "--cpus %v: want a number of cores > 0", *f.cpus)
+		}
+		l.CPUPeriodUS = 100000
+		l.CPUQuotaUS = int64(math.Round(*f.cpus * 100000))
+	}
+	if set["pids"] {
+		if *f.pids <= 0 {
+			return usagef(cmd, "--pids %d: want a count > 0", *f.pids)
+		}
+		l.Pids = *f.pids
+	}
+	return nil
 }

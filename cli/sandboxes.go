@@ -7,13 +7,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math"
 	"time"
 
 	units "github.com/docker/go-units"
 	"golang.org/x/term"
 
 	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/client"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -68,9 +68,7 @@ with -f it is not an error (exit 0), as rm -f.
 
 func createCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
 	user := fs.String("user", "", "run the sandbox's commands as this host user")
-	memory := fs.String("memory", "", "memory limit: 512m, 2g (b, k, m, g; powers of 1024)")
-	cpus := fs.Float64("cpus", 0, "CPU limit in cores: 1.5 is 150 ms of CPU time each 100 ms")
-	pids := fs.Int64("pids", 0, "most tasks (processes and threads) alive at once")
+	lf := registerLimitFlags(fs)
 	disk := fs.String("disk", "", "disk budget: 10g (b, k, m, g; powers of 1024); runnerd refuses it while it cannot enforce one")
 	var allow stringList
 	fs.Var(&allow, "allow", "allow egress to HOST only (repeatable): a name, *.suffix, an IPv4 address or CIDR")
@@ -79,24 +77,9 @@ func createCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 		name := pos[0]
 		req := wire.CreateSandbox{Name: name, User: *user}
 		var lim wire.Limits
-		if *memory != "" {
-			n, err := units.RAMInBytes(*memory)
-			if err != nil || n <= 0 {
-				return usagef("create", "--memory %q: want a size such as 512m or 2g", *memory)
-			}
-			lim.MemoryBytes = n
+		if err := lf.apply("create", lf.given(), &lim); err != nil {
+			return err
 		}
-		if *cpus < 0 {
-			return usagef("create", "--cpus %v: want a number of cores > 0", *cpus)
-		}
-		if *cpus > 0 {
-			lim.CPUPeriodUS = 100000
-			lim.CPUQuotaUS = int64(math.Round(*cpus * 100000))
-		}
-		if *pids < 0 {
-			return usagef("create", "--pids %d: want a count > 0", *pids)
-		}
-		lim.Pids = *pids
 		if *disk != "" {
 			// Sent as disk_bytes, so runnerd (the one that knows whether it
 			// can enforce a budget) answers: today it refuses any, and
@@ -261,13 +244,7 @@ func lsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) err
 }
 
 func getCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
-	return func(ctx context.Context, e *env, pos, _ []string) error {
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
-		ctx, cancel := e.callCtx(ctx)
-		defer cancel()
+	return withClient(func(ctx context.Context, e *env, c *client.Client, pos []string) error {
 		sb, err := c.GetSandbox(ctx, pos[0])
 		if err != nil {
 			return fail("get "+pos[0], err)
@@ -277,7 +254,7 @@ func getCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) er
 		}
 		printSandbox(e, sb)
 		return nil
-	}
+	})
 }
 
 func rmCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {

@@ -107,14 +107,9 @@ func writeCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) 
 
 func simpleSessionCmd(verb string) func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
 	return func(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
-		return func(ctx context.Context, e *env, pos, _ []string) error {
-			c, err := e.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := e.callCtx(ctx)
-			defer cancel()
+		return withClient(func(ctx context.Context, e *env, c *client.Client, pos []string) error {
 			what := verb + " " + pos[0] + " " + pos[1]
+			var err error
 			if verb == "signal" {
 				err = c.Signal(ctx, pos[0], pos[1], pos[2])
 			} else {
@@ -124,7 +119,7 @@ func simpleSessionCmd(verb string) func(fs *flag.FlagSet) func(context.Context, 
 				return fail(what, err)
 			}
 			return nil
-		}
+		})
 	}
 }
 
