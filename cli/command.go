@@ -134,14 +134,48 @@ func run(ctx context.Context, args []string, io stdio) int {
 		}
 		return exitUsage
 	}
+	cmd, rest, err := commandOf(rest)
+	switch {
+	case err != nil:
+		return report(io.err, err, "", asJSON)
+	case cmd == nil:
+		printTopUsage(io.out)
+		return exitOK
+	}
+	fs := e.commandFlags(cmd)
+	body := cmd.setup(fs)
+	pos, argv, err := parseInterspersed(fs, rest[1:], cmd.argvAfter)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			cmdUsage(io.out, cmd, fs)
+			return exitOK
+		}
+		if near := nearFlag(fs, rest[1:]); near != "" {
+			err = fmt.Errorf("%w; did you mean %s?", err, near)
+		}
+		return flagError(cmd.name, err)
+	}
+	asJSON = e.g.json
+	if err := cmd.checkArgs(pos, argv); err != nil {
+		return report(io.err, err, "", asJSON)
+	}
+	if err := body(ctx, e, pos, argv); err != nil {
+		return report(io.err, err, e.where, asJSON)
+	}
+	return exitOK
+}
+
+// commandOf is the command rest names, and its command line: "help CMD"
+// is "CMD --help". It is nil, with no error, for "help" alone (or help
+// with a command runner does not have), which prints the top help.
+func commandOf(rest []string) (*command, []string, error) {
 	name := rest[0]
 	if name == "help" {
 		if len(rest) > 1 && lookup(rest[1]) != nil {
 			rest = []string{rest[1], "--help"}
 			name = rest[0]
 		} else {
-			printTopUsage(io.out)
-			return exitOK
+			return nil, nil, nil
 		}
 	}
 	cmd := lookup(name)
@@ -150,13 +184,20 @@ func run(ctx context.Context, args []string, io stdio) int {
 		if near := nearest(name, names()); near != "" {
 			msg += fmt.Sprintf("; did you mean %q?", near)
 		}
-		return report(io.err, usagef("", "%s", msg), "", asJSON)
+		return nil, nil, usagef("", "%s", msg)
 	}
+	return cmd, rest, nil
+}
+
+// commandFlags is cmd's flag set before its own flags are added: the
+// globals, accepted after the command too, holding the values given
+// before it unless repeated after it.
+func (e *env) commandFlags(cmd *command) *flag.FlagSet {
 	fs := flag.NewFlagSet("runner "+cmd.name, flag.ContinueOnError)
 	fs.SetOutput(discard)
+	fs.Usage = func() {}
 	g0 := e.g
-	e.g.register(fs) // the same globals, accepted after the command too
-	// Keep values given before the command unless repeated after it.
+	e.g.register(fs)
 	fs.VisitAll(func(f *flag.Flag) {
 		switch f.Name {
 		case "url":
@@ -175,30 +216,19 @@ func run(ctx context.Context, args []string, io stdio) int {
 			_ = f.Value.Set(g0.tls.Key)
 		}
 	})
-	body := cmd.setup(fs)
-	fs.Usage = func() {}
-	pos, argv, err := parseInterspersed(fs, rest[1:], cmd.argvAfter)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			cmdUsage(io.out, cmd, fs)
-			return exitOK
-		}
-		if near := nearFlag(fs, rest[1:]); near != "" {
-			err = fmt.Errorf("%w; did you mean %s?", err, near)
-		}
-		return flagError(cmd.name, err)
-	}
-	asJSON = e.g.json
+	return fs
+}
+
+// checkArgs refuses a command line with too few or too many positional
+// arguments, or without the command to run where cmd takes one.
+func (cmd *command) checkArgs(pos, argv []string) error {
 	if len(pos) < cmd.min || (cmd.max >= 0 && len(pos) > cmd.max) {
-		return report(io.err, usagef(cmd.name, "usage: runner %s %s", cmd.name, cmd.args), "", asJSON)
+		return usagef(cmd.name, "usage: runner %s %s", cmd.name, cmd.args)
 	}
 	if cmd.argvAfter > 0 && len(argv) == 0 {
-		return report(io.err, usagef(cmd.name, "no command to run: usage: runner %s %s", cmd.name, cmd.args), "", asJSON)
+		return usagef(cmd.name, "no command to run: usage: runner %s %s", cmd.name, cmd.args)
 	}
-	if err := body(ctx, e, pos, argv); err != nil {
-		return report(io.err, err, e.where, asJSON)
-	}
-	return exitOK
+	return nil
 }
 
 // discard swallows the flag package's own output: run prints its errors

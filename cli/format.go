@@ -6,6 +6,7 @@ package cli
 // times for people.
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -14,6 +15,8 @@ import (
 	"text/tabwriter"
 	"text/template"
 	"time"
+
+	"github.com/agentrunner/runner/client"
 )
 
 // printJSON prints v as indented JSON and a newline: a command's whole
@@ -72,6 +75,21 @@ func (l listFlags) form(cmd string) (listForm, error) {
 		return listForm{}, usagef(cmd, "--format: %v", err)
 	}
 	return listForm{tmpl: t}, nil
+}
+
+// listCmd is the body of a listing command: -q and --format are read
+// first (a mistake there is a usage error before runnerd is called), then
+// body runs as withClient's, with the form.
+func listCmd(cmd string, lf listFlags, body func(ctx context.Context, e *env, c *client.Client, pos []string, f listForm) error) func(context.Context, *env, []string, []string) error {
+	return func(ctx context.Context, e *env, pos, argv []string) error {
+		form, err := lf.form(cmd)
+		if err != nil {
+			return err
+		}
+		return withClient(func(ctx context.Context, e *env, c *client.Client, pos []string) error {
+			return body(ctx, e, c, pos, form)
+		})(ctx, e, pos, argv)
+	}
 }
 
 // listing is what a listing command prints: its items, and how each form

@@ -212,42 +212,11 @@ func report(w io.Writer, err error, where string, asJSON bool) int {
 	}
 	var ue *usageError
 	if errors.As(err, &ue) {
-		if asJSON {
-			op := ""
-			if ue.cmd != "" {
-				op = ue.cmd
-			}
-			writeJSONError(w, jsonErrorBody{Kind: "usage", Op: op, Detail: ue.msg, ExitCode: exitUsage})
-		} else if ue.cmd != "" {
-			fmt.Fprintf(w, "runner %s: %s (see runner %s --help)\n", ue.cmd, ue.msg, ue.cmd)
-		} else {
-			fmt.Fprintf(w, "runner: %s (see runner --help)\n", ue.msg)
-		}
-		return exitUsage
+		return reportUsage(w, ue, asJSON)
 	}
 	var xe *exitError
 	if errors.As(err, &xe) {
-		switch {
-		case asJSON && xe.kind != "":
-			detail := xe.detail
-			if detail == "" {
-				first, rest, _ := strings.Cut(strings.TrimSpace(xe.msg), "\n")
-				detail = strings.TrimPrefix(first, "runner: ")
-				if xe.what != "" {
-					detail = strings.TrimPrefix(detail, xe.what+": ")
-				}
-				if rest != "" {
-					detail += " " + oneLine(strings.ReplaceAll(strings.ReplaceAll(rest, "\r", ""), "runner: ", ""))
-				}
-			}
-			writeJSONError(w, jsonErrorBody{Kind: xe.kind, Op: xe.what, Detail: strings.TrimSpace(detail), ExitCode: xe.code, ExecError: xe.execError})
-		case asJSON:
-			// The command's own status (128+N): --json output already
-			// says how it ended; it is not runner's error.
-		case xe.msg != "":
-			fmt.Fprintln(w, strings.TrimRight(xe.msg, "\n"))
-		}
-		return xe.code
+		return reportExit(w, xe, asJSON)
 	}
 	code, kind := codeOf(err)
 	what := ""
@@ -285,6 +254,45 @@ func report(w io.Writer, err error, where string, asJSON bool) int {
 		}
 	}
 	return code
+}
+
+// reportUsage prints a mistake in the command line: one line that says
+// where the help is, or --json's usage error.
+func reportUsage(w io.Writer, ue *usageError, asJSON bool) int {
+	if asJSON {
+		writeJSONError(w, jsonErrorBody{Kind: "usage", Op: ue.cmd, Detail: ue.msg, ExitCode: exitUsage})
+	} else if ue.cmd != "" {
+		fmt.Fprintf(w, "runner %s: %s (see runner %s --help)\n", ue.cmd, ue.msg, ue.cmd)
+	} else {
+		fmt.Fprintf(w, "runner: %s (see runner --help)\n", ue.msg)
+	}
+	return exitUsage
+}
+
+// reportExit prints an exitError's message (or --json's error object,
+// none for the command's own status) and returns its code.
+func reportExit(w io.Writer, xe *exitError, asJSON bool) int {
+	switch {
+	case asJSON && xe.kind != "":
+		detail := xe.detail
+		if detail == "" {
+			first, rest, _ := strings.Cut(strings.TrimSpace(xe.msg), "\n")
+			detail = strings.TrimPrefix(first, "runner: ")
+			if xe.what != "" {
+				detail = strings.TrimPrefix(detail, xe.what+": ")
+			}
+			if rest != "" {
+				detail += " " + oneLine(strings.ReplaceAll(strings.ReplaceAll(rest, "\r", ""), "runner: ", ""))
+			}
+		}
+		writeJSONError(w, jsonErrorBody{Kind: xe.kind, Op: xe.what, Detail: strings.TrimSpace(detail), ExitCode: xe.code, ExecError: xe.execError})
+	case asJSON:
+		// The command's own status (128+N): --json output already
+		// says how it ended; it is not runner's error.
+	case xe.msg != "":
+		fmt.Fprintln(w, strings.TrimRight(xe.msg, "\n"))
+	}
+	return xe.code
 }
 
 // opPrefix and urlPrefix are the request names the client puts before a

@@ -216,17 +216,7 @@ func (e *env) slowNotice(d time.Duration, msg string) (stop func()) {
 
 func lsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
 	lf := registerListFlags(fs, "sandbox names")
-	return func(ctx context.Context, e *env, _, _ []string) error {
-		form, err := lf.form("ls")
-		if err != nil {
-			return err
-		}
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
-		ctx, cancel := e.callCtx(ctx)
-		defer cancel()
+	return listCmd("ls", lf, func(ctx context.Context, e *env, c *client.Client, _ []string, form listForm) error {
 		all, err := c.ListAllSandboxes(ctx)
 		if err != nil {
 			return fail("list sandboxes", err)
@@ -240,7 +230,7 @@ func lsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) err
 				return []string{sb.Name, sb.State, when(sb.CreatedAt), sb.Workspace}
 			},
 		})
-	}
+	})
 }
 
 func getCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/client"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -125,17 +126,7 @@ func spawnCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) 
 
 func sessionsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
 	lf := registerListFlags(fs, "session ids")
-	return func(ctx context.Context, e *env, pos, _ []string) error {
-		form, err := lf.form("sessions")
-		if err != nil {
-			return err
-		}
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
-		ctx, cancel := e.callCtx(ctx)
-		defer cancel()
+	return listCmd("sessions", lf, func(ctx context.Context, e *env, c *client.Client, pos []string, form listForm) error {
 		if len(pos) == 2 {
 			s, err := c.Session(ctx, pos[0], pos[1])
 			if err != nil {
@@ -158,7 +149,7 @@ func sessionsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []strin
 			header: sessionHeader,
 			row:    sessionRow,
 		})
-	}
+	})
 }
 
 func rmSessionCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
@@ -221,17 +212,7 @@ Example:
 func psCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
 	all := fs.Bool("a", false, "list ended sessions too")
 	lf := registerListFlags(fs, `"SANDBOX ID" pairs`)
-	return func(ctx context.Context, e *env, _, _ []string) error {
-		form, err := lf.form("ps")
-		if err != nil {
-			return err
-		}
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
-		ctx, cancel := e.callCtx(ctx)
-		defer cancel()
+	return listCmd("ps", lf, func(ctx context.Context, e *env, c *client.Client, _ []string, form listForm) error {
 		sbs, err := c.ListAllSandboxes(ctx)
 		if err != nil {
 			return fail("list sandboxes", err)
@@ -264,5 +245,5 @@ func psCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) err
 				return append([]string{r.Sandbox}, sessionCells(r.Session, r.Session.State)...)
 			},
 		})
-	}
+	})
 }
