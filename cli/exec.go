@@ -200,13 +200,25 @@ func rejoin(ctx context.Context, e *env, c *client.Client, fs *flag.FlagSet, f *
 
 // execBody starts argv as a session of sandbox name and follows it to
 // its end: exec, and run after its create.
-func execBody(ctx context.Context, e *env, fs *flag.FlagSet, f *execFlags, what, name string, argv []string) error {
+// execPlan is what exec and run ask for, from their flags: the session
+// to start, the detach key, and whether runner's stdin goes to it.
+type execPlan struct {
+	req    wire.CreateSession
+	key    byte
+	useKey bool
+	stdin  bool
+}
+
+// plan reads the flags of exec or run (fs) for the command argv; a
+// mistake is a usage error of that command.
+func (f *execFlags) plan(e *env, fs *flag.FlagSet, argv []string) (execPlan, error) {
+	cmd := fs.Name()[len("runner "):]
 	key, useKey, err := parseDetachKey(*f.dkey)
 	if err != nil {
-		return usagef(fs.Name()[len("runner "):], "%v", err)
+		return execPlan{}, usagef(cmd, "%v", err)
 	}
 	if *f.maxTime < 0 {
-		return usagef(fs.Name()[len("runner "):], "--max-time %s: want a duration >= 0", *f.maxTime)
+		return execPlan{}, usagef(cmd, "--max-time %s: want a duration >= 0", *f.maxTime)
 	}
 	tty, stdin := *f.tty, *f.stdin
 	if f.ttyDefaultAuto {
@@ -219,13 +231,9 @@ func execBody(ctx context.Context, e *env, fs *flag.FlagSet, f *execFlags, what,
 			stdin = true
 		}
 	}
-	envs, err := f.env.resolve(fs.Name()[len("runner "):])
+	envs, err := f.env.resolve(cmd)
 	if err != nil {
-		return err
-	}
-	c, err := e.client()
-	if err != nil {
-		return err
+		return execPlan{}, err
 	}
 	req := wire.CreateSession{ID: *f.id, Argv: argv, Env: envs, Cwd: *f.cwd, TTY: tty}
 	if req.ID == "" {
@@ -242,62 +250,35 @@ func execBody(ctx context.Context, e *env, fs *flag.FlagSet, f *execFlags, what,
 		// command one pipe, so the order it wrote in is the order shown.
 		req.MergeStderr = true
 	}
+	return execPlan{req: req, key: key, useKey: useKey, stdin: stdin}, nil
+}
 
-	// Ask runnerd once before the spawn: rejoining after a cut
-	// connection is only for a daemon that was there (a runnerd that
-	// never answered is reported at once, not waited for).
-	hctx, hcancel := e.callCtx(ctx)
-	_, herr := c.Health(hctx)
-	hcancel()
-	if herr != nil {
-		return &cliError{what: what, err: herr}
+func execBody(ctx context.Context, e *env, fs *flag.FlagSet, f *execFlags, what, name string, argv []string) error {
+	p, err := f.plan(e, fs, argv)
+	if err != nil {
+		return err
 	}
-
-	var s wire.Session
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
 	// A session of runner's own random id is this runner's whoever's
 	// attempt created it; one named with --id only when this call did.
-	owned := *f.id == ""
-	attempts, created := 0, false
-	err = retryUnavailable(ctx, e, req.ID, func(cctx context.Context) error {
-		var err error
-		attempts++
-		s, created, err = c.CreateSession(cctx, name, req)
-		owned = owned || created
-		return err
-	})
-	if err == nil && !created && attempts == 1 {
-		// --id named a session that was there before this call (not a
-		// retry of ours): the same request is answered with it, and
-		// nothing runs again. Say so rather than pass it off as a run.
-		execExistingNote(e, name, s)
-	}
+	s, owned, err := e.execStart(ctx, c, what, name, p.req, *f.id == "")
 	if err != nil {
-		if xe := startFailure(err, what, name, argv[0]); xe != nil {
-			return xe
-		}
-		ce := &cliError{what: what, err: err}
-		switch _, kind := codeOf(err); kind {
-		case "unavailable":
-			ce.hint = hints(hintFor(err, e.where), fmt.Sprintf(
-				"if runnerd got the request, the outcome is unknown and the command may still run as session %s: runner sessions %s %s", req.ID, name, req.ID))
-		case "not_found":
-			ce.hint = noSandboxHint
-		case "invalid":
-			ce.hint = e.spawnConflictHint(ctx, c, err, name, req)
-		}
-		return ce
+		return err
 	}
-	if !stdin && !tty {
+	if !p.stdin && !p.req.TTY {
 		// The command reads EOF at once, as from </dev/null.
-		err := retryUnavailable(ctx, e, req.ID, func(cctx context.Context) error { return c.CloseStdin(cctx, name, s.ID) })
+		err := retryUnavailable(ctx, e, p.req.ID, func(cctx context.Context) error { return c.CloseStdin(cctx, name, s.ID) })
 		if err != nil && !errors.Is(err, adapter.ErrCommandExited) {
 			return &cliError{what: what, err: err, hint: fmt.Sprintf("the command runs with its stdin open: runner close-stdin %s %s", name, s.ID)}
 		}
 	}
 
 	var outBuf, errBuf bytes.Buffer
-	o := followOpts{what: what, name: name, id: s.ID, s: s, key: key, useKey: useKey,
-		stdin: stdin, exec: true, owned: owned, maxTime: *f.maxTime}
+	o := followOpts{what: what, name: name, id: s.ID, s: s, key: p.key, useKey: p.useKey,
+		stdin: p.stdin, exec: true, owned: owned, maxTime: *f.maxTime}
 	if e.g.json {
 		o.out, o.errw = &outBuf, &errBuf
 	}
@@ -321,6 +302,54 @@ func execBody(ctx context.Context, e *env, fs *flag.FlagSet, f *execFlags, what,
 		}
 	}
 	return e.endOf(ctx, c, what, name, r.frame)
+}
+
+// execStart starts req as a session in sandbox name, retrying while
+// runnerd is unavailable (a retry of the same id never starts a second
+// process), and reports whether the session is this runner's to end
+// (owned: generated says runner made up its id).
+func (e *env) execStart(ctx context.Context, c *client.Client, what, name string, req wire.CreateSession, generated bool) (s wire.Session, owned bool, err error) {
+	// Ask runnerd once before the spawn: rejoining after a cut
+	// connection is only for a daemon that was there (a runnerd that
+	// never answered is reported at once, not waited for).
+	hctx, hcancel := e.callCtx(ctx)
+	_, herr := c.Health(hctx)
+	hcancel()
+	if herr != nil {
+		return s, false, &cliError{what: what, err: herr}
+	}
+	owned = generated
+	attempts, created := 0, false
+	err = retryUnavailable(ctx, e, req.ID, func(cctx context.Context) error {
+		var err error
+		attempts++
+		s, created, err = c.CreateSession(cctx, name, req)
+		owned = owned || created
+		return err
+	})
+	if err == nil && !created && attempts == 1 {
+		// --id named a session that was there before this call (not a
+		// retry of ours): the same request is answered with it, and
+		// nothing runs again. Say so rather than pass it off as a run.
+		execExistingNote(e, name, s)
+	}
+	if err == nil {
+		return s, owned, nil
+	}
+	if xe := startFailure(err, what, name, req.Argv[0]); xe != nil {
+		return s, owned, xe
+	}
+	ce := &cliError{what: what, err: err}
+	switch _, kind := codeOf(err); kind {
+	case "unavailable":
+		ce.hint = hints(hintFor(err, e.where), fmt.Sprintf(
+			"if runnerd got the request, the outcome is unknown and the command may still run as session %s: runner sessions %s %s", req.ID, name, req.ID))
+	case "not_found":
+		ce.hint = noSandboxHint
+	case "invalid":
+		ce.hint = e.spawnConflictHint(ctx, c, err, name, req)
+	}
+	return s, owned, ce
 }
 
 func init() {

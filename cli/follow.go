@@ -89,26 +89,13 @@ func (e *env) follow(ctx context.Context, c *client.Client, o followOpts) (follo
 	// runner prints its final word.
 	restore := func() {}
 	if interactive {
-		old, err := term.MakeRaw(inFd)
-		if err != nil {
-			return followResult{}, &exitError{code: exitOther, kind: "io", what: what, msg: fmt.Sprintf("runner: %s: put the terminal in raw mode: %v", what, err)}
+		var err error
+		if restore, err = rawTerminal(inFd, what); err != nil {
+			return followResult{}, err
 		}
-		var once sync.Once
-		restore = func() { once.Do(func() { _ = term.Restore(inFd, old) }) }
 		defer restore()
 	}
-	var noticeMu sync.Mutex
-	notice := func(msg string) {
-		noticeMu.Lock()
-		defer noticeMu.Unlock()
-		if interactive {
-			fmt.Fprintf(e.io.err, "\r\nrunner: %s\r\n", msg)
-		} else if e.g.json {
-			writeJSONWarning(e, msg)
-		} else {
-			fmt.Fprintf(e.io.err, "runner: %s\n", msg)
-		}
-	}
+	notice := e.noticer(interactive)
 
 	var wg sync.WaitGroup
 	done := make(chan struct{})                          // closed when runner is finishing
@@ -116,31 +103,7 @@ func (e *env) follow(ctx context.Context, c *client.Client, o followOpts) (follo
 
 	// Follow the terminal's size.
 	if s.TTY && running {
-		if sizeFd, ok := terminalFd(e); ok {
-			resize := func() {
-				w, h, err := term.GetSize(sizeFd)
-				if err != nil || w <= 0 || h <= 0 {
-					return
-				}
-				rctx, cancel := e.callCtx(actx)
-				defer cancel()
-				_ = c.Resize(rctx, name, id, h, w) // a resize racing the exit is harmless
-			}
-			resize()
-			winch := make(chan os.Signal, 1)
-			signal.Notify(winch, syscall.SIGWINCH)
-			wg.Go(func() {
-				defer signal.Stop(winch)
-				for {
-					select {
-					case <-done:
-						return
-					case <-winch:
-						resize()
-					}
-				}
-			})
-		}
+		e.followSize(actx, c, name, id, done, &wg)
 	}
 
 	// Signals (in raw mode Ctrl-C is a key and goes to the session).
@@ -184,13 +147,7 @@ wait:
 			break wait
 		case <-deadline:
 			timedOut = true
-			wg.Go(func() {
-				tctx, cancel := context.WithTimeout(actx, e.g.timeout+10*time.Second)
-				defer cancel()
-				if _, err := c.Terminate(tctx, name, id, time.Second); err != nil && actx.Err() == nil {
-					notice(fmt.Sprintf("--max-time %s: could not terminate %s: %s", o.maxTime, id, oneLine(detailOf(err))))
-				}
-			})
+			wg.Go(func() { e.terminateAtMaxTime(actx, c, o, notice) })
 		case sg := <-sigs:
 			if !o.exec || interactive {
 				stopCode = exitDetached
@@ -201,21 +158,7 @@ wait:
 				stopCode = exitInterrupted
 				break wait
 			}
-			sig := "INT"
-			switch sg {
-			case syscall.SIGTERM:
-				sig = "TERM"
-			case syscall.SIGHUP:
-				sig = "HUP"
-			}
-			sctx, scancel := e.callCtx(ctx)
-			err := c.Signal(sctx, name, id, sig)
-			scancel()
-			if err != nil && !errors.Is(err, adapter.ErrCommandExited) {
-				notice(fmt.Sprintf("could not forward SIG%s: %s", sig, oneLine(detailOf(err))))
-			} else if err == nil {
-				notice(fmt.Sprintf("sent SIG%s to %s; Ctrl-C again to stop waiting (the command keeps running)", sig, id))
-			}
+			e.forwardSignal(ctx, c, name, id, sg, notice)
 		}
 	}
 	if stopCode != 0 {
@@ -223,37 +166,144 @@ wait:
 		res = <-results
 		if res.frame == nil {
 			restore()
-			if stopCode == exitInterrupted {
-				return followResult{}, &exitError{code: exitInterrupted, kind: "interrupted", what: what, msg: fmt.Sprintf(
-					"runner: %s: stopped waiting; the command may still run\nrunner: hint: runner logs %s %s -f   |   runner terminate %s %s",
-					what, name, id, name, id)}
-			}
-			again := fmt.Sprintf("runner attach %s %s %s%s", name, id, a.resumeFlags(), detachKeyFlag(o.key, o.useKey))
-			msg := fmt.Sprintf("\r\nrunner: detached from %s %s; it keeps running.\nrunner: reattach with: %s\n"+
-				"runner: (that shows only what is new; without the cursors it replays the session from its start)", name, id, again)
-			return followResult{}, &exitError{code: exitDetached, kind: "detached", what: what, msg: msg}
+			return followResult{}, stoppedError(o, a, stopCode)
 		}
 	}
 	restore()
-	if res.frame == nil && errors.Is(res.err, errBrokenPipe) {
+	if res.frame == nil {
+		return followResult{}, e.followFailed(ctx, c, o, a, res.err, running)
+	}
+	return followResult{frame: *res.frame, timedOut: timedOut}, nil
+}
+
+// rawTerminal puts the terminal fd in raw mode; restore (idempotent)
+// puts it back.
+func rawTerminal(fd int, what string) (restore func(), err error) {
+	old, err := term.MakeRaw(fd)
+	if err != nil {
+		return nil, &exitError{code: exitOther, kind: "io", what: what, msg: fmt.Sprintf("runner: %s: put the terminal in raw mode: %v", what, err)}
+	}
+	var once sync.Once
+	return func() { once.Do(func() { _ = term.Restore(fd, old) }) }, nil
+}
+
+// terminateAtMaxTime ends the session once --max-time has passed
+// (SIGTERM, SIGKILL a second later); follow keeps reading to its exit.
+// ctx ends with follow, and then a failure is nobody's news.
+func (e *env) terminateAtMaxTime(ctx context.Context, c *client.Client, o followOpts, notice func(string)) {
+	tctx, cancel := context.WithTimeout(ctx, e.g.timeout+10*time.Second)
+	defer cancel()
+	if _, err := c.Terminate(tctx, o.name, o.id, time.Second); err != nil && ctx.Err() == nil {
+		notice(fmt.Sprintf("--max-time %s: could not terminate %s: %s", o.maxTime, o.id, oneLine(detailOf(err))))
+	}
+}
+
+// noticer is how follow tells a person something while it runs: on a
+// raw terminal with CR LF, with --json as a warning object, else a
+// "runner: " line; one message at a time.
+func (e *env) noticer(interactive bool) func(msg string) {
+	var mu sync.Mutex // one message at a time on stderr
+	return func(msg string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if interactive {
+			fmt.Fprintf(e.io.err, "\r\nrunner: %s\r\n", msg)
+		} else if e.g.json {
+			writeJSONWarning(e, msg)
+		} else {
+			fmt.Fprintf(e.io.err, "runner: %s\n", msg)
+		}
+	}
+}
+
+// followSize gives the session this terminal's size, now and at each
+// SIGWINCH, until done is closed; wg waits for the goroutine it starts.
+func (e *env) followSize(ctx context.Context, c *client.Client, name, id string, done <-chan struct{}, wg *sync.WaitGroup) {
+	sizeFd, ok := terminalFd(e)
+	if !ok {
+		return
+	}
+	resize := func() {
+		w, h, err := term.GetSize(sizeFd)
+		if err != nil || w <= 0 || h <= 0 {
+			return
+		}
+		rctx, cancel := e.callCtx(ctx)
+		defer cancel()
+		_ = c.Resize(rctx, name, id, h, w) // a resize racing the exit is harmless
+	}
+	resize()
+	winch := make(chan os.Signal, 1)
+	signal.Notify(winch, syscall.SIGWINCH)
+	wg.Go(func() {
+		defer signal.Stop(winch)
+		for {
+			select {
+			case <-done:
+				return
+			case <-winch:
+				resize()
+			}
+		}
+	})
+}
+
+// forwardSignal sends the signal runner got (SIGINT, SIGTERM, SIGHUP) to
+// the session exec started, and says whether it went.
+func (e *env) forwardSignal(ctx context.Context, c *client.Client, name, id string, sg os.Signal, notice func(string)) {
+	sig := "INT"
+	switch sg {
+	case syscall.SIGTERM:
+		sig = "TERM"
+	case syscall.SIGHUP:
+		sig = "HUP"
+	}
+	sctx, scancel := e.callCtx(ctx)
+	err := c.Signal(sctx, name, id, sig)
+	scancel()
+	if err != nil && !errors.Is(err, adapter.ErrCommandExited) {
+		notice(fmt.Sprintf("could not forward SIG%s: %s", sig, oneLine(detailOf(err))))
+	} else if err == nil {
+		notice(fmt.Sprintf("sent SIG%s to %s; Ctrl-C again to stop waiting (the command keeps running)", sig, id))
+	}
+}
+
+// stoppedError is runner's end when it stopped following before the
+// session ended: interrupted (a second Ctrl-C) or detached, with how to
+// find the session again.
+func stoppedError(o followOpts, a *attachRun, stopCode int) error {
+	what, name, id := o.what, o.name, o.id
+	if stopCode == exitInterrupted {
+		return &exitError{code: exitInterrupted, kind: "interrupted", what: what, msg: fmt.Sprintf(
+			"runner: %s: stopped waiting; the command may still run\nrunner: hint: runner logs %s %s -f   |   runner terminate %s %s",
+			what, name, id, name, id)}
+	}
+	again := fmt.Sprintf("runner attach %s %s %s%s", name, id, a.resumeFlags(), detachKeyFlag(o.key, o.useKey))
+	msg := fmt.Sprintf("\r\nrunner: detached from %s %s; it keeps running.\nrunner: reattach with: %s\n"+
+		"runner: (that shows only what is new; without the cursors it replays the session from its start)", name, id, again)
+	return &exitError{code: exitDetached, kind: "detached", what: what, msg: msg}
+}
+
+// followFailed is runner's end when following ended with no end frame
+// (err): a broken output pipe ends the command exec started; anything
+// else says how to find the session again.
+func (e *env) followFailed(ctx context.Context, c *client.Client, o followOpts, a *attachRun, err error, running bool) error {
+	if errors.Is(err, errBrokenPipe) {
 		// Nobody reads runner's output any more (| head): as ssh does,
 		// end the command exec started, and exit as a SIGPIPE death
 		// reads in a shell. attach only watches: its session runs on.
 		if o.exec && o.owned && running {
-			e.stopOnBrokenPipe(ctx, c, what, name, id)
+			e.stopOnBrokenPipe(ctx, c, o.what, o.name, o.id)
 		}
-		return followResult{}, res.err
+		return err
 	}
-	if res.frame == nil {
-		ce := &cliError{what: what, err: res.err}
-		if errors.Is(res.err, adapter.ErrUnavailable) {
-			ce.hint = hints(hintFor(res.err, e.where), fmt.Sprintf("the session may still run; reattach with: runner attach %s %s %s", name, id, a.resumeFlags()))
-		} else if errors.Is(res.err, adapter.ErrTruncated) {
-			ce.hint = "that cursor is behind the retained output: pass a larger --cursor"
-		}
-		return followResult{}, ce
+	ce := &cliError{what: o.what, err: err}
+	if errors.Is(err, adapter.ErrUnavailable) {
+		ce.hint = hints(hintFor(err, e.where), fmt.Sprintf("the session may still run; reattach with: runner attach %s %s %s", o.name, o.id, a.resumeFlags()))
+	} else if errors.Is(err, adapter.ErrTruncated) {
+		ce.hint = "that cursor is behind the retained output: pass a larger --cursor"
 	}
-	return followResult{frame: *res.frame, timedOut: timedOut}, nil
+	return ce
 }
 
 // pipeGrace is how long a command has to end on the SIGPIPE runner sends

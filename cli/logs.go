@@ -51,45 +51,69 @@ a cut connection exits 255 and says the cursor to resume from.`,
 		setup: logsCmd})
 }
 
+// logsFlags are runner logs' flags.
+type logsFlags struct {
+	stream, since              *string
+	cursor, stderrCursor, tail *int64
+	follow, timestamps         *bool
+}
+
+func registerLogsFlags(fs *flag.FlagSet) logsFlags {
+	f := logsFlags{
+		stream:       fs.String("stream", "both", "both, stdout or stderr"),
+		cursor:       fs.Int64("cursor", 0, "byte offset to start from (stdout's with both streams)"),
+		stderrCursor: fs.Int64("stderr-cursor", 0, "stderr's byte offset to start from, with both streams"),
+		tail:         fs.Int64("tail", -1, "start at the last N lines of each stream"),
+		follow:       fs.Bool("f", false, "follow: keep printing until the session ends"),
+		since:        fs.String("since", "", "start at output written since a time: a duration ago (10m) or an RFC 3339 time"),
+		timestamps:   fs.Bool("timestamps", false, "prefix each line with the time the journal recorded for it (to 1 s)"),
+	}
+	fs.BoolVar(f.follow, "follow", false, "same as -f")
+	fs.BoolVar(f.timestamps, "t", false, "same as --timestamps")
+	return f
+}
+
+// check refuses flags that exclude each other or are out of range (set
+// names those on the command line) and returns --since as a time, zero
+// without it.
+func (f logsFlags) check(set map[string]bool) (time.Time, error) {
+	var since time.Time
+	if set["since"] {
+		if set["cursor"] || set["stderr-cursor"] || set["tail"] {
+			return since, usagef("logs", "--since and --cursor/--stderr-cursor/--tail exclude each other")
+		}
+		var err error
+		if since, err = parseSince(*f.since, time.Now()); err != nil {
+			return since, usagef("logs", "%v", err)
+		}
+	}
+	switch *f.stream {
+	case "both", "stdout", "stderr":
+	default:
+		return since, usagef("logs", "--stream %q: want both, stdout or stderr", *f.stream)
+	}
+	if *f.cursor < 0 || *f.stderrCursor < 0 {
+		return since, usagef("logs", "cursors are byte offsets >= 0")
+	}
+	if set["stderr-cursor"] && *f.stream != "both" {
+		return since, usagef("logs", "--stderr-cursor is for both streams: with --stream, use --cursor")
+	}
+	if *f.tail < -1 {
+		return since, usagef("logs", "--tail %d: want a line count >= 0", *f.tail)
+	}
+	if *f.tail >= 0 && (set["cursor"] || set["stderr-cursor"]) {
+		return since, usagef("logs", "--tail and --cursor exclude each other")
+	}
+	return since, nil
+}
+
 func logsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
-	stream := fs.String("stream", "both", "both, stdout or stderr")
-	cursor := fs.Int64("cursor", 0, "byte offset to start from (stdout's with both streams)")
-	stderrCursor := fs.Int64("stderr-cursor", 0, "stderr's byte offset to start from, with both streams")
-	tail := fs.Int64("tail", -1, "start at the last N lines of each stream")
-	follow := fs.Bool("f", false, "follow: keep printing until the session ends")
-	fs.BoolVar(follow, "follow", false, "same as -f")
-	sinceFlag := fs.String("since", "", "start at output written since a time: a duration ago (10m) or an RFC 3339 time")
-	timestamps := fs.Bool("timestamps", false, "prefix each line with the time the journal recorded for it (to 1 s)")
-	fs.BoolVar(timestamps, "t", false, "same as --timestamps")
+	f := registerLogsFlags(fs)
 	return func(ctx context.Context, e *env, pos, _ []string) error {
 		name, id := pos[0], pos[1]
-		set := flagsSet(fs)
-		var since time.Time
-		if set["since"] {
-			if set["cursor"] || set["stderr-cursor"] || set["tail"] {
-				return usagef("logs", "--since and --cursor/--stderr-cursor/--tail exclude each other")
-			}
-			var err error
-			if since, err = parseSince(*sinceFlag, time.Now()); err != nil {
-				return usagef("logs", "%v", err)
-			}
-		}
-		switch *stream {
-		case "both", "stdout", "stderr":
-		default:
-			return usagef("logs", "--stream %q: want both, stdout or stderr", *stream)
-		}
-		if *cursor < 0 || *stderrCursor < 0 {
-			return usagef("logs", "cursors are byte offsets >= 0")
-		}
-		if set["stderr-cursor"] && *stream != "both" {
-			return usagef("logs", "--stderr-cursor is for both streams: with --stream, use --cursor")
-		}
-		if *tail < -1 {
-			return usagef("logs", "--tail %d: want a line count >= 0", *tail)
-		}
-		if *tail >= 0 && (set["cursor"] || set["stderr-cursor"]) {
-			return usagef("logs", "--tail and --cursor exclude each other")
+		since, err := f.check(flagsSet(fs))
+		if err != nil {
+			return err
 		}
 		c, err := e.client()
 		if err != nil {
@@ -102,48 +126,55 @@ func logsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) e
 		if err != nil {
 			return fail(what, err)
 		}
-		streams := []string{*stream}
-		if *stream == "both" {
+		streams := []string{*f.stream}
+		if *f.stream == "both" {
 			streams = s.Streams
 			if len(streams) == 0 {
 				streams = []string{"stdout"}
 			}
-		} else if s.TTY && *stream == "stderr" {
+		} else if s.TTY && *f.stream == "stderr" {
 			return usagef("logs", "a TTY session has only stdout")
 		}
-		cur := map[string]int64{"stdout": *cursor, "stderr": *stderrCursor}
-		if *stream == "stderr" {
-			cur["stderr"] = *cursor
+		cur := map[string]int64{"stdout": *f.cursor, "stderr": *f.stderrCursor}
+		if *f.stream == "stderr" {
+			cur["stderr"] = *f.cursor
 		}
-		if *tail >= 0 {
+		if *f.tail >= 0 {
 			for _, st := range streams {
-				if cur[st], err = tailLines(ctx, e, c, name, id, st, lengthOf(s, st), *tail); err != nil {
+				if cur[st], err = tailLines(ctx, e, c, name, id, st, lengthOf(s, st), *f.tail); err != nil {
 					return fail(what, err)
 				}
 			}
 		}
 		if len(streams) == 1 {
-			return logsOne(ctx, e, c, what, name, id, streams[0], cur[streams[0]], since, *follow, *timestamps)
+			return logsOne(ctx, e, c, what, name, id, streams[0], cur[streams[0]], since, *f.follow, *f.timestamps)
 		}
 		if !since.IsZero() {
-			// Each stream's start, from the stream endpoint's header:
-			// the attach then goes by cursors, and knows where the end
-			// of what exists now is for both.
-			for _, st := range streams {
-				cctx, cancel := e.callCtx(ctx)
-				body, err := c.StreamSince(cctx, name, id, st, since, false)
-				if err != nil {
-					cancel()
-					return fail(what, err)
-				}
-				cur[st] = body.Start()
-				body.Close()
-				cancel()
+			if err := sinceCursors(ctx, e, c, name, id, streams, since, cur); err != nil {
+				return fail(what, err)
 			}
 		}
 		s.Sandbox = name
-		return logsBoth(ctx, e, c, what, s, client.Cursors{Stdout: cur["stdout"], Stderr: cur["stderr"]}, *follow, *timestamps)
+		return logsBoth(ctx, e, c, what, s, client.Cursors{Stdout: cur["stdout"], Stderr: cur["stderr"]}, *f.follow, *f.timestamps)
 	}
+}
+
+// sinceCursors sets in cur each stream's first byte written since since,
+// from the stream endpoint's header: an attach to both streams then goes
+// by cursors, and knows where the end of what exists now is for both.
+func sinceCursors(ctx context.Context, e *env, c *client.Client, name, id string, streams []string, since time.Time, cur map[string]int64) error {
+	for _, st := range streams {
+		cctx, cancel := e.callCtx(ctx)
+		body, err := c.StreamSince(cctx, name, id, st, since, false)
+		if err != nil {
+			cancel()
+			return err
+		}
+		cur[st] = body.Start()
+		body.Close()
+		cancel()
+	}
+	return nil
 }
 
 // lengthOf is stream's length as s says (its exit's, once ended).
