@@ -58,3 +58,13 @@ func (m *Manager) RuleStats() (commits, ops, retried uint64) {
 // delete-then-add, as it does on kernels before 6.10.
 func (m *Manager) AddRefreshes() bool      { return m.addRefreshes }
 func (m *Manager) SetAddRefreshes(on bool) { m.dynMu.Lock(); m.addRefreshes = on; m.dynMu.Unlock() }
+
+// SetUnbatched makes the rule writer commit one change per transaction
+// (on), as every change was committed before it, or batch again (off).
+func (m *Manager) SetUnbatched(on bool) {
+	n := int32(ruleBatchOps)
+	if on {
+		n = 1
+	}
+	m.rw.batchOps.Store(n)
+}

@@ -107,9 +107,6 @@ type Manager struct {
 	adm   *admitter   // the admission writer; started by New, stopped by Close
 	rw    *ruleWriter // the rule writer; started by New, stopped by Close
 	stats stats
-	// unbatched makes the rule writer commit one change per transaction
-	// (set before New's end by a benchmark measuring the difference).
-	unbatched bool
 	// addRefreshes says whether this kernel restarts a present set
 	// element's timeout on "add" (probed by New; a test may clear it).
 	addRefreshes bool
@@ -590,9 +587,16 @@ func (m *Manager) SetPolicy(ctx context.Context, id string, p Policy) error {
 		return errors.Join(fmt.Errorf("set policy of %s: %w", id, err), derr, m.saveRecord(rec),
 			m.cutFlows(n, addr, gw, nil, derr != nil))
 	}
+	revokes := flushDyn || !l.pp.rangesWithin(pp)
 	l.pp = pp
 	l.res.policy.Store(pp)
 	m.setRecord(rec)
+	if !revokes {
+		// A policy that only adds (a new sandbox's first, from deny
+		// all) cuts nothing: no conntrack dump (a walk of the host's
+		// whole table, one at a time on the netlink handle).
+		return nil
+	}
 	if err := m.cutFlows(n, addr, gw, pp.prefixes, flushDyn); err != nil {
 		// The sets already deny; a flow we failed to cut is the one
 		// thing left open, so fail closed and say so.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netns"
 
@@ -114,4 +115,56 @@ func sbGetNoFatal(sb *netpolicy.Sandbox, ip netip.Addr) (string, error) {
 		return err
 	})
 	return body, err
+}
+
+// BenchmarkParallel100 measures, per iteration, 100 Setups at once, 100
+// SetPolicys at once and 100 Teardowns at once in one Manager (the
+// figures docs/benchmarks.md quotes), with the rule writer batching
+// (batched) and committing one change per transaction (unbatched, as
+// before the writer).
+func BenchmarkParallel100(b *testing.B) {
+	for _, unbatched := range []bool{false, true} {
+		name := "batched"
+		if unbatched {
+			name = "unbatched"
+		}
+		b.Run(name, func(b *testing.B) {
+			l := &lab{Lab: netlab.Build(b)}
+			state := b.TempDir()
+			b.Cleanup(func() { netlab.UnmountLeftovers(state) })
+			m, err := netpolicy.New(context.Background(), netpolicy.Config{StateDir: state, Pool: scalePool,
+				Upstream: []netip.AddrPort{netip.AddrPortFrom(netlab.C, 53)}, HostNetNS: l.HostNetNS})
+			if err != nil {
+				b.Fatalf("New: %v", err)
+			}
+			b.Cleanup(func() { m.Close() })
+			m.SetUnbatched(unbatched)
+			ctx := context.Background()
+			var setup, policy, teardown time.Duration
+			all := func(fn func(id string) error) time.Duration {
+				t0 := time.Now()
+				var wg sync.WaitGroup
+				errs := make([]error, parallelSandboxes)
+				for i := range parallelSandboxes {
+					wg.Go(func() { errs[i] = fn(fmt.Sprintf("bp-%03d", i)) })
+				}
+				wg.Wait()
+				if err := errors.Join(errs...); err != nil {
+					b.Fatal(err)
+				}
+				return time.Since(t0)
+			}
+			for b.Loop() {
+				setup += all(func(id string) error { _, err := m.Setup(ctx, id); return err })
+				policy += all(func(id string) error {
+					return m.SetPolicy(ctx, id, netpolicy.Policy{Allow: []string{netlab.A.String(), "allowed.test"}})
+				})
+				teardown += all(func(id string) error { return m.Teardown(ctx, id) })
+			}
+			per := func(d time.Duration) float64 { return float64(d.Milliseconds()) / float64(b.N) }
+			b.ReportMetric(per(setup), "ms/100-setups")
+			b.ReportMetric(per(policy), "ms/100-policies")
+			b.ReportMetric(per(teardown), "ms/100-teardowns")
+		})
+	}
 }

@@ -72,9 +72,9 @@ type ruleWriter struct {
 	stop  chan struct{}
 	done  chan struct{}
 	once  sync.Once
-	// batchOps is ruleBatchOps; a test or benchmark sets 1 to measure one
+	// batchOps is ruleBatchOps; a benchmark sets 1 to measure one
 	// transaction per change.
-	batchOps int
+	batchOps atomic.Int32
 
 	// commits and ops count transactions and the changes they carried;
 	// retried counts batches that failed as a whole and were committed
@@ -84,10 +84,8 @@ type ruleWriter struct {
 
 func (m *Manager) startRuleWriter() {
 	w := &ruleWriter{m: m, queue: make(chan *ruleOp, ruleQueue), stop: make(chan struct{}),
-		done: make(chan struct{}), batchOps: ruleBatchOps}
-	if m.unbatched {
-		w.batchOps = 1
-	}
+		done: make(chan struct{})}
+	w.batchOps.Store(ruleBatchOps)
 	m.rw = w
 	go w.run()
 }
@@ -153,7 +151,7 @@ func (w *ruleWriter) run() {
 		}
 		batch := []*ruleOp{first}
 	gather:
-		for !first.alone && len(batch) < w.batchOps {
+		for !first.alone && len(batch) < int(w.batchOps.Load()) {
 			select {
 			case op := <-w.queue:
 				if op.alone {
