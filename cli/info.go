@@ -128,6 +128,9 @@ func infoCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) e
 		if in.NetworkTable != "" {
 			f.add("network table", "inet "+in.NetworkTable)
 		}
+		if in.NetworkPending > 0 {
+			f.add("networks pending", fmt.Sprintf("%d (re-adopting since start)", in.NetworkPending))
+		}
 		f.add("warm pool", pool)
 		f.add("memory available", units.BytesSize(float64(in.Capacity.MemoryAvailableBytes)))
 		f.add("pids free", fmt.Sprint(in.Capacity.PIDsFree))

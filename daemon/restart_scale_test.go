@@ -10,6 +10,8 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -116,6 +118,18 @@ func TestRestartContainedScale(t *testing.T) {
 	t.Logf("restart with %d contained sandboxes: /healthz answered after %v (network_pending %d then), attach to an old session read its first frame after %v, every network re-adopted after %v",
 		n, healthz.Round(time.Millisecond), pendingAtServe, attached.Round(time.Millisecond), adopted.Round(time.Millisecond))
 	probe(a2, "after kill -9 and restart")
+
+	t2 := time.Now()
+	forEach(t, n, 16, func(i int) error {
+		if r := a2.doErr("DELETE", "/v1/sandboxes/"+name(i), nil); r.err != nil || r.status != 204 {
+			return fmt.Errorf("destroy %s: %v %d %s", name(i), r.err, r.status, r.body)
+		}
+		return nil
+	})
+	t.Logf("destroyed %d contained sandboxes, 16 at a time, in %v", n, time.Since(t2).Round(time.Millisecond))
+	if left, _ := os.ReadDir(filepath.Join(netState, "netns")); len(left) != 0 {
+		t.Errorf("destroy left %d network namespaces in %s/netns", len(left), netState)
+	}
 }
 
 // probeSample is which of n sandboxes a scale test probes: all up to 50,

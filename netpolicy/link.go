@@ -38,9 +38,22 @@ func ipNet(a netip.Addr, bits int) *net.IPNet {
 	return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, 32)}
 }
 
+// linkSlots bounds the link work (namespaces, veths, addresses, routes)
+// in progress at once: each step blocks an OS thread in the kernel, and
+// the kernel runs them one at a time under its RTNL lock anyway, so a
+// hundred parallel creates would hold a hundred threads for nothing.
+const linkSlots = 4
+
+// linkSlot takes a slot of the link work; the caller runs the release.
+func (m *Manager) linkSlot() (release func()) {
+	m.links <- struct{}{}
+	return func() { <-m.links }
+}
+
 // ensureLinks converges the sandbox's netns, veth pair, addresses and
 // routes to the wanted state, creating what is missing.
 func (m *Manager) ensureLinks(n sbNames, nsPath string, gw, addr netip.Addr) error {
+	defer m.linkSlot()()
 	fresh := false
 	if !isNetNSMount(nsPath) {
 		if err := createNetNS(nsPath); err != nil {
@@ -176,6 +189,7 @@ func (m *Manager) removeLinks(n sbNames, nsPath string) error {
 			return nil
 		}
 	}
+	defer m.linkSlot()()
 	l, err := m.hostH.LinkByName(n.hostIf)
 	switch {
 	case isLinkNotFound(err):

@@ -121,6 +121,8 @@ type Manager struct {
 	ids idLocks
 	// inflight counts the calls under way; Close waits for them.
 	inflight sync.WaitGroup
+	// links holds a token per link operation in progress (linkSlots).
+	links chan struct{}
 
 	// mu guards the fields below. It is a leaf: nothing else is taken,
 	// and nothing blocks in the kernel, while it is held.
@@ -172,7 +174,8 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if cfg.Table == "" {
 		cfg.Table = DefaultTable
 	}
-	m := &Manager{cfg: cfg, records: map[string]record{}, live: map[string]*live{}, minAdmitTTL: minAdmitTTL, maxAdmitTTL: maxAdmitTTL}
+	m := &Manager{cfg: cfg, records: map[string]record{}, live: map[string]*live{}, minAdmitTTL: minAdmitTTL, maxAdmitTTL: maxAdmitTTL,
+		links: make(chan struct{}, linkSlots)}
 	m.upstream = cfg.Upstream
 	if len(m.upstream) == 0 {
 		m.upstream = systemUpstreams()
