@@ -105,9 +105,6 @@ var rules = []struct {
 		module + "/daemon", module + "/client", module + "/shim", module + "/netpolicy", module + "/adapter", module + "/journal", module + "/cgroup",
 	}},
 	{pkg: "daemon", forbidden: []string{module + "/client", module + "/adapter"}},
-	{pkg: "quota", forbidden: []string{
-		module + "/daemon", module + "/client", module + "/shim", module + "/netpolicy", module + "/adapter", module + "/journal", module + "/cgroup",
-	}},
 }
 
 // TestDependencyDirection fails when a package imports across the lines in
