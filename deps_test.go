@@ -46,6 +46,7 @@ var rules = []struct {
 	{pkg: "adapter/sprites/spritestest", stdlibOnly: true, allowed: []string{"adapter", "adapter/secret", "adapter/internal/standin", "adapter/sprites", "adapter/guest", "adapter/hosted", "adapter/stream", "wire", "github.com/coder/websocket"}},
 	{pkg: "wire", stdlibOnly: true},
 	{pkg: "internal/atomicfile", stdlibOnly: true},
+	{pkg: "internal/keyed", stdlibOnly: true},
 	// internal/runnerdtest starts real runnerd processes for tests; it
 	// runs the binary, never imports the daemon.
 	{pkg: "internal/runnerdtest", stdlibOnly: true, allowed: []string{"go.uber.org/goleak"}},

@@ -18,6 +18,7 @@ import (
 	"github.com/agentrunner/runner/cgroup"
 	"github.com/agentrunner/runner/daemon/preview"
 	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/internal/keyed"
 	"github.com/agentrunner/runner/journal"
 	"github.com/agentrunner/runner/netpolicy"
 	"github.com/agentrunner/runner/wire"
@@ -31,7 +32,7 @@ type server struct {
 	token   string
 	reg     *registry.Registry
 	metrics *metrics
-	locks   *keyedMutex
+	locks   *keyed.Mutex
 	mux     *http.ServeMux
 	preview *preview.Server    // nil without a preview listener
 	net     *netpolicy.Manager // nil when network policies are not enforced
@@ -77,7 +78,7 @@ func newServer(cfg Config, reg *registry.Registry) *server {
 		log:     cfg.Logger,
 		reg:     reg,
 		metrics: newMetrics(cfg.Version),
-		locks:   newKeyedMutex(),
+		locks:   &keyed.Mutex{},
 		execs:   make(chan struct{}, cfg.MaxExecs),
 		life:    life,
 		endLife: endLife,
@@ -449,40 +450,4 @@ func (s *server) capabilities() []string {
 	}
 	slices.Sort(caps)
 	return caps
-}
-
-// keyedMutex is a set of mutexes by key, created on demand and dropped when
-// unused.
-type keyedMutex struct {
-	mu sync.Mutex // guards m
-	m  map[string]*keyedEntry
-}
-
-type keyedEntry struct {
-	mu   sync.Mutex
-	refs int // guarded by keyedMutex.mu
-}
-
-func newKeyedMutex() *keyedMutex { return &keyedMutex{m: map[string]*keyedEntry{}} }
-
-// Lock locks key and returns its unlock function.
-func (k *keyedMutex) Lock(key string) func() {
-	k.mu.Lock()
-	e := k.m[key]
-	if e == nil {
-		e = &keyedEntry{}
-		k.m[key] = e
-	}
-	e.refs++
-	k.mu.Unlock()
-	e.mu.Lock()
-	return func() {
-		e.mu.Unlock()
-		k.mu.Lock()
-		e.refs--
-		if e.refs == 0 {
-			delete(k.m, key)
-		}
-		k.mu.Unlock()
-	}
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentrunner/runner/internal/keyed"
 	"github.com/google/nftables"
 
 	"github.com/miekg/dns"
@@ -118,7 +119,7 @@ type Manager struct {
 	// ids serializes the changes of one sandbox (Setup, SetPolicy,
 	// Teardown); changes of different sandboxes run concurrently, and
 	// their nftables transactions meet in the rule writer.
-	ids idLocks
+	ids keyed.Mutex
 	// inflight counts the calls under way; Close waits for them.
 	inflight sync.WaitGroup
 	// links holds a token per link operation in progress (linkSlots).
@@ -249,41 +250,6 @@ func (m *Manager) recordOf(id string) (record, bool) {
 	return r, ok
 }
 
-// idLocks are per-sandbox mutexes, made on demand and dropped when no
-// caller holds or waits for them.
-type idLocks struct {
-	mu sync.Mutex
-	m  map[string]*idLock
-}
-
-type idLock struct {
-	sync.Mutex
-	refs int
-}
-
-func (l *idLocks) lock(id string) (unlock func()) {
-	l.mu.Lock()
-	if l.m == nil {
-		l.m = map[string]*idLock{}
-	}
-	x := l.m[id]
-	if x == nil {
-		x = &idLock{}
-		l.m[id] = x
-	}
-	x.refs++
-	l.mu.Unlock()
-	x.Lock()
-	return func() {
-		x.Unlock()
-		l.mu.Lock()
-		if x.refs--; x.refs == 0 {
-			delete(l.m, id)
-		}
-		l.mu.Unlock()
-	}
-}
-
 // removeStale removes the rules and sets of sandboxes that are dispatched
 // in the kernel but have no record (their Teardown did not finish).
 // Sandboxes with a record keep everything until Setup re-adopts them.
@@ -410,7 +376,7 @@ func (m *Manager) Setup(ctx context.Context, id string) (*Sandbox, error) {
 		return nil, err
 	}
 	defer m.inflight.Done()
-	unlock := m.ids.lock(id)
+	unlock := m.ids.Lock(id)
 	defer unlock()
 	rec, err := m.recordFor(id)
 	if err != nil {
@@ -544,7 +510,7 @@ func (m *Manager) SetPolicy(ctx context.Context, id string, p Policy) error {
 		return err
 	}
 	defer m.inflight.Done()
-	unlock := m.ids.lock(id)
+	unlock := m.ids.Lock(id)
 	defer unlock()
 	l := m.liveOf(id)
 	if l == nil {
@@ -650,7 +616,7 @@ func (m *Manager) Teardown(ctx context.Context, id string) error {
 		return err
 	}
 	defer m.inflight.Done()
-	unlock := m.ids.lock(id)
+	unlock := m.ids.Lock(id)
 	defer unlock()
 	n := m.namesFor(id)
 	m.mu.Lock()
