@@ -25,6 +25,14 @@ import (
 var binDir string // runner and runnerd, built once in TestMain
 
 func TestMain(m *testing.M) {
+	// The binaries here are built with the race detector, which sleeps
+	// a second at every process exit (GORACE atexit_sleep_ms, default
+	// 1000) to let late race reports print: each runnerd stop, runner
+	// call and shim exit paid it. Their reports still print; a race
+	// found in the last instant of an exit may not.
+	if os.Getenv("GORACE") == "" {
+		os.Setenv("GORACE", "atexit_sleep_ms=0")
+	}
 	dir, err := os.MkdirTemp("", "runner-cli-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
