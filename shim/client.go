@@ -1,11 +1,15 @@
 package shim
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -479,4 +483,67 @@ func (c *Client) Marks(ctx context.Context, stream string, from int64) (wire.Mar
 		return wire.Marks{}, fmt.Errorf("marks: %w: %v", errProto, err)
 	}
 	return m, nil
+}
+
+// Inspect returns the Info of the session in dir: its status from the
+// live shim when it answers (which knows its descendants), else from disk.
+// It returns ErrNoSession when dir holds no started session.
+func Inspect(ctx context.Context, dir string) (Info, error) {
+	c, err := Dial(ctx, dir)
+	if err != nil {
+		return Info{}, err
+	}
+	defer c.Close()
+	st, err := c.Status(ctx)
+	if err != nil {
+		return Info{}, err
+	}
+	return Describe(dir, st)
+}
+
+// CopyStdin writes everything read from r to the session's stdin, in
+// chunks as they arrive, and returns at r's EOF (without closing the
+// command's stdin).
+func CopyStdin(ctx context.Context, c *Client, r io.Reader) error {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if werr := c.WriteStdin(ctx, buf[:n]); werr != nil {
+				return werr
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read stdin: %w", err)
+		}
+	}
+}
+
+// CopyStdinBase64 writes to the session's stdin the bytes of each base64
+// line read from r (blank lines are skipped), one write per line, and
+// returns at r's EOF. A line that does not decode is ErrInvalid, after the
+// lines before it were written.
+func CopyStdinBase64(ctx context.Context, c *Client, r io.Reader) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		p, err := base64.StdEncoding.AppendDecode(nil, line)
+		if err != nil {
+			return fmt.Errorf("%w: decode stdin line: %v", ErrInvalid, err)
+		}
+		if err := c.WriteStdin(ctx, p); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("read stdin: %w", err)
+	}
+	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -505,39 +504,4 @@ func (s *server) marks(body []byte) (byte, []byte) {
 	}
 	b, _ := json.Marshal(m)
 	return stOK, b
-}
-
-// toWireMarks turns a journal Marks answer into wire.Marks.
-func toWireMarks(stream string) func([]journal.Mark, int64, time.Duration, error) (wire.Marks, error) {
-	return func(ms []journal.Mark, next int64, interval time.Duration, err error) (wire.Marks, error) {
-		if err != nil {
-			return wire.Marks{}, err
-		}
-		out := wire.Marks{Stream: stream, Marks: make([]wire.Mark, len(ms)), GranularityMS: interval.Milliseconds()}
-		for i, m := range ms {
-			out.Marks[i] = wire.Mark{Offset: m.Offset, Time: m.Time.UTC()}
-		}
-		if next >= 0 {
-			out.Next = &next
-		}
-		return out, nil
-	}
-}
-
-func marksFromDisk(dir, stream string, from int64) (wire.Marks, error) {
-	j, err := journal.Open(filepath.Join(dir, JournalDir))
-	if err != nil {
-		return wire.Marks{}, err
-	}
-	defer j.Close()
-	return toWireMarks(stream)(j.Marks(stream, from, wire.MaxMarks))
-}
-
-func offsetFromDisk(dir, stream string, t time.Time) (int64, error) {
-	j, err := journal.Open(filepath.Join(dir, JournalDir))
-	if err != nil {
-		return 0, err
-	}
-	defer j.Close()
-	return j.OffsetAt(stream, t)
 }

@@ -1,7 +1,6 @@
 package shim
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -279,19 +278,6 @@ func (p *execPlan) needsHelper() bool {
 	return false
 }
 
-// needsHelper reports whether spec's command would take the helper
-// (what startCommand decides, without the command): a cgroup that is not
-// v2 counts, one that cannot be read does not.
-func (spec Spec) needsHelper() bool {
-	p := &execPlan{ResolvConf: spec.ResolvConf, Binds: spec.Binds, Hostname: spec.Hostname, Isolate: spec.Isolate}
-	for _, dir := range spec.Cgroups {
-		if v2, err := cgroupKind(dir); err == nil && !v2 {
-			p.CgroupsV1 = append(p.CgroupsV1, dir)
-		}
-	}
-	return p.needsHelper()
-}
-
 // startCommand starts the command: directly when every step of its plan
 // can be done at the fork, which is the path every ordinary session
 // takes, else through the nsexec helper. Either way it returns once the
@@ -561,38 +547,6 @@ func loadSeccomp(*execPlan) (string, error) {
 		return "nsexec: build the seccomp filter", err
 	}
 	return "nsexec: load the seccomp filter", f.Load()
-}
-
-// cgroupKind reports whether dir is a cgroup v2 directory (else v1), or
-// an ErrInvalid error when it is not a cgroup directory at all.
-func cgroupKind(dir string) (v2 bool, err error) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return false, fmt.Errorf("%w: cgroup %q: %w", ErrInvalid, dir, unwrapPath(err))
-	}
-	switch st.Type {
-	case unix.CGROUP2_SUPER_MAGIC:
-		return true, nil
-	case unix.CGROUP_SUPER_MAGIC:
-		return false, nil
-	}
-	return false, fmt.Errorf("%w: cgroup %q is not on a cgroup file system", ErrInvalid, dir)
-}
-
-// notOurs refuses a cgroup the shim itself is in: the command's OOM or
-// pids limit would then reach the shim.
-func notOurs(dir string) error {
-	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-	if err != nil {
-		return fmt.Errorf("read cgroup %s: %w", dir, err)
-	}
-	me := []byte(strconv.Itoa(os.Getpid()))
-	for _, l := range bytes.Split(b, []byte("\n")) {
-		if bytes.Equal(l, me) {
-			return fmt.Errorf("%w: cgroup %q holds the shim itself", ErrInvalid, dir)
-		}
-	}
-	return nil
 }
 
 // MarkCloseOnExec marks every descriptor of the calling process from 3 up

@@ -1,7 +1,6 @@
 package shim
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/wire"
 )
 
 // Info is a session as runner-shim's status and list report it: its
@@ -65,22 +65,6 @@ func Describe(dir string, st Status) (Info, error) {
 		}
 	}
 	return in, nil
-}
-
-// Inspect returns the Info of the session in dir: its status from the
-// live shim when it answers (which knows its descendants), else from disk.
-// It returns ErrNoSession when dir holds no started session.
-func Inspect(ctx context.Context, dir string) (Info, error) {
-	c, err := Dial(ctx, dir)
-	if err != nil {
-		return Info{}, err
-	}
-	defer c.Close()
-	st, err := c.Status(ctx)
-	if err != nil {
-		return Info{}, err
-	}
-	return Describe(dir, st)
 }
 
 // ListInfo returns the Info of every session directly under root in start
@@ -166,4 +150,39 @@ func Prune(root string, age time.Duration, now time.Time) error {
 		}
 	}
 	return first
+}
+
+// toWireMarks turns a journal Marks answer into wire.Marks.
+func toWireMarks(stream string) func([]journal.Mark, int64, time.Duration, error) (wire.Marks, error) {
+	return func(ms []journal.Mark, next int64, interval time.Duration, err error) (wire.Marks, error) {
+		if err != nil {
+			return wire.Marks{}, err
+		}
+		out := wire.Marks{Stream: stream, Marks: make([]wire.Mark, len(ms)), GranularityMS: interval.Milliseconds()}
+		for i, m := range ms {
+			out.Marks[i] = wire.Mark{Offset: m.Offset, Time: m.Time.UTC()}
+		}
+		if next >= 0 {
+			out.Next = &next
+		}
+		return out, nil
+	}
+}
+
+func marksFromDisk(dir, stream string, from int64) (wire.Marks, error) {
+	j, err := journal.Open(filepath.Join(dir, JournalDir))
+	if err != nil {
+		return wire.Marks{}, err
+	}
+	defer j.Close()
+	return toWireMarks(stream)(j.Marks(stream, from, wire.MaxMarks))
+}
+
+func offsetFromDisk(dir, stream string, t time.Time) (int64, error) {
+	j, err := journal.Open(filepath.Join(dir, JournalDir))
+	if err != nil {
+		return 0, err
+	}
+	defer j.Close()
+	return j.OffsetAt(stream, t)
 }

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,18 +31,6 @@ import (
 // PhaseExec or PhaseSetup. A line without PHASE (`error SHIMPID ERRNO
 // MESSAGE`, from a shim before phases) still parses, with Phase "".
 
-// The phases of a start failure (StartError.Phase).
-const (
-	// PhaseExec is a failure of the caller's command itself: its
-	// executable (PATH lookup, execve), its working directory, or its
-	// run-as user's lookup. Retrying the same request fails the same way.
-	PhaseExec = "exec"
-	// PhaseSetup is any other failure: the shim's own start, its
-	// journal, control socket, network namespace, a fork that the host
-	// refused (EAGAIN, ENOMEM). It says nothing about the request.
-	PhaseSetup = "setup"
-)
-
 // StartError is returned by Start when the shim could not start the
 // command. It unwraps to the errno when there was one, so
 // errors.Is(err, fs.ErrNotExist) holds for a missing executable.
@@ -57,40 +44,6 @@ type StartError struct {
 	Errno   syscall.Errno // 0 if the failure had no errno
 	ShimPID int           // the shim that reported it (it has exited or is exiting); 0 if none did
 	Phase   string        // PhaseExec, PhaseSetup, or "" if unknown
-}
-
-// commandError marks a start failure of the caller's command (see
-// PhaseExec); the shim reports it with that phase.
-type commandError struct{ err error }
-
-func (e *commandError) Error() string { return e.err.Error() }
-func (e *commandError) Unwrap() error { return e.err }
-
-// commandErrnos are the errnos of a fork/exec of the command that are its
-// own (a missing or unrunnable executable or working directory), as
-// opposed to the host's (EAGAIN, ENOMEM, EMFILE, ETXTBSY, EPERM of a
-// setuid).
-var commandErrnos = []syscall.Errno{syscall.ENOENT, syscall.EACCES, syscall.ENOEXEC, syscall.ENOTDIR,
-	syscall.EISDIR, syscall.ELOOP, syscall.ENAMETOOLONG, syscall.E2BIG, syscall.ELIBBAD}
-
-// asCommandError marks err as the command's when it is a fork/exec of the
-// command that failed with one of commandErrnos.
-func asCommandError(err error) error {
-	var pe *os.PathError
-	var en syscall.Errno
-	if errors.As(err, &pe) && pe.Op == "fork/exec" && errors.As(err, &en) && slices.Contains(commandErrnos, en) {
-		return &commandError{err}
-	}
-	return err
-}
-
-// phaseOf is the readiness line's PHASE for a start failure.
-func phaseOf(err error) string {
-	var ce *commandError
-	if errors.As(err, &ce) {
-		return PhaseExec
-	}
-	return PhaseSetup
 }
 
 func (e *StartError) Error() string { return e.Msg }

@@ -15,8 +15,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Pool keeps warm shims: shim processes already started and detached, each
@@ -410,25 +408,6 @@ func (p *Pool) startWarm() (*warmShim, error) {
 	}
 	conn.SetReadDeadline(time.Time{})
 	return &warmShim{conn: conn, pid: pid, stage: f[2]}, nil
-}
-
-// socketPair makes a connected pair of stream sockets, both close-on-exec:
-// ours, with deadlines and CloseWrite, and the child's end, to pass in
-// ExtraFiles (and close once the child has it).
-func socketPair(name string) (*net.UnixConn, *os.File, error) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, nil, err
-	}
-	child := os.NewFile(uintptr(fds[1]), name+"-child")
-	pf := os.NewFile(uintptr(fds[0]), name)
-	c, err := net.FileConn(pf) // dups: pf is ours to close
-	pf.Close()
-	if err != nil {
-		child.Close()
-		return nil, nil, err
-	}
-	return c.(*net.UnixConn), child, nil
 }
 
 // give hands dir and the spec (JSON) to the warm shim. It reports false

@@ -6,8 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"os"
+	"slices"
+	"syscall"
 
 	"github.com/agentrunner/runner/wire"
+	"golang.org/x/sys/unix"
 )
 
 // The control socket protocol (docs/frames.md, "Control socket"). A
@@ -141,4 +146,69 @@ func readMsg(r io.Reader, hdr *[ctlHdrLen]byte, buf []byte) (op byte, body []byt
 func errorBody(code wire.Code, detail string) []byte {
 	b, _ := json.Marshal(errBody{Code: code, Detail: detail})
 	return b
+}
+
+// The phases of a start failure (StartError.Phase).
+const (
+	// PhaseExec is a failure of the caller's command itself: its
+	// executable (PATH lookup, execve), its working directory, or its
+	// run-as user's lookup. Retrying the same request fails the same way.
+	PhaseExec = "exec"
+	// PhaseSetup is any other failure: the shim's own start, its
+	// journal, control socket, network namespace, a fork that the host
+	// refused (EAGAIN, ENOMEM). It says nothing about the request.
+	PhaseSetup = "setup"
+)
+
+// commandError marks a start failure of the caller's command (see
+// PhaseExec); the shim reports it with that phase.
+type commandError struct{ err error }
+
+func (e *commandError) Error() string { return e.err.Error() }
+func (e *commandError) Unwrap() error { return e.err }
+
+// commandErrnos are the errnos of a fork/exec of the command that are its
+// own (a missing or unrunnable executable or working directory), as
+// opposed to the host's (EAGAIN, ENOMEM, EMFILE, ETXTBSY, EPERM of a
+// setuid).
+var commandErrnos = []syscall.Errno{syscall.ENOENT, syscall.EACCES, syscall.ENOEXEC, syscall.ENOTDIR,
+	syscall.EISDIR, syscall.ELOOP, syscall.ENAMETOOLONG, syscall.E2BIG, syscall.ELIBBAD}
+
+// asCommandError marks err as the command's when it is a fork/exec of the
+// command that failed with one of commandErrnos.
+func asCommandError(err error) error {
+	var pe *os.PathError
+	var en syscall.Errno
+	if errors.As(err, &pe) && pe.Op == "fork/exec" && errors.As(err, &en) && slices.Contains(commandErrnos, en) {
+		return &commandError{err}
+	}
+	return err
+}
+
+// phaseOf is the readiness line's PHASE for a start failure.
+func phaseOf(err error) string {
+	var ce *commandError
+	if errors.As(err, &ce) {
+		return PhaseExec
+	}
+	return PhaseSetup
+}
+
+// socketPair makes a connected pair of stream sockets, both close-on-exec:
+// ours, with deadlines and CloseWrite, and the child's end, to pass in
+// ExtraFiles (and close once the child has it).
+func socketPair(name string) (*net.UnixConn, *os.File, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	child := os.NewFile(uintptr(fds[1]), name+"-child")
+	pf := os.NewFile(uintptr(fds[0]), name)
+	c, err := net.FileConn(pf) // dups: pf is ours to close
+	pf.Close()
+	if err != nil {
+		child.Close()
+		return nil, nil, err
+	}
+	return c.(*net.UnixConn), child, nil
 }

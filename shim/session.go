@@ -1,12 +1,17 @@
 package shim
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/agentrunner/runner/journal"
@@ -412,50 +417,6 @@ func readJSON(path string, v any) error {
 	return nil
 }
 
-// pendingFile is a file created before its content is known, under a
-// temporary name (NAME.tmp): publish writes the content and renames it
-// into place, so a reader sees all of it or no file. A warm shim creates
-// its session's files this way ahead of time, off the start's path.
-type pendingFile struct {
-	name string
-	f    *os.File // nil once published or discarded
-}
-
-func createPending(dir, name string) (*pendingFile, error) {
-	f, err := os.OpenFile(filepath.Join(dir, name+".tmp"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	return &pendingFile{name: name, f: f}, nil
-}
-
-// publish writes b and renames the file to dir/NAME; dir is where the
-// file is now (its directory may have been renamed since it was created).
-func (p *pendingFile) publish(dir string, b []byte) error {
-	_, err := p.f.Write(b)
-	if cerr := p.f.Close(); err == nil {
-		err = cerr
-	}
-	p.f = nil
-	tmp := filepath.Join(dir, p.name+".tmp")
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, p.name))
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
-}
-
-// discard removes an unpublished file.
-func (p *pendingFile) discard(dir string) {
-	if p.f != nil {
-		p.f.Close()
-		p.f = nil
-		os.Remove(filepath.Join(dir, p.name+".tmp"))
-	}
-}
-
 func socketPath(dir string) (string, error) {
 	p := filepath.Join(dir, SocketFile)
 	if len(p) > maxSocketPath {
@@ -489,4 +450,100 @@ func List(root string) ([]Status, error) {
 		out = append(out, st)
 	}
 	return out, nil
+}
+
+// DefaultPath is the PATH a command gets when its environment names none,
+// and the one the shim looks its program up in then (runnerd puts it into
+// the spec's environment, so both sides agree).
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// credential resolves Spec.User: a name, or uid[:gid].
+func credential(spec string) (*syscall.Credential, error) {
+	name, gidStr, hasGid := strings.Cut(spec, ":")
+	if uid, err := strconv.ParseUint(name, 10, 32); err == nil {
+		c := &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}
+		if u, err := user.LookupId(name); err == nil {
+			if g, err := strconv.ParseUint(u.Gid, 10, 32); err == nil {
+				c.Gid = uint32(g)
+			}
+		}
+		if hasGid {
+			g, err := strconv.ParseUint(gidStr, 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("%w: user %q: bad gid", ErrInvalid, spec)
+			}
+			c.Gid = uint32(g)
+		}
+		return c, nil
+	}
+	if hasGid {
+		return nil, fmt.Errorf("%w: user %q: a name takes no :gid", ErrInvalid, spec)
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		return nil, fmt.Errorf("look up user %q: %w", name, err)
+	}
+	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+	if err1 != nil || err2 != nil {
+		return nil, fmt.Errorf("look up user %q: non-numeric ids", name)
+	}
+	c := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
+	if gids, err := u.GroupIds(); err == nil {
+		for _, g := range gids {
+			if n, err := strconv.ParseUint(g, 10, 32); err == nil {
+				c.Groups = append(c.Groups, uint32(n))
+			}
+		}
+	}
+	return c, nil
+}
+
+// cgroupKind reports whether dir is a cgroup v2 directory (else v1), or
+// an ErrInvalid error when it is not a cgroup directory at all.
+func cgroupKind(dir string) (v2 bool, err error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return false, fmt.Errorf("%w: cgroup %q: %w", ErrInvalid, dir, unwrapPath(err))
+	}
+	switch st.Type {
+	case unix.CGROUP2_SUPER_MAGIC:
+		return true, nil
+	case unix.CGROUP_SUPER_MAGIC:
+		return false, nil
+	}
+	return false, fmt.Errorf("%w: cgroup %q is not on a cgroup file system", ErrInvalid, dir)
+}
+
+// notOurs refuses a cgroup the shim itself is in: the command's OOM or
+// pids limit would then reach the shim.
+func notOurs(dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return fmt.Errorf("read cgroup %s: %w", dir, err)
+	}
+	me := []byte(strconv.Itoa(os.Getpid()))
+	for _, l := range bytes.Split(b, []byte("\n")) {
+		if bytes.Equal(l, me) {
+			return fmt.Errorf("%w: cgroup %q holds the shim itself", ErrInvalid, dir)
+		}
+	}
+	return nil
+}
+
+// needsHelper reports whether spec's command takes the nsexec helper
+// (what the supervisor's exec plan decides, without the command): a step
+// only the helper can do is active. It must agree with the plan
+// (TestSpecNeedsHelperAgrees holds it): a cgroup that is not v2 counts,
+// one that cannot be read does not.
+func (spec Spec) needsHelper() bool {
+	if spec.ResolvConf != "" || len(spec.Binds) > 0 || spec.Hostname != "" || spec.Isolate {
+		return true
+	}
+	for _, dir := range spec.Cgroups {
+		if v2, err := cgroupKind(dir); err == nil && !v2 {
+			return true
+		}
+	}
+	return false
 }

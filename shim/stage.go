@@ -148,3 +148,47 @@ func (s *server) undo() {
 	}
 	s.closers = nil
 }
+
+// pendingFile is a file created before its content is known, under a
+// temporary name (NAME.tmp): publish writes the content and renames it
+// into place, so a reader sees all of it or no file. A warm shim creates
+// its session's files this way ahead of time, off the start's path.
+type pendingFile struct {
+	name string
+	f    *os.File // nil once published or discarded
+}
+
+func createPending(dir, name string) (*pendingFile, error) {
+	f, err := os.OpenFile(filepath.Join(dir, name+".tmp"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	return &pendingFile{name: name, f: f}, nil
+}
+
+// publish writes b and renames the file to dir/NAME; dir is where the
+// file is now (its directory may have been renamed since it was created).
+func (p *pendingFile) publish(dir string, b []byte) error {
+	_, err := p.f.Write(b)
+	if cerr := p.f.Close(); err == nil {
+		err = cerr
+	}
+	p.f = nil
+	tmp := filepath.Join(dir, p.name+".tmp")
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(dir, p.name))
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
+}
+
+// discard removes an unpublished file.
+func (p *pendingFile) discard(dir string) {
+	if p.f != nil {
+		p.f.Close()
+		p.f = nil
+		os.Remove(filepath.Join(dir, p.name+".tmp"))
+	}
+}
