@@ -12,7 +12,7 @@ import (
 
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/journal"
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -198,7 +198,7 @@ func (s *server) handleAttach(w http.ResponseWriter, r *http.Request) {
 	}
 	// The frames are shim.EmitFrames's, the producer runner-shim's attach
 	// uses too, so both paths end a session the same way.
-	err = shim.EmitFrames(ctx, shim.FrameSource{
+	err = sessiondir.EmitFrames(ctx, sessiondir.FrameSource{
 		Dir: s.sessionDir(ss), Journal: j, Readers: readers, Heartbeat: heartbeatEvery,
 		OnExit: func(e wire.Exit) { s.recordEnd(ss, e) },
 		Log:    s.log.With("sandbox", ss.Sandbox, "session", ss.ID),
@@ -224,7 +224,7 @@ func (s *server) recordEnd(ss registry.Session, exit wire.Exit) {
 // writer gone without an exit record, and the journal is then finished as
 // lost) and records it in the registry.
 func (s *server) finalExit(ss registry.Session, j *journal.Journal, lost bool) (wire.Exit, error) {
-	exit, err := shim.FinalExit(j, s.sessionDir(ss), lost)
+	exit, err := sessiondir.FinalExit(j, s.sessionDir(ss), lost)
 	if err != nil {
 		return wire.Exit{}, errUnavailable("%v", err)
 	}
@@ -235,7 +235,7 @@ func (s *server) finalExit(ss registry.Session, j *journal.Journal, lost bool) (
 // finishLost writes the "lost" exit record into a journal whose writer is
 // gone without one (shim.FinishLost); its failures are unavailable.
 func finishLost(sessionDir, detail string) (journal.Exit, error) {
-	e, err := shim.FinishLost(sessionDir, detail)
+	e, err := sessiondir.FinishLost(sessionDir, detail)
 	if err != nil {
 		return journal.Exit{}, errUnavailable("%v", err)
 	}

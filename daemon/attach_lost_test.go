@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -50,7 +50,7 @@ func TestAttachLostSameOnBothPaths(t *testing.T) {
 				var last []byte
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
-				err := shim.Attach(ctx, dir, shim.AttachOptions{}, func(b []byte) error {
+				err := sessiondir.Attach(ctx, dir, sessiondir.AttachOptions{}, func(b []byte) error {
 					last = append(last[:0], b...)
 					return nil
 				})
@@ -87,8 +87,8 @@ func TestAttachLostSameOnBothPaths(t *testing.T) {
 				t.Errorf("terminal frames differ:\n first  %q\n second %q", first, second)
 			}
 			e, _ := f.Exit()
-			if e.Reason != wire.ExitLost || e.Detail != shim.LostDetail || e.Lengths["stdout"] != int64(len("before\n")) {
-				t.Errorf("lost record %+v, want reason lost, detail %q, stdout length 7", e, shim.LostDetail)
+			if e.Reason != wire.ExitLost || e.Detail != sessiondir.LostDetail || e.Lengths["stdout"] != int64(len("before\n")) {
+				t.Errorf("lost record %+v, want reason lost, detail %q, stdout length 7", e, sessiondir.LostDetail)
 			}
 		})
 	}

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/launch"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -180,7 +180,7 @@ type Config struct {
 	// DefaultSandboxJournalBytes).
 	SandboxJournalBytes int64
 	// pool holds the warm shims; set by Run, nil when disabled.
-	pool *shim.Pool
+	pool *launch.Pool
 	// netTable is the nftables table of this runnerd's network policy;
 	// set by claimHost (claim.go), "" with network policy off.
 	netTable string

@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/daemon/registry"
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/launch"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -88,7 +88,7 @@ const (
 func (s *server) execStuck(ctx context.Context, ss registry.Session, strikes *int) string {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	c, err := shim.Dial(ctx, s.sessionDir(ss))
+	c, err := launch.Dial(ctx, s.sessionDir(ss))
 	if err != nil {
 		return ""
 	}

@@ -11,7 +11,8 @@ import (
 
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/journal"
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -62,7 +63,7 @@ const execStdinTimeout = 30 * time.Second
 func (s *server) execStdin(ctx context.Context, ss registry.Session, stdin []byte, created bool) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), execStdinTimeout)
 	defer cancel()
-	c, err := shim.Dial(ctx, s.sessionDir(ss))
+	c, err := launch.Dial(ctx, s.sessionDir(ss))
 	if err == nil {
 		if created && len(stdin) > 0 {
 			err = c.WriteStdin(ctx, stdin)
@@ -72,7 +73,7 @@ func (s *server) execStdin(ctx context.Context, ss registry.Session, stdin []byt
 		}
 		c.Close()
 	}
-	if err == nil || errors.Is(err, shim.ErrExited) {
+	if err == nil || errors.Is(err, sessiondir.ErrExited) {
 		return nil // a command that exits before reading is not an error here
 	}
 	s.log.Warn("exec stdin not delivered; terminating the command", "sandbox", ss.Sandbox, "session", ss.ID, "err", err)

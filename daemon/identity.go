@@ -35,7 +35,7 @@ import (
 
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/netpolicy"
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -180,7 +180,7 @@ func (s *server) ownWorkspace(sb registry.Sandbox) error {
 // sb is isolated. A sandbox that is isolated but has no unprivileged user
 // (recorded before identities existed, or before --isolate all) is
 // refused rather than run as root.
-func (s *server) isolateSpec(sb registry.Sandbox, spec *shim.Spec) error {
+func (s *server) isolateSpec(sb registry.Sandbox, spec *sessiondir.Spec) error {
 	if !s.isolated(sb) {
 		return nil
 	}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/agentrunner/runner/daemon/preview"
 	"github.com/agentrunner/runner/daemon/registry"
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/launch"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -97,7 +97,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		// Closed after the listeners and in-flight requests are done (the
 		// defers run in reverse): idle warm shims exit, taken ones are
 		// sessions and keep running.
-		cfg.pool = shim.NewPool(cfg.ShimCommand, shim.PoolOptions{Size: cfg.WarmShims,
+		cfg.pool = launch.NewPool(cfg.ShimCommand, launch.PoolOptions{Size: cfg.WarmShims,
 			Root: filepath.Join(cfg.StateDir, "s"), RetainBytes: cfg.JournalRetainBytes})
 		defer cfg.pool.Close()
 	}

@@ -10,6 +10,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 )
 
 // Tests of the nsexec helper started ahead by a warm shim (nsexec.go,
@@ -18,9 +21,9 @@ import (
 // it, and a dead one costs a start nothing but the fork of a new helper.
 
 // newHelperPool is newPool whose warm shims start the helper ahead.
-func newHelperPool(t *testing.T, size int) *Pool {
+func newHelperPool(t *testing.T, size int) *launch.Pool {
 	t.Helper()
-	p := NewPool(shimExe, PoolOptions{Size: size, Root: poolRoot(t), Helper: HelperAlways})
+	p := launch.NewPool(shimExe, launch.PoolOptions{Size: size, Root: poolRoot(t), Helper: launch.HelperAlways})
 	t.Cleanup(func() { p.Close() })
 	waitWarm(t, p, size)
 	return p
@@ -81,7 +84,7 @@ func TestAheadHelperRunsCommand(t *testing.T) {
 	t.Run("cgroups, isolate, netns", func(t *testing.T) {
 		warm := waitWarm(t, p, 1)
 		helper := aheadHelperOf(t, warm[0])
-		dir, st := poolStart(t, p, Spec{User: "nobody", Isolate: true, Cgroups: dirsOf(cgs), NetNS: ns,
+		dir, st := poolStart(t, p, sessiondir.Spec{User: "nobody", Isolate: true, Cgroups: dirsOf(cgs), NetNS: ns,
 			Argv: []string{"sh", "-c", "grep -E '^(NoNewPrivs|CapBnd|Uid|Seccomp):' /proc/self/status; cat /proc/self/cgroup; stat -L -c 'netns %i' /proc/self/ns/net"}})
 		if st.PID != helper {
 			t.Fatalf("command pid %d, want the helper started ahead %d", st.PID, helper)
@@ -116,7 +119,7 @@ func TestAheadHelperRunsCommand(t *testing.T) {
 		helper := aheadHelperOf(t, warm[0])
 		// Field 7 of /proc/self/stat is tty_nr: 0 without a controlling
 		// terminal. The shell's read splits it out (comm is "sh").
-		dir, st := poolStart(t, p, Spec{TTY: true, Cgroups: dirsOf(cgs),
+		dir, st := poolStart(t, p, sessiondir.Spec{TTY: true, Cgroups: dirsOf(cgs),
 			Argv: []string{"sh", "-c", `read pid comm state ppid pgrp sid tty rest < /proc/self/stat; test -t 0 && test "$tty" != 0 && echo ctty-ok`}})
 		if st.PID != helper {
 			t.Fatalf("command pid %d, want the helper started ahead %d", st.PID, helper)
@@ -149,7 +152,7 @@ func TestAheadHelperKilledWhileWaiting(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t0 := time.Now()
-	dir, st := poolStart(t, p, Spec{Cgroups: dirsOf(cgs), Argv: []string{"cat", "/proc/self/cgroup"}})
+	dir, st := poolStart(t, p, sessiondir.Spec{Cgroups: dirsOf(cgs), Argv: []string{"cat", "/proc/self/cgroup"}})
 	if d := time.Since(t0); d > 5*time.Second {
 		t.Errorf("start took %v", d)
 	}
@@ -178,7 +181,7 @@ func TestAheadHelperNeverLeft(t *testing.T) {
 		p := newHelperPool(t, 1)
 		warm := waitWarm(t, p, 1)
 		helper := aheadHelperOf(t, warm[0])
-		_, st := poolStart(t, p, Spec{Argv: []string{"sleep", "30"}})
+		_, st := poolStart(t, p, sessiondir.Spec{Argv: []string{"sleep", "30"}})
 		if st.PID == helper {
 			t.Fatalf("a plain command took the helper %d", helper)
 		}
@@ -209,7 +212,7 @@ func TestAheadHelperNeverLeft(t *testing.T) {
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-		for _, d := range staged(t, p.opts.Root) {
+		for _, d := range staged(t, p.Opts.Root) {
 			os.RemoveAll(d) // what the killed warm shim staged
 		}
 	})
@@ -222,17 +225,17 @@ func TestPoolHelperAuto(t *testing.T) {
 	cgs := makeCgroups(t, true, false)
 	p := newPool(t, 1)
 	warm := waitWarm(t, p, 1)
-	if p.helper.Load() {
+	if p.Helper.Load() {
 		t.Fatal("auto pool starts helpers before any start needed one")
 	}
-	dir, _ := poolStart(t, p, Spec{Cgroups: dirsOf(cgs), Argv: []string{"true"}})
+	dir, _ := poolStart(t, p, sessiondir.Spec{Cgroups: dirsOf(cgs), Argv: []string{"true"}})
 	waitExit(t, dir)
-	if !p.helper.Load() {
+	if !p.Helper.Load() {
 		t.Fatal("auto pool: a start needed the helper, still none ahead")
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		w := p.pids()
+		w := p.WarmPIDs()
 		if len(w) == 1 && w[0] != warm[0] {
 			aheadHelperOf(t, w[0])
 			break
@@ -253,12 +256,12 @@ func TestAheadHelperWaitsForGo(t *testing.T) {
 	cgs := makeCgroups(t, true, false)
 	p := newHelperPool(t, 1)
 	marker := filepath.Join(t.TempDir(), "ran")
-	spec := Spec{ID: "t1", Env: testEnv, Cgroups: dirsOf(cgs), Argv: []string{"touch", marker}}
+	spec := sessiondir.Spec{ID: "t1", Env: testEnv, Cgroups: dirsOf(cgs), Argv: []string{"touch", marker}}
 	inCgroup := func(pid int) bool {
 		b, _ := os.ReadFile(filepath.Join(cgs[0].Dir, "cgroup.procs"))
 		return slices.Contains(strings.Fields(string(b)), strconv.Itoa(pid))
 	}
-	prepare := func() (*Prepared, int, string) {
+	prepare := func() (*launch.Prepared, int, string) {
 		warm := waitWarm(t, p, 1)
 		helper := aheadHelperOf(t, warm[0])
 		dir := poolDir(t, p)

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/shim/internal/proto"
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"golang.org/x/sys/unix"
 )
 
@@ -91,11 +94,11 @@ func TestDirBeneath(t *testing.T) {
 	script := fmt.Sprintf(`case $(pwd -P) in %s*) echo pwned > planted;; esac; pwd -P`, f.victim)
 	paths := []struct {
 		name string
-		spec Spec
+		spec sessiondir.Spec
 	}{
-		{"direct as root", Spec{}},
-		{"direct as nobody", Spec{User: "nobody"}},
-		{"helper, isolated", Spec{User: "nobody", Isolate: true}},
+		{"direct as root", sessiondir.Spec{}},
+		{"direct as nobody", sessiondir.Spec{User: "nobody"}},
+		{"helper, isolated", sessiondir.Spec{User: "nobody", Isolate: true}},
 	}
 	for _, p := range paths {
 		t.Run(p.name, func(t *testing.T) {
@@ -103,9 +106,9 @@ func TestDirBeneath(t *testing.T) {
 				spec := p.spec
 				spec.ID, spec.Env, spec.Argv = "t1", testEnv, []string{"sh", "-c", script}
 				spec.Dir, spec.DirRoot = filepath.Join(f.ws, bad), f.ws
-				_, err := Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), spec)
-				var se *StartError
-				if !errors.As(err, &se) || se.Phase != PhaseExec || !errors.Is(err, unix.EXDEV) || !strings.Contains(err.Error(), "resolves outside "+f.ws) {
+				_, err := launch.Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), spec)
+				var se *launch.StartError
+				if !errors.As(err, &se) || se.Phase != proto.PhaseExec || !errors.Is(err, unix.EXDEV) || !strings.Contains(err.Error(), "resolves outside "+f.ws) {
 					t.Errorf("cwd %s: %v, want an exec-phase StartError wrapping EXDEV that says it resolves outside %s", bad, err, f.ws)
 				}
 			}
@@ -128,8 +131,8 @@ func TestDirBeneath(t *testing.T) {
 		t.Errorf("a command ran in /root: %v", err)
 	}
 	// Dir must lie under DirRoot at all: refused before anything starts.
-	_, err := Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, Dir: f.victim, DirRoot: f.ws})
-	if !errors.Is(err, ErrInvalid) {
+	_, err := launch.Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), sessiondir.Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, Dir: f.victim, DirRoot: f.ws})
+	if !errors.Is(err, sessiondir.ErrInvalid) {
 		t.Errorf("cwd %s outside cwd_root %s: %v, want ErrInvalid", f.victim, f.ws, err)
 	}
 }
@@ -153,13 +156,13 @@ func TestDirBeneathAsUser(t *testing.T) {
 	if err := os.Chmod(locked, 0o700); err != nil { // root's
 		t.Fatal(err)
 	}
-	spec := Spec{Argv: []string{"sh", "-c", "pwd -P"}, User: "nobody", Isolate: true, Dir: filepath.Join(f.ws, "sub"), DirRoot: f.ws}
+	spec := sessiondir.Spec{Argv: []string{"sh", "-c", "pwd -P"}, User: "nobody", Isolate: true, Dir: filepath.Join(f.ws, "sub"), DirRoot: f.ws}
 	if out, code := runToEnd(t, spec); code != 0 || out != filepath.Join(f.ws, "sub")+"\n" {
 		t.Fatalf("cwd sub behind a 0700 parent: exit %d output %q", code, out)
 	}
 	for _, isolate := range []bool{true, false} { // the helper, the direct path
-		spec = Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, User: "nobody", Isolate: isolate, Dir: filepath.Join(locked, "inner"), DirRoot: f.ws}
-		_, err := Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), spec)
+		spec = sessiondir.Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, User: "nobody", Isolate: isolate, Dir: filepath.Join(locked, "inner"), DirRoot: f.ws}
+		_, err := launch.Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), spec)
 		if !errors.Is(err, unix.EACCES) {
 			t.Errorf("isolate %v: cwd below root's 0700 %s as nobody: %v, want EACCES", isolate, locked, err)
 		}
@@ -195,13 +198,13 @@ func TestDirBeneathRace(t *testing.T) {
 	defer func() { close(stop); <-done }()
 	ran, refused := 0, 0
 	for i := range 20 {
-		for _, p := range []Spec{{}, {User: "nobody", Isolate: true}} {
+		for _, p := range []sessiondir.Spec{{}, {User: "nobody", Isolate: true}} {
 			spec := p
 			spec.ID, spec.Env = "t1", testEnv
 			spec.Argv = []string{"sh", "-c", fmt.Sprintf("echo pwned > planted-%d; pwd -P", i)}
 			spec.Dir, spec.DirRoot = flip, f.ws
 			dir := sessionDir(t)
-			_, err := Start(ctxT(t, 10*time.Second), shimExe, dir, spec)
+			_, err := launch.Start(ctxT(t, 10*time.Second), shimExe, dir, spec)
 			switch {
 			case err == nil:
 				e := waitExit(t, dir)
@@ -238,14 +241,14 @@ func TestDirBeneathAheadHelper(t *testing.T) {
 	p := newHelperPool(t, 1)
 	for _, bad := range []string{"abs", "sub/up"} {
 		waitWarm(t, p, 1)
-		spec := Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, User: "nobody", Isolate: true, Dir: filepath.Join(f.ws, bad), DirRoot: f.ws}
+		spec := sessiondir.Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, User: "nobody", Isolate: true, Dir: filepath.Join(f.ws, bad), DirRoot: f.ws}
 		_, err := p.Start(ctxT(t, 10*time.Second), poolDir(t, p), spec)
-		var se *StartError
-		if !errors.As(err, &se) || se.Phase != PhaseExec || !errors.Is(err, unix.EXDEV) {
+		var se *launch.StartError
+		if !errors.As(err, &se) || se.Phase != proto.PhaseExec || !errors.Is(err, unix.EXDEV) {
 			t.Errorf("cwd %s through a helper ahead: %v, want an exec-phase StartError wrapping EXDEV", bad, err)
 		}
 	}
-	dir, _ := poolStart(t, p, Spec{User: "nobody", Isolate: true, Argv: []string{"pwd", "-P"}, Dir: filepath.Join(f.ws, "in"), DirRoot: f.ws})
+	dir, _ := poolStart(t, p, sessiondir.Spec{User: "nobody", Isolate: true, Argv: []string{"pwd", "-P"}, Dir: filepath.Join(f.ws, "in"), DirRoot: f.ws})
 	if e := waitExit(t, dir); e.Code != 0 || stdoutOf(t, dir) != filepath.Join(f.ws, "sub", "deeper")+"\n" {
 		t.Errorf("cwd in (a link inside): exit %+v output %q", e, stdoutOf(t, dir))
 	}
@@ -261,11 +264,11 @@ func TestBindSourceSymlink(t *testing.T) {
 	if err := os.Symlink(f.victim, link); err != nil {
 		t.Fatal(err)
 	}
-	spec := Spec{ID: "t1", Env: testEnv, Argv: []string{"cat", "/var/tmp/secret"}, User: "nobody", Isolate: true,
-		Binds: []Bind{{Source: link, Target: "/var/tmp"}}}
+	spec := sessiondir.Spec{ID: "t1", Env: testEnv, Argv: []string{"cat", "/var/tmp/secret"}, User: "nobody", Isolate: true,
+		Binds: []sessiondir.Bind{{Source: link, Target: "/var/tmp"}}}
 	dir := sessionDir(t)
-	_, err := Start(ctxT(t, 10*time.Second), shimExe, dir, spec)
-	var se *StartError
+	_, err := launch.Start(ctxT(t, 10*time.Second), shimExe, dir, spec)
+	var se *launch.StartError
 	if !errors.As(err, &se) || !errors.Is(err, unix.ELOOP) {
 		out := ""
 		if err == nil {
@@ -287,13 +290,13 @@ func TestLookPathAsUser(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(closed, "tool"), []byte("#!/bin/sh\necho tool\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []Spec{{User: "nobody"}, {User: "nobody", Isolate: true}} {
+	for _, p := range []sessiondir.Spec{{User: "nobody"}, {User: "nobody", Isolate: true}} {
 		for _, argv0 := range []string{filepath.Join(closed, "tool"), filepath.Join(closed, "absent")} {
 			spec := p
 			spec.ID, spec.Env, spec.Argv, spec.Dir = "t1", testEnv, []string{argv0}, "/"
-			_, err := Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), spec)
-			var se *StartError
-			if !errors.As(err, &se) || se.Phase != PhaseExec || !errors.Is(err, unix.EACCES) {
+			_, err := launch.Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), spec)
+			var se *launch.StartError
+			if !errors.As(err, &se) || se.Phase != proto.PhaseExec || !errors.Is(err, unix.EACCES) {
 				t.Errorf("isolate %v: exec %s as nobody: %v, want an exec-phase StartError wrapping EACCES", p.Isolate, argv0, err)
 			}
 		}
@@ -306,7 +309,7 @@ func TestLookPathAsUser(t *testing.T) {
 		}
 	}
 	// Root still finds it.
-	if out, code := runToEnd(t, Spec{Argv: []string{filepath.Join(closed, "tool")}, Dir: "/"}); code != 0 || out != "tool\n" {
+	if out, code := runToEnd(t, sessiondir.Spec{Argv: []string{filepath.Join(closed, "tool")}, Dir: "/"}); code != 0 || out != "tool\n" {
 		t.Errorf("as root: exit %d output %q", code, out)
 	}
 }
@@ -322,7 +325,7 @@ func TestOpenNoFollow(t *testing.T) {
 	}
 	defer unix.Close(rfd)
 	for rel, want := range map[string]error{"sub": nil, "sub/deeper": nil, "abs": unix.ENOTDIR, "in": unix.ENOTDIR, "sub/up": unix.ENOTDIR, "nope": unix.ENOENT} {
-		fd, err := openNoFollow(rfd, rel)
+		fd, err := sessiondir.OpenNoFollow(rfd, rel)
 		if err == nil {
 			unix.Close(fd)
 		}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"golang.org/x/sys/unix"
 )
 
@@ -75,26 +77,26 @@ func TestCommandInheritsOnlyStdio(t *testing.T) {
 		}
 	}
 	t.Run("direct", func(t *testing.T) {
-		dir, _ := start(t, Spec{ID: "d", Argv: argv, Env: testEnv})
+		dir, _ := start(t, sessiondir.Spec{ID: "d", Argv: argv, Env: testEnv})
 		check(t, dir)
 	})
 	t.Run("tty", func(t *testing.T) {
-		dir, _ := start(t, Spec{ID: "t", Argv: argv, Env: testEnv, TTY: true, Rows: 24, Cols: 200})
+		dir, _ := start(t, sessiondir.Spec{ID: "t", Argv: argv, Env: testEnv, TTY: true, Rows: 24, Cols: 200})
 		check(t, dir)
 	})
 	t.Run("helper", func(t *testing.T) {
 		needRoot(t)
-		dir, _ := start(t, Spec{ID: "h", Argv: argv, Env: testEnv, User: "nobody", Isolate: true})
+		dir, _ := start(t, sessiondir.Spec{ID: "h", Argv: argv, Env: testEnv, User: "nobody", Isolate: true})
 		check(t, dir)
 	})
 	t.Run("helper ahead", func(t *testing.T) {
 		needRoot(t)
-		p := NewPool(shimExe, PoolOptions{Size: 1, Root: poolRoot(t), Helper: HelperAlways})
+		p := launch.NewPool(shimExe, launch.PoolOptions{Size: 1, Root: poolRoot(t), Helper: launch.HelperAlways})
 		t.Cleanup(func() { p.Close() })
 		waitWarm(t, p, 1)
 		dir := poolDir(t, p)
 		ctx := ctxT(t, 10*time.Second)
-		st, err := p.Start(ctx, dir, Spec{ID: "a", Argv: argv, Env: testEnv, User: "nobody", Isolate: true})
+		st, err := p.Start(ctx, dir, sessiondir.Spec{ID: "a", Argv: argv, Env: testEnv, User: "nobody", Isolate: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,6 +19,8 @@ import (
 
 	"github.com/agentrunner/runner/internal/testcap"
 	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -63,7 +65,7 @@ func remountSize(t *testing.T, dir, size string) {
 }
 
 // startAt is start with a caller-chosen session directory.
-func startAt(t *testing.T, dir string, spec Spec) Status {
+func startAt(t *testing.T, dir string, spec sessiondir.Spec) sessiondir.Status {
 	t.Helper()
 	if spec.ID == "" {
 		spec.ID = "t1"
@@ -71,12 +73,12 @@ func startAt(t *testing.T, dir string, spec Spec) Status {
 	if spec.Env == nil {
 		spec.Env = testEnv
 	}
-	st, err := Start(ctxT(t, 10*time.Second), shimExe, dir, spec)
+	st, err := launch.Start(ctxT(t, 10*time.Second), shimExe, dir, spec)
 	if err != nil {
 		t.Fatalf("start %q: %v", spec.Argv, err)
 	}
 	t.Cleanup(func() {
-		if c, err := Dial(ctxT(t, 5*time.Second), dir); err == nil {
+		if c, err := launch.Dial(ctxT(t, 5*time.Second), dir); err == nil {
 			c.Terminate(ctxT(t, 10*time.Second), 100*time.Millisecond)
 			c.Close()
 		}
@@ -91,7 +93,7 @@ func startAt(t *testing.T, dir string, spec Spec) Status {
 // fatal runtime error: nothing else would ever show them.
 func checkShimLog(t *testing.T, dir string) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, LogFile))
+	b, err := os.ReadFile(filepath.Join(dir, sessiondir.LogFile))
 	if err != nil {
 		return
 	}
@@ -129,10 +131,10 @@ func patternFile(t *testing.T, n int) ([]byte, string) {
 }
 
 // waitStatus polls the shim's status until cond holds.
-func waitStatus(t *testing.T, c *Client, what string, cond func(Status) bool) Status {
+func waitStatus(t *testing.T, c *launch.Client, what string, cond func(sessiondir.Status) bool) sessiondir.Status {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	var st Status
+	var st sessiondir.Status
 	var err error
 	for time.Now().Before(deadline) {
 		st, err = c.Status(ctxT(t, 5*time.Second))
@@ -194,11 +196,11 @@ func TestDiskFullBackpressure(t *testing.T) {
 	dir := filepath.Join(mnt, "s")
 	// "done" goes to stderr only after cat wrote every byte: while it is
 	// absent the command has not got past its output.
-	startAt(t, dir, Spec{Argv: []string{"sh", "-c", `cat "$0"; echo done >&2; exit 7`, src}, Dir: "/"})
+	startAt(t, dir, sessiondir.Spec{Argv: []string{"sh", "-c", `cat "$0"; echo done >&2; exit 7`, src}, Dir: "/"})
 	c := dial(t, dir)
 
-	st := waitStatus(t, c, "write_error", func(st Status) bool { return st.WriteError != "" })
-	if st.State != StateRunning {
+	st := waitStatus(t, c, "write_error", func(st sessiondir.Status) bool { return st.WriteError != "" })
+	if st.State != sessiondir.StateRunning {
 		t.Fatalf("while the disk is full: got state %q, want running", st.State)
 	}
 	if !strings.Contains(st.WriteError, syscall.ENOSPC.Error()) {
@@ -223,7 +225,7 @@ func TestDiskFullBackpressure(t *testing.T) {
 		t.Fatalf("stderr %q: the command got past its output on a full disk (bytes were dropped)", e)
 	}
 	st, err := c.Status(ctxT(t, 5*time.Second))
-	if err != nil || st.State != StateRunning || st.WriteError == "" {
+	if err != nil || st.State != sessiondir.StateRunning || st.WriteError == "" {
 		t.Fatalf("after 700ms of a full disk: got %+v %v, want running with write_error", st, err)
 	}
 	if ps := processState(st.PID); ps == "" || ps == "Z" {
@@ -268,7 +270,7 @@ func TestDiskFullAtExit(t *testing.T) {
 	t.Parallel()
 	mnt := tmpfsDir(t, "4m")
 	dir := filepath.Join(mnt, "s")
-	startAt(t, dir, Spec{Argv: []string{"sh", "-c", `echo ready; read x; echo "bye $x"; exit 4`}, Dir: "/"})
+	startAt(t, dir, sessiondir.Spec{Argv: []string{"sh", "-c", `echo ready; read x; echo "bye $x"; exit 4`}, Dir: "/"})
 	waitOutput(t, dir, "ready\n")
 	c := dial(t, dir)
 
@@ -282,7 +284,7 @@ func TestDiskFullAtExit(t *testing.T) {
 	go func() {
 		var r result
 		var out bytes.Buffer
-		r.err = Attach(ctxT(t, 30*time.Second), dir, AttachOptions{}, func(b []byte) error {
+		r.err = sessiondir.Attach(ctxT(t, 30*time.Second), dir, sessiondir.AttachOptions{}, func(b []byte) error {
 			f, err := wire.ParseFrame(b)
 			if err != nil {
 				return err
@@ -303,22 +305,22 @@ func TestDiskFullAtExit(t *testing.T) {
 	// Without its reserve, as a journal recovered after its writer
 	// crashed is: with it, the exit record is written on a full disk
 	// (TestFinishFullDisk, daemon's TestDiskFullFlood).
-	if err := os.Remove(filepath.Join(dir, JournalDir, journal.ReserveFile)); err != nil {
+	if err := os.Remove(filepath.Join(dir, sessiondir.JournalDir, journal.ReserveFile)); err != nil {
 		t.Fatal(err)
 	}
 	fillDisk(t, mnt)
 	if err := c.WriteStdin(ctxT(t, 5*time.Second), []byte("now\n")); err != nil {
 		t.Fatal(err)
 	}
-	waitStatus(t, c, "write_error", func(st Status) bool { return st.WriteError != "" })
+	waitStatus(t, c, "write_error", func(st sessiondir.Status) bool { return st.WriteError != "" })
 	// For a while: running (from the shim and from disk), never lost.
 	deadline := time.Now().Add(1500 * time.Millisecond)
 	for time.Now().Before(deadline) {
-		ds, err := ReadStatus(dir)
+		ds, err := sessiondir.ReadStatus(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ds.State != StateRunning {
+		if ds.State != sessiondir.StateRunning {
 			t.Fatalf("while the exit record cannot be written: ReadStatus got %q (%+v), want running", ds.State, ds)
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -402,7 +404,7 @@ func testDiskFullPastDrainWindow(t *testing.T, trickle bool) {
 	want, src := patternFile(t, size)
 	mnt := tmpfsDir(t, "2m")
 	dir := filepath.Join(mnt, "s")
-	startAt(t, dir, Spec{Argv: []string{shimExe[0]}, Dir: "/",
+	startAt(t, dir, sessiondir.Spec{Argv: []string{shimExe[0]}, Dir: "/",
 		Env: append([]string{writerEnv + "=" + src, "GORACE=atexit_sleep_ms=0"}, testEnv...)})
 	waitOutput(t, dir, "go\n")
 	c := dial(t, dir)
@@ -410,7 +412,7 @@ func testDiskFullPastDrainWindow(t *testing.T, trickle bool) {
 	if err := c.WriteStdin(ctxT(t, 5*time.Second), []byte("\n")); err != nil {
 		t.Fatal(err)
 	}
-	st := waitStatus(t, c, "write_error", func(st Status) bool { return st.WriteError != "" })
+	st := waitStatus(t, c, "write_error", func(st sessiondir.Status) bool { return st.WriteError != "" })
 	// The command exits with its output in the pipe.
 	deadline := time.Now().Add(5 * time.Second)
 	for ps := processState(st.PID); ps != "" && ps != "Z"; ps = processState(st.PID) {
@@ -420,7 +422,7 @@ func testDiskFullPastDrainWindow(t *testing.T, trickle bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	time.Sleep(DrainGrace + 500*time.Millisecond)
-	if st, err := c.Status(ctxT(t, 5*time.Second)); err != nil || st.State != StateRunning || st.WriteError == "" {
+	if st, err := c.Status(ctxT(t, 5*time.Second)); err != nil || st.State != sessiondir.StateRunning || st.WriteError == "" {
 		t.Fatalf("disk still full after the drain window: got %+v %v, want running with write_error", st, err)
 	}
 	filler := filepath.Join(mnt, "filler")
@@ -474,7 +476,7 @@ func TestRunAsUser(t *testing.T) {
 			if tt.name != "name" {
 				argv = []string{"sh", "-c", "id -u; id -g; id -G"} // no supplementary groups
 			}
-			dir, _ := start(t, Spec{Argv: argv, User: tt.user, Dir: "/"})
+			dir, _ := start(t, sessiondir.Spec{Argv: argv, User: tt.user, Dir: "/"})
 			e := waitExit(t, dir)
 			out, _ := readStream(dir, "stdout")
 			errb, _ := readStream(dir, "stderr")
@@ -483,7 +485,7 @@ func TestRunAsUser(t *testing.T) {
 			}
 			// The daemon (root) keeps the session: its files are root's,
 			// and it reads them.
-			for _, p := range []string{dir, filepath.Join(dir, JournalDir), filepath.Join(dir, JournalDir, "stdout")} {
+			for _, p := range []string{dir, filepath.Join(dir, sessiondir.JournalDir), filepath.Join(dir, sessiondir.JournalDir, "stdout")} {
 				var st unix.Stat_t
 				if err := unix.Stat(p, &st); err != nil {
 					t.Fatal(err)
@@ -492,16 +494,16 @@ func TestRunAsUser(t *testing.T) {
 					t.Errorf("%s: owner %d, want root", p, st.Uid)
 				}
 			}
-			if ds, err := ReadStatus(dir); err != nil || ds.State != StateExited {
+			if ds, err := sessiondir.ReadStatus(dir); err != nil || ds.State != sessiondir.StateExited {
 				t.Errorf("ReadStatus: got %+v %v, want exited", ds, err)
 			}
 		})
 	}
 	t.Run("socket owner", func(t *testing.T) {
 		t.Parallel()
-		dir, _ := start(t, Spec{Argv: []string{"sleep", "30"}, User: "nobody", Dir: "/"})
+		dir, _ := start(t, sessiondir.Spec{Argv: []string{"sleep", "30"}, User: "nobody", Dir: "/"})
 		var st unix.Stat_t
-		if err := unix.Stat(filepath.Join(dir, SocketFile), &st); err != nil {
+		if err := unix.Stat(filepath.Join(dir, sessiondir.SocketFile), &st); err != nil {
 			t.Fatal(err)
 		}
 		if st.Uid != 0 {
@@ -509,7 +511,7 @@ func TestRunAsUser(t *testing.T) {
 		}
 		c := dial(t, dir)
 		s, err := c.Status(ctxT(t, 5*time.Second))
-		if err != nil || s.State != StateRunning {
+		if err != nil || s.State != sessiondir.StateRunning {
 			t.Fatalf("status: got %+v %v", s, err)
 		}
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.PID))
@@ -523,8 +525,8 @@ func TestRunAsUser(t *testing.T) {
 	t.Run("unknown user", func(t *testing.T) {
 		t.Parallel()
 		dir := sessionDir(t)
-		_, err := Start(ctxT(t, 10*time.Second), shimExe, dir, Spec{ID: "x", Argv: []string{"true"}, Env: testEnv, User: "no-such-user-zz"})
-		var se *StartError
+		_, err := launch.Start(ctxT(t, 10*time.Second), shimExe, dir, sessiondir.Spec{ID: "x", Argv: []string{"true"}, Env: testEnv, User: "no-such-user-zz"})
+		var se *launch.StartError
 		if !errors.As(err, &se) || !strings.Contains(err.Error(), "no-such-user-zz") {
 			t.Fatalf("got %v, want a StartError naming the user", err)
 		}
@@ -613,7 +615,7 @@ func TestNetNS(t *testing.T) {
 		t.Fatalf("the new namespace %s is the host's", want)
 	}
 
-	dir, st := start(t, Spec{Argv: []string{"sh", "-c", "readlink /proc/self/ns/net; read x; exit 0"}, NetNS: nsPath})
+	dir, st := start(t, sessiondir.Spec{Argv: []string{"sh", "-c", "readlink /proc/self/ns/net; read x; exit 0"}, NetNS: nsPath})
 	waitOutput(t, dir, want+"\n")
 	// Every thread of the shim is back in the host namespace (restored, or
 	// the thread was discarded).
@@ -638,7 +640,7 @@ func TestNetNS(t *testing.T) {
 		t.Fatalf("exit: got %+v, want 0", e)
 	}
 
-	dir2, _ := start(t, Spec{Argv: []string{"readlink", "/proc/self/ns/net"}})
+	dir2, _ := start(t, sessiondir.Spec{Argv: []string{"readlink", "/proc/self/ns/net"}})
 	waitExit(t, dir2)
 	if out, _ := readStream(dir2, "stdout"); string(out) != host+"\n" {
 		t.Errorf("a session without NetNS: got %q, want the host's %q", out, host)
@@ -646,8 +648,8 @@ func TestNetNS(t *testing.T) {
 
 	t.Run("missing", func(t *testing.T) {
 		dir := sessionDir(t)
-		_, err := Start(ctxT(t, 10*time.Second), shimExe, dir, Spec{ID: "x", Argv: []string{"true"}, Env: testEnv, NetNS: "/nonexistent/netns"})
-		var se *StartError
+		_, err := launch.Start(ctxT(t, 10*time.Second), shimExe, dir, sessiondir.Spec{ID: "x", Argv: []string{"true"}, Env: testEnv, NetNS: "/nonexistent/netns"})
+		var se *launch.StartError
 		if !errors.As(err, &se) || !errors.Is(err, fs.ErrNotExist) {
 			t.Fatalf("got %v, want a StartError matching fs.ErrNotExist", err)
 		}
@@ -657,8 +659,8 @@ func TestNetNS(t *testing.T) {
 		dir := sessionDir(t)
 		notNS := filepath.Join(t.TempDir(), "plain")
 		os.WriteFile(notNS, nil, 0o600)
-		_, err := Start(ctxT(t, 10*time.Second), shimExe, dir, Spec{ID: "x", Argv: []string{"true"}, Env: testEnv, NetNS: notNS})
-		var se *StartError
+		_, err := launch.Start(ctxT(t, 10*time.Second), shimExe, dir, sessiondir.Spec{ID: "x", Argv: []string{"true"}, Env: testEnv, NetNS: notNS})
+		var se *launch.StartError
 		if !errors.As(err, &se) || !errors.Is(err, syscall.EINVAL) {
 			t.Fatalf("got %v, want a StartError matching EINVAL", err)
 		}
@@ -671,12 +673,12 @@ func TestNetNS(t *testing.T) {
 // with its output streams, and the exit is the true one.
 func TestOutputClosedEarly(t *testing.T) {
 	t.Parallel()
-	dir, _ := start(t, Spec{Argv: []string{"sh", "-c", `echo out; echo err >&2; exec >&- 2>&-; read x; exit 6`}})
+	dir, _ := start(t, sessiondir.Spec{Argv: []string{"sh", "-c", `echo out; echo err >&2; exec >&- 2>&-; read x; exit 6`}})
 	waitOutput(t, dir, "out\n")
 	c := dial(t, dir)
 	// Well past the drain window: still running, stdin still works.
 	time.Sleep(DrainGrace + 300*time.Millisecond)
-	if st, err := c.Status(ctxT(t, 5*time.Second)); err != nil || st.State != StateRunning {
+	if st, err := c.Status(ctxT(t, 5*time.Second)); err != nil || st.State != sessiondir.StateRunning {
 		t.Fatalf("after the command closed its output: got %+v %v, want running", st, err)
 	}
 	if err := c.WriteStdin(ctxT(t, 5*time.Second), []byte("go\n")); err != nil {
@@ -702,7 +704,7 @@ func TestGrandchildHoldsOutput(t *testing.T) {
 	// The grandchild ignores SIGPIPE so that its late write reports the
 	// error instead of killing it.
 	script := `(trap '' PIPE; sleep 3; echo late; echo "rc=$?" >"$0") & echo "gc $!"; exit 2`
-	dir, st := start(t, Spec{Argv: []string{"sh", "-c", script, rcFile}})
+	dir, st := start(t, sessiondir.Spec{Argv: []string{"sh", "-c", script, rcFile}})
 	t0 := st.StartedAt // the command exits at once
 	waitOutput(t, dir, "gc ")
 	var gc int
@@ -753,19 +755,19 @@ func TestGrandchildHoldsOutput(t *testing.T) {
 // promptly, while control still sees it running.
 func TestCommandClosesStdin(t *testing.T) {
 	t.Parallel()
-	dir, _ := start(t, Spec{Argv: []string{"sh", "-c", `exec <&-; echo closed; sleep 30`}})
+	dir, _ := start(t, sessiondir.Spec{Argv: []string{"sh", "-c", `exec <&-; echo closed; sleep 30`}})
 	waitOutput(t, dir, "closed\n")
 	c := dial(t, dir)
 	ctx := ctxT(t, 5*time.Second)
 	t0 := time.Now()
 	err := c.WriteStdin(ctx, []byte("x"))
-	if !errors.Is(err, ErrStdinClosed) || !errors.Is(err, ErrExited) {
+	if !errors.Is(err, sessiondir.ErrStdinClosed) || !errors.Is(err, sessiondir.ErrExited) {
 		t.Fatalf("write to a closed stdin: got %v, want ErrStdinClosed", err)
 	}
 	if took := time.Since(t0); took > 2*time.Second {
 		t.Errorf("write took %v", took)
 	}
-	if st, err := c.Status(ctx); err != nil || st.State != StateRunning {
+	if st, err := c.Status(ctx); err != nil || st.State != sessiondir.StateRunning {
 		t.Fatalf("status: got %+v %v, want running", st, err)
 	}
 	e, err := c.Terminate(ctx, time.Second)
@@ -780,7 +782,7 @@ func TestCommandClosesStdin(t *testing.T) {
 func TestStdinLarge(t *testing.T) {
 	t.Parallel()
 	want := pattern(3<<20 + 12345)
-	dir, _ := start(t, Spec{Argv: []string{"cat"}})
+	dir, _ := start(t, sessiondir.Spec{Argv: []string{"cat"}})
 	c := dial(t, dir)
 	ctx := ctxT(t, 20*time.Second)
 	if err := c.WriteStdin(ctx, want); err != nil {

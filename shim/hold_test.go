@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/agentrunner/runner/shim/sessiondir"
 )
 
 // TestTaskHold: the hold upserts its task on the Tasks API socket at
@@ -67,7 +69,7 @@ func TestTaskHold(t *testing.T) {
 // TestSpecHoldTaskMustBeAbsolute: the session's shim does not run in the
 // caller's directory, so a relative socket path is refused.
 func TestSpecHoldTaskMustBeAbsolute(t *testing.T) {
-	err := Spec{ID: "s", Argv: []string{"true"}, HoldTask: ".sprite/api.sock"}.validate()
+	err := sessiondir.Spec{ID: "s", Argv: []string{"true"}, HoldTask: ".sprite/api.sock"}.Validate()
 	if err == nil || !strings.Contains(err.Error(), "hold_task") {
 		t.Errorf("validate = %v, want the relative hold_task refused", err)
 	}

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentrunner/runner/shim/internal/proto"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"golang.org/x/sys/unix"
 )
 
@@ -122,19 +124,19 @@ func warmMain(sock *os.File, root string, retain int64, nsexec bool) int {
 	defer ahead.discard()
 	stage, err := os.MkdirTemp(root, ".warm-")
 	if err != nil {
-		reportError(sock, PhaseSetup, err)
+		reportError(sock, proto.PhaseSetup, err)
 		return 1
 	}
 	// Its stderr goes to the staging directory's log, which becomes the
 	// session's shim.log when the directory is moved.
-	if log, err := os.OpenFile(filepath.Join(stage, LogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600); err == nil {
+	if log, err := os.OpenFile(filepath.Join(stage, sessiondir.LogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600); err == nil {
 		unix.Dup3(int(log.Fd()), 1, 0)
 		unix.Dup3(int(log.Fd()), 2, 0)
 		log.Close()
 	}
 	// Created without its fsyncs, which the Sync below does once the rest
 	// is prepared (still before the shim says it is warm).
-	staged := journalOptions(Spec{}, true)
+	staged := journalOptions(sessiondir.Spec{}, true)
 	staged.RetainBytes = retain
 	s, err := prepare(stage, staged)
 	if err == nil {
@@ -144,7 +146,7 @@ func warmMain(sock *os.File, root string, retain int64, nsexec bool) int {
 	}
 	if err != nil {
 		os.RemoveAll(stage)
-		reportError(sock, PhaseSetup, err)
+		reportError(sock, proto.PhaseSetup, err)
 		return 1
 	}
 	discard := func() { s.undo(); os.RemoveAll(s.dir) }
@@ -160,7 +162,7 @@ func warmMain(sock *os.File, root string, retain int64, nsexec bool) int {
 	// short command is its Finish, on exec's path (~1 ms).
 	if err := s.jw.Load().Sync(); err != nil {
 		discard()
-		reportError(sock, PhaseSetup, err)
+		reportError(sock, proto.PhaseSetup, err)
 		return 1
 	}
 	if ahead != nil {
@@ -187,15 +189,15 @@ func warmMain(sock *os.File, root string, retain int64, nsexec bool) int {
 	}
 	fail := func(err error) int {
 		fmt.Fprintf(os.Stderr, "shim %s: %v\n", dirLine, err)
-		reportError(sock, phaseOf(err), err)
+		reportError(sock, proto.PhaseOf(err), err)
 		return 1
 	}
-	var spec Spec
+	var spec sessiondir.Spec
 	if err := json.Unmarshal([]byte(specLine), &spec); err != nil {
 		discard()
-		return fail(fmt.Errorf("%w: decode spec: %v", ErrInvalid, err))
+		return fail(fmt.Errorf("%w: decode spec: %v", sessiondir.ErrInvalid, err))
 	}
-	if err := spec.validate(); err != nil {
+	if err := spec.Validate(); err != nil {
 		discard()
 		return fail(err)
 	}
@@ -264,9 +266,9 @@ func readFullLine(r *bufio.Reader, max int) (string, error) {
 // values, so that its first real use does not pay for page faults and
 // type caches (about a millisecond in a fresh process).
 func prewarm() {
-	var spec Spec
+	var spec sessiondir.Spec
 	json.Unmarshal([]byte(`{"id":"w","argv":["true"],"env":["PATH=/usr/bin:/bin"],"cwd":"/","tty":false,"rows":24}`), &spec)
-	json.Marshal(started{ShimPID: 1, PID: 1, StartedAt: time.Now()})
+	json.Marshal(sessiondir.Started{ShimPID: 1, PID: 1, StartedAt: time.Now()})
 	lookPath("true", spec.Env, "/")
 }
 
@@ -275,7 +277,7 @@ func serve(dir string, ready *os.File) int {
 	s, err := newServer(dir)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "shim %s: %v\n", dir, err)
-		reportError(ready, phaseOf(err), err)
+		reportError(ready, proto.PhaseOf(err), err)
 		return 1
 	}
 	retitle(s.spec)
@@ -286,7 +288,7 @@ func serve(dir string, ready *os.File) int {
 
 // retitle names spec's session in this shim's process title (title.go);
 // a failure is logged, and the shim serves the same without a title.
-func retitle(spec Spec) {
+func retitle(spec sessiondir.Spec) {
 	if err := setTitle(titleFor(spec.Sandbox, spec.ID), commFor(spec.Sandbox, spec.ID)); err != nil {
 		fmt.Fprintf(os.Stderr, "shim %s: %v\n", spec.ID, err)
 	}
@@ -323,7 +325,7 @@ func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
 // given a session.
 func detach(args []string, dir string, ready *os.File) int {
 	fail := func(err error) int {
-		reportError(ready, PhaseSetup, err)
+		reportError(ready, proto.PhaseSetup, err)
 		return 1
 	}
 	exe, err := os.Executable()
@@ -341,7 +343,7 @@ func detach(args []string, dir string, ready *os.File) int {
 	}
 	logPath := os.DevNull
 	if dir != "" {
-		logPath = filepath.Join(dir, LogFile)
+		logPath = filepath.Join(dir, sessiondir.LogFile)
 	}
 	log, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {

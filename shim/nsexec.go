@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentrunner/runner/shim/internal/proto"
 	"golang.org/x/sys/unix"
 )
 
@@ -147,7 +148,7 @@ type nsexecAhead struct {
 // startNsexecAhead starts a helper ahead. It does not wait for it to be
 // up (awaitUp does), so its start overlaps the caller's own work.
 func startNsexecAhead() (*nsexecAhead, error) {
-	uc, child, err := socketPair("nsexec-ahead")
+	uc, child, err := proto.SocketPair("nsexec-ahead")
 	if err != nil {
 		return nil, fmt.Errorf("nsexec: create socket pair: %w", err)
 	}
@@ -290,7 +291,7 @@ func startNsexec(cmd *exec.Cmd, p *execPlan) error {
 	}
 	attr.Credential = nil // the helper stays root until its own "switch user"
 	p.Path, p.Argv, p.Env = cmd.Path, cmd.Args, cmd.Environ()
-	uc, child, err := socketPair("nsexec")
+	uc, child, err := proto.SocketPair("nsexec")
 	if err != nil {
 		return fmt.Errorf("nsexec: create socket pair: %w", err)
 	}
@@ -356,8 +357,8 @@ func parseNsexecReport(rep string) error {
 		if n == 0 {
 			err = errors.New(step)
 		}
-		if phase == PhaseExec {
-			return &commandError{err}
+		if phase == proto.PhaseExec {
+			return &proto.CommandError{Err: err}
 		}
 		return err
 	}
@@ -376,7 +377,7 @@ func nsexecMain(ahead bool) (code int) {
 	runtime.LockOSThread()
 	unix.CloseOnExec(nsexecFD)
 	f := os.NewFile(nsexecFD, "nsexec")
-	phase := PhaseSetup
+	phase := proto.PhaseSetup
 	fail := func(step string, err error) int {
 		var en syscall.Errno
 		if errors.As(err, &en) {
@@ -436,7 +437,7 @@ func nsexecMain(ahead bool) (code int) {
 	if !goByte() {
 		return nsexecExit
 	}
-	phase = PhaseExec // from here on a failure is the command's own
+	phase = proto.PhaseExec // from here on a failure is the command's own
 	if _, err := f.WriteString("exec\n"); err != nil {
 		return nsexecExit // the shim is gone or gave up: do not run the command
 	}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"golang.org/x/sys/unix"
 )
 
@@ -83,7 +85,7 @@ func TestResolvConf(t *testing.T) {
 	t.Run("root", func(t *testing.T) {
 		script := `echo $$; cat /etc/resolv.conf; readlink /proc/self/ns/net
 if echo x >>/etc/resolv.conf; then echo WRITABLE; fi; read x; exit 3`
-		dir, st := start(t, Spec{Argv: []string{"sh", "-c", script}, NetNS: nsPath, ResolvConf: conf})
+		dir, st := start(t, sessiondir.Spec{Argv: []string{"sh", "-c", script}, NetNS: nsPath, ResolvConf: conf})
 		want := fmt.Sprintf("%d\n%snet:[%d]\n", st.PID, content, ino)
 		waitOutput(t, dir, want)
 		// The reported pid is the command (sh), a session leader, in its
@@ -116,7 +118,7 @@ if echo x >>/etc/resolv.conf; then echo WRITABLE; fi; read x; exit 3`
 	})
 
 	t.Run("tty", func(t *testing.T) {
-		dir, st := start(t, Spec{Argv: []string{"sh", "-c", `echo $$; cat /etc/resolv.conf; tty`}, TTY: true, NetNS: nsPath, ResolvConf: conf})
+		dir, st := start(t, sessiondir.Spec{Argv: []string{"sh", "-c", `echo $$; cat /etc/resolv.conf; tty`}, TTY: true, NetNS: nsPath, ResolvConf: conf})
 		waitExit(t, dir)
 		out := strings.ReplaceAll(stdoutOf(t, dir), "\r\n", "\n")
 		if want := fmt.Sprintf("%d\n%s/dev/pts/", st.PID, content); !strings.HasPrefix(out, want) {
@@ -130,7 +132,7 @@ if echo x >>/etc/resolv.conf; then echo WRITABLE; fi; read x; exit 3`
 	t.Run("nobody, same as a direct start", func(t *testing.T) {
 		probe := `id -u; id -g; id -G; cat /etc/resolv.conf; grep -E '^(Sig(Blk|Ign)|NoNewPrivs|Cap(Inh|Prm|Eff|Bnd|Amb)):' /proc/self/status
 ls /proc/self/fd; ulimit -n; pwd; env | sort`
-		spec := Spec{Argv: []string{"sh", "-c", probe}, User: "nobody", Dir: "/", NetNS: nsPath, Env: append([]string{"X=1", "X=2"}, testEnv...)}
+		spec := sessiondir.Spec{Argv: []string{"sh", "-c", probe}, User: "nobody", Dir: "/", NetNS: nsPath, Env: append([]string{"X=1", "X=2"}, testEnv...)}
 		direct, _ := start(t, spec)
 		waitExit(t, direct)
 		spec.ResolvConf = conf
@@ -152,27 +154,27 @@ ls /proc/self/fd; ulimit -n; pwd; env | sort`
 	t.Run("start errors", func(t *testing.T) {
 		for _, tc := range []struct {
 			name string
-			spec Spec
+			spec sessiondir.Spec
 			want error
 			msg  string
 		}{
-			{"missing argv0", Spec{Argv: []string{"/nonexistent/bin"}, ResolvConf: conf}, fs.ErrNotExist, "/nonexistent/bin"},
-			{"missing argv0 on PATH", Spec{Argv: []string{"no-such-command-xyz"}, ResolvConf: conf, User: "nobody"}, fs.ErrNotExist, "no-such-command-xyz"},
-			{"missing resolv_conf", Spec{Argv: []string{"true"}, ResolvConf: "/nonexistent/resolv.conf", NetNS: nsPath}, fs.ErrNotExist, "bind-mount /nonexistent/resolv.conf"},
-			{"missing cwd", Spec{Argv: []string{"true"}, ResolvConf: conf, Dir: "/nonexistent-dir"}, fs.ErrNotExist, "chdir /nonexistent-dir"},
-			{"not executable", Spec{Argv: []string{conf}, ResolvConf: conf}, fs.ErrPermission, conf},
-			{"relative resolv_conf", Spec{Argv: []string{"true"}, ResolvConf: "resolv.conf"}, ErrInvalid, "not an absolute path"},
+			{"missing argv0", sessiondir.Spec{Argv: []string{"/nonexistent/bin"}, ResolvConf: conf}, fs.ErrNotExist, "/nonexistent/bin"},
+			{"missing argv0 on PATH", sessiondir.Spec{Argv: []string{"no-such-command-xyz"}, ResolvConf: conf, User: "nobody"}, fs.ErrNotExist, "no-such-command-xyz"},
+			{"missing resolv_conf", sessiondir.Spec{Argv: []string{"true"}, ResolvConf: "/nonexistent/resolv.conf", NetNS: nsPath}, fs.ErrNotExist, "bind-mount /nonexistent/resolv.conf"},
+			{"missing cwd", sessiondir.Spec{Argv: []string{"true"}, ResolvConf: conf, Dir: "/nonexistent-dir"}, fs.ErrNotExist, "chdir /nonexistent-dir"},
+			{"not executable", sessiondir.Spec{Argv: []string{conf}, ResolvConf: conf}, fs.ErrPermission, conf},
+			{"relative resolv_conf", sessiondir.Spec{Argv: []string{"true"}, ResolvConf: "resolv.conf"}, sessiondir.ErrInvalid, "not an absolute path"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				tc.spec.ID, tc.spec.Env = "x", testEnv
-				_, err := Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), tc.spec)
+				_, err := launch.Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), tc.spec)
 				if !errors.Is(err, tc.want) || !strings.Contains(fmt.Sprint(err), tc.msg) {
 					t.Fatalf("got %v, want an error matching %v that names %q", err, tc.want, tc.msg)
 				}
-				var se *StartError
+				var se *launch.StartError
 				if errors.As(err, &se) {
 					waitGone(t, se.ShimPID)
-				} else if tc.want != ErrInvalid {
+				} else if tc.want != sessiondir.ErrInvalid {
 					t.Fatalf("got %T, want a *StartError", err)
 				}
 			})
@@ -218,7 +220,7 @@ func TestBinds(t *testing.T) {
 	if err := os.Chmod(priv, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	binds := []Bind{{Source: priv + "/tmp", Target: "/tmp"}, {Source: priv + "/var-tmp", Target: "/var/tmp"}, {Source: priv + "/shm", Target: "/dev/shm"}}
+	binds := []sessiondir.Bind{{Source: priv + "/tmp", Target: "/tmp"}, {Source: priv + "/var-tmp", Target: "/var/tmp"}, {Source: priv + "/shm", Target: "/dev/shm"}}
 	for _, b := range binds {
 		if err := os.Mkdir(b.Source, 0o777|os.ModeSticky); err != nil {
 			t.Fatal(err)
@@ -238,7 +240,7 @@ func TestBinds(t *testing.T) {
 	}
 	script := fmt.Sprintf(`for d in /tmp /var/tmp /dev/shm; do echo "$d" > "$d/%[1]s" || exit 1; cat "$d/%[1]s-host" 2>/dev/null && exit 2; done; echo ok`, name)
 	for _, isolate := range []bool{false, true} {
-		out, code := runToEnd(t, Spec{Argv: []string{"sh", "-c", script}, User: "nobody", Isolate: isolate, Binds: binds})
+		out, code := runToEnd(t, sessiondir.Spec{Argv: []string{"sh", "-c", script}, User: "nobody", Isolate: isolate, Binds: binds})
 		if code != 0 || out != "ok\n" {
 			t.Fatalf("isolate %v: exit %d output %q, want 0 and ok (the host's files unseen)", isolate, code, out)
 		}
@@ -260,9 +262,9 @@ func TestBinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := sessionDir(t)
-	spec := Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, User: "nobody", Isolate: true, Binds: binds}
-	_, err := Start(ctxT(t, 10*time.Second), shimExe, dir, spec)
-	var se *StartError
+	spec := sessiondir.Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, User: "nobody", Isolate: true, Binds: binds}
+	_, err := launch.Start(ctxT(t, 10*time.Second), shimExe, dir, spec)
+	var se *launch.StartError
 	if !errors.As(err, &se) || !errors.Is(err, unix.ENOENT) {
 		t.Fatalf("start without %s: %v, want a StartError wrapping ENOENT", binds[2].Source, err)
 	}
@@ -283,9 +285,9 @@ func TestBindFileReadOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	binds := []Bind{{Source: src, Target: "/etc/hosts", ReadOnly: true}}
+	binds := []sessiondir.Bind{{Source: src, Target: "/etc/hosts", ReadOnly: true}}
 	// Root without Isolate: only the read-only mount stops the write.
-	out, code := runToEnd(t, Spec{Argv: []string{"sh", "-c", `cat /etc/hosts; echo x >> /etc/hosts && echo written`}, Binds: binds})
+	out, code := runToEnd(t, sessiondir.Spec{Argv: []string{"sh", "-c", `cat /etc/hosts; echo x >> /etc/hosts && echo written`}, Binds: binds})
 	if code == 0 || !strings.HasPrefix(out, "10.9.9.9 bound\n") || strings.Contains(out, "written") {
 		t.Fatalf("exit %d output %q, want the bound file and a refused write", code, out)
 	}
@@ -298,9 +300,9 @@ func TestBindFileReadOnly(t *testing.T) {
 	if after := hostMounts(t); after != before {
 		t.Errorf("host mounts changed:\nbefore %s\nafter %s", before, after)
 	}
-	spec := Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, Binds: []Bind{{Source: src, Target: "/tmp", ReadOnly: true}}}
-	_, err = Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), spec)
-	var se *StartError
+	spec := sessiondir.Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, Binds: []sessiondir.Bind{{Source: src, Target: "/tmp", ReadOnly: true}}}
+	_, err = launch.Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), spec)
+	var se *launch.StartError
 	if !errors.As(err, &se) || !errors.Is(err, unix.ENOTDIR) {
 		t.Fatalf("a file over a directory: %v, want a StartError wrapping ENOTDIR", err)
 	}
@@ -315,7 +317,7 @@ func TestHostname(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, code := runToEnd(t, Spec{Argv: []string{"cat", "/proc/sys/kernel/hostname"}, User: "nobody", Isolate: true, Hostname: "sbx-hostname-test"})
+	out, code := runToEnd(t, sessiondir.Spec{Argv: []string{"cat", "/proc/sys/kernel/hostname"}, User: "nobody", Isolate: true, Hostname: "sbx-hostname-test"})
 	if code != 0 || out != "sbx-hostname-test\n" {
 		t.Fatalf("hostname inside: %q exit %d, want sbx-hostname-test", out, code)
 	}
@@ -323,8 +325,8 @@ func TestHostname(t *testing.T) {
 		t.Errorf("the host's name changed: %q, was %q", now, host)
 	}
 	for _, bad := range []string{"a b", "x/y", strings.Repeat("a", 65)} {
-		spec := Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, Hostname: bad}
-		if err := spec.validate(); !errors.Is(err, ErrInvalid) {
+		spec := sessiondir.Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, Hostname: bad}
+		if err := spec.Validate(); !errors.Is(err, sessiondir.ErrInvalid) {
 			t.Errorf("hostname %q: %v, want ErrInvalid", bad, err)
 		}
 	}

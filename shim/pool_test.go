@@ -19,14 +19,17 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/shim/internal/proto"
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
 // newPool starts a pool of size and waits until it is full; Close is
 // registered as cleanup.
-func newPool(t *testing.T, size int) *Pool {
+func newPool(t *testing.T, size int) *launch.Pool {
 	t.Helper()
-	p := NewPool(shimExe, PoolOptions{Size: size, Root: poolRoot(t)})
+	p := launch.NewPool(shimExe, launch.PoolOptions{Size: size, Root: poolRoot(t)})
 	t.Cleanup(func() { p.Close() })
 	waitWarm(t, p, size)
 	return p
@@ -41,7 +44,7 @@ func poolRoot(t *testing.T) string {
 
 // startCold starts spec in dir through p and checks that no warm shim of
 // warm took it; it waits for the command's end and the shim's exit.
-func startCold(t *testing.T, p *Pool, dir string, spec Spec, warm []int) {
+func startCold(t *testing.T, p *launch.Pool, dir string, spec sessiondir.Spec, warm []int) {
 	t.Helper()
 	st, err := p.Start(ctxT(t, 10*time.Second), dir, spec)
 	if err != nil {
@@ -55,9 +58,9 @@ func startCold(t *testing.T, p *Pool, dir string, spec Spec, warm []int) {
 }
 
 // poolDir returns a new session directory name in p's root.
-func poolDir(t *testing.T, p *Pool) string {
+func poolDir(t *testing.T, p *launch.Pool) string {
 	t.Helper()
-	f, err := os.CreateTemp(p.opts.Root, "s")
+	f, err := os.CreateTemp(p.Opts.Root, "s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,22 +79,22 @@ func staged(t *testing.T, root string) []string {
 	return m
 }
 
-func waitWarm(t *testing.T, p *Pool, n int) []int {
+func waitWarm(t *testing.T, p *launch.Pool, n int) []int {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
-		if pids := p.pids(); len(pids) >= n {
+		if pids := p.WarmPIDs(); len(pids) >= n {
 			return pids
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	t.Fatalf("pool: got %d warm shims, want %d", len(p.pids()), n)
+	t.Fatalf("pool: got %d warm shims, want %d", len(p.WarmPIDs()), n)
 	return nil
 }
 
 // poolStart starts spec through p, checks that a warm shim took it, and
 // registers the same cleanup as start.
-func poolStart(t *testing.T, p *Pool, spec Spec) (string, Status) {
+func poolStart(t *testing.T, p *launch.Pool, spec sessiondir.Spec) (string, sessiondir.Status) {
 	t.Helper()
 	warm := waitWarm(t, p, 1)
 	dir := poolDir(t, p)
@@ -109,7 +112,7 @@ func poolStart(t *testing.T, p *Pool, spec Spec) (string, Status) {
 		t.Fatalf("shim pid %d: want one of the warm shims %v", st.ShimPID, warm)
 	}
 	t.Cleanup(func() {
-		if c, err := Dial(ctxT(t, 5*time.Second), dir); err == nil {
+		if c, err := launch.Dial(ctxT(t, 5*time.Second), dir); err == nil {
 			c.Terminate(ctxT(t, 10*time.Second), 100*time.Millisecond)
 			c.Close()
 		}
@@ -122,17 +125,17 @@ func TestPoolStart(t *testing.T) {
 	p := newPool(t, 2)
 
 	t.Run("exit code", func(t *testing.T) {
-		dir, _ := poolStart(t, p, Spec{Argv: []string{"sh", "-c", "echo out; echo err >&2; exit 3"}})
+		dir, _ := poolStart(t, p, sessiondir.Spec{Argv: []string{"sh", "-c", "echo out; echo err >&2; exit 3"}})
 		if e := waitExit(t, dir); e.Reason != journal.ReasonExited || e.Code != 3 || e.Lengths["stdout"] != 4 || e.Lengths["stderr"] != 4 {
 			t.Fatalf("got %+v, want exited 3 with lengths 4/4", e)
 		}
-		if b, err := os.ReadFile(dir + "/" + LogFile); err != nil || len(b) != 0 {
+		if b, err := os.ReadFile(dir + "/" + sessiondir.LogFile); err != nil || len(b) != 0 {
 			t.Errorf("shim.log: got %q %v, want an empty log", b, err)
 		}
 	})
 
 	t.Run("runs before return", func(t *testing.T) {
-		dir, st := poolStart(t, p, Spec{Argv: []string{"cat"}})
+		dir, st := poolStart(t, p, sessiondir.Spec{Argv: []string{"cat"}})
 		if sid, _ := unix.Getsid(st.ShimPID); sid != st.ShimPID {
 			t.Errorf("shim %d: session %d, want its own", st.ShimPID, sid)
 		}
@@ -145,8 +148,8 @@ func TestPoolStart(t *testing.T) {
 	t.Run("missing binary", func(t *testing.T) {
 		warm := waitWarm(t, p, 1)
 		dir := poolDir(t, p)
-		_, err := p.Start(ctxT(t, 10*time.Second), dir, Spec{ID: "x", Argv: []string{"/nonexistent/bin"}, Env: testEnv})
-		var se *StartError
+		_, err := p.Start(ctxT(t, 10*time.Second), dir, sessiondir.Spec{ID: "x", Argv: []string{"/nonexistent/bin"}, Env: testEnv})
+		var se *launch.StartError
 		if !errors.As(err, &se) || !errors.Is(err, fs.ErrNotExist) {
 			t.Fatalf("got %v, want a StartError matching fs.ErrNotExist", err)
 		}
@@ -160,11 +163,11 @@ func TestPoolStart(t *testing.T) {
 	})
 
 	t.Run("tty", func(t *testing.T) {
-		dir, _ := poolStart(t, p, Spec{TTY: true, Rows: 30, Cols: 100, Argv: []string{"sh", "-c", `tty >/dev/null && echo "is a tty"; stty size`}})
+		dir, _ := poolStart(t, p, sessiondir.Spec{TTY: true, Rows: 30, Cols: 100, Argv: []string{"sh", "-c", `tty >/dev/null && echo "is a tty"; stty size`}})
 		if e := waitExit(t, dir); e.Code != 0 {
 			t.Fatalf("got %+v, want exit 0", e)
 		}
-		out, _ := attachAll(t, dir, AttachOptions{})
+		out, _ := attachAll(t, dir, sessiondir.AttachOptions{})
 		if got := out[wire.StreamStdout].String(); got != "is a tty\r\n30 100\r\n" {
 			t.Errorf("stdout: got %q", got)
 		}
@@ -174,7 +177,7 @@ func TestPoolStart(t *testing.T) {
 		needRoot(t)
 		nsPath, ino := newNetNS(t)
 		conf, content := resolvFixture(t)
-		dir, st := poolStart(t, p, Spec{Argv: []string{"sh", "-c", "cat /etc/resolv.conf; readlink /proc/self/ns/net"}, NetNS: nsPath, ResolvConf: conf})
+		dir, st := poolStart(t, p, sessiondir.Spec{Argv: []string{"sh", "-c", "cat /etc/resolv.conf; readlink /proc/self/ns/net"}, NetNS: nsPath, ResolvConf: conf})
 		if e := waitExit(t, dir); e.Code != 0 {
 			t.Fatalf("got %+v, want exit 0", e)
 		}
@@ -197,7 +200,7 @@ func parentOf(t *testing.T, pid int) int {
 
 func TestPoolCloseStopsWarmShims(t *testing.T) {
 	root := poolRoot(t)
-	p := NewPool(shimExe, PoolOptions{Size: 3, Root: root})
+	p := launch.NewPool(shimExe, launch.PoolOptions{Size: 3, Root: root})
 	pids := waitWarm(t, p, 3)
 	if got := staged(t, root); len(got) != 3 {
 		t.Fatalf("staging directories: got %q, want one per warm shim", got)
@@ -213,33 +216,33 @@ func TestPoolCloseStopsWarmShims(t *testing.T) {
 		waitGone(t, pid)
 	}
 	// A closed pool still starts, cold.
-	startCold(t, p, sessionDir(t), Spec{ID: "c", Argv: []string{"true"}, Env: testEnv}, pids)
+	startCold(t, p, sessionDir(t), sessiondir.Spec{ID: "c", Argv: []string{"true"}, Env: testEnv}, pids)
 }
 
 func TestPoolRefills(t *testing.T) {
 	p := newPool(t, 1)
 	first := waitWarm(t, p, 1)
-	poolStart(t, p, Spec{Argv: []string{"true"}})
+	poolStart(t, p, sessiondir.Spec{Argv: []string{"true"}})
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
-		if pids := p.pids(); len(pids) == 1 && pids[0] != first[0] {
+		if pids := p.WarmPIDs(); len(pids) == 1 && pids[0] != first[0] {
 			return
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	t.Fatalf("pool not refilled: %v", p.pids())
+	t.Fatalf("pool not refilled: %v", p.WarmPIDs())
 }
 
 // A warm shim killed while idle is skipped, not handed the session.
 func TestPoolSkipsDeadWarmShim(t *testing.T) {
 	p := newPool(t, 2)
-	pids := p.pids()
-	p.mu.Lock()
-	deadStage := p.idle[0].stage
-	p.mu.Unlock()
+	pids := p.WarmPIDs()
+	p.Mu.Lock()
+	deadStage := p.Idle[0].Stage
+	p.Mu.Unlock()
 	syscall.Kill(pids[0], syscall.SIGKILL)
 	waitGone(t, pids[0])
-	dir, st := poolStart(t, p, Spec{Argv: []string{"true"}})
+	dir, st := poolStart(t, p, sessiondir.Spec{Argv: []string{"true"}})
 	if st.ShimPID != pids[1] {
 		t.Errorf("shim pid %d: want the live warm shim %d", st.ShimPID, pids[1])
 	}
@@ -260,16 +263,16 @@ const poolHelperRootEnv = "RUNNER_SHIM_TEST_POOL_ROOT"
 func poolHelper() int {
 	exe, _ := os.Executable()
 	os.Setenv(asShimEnv, "1")
-	p := NewPool([]string{exe}, PoolOptions{Size: 2, Root: os.Getenv(poolHelperRootEnv)})
+	p := launch.NewPool([]string{exe}, launch.PoolOptions{Size: 2, Root: os.Getenv(poolHelperRootEnv)})
 	deadline := time.Now().Add(15 * time.Second)
-	for len(p.pids()) < 2 && time.Now().Before(deadline) {
+	for len(p.WarmPIDs()) < 2 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	fmt.Println("warm", strings.Trim(fmt.Sprint(p.pids()), "[]"))
+	fmt.Println("warm", strings.Trim(fmt.Sprint(p.WarmPIDs()), "[]"))
 	if dir, ok := strings.CutPrefix(os.Getenv(poolHelperEnv), "take "); ok {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		st, err := p.Start(ctx, dir, Spec{ID: "survivor", Env: testEnv,
+		st, err := p.Start(ctx, dir, sessiondir.Spec{ID: "survivor", Env: testEnv,
 			Argv: []string{"sh", "-c", `echo started; read x; echo "got $x"; exit 42`}})
 		if err != nil {
 			fmt.Println("error", err)
@@ -351,15 +354,15 @@ func TestTakenShimSurvivesOwnerKill(t *testing.T) {
 			waitGone(t, pid) // the other, still warm, exits
 		}
 	}
-	st, err := ReadStatus(dir)
-	if err != nil || st.State != StateRunning || st.ShimPID != shimPID {
+	st, err := sessiondir.ReadStatus(dir)
+	if err != nil || st.State != sessiondir.StateRunning || st.ShimPID != shimPID {
 		t.Fatalf("after the owner died: got %+v %v, want running under shim %d", st, err, shimPID)
 	}
 	c := dial(t, dir)
 	if err := c.WriteStdin(ctxT(t, 10*time.Second), []byte("hello\n")); err != nil {
 		t.Fatal(err)
 	}
-	out, term := attachAll(t, dir, AttachOptions{})
+	out, term := attachAll(t, dir, sessiondir.AttachOptions{})
 	if got := out[wire.StreamStdout].String(); got != "started\ngot hello\n" {
 		t.Fatalf("stdout: got %q", got)
 	}
@@ -427,18 +430,18 @@ func TestWarmShimIgnoresPartialLine(t *testing.T) {
 func TestPoolStagedSession(t *testing.T) {
 	p := newPool(t, 1)
 	for _, tty := range []bool{false, true} {
-		dir, st := poolStart(t, p, Spec{ID: "st", TTY: tty, Argv: []string{"echo", "hi"}})
+		dir, st := poolStart(t, p, sessiondir.Spec{ID: "st", TTY: tty, Argv: []string{"echo", "hi"}})
 		if e := waitExit(t, dir); e.Reason != journal.ReasonExited || e.Code != 0 {
 			t.Fatalf("tty %v: got %+v, want exited 0", tty, e)
 		}
-		var spec Spec
-		if err := readJSON(filepath.Join(dir, SpecFile), &spec); err != nil || spec.ID != "st" || spec.TTY != tty || !slices.Equal(spec.Argv, []string{"echo", "hi"}) {
+		var spec sessiondir.Spec
+		if err := sessiondir.ReadJSON(filepath.Join(dir, sessiondir.SpecFile), &spec); err != nil || spec.ID != "st" || spec.TTY != tty || !slices.Equal(spec.Argv, []string{"echo", "hi"}) {
 			t.Errorf("tty %v: spec.json: got %+v %v", tty, spec, err)
 		}
-		if b, err := os.ReadFile(filepath.Join(dir, PIDFile)); err != nil || string(b) != fmt.Sprintf("%d\n", st.ShimPID) {
+		if b, err := os.ReadFile(filepath.Join(dir, sessiondir.PIDFile)); err != nil || string(b) != fmt.Sprintf("%d\n", st.ShimPID) {
 			t.Errorf("tty %v: shim.pid: got %q %v, want %d", tty, b, err, st.ShimPID)
 		}
-		j, err := journal.Open(filepath.Join(dir, JournalDir))
+		j, err := journal.Open(filepath.Join(dir, sessiondir.JournalDir))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -455,7 +458,7 @@ func TestPoolStagedSession(t *testing.T) {
 		}
 	}
 	waitWarm(t, p, 1)
-	if got := staged(t, p.opts.Root); len(got) != 1 {
+	if got := staged(t, p.Opts.Root); len(got) != 1 {
 		t.Errorf("staging directories: got %q, want only the refill's", got)
 	}
 }
@@ -470,12 +473,12 @@ func TestPoolExistingDirStartsCold(t *testing.T) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	spec := Spec{ID: "c", Argv: []string{"true"}, Env: testEnv}
+	spec := sessiondir.Spec{ID: "c", Argv: []string{"true"}, Env: testEnv}
 	startCold(t, p, dir, spec, warm)
-	if _, err := p.Start(ctxT(t, 10*time.Second), dir, spec); !errors.Is(err, ErrExists) {
+	if _, err := p.Start(ctxT(t, 10*time.Second), dir, spec); !errors.Is(err, sessiondir.ErrExists) {
 		t.Errorf("second start: got %v, want ErrExists", err)
 	}
-	if got := p.pids(); !slices.Equal(got, warm) {
+	if got := p.WarmPIDs(); !slices.Equal(got, warm) {
 		t.Errorf("idle warm shims: got %v, want %v", got, warm)
 	}
 }
@@ -485,18 +488,18 @@ func TestPoolExistingDirStartsCold(t *testing.T) {
 // directory is made.
 func TestWarmShimBadSpec(t *testing.T) {
 	p := newPool(t, 1)
-	before := staged(t, p.opts.Root)
-	w := p.take()
+	before := staged(t, p.Opts.Root)
+	w := p.Take()
 	dir := poolDir(t, p)
-	if !w.give(dir, []byte(`{"argv":`)) {
+	if !w.Give(dir, []byte(`{"argv":`)) {
 		t.Fatal("give: the warm shim could not be reached")
 	}
-	_, err := (&Prepared{w: w}).Start(ctxT(t, 10*time.Second))
-	var se *StartError
-	if !errors.As(err, &se) || se.ShimPID != w.pid || se.Phase != PhaseSetup {
-		t.Fatalf("got %#v, want a setup StartError from shim %d", err, w.pid)
+	_, err := (&launch.Prepared{W: w}).Start(ctxT(t, 10*time.Second))
+	var se *launch.StartError
+	if !errors.As(err, &se) || se.ShimPID != w.Pid || se.Phase != proto.PhaseSetup {
+		t.Fatalf("got %#v, want a setup StartError from shim %d", err, w.Pid)
 	}
-	waitGone(t, w.pid)
+	waitGone(t, w.Pid)
 	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("session directory: %v, want none", err)
 	}
@@ -512,7 +515,7 @@ func TestWarmShimBadSpec(t *testing.T) {
 // close-stdin; with a TTY it is invalid.
 func TestStdinClosedSpec(t *testing.T) {
 	p := newPool(t, 1)
-	spec := Spec{StdinClosed: true, Argv: []string{"sh", "-c", "cat; echo done; sleep 0.3"}}
+	spec := sessiondir.Spec{StdinClosed: true, Argv: []string{"sh", "-c", "cat; echo done; sleep 0.3"}}
 	for _, warm := range []bool{true, false} {
 		var dir string
 		if warm {
@@ -522,7 +525,7 @@ func TestStdinClosedSpec(t *testing.T) {
 			dir, _ = start(t, spec)
 		}
 		c := dial(t, dir)
-		if err := c.WriteStdin(ctxT(t, 5*time.Second), []byte("x\n")); !errors.Is(err, ErrStdinClosed) {
+		if err := c.WriteStdin(ctxT(t, 5*time.Second), []byte("x\n")); !errors.Is(err, sessiondir.ErrStdinClosed) {
 			t.Errorf("warm %v: write: got %v, want ErrStdinClosed", warm, err)
 		}
 		if e := waitExit(t, dir); e.Code != 0 {
@@ -532,8 +535,8 @@ func TestStdinClosedSpec(t *testing.T) {
 			t.Errorf("warm %v: stdout %q, want %q", warm, got, "done\n")
 		}
 	}
-	_, err := p.Start(ctxT(t, 5*time.Second), poolDir(t, p), Spec{ID: "t", TTY: true, StdinClosed: true, Argv: []string{"true"}, Env: testEnv})
-	if !errors.Is(err, ErrInvalid) {
+	_, err := p.Start(ctxT(t, 5*time.Second), poolDir(t, p), sessiondir.Spec{ID: "t", TTY: true, StdinClosed: true, Argv: []string{"true"}, Env: testEnv})
+	if !errors.Is(err, sessiondir.ErrInvalid) {
 		t.Errorf("tty with stdin_closed: got %v, want ErrInvalid", err)
 	}
 }
@@ -544,13 +547,13 @@ func TestStdinClosedSpec(t *testing.T) {
 func TestPreparedCancel(t *testing.T) {
 	p := newPool(t, 2)
 	marker := filepath.Join(t.TempDir(), "ran")
-	spec := Spec{ID: "c", Env: testEnv, Argv: []string{"sh", "-c", "echo > " + marker}}
+	spec := sessiondir.Spec{ID: "c", Env: testEnv, Argv: []string{"sh", "-c", "echo > " + marker}}
 	dir := poolDir(t, p)
 	pr, err := p.Prepare(dir, spec)
 	if err != nil || pr == nil {
 		t.Fatalf("Prepare: %v, %v", pr, err)
 	}
-	pid := pr.w.pid
+	pid := pr.W.Pid
 	pr.Cancel()
 	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("session directory after Cancel: %v, want none", err)
@@ -586,19 +589,19 @@ func TestPreparedCancel(t *testing.T) {
 // detached by their own --detach intermediate, cold and warm alike: each
 // in its own session, not a child of the starting process, and working.
 func TestDetachWithoutSetsid(t *testing.T) {
-	if detacher() == "" {
+	if launch.Detacher() == "" {
 		t.Log("no setsid --fork on this machine: every test here uses the --detach intermediate")
 	}
-	orig := detacher
-	detacher = func() string { return "" }
-	t.Cleanup(func() { detacher = orig })
+	orig := launch.Detacher
+	launch.Detacher = func() string { return "" }
+	t.Cleanup(func() { launch.Detacher = orig })
 
 	p := newPool(t, 1)
-	dir, st := poolStart(t, p, Spec{Argv: []string{"sh", "-c", "echo warm"}})
-	cdir, cst := start(t, Spec{ID: "cold", Env: testEnv, Argv: []string{"sh", "-c", "echo cold"}})
+	dir, st := poolStart(t, p, sessiondir.Spec{Argv: []string{"sh", "-c", "echo warm"}})
+	cdir, cst := start(t, sessiondir.Spec{ID: "cold", Env: testEnv, Argv: []string{"sh", "-c", "echo cold"}})
 	for _, c := range []struct {
 		dir, want string
-		st        Status
+		st        sessiondir.Status
 	}{{dir, "warm\n", st}, {cdir, "cold\n", cst}} {
 		if sid, _ := unix.Getsid(c.st.ShimPID); sid != c.st.ShimPID {
 			t.Errorf("shim %d: session %d, want its own", c.st.ShimPID, sid)
@@ -620,9 +623,9 @@ func TestDetachWithoutSetsid(t *testing.T) {
 // intermediate too, never as a start that may still come up.
 func TestMissingShimProgram(t *testing.T) {
 	dir := sessionDir(t)
-	_, err := Start(ctxT(t, 10*time.Second), []string{"/nonexistent/runner-shim", "serve"}, dir, Spec{ID: "x", Argv: []string{"true"}, Env: testEnv})
-	var se *StartError
-	if !errors.As(err, &se) || se.Phase != PhaseSetup {
+	_, err := launch.Start(ctxT(t, 10*time.Second), []string{"/nonexistent/runner-shim", "serve"}, dir, sessiondir.Spec{ID: "x", Argv: []string{"true"}, Env: testEnv})
+	var se *launch.StartError
+	if !errors.As(err, &se) || se.Phase != proto.PhaseSetup {
 		t.Fatalf("got %#v, want a StartError of phase setup", err)
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 )
@@ -122,7 +123,7 @@ func lookPath(argv0 string, env []string, dir string) (string, error) {
 		}
 		return p, nil
 	}
-	path := DefaultPath
+	path := sessiondir.DefaultPath
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
 			path = v

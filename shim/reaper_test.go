@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/shim/sessiondir"
 )
 
 // pidFrom waits for a file holding one decimal pid (written by a test
@@ -74,7 +75,7 @@ func TestLingeringDescendants(t *testing.T) {
 	t.Parallel()
 	tmp := t.TempDir()
 	short, long := filepath.Join(tmp, "short"), filepath.Join(tmp, "long")
-	dir, st := start(t, Spec{Argv: []string{"sh", "-c", orphanScript, "sh", short, long}})
+	dir, st := start(t, sessiondir.Spec{Argv: []string{"sh", "-c", orphanScript, "sh", short, long}})
 	e := waitExit(t, dir)
 	if took := time.Since(st.StartedAt); took > DrainGrace/2 {
 		t.Errorf("exit record after %v, want at once (no output is held)", took)
@@ -93,11 +94,11 @@ func TestLingeringDescendants(t *testing.T) {
 	// The short one exits on its own while the shim lingers: reaped by
 	// the shim, never left a zombie.
 	waitReaped(t, shortPID, 3*time.Second)
-	s := waitStatus(t, c, "one descendant", func(s Status) bool { return s.Descendants == 1 })
-	if s.State != StateExited || s.Exit == nil || s.Exit.Code != 0 {
+	s := waitStatus(t, c, "one descendant", func(s sessiondir.Status) bool { return s.Descendants == 1 })
+	if s.State != sessiondir.StateExited || s.Exit == nil || s.Exit.Code != 0 {
 		t.Fatalf("status while lingering: got %+v, want exited 0", s)
 	}
-	if err := c.WriteStdin(ctx, []byte("x")); !errors.Is(err, ErrExited) {
+	if err := c.WriteStdin(ctx, []byte("x")); !errors.Is(err, sessiondir.ErrExited) {
 		t.Fatalf("stdin while lingering: got %v, want ErrExited", err)
 	}
 	if err := syscall.Kill(st.ShimPID, 0); err != nil {
@@ -114,7 +115,7 @@ func TestLingeringDescendants(t *testing.T) {
 	}
 	waitReaped(t, longPID, time.Second)
 	waitGone(t, st.ShimPID)
-	if _, err := os.Stat(filepath.Join(dir, SocketFile)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(dir, sessiondir.SocketFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("ctl.sock after the shim exited: %v", err)
 	}
 	if e2 := waitExit(t, dir); e2.Code != 0 || e2.Terminated {
@@ -126,7 +127,7 @@ func TestLingeringDescendants(t *testing.T) {
 // shim exits, without any request.
 func TestLingerEndsOnItsOwn(t *testing.T) {
 	t.Parallel()
-	dir, st := start(t, Spec{Argv: []string{"sh", "-c", `(setsid sleep 0.5 </dev/null >/dev/null 2>&1 &); exit 4`}})
+	dir, st := start(t, sessiondir.Spec{Argv: []string{"sh", "-c", `(setsid sleep 0.5 </dev/null >/dev/null 2>&1 &); exit 4`}})
 	if e := waitExit(t, dir); e.Code != 4 {
 		t.Fatalf("exit: got %+v, want exited 4", e)
 	}
@@ -156,11 +157,11 @@ func TestTerminateKillsEscapedGrandchild(t *testing.T) {
 			// TERM before that would end it early, as if the grace were
 			// cut short.
 			script := tt.grandchild + ` </dev/null >/dev/null 2>&1 & echo $! >"$0"; while [ ! -e "$0.armed" ]; do sleep 0.01; done; echo ready; wait`
-			dir, st := start(t, Spec{Argv: []string{"sh", "-c", script, pidf}})
+			dir, st := start(t, sessiondir.Spec{Argv: []string{"sh", "-c", script, pidf}})
 			waitOutput(t, dir, "ready\n")
 			gc := pidFrom(t, pidf)
 			c := dial(t, dir)
-			if s := waitStatus(t, c, "the grandchild counted", func(s Status) bool { return s.Descendants >= 1 }); s.State != StateRunning {
+			if s := waitStatus(t, c, "the grandchild counted", func(s sessiondir.Status) bool { return s.Descendants >= 1 }); s.State != sessiondir.StateRunning {
 				t.Fatalf("status: got %+v, want running", s)
 			}
 			t0 := time.Now()
@@ -205,7 +206,7 @@ func TestExitTruthUnderReaper(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			dir, st := start(t, Spec{Argv: []string{"sh", "-c", tt.script}, TTY: tt.tty})
+			dir, st := start(t, sessiondir.Spec{Argv: []string{"sh", "-c", tt.script}, TTY: tt.tty})
 			e := waitExit(t, dir)
 			if e.Reason != tt.want.Reason || e.Code != tt.want.Code || e.Signal != tt.want.Signal || e.Terminated {
 				t.Fatalf("got %+v, want %+v", e, tt.want)
@@ -239,7 +240,7 @@ func TestDescendantsScan(t *testing.T) {
 // retrying the record for good.
 func TestShimEndsWhenItsDirectoryGoes(t *testing.T) {
 	dir := sessionDir(t)
-	st := startAt(t, dir, Spec{Argv: []string{"sh", "-c", `while [ -d "$0" ]; do sleep 0.05; done`, dir}})
+	st := startAt(t, dir, sessiondir.Spec{Argv: []string{"sh", "-c", `while [ -d "$0" ]; do sleep 0.05; done`, dir}})
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentrunner/runner/cgroup/oom"
 	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/shim/sessiondir"
 )
 
 // DrainGrace bounds how long the shim keeps reading output after the
@@ -37,7 +38,7 @@ type output struct {
 // run waits for all of them before it returns.
 type server struct {
 	dir  string
-	spec Spec
+	spec sessiondir.Spec
 	ln   *net.UnixListener
 	sock string
 	cmd  *exec.Cmd
@@ -126,11 +127,11 @@ type server struct {
 // socket exist, and started.json is written. On failure nothing is left
 // running and the files it created are removed.
 func newServer(dir string) (*server, error) {
-	var spec Spec
-	if err := readJSON(filepath.Join(dir, SpecFile), &spec); err != nil {
+	var spec sessiondir.Spec
+	if err := sessiondir.ReadJSON(filepath.Join(dir, sessiondir.SpecFile), &spec); err != nil {
 		return nil, fmt.Errorf("read spec: %w", err)
 	}
-	if err := spec.validate(); err != nil {
+	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
 	// DeferCreateSync: the journal's creation is made durable at its first
@@ -147,6 +148,6 @@ func newServer(dir string) (*server, error) {
 }
 
 // journalOptions is the journal a session of spec needs.
-func journalOptions(spec Spec, deferSync bool) journal.Options {
+func journalOptions(spec sessiondir.Spec, deferSync bool) journal.Options {
 	return journal.Options{Streams: spec.Streams(), RetainBytes: spec.RetainBytes, DeferCreateSync: deferSync}
 }

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -73,7 +75,7 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 // start starts a session in a fresh session directory and registers a
 // cleanup that kills it if the test left it running and waits for its shim
 // to exit (startAt).
-func start(t *testing.T, spec Spec) (string, Status) {
+func start(t *testing.T, spec sessiondir.Spec) (string, sessiondir.Status) {
 	t.Helper()
 	dir := sessionDir(t)
 	return dir, startAt(t, dir, spec)
@@ -100,9 +102,9 @@ func waitGone(t *testing.T, pid int) {
 	t.Errorf("shim %d still alive", pid)
 }
 
-func dial(t *testing.T, dir string) *Client {
+func dial(t *testing.T, dir string) *launch.Client {
 	t.Helper()
-	c, err := Dial(ctxT(t, 5*time.Second), dir)
+	c, err := launch.Dial(ctxT(t, 5*time.Second), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,14 +118,14 @@ func waitExit(t *testing.T, dir string) journal.Exit {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
-		st, err := ReadStatus(dir)
+		st, err := sessiondir.ReadStatus(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.State == StateExited {
+		if st.State == sessiondir.StateExited {
 			return *st.Exit
 		}
-		if st.State == StateLost {
+		if st.State == sessiondir.StateLost {
 			t.Fatalf("session lost: %+v", st)
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -134,12 +136,12 @@ func waitExit(t *testing.T, dir string) journal.Exit {
 
 // attachAll attaches from the cursors and returns each stream's bytes and
 // the terminal frame.
-func attachAll(t *testing.T, dir string, opts AttachOptions) (map[wire.StreamID]*bytes.Buffer, wire.Frame) {
+func attachAll(t *testing.T, dir string, opts sessiondir.AttachOptions) (map[wire.StreamID]*bytes.Buffer, wire.Frame) {
 	t.Helper()
 	out := map[wire.StreamID]*bytes.Buffer{wire.StreamStdout: {}, wire.StreamStderr: {}}
 	next := map[wire.StreamID]int64{wire.StreamStdout: opts.Stdout, wire.StreamStderr: opts.Stderr}
 	var term wire.Frame
-	err := Attach(ctxT(t, 20*time.Second), dir, opts, func(b []byte) error {
+	err := sessiondir.Attach(ctxT(t, 20*time.Second), dir, opts, func(b []byte) error {
 		f, err := wire.ParseFrame(b)
 		if err != nil {
 			return err
@@ -170,12 +172,12 @@ func attachAll(t *testing.T, dir string, opts AttachOptions) (map[wire.StreamID]
 }
 
 func TestExitCode(t *testing.T) {
-	dir, _ := start(t, Spec{Argv: []string{"sh", "-c", "echo out; echo err >&2; exit 3"}})
+	dir, _ := start(t, sessiondir.Spec{Argv: []string{"sh", "-c", "echo out; echo err >&2; exit 3"}})
 	e := waitExit(t, dir)
 	if e.Reason != journal.ReasonExited || e.Code != 3 {
 		t.Fatalf("got %+v, want exited 3", e)
 	}
-	out, term := attachAll(t, dir, AttachOptions{})
+	out, term := attachAll(t, dir, sessiondir.AttachOptions{})
 	if got := out[wire.StreamStdout].String(); got != "out\n" {
 		t.Errorf("stdout: got %q, want %q", got, "out\n")
 	}
@@ -189,7 +191,7 @@ func TestExitCode(t *testing.T) {
 }
 
 func TestKilledBySignal(t *testing.T) {
-	dir, st := start(t, Spec{Argv: []string{"sleep", "60"}})
+	dir, st := start(t, sessiondir.Spec{Argv: []string{"sleep", "60"}})
 	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +202,7 @@ func TestKilledBySignal(t *testing.T) {
 }
 
 func TestCatEndsOnCloseStdinOnly(t *testing.T) {
-	dir, _ := start(t, Spec{Argv: []string{"cat"}})
+	dir, _ := start(t, sessiondir.Spec{Argv: []string{"cat"}})
 	c := dial(t, dir)
 	ctx := ctxT(t, 10*time.Second)
 	for _, p := range []string{"one\n", "two", "\x00binary\xff\n"} {
@@ -209,45 +211,45 @@ func TestCatEndsOnCloseStdinOnly(t *testing.T) {
 		}
 	}
 	time.Sleep(300 * time.Millisecond)
-	if st, err := c.Status(ctx); err != nil || st.State != StateRunning {
+	if st, err := c.Status(ctx); err != nil || st.State != sessiondir.StateRunning {
 		t.Fatalf("after writes: got %+v %v, want running (cat must end on close-stdin only)", st, err)
 	}
 	if err := c.CloseStdin(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.CloseStdin(ctx); err != nil && !errors.Is(err, ErrExited) {
+	if err := c.CloseStdin(ctx); err != nil && !errors.Is(err, sessiondir.ErrExited) {
 		t.Fatalf("repeat close: got %v, want nil or ErrExited", err)
 	}
 	e := waitExit(t, dir)
 	if e.Reason != journal.ReasonExited || e.Code != 0 {
 		t.Fatalf("got %+v, want exited 0", e)
 	}
-	out, _ := attachAll(t, dir, AttachOptions{})
+	out, _ := attachAll(t, dir, sessiondir.AttachOptions{})
 	if got, want := out[wire.StreamStdout].String(), "one\ntwo\x00binary\xff\n"; got != want {
 		t.Fatalf("stdout: got %q, want %q", got, want)
 	}
-	if err := c.WriteStdin(ctx, []byte("late")); !errors.Is(err, ErrExited) {
+	if err := c.WriteStdin(ctx, []byte("late")); !errors.Is(err, sessiondir.ErrExited) {
 		t.Fatalf("write after exit: got %v, want ErrExited", err)
 	}
 }
 
 func TestWriteAfterExit(t *testing.T) {
-	dir, st := start(t, Spec{Argv: []string{"sh", "-c", "exit 0"}})
+	dir, st := start(t, sessiondir.Spec{Argv: []string{"sh", "-c", "exit 0"}})
 	c := dial(t, dir)
 	waitExit(t, dir)
 	ctx := ctxT(t, 10*time.Second)
 	// Through the shim while it lingers, or from disk once it is gone:
 	// either way the answer is ErrExited, never a transport error.
 	for i := range 2 {
-		if err := c.WriteStdin(ctx, []byte("x")); !errors.Is(err, ErrExited) {
+		if err := c.WriteStdin(ctx, []byte("x")); !errors.Is(err, sessiondir.ErrExited) {
 			t.Fatalf("write %d: got %v, want ErrExited", i, err)
 		}
-		if err := c.Signal(ctx, syscall.SIGTERM); !errors.Is(err, ErrExited) {
+		if err := c.Signal(ctx, syscall.SIGTERM); !errors.Is(err, sessiondir.ErrExited) {
 			t.Fatalf("signal %d: got %v, want ErrExited", i, err)
 		}
 		waitGone(t, st.ShimPID)
 	}
-	if _, err := os.Stat(filepath.Join(dir, SocketFile)); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(dir, sessiondir.SocketFile)); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("ctl.sock after the shim exited: %v", err)
 	}
 	e, err := c.Terminate(ctx, time.Second)
@@ -258,8 +260,8 @@ func TestWriteAfterExit(t *testing.T) {
 
 func TestStartMissingBinary(t *testing.T) {
 	dir := sessionDir(t)
-	_, err := Start(ctxT(t, 10*time.Second), shimExe, dir, Spec{ID: "x", Argv: []string{"/nonexistent/bin"}, Env: testEnv})
-	var se *StartError
+	_, err := launch.Start(ctxT(t, 10*time.Second), shimExe, dir, sessiondir.Spec{ID: "x", Argv: []string{"/nonexistent/bin"}, Env: testEnv})
+	var se *launch.StartError
 	if !errors.As(err, &se) || !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("got %v, want a StartError matching fs.ErrNotExist", err)
 	}
@@ -270,7 +272,7 @@ func TestStartMissingBinary(t *testing.T) {
 	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("session dir left behind: %v", err)
 	}
-	_, err = Start(ctxT(t, 10*time.Second), shimExe, dir, Spec{ID: "x", Argv: []string{"no-such-command-xyz"}, Env: testEnv})
+	_, err = launch.Start(ctxT(t, 10*time.Second), shimExe, dir, sessiondir.Spec{ID: "x", Argv: []string{"no-such-command-xyz"}, Env: testEnv})
 	if !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("PATH lookup: got %v, want fs.ErrNotExist", err)
 	}
@@ -279,13 +281,13 @@ func TestStartMissingBinary(t *testing.T) {
 func TestStartRunsBeforeReturn(t *testing.T) {
 	// The spawn-ack trap: a write right after Start must reach a running
 	// command, and the pid must be the command's.
-	dir, st := start(t, Spec{Argv: []string{"cat"}})
+	dir, st := start(t, sessiondir.Spec{Argv: []string{"cat"}})
 	checkCat(t, dir, st)
 }
 
 // checkCat checks a session started on cat: its command runs (st.PID),
 // takes stdin at once, and ends on close-stdin with the bytes echoed.
-func checkCat(t *testing.T, dir string, st Status) {
+func checkCat(t *testing.T, dir string, st sessiondir.Status) {
 	t.Helper()
 	if err := syscall.Kill(st.PID, 0); err != nil {
 		t.Fatalf("command pid %d: %v", st.PID, err)
@@ -304,17 +306,17 @@ func checkCat(t *testing.T, dir string, st Status) {
 }
 
 func TestStartExists(t *testing.T) {
-	dir, _ := start(t, Spec{Argv: []string{"true"}})
-	_, err := Start(ctxT(t, 10*time.Second), shimExe, dir, Spec{ID: "t1", Argv: []string{"true"}})
-	if !errors.Is(err, ErrExists) {
+	dir, _ := start(t, sessiondir.Spec{Argv: []string{"true"}})
+	_, err := launch.Start(ctxT(t, 10*time.Second), shimExe, dir, sessiondir.Spec{ID: "t1", Argv: []string{"true"}})
+	if !errors.Is(err, sessiondir.ErrExists) {
 		t.Fatalf("got %v, want ErrExists", err)
 	}
 }
 
 func TestSocketPathTooLong(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 120))
-	_, err := Start(ctxT(t, 5*time.Second), shimExe, dir, Spec{ID: "x", Argv: []string{"true"}})
-	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "unix limit") {
+	_, err := launch.Start(ctxT(t, 5*time.Second), shimExe, dir, sessiondir.Spec{ID: "x", Argv: []string{"true"}})
+	if !errors.Is(err, sessiondir.ErrInvalid) || !strings.Contains(err.Error(), "unix limit") {
 		t.Fatalf("got %v, want ErrInvalid about the unix limit", err)
 	}
 }
@@ -332,7 +334,7 @@ func TestTerminate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			dir, _ := start(t, Spec{Argv: []string{"sh", "-c", tt.script}})
+			dir, _ := start(t, sessiondir.Spec{Argv: []string{"sh", "-c", tt.script}})
 			waitOutput(t, dir, "ready\n")
 			c := dial(t, dir)
 			grace := 700 * time.Millisecond
@@ -352,8 +354,8 @@ func TestTerminate(t *testing.T) {
 				t.Errorf("a TERM-trapping command took %v, not less than the grace", took)
 			}
 			// The record is in the journal when Terminate answers.
-			st, err := ReadStatus(dir)
-			if err != nil || st.State != StateExited || st.Exit.Code != e.Code {
+			st, err := sessiondir.ReadStatus(dir)
+			if err != nil || st.State != sessiondir.StateExited || st.Exit.Code != e.Code {
 				t.Fatalf("ReadStatus after terminate: got %+v %v", st, err)
 			}
 		})
@@ -376,7 +378,7 @@ func waitOutput(t *testing.T, dir, want string) {
 }
 
 func readStream(dir, stream string) ([]byte, error) {
-	j, err := journal.Open(filepath.Join(dir, JournalDir))
+	j, err := journal.Open(filepath.Join(dir, sessiondir.JournalDir))
 	if err != nil {
 		return nil, err
 	}
@@ -391,7 +393,7 @@ func readStream(dir, stream string) ([]byte, error) {
 
 func TestAttachCursorConcatenates(t *testing.T) {
 	script := `i=0; while [ $i -lt 300 ]; do echo "line $i of stdout"; echo "line $i of stderr" >&2; i=$((i+1)); done; read x; echo "after $x"; exit 5`
-	dir, _ := start(t, Spec{Argv: []string{"sh", "-c", script}})
+	dir, _ := start(t, sessiondir.Spec{Argv: []string{"sh", "-c", script}})
 	waitOutput(t, dir, "line 0")
 	c := dial(t, dir)
 	ctx := ctxT(t, 10*time.Second)
@@ -409,8 +411,8 @@ func TestAttachCursorConcatenates(t *testing.T) {
 	if err := c.WriteStdin(ctx, []byte("input\n")); err != nil {
 		t.Fatal(err)
 	}
-	full, term := attachAll(t, dir, AttachOptions{})
-	rest, term2 := attachAll(t, dir, AttachOptions{Stdout: int64(len(part["stdout"])), Stderr: int64(len(part["stderr"]))})
+	full, term := attachAll(t, dir, sessiondir.AttachOptions{})
+	rest, term2 := attachAll(t, dir, sessiondir.AttachOptions{Stdout: int64(len(part["stdout"])), Stderr: int64(len(part["stderr"]))})
 	for _, s := range []wire.StreamID{wire.StreamStdout, wire.StreamStderr} {
 		got := append(bytes.Clone(part[s.StreamName()]), rest[s].Bytes()...)
 		if !bytes.Equal(got, full[s].Bytes()) {
@@ -427,14 +429,14 @@ func TestAttachCursorConcatenates(t *testing.T) {
 		}
 	}
 	// A cursor beyond the end is an error frame, invalid.
-	_, bad := attachAll(t, dir, AttachOptions{Stdout: 1 << 40})
+	_, bad := attachAll(t, dir, sessiondir.AttachOptions{Stdout: 1 << 40})
 	if we, err := bad.Err(); err != nil || we.Code != wire.CodeInvalid {
 		t.Fatalf("cursor beyond end: got %s %+v %v, want error invalid", bad.Kind, we, err)
 	}
 }
 
 func TestPTY(t *testing.T) {
-	dir, _ := start(t, Spec{TTY: true, Rows: 30, Cols: 100, Argv: []string{"sh", "-c",
+	dir, _ := start(t, sessiondir.Spec{TTY: true, Rows: 30, Cols: 100, Argv: []string{"sh", "-c",
 		`tty >/dev/null && echo "is a tty"; stty size; read x; stty size; read y; echo "got $y"`}})
 	waitOutput(t, dir, "is a tty\r\n30 100\r\n")
 	c := dial(t, dir)
@@ -452,7 +454,7 @@ func TestPTY(t *testing.T) {
 	if e.Code != 0 {
 		t.Fatalf("got %+v, want exit 0", e)
 	}
-	out, _ := attachAll(t, dir, AttachOptions{})
+	out, _ := attachAll(t, dir, sessiondir.AttachOptions{})
 	got := out[wire.StreamStdout].String()
 	for _, want := range []string{"is a tty", "30 100", "50 132", "got last"} {
 		if !strings.Contains(got, want) {
@@ -465,7 +467,7 @@ func TestPTY(t *testing.T) {
 }
 
 func TestPTYCloseStdin(t *testing.T) {
-	dir, _ := start(t, Spec{TTY: true, Argv: []string{"cat"}})
+	dir, _ := start(t, sessiondir.Spec{TTY: true, Argv: []string{"cat"}})
 	c := dial(t, dir)
 	ctx := ctxT(t, 10*time.Second)
 	// A partial line: close-stdin must still end cat (two ^Ds).
@@ -473,7 +475,7 @@ func TestPTYCloseStdin(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond)
-	if st, _ := c.Status(ctx); st.State != StateRunning {
+	if st, _ := c.Status(ctx); st.State != sessiondir.StateRunning {
 		t.Fatalf("cat ended before close-stdin: %+v", st)
 	}
 	if err := c.CloseStdin(ctx); err != nil {
@@ -485,9 +487,9 @@ func TestPTYCloseStdin(t *testing.T) {
 }
 
 func TestResizePipesInvalid(t *testing.T) {
-	dir, _ := start(t, Spec{Argv: []string{"sleep", "30"}})
+	dir, _ := start(t, sessiondir.Spec{Argv: []string{"sleep", "30"}})
 	c := dial(t, dir)
-	if err := c.Resize(ctxT(t, 5*time.Second), 10, 10); !errors.Is(err, ErrInvalid) {
+	if err := c.Resize(ctxT(t, 5*time.Second), 10, 10); !errors.Is(err, sessiondir.ErrInvalid) {
 		t.Fatalf("got %v, want ErrInvalid", err)
 	}
 }
@@ -495,7 +497,7 @@ func TestResizePipesInvalid(t *testing.T) {
 func TestStdinBlockedDoesNotBlockControl(t *testing.T) {
 	// sleep never reads stdin: a big write blocks, and signal, status and
 	// terminate still answer at once.
-	dir, _ := start(t, Spec{Argv: []string{"sleep", "60"}})
+	dir, _ := start(t, sessiondir.Spec{Argv: []string{"sleep", "60"}})
 	c := dial(t, dir)
 	wctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -519,7 +521,7 @@ func TestStdinBlockedDoesNotBlockControl(t *testing.T) {
 	}
 	select {
 	case err := <-werr:
-		if !errors.Is(err, ErrExited) {
+		if !errors.Is(err, sessiondir.ErrExited) {
 			t.Fatalf("blocked write: got %v, want ErrExited", err)
 		}
 	case <-time.After(5 * time.Second):
@@ -536,7 +538,7 @@ func launcherHelper() int {
 	dir := os.Getenv(helperEnv)
 	exe, _ := os.Executable()
 	os.Setenv(asShimEnv, "1")
-	_, err := Start(context.Background(), []string{exe}, dir, Spec{ID: "survivor", Env: testEnv,
+	_, err := launch.Start(context.Background(), []string{exe}, dir, sessiondir.Spec{ID: "survivor", Env: testEnv,
 		Argv: []string{"sh", "-c", `echo started; read x; echo "got $x"; exit 42`}})
 	if err != nil {
 		fmt.Println("error", err)
@@ -567,13 +569,13 @@ func TestSurvivesLauncherKill(t *testing.T) {
 	helper.Process.Kill() // kill -9 the launcher mid-command
 	helper.Wait()
 
-	st, err := ReadStatus(dir)
-	if err != nil || st.State != StateRunning {
+	st, err := sessiondir.ReadStatus(dir)
+	if err != nil || st.State != sessiondir.StateRunning {
 		t.Fatalf("after the launcher died: got %+v %v, want running", st, err)
 	}
 	t.Cleanup(func() { waitGone(t, st.ShimPID) })
-	list, err := List(filepath.Dir(dir))
-	if err != nil || len(list) != 1 || list[0].ID != "survivor" || list[0].State != StateRunning {
+	list, err := sessiondir.List(filepath.Dir(dir))
+	if err != nil || len(list) != 1 || list[0].ID != "survivor" || list[0].State != sessiondir.StateRunning {
 		t.Fatalf("list: got %+v %v", list, err)
 	}
 	c := dial(t, dir) // rejoin
@@ -581,7 +583,7 @@ func TestSurvivesLauncherKill(t *testing.T) {
 	if err := c.WriteStdin(ctx, []byte("hello\n")); err != nil {
 		t.Fatal(err)
 	}
-	out, term := attachAll(t, dir, AttachOptions{})
+	out, term := attachAll(t, dir, sessiondir.AttachOptions{})
 	if got := out[wire.StreamStdout].String(); got != "started\ngot hello\n" {
 		t.Fatalf("stdout: got %q", got)
 	}
@@ -592,22 +594,22 @@ func TestSurvivesLauncherKill(t *testing.T) {
 }
 
 func TestLostWhenShimKilled(t *testing.T) {
-	dir, st := start(t, Spec{Argv: []string{"sleep", "30"}})
+	dir, st := start(t, sessiondir.Spec{Argv: []string{"sleep", "30"}})
 	if err := syscall.Kill(st.ShimPID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	waitGone(t, st.ShimPID)
 	syscall.Kill(st.PID, syscall.SIGKILL) // our own orphaned command
-	got, err := ReadStatus(dir)
-	if err != nil || got.State != StateLost {
+	got, err := sessiondir.ReadStatus(dir)
+	if err != nil || got.State != sessiondir.StateLost {
 		t.Fatalf("got %+v %v, want lost", got, err)
 	}
-	_, term := attachAll(t, dir, AttachOptions{})
+	_, term := attachAll(t, dir, sessiondir.AttachOptions{})
 	if term.Kind != wire.FrameLost {
 		t.Fatalf("terminal: got %s, want lost", term.Kind)
 	}
 	c := dial(t, dir)
-	if err := c.WriteStdin(ctxT(t, 5*time.Second), []byte("x")); !errors.Is(err, ErrLost) {
+	if err := c.WriteStdin(ctxT(t, 5*time.Second), []byte("x")); !errors.Is(err, sessiondir.ErrLost) {
 		t.Fatalf("write to a lost session: got %v, want ErrLost", err)
 	}
 }

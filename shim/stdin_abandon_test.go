@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/shim/internal/proto"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"golang.org/x/sys/unix"
 )
 
@@ -26,7 +28,7 @@ import (
 // shim's answer, which then still arrives.
 func abandonWrite(t *testing.T, dir string, p []byte, half bool, sent func()) (st byte, body []byte) {
 	t.Helper()
-	sock, err := socketPath(dir)
+	sock, err := sessiondir.SocketPath(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +38,7 @@ func abandonWrite(t *testing.T, dir string, p []byte, half bool, sent func()) (s
 	}
 	c := nc.(*net.UnixConn)
 	defer c.Close()
-	if _, err := writeMsg(c, nil, opWrite, p); err != nil {
+	if _, err := proto.WriteMsg(c, nil, proto.OpWrite, p); err != nil {
 		t.Fatalf("send stdin write: %v", err)
 	}
 	if !half {
@@ -48,8 +50,8 @@ func abandonWrite(t *testing.T, dir string, p []byte, half bool, sent func()) (s
 	}
 	// Only a bound for a shim that never answers (the defect this tests).
 	c.SetReadDeadline(time.Now().Add(20 * time.Second))
-	var hdr [ctlHdrLen]byte
-	st, body, err = readMsg(c, &hdr, nil)
+	var hdr [proto.CtlHdrLen]byte
+	st, body, err = proto.ReadMsg(c, &hdr, nil)
 	if err != nil {
 		t.Fatalf("answer to an abandoned stdin write: %v (the shim still holds it)", err)
 	}
@@ -124,8 +126,8 @@ func TestAbandonedStdinWritesFreeTheShim(t *testing.T) {
 		{"behind a live write", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir, st := start(t, Spec{Argv: []string{"sleep", "600"}})
-			chunk := pattern(MaxStdinChunk)
+			dir, st := start(t, sessiondir.Spec{Argv: []string{"sleep", "600"}})
+			chunk := pattern(proto.MaxStdinChunk)
 			c := dial(t, dir)
 			var live chan error
 			cancel := func() {}
@@ -178,17 +180,17 @@ func TestAbandonedStdinWriteDeliversAPrefixOnce(t *testing.T) {
 	}
 	// The command reads nothing until the test opens the fifo, then copies
 	// its stdin to stdout.
-	dir, st := start(t, Spec{Argv: []string{"/bin/sh", "-c", `read x < "$1" && exec /bin/cat`, "sh", fifo}})
-	a := pattern(MaxStdinChunk)
+	dir, st := start(t, sessiondir.Spec{Argv: []string{"/bin/sh", "-c", `read x < "$1" && exec /bin/cat`, "sh", fifo}})
+	a := pattern(proto.MaxStdinChunk)
 	b := bytes.Repeat([]byte("after the abandoned write\n"), 4096)
 
 	// Once the shim has put bytes into the pipe (full: nobody reads it),
 	// the caller gives up: the shim is inside its write when it learns so.
 	var filled int
 	ast, abody := abandonWrite(t, dir, a, true, func() { filled = pipeFilled(t, st.PID) })
-	var e errBody
-	if ast != stError || json.Unmarshal(abody, &e) != nil || e.Code != codeUnavailable {
-		t.Fatalf("answer to the abandoned write: status %d %q, want %d with code %s", ast, abody, stError, codeUnavailable)
+	var e proto.ErrBody
+	if ast != proto.StError || json.Unmarshal(abody, &e) != nil || e.Code != proto.CodeUnavailable {
+		t.Fatalf("answer to the abandoned write: status %d %q, want %d with code %s", ast, abody, proto.StError, proto.CodeUnavailable)
 	}
 	var n, size int
 	if _, err := fmt.Sscanf(e.Detail, "stdin write abandoned by its caller: %d of %d bytes delivered", &n, &size); err != nil {

@@ -1,4 +1,4 @@
-package shim
+package sessiondir
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/shim/internal/proto"
 	"golang.org/x/sys/unix"
 )
 
@@ -175,7 +176,7 @@ func (s Spec) Streams() []string {
 	return []string{"stdout", "stderr"}
 }
 
-func (s Spec) validate() error {
+func (s Spec) Validate() error {
 	if !ValidID(s.ID) {
 		return fmt.Errorf("%w: id %q (want 1-64 of [A-Za-z0-9._-], starting with a letter or digit)", ErrInvalid, s.ID)
 	}
@@ -193,7 +194,7 @@ func (s Spec) validate() error {
 			return fmt.Errorf("%w: bind %q over %q: not absolute paths", ErrInvalid, b.Source, b.Target)
 		}
 	}
-	if _, ok := relBelow(s.DirRoot, s.Dir); s.DirRoot != "" && !ok {
+	if _, ok := RelBelow(s.DirRoot, s.Dir); s.DirRoot != "" && !ok {
 		return fmt.Errorf("%w: cwd %q is not cwd_root %q or below it (absolute paths)", ErrInvalid, s.Dir, s.DirRoot)
 	}
 	if s.ResolvConf != "" && !filepath.IsAbs(s.ResolvConf) {
@@ -205,7 +206,7 @@ func (s Spec) validate() error {
 		}
 		// A lookup failure is the start's to report (PhaseExec), as
 		// without Isolate; a user that is root is refused here.
-		if c, err := credential(s.User); err == nil && c.Uid == 0 {
+		if c, err := Credential(s.User); err == nil && c.Uid == 0 {
 			return fmt.Errorf("%w: isolate: user %q is uid 0, which owns root's files even without capabilities", ErrInvalid, s.User)
 		}
 	}
@@ -215,7 +216,7 @@ func (s Spec) validate() error {
 		if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
 			return fmt.Errorf("%w: cgroup %q is not an absolute clean path", ErrInvalid, dir)
 		}
-		isV2, err := cgroupKind(dir)
+		isV2, err := CgroupKind(dir)
 		if err != nil {
 			return err
 		}
@@ -234,7 +235,7 @@ func (s Spec) validate() error {
 		hierarchies[st.Dev] = dir
 		// The shim starts in its launcher's cgroups (and checks again for
 		// itself before the command starts).
-		if err := notOurs(dir); err != nil {
+		if err := NotOurs(dir); err != nil {
 			return err
 		}
 	}
@@ -297,7 +298,7 @@ type Status struct {
 }
 
 // started is started.json.
-type started struct {
+type Started struct {
 	ShimPID   int       `json:"shim_pid"`
 	PID       int       `json:"pid"`
 	StartedAt time.Time `json:"started_at"`
@@ -365,7 +366,7 @@ func readStatus(dir string) (Status, error) {
 	// A session is started once both files exist (started.json is
 	// written after the command started).
 	read := func(name string, v any) error {
-		err := readJSON(filepath.Join(dir, name), v)
+		err := ReadJSON(filepath.Join(dir, name), v)
 		if errors.Is(err, fs.ErrNotExist) {
 			return ErrNoSession
 		}
@@ -375,7 +376,7 @@ func readStatus(dir string) (Status, error) {
 	if err := read(SpecFile, &spec); err != nil {
 		return Status{}, err
 	}
-	var sd started
+	var sd Started
 	if err := read(StartedFile, &sd); err != nil {
 		return Status{}, err
 	}
@@ -406,7 +407,7 @@ func readStatus(dir string) (Status, error) {
 	return st, nil
 }
 
-func readJSON(path string, v any) error {
+func ReadJSON(path string, v any) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -417,7 +418,7 @@ func readJSON(path string, v any) error {
 	return nil
 }
 
-func socketPath(dir string) (string, error) {
+func SocketPath(dir string) (string, error) {
 	p := filepath.Join(dir, SocketFile)
 	if len(p) > maxSocketPath {
 		return "", fmt.Errorf("%w: socket path %s is %d bytes, the unix limit is %d: use a shorter session directory", ErrInvalid, p, len(p), maxSocketPath)
@@ -458,7 +459,7 @@ func List(root string) ([]Status, error) {
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // credential resolves Spec.User: a name, or uid[:gid].
-func credential(spec string) (*syscall.Credential, error) {
+func Credential(spec string) (*syscall.Credential, error) {
 	name, gidStr, hasGid := strings.Cut(spec, ":")
 	if uid, err := strconv.ParseUint(name, 10, 32); err == nil {
 		c := &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}
@@ -501,10 +502,10 @@ func credential(spec string) (*syscall.Credential, error) {
 
 // cgroupKind reports whether dir is a cgroup v2 directory (else v1), or
 // an ErrInvalid error when it is not a cgroup directory at all.
-func cgroupKind(dir string) (v2 bool, err error) {
+func CgroupKind(dir string) (v2 bool, err error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {
-		return false, fmt.Errorf("%w: cgroup %q: %w", ErrInvalid, dir, unwrapPath(err))
+		return false, fmt.Errorf("%w: cgroup %q: %w", ErrInvalid, dir, proto.UnwrapPath(err))
 	}
 	switch st.Type {
 	case unix.CGROUP2_SUPER_MAGIC:
@@ -517,7 +518,7 @@ func cgroupKind(dir string) (v2 bool, err error) {
 
 // notOurs refuses a cgroup the shim itself is in: the command's OOM or
 // pids limit would then reach the shim.
-func notOurs(dir string) error {
+func NotOurs(dir string) error {
 	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 	if err != nil {
 		return fmt.Errorf("read cgroup %s: %w", dir, err)
@@ -536,12 +537,12 @@ func notOurs(dir string) error {
 // only the helper can do is active. It must agree with the plan
 // (TestSpecNeedsHelperAgrees holds it): a cgroup that is not v2 counts,
 // one that cannot be read does not.
-func (spec Spec) needsHelper() bool {
+func (spec Spec) NeedsHelper() bool {
 	if spec.ResolvConf != "" || len(spec.Binds) > 0 || spec.Hostname != "" || spec.Isolate {
 		return true
 	}
 	for _, dir := range spec.Cgroups {
-		if v2, err := cgroupKind(dir); err == nil && !v2 {
+		if v2, err := CgroupKind(dir); err == nil && !v2 {
 			return true
 		}
 	}

@@ -1,4 +1,4 @@
-package shim
+package proto
 
 import (
 	"encoding/binary"
@@ -28,77 +28,77 @@ import (
 const (
 	ctlMagic   = 0xD6
 	ctlVersion = 1
-	ctlHdrLen  = 8
+	CtlHdrLen  = 8
 	maxBody    = 1 << 20 // largest request or response body
 	// MaxStdinChunk is the largest stdin payload of one request; the
 	// client splits larger writes into chunks of this size, in order.
 	MaxStdinChunk = maxBody
 	// maxStdinAtChunk is the largest stdin payload of one opWriteAt
 	// request: its body also holds the 8-byte offset.
-	maxStdinAtChunk = maxBody - 8
+	MaxStdinAtChunk = maxBody - 8
 )
 
 // Request ops.
 const (
-	opWrite      = 1 // body: raw stdin bytes (0..MaxStdinChunk); answer: count uint64
-	opCloseStdin = 2 // body: empty
-	opResize     = 3 // body: rows uint16, cols uint16 (big-endian)
-	opSignal     = 4 // body: signal number uint32
-	opTerminate  = 5 // body: grace in milliseconds uint64
-	opStatus     = 6 // body: empty
-	opOffsetAt   = 7 // body: JSON {"stream":"stdout","time":"RFC 3339"}
-	opMarks      = 8 // body: JSON {"stream":"stdout","from":N}; answer: JSON wire.Marks
+	OpWrite      = 1 // body: raw stdin bytes (0..MaxStdinChunk); answer: count uint64
+	OpCloseStdin = 2 // body: empty
+	OpResize     = 3 // body: rows uint16, cols uint16 (big-endian)
+	OpSignal     = 4 // body: signal number uint32
+	OpTerminate  = 5 // body: grace in milliseconds uint64
+	OpStatus     = 6 // body: empty
+	OpOffsetAt   = 7 // body: JSON {"stream":"stdout","time":"RFC 3339"}
+	OpMarks      = 8 // body: JSON {"stream":"stdout","from":N}; answer: JSON wire.Marks
 	// opWriteAt is opWrite with the caller's idea of where its bytes go:
 	// body: offset uint64 (the stdin bytes that precede these), then raw
 	// stdin bytes (0..maxStdinAtChunk); answer: count uint64. What the
 	// command already got is skipped, a gap is refused (writeStdinAt).
-	opWriteAt = 9
+	OpWriteAt = 9
 )
 
 // Response statuses.
 const (
-	stOK     = 0 // body: op-specific (terminate: exit JSON; status: Status JSON; offset_at: int64; write, write_at: the stdin count uint64)
-	stExited = 1 // the command has ended (or stdin was closed); body: empty or a reason
-	stError  = 2 // body: JSON {"code": "...", "detail": "..."}
+	StOK     = 0 // body: op-specific (terminate: exit JSON; status: Status JSON; offset_at: int64; write, write_at: the stdin count uint64)
+	StExited = 1 // the command has ended (or stdin was closed); body: empty or a reason
+	StError  = 2 // body: JSON {"code": "...", "detail": "..."}
 )
 
 // Error codes of an stError body: codes of wire.ErrorTable, so the shim,
 // runnerd and every client share one vocabulary. Client.answer decodes
 // each into a sentinel of this package.
 const (
-	codeInvalid     = wire.CodeInvalid
-	codeWriteFailed = wire.CodeWriteFailed
+	CodeInvalid     = wire.CodeInvalid
+	CodeWriteFailed = wire.CodeWriteFailed
 	// codeProvider: the shim failed doing what was asked (a kill or a
 	// resize the kernel refused, a stdin write that failed for a reason
 	// other than the command's end). Decoded as ErrFailed.
-	codeProvider = wire.CodeProvider
+	CodeProvider = wire.CodeProvider
 	// codeUnavailable: a stdin write stopped because its caller went
 	// away (writeStdin); the body says how much of it was delivered.
-	codeUnavailable = wire.CodeUnavailable
+	CodeUnavailable = wire.CodeUnavailable
 )
 
 // codeClosed is the body of an stExited answer to a write after
 // CloseStdin; it is not an error code.
-const codeClosed = "stdin_closed"
+const CodeClosed = "stdin_closed"
 
-type offsetReq struct {
+type OffsetReq struct {
 	Stream string `json:"stream"`
 	Time   string `json:"time"`
 }
 
-type marksReq struct {
+type MarksReq struct {
 	Stream string `json:"stream"`
 	From   int64  `json:"from"`
 }
 
-type errBody struct {
+type ErrBody struct {
 	Code   wire.Code `json:"code"`
 	Detail string    `json:"detail,omitempty"`
 }
 
 // errProto is returned for bytes on the control socket that break the
 // protocol.
-var errProto = errors.New("control protocol violation")
+var ErrProto = errors.New("control protocol violation")
 
 func putCtlHeader(h []byte, op byte, n int) {
 	h[0], h[1], h[2], h[3] = ctlMagic, ctlVersion, op, 0
@@ -106,11 +106,11 @@ func putCtlHeader(h []byte, op byte, n int) {
 }
 
 // writeMsg writes one header+body with a single write call.
-func writeMsg(w io.Writer, buf []byte, op byte, body []byte) ([]byte, error) {
+func WriteMsg(w io.Writer, buf []byte, op byte, body []byte) ([]byte, error) {
 	if len(body) > maxBody {
-		return buf, fmt.Errorf("write control message: body of %d bytes: %w", len(body), errProto)
+		return buf, fmt.Errorf("write control message: body of %d bytes: %w", len(body), ErrProto)
 	}
-	buf = append(buf[:0], make([]byte, ctlHdrLen)...)
+	buf = append(buf[:0], make([]byte, CtlHdrLen)...)
 	putCtlHeader(buf, op, len(body))
 	buf = append(buf, body...)
 	_, err := w.Write(buf)
@@ -119,16 +119,16 @@ func writeMsg(w io.Writer, buf []byte, op byte, body []byte) ([]byte, error) {
 
 // readMsg reads one message; body reuses buf. A clean EOF before the header
 // is io.EOF, a cut inside is io.ErrUnexpectedEOF.
-func readMsg(r io.Reader, hdr *[ctlHdrLen]byte, buf []byte) (op byte, body []byte, err error) {
+func ReadMsg(r io.Reader, hdr *[CtlHdrLen]byte, buf []byte) (op byte, body []byte, err error) {
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return 0, nil, err
 	}
 	if hdr[0] != ctlMagic || hdr[1] != ctlVersion {
-		return 0, nil, fmt.Errorf("read control message: bad magic or version %x: %w", hdr[:2], errProto)
+		return 0, nil, fmt.Errorf("read control message: bad magic or version %x: %w", hdr[:2], ErrProto)
 	}
 	n := binary.BigEndian.Uint32(hdr[4:])
 	if n > maxBody {
-		return 0, nil, fmt.Errorf("read control message: body of %d bytes: %w", n, errProto)
+		return 0, nil, fmt.Errorf("read control message: body of %d bytes: %w", n, ErrProto)
 	}
 	if cap(buf) < int(n) {
 		buf = make([]byte, n)
@@ -143,8 +143,8 @@ func readMsg(r io.Reader, hdr *[ctlHdrLen]byte, buf []byte) (op byte, body []byt
 	return hdr[2], buf, nil
 }
 
-func errorBody(code wire.Code, detail string) []byte {
-	b, _ := json.Marshal(errBody{Code: code, Detail: detail})
+func ErrorBody(code wire.Code, detail string) []byte {
+	b, _ := json.Marshal(ErrBody{Code: code, Detail: detail})
 	return b
 }
 
@@ -162,10 +162,10 @@ const (
 
 // commandError marks a start failure of the caller's command (see
 // PhaseExec); the shim reports it with that phase.
-type commandError struct{ err error }
+type CommandError struct{ Err error }
 
-func (e *commandError) Error() string { return e.err.Error() }
-func (e *commandError) Unwrap() error { return e.err }
+func (e *CommandError) Error() string { return e.Err.Error() }
+func (e *CommandError) Unwrap() error { return e.Err }
 
 // commandErrnos are the errnos of a fork/exec of the command that are its
 // own (a missing or unrunnable executable or working directory), as
@@ -176,18 +176,18 @@ var commandErrnos = []syscall.Errno{syscall.ENOENT, syscall.EACCES, syscall.ENOE
 
 // asCommandError marks err as the command's when it is a fork/exec of the
 // command that failed with one of commandErrnos.
-func asCommandError(err error) error {
+func AsCommandError(err error) error {
 	var pe *os.PathError
 	var en syscall.Errno
 	if errors.As(err, &pe) && pe.Op == "fork/exec" && errors.As(err, &en) && slices.Contains(commandErrnos, en) {
-		return &commandError{err}
+		return &CommandError{err}
 	}
 	return err
 }
 
 // phaseOf is the readiness line's PHASE for a start failure.
-func phaseOf(err error) string {
-	var ce *commandError
+func PhaseOf(err error) string {
+	var ce *CommandError
 	if errors.As(err, &ce) {
 		return PhaseExec
 	}
@@ -197,7 +197,7 @@ func phaseOf(err error) string {
 // socketPair makes a connected pair of stream sockets, both close-on-exec:
 // ours, with deadlines and CloseWrite, and the child's end, to pass in
 // ExtraFiles (and close once the child has it).
-func socketPair(name string) (*net.UnixConn, *os.File, error) {
+func SocketPair(name string) (*net.UnixConn, *os.File, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, err
@@ -211,4 +211,14 @@ func socketPair(name string) (*net.UnixConn, *os.File, error) {
 		return nil, nil, err
 	}
 	return c.(*net.UnixConn), child, nil
+}
+
+// UnwrapPath returns the errno inside a *PathError, so the helper's report
+// keeps it.
+func UnwrapPath(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }

@@ -1,4 +1,4 @@
-package shim
+package sessiondir
 
 import (
 	"errors"
@@ -109,7 +109,7 @@ func SameRequest(a, b Spec) bool {
 // when dir holds none.
 func ReadSpec(dir string) (Spec, error) {
 	var spec Spec
-	err := readJSON(filepath.Join(dir, SpecFile), &spec)
+	err := ReadJSON(filepath.Join(dir, SpecFile), &spec)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Spec{}, fmt.Errorf("read spec %s: %w", dir, ErrNoSession)
 	}
@@ -153,7 +153,7 @@ func Prune(root string, age time.Duration, now time.Time) error {
 }
 
 // toWireMarks turns a journal Marks answer into wire.Marks.
-func toWireMarks(stream string) func([]journal.Mark, int64, time.Duration, error) (wire.Marks, error) {
+func ToWireMarks(stream string) func([]journal.Mark, int64, time.Duration, error) (wire.Marks, error) {
 	return func(ms []journal.Mark, next int64, interval time.Duration, err error) (wire.Marks, error) {
 		if err != nil {
 			return wire.Marks{}, err
@@ -169,16 +169,16 @@ func toWireMarks(stream string) func([]journal.Mark, int64, time.Duration, error
 	}
 }
 
-func marksFromDisk(dir, stream string, from int64) (wire.Marks, error) {
+func MarksFromDisk(dir, stream string, from int64) (wire.Marks, error) {
 	j, err := journal.Open(filepath.Join(dir, JournalDir))
 	if err != nil {
 		return wire.Marks{}, err
 	}
 	defer j.Close()
-	return toWireMarks(stream)(j.Marks(stream, from, wire.MaxMarks))
+	return ToWireMarks(stream)(j.Marks(stream, from, wire.MaxMarks))
 }
 
-func offsetFromDisk(dir, stream string, t time.Time) (int64, error) {
+func OffsetFromDisk(dir, stream string, t time.Time) (int64, error) {
 	j, err := journal.Open(filepath.Join(dir, JournalDir))
 	if err != nil {
 		return 0, err

@@ -1,4 +1,4 @@
-package shim
+package launch
 
 import (
 	"context"
@@ -15,6 +15,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/agentrunner/runner/shim/internal/proto"
+	"github.com/agentrunner/runner/shim/sessiondir"
 )
 
 // Pool keeps warm shims: shim processes already started and detached, each
@@ -127,10 +130,10 @@ func NewPool(exe []string, opts PoolOptions) *Pool {
 // warm shim idle (the pool is empty, still filling, or closed), or a
 // directory a warm shim cannot take (see Prepare), it starts the shim
 // cold, exactly as Start does.
-func (p *Pool) Start(ctx context.Context, dir string, spec Spec) (Status, error) {
+func (p *Pool) Start(ctx context.Context, dir string, spec sessiondir.Spec) (sessiondir.Status, error) {
 	pr, abs, err := p.prepare(dir, spec)
 	if err != nil {
-		return Status{}, err
+		return sessiondir.Status{}, err
 	}
 	if pr != nil {
 		return pr.Start(ctx)
@@ -144,7 +147,7 @@ func (p *Pool) Start(ctx context.Context, dir string, spec Spec) (Status, error)
 // one of them must be called.
 type Prepared struct {
 	w    *warmShim
-	spec Spec
+	spec sessiondir.Spec
 }
 
 // Prepare hands dir and spec to an idle warm shim, which makes dir and
@@ -154,22 +157,22 @@ type Prepared struct {
 // one a warm shim can take: a warm shim makes the directory itself (by
 // renaming its staging directory), so only a directory directly in Root
 // that does not exist yet.
-func (p *Pool) Prepare(dir string, spec Spec) (*Prepared, error) {
+func (p *Pool) Prepare(dir string, spec sessiondir.Spec) (*Prepared, error) {
 	pr, _, err := p.prepare(dir, spec)
 	return pr, err
 }
 
 // prepare is Prepare, and also returns dir made absolute (checkStart) for
 // a cold start.
-func (p *Pool) prepare(dir string, spec Spec) (*Prepared, string, error) {
+func (p *Pool) prepare(dir string, spec sessiondir.Spec) (*Prepared, string, error) {
 	if len(p.exe) == 0 {
-		return nil, "", fmt.Errorf("start shim: %w: empty exe", ErrInvalid)
+		return nil, "", fmt.Errorf("start shim: %w: empty exe", sessiondir.ErrInvalid)
 	}
 	abs, err := checkStart(dir, spec)
 	if err != nil {
 		return nil, "", err
 	}
-	if p.opts.Helper == HelperAuto && !p.helper.Load() && spec.needsHelper() {
+	if p.opts.Helper == HelperAuto && !p.helper.Load() && spec.NeedsHelper() {
 		p.helper.Store(true) // for the warm shims started from now on
 	}
 	if filepath.Dir(abs) != p.opts.Root {
@@ -193,7 +196,7 @@ func (p *Pool) prepare(dir string, spec Spec) (*Prepared, string, error) {
 
 // Start lets the prepared command start and waits for the readiness line,
 // as [Start] does.
-func (pr *Prepared) Start(ctx context.Context) (Status, error) {
+func (pr *Prepared) Start(ctx context.Context) (sessiondir.Status, error) {
 	defer pr.w.conn.Close()
 	// A shim that failed while preparing has reported and closed its end:
 	// the write fails, and its report is read below.
@@ -272,7 +275,7 @@ func (p *Pool) Idle() int {
 }
 
 // pids returns the pids of the idle warm shims.
-func (p *Pool) pids() []int {
+func (p *Pool) WarmPIDs() []int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []int
@@ -353,7 +356,7 @@ func (p *Pool) refill() {
 // startWarm starts one warm shim, detached (detachedCmd), and waits for
 // its "warm PID" line.
 func (p *Pool) startWarm() (*warmShim, error) {
-	conn, child, err := socketPair("warm")
+	conn, child, err := proto.SocketPair("warm")
 	if err != nil {
 		return nil, fmt.Errorf("start warm shim: %w", err)
 	}
