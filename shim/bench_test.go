@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/shim/internal/shimtest"
 	"github.com/agentrunner/runner/shim/launch"
 	"github.com/agentrunner/runner/shim/sessiondir"
 )
@@ -34,7 +35,7 @@ func BenchmarkSpawnAck(b *testing.B) {
 	for b.Loop() {
 		i++
 		dir := filepath.Join(root, strconv.Itoa(i))
-		st, err := launch.Start(ctx, exe, dir, sessiondir.Spec{ID: "b", Argv: []string{"/bin/true"}, Env: testEnv})
+		st, err := launch.Start(ctx, exe, dir, sessiondir.Spec{ID: "b", Argv: []string{"/bin/true"}, Env: shimtest.TestEnv})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -67,7 +68,7 @@ func BenchmarkPoolSpawnAck(b *testing.B) {
 		b.StartTimer()
 		i++
 		dir := filepath.Join(root, strconv.Itoa(i))
-		st, err := p.Start(ctx, dir, sessiondir.Spec{ID: "b", Argv: []string{"/bin/true"}, Env: testEnv})
+		st, err := p.Start(ctx, dir, sessiondir.Spec{ID: "b", Argv: []string{"/bin/true"}, Env: shimtest.TestEnv})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -121,7 +122,7 @@ func BenchmarkIdleShimMemory(b *testing.B) {
 	var m map[string]int
 	for i := 0; b.Loop(); i++ {
 		dir := filepath.Join(root, strconv.Itoa(i))
-		st, err := launch.Start(context.Background(), []string{bin, "serve"}, dir, sessiondir.Spec{ID: "m", Argv: []string{"sleep", "30"}, Env: testEnv})
+		st, err := launch.Start(context.Background(), []string{bin, "serve"}, dir, sessiondir.Spec{ID: "m", Argv: []string{"sleep", "30"}, Env: shimtest.TestEnv})
 		if err != nil {
 			b.Fatal(err)
 		}

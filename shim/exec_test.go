@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/shim/internal/shimtest"
 	"github.com/agentrunner/runner/shim/launch"
 	"github.com/agentrunner/runner/shim/sessiondir"
 	"golang.org/x/sys/unix"
@@ -94,7 +95,7 @@ func TestIsolateRefusesRoot(t *testing.T) {
 		}
 	}
 	// Start refuses it before starting anything.
-	_, err := launch.Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), sessiondir.Spec{ID: "x", Argv: []string{"true"}, Env: testEnv, User: "root", Isolate: true})
+	_, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), sessiondir.Spec{ID: "x", Argv: []string{"true"}, Env: shimtest.TestEnv, User: "root", Isolate: true})
 	if !errors.Is(err, sessiondir.ErrInvalid) {
 		t.Fatalf("start with isolate as root: got %v, want ErrInvalid", err)
 	}
@@ -104,9 +105,9 @@ func TestIsolateRefusesRoot(t *testing.T) {
 // code.
 func runToEnd(t *testing.T, spec sessiondir.Spec) (string, int) {
 	t.Helper()
-	dir, _ := start(t, spec)
-	e := waitExit(t, dir)
-	return stdoutOf(t, dir), e.Code
+	dir, _ := shimtest.Start(t, spec)
+	e := shimtest.WaitExit(t, dir)
+	return shimtest.StdoutOf(t, dir), e.Code
 }
 
 // procStatus parses /proc/PID/status text into its fields.
@@ -133,12 +134,12 @@ const keptBoundingHex = "0000000000002000"
 // The shim is started with CAP_NET_RAW inheritable and ambient, which a
 // uid change alone keeps in the inheritable set: Isolate must clear it.
 func TestIsolateDropsEverything(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	argv := []string{"cat", "/proc/self/status"}
-	dir := sessionDir(t)
+	dir := shimtest.SessionDir(t)
 	startWithInheritable(t, dir, sessiondir.Spec{Argv: argv, User: "nobody", Isolate: true})
-	code := waitExit(t, dir).Code
-	out := stdoutOf(t, dir)
+	code := shimtest.WaitExit(t, dir).Code
+	out := shimtest.StdoutOf(t, dir)
 	st := procStatus(out)
 	if code != 0 || st["NoNewPrivs"] != "1" || st["Seccomp"] != "2" {
 		t.Fatalf("isolate: exit %d, NoNewPrivs %q, Seccomp %q, want 0, 1 and 2 (a filter)\n%s", code, st["NoNewPrivs"], st["Seccomp"], out)
@@ -156,10 +157,10 @@ func TestIsolateDropsEverything(t *testing.T) {
 		t.Errorf("isolate: Uid %q, want nobody's throughout", st["Uid"])
 	}
 
-	dir = sessionDir(t)
+	dir = shimtest.SessionDir(t)
 	startWithInheritable(t, dir, sessiondir.Spec{Argv: argv, User: "nobody"})
-	waitExit(t, dir)
-	st = procStatus(stdoutOf(t, dir))
+	shimtest.WaitExit(t, dir)
+	st = procStatus(shimtest.StdoutOf(t, dir))
 	if st["NoNewPrivs"] != "0" || st["CapBnd"] == "0000000000000000" || st["CapInh"] == "0000000000000000" || st["Seccomp"] != "0" {
 		t.Fatalf("control without isolate: NoNewPrivs %q CapBnd %q CapInh %q Seccomp %q, want 0, a full set, CAP_NET_RAW, 0", st["NoNewPrivs"], st["CapBnd"], st["CapInh"], st["Seccomp"])
 	}
@@ -189,10 +190,10 @@ func startWithInheritable(t *testing.T, dir string, spec sessiondir.Spec) {
 			done <- err
 			return
 		}
-		spec.ID, spec.Env = "t1", testEnv
-		st, err := launch.Start(ctxT(t, 10*time.Second), shimExe, dir, spec)
+		spec.ID, spec.Env = "t1", shimtest.TestEnv
+		st, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, spec)
 		if err == nil {
-			t.Cleanup(func() { waitGone(t, st.ShimPID) })
+			t.Cleanup(func() { shimtest.WaitGone(t, st.ShimPID) })
 		}
 		done <- err
 	}()
@@ -207,7 +208,7 @@ func startWithInheritable(t *testing.T, dir string, spec sessiondir.Spec) {
 // gains nothing from it (no_new_privs): its permitted and effective sets
 // stay empty.
 func TestIsolateExecsFileCapability(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	dir, err := os.MkdirTemp("", "fcap")
 	if err != nil {
 		t.Fatal(err)
@@ -246,7 +247,7 @@ func TestIsolateExecsFileCapability(t *testing.T) {
 // TestIsolateDefeatsSetuid: a setuid-root copy of id(1) makes a non-root
 // command euid 0, unless the command is isolated.
 func TestIsolateDefeatsSetuid(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	dir, err := os.MkdirTemp("", "suid")
 	if err != nil {
 		t.Fatal(err)
@@ -384,7 +385,7 @@ func dirsOf(cgs []testCgroup) []string {
 // controllers (through the helper) and the v2 hierarchy (cloned into it,
 // also on the direct path), and the shim is in none of them.
 func TestCgroupsPlaceCommand(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	for _, tc := range []struct {
 		name    string
 		v1, v2  bool
@@ -413,7 +414,7 @@ func TestCgroupsPlaceCommand(t *testing.T) {
 			}
 
 			// A running command: it is in each directory, the shim in none.
-			_, st := start(t, sessiondir.Spec{Argv: []string{"sleep", "30"}, Cgroups: dirsOf(cgs)})
+			_, st := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sleep", "30"}, Cgroups: dirsOf(cgs)})
 			shimCg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", st.ShimPID))
 			if err != nil {
 				t.Fatal(err)
@@ -438,7 +439,7 @@ func TestCgroupsPlaceCommand(t *testing.T) {
 // TestCgroupsValidate: a cgroup must be absolute, clean, an existing
 // cgroup directory, at most one of them v2, and not hold the shim.
 func TestCgroupsValidate(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	cgs := makeCgroups(t, true, true) // memory, pids, cpu, v2
 	v2root := filepath.Dir(cgs[3].Dir)
 	pidsRoot := filepath.Dir(cgs[1].Dir)
@@ -457,7 +458,7 @@ func TestCgroupsValidate(t *testing.T) {
 		{"holds the shim, v1", []string{pidsRoot}, "holds the shim"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := launch.Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), sessiondir.Spec{ID: "x", Argv: []string{"true"}, Env: testEnv, Cgroups: tc.dirs})
+			_, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), sessiondir.Spec{ID: "x", Argv: []string{"true"}, Env: shimtest.TestEnv, Cgroups: tc.dirs})
 			if !errors.Is(err, sessiondir.ErrInvalid) || !strings.Contains(err.Error(), tc.msg) {
 				t.Fatalf("got %v, want ErrInvalid naming %q", err, tc.msg)
 			}
@@ -561,7 +562,7 @@ func BenchmarkStartCommand(b *testing.B) {
 // It runs with a helper forked for the start (the default pool's first
 // start) and with one its warm shim started ahead.
 func TestPoolIsolateCgroups(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	cgs := makeCgroups(t, true, true)
 	for _, mode := range []launch.HelperMode{launch.HelperAuto, launch.HelperAlways} {
 		t.Run(fmt.Sprint("helper mode ", mode), func(t *testing.T) { testPoolIsolateCgroups(t, cgs, mode) })
@@ -569,20 +570,20 @@ func TestPoolIsolateCgroups(t *testing.T) {
 }
 
 func testPoolIsolateCgroups(t *testing.T, cgs []testCgroup, mode launch.HelperMode) {
-	p := launch.NewPool(shimExe, launch.PoolOptions{Size: 1, Root: poolRoot(t), Helper: mode})
+	p := launch.NewPool(shimtest.ShimExe, launch.PoolOptions{Size: 1, Root: shimtest.PoolRoot(t), Helper: mode})
 	t.Cleanup(func() { p.Close() })
-	waitWarm(t, p, 1)
-	dir := poolDir(t, p)
-	st, err := p.Start(ctxT(t, 10*time.Second), dir, sessiondir.Spec{ID: "t1", Env: testEnv, User: "nobody", Isolate: true,
+	shimtest.WaitWarm(t, p, 1)
+	dir := shimtest.PoolDir(t, p)
+	st, err := p.Start(shimtest.CtxT(t, 10*time.Second), dir, sessiondir.Spec{ID: "t1", Env: shimtest.TestEnv, User: "nobody", Isolate: true,
 		Cgroups: dirsOf(cgs), Argv: []string{"sh", "-c", "grep -E '^(NoNewPrivs|CapBnd):' /proc/self/status; cat /proc/self/cgroup"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { waitGone(t, st.ShimPID) })
-	if e := waitExit(t, dir); e.Code != 0 {
+	t.Cleanup(func() { shimtest.WaitGone(t, st.ShimPID) })
+	if e := shimtest.WaitExit(t, dir); e.Code != 0 {
 		t.Fatalf("exit %+v", e)
 	}
-	out := stdoutOf(t, dir)
+	out := shimtest.StdoutOf(t, dir)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	for _, want := range []string{"NoNewPrivs:\t1", "CapBnd:\t" + keptBoundingHex} {
 		if !slices.Contains(lines, want) {
@@ -604,7 +605,7 @@ func testPoolIsolateCgroups(t *testing.T, cgs []testCgroup, mode launch.HelperMo
 // directory the user may not enter itself still fails the start, and
 // without a DirRoot the user's own chdir cannot pass the parent.
 func TestIsolateDirBehindClosedParent(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	closed := t.TempDir()
 	if err := os.Chmod(closed, 0o700); err != nil {
 		t.Fatal(err)
@@ -621,7 +622,7 @@ func TestIsolateDirBehindClosedParent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, err := launch.Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), sessiondir.Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, Dir: ws, User: "nobody", Isolate: true})
+	_, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), sessiondir.Spec{ID: "t1", Env: shimtest.TestEnv, Argv: []string{"true"}, Dir: ws, User: "nobody", Isolate: true})
 	if !errors.Is(err, unix.EACCES) {
 		t.Fatalf("start in %s without a DirRoot as nobody: %v, want EACCES (root opens no path but the DirRoot)", ws, err)
 	}
@@ -633,8 +634,8 @@ func TestIsolateDirBehindClosedParent(t *testing.T) {
 	if err := os.Chown(ws, 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	dir := sessionDir(t)
-	_, err = launch.Start(ctxT(t, 10*time.Second), shimExe, dir, sessiondir.Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, Dir: ws, DirRoot: ws, User: "nobody", Isolate: true})
+	dir := shimtest.SessionDir(t)
+	_, err = launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "t1", Env: shimtest.TestEnv, Argv: []string{"true"}, Dir: ws, DirRoot: ws, User: "nobody", Isolate: true})
 	if !errors.Is(err, unix.EACCES) {
 		t.Fatalf("start in root's 0700 %s as nobody: %v, want EACCES", ws, err)
 	}

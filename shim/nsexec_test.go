@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/shim/internal/shimtest"
 	"github.com/agentrunner/runner/shim/launch"
 	"github.com/agentrunner/runner/shim/sessiondir"
 	"golang.org/x/sys/unix"
@@ -21,17 +22,6 @@ import (
 // change nothing outside the namespaces and files they create: the test
 // checks the host's /etc/resolv.conf and this process's mount table
 // before and after.
-
-// resolvFixture writes a resolv.conf with content unique to the test.
-func resolvFixture(t *testing.T) (path, content string) {
-	t.Helper()
-	content = fmt.Sprintf("# runner shim test %d\nnameserver 192.0.2.53\noptions edns0\n", time.Now().UnixNano())
-	path = filepath.Join(t.TempDir(), "resolv.conf")
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path, content
-}
 
 // hostMounts is the host's /etc/resolv.conf and this process's mount
 // table, to compare before and after.
@@ -60,19 +50,10 @@ func hostMounts(t *testing.T) string {
 	return "resolv.conf:\n" + string(rc) + "mountinfo:\n" + strings.Join(kept, "\n")
 }
 
-func stdoutOf(t *testing.T, dir string) string {
-	t.Helper()
-	b, err := readStream(dir, "stdout")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 func TestResolvConf(t *testing.T) {
-	needRoot(t)
-	nsPath, ino := newNetNS(t)
-	conf, content := resolvFixture(t)
+	shimtest.NeedRoot(t)
+	nsPath, ino := shimtest.NewNetNS(t)
+	conf, content := shimtest.ResolvFixture(t)
 	before := hostMounts(t)
 	hostMnt := nsLink(t, "/proc/self/ns/mnt")
 	t.Cleanup(func() {
@@ -85,7 +66,7 @@ func TestResolvConf(t *testing.T) {
 	t.Run("root", func(t *testing.T) {
 		script := `echo $$; cat /etc/resolv.conf; readlink /proc/self/ns/net
 if echo x >>/etc/resolv.conf; then echo WRITABLE; fi; read x; exit 3`
-		dir, st := start(t, sessiondir.Spec{Argv: []string{"sh", "-c", script}, NetNS: nsPath, ResolvConf: conf})
+		dir, st := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sh", "-c", script}, NetNS: nsPath, ResolvConf: conf})
 		want := fmt.Sprintf("%d\n%snet:[%d]\n", st.PID, content, ino)
 		waitOutput(t, dir, want)
 		// The reported pid is the command (sh), a session leader, in its
@@ -102,25 +83,25 @@ if echo x >>/etc/resolv.conf; then echo WRITABLE; fi; read x; exit 3`
 		if m := nsLink(t, fmt.Sprintf("/proc/%d/ns/mnt", st.ShimPID)); m != hostMnt {
 			t.Errorf("the shim is in mount namespace %s, want the host's %s", m, hostMnt)
 		}
-		c := dial(t, dir)
-		if err := c.CloseStdin(ctxT(t, 5*time.Second)); err != nil {
+		c := shimtest.Dial(t, dir)
+		if err := c.CloseStdin(shimtest.CtxT(t, 5*time.Second)); err != nil {
 			t.Fatal(err)
 		}
-		if e := waitExit(t, dir); e.Code != 3 {
+		if e := shimtest.WaitExit(t, dir); e.Code != 3 {
 			t.Fatalf("exit: got %+v, want 3", e)
 		}
-		if out := stdoutOf(t, dir); out != want {
+		if out := shimtest.StdoutOf(t, dir); out != want {
 			t.Errorf("stdout: got %q, want %q (and /etc/resolv.conf read-only)", out, want)
 		}
-		if b, _ := readStream(dir, "stderr"); !strings.Contains(string(b), "Read-only file system") {
+		if b, _ := shimtest.ReadStream(dir, "stderr"); !strings.Contains(string(b), "Read-only file system") {
 			t.Errorf("stderr: got %q, want the write refused as read-only", b)
 		}
 	})
 
 	t.Run("tty", func(t *testing.T) {
-		dir, st := start(t, sessiondir.Spec{Argv: []string{"sh", "-c", `echo $$; cat /etc/resolv.conf; tty`}, TTY: true, NetNS: nsPath, ResolvConf: conf})
-		waitExit(t, dir)
-		out := strings.ReplaceAll(stdoutOf(t, dir), "\r\n", "\n")
+		dir, st := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sh", "-c", `echo $$; cat /etc/resolv.conf; tty`}, TTY: true, NetNS: nsPath, ResolvConf: conf})
+		shimtest.WaitExit(t, dir)
+		out := strings.ReplaceAll(shimtest.StdoutOf(t, dir), "\r\n", "\n")
 		if want := fmt.Sprintf("%d\n%s/dev/pts/", st.PID, content); !strings.HasPrefix(out, want) {
 			t.Errorf("stdout: got %q, want prefix %q", out, want)
 		}
@@ -132,16 +113,16 @@ if echo x >>/etc/resolv.conf; then echo WRITABLE; fi; read x; exit 3`
 	t.Run("nobody, same as a direct start", func(t *testing.T) {
 		probe := `id -u; id -g; id -G; cat /etc/resolv.conf; grep -E '^(Sig(Blk|Ign)|NoNewPrivs|Cap(Inh|Prm|Eff|Bnd|Amb)):' /proc/self/status
 ls /proc/self/fd; ulimit -n; pwd; env | sort`
-		spec := sessiondir.Spec{Argv: []string{"sh", "-c", probe}, User: "nobody", Dir: "/", NetNS: nsPath, Env: append([]string{"X=1", "X=2"}, testEnv...)}
-		direct, _ := start(t, spec)
-		waitExit(t, direct)
+		spec := sessiondir.Spec{Argv: []string{"sh", "-c", probe}, User: "nobody", Dir: "/", NetNS: nsPath, Env: append([]string{"X=1", "X=2"}, shimtest.TestEnv...)}
+		direct, _ := shimtest.Start(t, spec)
+		shimtest.WaitExit(t, direct)
 		spec.ResolvConf = conf
-		helped, _ := start(t, spec)
-		if e := waitExit(t, helped); e.Code != 0 {
-			b, _ := readStream(helped, "stderr")
+		helped, _ := shimtest.Start(t, spec)
+		if e := shimtest.WaitExit(t, helped); e.Code != 0 {
+			b, _ := shimtest.ReadStream(helped, "stderr")
 			t.Fatalf("exit %+v, stderr %q", e, b)
 		}
-		got, base := stdoutOf(t, helped), stdoutOf(t, direct)
+		got, base := shimtest.StdoutOf(t, helped), shimtest.StdoutOf(t, direct)
 		if !strings.HasPrefix(got, "65534\n") || !strings.Contains(got, content) {
 			t.Errorf("as nobody: got %q, want uid 65534 and the file's content", got)
 		}
@@ -166,14 +147,14 @@ ls /proc/self/fd; ulimit -n; pwd; env | sort`
 			{"relative resolv_conf", sessiondir.Spec{Argv: []string{"true"}, ResolvConf: "resolv.conf"}, sessiondir.ErrInvalid, "not an absolute path"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				tc.spec.ID, tc.spec.Env = "x", testEnv
-				_, err := launch.Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), tc.spec)
+				tc.spec.ID, tc.spec.Env = "x", shimtest.TestEnv
+				_, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), tc.spec)
 				if !errors.Is(err, tc.want) || !strings.Contains(fmt.Sprint(err), tc.msg) {
 					t.Fatalf("got %v, want an error matching %v that names %q", err, tc.want, tc.msg)
 				}
 				var se *launch.StartError
 				if errors.As(err, &se) {
-					waitGone(t, se.ShimPID)
+					shimtest.WaitGone(t, se.ShimPID)
 				} else if tc.want != sessiondir.ErrInvalid {
 					t.Fatalf("got %T, want a *StartError", err)
 				}
@@ -214,7 +195,7 @@ func TestNsexecReport(t *testing.T) {
 // the first bind replaces (each is opened before any mount). A missing
 // source fails the start. The host's mount table does not change.
 func TestBinds(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	before := hostMounts(t)
 	priv := t.TempDir()
 	if err := os.Chmod(priv, 0o755); err != nil {
@@ -261,9 +242,9 @@ func TestBinds(t *testing.T) {
 	if err := os.Remove(binds[2].Source); err != nil {
 		t.Fatal(err)
 	}
-	dir := sessionDir(t)
-	spec := sessiondir.Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, User: "nobody", Isolate: true, Binds: binds}
-	_, err := launch.Start(ctxT(t, 10*time.Second), shimExe, dir, spec)
+	dir := shimtest.SessionDir(t)
+	spec := sessiondir.Spec{ID: "t1", Env: shimtest.TestEnv, Argv: []string{"true"}, User: "nobody", Isolate: true, Binds: binds}
+	_, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, spec)
 	var se *launch.StartError
 	if !errors.As(err, &se) || !errors.Is(err, unix.ENOENT) {
 		t.Fatalf("start without %s: %v, want a StartError wrapping ENOENT", binds[2].Source, err)
@@ -275,7 +256,7 @@ func TestBinds(t *testing.T) {
 // reads there, and not writable even by root in the namespace; a file over
 // a directory fails the start. The host's file does not change.
 func TestBindFileReadOnly(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	before := hostMounts(t)
 	src := filepath.Join(t.TempDir(), "hosts")
 	if err := os.WriteFile(src, []byte("10.9.9.9 bound\n"), 0o644); err != nil {
@@ -300,8 +281,8 @@ func TestBindFileReadOnly(t *testing.T) {
 	if after := hostMounts(t); after != before {
 		t.Errorf("host mounts changed:\nbefore %s\nafter %s", before, after)
 	}
-	spec := sessiondir.Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, Binds: []sessiondir.Bind{{Source: src, Target: "/tmp", ReadOnly: true}}}
-	_, err = launch.Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), spec)
+	spec := sessiondir.Spec{ID: "t1", Env: shimtest.TestEnv, Argv: []string{"true"}, Binds: []sessiondir.Bind{{Source: src, Target: "/tmp", ReadOnly: true}}}
+	_, err = launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), spec)
 	var se *launch.StartError
 	if !errors.As(err, &se) || !errors.Is(err, unix.ENOTDIR) {
 		t.Fatalf("a file over a directory: %v, want a StartError wrapping ENOTDIR", err)
@@ -312,7 +293,7 @@ func TestBindFileReadOnly(t *testing.T) {
 // a UTS namespace of its own with that name; the host's is unchanged, and
 // a name sethostname(2) would not take is refused (ErrInvalid).
 func TestHostname(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	host, err := os.Hostname()
 	if err != nil {
 		t.Fatal(err)
@@ -325,7 +306,7 @@ func TestHostname(t *testing.T) {
 		t.Errorf("the host's name changed: %q, was %q", now, host)
 	}
 	for _, bad := range []string{"a b", "x/y", strings.Repeat("a", 65)} {
-		spec := sessiondir.Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, Hostname: bad}
+		spec := sessiondir.Spec{ID: "t1", Env: shimtest.TestEnv, Argv: []string{"true"}, Hostname: bad}
 		if err := spec.Validate(); !errors.Is(err, sessiondir.ErrInvalid) {
 			t.Errorf("hostname %q: %v, want ErrInvalid", bad, err)
 		}

@@ -3,7 +3,6 @@ package shim
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/shim/internal/proto"
+	"github.com/agentrunner/runner/shim/internal/shimtest"
 	"github.com/agentrunner/runner/shim/launch"
 	"github.com/agentrunner/runner/shim/sessiondir"
 )
@@ -36,8 +36,8 @@ func TestStartErrorPhase(t *testing.T) {
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			spec := tt.spec
-			spec.ID, spec.Env = fmt.Sprintf("p%d", i), testEnv
-			_, err := launch.Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), spec)
+			spec.ID, spec.Env = fmt.Sprintf("p%d", i), shimtest.TestEnv
+			_, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), spec)
 			var se *launch.StartError
 			if !errors.As(err, &se) {
 				t.Fatalf("got %v, want a StartError", err)
@@ -49,7 +49,7 @@ func TestStartErrorPhase(t *testing.T) {
 				t.Errorf("%v: got errno %d, want %d", err, se.Errno, tt.wantErrno)
 			}
 			if se.ShimPID != 0 {
-				waitGone(t, se.ShimPID)
+				shimtest.WaitGone(t, se.ShimPID)
 			}
 		})
 	}
@@ -58,49 +58,19 @@ func TestStartErrorPhase(t *testing.T) {
 // TestStartErrorPhaseJournal: a journal that cannot be created (its
 // directory is a file) fails the start in phase setup.
 func TestStartErrorPhaseJournal(t *testing.T) {
-	dir := sessionDir(t)
+	dir := shimtest.SessionDir(t)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, sessiondir.JournalDir), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := launch.Start(ctxT(t, 10*time.Second), shimExe, dir, sessiondir.Spec{ID: "j", Argv: []string{"true"}, Env: testEnv})
+	_, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "j", Argv: []string{"true"}, Env: shimtest.TestEnv})
 	var se *launch.StartError
 	if !errors.As(err, &se) || se.Phase != proto.PhaseSetup {
 		t.Fatalf("got %v (%+v), want a StartError in phase setup", err, se)
 	}
-	waitGone(t, se.ShimPID)
-}
-
-func TestParseReadyError(t *testing.T) {
-	tests := []struct {
-		name      string
-		line      string
-		wantPhase string
-		wantMsg   string
-		wantErrno syscall.Errno
-	}{
-		{"exec phase", "error 42 2 exec start x: no such file", proto.PhaseExec, "start x: no such file", syscall.ENOENT},
-		{"setup phase", "error 42 28 setup create journal: no space", proto.PhaseSetup, "create journal: no space", syscall.ENOSPC},
-		{"old format", "error 42 2 start x: no such file", "", "start x: no such file", syscall.ENOENT},
-		{"old format, one word", "error 42 0 boom", "", "boom", 0},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := launch.ParseReady(tt.line)
-			var se *launch.StartError
-			if !errors.As(err, &se) {
-				t.Fatalf("got %v, want a StartError", err)
-			}
-			if se.Phase != tt.wantPhase || se.Msg != tt.wantMsg || se.Errno != tt.wantErrno || se.ShimPID != 42 {
-				t.Errorf("got %+v, want phase %q msg %q errno %d shim 42", *se, tt.wantPhase, tt.wantMsg, tt.wantErrno)
-			}
-			if tt.wantErrno == syscall.ENOENT && !errors.Is(err, fs.ErrNotExist) {
-				t.Errorf("got %v, want it to match fs.ErrNotExist", err)
-			}
-		})
-	}
+	shimtest.WaitGone(t, se.ShimPID)
 }
 
 func TestParseNsexecReportPhase(t *testing.T) {

@@ -3,6 +3,7 @@ package shim
 import (
 	"testing"
 
+	"github.com/agentrunner/runner/shim/internal/shimtest"
 	"github.com/agentrunner/runner/shim/sessiondir"
 )
 
@@ -11,7 +12,7 @@ import (
 // with every capability, fails with EPERM; the same user without Isolate
 // gets in (the control that shows the attack works without the filter).
 func TestIsolateSeccomp(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	argv := []string{"sh", "-c", "unshare -U -r true 2>&1; echo rc=$?"}
 	out, code := runToEnd(t, sessiondir.Spec{Argv: argv, User: "nobody"})
 	if code != 0 || out != "rc=0\n" {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/shim/internal/shimtest"
 	"github.com/agentrunner/runner/shim/launch"
 	"github.com/agentrunner/runner/shim/sessiondir"
 )
@@ -43,7 +44,7 @@ func TestValidID(t *testing.T) {
 // anything: a leading '-' or '_' is refused with ErrInvalid.
 func TestStartRefusesBadID(t *testing.T) {
 	for _, id := range []string{"-x", "_x", ".x", ""} {
-		_, err := launch.Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), sessiondir.Spec{ID: id, Argv: []string{"true"}, Env: testEnv})
+		_, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), sessiondir.Spec{ID: id, Argv: []string{"true"}, Env: shimtest.TestEnv})
 		if !errors.Is(err, sessiondir.ErrInvalid) {
 			t.Errorf("id %q: got %v, want ErrInvalid", id, err)
 		}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/shim/internal/proto"
+	"github.com/agentrunner/runner/shim/internal/shimtest"
 	"github.com/agentrunner/runner/shim/sessiondir"
 	"golang.org/x/sys/unix"
 )
@@ -126,9 +127,9 @@ func TestAbandonedStdinWritesFreeTheShim(t *testing.T) {
 		{"behind a live write", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir, st := start(t, sessiondir.Spec{Argv: []string{"sleep", "600"}})
+			dir, st := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sleep", "600"}})
 			chunk := pattern(proto.MaxStdinChunk)
-			c := dial(t, dir)
+			c := shimtest.Dial(t, dir)
 			var live chan error
 			cancel := func() {}
 			if tc.live {
@@ -161,7 +162,7 @@ func TestAbandonedStdinWritesFreeTheShim(t *testing.T) {
 				}
 			}
 			// Nothing holds stdin any more: a close-stdin gets its turn.
-			if err := c.CloseStdin(ctxT(t, 20*time.Second)); err != nil {
+			if err := c.CloseStdin(shimtest.CtxT(t, 20*time.Second)); err != nil {
 				t.Fatalf("close stdin after abandoned writes: %v", err)
 			}
 		})
@@ -180,7 +181,7 @@ func TestAbandonedStdinWriteDeliversAPrefixOnce(t *testing.T) {
 	}
 	// The command reads nothing until the test opens the fifo, then copies
 	// its stdin to stdout.
-	dir, st := start(t, sessiondir.Spec{Argv: []string{"/bin/sh", "-c", `read x < "$1" && exec /bin/cat`, "sh", fifo}})
+	dir, st := shimtest.Start(t, sessiondir.Spec{Argv: []string{"/bin/sh", "-c", `read x < "$1" && exec /bin/cat`, "sh", fifo}})
 	a := pattern(proto.MaxStdinChunk)
 	b := bytes.Repeat([]byte("after the abandoned write\n"), 4096)
 
@@ -200,7 +201,7 @@ func TestAbandonedStdinWriteDeliversAPrefixOnce(t *testing.T) {
 		t.Fatalf("detail %q: want %d of %d bytes delivered (the pipe holds %d)", e.Detail, filled, len(a), filled)
 	}
 
-	c := dial(t, dir)
+	c := shimtest.Dial(t, dir)
 	werr := make(chan error, 1)
 	go func() { werr <- c.WriteStdin(context.Background(), b) }()
 	w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
@@ -212,13 +213,13 @@ func TestAbandonedStdinWriteDeliversAPrefixOnce(t *testing.T) {
 	if err := <-werr; err != nil {
 		t.Fatalf("write after the abandoned one: %v", err)
 	}
-	if err := c.CloseStdin(ctxT(t, 10*time.Second)); err != nil {
+	if err := c.CloseStdin(shimtest.CtxT(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if ex := waitExit(t, dir); ex.Code != 0 {
+	if ex := shimtest.WaitExit(t, dir); ex.Code != 0 {
 		t.Fatalf("exit %+v, want 0", ex)
 	}
-	got, err := readStream(dir, "stdout")
+	got, err := shimtest.ReadStream(dir, "stdout")
 	if err != nil {
 		t.Fatal(err)
 	}

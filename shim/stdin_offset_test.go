@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/shim/internal/proto"
+	"github.com/agentrunner/runner/shim/internal/shimtest"
 	"github.com/agentrunner/runner/shim/sessiondir"
 )
 
@@ -23,9 +24,9 @@ import (
 // ahead (a gap). Plain writes count too. The command reads each byte
 // once, in order.
 func TestStdinOffsets(t *testing.T) {
-	dir, _ := start(t, sessiondir.Spec{Argv: []string{"cat"}})
-	c := dial(t, dir)
-	ctx := ctxT(t, 20*time.Second)
+	dir, _ := shimtest.Start(t, sessiondir.Spec{Argv: []string{"cat"}})
+	c := shimtest.Dial(t, dir)
+	ctx := shimtest.CtxT(t, 20*time.Second)
 	at := func(off int64, p string, want int64) {
 		t.Helper()
 		n, err := c.WriteStdinAt(ctx, off, []byte(p))
@@ -54,10 +55,10 @@ func TestStdinOffsets(t *testing.T) {
 	if err := c.CloseStdin(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if ex := waitExit(t, dir); ex.Code != 0 {
+	if ex := shimtest.WaitExit(t, dir); ex.Code != 0 {
 		t.Fatalf("exit %+v, want 0", ex)
 	}
-	got, err := readStream(dir, "stdout")
+	got, err := shimtest.ReadStream(dir, "stdout")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,10 +82,10 @@ func TestStdinOffsetResendAfterAbandon(t *testing.T) {
 			if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			dir, st := start(t, sessiondir.Spec{Argv: []string{"/bin/sh", "-c", `read x < "$1" && exec /bin/cat`, "sh", fifo}})
-			c := dial(t, dir)
+			dir, st := shimtest.Start(t, sessiondir.Spec{Argv: []string{"/bin/sh", "-c", `read x < "$1" && exec /bin/cat`, "sh", fifo}})
+			c := shimtest.Dial(t, dir)
 			head := []byte("head\n")
-			if n, err := c.WriteStdinAt(ctxT(t, 10*time.Second), 0, head); err != nil || n != int64(len(head)) {
+			if n, err := c.WriteStdinAt(shimtest.CtxT(t, 10*time.Second), 0, head); err != nil || n != int64(len(head)) {
 				t.Fatalf("first write: %d, %v", n, err)
 			}
 			a := pattern(proto.MaxStdinAtChunk)
@@ -107,7 +108,7 @@ func TestStdinOffsetResendAfterAbandon(t *testing.T) {
 			// The abandoned write has stopped once the count settles.
 			var n int64
 			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-				if n, err = c.StdinCount(ctxT(t, 10*time.Second)); err != nil {
+				if n, err = c.StdinCount(shimtest.CtxT(t, 10*time.Second)); err != nil {
 					t.Fatal(err)
 				}
 				if n > int64(len(head)) || time.Now().After(deadline) {
@@ -135,13 +136,13 @@ func TestStdinOffsetResendAfterAbandon(t *testing.T) {
 			if err := <-werr; err != nil {
 				t.Fatalf("resend: %v", err)
 			}
-			if err := c.CloseStdin(ctxT(t, 10*time.Second)); err != nil {
+			if err := c.CloseStdin(shimtest.CtxT(t, 10*time.Second)); err != nil {
 				t.Fatal(err)
 			}
-			if ex := waitExit(t, dir); ex.Code != 0 {
+			if ex := shimtest.WaitExit(t, dir); ex.Code != 0 {
 				t.Fatalf("exit %+v, want 0", ex)
 			}
-			got, err := readStream(dir, "stdout")
+			got, err := shimtest.ReadStream(dir, "stdout")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -443,3 +443,11 @@ func (w *warmShim) retire() {
 
 // retireTimeout bounds how long retire waits for a warm shim to clean up.
 const retireTimeout = 2 * time.Second
+
+// Root is the directory the pool makes session directories in
+// (PoolOptions.Root).
+func (p *Pool) Root() string { return p.opts.Root }
+
+// HelperAhead reports whether warm shims started from now on start the
+// nsexec helper ahead (HelperAlways, or HelperAuto once a start needed it).
+func (p *Pool) HelperAhead() bool { return p.helper.Load() }

@@ -1,4 +1,4 @@
-package shim
+package launch_test
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/agentrunner/runner/shim/internal/shimtest"
 	"github.com/agentrunner/runner/shim/launch"
 	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
@@ -16,7 +17,7 @@ import (
 // Spec.Env is empty or names other variables.
 func TestShimRunsSmallCommandNeverSeesIt(t *testing.T) {
 	for _, env := range [][]string{nil, {"A=1"}} {
-		dir, st := start(t, sessiondir.Spec{Argv: []string{"sh", "-c", "env; sleep 0.2"}, Env: env})
+		dir, st := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sh", "-c", "env; sleep 0.2"}, Env: env})
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", st.ShimPID))
 		if err != nil {
 			t.Fatal(err)
@@ -24,8 +25,8 @@ func TestShimRunsSmallCommandNeverSeesIt(t *testing.T) {
 		if !bytes.Contains(append([]byte{0}, b...), []byte("\x00GOMAXPROCS=1\x00")) {
 			t.Errorf("shim %d environment lacks GOMAXPROCS=1", st.ShimPID)
 		}
-		waitExit(t, dir)
-		out, _ := attachAll(t, dir, sessiondir.AttachOptions{})
+		shimtest.WaitExit(t, dir)
+		out, _ := shimtest.AttachAll(t, dir, sessiondir.AttachOptions{})
 		if bytes.Contains(out[wire.StreamStdout].Bytes(), []byte("GOMAXPROCS")) {
 			t.Errorf("env %q: the command saw GOMAXPROCS: %q", env, out[wire.StreamStdout])
 		}
