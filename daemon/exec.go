@@ -47,9 +47,6 @@ func captureStream(ctx context.Context, rd *journal.Reader) capture {
 	}
 }
 
-// execStdinTimeout bounds feeding an exec's stdin and closing it.
-const execStdinTimeout = 30 * time.Second
-
 // execStdin gives an exec's command its stdin and then EOF, so that it
 // never waits for input that will not come. It runs under its own bounded
 // context, not the request's: a client that leaves does not leave the
@@ -61,9 +58,8 @@ const execStdinTimeout = 30 * time.Second
 // terminated and the exec answers unavailable: an exec whose input is
 // unknown has no trustworthy result.
 func (s *server) execStdin(ctx context.Context, ss registry.Session, stdin []byte, created bool) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), execStdinTimeout)
+	c, ctx, cancel, err := launch.DialFor(context.WithoutCancel(ctx), s.sessionDir(ss), launch.Control)
 	defer cancel()
-	c, err := launch.Dial(ctx, s.sessionDir(ss))
 	if err == nil {
 		if created && len(stdin) > 0 {
 			err = c.WriteStdin(ctx, stdin)

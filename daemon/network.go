@@ -302,9 +302,8 @@ func verifyNetNS(ctx context.Context, pid int, path, sessionDir string) error {
 // commandEnded reports whether the shim of the session at dir says its
 // command has exited; false when it cannot say.
 func commandEnded(ctx context.Context, dir string) bool {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	c, ctx, cancel, err := launch.DialFor(context.WithoutCancel(ctx), dir, launch.Check)
 	defer cancel()
-	c, err := launch.Dial(ctx, dir)
 	if err != nil {
 		st, rerr := sessiondir.ReadStatus(dir)
 		return rerr == nil && st.State == sessiondir.StateExited
@@ -317,9 +316,8 @@ func commandEnded(ctx context.Context, dir string) bool {
 // killUnverified stops a session whose command could not be shown to run
 // in its sandbox's namespace, and waits for its exit record.
 func (s *server) killUnverified(ctx context.Context, dir string) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	c, ctx, cancel, err := launch.DialFor(context.WithoutCancel(ctx), dir, launch.Kill)
 	defer cancel()
-	c, err := launch.Dial(ctx, dir)
 	if err != nil {
 		return err
 	}

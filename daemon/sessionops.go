@@ -76,9 +76,9 @@ func (s *server) wireSession(ctx context.Context, ss registry.Session) wire.Sess
 		out.Lengths = lengths
 	}
 	if ss.State == wire.SessionRunning {
-		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		c, sctx, cancel, err := launch.DialFor(ctx, dir, launch.Query)
 		defer cancel()
-		if c, err := launch.Dial(sctx, dir); err == nil {
+		if err == nil {
 			if st, err := c.Status(sctx); err == nil {
 				out.WriteError = st.WriteError
 			}
@@ -499,9 +499,8 @@ func (s *server) controlShim(ctx context.Context, ss registry.Session, fn func(c
 	if ss.State != wire.SessionRunning && ss.State != stateStarting {
 		return errCommandExited()
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	c, ctx, cancel, err := launch.DialFor(ctx, s.sessionDir(ss), launch.Control)
 	defer cancel()
-	c, err := launch.Dial(ctx, s.sessionDir(ss))
 	if err == nil {
 		err = fn(ctx, c)
 		c.Close()

@@ -54,9 +54,8 @@ func (s *server) endSession(ctx context.Context, ss registry.Session, grace time
 		}
 		return ss, errUncertain("%v", cause)
 	}
-	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace+5*time.Second)
+	c, tctx, cancel, err := launch.DialFor(context.WithoutCancel(ctx), s.sessionDir(ss), launch.Stop(grace))
 	defer cancel()
-	c, err := launch.Dial(tctx, s.sessionDir(ss))
 	if err != nil {
 		return uncertain(err)
 	}
@@ -165,9 +164,8 @@ func (s *server) stopLingering(ctx context.Context, ss registry.Session, grace t
 	if err != nil || n == 0 {
 		return err
 	}
-	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace+10*time.Second)
+	c, tctx, cancel, err := launch.DialFor(context.WithoutCancel(ctx), dir, launch.StopTree(grace))
 	defer cancel()
-	c, err := launch.Dial(tctx, dir)
 	if err != nil {
 		return fmt.Errorf("session %s: %w", ss.ID, err)
 	}
@@ -188,9 +186,8 @@ func lingering(ctx context.Context, dir string) (int, error) {
 	if _, err := os.Stat(filepath.Join(dir, sessiondir.SocketFile)); errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	c, ctx, cancel, err := launch.DialFor(ctx, dir, launch.Check)
 	defer cancel()
-	c, err := launch.Dial(ctx, dir)
 	if errors.Is(err, sessiondir.ErrNoSession) {
 		return 0, nil
 	}

@@ -296,7 +296,7 @@ func (sr *sinceResolver) cursor(ctx context.Context, r *http.Request, stream, ke
 		return 0, errInvalid("%s and %s: give a cursor or a time, not both", key, wire.QuerySince)
 	}
 	if sr.c == nil {
-		c, err := launch.Dial(ctx, sr.s.sessionDir(sr.ss))
+		c, _, _, err := launch.DialFor(ctx, sr.s.sessionDir(sr.ss), launch.Request)
 		if err != nil {
 			return 0, errUnavailable("resolve %s: %v", wire.QuerySince, err)
 		}
@@ -336,7 +336,7 @@ func (s *server) handleMarks(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	c, err := launch.Dial(r.Context(), s.sessionDir(ss))
+	c, _, _, err := launch.DialFor(r.Context(), s.sessionDir(ss), launch.Request)
 	if err != nil {
 		s.writeError(w, r, errUnavailable("read marks: %v", err))
 		return
