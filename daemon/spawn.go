@@ -413,8 +413,5 @@ func startMayRun(err error) bool {
 // startShim starts the session's shim through a warm one when the pool
 // has one idle, cold otherwise: the same readiness, errors and detachment.
 func (s *server) startShim(ctx context.Context, dir string, spec sessiondir.Spec) (sessiondir.Status, error) {
-	if s.cfg.pool != nil {
-		return s.cfg.pool.Start(ctx, dir, spec)
-	}
-	return launch.Start(ctx, s.cfg.ShimCommand, dir, spec)
+	return s.cfg.pool.Start(ctx, dir, spec)
 }

@@ -35,7 +35,7 @@ func BenchmarkSpawnAck(b *testing.B) {
 	for b.Loop() {
 		i++
 		dir := filepath.Join(root, strconv.Itoa(i))
-		st, err := launch.Start(ctx, exe, dir, sessiondir.Spec{ID: "b", Argv: []string{"/bin/true"}, Env: shimtest.TestEnv})
+		st, err := shimtest.ColdStart(ctx, exe, dir, sessiondir.Spec{ID: "b", Argv: []string{"/bin/true"}, Env: shimtest.TestEnv})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -122,7 +122,7 @@ func BenchmarkIdleShimMemory(b *testing.B) {
 	var m map[string]int
 	for i := 0; b.Loop(); i++ {
 		dir := filepath.Join(root, strconv.Itoa(i))
-		st, err := launch.Start(context.Background(), []string{bin, "serve"}, dir, sessiondir.Spec{ID: "m", Argv: []string{"sleep", "30"}, Env: shimtest.TestEnv})
+		st, err := shimtest.ColdStart(context.Background(), []string{bin, "serve"}, dir, sessiondir.Spec{ID: "m", Argv: []string{"sleep", "30"}, Env: shimtest.TestEnv})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -107,7 +107,7 @@ func TestDirBeneath(t *testing.T) {
 				spec := p.spec
 				spec.ID, spec.Env, spec.Argv = "t1", shimtest.TestEnv, []string{"sh", "-c", script}
 				spec.Dir, spec.DirRoot = filepath.Join(f.ws, bad), f.ws
-				_, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), spec)
+				_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), spec)
 				var se *launch.StartError
 				if !errors.As(err, &se) || se.Phase != proto.PhaseExec || !errors.Is(err, unix.EXDEV) || !strings.Contains(err.Error(), "resolves outside "+f.ws) {
 					t.Errorf("cwd %s: %v, want an exec-phase StartError wrapping EXDEV that says it resolves outside %s", bad, err, f.ws)
@@ -132,7 +132,7 @@ func TestDirBeneath(t *testing.T) {
 		t.Errorf("a command ran in /root: %v", err)
 	}
 	// Dir must lie under DirRoot at all: refused before anything starts.
-	_, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), sessiondir.Spec{ID: "t1", Env: shimtest.TestEnv, Argv: []string{"true"}, Dir: f.victim, DirRoot: f.ws})
+	_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), sessiondir.Spec{ID: "t1", Env: shimtest.TestEnv, Argv: []string{"true"}, Dir: f.victim, DirRoot: f.ws})
 	if !errors.Is(err, sessiondir.ErrInvalid) {
 		t.Errorf("cwd %s outside cwd_root %s: %v, want ErrInvalid", f.victim, f.ws, err)
 	}
@@ -163,7 +163,7 @@ func TestDirBeneathAsUser(t *testing.T) {
 	}
 	for _, isolate := range []bool{true, false} { // the helper, the direct path
 		spec = sessiondir.Spec{ID: "t1", Env: shimtest.TestEnv, Argv: []string{"true"}, User: "nobody", Isolate: isolate, Dir: filepath.Join(locked, "inner"), DirRoot: f.ws}
-		_, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), spec)
+		_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), spec)
 		if !errors.Is(err, unix.EACCES) {
 			t.Errorf("isolate %v: cwd below root's 0700 %s as nobody: %v, want EACCES", isolate, locked, err)
 		}
@@ -205,7 +205,7 @@ func TestDirBeneathRace(t *testing.T) {
 			spec.Argv = []string{"sh", "-c", fmt.Sprintf("echo pwned > planted-%d; pwd -P", i)}
 			spec.Dir, spec.DirRoot = flip, f.ws
 			dir := shimtest.SessionDir(t)
-			_, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, spec)
+			_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, spec)
 			switch {
 			case err == nil:
 				e := shimtest.WaitExit(t, dir)
@@ -268,7 +268,7 @@ func TestBindSourceSymlink(t *testing.T) {
 	spec := sessiondir.Spec{ID: "t1", Env: shimtest.TestEnv, Argv: []string{"cat", "/var/tmp/secret"}, User: "nobody", Isolate: true,
 		Binds: []sessiondir.Bind{{Source: link, Target: "/var/tmp"}}}
 	dir := shimtest.SessionDir(t)
-	_, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, spec)
+	_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, spec)
 	var se *launch.StartError
 	if !errors.As(err, &se) || !errors.Is(err, unix.ELOOP) {
 		out := ""
@@ -295,7 +295,7 @@ func TestLookPathAsUser(t *testing.T) {
 		for _, argv0 := range []string{filepath.Join(closed, "tool"), filepath.Join(closed, "absent")} {
 			spec := p
 			spec.ID, spec.Env, spec.Argv, spec.Dir = "t1", shimtest.TestEnv, []string{argv0}, "/"
-			_, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), spec)
+			_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), spec)
 			var se *launch.StartError
 			if !errors.As(err, &se) || se.Phase != proto.PhaseExec || !errors.Is(err, unix.EACCES) {
 				t.Errorf("isolate %v: exec %s as nobody: %v, want an exec-phase StartError wrapping EACCES", p.Isolate, argv0, err)

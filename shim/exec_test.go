@@ -95,7 +95,7 @@ func TestIsolateRefusesRoot(t *testing.T) {
 		}
 	}
 	// Start refuses it before starting anything.
-	_, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), sessiondir.Spec{ID: "x", Argv: []string{"true"}, Env: shimtest.TestEnv, User: "root", Isolate: true})
+	_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), sessiondir.Spec{ID: "x", Argv: []string{"true"}, Env: shimtest.TestEnv, User: "root", Isolate: true})
 	if !errors.Is(err, sessiondir.ErrInvalid) {
 		t.Fatalf("start with isolate as root: got %v, want ErrInvalid", err)
 	}
@@ -191,7 +191,7 @@ func startWithInheritable(t *testing.T, dir string, spec sessiondir.Spec) {
 			return
 		}
 		spec.ID, spec.Env = "t1", shimtest.TestEnv
-		st, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, spec)
+		st, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, spec)
 		if err == nil {
 			t.Cleanup(func() { shimtest.WaitGone(t, st.ShimPID) })
 		}
@@ -458,7 +458,7 @@ func TestCgroupsValidate(t *testing.T) {
 		{"holds the shim, v1", []string{pidsRoot}, "holds the shim"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), sessiondir.Spec{ID: "x", Argv: []string{"true"}, Env: shimtest.TestEnv, Cgroups: tc.dirs})
+			_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), sessiondir.Spec{ID: "x", Argv: []string{"true"}, Env: shimtest.TestEnv, Cgroups: tc.dirs})
 			if !errors.Is(err, sessiondir.ErrInvalid) || !strings.Contains(err.Error(), tc.msg) {
 				t.Fatalf("got %v, want ErrInvalid naming %q", err, tc.msg)
 			}
@@ -622,7 +622,7 @@ func TestIsolateDirBehindClosedParent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), sessiondir.Spec{ID: "t1", Env: shimtest.TestEnv, Argv: []string{"true"}, Dir: ws, User: "nobody", Isolate: true})
+	_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), sessiondir.Spec{ID: "t1", Env: shimtest.TestEnv, Argv: []string{"true"}, Dir: ws, User: "nobody", Isolate: true})
 	if !errors.Is(err, unix.EACCES) {
 		t.Fatalf("start in %s without a DirRoot as nobody: %v, want EACCES (root opens no path but the DirRoot)", ws, err)
 	}
@@ -635,7 +635,7 @@ func TestIsolateDirBehindClosedParent(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := shimtest.SessionDir(t)
-	_, err = launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "t1", Env: shimtest.TestEnv, Argv: []string{"true"}, Dir: ws, DirRoot: ws, User: "nobody", Isolate: true})
+	_, err = shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "t1", Env: shimtest.TestEnv, Argv: []string{"true"}, Dir: ws, DirRoot: ws, User: "nobody", Isolate: true})
 	if !errors.Is(err, unix.EACCES) {
 		t.Fatalf("start in root's 0700 %s as nobody: %v, want EACCES", ws, err)
 	}

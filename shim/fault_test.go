@@ -476,7 +476,7 @@ func TestRunAsUser(t *testing.T) {
 	t.Run("unknown user", func(t *testing.T) {
 		t.Parallel()
 		dir := shimtest.SessionDir(t)
-		_, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "x", Argv: []string{"true"}, Env: shimtest.TestEnv, User: "no-such-user-zz"})
+		_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "x", Argv: []string{"true"}, Env: shimtest.TestEnv, User: "no-such-user-zz"})
 		var se *launch.StartError
 		if !errors.As(err, &se) || !strings.Contains(err.Error(), "no-such-user-zz") {
 			t.Fatalf("got %v, want a StartError naming the user", err)
@@ -550,7 +550,7 @@ func TestNetNS(t *testing.T) {
 
 	t.Run("missing", func(t *testing.T) {
 		dir := shimtest.SessionDir(t)
-		_, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "x", Argv: []string{"true"}, Env: shimtest.TestEnv, NetNS: "/nonexistent/netns"})
+		_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "x", Argv: []string{"true"}, Env: shimtest.TestEnv, NetNS: "/nonexistent/netns"})
 		var se *launch.StartError
 		if !errors.As(err, &se) || !errors.Is(err, fs.ErrNotExist) {
 			t.Fatalf("got %v, want a StartError matching fs.ErrNotExist", err)
@@ -561,7 +561,7 @@ func TestNetNS(t *testing.T) {
 		dir := shimtest.SessionDir(t)
 		notNS := filepath.Join(t.TempDir(), "plain")
 		os.WriteFile(notNS, nil, 0o600)
-		_, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "x", Argv: []string{"true"}, Env: shimtest.TestEnv, NetNS: notNS})
+		_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "x", Argv: []string{"true"}, Env: shimtest.TestEnv, NetNS: notNS})
 		var se *launch.StartError
 		if !errors.As(err, &se) || !errors.Is(err, syscall.EINVAL) {
 			t.Fatalf("got %v, want a StartError matching EINVAL", err)

@@ -148,7 +148,7 @@ ls /proc/self/fd; ulimit -n; pwd; env | sort`
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				tc.spec.ID, tc.spec.Env = "x", shimtest.TestEnv
-				_, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), tc.spec)
+				_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), tc.spec)
 				if !errors.Is(err, tc.want) || !strings.Contains(fmt.Sprint(err), tc.msg) {
 					t.Fatalf("got %v, want an error matching %v that names %q", err, tc.want, tc.msg)
 				}
@@ -244,7 +244,7 @@ func TestBinds(t *testing.T) {
 	}
 	dir := shimtest.SessionDir(t)
 	spec := sessiondir.Spec{ID: "t1", Env: shimtest.TestEnv, Argv: []string{"true"}, User: "nobody", Isolate: true, Binds: binds}
-	_, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, spec)
+	_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, spec)
 	var se *launch.StartError
 	if !errors.As(err, &se) || !errors.Is(err, unix.ENOENT) {
 		t.Fatalf("start without %s: %v, want a StartError wrapping ENOENT", binds[2].Source, err)
@@ -282,7 +282,7 @@ func TestBindFileReadOnly(t *testing.T) {
 		t.Errorf("host mounts changed:\nbefore %s\nafter %s", before, after)
 	}
 	spec := sessiondir.Spec{ID: "t1", Env: shimtest.TestEnv, Argv: []string{"true"}, Binds: []sessiondir.Bind{{Source: src, Target: "/tmp", ReadOnly: true}}}
-	_, err = launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), spec)
+	_, err = shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), spec)
 	var se *launch.StartError
 	if !errors.As(err, &se) || !errors.Is(err, unix.ENOTDIR) {
 		t.Fatalf("a file over a directory: %v, want a StartError wrapping ENOTDIR", err)

@@ -37,7 +37,7 @@ func TestStartErrorPhase(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			spec := tt.spec
 			spec.ID, spec.Env = fmt.Sprintf("p%d", i), shimtest.TestEnv
-			_, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), spec)
+			_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), spec)
 			var se *launch.StartError
 			if !errors.As(err, &se) {
 				t.Fatalf("got %v, want a StartError", err)
@@ -65,7 +65,7 @@ func TestStartErrorPhaseJournal(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, sessiondir.JournalDir), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "j", Argv: []string{"true"}, Env: shimtest.TestEnv})
+	_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "j", Argv: []string{"true"}, Env: shimtest.TestEnv})
 	var se *launch.StartError
 	if !errors.As(err, &se) || se.Phase != proto.PhaseSetup {
 		t.Fatalf("got %v (%+v), want a StartError in phase setup", err, se)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/shim/internal/shimtest"
-	"github.com/agentrunner/runner/shim/launch"
 	"github.com/agentrunner/runner/shim/sessiondir"
 )
 
@@ -44,7 +43,7 @@ func TestValidID(t *testing.T) {
 // anything: a leading '-' or '_' is refused with ErrInvalid.
 func TestStartRefusesBadID(t *testing.T) {
 	for _, id := range []string{"-x", "_x", ".x", ""} {
-		_, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), sessiondir.Spec{ID: id, Argv: []string{"true"}, Env: shimtest.TestEnv})
+		_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), sessiondir.Spec{ID: id, Argv: []string{"true"}, Env: shimtest.TestEnv})
 		if !errors.Is(err, sessiondir.ErrInvalid) {
 			t.Errorf("id %q: got %v, want ErrInvalid", id, err)
 		}

@@ -114,7 +114,7 @@ func TestWriteAfterExit(t *testing.T) {
 
 func TestStartMissingBinary(t *testing.T) {
 	dir := shimtest.SessionDir(t)
-	_, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "x", Argv: []string{"/nonexistent/bin"}, Env: shimtest.TestEnv})
+	_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "x", Argv: []string{"/nonexistent/bin"}, Env: shimtest.TestEnv})
 	var se *launch.StartError
 	if !errors.As(err, &se) || !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("got %v, want a StartError matching fs.ErrNotExist", err)
@@ -126,7 +126,7 @@ func TestStartMissingBinary(t *testing.T) {
 	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("session dir left behind: %v", err)
 	}
-	_, err = launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "x", Argv: []string{"no-such-command-xyz"}, Env: shimtest.TestEnv})
+	_, err = shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "x", Argv: []string{"no-such-command-xyz"}, Env: shimtest.TestEnv})
 	if !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("PATH lookup: got %v, want fs.ErrNotExist", err)
 	}
@@ -141,7 +141,7 @@ func TestStartRunsBeforeReturn(t *testing.T) {
 
 func TestStartExists(t *testing.T) {
 	dir, _ := shimtest.Start(t, sessiondir.Spec{Argv: []string{"true"}})
-	_, err := launch.Start(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "t1", Argv: []string{"true"}})
+	_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "t1", Argv: []string{"true"}})
 	if !errors.Is(err, sessiondir.ErrExists) {
 		t.Fatalf("got %v, want ErrExists", err)
 	}
@@ -149,7 +149,7 @@ func TestStartExists(t *testing.T) {
 
 func TestSocketPathTooLong(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 120))
-	_, err := launch.Start(shimtest.CtxT(t, 5*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "x", Argv: []string{"true"}})
+	_, err := shimtest.ColdStart(shimtest.CtxT(t, 5*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "x", Argv: []string{"true"}})
 	if !errors.Is(err, sessiondir.ErrInvalid) || !strings.Contains(err.Error(), "unix limit") {
 		t.Fatalf("got %v, want ErrInvalid about the unix limit", err)
 	}
@@ -358,7 +358,7 @@ func launcherHelper() int {
 	dir := os.Getenv(helperEnv)
 	exe, _ := os.Executable()
 	os.Setenv(shimtest.AsShimEnv, "1")
-	_, err := launch.Start(context.Background(), []string{exe}, dir, sessiondir.Spec{ID: "survivor", Env: shimtest.TestEnv,
+	_, err := shimtest.ColdStart(context.Background(), []string{exe}, dir, sessiondir.Spec{ID: "survivor", Env: shimtest.TestEnv,
 		Argv: []string{"sh", "-c", `echo started; read x; echo "got $x"; exit 42`}})
 	if err != nil {
 		fmt.Println("error", err)

@@ -418,8 +418,10 @@ var errConflict = errors.New("exists with a different request")
 // errConflict. A concurrent spawn of the same id that is still starting
 // is waited for; one that failed (and removed its files) is retried.
 func spawn(ctx context.Context, exe []string, dir string, spec sessiondir.Spec) (in sessiondir.Info, created bool, err error) {
+	shims := launch.NewPool(exe, launch.PoolOptions{}) // no warm shims in a guest: every start is cold
+	defer shims.Close()
 	for {
-		st, err := launch.Start(ctx, exe, dir, spec)
+		st, err := shims.Start(ctx, dir, spec)
 		if err == nil {
 			in, err := sessiondir.Describe(dir, st)
 			return in, true, err

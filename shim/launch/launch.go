@@ -71,31 +71,6 @@ func (e *StartError) Unwrap() error {
 	return e.Errno
 }
 
-// Start launches a detached shim for a new session in dir and returns once
-// the command runs, or with its start error (a *StartError for failures of
-// the command itself; ErrExists, ErrInvalid for the request). exe is the
-// argv prefix that runs [Main] (e.g. {"/usr/local/bin/runner-shim",
-// "serve"} or {os.Executable(), "shim"}); Start appends its own arguments.
-//
-// dir is created with mode 0700 if needed and must not already hold a
-// session. The shim is started through a short-lived intermediate process
-// that starts the real shim in a new session and exits at once, so the
-// shim is reparented to init (or the nearest subreaper) and never becomes
-// a zombie of the launcher.
-//
-// If ctx ends before the shim reports, Start returns ctx's error; the
-// session may still start (ReadStatus tells).
-func Start(ctx context.Context, exe []string, dir string, spec sessiondir.Spec) (sessiondir.Status, error) {
-	if len(exe) == 0 {
-		return sessiondir.Status{}, fmt.Errorf("start shim: %w: empty exe", sessiondir.ErrInvalid)
-	}
-	dir, err := checkStart(dir, spec)
-	if err != nil {
-		return sessiondir.Status{}, err
-	}
-	return startWith(ctx, exe, dir, spec)
-}
-
 // checkStart checks a start request, spec and dir, and returns dir made
 // absolute.
 func checkStart(dir string, spec sessiondir.Spec) (string, error) {

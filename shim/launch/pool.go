@@ -20,7 +20,14 @@ import (
 	"github.com/agentrunner/runner/shim/sessiondir"
 )
 
-// Pool keeps warm shims: shim processes already started and detached, each
+// Pool is the one way a shim starts. Pool.Start starts one through a warm
+// shim when one is idle and cold otherwise, with the same directory
+// handling, readiness, errors and detachment either way; Prepare and
+// Prepared.Start are the same start cut in two, so that a caller (runnerd)
+// can commit its record while the shim prepares. A Pool of Size 0 keeps no
+// warm shim, starts no goroutine and starts every shim cold.
+//
+// Warm shims are shim processes already started and detached, each
 // waiting on a socket for a session directory, so that a start through the
 // pool costs the command's fork/exec plus one round trip instead of two Go
 // process starts (docs/benchmarks.md has the figures).
@@ -33,7 +40,7 @@ import (
 // holding the pool dies (the kernel closes the pool's end): a crashed or
 // stopped runnerd never leaves warm shims behind. A shim that was given a
 // session no longer reads that socket; it is the session's shim, detached
-// like one started by Start, and survives its launcher.
+// like one started cold, and survives its launcher.
 //
 // Pool is safe for concurrent use. Whoever calls NewPool must call Close.
 type Pool struct {
@@ -105,9 +112,11 @@ const (
 	HelperNever
 )
 
-// NewPool starts a pool that keeps opts.Size warm shims of exe (the argv
-// prefix that runs [Main], as for [Start]) and returns at once; the shims
-// start in the background.
+// NewPool starts a pool that keeps opts.Size warm shims of exe and returns
+// at once; the shims start in the background. exe is the argv prefix that
+// runs the supervisor (package shim's Main), e.g.
+// {"/usr/local/bin/runner-shim", "serve"} or {os.Executable(), "shim"};
+// the pool appends its own arguments.
 func NewPool(exe []string, opts PoolOptions) *Pool {
 	if root, err := filepath.Abs(opts.Root); err == nil && opts.Root != "" {
 		opts.Root = root
@@ -120,16 +129,29 @@ func NewPool(exe []string, opts PoolOptions) *Pool {
 	p.life, p.endLife = context.WithCancel(context.Background())
 	p.stop = p.life.Done()
 	p.helper.Store(opts.Helper == HelperAlways)
+	if opts.Size <= 0 {
+		close(p.done) // no refill goroutine: every start is cold
+		return p
+	}
 	go p.refill()
 	p.wake()
 	return p
 }
 
-// Start is [Start] through a warm shim: the same directory handling,
-// readiness (after the command's execve), errors and detachment. With no
-// warm shim idle (the pool is empty, still filling, or closed), or a
-// directory a warm shim cannot take (see Prepare), it starts the shim
-// cold, exactly as Start does.
+// Start launches a detached shim for a new session in dir and returns once
+// the command runs, or with its start error (a *StartError for failures of
+// the command itself; ErrExists, ErrInvalid for the request). It takes an
+// idle warm shim when dir is one a warm shim can take (see Prepare), and
+// starts one cold otherwise.
+//
+// dir is created with mode 0700 if needed and must not already hold a
+// session. A cold shim is started through a short-lived intermediate
+// process that starts the real shim in a new session and exits at once,
+// so the shim is reparented to init (or the nearest subreaper) and never
+// becomes a zombie of the launcher.
+//
+// If ctx ends before the shim reports, Start returns ctx's error; the
+// session may still start (ReadStatus tells).
 func (p *Pool) Start(ctx context.Context, dir string, spec sessiondir.Spec) (sessiondir.Status, error) {
 	pr, abs, err := p.prepare(dir, spec)
 	if err != nil {
@@ -172,6 +194,9 @@ func (p *Pool) prepare(dir string, spec sessiondir.Spec) (*Prepared, string, err
 	if err != nil {
 		return nil, "", err
 	}
+	if p.opts.Size <= 0 {
+		return nil, abs, nil // no warm shim, ever: nothing else to check
+	}
 	if p.opts.Helper == HelperAuto && !p.helper.Load() && spec.NeedsHelper() {
 		p.helper.Store(true) // for the warm shims started from now on
 	}
@@ -195,7 +220,7 @@ func (p *Pool) prepare(dir string, spec sessiondir.Spec) (*Prepared, string, err
 }
 
 // Start lets the prepared command start and waits for the readiness line,
-// as [Start] does.
+// as [Pool.Start] does.
 func (pr *Prepared) Start(ctx context.Context) (sessiondir.Status, error) {
 	defer pr.w.conn.Close()
 	// A shim that failed while preparing has reported and closed its end:

@@ -529,7 +529,7 @@ func TestDetachWithoutSetsid(t *testing.T) {
 // intermediate too, never as a start that may still come up.
 func TestMissingShimProgram(t *testing.T) {
 	dir := shimtest.SessionDir(t)
-	_, err := launch.Start(shimtest.CtxT(t, 10*time.Second), []string{"/nonexistent/runner-shim", "serve"}, dir, sessiondir.Spec{ID: "x", Argv: []string{"true"}, Env: shimtest.TestEnv})
+	_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), []string{"/nonexistent/runner-shim", "serve"}, dir, sessiondir.Spec{ID: "x", Argv: []string{"true"}, Env: shimtest.TestEnv})
 	var se *launch.StartError
 	if !errors.As(err, &se) || se.Phase != launch.PhaseSetup {
 		t.Fatalf("got %#v, want a StartError of phase setup", err)

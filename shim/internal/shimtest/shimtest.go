@@ -272,7 +272,7 @@ func StartAt(t *testing.T, dir string, spec sessiondir.Spec) sessiondir.Status {
 	if spec.Env == nil {
 		spec.Env = TestEnv
 	}
-	st, err := launch.Start(CtxT(t, 10*time.Second), ShimExe, dir, spec)
+	st, err := ColdStart(CtxT(t, 10*time.Second), ShimExe, dir, spec)
 	if err != nil {
 		t.Fatalf("start %q: %v", spec.Argv, err)
 	}
@@ -423,4 +423,12 @@ func Run(m *testing.M, shimMain func(args []string) int, helpers map[string]func
 		os.Setenv("GORACE", "atexit_sleep_ms=0")
 	}
 	return m.Run()
+}
+
+// ColdStart starts a session in dir with a shim of exe started cold,
+// through a pool of no warm shims (the one way a shim starts).
+func ColdStart(ctx context.Context, exe []string, dir string, spec sessiondir.Spec) (sessiondir.Status, error) {
+	p := launch.NewPool(exe, launch.PoolOptions{})
+	defer p.Close()
+	return p.Start(ctx, dir, spec)
 }
