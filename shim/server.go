@@ -37,13 +37,14 @@ type output struct {
 // server is the shim process's state. It owns every goroutine it starts:
 // run waits for all of them before it returns.
 type server struct {
-	dir  string
-	spec sessiondir.Spec
-	ln   *net.UnixListener
-	sock string
-	cmd  *exec.Cmd
-	pid  int
-	at   time.Time // when the command was started
+	dir   string
+	spec  sessiondir.Spec
+	hooks Hooks // what the program adds to the session's life (hooks.go)
+	ln    *net.UnixListener
+	sock  string
+	cmd   *exec.Cmd
+	pid   int
+	at    time.Time // when the command was started
 
 	jw atomic.Pointer[journal.Writer] // replaced only by Finish retries
 
@@ -126,7 +127,7 @@ type server struct {
 // (a cold start): on success the command runs, the journal and control
 // socket exist, and started.json is written. On failure nothing is left
 // running and the files it created are removed.
-func newServer(dir string) (*server, error) {
+func newServer(dir string, hooks Hooks) (*server, error) {
 	var spec sessiondir.Spec
 	if err := sessiondir.ReadJSON(filepath.Join(dir, sessiondir.SpecFile), &spec); err != nil {
 		return nil, fmt.Errorf("read spec: %w", err)
@@ -140,6 +141,7 @@ func newServer(dir string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.hooks = hooks
 	if err := s.start(spec, nil); err != nil {
 		s.undo()
 		return nil, err

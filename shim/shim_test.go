@@ -22,7 +22,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(shimtest.Run(m, Main, map[string]func() int{helperEnv: launcherHelper}))
+	os.Exit(shimtest.Run(m, func(args []string) int { return Main(args, Hooks{}) }, map[string]func() int{helperEnv: launcherHelper}))
 }
 
 func TestExitCode(t *testing.T) {

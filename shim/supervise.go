@@ -171,9 +171,9 @@ func (s *server) run() {
 	// status comes from it, never from exec.Cmd.Wait. Owned by run, which
 	// waits for allDone below.
 	go s.reap.loop()
-	// Held until the exit record is published (hold.go; off unless the
-	// spec names a Tasks API socket).
-	releaseTask := s.holdTask()
+	// Told the command runs, and that it ended once the exit record is
+	// published (the program's Hooks; none for runnerd's shims).
+	ended := s.hooks.running(s.spec)
 	for _, o := range s.outs {
 		s.pumps.Add(1)
 		go s.pump(o)
@@ -249,7 +249,7 @@ func (s *server) run() {
 		rec.Terminated = true
 	}
 	s.finish(rec)
-	releaseTask()
+	ended()
 
 	// Linger: a descendant that outlived the command (a daemon it
 	// started, a double fork) is reparented to the shim, which stays its

@@ -109,7 +109,7 @@ var usage = fmt.Sprintf(usageText, wire.ShimTextExitLost, wire.ShimTextExitError
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "serve" {
-		os.Exit(shim.Main(os.Args[2:]))
+		os.Exit(shim.Main(os.Args[2:], hooks))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:])

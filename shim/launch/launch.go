@@ -151,7 +151,7 @@ func launch(ctx context.Context, exe []string, dir string) (sessiondir.Status, e
 		return sessiondir.Status{}, &StartError{Msg: fmt.Sprintf("start shim: open shim log: %v", err), Phase: proto.PhaseSetup}
 	}
 	defer log.Close()
-	cmd, err := detachedCmd(exe, "--ready-fd=3", dir)
+	cmd, err := detachedCmd(exe, proto.ModeSession, "--ready-fd=3", dir)
 	if err != nil {
 		w.Close()
 		return sessiondir.Status{}, &StartError{Msg: fmt.Sprintf("start shim %s: %v", exe[0], err), Phase: proto.PhaseSetup}
@@ -170,7 +170,8 @@ func launch(ctx context.Context, exe []string, dir string) (sessiondir.Status, e
 }
 
 // detachedCmd is the command that starts exe (the argv prefix that runs
-// [Main]) with args as a detached shim: in a new session, through a
+// the supervisor's Main) in mode (a row of its table) with args as a
+// detached shim: in a new session, through a
 // short-lived intermediate that exits at once, so the shim is reparented
 // away from the caller (to init, or the nearest subreaper) and outlives
 // it. The intermediate is util-linux's setsid --fork when there is one (a
@@ -182,15 +183,15 @@ func launch(ctx context.Context, exe []string, dir string) (sessiondir.Status, e
 // anything starts: through setsid its execve would fail in a child nobody
 // waits for, and the caller could not tell that from a shim that died
 // half-way through a start.
-func detachedCmd(exe []string, args ...string) (*exec.Cmd, error) {
+func detachedCmd(exe []string, mode string, args ...string) (*exec.Cmd, error) {
 	if _, err := exec.LookPath(exe[0]); err != nil {
 		return nil, err
 	}
 	var cmd *exec.Cmd
 	if setsid := detacher(); setsid != "" {
-		cmd = exec.Command(setsid, append(append([]string{"--fork"}, exe...), args...)...)
+		cmd = exec.Command(setsid, append(append(append([]string{"--fork"}, exe...), mode), args...)...)
 	} else {
-		cmd = exec.Command(exe[0], append(append(append([]string{}, exe[1:]...), "--detach"), args...)...)
+		cmd = exec.Command(exe[0], append(append(append(append([]string{}, exe[1:]...), mode), "--detach"), args...)...)
 	}
 	cmd.Env = shimEnv(os.Environ())
 	return cmd, nil

@@ -9,5 +9,5 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(shimtest.Run(m, shim.Main, map[string]func() int{poolHelperEnv: poolHelper}))
+	os.Exit(shimtest.Run(m, func(args []string) int { return shim.Main(args, shim.Hooks{}) }, map[string]func() int{poolHelperEnv: poolHelper}))
 }

@@ -389,7 +389,7 @@ func (p *Pool) startWarm() (*warmShim, error) {
 	if p.helper.Load() {
 		args = append(args, "--warm-nsexec")
 	}
-	cmd, err := detachedCmd(p.exe, args...)
+	cmd, err := detachedCmd(p.exe, proto.ModeWarm, args...)
 	if err != nil {
 		child.Close()
 		conn.Close()

@@ -222,3 +222,13 @@ func UnwrapPath(err error) error {
 	}
 	return err
 }
+
+// The supervisor's modes the launcher starts (the first argument after
+// the program's own prefix; shim.Main's table).
+const (
+	// ModeSession is a cold start: [--detach] [--ready-fd N] DIR.
+	ModeSession = "session"
+	// ModeWarm is a warm shim: [--detach] --warm-fd N --warm-root ROOT
+	// [--warm-retain BYTES] [--warm-nsexec].
+	ModeWarm = "warm"
+)
