@@ -1,3 +1,10 @@
+// Package proto is what the two ends of a shim say to each other: the
+// control socket's messages (client in shim/launch, server in shim), the
+// readiness line's start phases and their classification, and the modes
+// the launcher starts the supervisor in. Internal: its wire form is
+// shared only by the shim packages of one build, and by a running shim
+// of an older build through the control socket, which therefore never
+// changes incompatibly.
 package proto
 
 import (
