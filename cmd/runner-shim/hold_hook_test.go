@@ -1,14 +1,9 @@
 package main
 
 import (
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -21,37 +16,7 @@ import (
 // socket hears nothing.
 func TestSpawnHoldsTaskThroughHook(t *testing.T) {
 	c := newCLI(t)
-	dir, err := os.MkdirTemp("", "hold")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "api.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var calls []string
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		mu.Lock()
-		calls = append(calls, r.Method+" "+r.URL.Path+" "+string(b))
-		mu.Unlock()
-		if r.Method == http.MethodDelete {
-			w.WriteHeader(http.StatusNoContent)
-			return
-		}
-		w.WriteHeader(http.StatusOK)
-	})}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(ln) }()
-	t.Cleanup(func() { srv.Close(); <-done })
-	got := func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(calls)
-	}
+	dir, sock, got := tasksAPI(t)
 	waitCalls := func(n int) []string {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
@@ -68,14 +33,14 @@ func TestSpawnHoldsTaskThroughHook(t *testing.T) {
 		"sh", "-c", "while [ ! -e "+marker+" ]; do sleep 0.01; done"); code != 0 {
 		t.Fatalf("spawn: %d %q %q", code, out, errOut)
 	}
-	want := []string{`PUT /v1/tasks/runner-shim-h1 {"expire":"120s"}`}
+	want := []string{`PUT sprite/v1/tasks/runner-shim-h1 {"expire":"120s"}`}
 	if calls := waitCalls(1); strings.Join(calls, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("while the command runs: calls\n%s\nwant\n%s", strings.Join(calls, "\n"), strings.Join(want, "\n"))
 	}
 	if err := os.WriteFile(marker, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	want = append(want, `DELETE /v1/tasks/runner-shim-h1 `)
+	want = append(want, `DELETE sprite/v1/tasks/runner-shim-h1 `)
 	if calls := waitCalls(2); strings.Join(calls, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("after the command ended: calls\n%s\nwant\n%s", strings.Join(calls, "\n"), strings.Join(want, "\n"))
 	}
