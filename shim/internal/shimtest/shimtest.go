@@ -277,11 +277,7 @@ func StartAt(t *testing.T, dir string, spec sessiondir.Spec) sessiondir.Status {
 		t.Fatalf("start %q: %v", spec.Argv, err)
 	}
 	t.Cleanup(func() {
-		if c, err := launch.Dial(CtxT(t, 5*time.Second), dir); err == nil {
-			c.Terminate(CtxT(t, 10*time.Second), 100*time.Millisecond)
-			c.Close()
-		}
-		WaitGone(t, st.ShimPID)
+		stop(t, dir, st.ShimPID)
 		checkShimLog(t, dir)
 	})
 	return st
@@ -358,13 +354,7 @@ func PoolStart(t *testing.T, p *launch.Pool, spec sessiondir.Spec) (string, sess
 	if !slices.Contains(warm, st.ShimPID) {
 		t.Fatalf("shim pid %d: want one of the warm shims %v", st.ShimPID, warm)
 	}
-	t.Cleanup(func() {
-		if c, err := launch.Dial(CtxT(t, 5*time.Second), dir); err == nil {
-			c.Terminate(CtxT(t, 10*time.Second), 100*time.Millisecond)
-			c.Close()
-		}
-		WaitGone(t, st.ShimPID)
-	})
+	t.Cleanup(func() { stop(t, dir, st.ShimPID) })
 	return dir, st
 }
 
@@ -431,4 +421,14 @@ func ColdStart(ctx context.Context, exe []string, dir string, spec sessiondir.Sp
 	p := launch.NewPool(exe, launch.PoolOptions{})
 	defer p.Close()
 	return p.Start(ctx, dir, spec)
+}
+
+// stop terminates the session in dir if the test left it running, and
+// waits for its shim to exit.
+func stop(t *testing.T, dir string, shimPID int) {
+	if c, err := launch.Dial(CtxT(t, 5*time.Second), dir); err == nil {
+		c.Terminate(CtxT(t, 10*time.Second), 100*time.Millisecond)
+		c.Close()
+	}
+	WaitGone(t, shimPID)
 }
