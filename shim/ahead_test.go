@@ -134,7 +134,7 @@ func TestAheadHelperRunsCommand(t *testing.T) {
 // TestAheadHelperKilledWhileWaiting: a helper killed while its warm shim
 // waits neither fails nor hangs the start: the shim forks a helper for it
 // instead, and reaps the dead one. (Without the fallback in
-// startCommandWith the start fails: "the helper ended before executing
+// execCommand the start fails: "the helper ended before executing
 // the command".)
 func TestAheadHelperKilledWhileWaiting(t *testing.T) {
 	shimtest.NeedRoot(t)

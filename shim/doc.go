@@ -60,7 +60,10 @@
 //   - Stdin never blocks control: a stdin write that the child does not
 //     read holds only the stdin path; resize, signal, terminate and status
 //     are served concurrently.
-//   - One exec path (exec.go): every step between the shim's fork and the
+//   - One exec path (exec.go): execCommand alone decides how a command
+//     starts and reaches its execve (Go's fork/exec directly, else the
+//     nsexec helper's one execve, the helper forked for the start or
+//     started ahead); every step between the shim's fork and the
 //     command's first instruction (cgroup placement, namespaces, the
 //     capability bounding set, setgroups/setgid/setuid, ambient and
 //     inheritable capabilities, no_new_privs, chdir) is listed once, in

@@ -280,26 +280,26 @@ func (p *execPlan) needsHelper() bool {
 	return false
 }
 
-// startCommand starts the command: directly when every step of its plan
-// can be done at the fork, which is the path every ordinary session
-// takes, else through the nsexec helper. Either way it returns once the
-// command's execve succeeded, with cmd.Process being the command.
-func startCommand(cmd *exec.Cmd, spec sessiondir.Spec) error {
-	return startCommandWith(cmd, spec, nil, nil)
-}
-
-// startCommandWith is startCommand with a helper started ahead (nil: none),
-// which it uses when the command needs a helper, and before (nil: none),
-// called once just before the command can run: before the fork on the
-// direct path or with a helper forked for the start, and after the plan
-// was handed to a helper started ahead, which does every step up to the
-// execve while before runs (a warm shim's before waits for runnerd's
-// commit) and execs only once it returned nil. An error from before is
-// returned and nothing runs. A helper that died while it waited (its
-// report is empty: the command never ran) is replaced by one forked for
-// this start. ahead is the caller's to discard unless ahead.used says it
-// became the command.
-func startCommandWith(cmd *exec.Cmd, spec sessiondir.Spec, ahead *nsexecAhead, before func() error) error {
+// execCommand is the one function that decides how a command starts and
+// reaches its execve: directly (Go's fork and exec, from the thread in
+// Spec.NetNS) when every step of its plan can be done at the fork, which
+// is the path every ordinary session takes, else through the nsexec
+// helper, whose one execve (nsexecMain) runs the command in the helper's
+// own process: the helper started ahead (ahead, nil: none) when there is
+// one, else one forked for this start; both report through awaitReport.
+// Either way it returns once the command's execve succeeded, with
+// cmd.Process being the command.
+//
+// before (nil: none) is called once just before the command can run:
+// before the fork on the direct path or with a helper forked for the
+// start, and after the plan was handed to a helper started ahead, which
+// does every step up to the execve while before runs (a warm shim's
+// before waits for runnerd's commit) and execs only once it returned nil.
+// An error from before is returned and nothing runs. A helper started
+// ahead that died while it waited (its report is empty: the command never
+// ran) is replaced by one forked for this start. ahead is the caller's to
+// discard unless ahead.used says it became the command.
+func execCommand(cmd *exec.Cmd, spec sessiondir.Spec, ahead *nsexecAhead, before func() error) error {
 	if before == nil {
 		before = func() error { return nil }
 	}

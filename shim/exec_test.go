@@ -466,7 +466,7 @@ func TestCgroupsValidate(t *testing.T) {
 	}
 }
 
-// BenchmarkStartCommand measures the exec path alone (startCommand until
+// BenchmarkStartCommand measures the exec path alone (execCommand until
 // the command's execve, plus its wait) for /bin/true: plain is the
 // direct path every ordinary session takes; the others show what each
 // containment step costs (the helper's re-exec dominates):
@@ -542,7 +542,7 @@ func BenchmarkStartCommand(b *testing.B) {
 					if bc.spec.User != "" {
 						cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}
 					}
-					if err := startCommandWith(cmd, bc.spec, h, nil); err != nil {
+					if err := execCommand(cmd, bc.spec, h, nil); err != nil {
 						b.Fatal(err)
 					}
 					if ahead && !h.used {

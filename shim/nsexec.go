@@ -98,7 +98,7 @@ import (
 // EOF instead of the go, or before a plan (the shim discarded it, or
 // died), makes it exit without running anything. The report is the
 // same. A helper that dies while it waits leaves an empty report; the
-// command never ran, and startCommandWith forks a helper for the start
+// command never ran, and execCommand forks a helper for the start
 // instead.
 const (
 	nsexecArg      = "__runner_nsexec"
@@ -251,30 +251,13 @@ func (h *nsexecAhead) exec(cmd *exec.Cmd) (err error, taken bool) {
 	if werr == nil {
 		_, werr = h.conn.Write([]byte{nsexecGo})
 	}
-	h.conn.CloseWrite()
-	rep, err := io.ReadAll(io.LimitReader(h.conn, 4096))
-	switch {
-	case len(rep) == 0 && !errors.Is(err, os.ErrDeadlineExceeded):
-		// Closed without a word (EOF, or ECONNRESET: it died with our
-		// bytes unread): it died before the start did anything, since
-		// "exec" comes before the execve. Its queued bytes would have
-		// been read before the reset.
-		h.discard()
+	silent, err := awaitReport(h.conn, werr)
+	if silent {
+		h.discard() // it never started anything: the caller starts the command another way
 		return nil, false
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return fail(fmt.Errorf("nsexec: the helper did not report within %v: %w", nsexecTimeout, syscall.ETIMEDOUT))
-	}
-	// A helper whose step failed reported it and exited with the go byte
-	// unread, which resets the connection after its report: the report
-	// is the answer.
-	if perr := parseNsexecReport(string(rep)); perr != nil {
-		return fail(perr)
 	}
 	if err != nil {
-		return fail(fmt.Errorf("nsexec: read the helper's report: %w", err))
-	}
-	if werr != nil {
-		return fail(fmt.Errorf("nsexec: send parameters to the helper: %w", werr))
+		return fail(err)
 	}
 	h.used = true
 	h.conn.Close()
@@ -321,27 +304,48 @@ func startNsexec(cmd *exec.Cmd, p *execPlan) error {
 	}
 	uc.SetDeadline(time.Now().Add(nsexecTimeout))
 	b, _ := json.Marshal(p)
-	if _, err := uc.Write(b); err != nil {
-		// The helper died before reading: read what it said, if anything.
-		uc.CloseWrite()
-		rep, _ := io.ReadAll(io.LimitReader(uc, 4096))
-		if rerr := parseNsexecReport(string(rep)); rerr != nil {
-			return fail(rerr)
-		}
-		return fail(fmt.Errorf("nsexec: send parameters to the helper: %w", err))
-	}
-	uc.CloseWrite()
-	rep, err := io.ReadAll(io.LimitReader(uc, 4096))
-	if err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return fail(fmt.Errorf("nsexec: the helper did not report within %v: %w", nsexecTimeout, syscall.ETIMEDOUT))
-		}
-		return fail(fmt.Errorf("nsexec: read the helper's report: %w", err))
-	}
-	if err := parseNsexecReport(string(rep)); err != nil {
+	// A failed write (the helper died before reading) is not final: what
+	// it said, if anything, is the answer.
+	_, werr := uc.Write(b)
+	if _, err := awaitReport(uc, werr); err != nil {
 		return fail(err)
 	}
 	return nil
+}
+
+// awaitReport reads the report of a helper that was sent all it needs
+// (sendErr: how the sending failed, if it did), within conn's deadline,
+// for both kinds of helper (forked for the start, or started ahead). It
+// returns nil once the helper said "exec" and its socket closed with the
+// execve, else the start error: the helper's own report first, then the
+// read's or the send's failure. silent is true when the helper closed
+// without a word before the deadline: it died before doing anything of
+// the start ("exec" comes before the execve), so the command never ran.
+func awaitReport(conn *net.UnixConn, sendErr error) (silent bool, err error) {
+	conn.CloseWrite()
+	rep, rerr := io.ReadAll(io.LimitReader(conn, 4096))
+	switch {
+	case errors.Is(rerr, os.ErrDeadlineExceeded):
+		return false, fmt.Errorf("nsexec: the helper did not report within %v: %w", nsexecTimeout, syscall.ETIMEDOUT)
+	case len(rep) == 0:
+		// Closed without a word (EOF, or ECONNRESET: it died with our
+		// bytes unread). Its queued bytes would have been read before
+		// the reset.
+		return true, parseNsexecReport("")
+	}
+	// A helper whose step failed reported it and exited with our bytes
+	// unread, which resets the connection after its report: the report
+	// is the answer.
+	if perr := parseNsexecReport(string(rep)); perr != nil {
+		return false, perr
+	}
+	if rerr != nil {
+		return false, fmt.Errorf("nsexec: read the helper's report: %w", rerr)
+	}
+	if sendErr != nil {
+		return false, fmt.Errorf("nsexec: send parameters to the helper: %w", sendErr)
+	}
+	return false, nil
 }
 
 // parseNsexecReport turns the helper's report into nil (the execve

@@ -140,7 +140,7 @@ func (s *server) startWith(spec sessiondir.Spec, gate func() error, ahead *nsexe
 		s.at = time.Now().UTC()
 		return nil
 	}
-	if err := startCommandWith(cmd, s.spec, ahead, before); err != nil {
+	if err := execCommand(cmd, s.spec, ahead, before); err != nil {
 		var ge *gateError
 		if errors.As(err, &ge) {
 			return ge.err
@@ -581,7 +581,7 @@ func probeSpace(jdir string) error {
 	return nil
 }
 
-// gateError carries start's gate error through startCommandWith unchanged.
+// gateError carries start's gate error through execCommand unchanged.
 type gateError struct{ err error }
 
 func (e *gateError) Error() string { return e.err.Error() }
