@@ -93,7 +93,7 @@ Commands:
       early with "more": true, --after ID continues after that session.
   version
       Print runner-shim's version.
-  serve [--detach] [--ready-fd N] DIR
+  serve MODE ARGS...    (MODE: session [--detach] [--ready-fd N] DIR, warm ...)
       Internal: the shim process itself (what spawn starts).
 
 Exit status (wire.ShimExit*): 0 success (attach: the stream ended with an

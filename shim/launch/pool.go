@@ -299,7 +299,7 @@ func (p *Pool) Idle() int {
 	return len(p.idle)
 }
 
-// pids returns the pids of the idle warm shims.
+// WarmPIDs returns the pids of the idle warm shims.
 func (p *Pool) WarmPIDs() []int {
 	p.mu.Lock()
 	defer p.mu.Unlock()

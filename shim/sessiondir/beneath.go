@@ -37,13 +37,13 @@ import (
 // component at a time with O_NOFOLLOW: every symlink is refused (ELOOP),
 // inside or not.
 
-// dirOutside is the step text of a working directory whose resolution
+// DirOutside is the step text of a working directory whose resolution
 // would leave its root.
 func DirOutside(dir, root string) string {
 	return fmt.Sprintf("chdir %s: it resolves outside %s (a symlink or .. leads out)", dir, root)
 }
 
-// relBelow returns dir relative to root ("." for root itself) when dir is
+// RelBelow returns dir relative to root ("." for root itself) when dir is
 // root or lies below it, as clean absolute paths; ok is false otherwise.
 func RelBelow(root, dir string) (rel string, ok bool) {
 	if !filepath.IsAbs(root) || !filepath.IsAbs(dir) {
@@ -56,7 +56,7 @@ func RelBelow(root, dir string) (rel string, ok bool) {
 	return rel, true
 }
 
-// openBeneath opens rel (a clean local path, or ".") below the directory
+// OpenBeneath opens rel (a clean local path, or ".") below the directory
 // open at root, as a directory (O_PATH, close-on-exec), without leaving
 // root. EXDEV: it would have left it.
 func OpenBeneath(root int, rel string) (int, error) {
@@ -78,7 +78,7 @@ func OpenBeneath(root int, rel string) (int, error) {
 	return -1, unix.EAGAIN
 }
 
-// openNoFollow is openBeneath without openat2: one component at a time,
+// OpenNoFollow is openBeneath without openat2: one component at a time,
 // refusing every symlink.
 func OpenNoFollow(root int, rel string) (int, error) {
 	fd, err := unix.Openat(root, ".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -110,7 +110,7 @@ func OpenDirBeneath(root, dir string) (*os.File, error) {
 	return OpenDirBeneathAs(root, dir, func(open func() error) error { return open() })
 }
 
-// openDirBeneath is OpenDirBeneath with the resolution below the root
+// OpenDirBeneathAs is OpenDirBeneath with the resolution below the root
 // run by as (the calling thread, or a thread with a user's identity:
 // openDirBeneathAs); the root itself is opened by the caller's identity.
 func OpenDirBeneathAs(root, dir string, as func(open func() error) error) (*os.File, error) {

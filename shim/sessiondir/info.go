@@ -152,7 +152,7 @@ func Prune(root string, age time.Duration, now time.Time) error {
 	return first
 }
 
-// toWireMarks turns a journal Marks answer into wire.Marks.
+// ToWireMarks turns a journal Marks answer into wire.Marks.
 func ToWireMarks(stream string) func([]journal.Mark, int64, time.Duration, error) (wire.Marks, error) {
 	return func(ms []journal.Mark, next int64, interval time.Duration, err error) (wire.Marks, error) {
 		if err != nil {

@@ -297,7 +297,7 @@ type Status struct {
 	Descendants int `json:"descendants,omitempty"`
 }
 
-// started is started.json.
+// Started is started.json.
 type Started struct {
 	ShimPID   int       `json:"shim_pid"`
 	PID       int       `json:"pid"`
@@ -458,7 +458,7 @@ func List(root string) ([]Status, error) {
 // the spec's environment, so both sides agree).
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// credential resolves Spec.User: a name, or uid[:gid].
+// Credential resolves Spec.User: a name, or uid[:gid].
 func Credential(spec string) (*syscall.Credential, error) {
 	name, gidStr, hasGid := strings.Cut(spec, ":")
 	if uid, err := strconv.ParseUint(name, 10, 32); err == nil {
@@ -500,7 +500,7 @@ func Credential(spec string) (*syscall.Credential, error) {
 	return c, nil
 }
 
-// cgroupKind reports whether dir is a cgroup v2 directory (else v1), or
+// CgroupKind reports whether dir is a cgroup v2 directory (else v1), or
 // an ErrInvalid error when it is not a cgroup directory at all.
 func CgroupKind(dir string) (v2 bool, err error) {
 	var st unix.Statfs_t
@@ -516,7 +516,7 @@ func CgroupKind(dir string) (v2 bool, err error) {
 	return false, fmt.Errorf("%w: cgroup %q is not on a cgroup file system", ErrInvalid, dir)
 }
 
-// notOurs refuses a cgroup the shim itself is in: the command's OOM or
+// NotOurs refuses a cgroup the shim itself is in: the command's OOM or
 // pids limit would then reach the shim.
 func NotOurs(dir string) error {
 	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
@@ -532,7 +532,7 @@ func NotOurs(dir string) error {
 	return nil
 }
 
-// needsHelper reports whether spec's command takes the nsexec helper
+// NeedsHelper reports whether spec's command takes the nsexec helper
 // (what the supervisor's exec plan decides, without the command): a step
 // only the helper can do is active. It must agree with the plan
 // (TestSpecNeedsHelperAgrees holds it): a cgroup that is not v2 counts,

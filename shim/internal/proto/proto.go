@@ -84,7 +84,7 @@ const (
 	CodeUnavailable = wire.CodeUnavailable
 )
 
-// codeClosed is the body of an stExited answer to a write after
+// CodeClosed is the body of an stExited answer to a write after
 // CloseStdin; it is not an error code.
 const CodeClosed = "stdin_closed"
 
@@ -103,7 +103,7 @@ type ErrBody struct {
 	Detail string    `json:"detail,omitempty"`
 }
 
-// errProto is returned for bytes on the control socket that break the
+// ErrProto is returned for bytes on the control socket that break the
 // protocol.
 var ErrProto = errors.New("control protocol violation")
 
@@ -112,7 +112,7 @@ func putCtlHeader(h []byte, op byte, n int) {
 	binary.BigEndian.PutUint32(h[4:], uint32(n))
 }
 
-// writeMsg writes one header+body with a single write call.
+// WriteMsg writes one header+body with a single write call.
 func WriteMsg(w io.Writer, buf []byte, op byte, body []byte) ([]byte, error) {
 	if len(body) > maxBody {
 		return buf, fmt.Errorf("write control message: body of %d bytes: %w", len(body), ErrProto)
@@ -124,7 +124,7 @@ func WriteMsg(w io.Writer, buf []byte, op byte, body []byte) ([]byte, error) {
 	return buf, err
 }
 
-// readMsg reads one message; body reuses buf. A clean EOF before the header
+// ReadMsg reads one message; body reuses buf. A clean EOF before the header
 // is io.EOF, a cut inside is io.ErrUnexpectedEOF.
 func ReadMsg(r io.Reader, hdr *[CtlHdrLen]byte, buf []byte) (op byte, body []byte, err error) {
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
@@ -167,7 +167,7 @@ const (
 	PhaseSetup = "setup"
 )
 
-// commandError marks a start failure of the caller's command (see
+// CommandError marks a start failure of the caller's command (see
 // PhaseExec); the shim reports it with that phase.
 type CommandError struct{ Err error }
 
@@ -181,7 +181,7 @@ func (e *CommandError) Unwrap() error { return e.Err }
 var commandErrnos = []syscall.Errno{syscall.ENOENT, syscall.EACCES, syscall.ENOEXEC, syscall.ENOTDIR,
 	syscall.EISDIR, syscall.ELOOP, syscall.ENAMETOOLONG, syscall.E2BIG, syscall.ELIBBAD}
 
-// asCommandError marks err as the command's when it is a fork/exec of the
+// AsCommandError marks err as the command's when it is a fork/exec of the
 // command that failed with one of commandErrnos.
 func AsCommandError(err error) error {
 	var pe *os.PathError
@@ -192,7 +192,7 @@ func AsCommandError(err error) error {
 	return err
 }
 
-// phaseOf is the readiness line's PHASE for a start failure.
+// PhaseOf is the readiness line's PHASE for a start failure.
 func PhaseOf(err error) string {
 	var ce *CommandError
 	if errors.As(err, &ce) {
@@ -201,7 +201,7 @@ func PhaseOf(err error) string {
 	return PhaseSetup
 }
 
-// socketPair makes a connected pair of stream sockets, both close-on-exec:
+// SocketPair makes a connected pair of stream sockets, both close-on-exec:
 // ours, with deadlines and CloseWrite, and the child's end, to pass in
 // ExtraFiles (and close once the child has it).
 func SocketPair(name string) (*net.UnixConn, *os.File, error) {
