@@ -93,8 +93,9 @@ Commands:
       early with "more": true, --after ID continues after that session.
   version
       Print runner-shim's version.
-  serve MODE ARGS...    (MODE: session [--detach] [--ready-fd N] DIR, warm ...)
-      Internal: the shim process itself (what spawn starts).
+  serve MODE ARGS...
+      Internal: the shim process itself (what spawn starts); MODE is a row
+      of the supervisor's table, e.g. session [--detach] [--ready-fd N] DIR.
 
 Exit status (wire.ShimExit*): 0 success (attach: the stream ended with an
 exit or lost frame, or its lease), 1 failure, 2 usage, 3 the command has
