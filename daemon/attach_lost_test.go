@@ -17,8 +17,8 @@ import (
 // TestAttachLostSameOnBothPaths: a session whose shim died without an
 // exit record ends with the same terminal frame, byte for byte, through
 // runnerd's WebSocket attach and through runner-shim's attach
-// (shim.Attach), whichever reads it first: one producer
-// (shim.EmitFrames) decides, and writes the lost record into the journal
+// (sessiondir.Attach), whichever reads it first: one producer
+// (sessiondir.EmitFrames) decides, and writes the lost record into the journal
 // so the second reader finds it. Before, runner-shim said lost with its
 // own detail and wrote nothing, and after runnerd had finished the
 // journal it sent an exit frame with reason lost.
@@ -55,7 +55,7 @@ func TestAttachLostSameOnBothPaths(t *testing.T) {
 					return nil
 				})
 				if err != nil {
-					t.Fatalf("shim.Attach: %v", err)
+					t.Fatalf("sessiondir.Attach: %v", err)
 				}
 				return last
 			}

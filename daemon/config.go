@@ -142,7 +142,7 @@ type Config struct {
 	// with the hidden "shim" subcommand.
 	ShimCommand []string
 	// WarmShims is how many pre-started shims runnerd keeps waiting for a
-	// session (shim.Pool), so that a spawn costs the command's fork/exec
+	// session (launch.Pool), so that a spawn costs the command's fork/exec
 	// instead of two process starts. 0 means DefaultWarmShims; negative
 	// disables the pool (every spawn starts its shim cold). Each idle warm
 	// shim costs about what an idle session's shim does (~1.5 MiB private).
@@ -202,7 +202,7 @@ type Config struct {
 	// SessionRetention/10, at least 1s and at most 1 min. For tests.
 	JanitorInterval time.Duration
 	// JournalRetainBytes caps each stream's journal of the sessions
-	// started from now on (shim.Spec.RetainBytes): whole oldest segments
+	// started from now on (sessiondir.Spec.RetainBytes): whole oldest segments
 	// are dropped while a stream holds more, and a reader behind them is
 	// answered truncated. 0 keeps everything.
 	JournalRetainBytes int64

@@ -125,7 +125,7 @@ func classify(err error) *apiError {
 	switch {
 	case errors.As(err, &ce):
 		// A cursor behind the retained data or beyond the end; the code
-		// is shim.JournalCode's, the one journal mapping attach frames use.
+		// is sessiondir.JournalCode's, the one journal mapping attach frames use.
 		c := sessiondir.JournalCode(err)
 		return &apiError{status: c.Status(), code: c, detail: ce.Error()}
 	case errors.Is(err, journal.ErrUnknownStream):
@@ -200,7 +200,7 @@ func (s *server) routeOf(r *http.Request) string {
 	return "unknown"
 }
 
-// classifyStart maps a failure of shim.Start. Only a failure of the
+// classifyStart maps a failure of launch.Pool.Start. Only a failure of the
 // caller's command itself (the shim reports phase exec: no such
 // executable, not executable, a bad cwd, an unknown run-as user) is the
 // caller's mistake (invalid); a full disk is write_failed; anything else

@@ -6,7 +6,7 @@ package daemon
 // When runnerd runs as root, every sandbox is isolated by default
 // (--isolate all); under --isolate none only a contained one (with a
 // network policy) is. An isolated sandbox runs its commands with
-// shim.Spec.Isolate (no_new_privs, empty ambient and inheritable sets, a
+// sessiondir.Spec.Isolate (no_new_privs, empty ambient and inheritable sets, a
 // bounding set of CAP_NET_RAW alone) as an unprivileged user: the one it names, or else a
 // uid/gid of its own that the registry allocates with its record
 // (registry.Identity) from Config.IdentityFirst..IdentityLast and frees
@@ -176,7 +176,7 @@ func (s *server) ownWorkspace(sb registry.Sandbox) error {
 	return nil
 }
 
-// isolateSpec makes spec run as sb's identity with shim.Spec.Isolate when
+// isolateSpec makes spec run as sb's identity with sessiondir.Spec.Isolate when
 // sb is isolated. A sandbox that is isolated but has no unprivileged user
 // (recorded before identities existed, or before --isolate all) is
 // refused rather than run as root.

@@ -9,7 +9,7 @@ package daemon
 // writes a copy of the host's two files with one entry added, the user
 // "sandbox" with the sandbox's uid and gid, its workspace as home, into
 // the sandbox's private directory, and binds them read-only over the
-// host's in the command's mount namespace (shim.Bind ReadOnly), where the
+// host's in the command's mount namespace (sessiondir.Bind ReadOnly), where the
 // private /tmp is bound already. The host's files are never changed. The
 // copy is made when the private directory is (create, or the first spawn
 // of an older sandbox) and kept: a host user added later is not seen by

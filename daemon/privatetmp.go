@@ -5,7 +5,7 @@ package daemon
 // Each isolated sandbox incarnation gets a directory of its own,
 // STATE/private/ID (ID as netID: name and incarnation), holding tmp,
 // var-tmp and shm (01777). Every command of the sandbox sees them as
-// /tmp, /var/tmp and /dev/shm (shim.Spec.Binds: bind mounts in the
+// /tmp, /var/tmp and /dev/shm (sessiondir.Spec.Binds: bind mounts in the
 // command's own mount namespace), so no sandbox sees another's or the
 // host's files there. STATE/private is 0700: no command reaches another
 // sandbox's through the host's path. They live on the state directory's

@@ -449,7 +449,7 @@ func (s *server) writeStdin(ctx context.Context, ss registry.Session, data []byt
 }
 
 // writeStdinAt writes data as the stdin bytes that follow the first off
-// (shim.Client.WriteStdinAt) and returns the shim's count after it. An
+// (launch.Client.WriteStdinAt) and returns the shim's count after it. An
 // empty body writes nothing and answers the count (off must not be past
 // it). A gap is 409 invalid; a shim that predates offsets (started by an
 // older runnerd) is not_supported.

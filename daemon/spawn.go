@@ -138,7 +138,7 @@ func (s *server) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolic
 }
 
 // cwdFor resolves a spawn's cwd in sandbox sb: the directory, and the
-// root it is confined to (shim.Spec.DirRoot) when it lies in the
+// root it is confined to (sessiondir.Spec.DirRoot) when it lies in the
 // workspace. A cwd in the workspace (relative, or absolute below it) is
 // resolved beneath the workspace, never following a symlink out of it:
 // a sandbox's command can replace any directory of its workspace with a

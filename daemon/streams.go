@@ -258,7 +258,7 @@ func (s *server) serveEnded(w http.ResponseWriter, r *http.Request, ss registry.
 }
 
 // sinceResolver turns the request's since parameter (wire.QuerySince)
-// into a cursor per stream, asking the session's shim (shim.Client.OffsetAt:
+// into a cursor per stream, asking the session's shim (launch.Client.OffsetAt:
 // the live writer's marks while it runs, the journal's index after), so a
 // reattach can skip history by time instead of replaying it all. One shim
 // connection serves every stream of the request; Close releases it.
