@@ -2,6 +2,7 @@ package runner
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -16,6 +17,7 @@ var rules = []struct {
 	stdlibOnly bool
 	allowed    []string // module packages a stdlibOnly package may use, or external modules by full path
 	forbidden  []string // path prefixes that must not appear in Deps
+	notPkgs    []string // packages (exactly these, not their subpackages) that must not appear in Deps
 }{
 	{pkg: "adapter", stdlibOnly: true},
 	{pkg: "adapter/fake", stdlibOnly: true, allowed: []string{"adapter"}},
@@ -85,10 +87,23 @@ var rules = []struct {
 	{pkg: "journal", forbidden: []string{
 		module + "/daemon", module + "/client", module + "/shim", module + "/netpolicy", module + "/adapter",
 	}},
+	// The shim is cut by role (docs/architecture.md): the supervisor
+	// process (shim), the launcher runnerd starts and drives shims with
+	// (shim/launch), and the readers of a session directory
+	// (shim/sessiondir). daemon -> launch -> sessiondir; shim ->
+	// sessiondir; only the binaries import shim (TestSupervisorOnlyInBinaries).
 	{pkg: "shim", forbidden: []string{
 		module + "/daemon", module + "/client", module + "/netpolicy", module + "/adapter",
 		"github.com/google/nftables", "github.com/vishvananda/",
-	}},
+	}, notPkgs: []string{module + "/shim/launch"}},
+	{pkg: "shim/launch", forbidden: []string{
+		module + "/daemon", module + "/client", module + "/netpolicy", module + "/adapter", module + "/cgroup", module + "/seccomp",
+		"github.com/google/nftables", "github.com/vishvananda/",
+	}, notPkgs: []string{module + "/shim"}},
+	{pkg: "shim/sessiondir", forbidden: []string{
+		module + "/daemon", module + "/client", module + "/netpolicy", module + "/adapter", module + "/cgroup", module + "/seccomp",
+		"github.com/google/nftables", "github.com/vishvananda/",
+	}, notPkgs: []string{module + "/shim", module + "/shim/launch"}},
 	{pkg: "netpolicy", forbidden: []string{
 		module + "/daemon", module + "/client", module + "/journal", module + "/shim", module + "/adapter",
 	}},
@@ -105,7 +120,7 @@ var rules = []struct {
 	{pkg: "checkpoint", forbidden: []string{
 		module + "/daemon", module + "/client", module + "/shim", module + "/netpolicy", module + "/adapter", module + "/journal", module + "/cgroup",
 	}},
-	{pkg: "daemon", forbidden: []string{module + "/client", module + "/adapter"}},
+	{pkg: "daemon", forbidden: []string{module + "/client", module + "/adapter"}, notPkgs: []string{module + "/shim"}},
 }
 
 // TestDependencyDirection fails when a package imports across the lines in
@@ -128,6 +143,9 @@ func TestDependencyDirection(t *testing.T) {
 				if strings.HasPrefix(d, f) {
 					t.Errorf("%s must not depend on %s (via %s)", r.pkg, f, d)
 				}
+			}
+			if slices.Contains(r.notPkgs, d) {
+				t.Errorf("%s must not depend on %s", r.pkg, d)
 			}
 		}
 	}

@@ -9,7 +9,7 @@
 //
 //	<root>/<sandbox>            the sandbox's limits; holds no process itself
 //	<root>/<sandbox>/<session>  one leaf per session; the shim places the
-//	                            command here (shim.Spec.Cgroups) before exec
+//	                            command here (sessiondir.Spec.Cgroups) before exec
 //
 // A leaf per session keeps v2's no-internal-processes rule (a cgroup with
 // controllers enabled for its children holds no process) and attributes OOM

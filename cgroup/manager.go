@@ -282,7 +282,7 @@ func (m *Manager) Usage(name string) (Usage, error) {
 
 // SessionDirs creates the session's leaf under an existing sandbox cgroup
 // (ErrNotFound otherwise) and returns its directories, for
-// shim.Spec.Cgroups: one under v2, one per hierarchy under v1 (memory,
+// sessiondir.Spec.Cgroups: one under v2, one per hierarchy under v1 (memory,
 // pids, cpu, cpuacct; a hierarchy mounted with another, such as
 // cpu,cpuacct, appears once). The command's pid written to cgroup.procs
 // of each is the whole placement.

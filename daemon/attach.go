@@ -12,11 +12,11 @@ import (
 
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/journal"
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
-// Attach tuning. The frames come from shim.EmitFrames: memory per attach
+// Attach tuning. The frames come from sessiondir.EmitFrames: memory per attach
 // is one 64 KiB buffer per stream plus one frame being written, so a slow
 // client holds at most that much and its readers simply stop reading the
 // journal until it catches up. chunkSize is the read size of the plain
@@ -196,9 +196,9 @@ func (s *server) handleAttach(w http.ResponseWriter, r *http.Request) {
 		watchdog.Stop()
 		return err
 	}
-	// The frames are shim.EmitFrames's, the producer runner-shim's attach
+	// The frames are sessiondir.EmitFrames's, the producer runner-shim's attach
 	// uses too, so both paths end a session the same way.
-	err = shim.EmitFrames(ctx, shim.FrameSource{
+	err = sessiondir.EmitFrames(ctx, sessiondir.FrameSource{
 		Dir: s.sessionDir(ss), Journal: j, Readers: readers, Heartbeat: heartbeatEvery,
 		OnExit: func(e wire.Exit) { s.recordEnd(ss, e) },
 		Log:    s.log.With("sandbox", ss.Sandbox, "session", ss.ID),
@@ -220,11 +220,11 @@ func (s *server) recordEnd(ss registry.Session, exit wire.Exit) {
 }
 
 // finalExit returns the exit record of a session whose streams have all
-// been read to their end (shim.FinalExit: lost says a reader saw the
+// been read to their end (sessiondir.FinalExit: lost says a reader saw the
 // writer gone without an exit record, and the journal is then finished as
 // lost) and records it in the registry.
 func (s *server) finalExit(ss registry.Session, j *journal.Journal, lost bool) (wire.Exit, error) {
-	exit, err := shim.FinalExit(j, s.sessionDir(ss), lost)
+	exit, err := sessiondir.FinalExit(j, s.sessionDir(ss), lost)
 	if err != nil {
 		return wire.Exit{}, errUnavailable("%v", err)
 	}
@@ -233,9 +233,9 @@ func (s *server) finalExit(ss registry.Session, j *journal.Journal, lost bool) (
 }
 
 // finishLost writes the "lost" exit record into a journal whose writer is
-// gone without one (shim.FinishLost); its failures are unavailable.
+// gone without one (sessiondir.FinishLost); its failures are unavailable.
 func finishLost(sessionDir, detail string) (journal.Exit, error) {
-	e, err := shim.FinishLost(sessionDir, detail)
+	e, err := sessiondir.FinishLost(sessionDir, detail)
 	if err != nil {
 		return journal.Exit{}, errUnavailable("%v", err)
 	}

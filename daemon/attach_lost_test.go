@@ -10,15 +10,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
 // TestAttachLostSameOnBothPaths: a session whose shim died without an
 // exit record ends with the same terminal frame, byte for byte, through
 // runnerd's WebSocket attach and through runner-shim's attach
-// (shim.Attach), whichever reads it first: one producer
-// (shim.EmitFrames) decides, and writes the lost record into the journal
+// (sessiondir.Attach), whichever reads it first: one producer
+// (sessiondir.EmitFrames) decides, and writes the lost record into the journal
 // so the second reader finds it. Before, runner-shim said lost with its
 // own detail and wrote nothing, and after runnerd had finished the
 // journal it sent an exit frame with reason lost.
@@ -50,12 +50,12 @@ func TestAttachLostSameOnBothPaths(t *testing.T) {
 				var last []byte
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
-				err := shim.Attach(ctx, dir, shim.AttachOptions{}, func(b []byte) error {
+				err := sessiondir.Attach(ctx, dir, sessiondir.AttachOptions{}, func(b []byte) error {
 					last = append(last[:0], b...)
 					return nil
 				})
 				if err != nil {
-					t.Fatalf("shim.Attach: %v", err)
+					t.Fatalf("sessiondir.Attach: %v", err)
 				}
 				return last
 			}
@@ -87,8 +87,8 @@ func TestAttachLostSameOnBothPaths(t *testing.T) {
 				t.Errorf("terminal frames differ:\n first  %q\n second %q", first, second)
 			}
 			e, _ := f.Exit()
-			if e.Reason != wire.ExitLost || e.Detail != shim.LostDetail || e.Lengths["stdout"] != int64(len("before\n")) {
-				t.Errorf("lost record %+v, want reason lost, detail %q, stdout length 7", e, shim.LostDetail)
+			if e.Reason != wire.ExitLost || e.Detail != sessiondir.LostDetail || e.Lengths["stdout"] != int64(len("before\n")) {
+				t.Errorf("lost record %+v, want reason lost, detail %q, stdout length 7", e, sessiondir.LostDetail)
 			}
 		})
 	}

@@ -11,7 +11,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -25,23 +26,23 @@ func TestClassifyStart(t *testing.T) {
 		wantStatus int
 		wantCode   wire.Code
 	}{
-		{"missing executable", &shim.StartError{Msg: "start x: no such file", Errno: syscall.ENOENT, ShimPID: 7, Phase: shim.PhaseExec}, 400, wire.CodeInvalid},
-		{"not executable", &shim.StartError{Msg: "start x: permission denied", Errno: syscall.EACCES, ShimPID: 7, Phase: shim.PhaseExec}, 400, wire.CodeInvalid},
-		{"exec format error", &shim.StartError{Msg: "start x: exec format error", Errno: syscall.ENOEXEC, ShimPID: 7, Phase: shim.PhaseExec}, 400, wire.CodeInvalid},
-		{"exec E2BIG", &shim.StartError{Msg: "start x: argument list too long", Errno: syscall.E2BIG, ShimPID: 7, Phase: shim.PhaseExec}, 400, wire.CodeInvalid},
-		{"unknown user", &shim.StartError{Msg: "look up user", ShimPID: 7, Phase: shim.PhaseExec}, 400, wire.CodeInvalid},
-		{"fork EAGAIN", &shim.StartError{Msg: "fork/exec x: resource temporarily unavailable", Errno: syscall.EAGAIN, ShimPID: 7, Phase: shim.PhaseSetup}, 503, wire.CodeUnavailable},
-		{"netns vanished", &shim.StartError{Msg: "open netns: no such file", Errno: syscall.ENOENT, ShimPID: 7, Phase: shim.PhaseSetup}, 503, wire.CodeUnavailable},
-		{"EMFILE", &shim.StartError{Msg: "listen", Errno: syscall.EMFILE, ShimPID: 7, Phase: shim.PhaseSetup}, 503, wire.CodeUnavailable},
-		{"socket EACCES", &shim.StartError{Msg: "listen", Errno: syscall.EACCES, ShimPID: 7, Phase: shim.PhaseSetup}, 503, wire.CodeUnavailable},
-		{"journal ENOSPC", &shim.StartError{Msg: "create journal", Errno: syscall.ENOSPC, ShimPID: 7, Phase: shim.PhaseSetup}, http.StatusInsufficientStorage, wire.CodeWriteFailed},
+		{"missing executable", &launch.StartError{Msg: "start x: no such file", Errno: syscall.ENOENT, ShimPID: 7, Phase: launch.PhaseExec}, 400, wire.CodeInvalid},
+		{"not executable", &launch.StartError{Msg: "start x: permission denied", Errno: syscall.EACCES, ShimPID: 7, Phase: launch.PhaseExec}, 400, wire.CodeInvalid},
+		{"exec format error", &launch.StartError{Msg: "start x: exec format error", Errno: syscall.ENOEXEC, ShimPID: 7, Phase: launch.PhaseExec}, 400, wire.CodeInvalid},
+		{"exec E2BIG", &launch.StartError{Msg: "start x: argument list too long", Errno: syscall.E2BIG, ShimPID: 7, Phase: launch.PhaseExec}, 400, wire.CodeInvalid},
+		{"unknown user", &launch.StartError{Msg: "look up user", ShimPID: 7, Phase: launch.PhaseExec}, 400, wire.CodeInvalid},
+		{"fork EAGAIN", &launch.StartError{Msg: "fork/exec x: resource temporarily unavailable", Errno: syscall.EAGAIN, ShimPID: 7, Phase: launch.PhaseSetup}, 503, wire.CodeUnavailable},
+		{"netns vanished", &launch.StartError{Msg: "open netns: no such file", Errno: syscall.ENOENT, ShimPID: 7, Phase: launch.PhaseSetup}, 503, wire.CodeUnavailable},
+		{"EMFILE", &launch.StartError{Msg: "listen", Errno: syscall.EMFILE, ShimPID: 7, Phase: launch.PhaseSetup}, 503, wire.CodeUnavailable},
+		{"socket EACCES", &launch.StartError{Msg: "listen", Errno: syscall.EACCES, ShimPID: 7, Phase: launch.PhaseSetup}, 503, wire.CodeUnavailable},
+		{"journal ENOSPC", &launch.StartError{Msg: "create journal", Errno: syscall.ENOSPC, ShimPID: 7, Phase: launch.PhaseSetup}, http.StatusInsufficientStorage, wire.CodeWriteFailed},
 		{"spec ENOSPC", fmt.Errorf("start shim: write spec: %w", syscall.ENOSPC), http.StatusInsufficientStorage, wire.CodeWriteFailed},
-		{"shim crashed", &shim.StartError{Msg: "start shim: it exited without reporting"}, 503, wire.CodeUnavailable},
-		{"shim binary missing", &shim.StartError{Msg: "start shim /x: no such file", Phase: shim.PhaseSetup}, 503, wire.CodeUnavailable},
-		{"old shim, no phase", &shim.StartError{Msg: "start x: no such file", Errno: syscall.ENOENT, ShimPID: 7}, 503, wire.CodeUnavailable},
+		{"shim crashed", &launch.StartError{Msg: "start shim: it exited without reporting"}, 503, wire.CodeUnavailable},
+		{"shim binary missing", &launch.StartError{Msg: "start shim /x: no such file", Phase: launch.PhaseSetup}, 503, wire.CodeUnavailable},
+		{"old shim, no phase", &launch.StartError{Msg: "start x: no such file", Errno: syscall.ENOENT, ShimPID: 7}, 503, wire.CodeUnavailable},
 		{"plain ENOENT", fmt.Errorf("start shim: %w", syscall.ENOENT), 503, wire.CodeUnavailable},
 		{"deadline", fmt.Errorf("start shim: wait for ready: %w", context.DeadlineExceeded), 503, wire.CodeUnavailable},
-		{"invalid spec", fmt.Errorf("start shim: %w: bad", shim.ErrInvalid), 400, wire.CodeInvalid},
+		{"invalid spec", fmt.Errorf("start shim: %w: bad", sessiondir.ErrInvalid), 400, wire.CodeInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -66,15 +67,15 @@ func TestClassifyStartExecError(t *testing.T) {
 		err  error
 		want wire.ExecError
 	}{
-		{"ENOENT exec", &shim.StartError{Errno: syscall.ENOENT, ShimPID: 7, Phase: shim.PhaseExec}, wire.ExecErrorNotFound},
-		{"EACCES exec", &shim.StartError{Errno: syscall.EACCES, ShimPID: 7, Phase: shim.PhaseExec}, wire.ExecErrorNotExecutable},
-		{"ENOEXEC exec", &shim.StartError{Errno: syscall.ENOEXEC, ShimPID: 7, Phase: shim.PhaseExec}, wire.ExecErrorNotExecutable},
-		{"EISDIR exec", &shim.StartError{Errno: syscall.EISDIR, ShimPID: 7, Phase: shim.PhaseExec}, wire.ExecErrorNotExecutable},
-		{"E2BIG exec", &shim.StartError{Errno: syscall.E2BIG, ShimPID: 7, Phase: shim.PhaseExec}, ""},
-		{"unknown user", &shim.StartError{ShimPID: 7, Phase: shim.PhaseExec}, ""},
-		{"ENOENT setup", &shim.StartError{Errno: syscall.ENOENT, ShimPID: 7, Phase: shim.PhaseSetup}, ""},
-		{"EACCES setup", &shim.StartError{Errno: syscall.EACCES, ShimPID: 7, Phase: shim.PhaseSetup}, ""},
-		{"ENOENT old shim", &shim.StartError{Errno: syscall.ENOENT, ShimPID: 7}, ""},
+		{"ENOENT exec", &launch.StartError{Errno: syscall.ENOENT, ShimPID: 7, Phase: launch.PhaseExec}, wire.ExecErrorNotFound},
+		{"EACCES exec", &launch.StartError{Errno: syscall.EACCES, ShimPID: 7, Phase: launch.PhaseExec}, wire.ExecErrorNotExecutable},
+		{"ENOEXEC exec", &launch.StartError{Errno: syscall.ENOEXEC, ShimPID: 7, Phase: launch.PhaseExec}, wire.ExecErrorNotExecutable},
+		{"EISDIR exec", &launch.StartError{Errno: syscall.EISDIR, ShimPID: 7, Phase: launch.PhaseExec}, wire.ExecErrorNotExecutable},
+		{"E2BIG exec", &launch.StartError{Errno: syscall.E2BIG, ShimPID: 7, Phase: launch.PhaseExec}, ""},
+		{"unknown user", &launch.StartError{ShimPID: 7, Phase: launch.PhaseExec}, ""},
+		{"ENOENT setup", &launch.StartError{Errno: syscall.ENOENT, ShimPID: 7, Phase: launch.PhaseSetup}, ""},
+		{"EACCES setup", &launch.StartError{Errno: syscall.EACCES, ShimPID: 7, Phase: launch.PhaseSetup}, ""},
+		{"ENOENT old shim", &launch.StartError{Errno: syscall.ENOENT, ShimPID: 7}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

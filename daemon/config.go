@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/launch"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -142,7 +142,7 @@ type Config struct {
 	// with the hidden "shim" subcommand.
 	ShimCommand []string
 	// WarmShims is how many pre-started shims runnerd keeps waiting for a
-	// session (shim.Pool), so that a spawn costs the command's fork/exec
+	// session (launch.Pool), so that a spawn costs the command's fork/exec
 	// instead of two process starts. 0 means DefaultWarmShims; negative
 	// disables the pool (every spawn starts its shim cold). Each idle warm
 	// shim costs about what an idle session's shim does (~1.5 MiB private).
@@ -180,7 +180,7 @@ type Config struct {
 	// DefaultSandboxJournalBytes).
 	SandboxJournalBytes int64
 	// pool holds the warm shims; set by Run, nil when disabled.
-	pool *shim.Pool
+	pool *launch.Pool
 	// netTable is the nftables table of this runnerd's network policy;
 	// set by claimHost (claim.go), "" with network policy off.
 	netTable string
@@ -202,7 +202,7 @@ type Config struct {
 	// SessionRetention/10, at least 1s and at most 1 min. For tests.
 	JanitorInterval time.Duration
 	// JournalRetainBytes caps each stream's journal of the sessions
-	// started from now on (shim.Spec.RetainBytes): whole oldest segments
+	// started from now on (sessiondir.Spec.RetainBytes): whole oldest segments
 	// are dropped while a stream holds more, and a reader behind them is
 	// answered truncated. 0 keeps everything.
 	JournalRetainBytes int64

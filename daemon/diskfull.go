@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/daemon/registry"
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/launch"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -86,9 +86,8 @@ const (
 // for space would leave the caller without an answer for as long as the
 // disk stays full.
 func (s *server) execStuck(ctx context.Context, ss registry.Session, strikes *int) string {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	c, ctx, cancel, err := launch.DialFor(ctx, s.sessionDir(ss), launch.Query)
 	defer cancel()
-	c, err := shim.Dial(ctx, s.sessionDir(ss))
 	if err != nil {
 		return ""
 	}

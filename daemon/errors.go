@@ -17,7 +17,8 @@ import (
 
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/journal"
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -124,20 +125,20 @@ func classify(err error) *apiError {
 	switch {
 	case errors.As(err, &ce):
 		// A cursor behind the retained data or beyond the end; the code
-		// is shim.JournalCode's, the one journal mapping attach frames use.
-		c := shim.JournalCode(err)
+		// is sessiondir.JournalCode's, the one journal mapping attach frames use.
+		c := sessiondir.JournalCode(err)
 		return &apiError{status: c.Status(), code: c, detail: ce.Error()}
 	case errors.Is(err, journal.ErrUnknownStream):
 		return errInvalid("%v", err)
-	case errors.Is(err, shim.ErrExited):
+	case errors.Is(err, sessiondir.ErrExited):
 		return errCommandExited()
-	case errors.Is(err, shim.ErrInvalid):
+	case errors.Is(err, sessiondir.ErrInvalid):
 		return errInvalid("%v", err)
-	case errors.Is(err, shim.ErrWriteFailed) && isNoSpace(err):
+	case errors.Is(err, sessiondir.ErrWriteFailed) && isNoSpace(err):
 		return errNoSpace("session", err) // diskfull.go
-	case errors.Is(err, shim.ErrWriteFailed):
+	case errors.Is(err, sessiondir.ErrWriteFailed):
 		return errWriteFailed("%v", err)
-	case errors.Is(err, shim.ErrFailed):
+	case errors.Is(err, launch.ErrFailed):
 		return errProvider("%v", err)
 	case errors.As(err, &mbe):
 		return errTooLarge(mbe.Limit)
@@ -199,7 +200,7 @@ func (s *server) routeOf(r *http.Request) string {
 	return "unknown"
 }
 
-// classifyStart maps a failure of shim.Start. Only a failure of the
+// classifyStart maps a failure of launch.Pool.Start. Only a failure of the
 // caller's command itself (the shim reports phase exec: no such
 // executable, not executable, a bad cwd, an unknown run-as user) is the
 // caller's mistake (invalid); a full disk is write_failed; anything else
@@ -213,13 +214,13 @@ func (s *server) routeOf(r *http.Request) string {
 // checks the working directory before the start (specFor), so ENOENT in
 // the exec phase is the executable's.
 func classifyStart(err error) error {
-	var se *shim.StartError
+	var se *launch.StartError
 	switch {
-	case errors.As(err, &se) && se.Phase == shim.PhaseExec:
+	case errors.As(err, &se) && se.Phase == launch.PhaseExec:
 		ae := errInvalid("start command: %v", err)
 		ae.execError = execErrorOf(se.Errno)
 		return ae
-	case errors.Is(err, shim.ErrInvalid) && !errors.As(err, &se):
+	case errors.Is(err, sessiondir.ErrInvalid) && !errors.As(err, &se):
 		return errInvalid("start command: %v", err)
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		return errNoSpace("start session", err) // diskfull.go

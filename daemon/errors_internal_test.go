@@ -12,7 +12,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -21,7 +22,7 @@ import (
 // header: magic 0xD6, version 1, status 2 = error, 0, big-endian length).
 func fakeShimSocket(t *testing.T, dir string, code string) {
 	t.Helper()
-	ln, err := net.Listen("unix", filepath.Join(dir, shim.SocketFile))
+	ln, err := net.Listen("unix", filepath.Join(dir, sessiondir.SocketFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func TestShimProviderErrorIsProvider(t *testing.T) {
 	dir := t.TempDir()
 	fakeShimSocket(t, dir, "provider")
 	ctx := context.Background()
-	c, err := shim.Dial(ctx, dir)
+	c, err := launch.Dial(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
 	}

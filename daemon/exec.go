@@ -11,7 +11,8 @@ import (
 
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/journal"
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -46,9 +47,6 @@ func captureStream(ctx context.Context, rd *journal.Reader) capture {
 	}
 }
 
-// execStdinTimeout bounds feeding an exec's stdin and closing it.
-const execStdinTimeout = 30 * time.Second
-
 // execStdin gives an exec's command its stdin and then EOF, so that it
 // never waits for input that will not come. It runs under its own bounded
 // context, not the request's: a client that leaves does not leave the
@@ -60,9 +58,8 @@ const execStdinTimeout = 30 * time.Second
 // terminated and the exec answers unavailable: an exec whose input is
 // unknown has no trustworthy result.
 func (s *server) execStdin(ctx context.Context, ss registry.Session, stdin []byte, created bool) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), execStdinTimeout)
+	c, ctx, cancel, err := launch.DialFor(context.WithoutCancel(ctx), s.sessionDir(ss), launch.Control)
 	defer cancel()
-	c, err := shim.Dial(ctx, s.sessionDir(ss))
 	if err == nil {
 		if created && len(stdin) > 0 {
 			err = c.WriteStdin(ctx, stdin)
@@ -72,7 +69,7 @@ func (s *server) execStdin(ctx context.Context, ss registry.Session, stdin []byt
 		}
 		c.Close()
 	}
-	if err == nil || errors.Is(err, shim.ErrExited) {
+	if err == nil || errors.Is(err, sessiondir.ErrExited) {
 		return nil // a command that exits before reading is not an error here
 	}
 	s.log.Warn("exec stdin not delivered; terminating the command", "sandbox", ss.Sandbox, "session", ss.ID, "err", err)

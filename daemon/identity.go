@@ -6,7 +6,7 @@ package daemon
 // When runnerd runs as root, every sandbox is isolated by default
 // (--isolate all); under --isolate none only a contained one (with a
 // network policy) is. An isolated sandbox runs its commands with
-// shim.Spec.Isolate (no_new_privs, empty ambient and inheritable sets, a
+// sessiondir.Spec.Isolate (no_new_privs, empty ambient and inheritable sets, a
 // bounding set of CAP_NET_RAW alone) as an unprivileged user: the one it names, or else a
 // uid/gid of its own that the registry allocates with its record
 // (registry.Identity) from Config.IdentityFirst..IdentityLast and frees
@@ -35,7 +35,7 @@ import (
 
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/netpolicy"
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -176,11 +176,11 @@ func (s *server) ownWorkspace(sb registry.Sandbox) error {
 	return nil
 }
 
-// isolateSpec makes spec run as sb's identity with shim.Spec.Isolate when
+// isolateSpec makes spec run as sb's identity with sessiondir.Spec.Isolate when
 // sb is isolated. A sandbox that is isolated but has no unprivileged user
 // (recorded before identities existed, or before --isolate all) is
 // refused rather than run as root.
-func (s *server) isolateSpec(sb registry.Sandbox, spec *shim.Spec) error {
+func (s *server) isolateSpec(sb registry.Sandbox, spec *sessiondir.Spec) error {
 	if !s.isolated(sb) {
 		return nil
 	}

@@ -26,7 +26,7 @@ import (
 
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/internal/atomicfile"
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -106,7 +106,7 @@ func (s *server) ensureBudget(sb registry.Sandbox) (string, int64, error) {
 
 // journalCap refuses a spawn in sb once its journals hold the cap, and
 // otherwise gives spec the sandbox's budget. The caller holds sb's lock.
-func (s *server) journalCap(sb registry.Sandbox, spec *shim.Spec) error {
+func (s *server) journalCap(sb registry.Sandbox, spec *sessiondir.Spec) error {
 	max := s.cfg.SandboxJournalBytes
 	if max <= 0 {
 		return nil

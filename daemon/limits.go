@@ -3,7 +3,7 @@ package daemon
 // Resource limits: a cgroup per sandbox (package cgroup), created with the
 // sandbox, removed at suspend and destroy, re-created at resume and adopted
 // at start; one leaf per session, where the shim places the command
-// (shim.Spec.Cgroups). The lifecycle functions call these helpers at one
+// (sessiondir.Spec.Cgroups). The lifecycle functions call these helpers at one
 // line each; the HTTP surface of limits (PUT .../limits, usage on GET) is
 // here too.
 //
@@ -227,7 +227,7 @@ func (s *server) removeSessionCgroup(ctx context.Context, ss registry.Session) {
 }
 
 // sessionCgroups returns the directories session ss of sb's command is
-// placed in (shim.Spec.Cgroups), creating its leaf, and the sandbox's
+// placed in (sessiondir.Spec.Cgroups), creating its leaf, and the sandbox's
 // cgroup when it is missing (a retry repairs a failed create). A sandbox
 // with limits on a runnerd that cannot enforce them is refused: its
 // commands never run unbounded.

@@ -7,10 +7,11 @@ import (
 	"syscall"
 	"testing"
 
+	"time"
+
 	"github.com/agentrunner/runner/daemon"
 	"github.com/agentrunner/runner/netpolicy/netlab"
 	"github.com/agentrunner/runner/wire"
-	"time"
 )
 
 // leftover runs, through exec, a command that leaves `sleep MARKER` behind

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -20,7 +20,7 @@ func TestListSessionsUnreadableSession(t *testing.T) {
 	a.spawn("box", wire.CreateSession{ID: "a-good", Argv: []string{"sleep", "30"}})
 	a.spawn("box", wire.CreateSession{ID: "b-broken", Argv: []string{"sleep", "30"}})
 
-	jdir := filepath.Join(sessionDirOf(t, a.state, "b-broken"), shim.JournalDir)
+	jdir := filepath.Join(sessionDirOf(t, a.state, "b-broken"), sessiondir.JournalDir)
 	if err := os.Rename(jdir, jdir+".away"); err != nil {
 		t.Fatal(err)
 	}

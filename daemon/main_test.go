@@ -20,7 +20,8 @@ import (
 
 	"github.com/agentrunner/runner/daemon"
 	"github.com/agentrunner/runner/netpolicy/netlab"
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -301,10 +302,10 @@ func passableState(t *testing.T, state string) {
 // outlive runnerd by design) leaves no process behind once it ends.
 func endLeftoverSessions(t *testing.T, state string) {
 	t.Cleanup(func() {
-		socks, _ := filepath.Glob(filepath.Join(state, "s", "*", shim.SocketFile))
+		socks, _ := filepath.Glob(filepath.Join(state, "s", "*", sessiondir.SocketFile))
 		for _, sock := range socks {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			if c, err := shim.Dial(ctx, filepath.Dir(sock)); err == nil {
+			if c, err := launch.Dial(ctx, filepath.Dir(sock)); err == nil {
 				c.Terminate(ctx, 100*time.Millisecond)
 				c.Close()
 			}

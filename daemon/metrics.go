@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/common/expfmt"
 
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -169,7 +169,7 @@ func (s *server) sessionStats(ctx context.Context) (sessionStats, error) {
 		}
 		dir := s.sessionDir(ss)
 		if ss.State == wire.SessionRunning {
-			if sh, err := shim.ReadStatus(dir); err == nil && sh.State == "exited" && sh.Exit != nil {
+			if sh, err := sessiondir.ReadStatus(dir); err == nil && sh.State == "exited" && sh.Exit != nil {
 				st.bytes += total(sh.Exit.Lengths)
 				continue
 			} else if err == nil && sh.State == "lost" {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/agentrunner/runner/daemon"
 	"github.com/agentrunner/runner/netpolicy/netlab"
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 	"golang.org/x/sys/unix"
 )
@@ -113,8 +113,8 @@ func TestNetNSCheckAfterExit(t *testing.T) {
 func exitedSession(state, id string) bool {
 	dirs, _ := filepath.Glob(filepath.Join(state, "s", "*"))
 	for _, d := range dirs {
-		if st, err := shim.ReadStatus(d); err == nil && st.ID == id {
-			return st.State == shim.StateExited
+		if st, err := sessiondir.ReadStatus(d); err == nil && st.ID == id {
+			return st.State == sessiondir.StateExited
 		}
 	}
 	return false

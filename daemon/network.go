@@ -18,7 +18,8 @@ import (
 
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/netpolicy"
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 	"golang.org/x/sys/unix"
 )
@@ -413,24 +414,22 @@ func verifyNetNS(ctx context.Context, pid int, path, sessionDir string) error {
 // commandEnded reports whether the shim of the session at dir says its
 // command has exited; false when it cannot say.
 func commandEnded(ctx context.Context, dir string) bool {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	c, ctx, cancel, err := launch.DialFor(context.WithoutCancel(ctx), dir, launch.Check)
 	defer cancel()
-	c, err := shim.Dial(ctx, dir)
 	if err != nil {
-		st, rerr := shim.ReadStatus(dir)
-		return rerr == nil && st.State == shim.StateExited
+		st, rerr := sessiondir.ReadStatus(dir)
+		return rerr == nil && st.State == sessiondir.StateExited
 	}
 	defer c.Close()
 	st, err := c.Status(ctx)
-	return err == nil && st.State == shim.StateExited
+	return err == nil && st.State == sessiondir.StateExited
 }
 
 // killUnverified stops a session whose command could not be shown to run
 // in its sandbox's namespace, and waits for its exit record.
 func (s *server) killUnverified(ctx context.Context, dir string) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	c, ctx, cancel, err := launch.DialFor(context.WithoutCancel(ctx), dir, launch.Kill)
 	defer cancel()
-	c, err := shim.Dial(ctx, dir)
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/agentrunner/runner/daemon"
 	"github.com/agentrunner/runner/daemon/registry"
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -20,12 +20,12 @@ import (
 // session id.
 func sessionDirOf(t *testing.T, state, id string) string {
 	t.Helper()
-	specs, err := filepath.Glob(filepath.Join(state, "s", "*", shim.SpecFile))
+	specs, err := filepath.Glob(filepath.Join(state, "s", "*", sessiondir.SpecFile))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range specs {
-		var spec shim.Spec
+		var spec sessiondir.Spec
 		if b, err := os.ReadFile(p); err == nil && json.Unmarshal(b, &spec) == nil && spec.ID == id {
 			return filepath.Dir(p)
 		}
@@ -43,7 +43,7 @@ func orphanDir(t *testing.T, state string, pid int, mtime time.Time) string {
 		t.Fatal(err)
 	}
 	if pid != 0 {
-		if err := os.WriteFile(filepath.Join(dir, shim.PIDFile), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, sessiondir.PIDFile), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -77,7 +77,7 @@ func TestOrphanSessionDirsRemovedAtStart(t *testing.T) {
 		var sd struct {
 			ShimPID int `json:"shim_pid"`
 		}
-		if b, err := os.ReadFile(filepath.Join(dir, shim.StartedFile)); err != nil || json.Unmarshal(b, &sd) != nil || sd.ShimPID == 0 {
+		if b, err := os.ReadFile(filepath.Join(dir, sessiondir.StartedFile)); err != nil || json.Unmarshal(b, &sd) != nil || sd.ShimPID == 0 {
 			t.Fatalf("%s: read shim pid: %v %+v", dir, err, sd)
 		}
 		if err := processGone(sd.ShimPID, 10*time.Second); err != nil {

@@ -9,7 +9,7 @@ package daemon
 // writes a copy of the host's two files with one entry added, the user
 // "sandbox" with the sandbox's uid and gid, its workspace as home, into
 // the sandbox's private directory, and binds them read-only over the
-// host's in the command's mount namespace (shim.Bind ReadOnly), where the
+// host's in the command's mount namespace (sessiondir.Bind ReadOnly), where the
 // private /tmp is bound already. The host's files are never changed. The
 // copy is made when the private directory is (create, or the first spawn
 // of an older sandbox) and kept: a host user added later is not seen by
@@ -25,7 +25,7 @@ import (
 
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/internal/atomicfile"
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/sessiondir"
 )
 
 // sandboxUser is the name of an isolated sandbox's own user and group.
@@ -33,7 +33,7 @@ const sandboxUser = "sandbox"
 
 // userFiles are the files of the user database a sandbox gets a copy of:
 // the name in its private directory and the host's path.
-var userFiles = []shim.Bind{{Source: "passwd", Target: "/etc/passwd", ReadOnly: true}, {Source: "group", Target: "/etc/group", ReadOnly: true}}
+var userFiles = []sessiondir.Bind{{Source: "passwd", Target: "/etc/passwd", ReadOnly: true}, {Source: "group", Target: "/etc/group", ReadOnly: true}}
 
 // withSandboxUser returns the host's passwd (group when group is true)
 // content with any entry of the name sandboxUser or of the id removed and
@@ -101,17 +101,17 @@ func writeUserFiles(sb registry.Sandbox, dir string) error {
 // over the host's files: none for a sandbox without an identity of its
 // own, or for a file the copy lacks (writeUserFiles makes a copy only of
 // a file the host has).
-func userBinds(sb registry.Sandbox, dir string) []shim.Bind {
+func userBinds(sb registry.Sandbox, dir string) []sessiondir.Bind {
 	if sb.Identity == nil {
 		return nil
 	}
-	var binds []shim.Bind
+	var binds []sessiondir.Bind
 	for _, f := range userFiles {
 		src := filepath.Join(dir, f.Source)
 		if _, err := os.Lstat(src); err != nil {
 			continue
 		}
-		binds = append(binds, shim.Bind{Source: src, Target: f.Target, ReadOnly: true})
+		binds = append(binds, sessiondir.Bind{Source: src, Target: f.Target, ReadOnly: true})
 	}
 	return binds
 }

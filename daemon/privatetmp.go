@@ -5,7 +5,7 @@ package daemon
 // Each isolated sandbox incarnation gets a directory of its own,
 // STATE/private/ID (ID as netID: name and incarnation), holding tmp,
 // var-tmp and shm (01777). Every command of the sandbox sees them as
-// /tmp, /var/tmp and /dev/shm (shim.Spec.Binds: bind mounts in the
+// /tmp, /var/tmp and /dev/shm (sessiondir.Spec.Binds: bind mounts in the
 // command's own mount namespace), so no sandbox sees another's or the
 // host's files there. STATE/private is 0700: no command reaches another
 // sandbox's through the host's path. They live on the state directory's
@@ -27,17 +27,17 @@ import (
 	"strings"
 
 	"github.com/agentrunner/runner/daemon/registry"
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"golang.org/x/sys/unix"
 )
 
 // privateTmps are the sandbox's private directories: the subdirectory of
 // its private directory, and the path its commands see it at.
-var privateTmps = []shim.Bind{{Source: "tmp", Target: "/tmp"}, {Source: "var-tmp", Target: "/var/tmp"}, {Source: "shm", Target: "/dev/shm"}}
+var privateTmps = []sessiondir.Bind{{Source: "tmp", Target: "/tmp"}, {Source: "var-tmp", Target: "/var/tmp"}, {Source: "shm", Target: "/dev/shm"}}
 
 // privateTargets returns privateTmps without those holding state (a
 // test's, or an operator's state under /tmp), and those it left out.
-func privateTargets(state string) (kept []shim.Bind, shared []string) {
+func privateTargets(state string) (kept []sessiondir.Bind, shared []string) {
 	for _, b := range privateTmps {
 		if state == b.Target || strings.HasPrefix(state, b.Target+"/") {
 			shared = append(shared, b.Target)
@@ -121,7 +121,7 @@ func (s *server) removePrivateTmp(sb registry.Sandbox) error {
 // privateBinds returns the binds of an isolated sandbox's command: its
 // private directories over their targets, and its copies of the user
 // database (passwdfiles.go); none for a sandbox that is not isolated.
-func (s *server) privateBinds(sb registry.Sandbox) ([]shim.Bind, error) {
+func (s *server) privateBinds(sb registry.Sandbox) ([]sessiondir.Bind, error) {
 	if !s.isolated(sb) || !s.ids.enabled {
 		return nil, nil
 	}
@@ -130,9 +130,9 @@ func (s *server) privateBinds(sb registry.Sandbox) ([]shim.Bind, error) {
 		return nil, err
 	}
 	kept, _ := privateTargets(s.cfg.StateDir)
-	binds := make([]shim.Bind, len(kept))
+	binds := make([]sessiondir.Bind, len(kept))
 	for i, b := range kept {
-		binds[i] = shim.Bind{Source: filepath.Join(dir, b.Source), Target: b.Target}
+		binds[i] = sessiondir.Bind{Source: filepath.Join(dir, b.Source), Target: b.Target}
 	}
 	return append(binds, userBinds(sb, dir)...), nil
 }

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/daemon/registry"
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -38,14 +38,14 @@ func (s *server) reconcile(ctx context.Context) error {
 		if ss.State != wire.SessionRunning {
 			continue
 		}
-		if _, err := shim.ReadStatus(s.sessionDir(ss)); errors.Is(err, shim.ErrNoSession) || errors.Is(err, fs.ErrNotExist) {
+		if _, err := sessiondir.ReadStatus(s.sessionDir(ss)); errors.Is(err, sessiondir.ErrNoSession) || errors.Is(err, fs.ErrNotExist) {
 			// A running record is written only after the shim's files
 			// exist; files that are gone at start were lost to a power
 			// loss (none is fsynced before the ack; see journal's fsync
 			// policy), and the session with them.
 			e, ferr := finishLost(s.sessionDir(ss), "the session's files were lost (power loss?)")
 			if ferr == nil {
-				s.recordExit(ss, shim.WireExit(e))
+				s.recordExit(ss, sessiondir.WireExit(e))
 				s.log.Warn("session lost with its files", "sandbox", ss.Sandbox, "session", ss.ID)
 				continue
 			}

@@ -21,7 +21,7 @@ func sessionDirs(t *testing.T, a *api) []string {
 	}
 	var out []string
 	for _, e := range ents {
-		// Not a session: a warm shim's staging directory (shim.Pool).
+		// Not a session: a warm shim's staging directory (launch.Pool).
 		if !strings.HasPrefix(e.Name(), ".warm-") {
 			out = append(out, e.Name())
 		}

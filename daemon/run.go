@@ -18,7 +18,7 @@ import (
 
 	"github.com/agentrunner/runner/daemon/preview"
 	"github.com/agentrunner/runner/daemon/registry"
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/launch"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -93,14 +93,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := reg.SetReserve(filepath.Join(cfg.StateDir, reserveFile), cfg.DiskReserve); err != nil {
 		return err
 	}
-	if cfg.WarmShims > 0 {
-		// Closed after the listeners and in-flight requests are done (the
-		// defers run in reverse): idle warm shims exit, taken ones are
-		// sessions and keep running.
-		cfg.pool = shim.NewPool(cfg.ShimCommand, shim.PoolOptions{Size: cfg.WarmShims,
-			Root: filepath.Join(cfg.StateDir, "s"), RetainBytes: cfg.JournalRetainBytes})
-		defer cfg.pool.Close()
-	}
+	// The one way shims start (warm when one is idle, else cold; with
+	// --warm-shims 0 always cold). Closed after the listeners and
+	// in-flight requests are done (the defers run in reverse): idle warm
+	// shims exit, taken ones are sessions and keep running.
+	cfg.pool = launch.NewPool(cfg.ShimCommand, launch.PoolOptions{Size: cfg.WarmShims,
+		Root: filepath.Join(cfg.StateDir, "s"), RetainBytes: cfg.JournalRetainBytes})
+	defer cfg.pool.Close()
 
 	// Before anything touches identities or cgroups: another runnerd on
 	// the host must not hold the same ones (claim.go).

@@ -20,7 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrunner/runner/internal/testcap"
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -137,7 +137,7 @@ func TestListSessionsStoppedShims(t *testing.T) {
 	for i := range 5 {
 		id := fmt.Sprintf("s%d", i)
 		a.spawn("box", wire.CreateSession{ID: id, Argv: []string{"sh", "-c", "printf abc; exec sleep 600"}})
-		b, err := os.ReadFile(filepath.Join(sessionDirOf(t, a.state, id), shim.PIDFile))
+		b, err := os.ReadFile(filepath.Join(sessionDirOf(t, a.state, id), sessiondir.PIDFile))
 		if err != nil {
 			t.Fatal(err)
 		}

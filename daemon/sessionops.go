@@ -25,7 +25,8 @@ import (
 
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/journal"
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -75,9 +76,9 @@ func (s *server) wireSession(ctx context.Context, ss registry.Session) wire.Sess
 		out.Lengths = lengths
 	}
 	if ss.State == wire.SessionRunning {
-		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		c, sctx, cancel, err := launch.DialFor(ctx, dir, launch.Query)
 		defer cancel()
-		if c, err := shim.Dial(sctx, dir); err == nil {
+		if err == nil {
 			if st, err := c.Status(sctx); err == nil {
 				out.WriteError = st.WriteError
 			}
@@ -329,7 +330,7 @@ func (s *server) listExit(rec registry.Session, jdir string, out *wire.Session) 
 	if err != nil || !ok {
 		return err
 	}
-	exit := shim.WireExit(e)
+	exit := sessiondir.WireExit(e)
 	out.State, out.Exit, out.Lengths = endedState(exit), &exit, exit.Lengths
 	if !s.commitPending(rec) {
 		s.recordExitLater(rec, exit)
@@ -439,7 +440,7 @@ func (s *server) stdinSession(ctx context.Context, name, id string) (registry.Se
 // writeStdin writes data to the command's stdin; nothing is written for
 // no data, but an ended session still answers command_exited.
 func (s *server) writeStdin(ctx context.Context, ss registry.Session, data []byte) error {
-	return s.controlShim(ctx, ss, func(ctx context.Context, c *shim.Client) error {
+	return s.controlShim(ctx, ss, func(ctx context.Context, c *launch.Client) error {
 		if len(data) == 0 {
 			return nil
 		}
@@ -448,21 +449,21 @@ func (s *server) writeStdin(ctx context.Context, ss registry.Session, data []byt
 }
 
 // writeStdinAt writes data as the stdin bytes that follow the first off
-// (shim.Client.WriteStdinAt) and returns the shim's count after it. An
+// (launch.Client.WriteStdinAt) and returns the shim's count after it. An
 // empty body writes nothing and answers the count (off must not be past
 // it). A gap is 409 invalid; a shim that predates offsets (started by an
 // older runnerd) is not_supported.
 func (s *server) writeStdinAt(ctx context.Context, ss registry.Session, off int64, data []byte) (int64, error) {
 	var count int64
-	err := s.controlShim(ctx, ss, func(ctx context.Context, c *shim.Client) error {
+	err := s.controlShim(ctx, ss, func(ctx context.Context, c *launch.Client) error {
 		var err error
 		count, err = c.WriteStdinAt(ctx, off, data)
 		return err
 	})
 	switch {
-	case errors.Is(err, shim.ErrStdinGap):
+	case errors.Is(err, sessiondir.ErrStdinGap):
 		return 0, errConflict("%v", err)
-	case errors.Is(err, shim.ErrNoStdinOffsets):
+	case errors.Is(err, sessiondir.ErrNoStdinOffsets):
 		return 0, errNotSupported("%s: this session's supervisor predates stdin offsets; write without one", wire.HeaderStdinOffset)
 	}
 	return count, err
@@ -470,7 +471,7 @@ func (s *server) writeStdinAt(ctx context.Context, ss registry.Session, off int6
 
 // closeStdin closes the command's stdin (a real EOF, once).
 func (s *server) closeStdin(ctx context.Context, ss registry.Session) error {
-	return s.controlShim(ctx, ss, func(ctx context.Context, c *shim.Client) error { return c.CloseStdin(ctx) })
+	return s.controlShim(ctx, ss, func(ctx context.Context, c *launch.Client) error { return c.CloseStdin(ctx) })
 }
 
 // resize sets the terminal size of a tty session; invalid for a session
@@ -479,18 +480,18 @@ func (s *server) resize(ctx context.Context, ss registry.Session, rows, cols uin
 	if !ss.Request.TTY {
 		return errInvalid("resize applies to tty sessions only")
 	}
-	return s.controlShim(ctx, ss, func(ctx context.Context, c *shim.Client) error { return c.Resize(ctx, rows, cols) })
+	return s.controlShim(ctx, ss, func(ctx context.Context, c *launch.Client) error { return c.Resize(ctx, rows, cols) })
 }
 
 // signal sends sig to the session's command.
 func (s *server) signal(ctx context.Context, ss registry.Session, sig unix.Signal) error {
-	return s.controlShim(ctx, ss, func(ctx context.Context, c *shim.Client) error { return c.Signal(ctx, sig) })
+	return s.controlShim(ctx, ss, func(ctx context.Context, c *launch.Client) error { return c.Signal(ctx, sig) })
 }
 
 // controlShim runs fn against the shim of ss, which the caller looked up
 // (one registry read per request). A session that ended (or whose shim
 // answers that it did) is command_exited.
-func (s *server) controlShim(ctx context.Context, ss registry.Session, fn func(ctx context.Context, c *shim.Client) error) error {
+func (s *server) controlShim(ctx context.Context, ss registry.Session, fn func(ctx context.Context, c *launch.Client) error) error {
 	ss, err := s.refresh(ss)
 	if err != nil {
 		return err
@@ -498,17 +499,16 @@ func (s *server) controlShim(ctx context.Context, ss registry.Session, fn func(c
 	if ss.State != wire.SessionRunning && ss.State != stateStarting {
 		return errCommandExited()
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	c, ctx, cancel, err := launch.DialFor(ctx, s.sessionDir(ss), launch.Control)
 	defer cancel()
-	c, err := shim.Dial(ctx, s.sessionDir(ss))
 	if err == nil {
 		err = fn(ctx, c)
 		c.Close()
 	}
-	if err != nil && !errors.Is(err, shim.ErrExited) {
+	if err != nil && !errors.Is(err, sessiondir.ErrExited) {
 		// The shim may have gone between the status and the call.
 		if again, rerr := s.refresh(ss); rerr == nil && again.State != wire.SessionRunning {
-			err = shim.ErrExited
+			err = sessiondir.ErrExited
 		}
 	}
 	return err

@@ -58,7 +58,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrunner/runner/daemon/registry"
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -253,11 +253,11 @@ func (s *server) bookCounts(name string) (live, ended int) {
 // removed when it exits) is gone. Anything else, a shim not started yet
 // included, is not a proof.
 func shimExited(dir string) bool {
-	b, err := os.ReadFile(filepath.Join(dir, shim.PIDFile))
+	b, err := os.ReadFile(filepath.Join(dir, sessiondir.PIDFile))
 	if err != nil {
 		return false
 	}
-	if _, err := os.Lstat(filepath.Join(dir, shim.SocketFile)); errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(filepath.Join(dir, sessiondir.SocketFile)); errors.Is(err, os.ErrNotExist) {
 		return true
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
@@ -328,7 +328,7 @@ func (s *server) awaitEnding(ctx context.Context, name string) bool {
 		// Only a command that ended a moment ago: a shim that outlives
 		// its command by more (processes it started still run) is not
 		// about to go, and waiting for it would hold the lock for nothing.
-		if st, err := shim.ReadStatus(dir); err == nil && st.State == shim.StateExited &&
+		if st, err := sessiondir.ReadStatus(dir); err == nil && st.State == sessiondir.StateExited &&
 			st.Exit != nil && time.Since(st.Exit.Time) < 2*endingGrace {
 			ending = append(ending, dir)
 		}

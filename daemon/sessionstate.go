@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrunner/runner/daemon/registry"
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -64,7 +64,7 @@ func (s *server) refresh(ss registry.Session) (registry.Session, error) {
 		return ss, nil
 	}
 	dir := s.sessionDir(ss)
-	st, err := shim.ReadStatus(dir)
+	st, err := sessiondir.ReadStatus(dir)
 	if err != nil {
 		return ss, errUnavailable("read session status: %v", err)
 	}
@@ -74,13 +74,13 @@ func (s *server) refresh(ss registry.Session) (registry.Session, error) {
 		if st.Exit == nil {
 			return ss, nil
 		}
-		exit = shim.WireExit(*st.Exit)
+		exit = sessiondir.WireExit(*st.Exit)
 	case "lost":
 		e, err := finishLost(dir, "session supervisor died without an exit record")
 		if err != nil {
 			return ss, err
 		}
-		exit = shim.WireExit(e)
+		exit = sessiondir.WireExit(e)
 	default:
 		return ss, nil
 	}
@@ -93,7 +93,7 @@ func (s *server) refresh(ss registry.Session) (registry.Session, error) {
 // without having started the command; still starting otherwise.
 func (s *server) resolveStarting(ss registry.Session) (registry.Session, error) {
 	dir := s.sessionDir(ss)
-	st, err := shim.ReadStatus(dir)
+	st, err := sessiondir.ReadStatus(dir)
 	if err == nil {
 		out, err := s.reg.UpdateSession(ss.Sandbox, ss.ID, func(rec *registry.Session) error {
 			if rec.State == stateStarting {
@@ -119,7 +119,7 @@ func (s *server) resolveStarting(ss registry.Session) (registry.Session, error) 
 		// its files say this instant.
 		return ss, nil
 	}
-	if !errors.Is(err, shim.ErrNoSession) {
+	if !errors.Is(err, sessiondir.ErrNoSession) {
 		return ss, errUnavailable("read session status: %v", err)
 	}
 	// Either it never started, or it started and its files went with a
@@ -130,7 +130,7 @@ func (s *server) resolveStarting(ss registry.Session) (registry.Session, error) 
 	if err != nil {
 		return ss, err
 	}
-	return s.recordExit(ss, shim.WireExit(e))
+	return s.recordExit(ss, sessiondir.WireExit(e))
 }
 
 // shimMayLive reports whether a shim of the session directory dir, which
@@ -143,14 +143,14 @@ func shimMayLive(dir string, since time.Time) bool {
 	if time.Since(since) < shimStartTimeout+5*time.Second {
 		return true
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, shim.PIDFile)); err == nil {
+	if b, err := os.ReadFile(filepath.Join(dir, sessiondir.PIDFile)); err == nil {
 		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
 			if err := unix.Kill(pid, 0); err == nil || errors.Is(err, unix.EPERM) {
 				return true
 			}
 		}
 	}
-	logPath := filepath.Join(dir, shim.LogFile)
+	logPath := filepath.Join(dir, sessiondir.LogFile)
 	procs, err := os.ReadDir("/proc")
 	if err != nil {
 		return true

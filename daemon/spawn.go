@@ -15,7 +15,8 @@ import (
 
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/netpolicy"
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 	"golang.org/x/sys/unix"
 )
@@ -84,13 +85,13 @@ type spawnOptions struct {
 // specFor is what the shim of session ss in sandbox sb runs; nsb is the
 // sandbox's network namespace, if contained. A cwd that is not a directory
 // is the caller's error.
-func (s *server) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolicy.Sandbox, opts spawnOptions) (shim.Spec, error) {
+func (s *server) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolicy.Sandbox, opts spawnOptions) (sessiondir.Spec, error) {
 	req := ss.Request
 	cwd, cwdRoot, err := s.cwdFor(sb, req.Cwd)
 	if err != nil {
-		return shim.Spec{}, err
+		return sessiondir.Spec{}, err
 	}
-	env := envWith(slices.Clone(req.Env), "PATH", shim.DefaultPath)
+	env := envWith(slices.Clone(req.Env), "PATH", sessiondir.DefaultPath)
 	env = envWith(env, "HOME", sb.Workspace)
 	if lang := defaultLang(); lang != "" { // locale.go
 		env = envWith(env, "LANG", lang)
@@ -98,7 +99,7 @@ func (s *server) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolic
 	if req.TTY {
 		env = envWith(env, "TERM", "xterm-256color")
 	}
-	spec := shim.Spec{
+	spec := sessiondir.Spec{
 		ID:      ss.ID,
 		Sandbox: sb.Name,
 		Argv:    req.Argv,
@@ -119,25 +120,25 @@ func (s *server) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolic
 		spec.NetNS, spec.ResolvConf = nsb.NetNSPath, nsb.ResolvConfPath
 	}
 	if err := s.isolateSpec(sb, &spec); err != nil { // identity.go
-		return shim.Spec{}, err
+		return sessiondir.Spec{}, err
 	}
 	if spec.Binds, err = s.privateBinds(sb); err != nil { // privatetmp.go
-		return shim.Spec{}, err
+		return sessiondir.Spec{}, err
 	}
 	if s.ids.enabled && s.isolated(sb) {
 		spec.Hostname = sb.Name // its own UTS namespace: the host's name is not its business
 	}
 	if spec.Cgroups, err = s.sessionCgroups(sb, ss); err != nil { // limits.go
-		return shim.Spec{}, err
+		return sessiondir.Spec{}, err
 	}
 	if err := s.journalCap(sb, &spec); err != nil { // journalcap.go
-		return shim.Spec{}, err
+		return sessiondir.Spec{}, err
 	}
 	return spec, nil
 }
 
 // cwdFor resolves a spawn's cwd in sandbox sb: the directory, and the
-// root it is confined to (shim.Spec.DirRoot) when it lies in the
+// root it is confined to (sessiondir.Spec.DirRoot) when it lies in the
 // workspace. A cwd in the workspace (relative, or absolute below it) is
 // resolved beneath the workspace, never following a symlink out of it:
 // a sandbox's command can replace any directory of its workspace with a
@@ -165,7 +166,7 @@ func (s *server) cwdFor(sb registry.Sandbox, reqCwd string) (cwd, root string, e
 		}
 		return cwd, "", nil
 	}
-	d, err := shim.OpenDirBeneath(sb.Workspace, cwd)
+	d, err := sessiondir.OpenDirBeneath(sb.Workspace, cwd)
 	if errors.Is(err, unix.EXDEV) {
 		return "", "", errInvalid("cwd %q resolves outside the sandbox's workspace (a symlink or .. in it leads out)", reqCwd)
 	}
@@ -266,7 +267,7 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 	// the spawn waits for the longer of the two, not both. Anything this
 	// cannot settle from the sandbox as read (a cwd to report, a network
 	// namespace to set up) takes the path below, in order.
-	var pre *shim.Prepared
+	var pre *launch.Prepared
 	var preNet *netpolicy.Sandbox
 	if s.cfg.pool != nil && live.State != wire.SandboxSuspended {
 		if nsb, ok := s.netReady(live); ok {
@@ -330,7 +331,7 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shimStartTimeout)
 	defer cancel()
 	var (
-		st  shim.Status
+		st  sessiondir.Status
 		nsb *netpolicy.Sandbox
 	)
 	if pre != nil {
@@ -340,7 +341,7 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 		if nsb, err = s.netFor(sctx, sb); err != nil {
 			return fail(err)
 		}
-		var spec shim.Spec
+		var spec sessiondir.Spec
 		if spec, err = s.specFor(sb, ss, nsb, opts); err != nil {
 			return fail(err)
 		}
@@ -402,7 +403,7 @@ var shimStartTimeout = 30 * time.Second
 // knows). A reported StartError is definite (the shim removed what it
 // created and exits), as is a failure before any shim was launched.
 func startMayRun(err error) bool {
-	var se *shim.StartError
+	var se *launch.StartError
 	if errors.As(err, &se) {
 		return se.ShimPID == 0 && se.Phase == ""
 	}
@@ -411,9 +412,6 @@ func startMayRun(err error) bool {
 
 // startShim starts the session's shim through a warm one when the pool
 // has one idle, cold otherwise: the same readiness, errors and detachment.
-func (s *server) startShim(ctx context.Context, dir string, spec shim.Spec) (shim.Status, error) {
-	if s.cfg.pool != nil {
-		return s.cfg.pool.Start(ctx, dir, spec)
-	}
-	return shim.Start(ctx, s.cfg.ShimCommand, dir, spec)
+func (s *server) startShim(ctx context.Context, dir string, spec sessiondir.Spec) (sessiondir.Status, error) {
+	return s.cfg.pool.Start(ctx, dir, spec)
 }

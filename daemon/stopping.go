@@ -15,7 +15,8 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/daemon/registry"
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -53,15 +54,14 @@ func (s *server) endSession(ctx context.Context, ss registry.Session, grace time
 		}
 		return ss, errUncertain("%v", cause)
 	}
-	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace+5*time.Second)
+	c, tctx, cancel, err := launch.DialFor(context.WithoutCancel(ctx), s.sessionDir(ss), launch.Stop(grace))
 	defer cancel()
-	c, err := shim.Dial(tctx, s.sessionDir(ss))
 	if err != nil {
 		return uncertain(err)
 	}
 	defer c.Close()
 	e, err := c.Terminate(tctx, grace)
-	if errors.Is(err, shim.ErrWriteFailed) {
+	if errors.Is(err, sessiondir.ErrWriteFailed) {
 		// The command has ended but its exit record cannot be written
 		// (disk full): say so now rather than wait out the deadline. The
 		// shim publishes the record once there is space.
@@ -70,7 +70,7 @@ func (s *server) endSession(ctx context.Context, ss registry.Session, grace time
 	if err != nil {
 		return uncertain(err)
 	}
-	ss, err = record(ss, shim.WireExit(e))
+	ss, err = record(ss, sessiondir.WireExit(e))
 	if err == nil {
 		if lerr := s.stopLingering(ctx, ss, grace); lerr != nil {
 			return uncertain(lerr)
@@ -164,14 +164,13 @@ func (s *server) stopLingering(ctx context.Context, ss registry.Session, grace t
 	if err != nil || n == 0 {
 		return err
 	}
-	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace+10*time.Second)
+	c, tctx, cancel, err := launch.DialFor(context.WithoutCancel(ctx), dir, launch.StopTree(grace))
 	defer cancel()
-	c, err := shim.Dial(tctx, dir)
 	if err != nil {
 		return fmt.Errorf("session %s: %w", ss.ID, err)
 	}
 	defer c.Close()
-	if _, err := c.Terminate(tctx, grace); err != nil && !errors.Is(err, shim.ErrLost) {
+	if _, err := c.Terminate(tctx, grace); err != nil && !errors.Is(err, sessiondir.ErrLost) {
 		return fmt.Errorf("session %s: stop lingering processes: %w", ss.ID, err)
 	}
 	if n, err = lingering(tctx, dir); err == nil && n != 0 {
@@ -184,13 +183,12 @@ func (s *server) stopLingering(ctx context.Context, ss registry.Session, grace t
 // besides its command, as its shim counts them; 0 when the shim is gone
 // (a shim exits only once none is left).
 func lingering(ctx context.Context, dir string) (int, error) {
-	if _, err := os.Stat(filepath.Join(dir, shim.SocketFile)); errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(dir, sessiondir.SocketFile)); errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	c, ctx, cancel, err := launch.DialFor(ctx, dir, launch.Check)
 	defer cancel()
-	c, err := shim.Dial(ctx, dir)
-	if errors.Is(err, shim.ErrNoSession) {
+	if errors.Is(err, sessiondir.ErrNoSession) {
 		return 0, nil
 	}
 	if err != nil {

@@ -13,7 +13,8 @@ import (
 
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/journal"
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -84,7 +85,7 @@ func (s *server) handleStream(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Trailer", wire.HeaderStreamEnd+", "+wire.HeaderExit+", "+wire.HeaderError)
 	if ended {
-		if b, err := json.Marshal(shim.WireExit(e)); err == nil {
+		if b, err := json.Marshal(sessiondir.WireExit(e)); err == nil {
 			h.Set(wire.HeaderExit, string(b))
 		}
 	}
@@ -136,7 +137,7 @@ func (s *server) handleStream(w http.ResponseWriter, r *http.Request) {
 		case err != nil:
 			code = classify(err).code
 		case rd.Offset() >= e.Lengths[stream]:
-			x := shim.WireExit(e)
+			x := sessiondir.WireExit(e)
 			exit = &x
 			if ss.State == wire.SessionRunning {
 				s.recordExitLater(ss, x) // as serveEnded and finalExit: not before the trailers
@@ -207,7 +208,7 @@ func (s *server) serveEnded(w http.ResponseWriter, r *http.Request, ss registry.
 		s.writeError(w, r, errUnavailable("the journal of session %s is missing bytes of its ended stream %s: %v", ss.ID, stream, err))
 		return true
 	}
-	x := shim.WireExit(e)
+	x := sessiondir.WireExit(e)
 	exit, err := json.Marshal(x)
 	if err != nil {
 		return false
@@ -257,7 +258,7 @@ func (s *server) serveEnded(w http.ResponseWriter, r *http.Request, ss registry.
 }
 
 // sinceResolver turns the request's since parameter (wire.QuerySince)
-// into a cursor per stream, asking the session's shim (shim.Client.OffsetAt:
+// into a cursor per stream, asking the session's shim (launch.Client.OffsetAt:
 // the live writer's marks while it runs, the journal's index after), so a
 // reattach can skip history by time instead of replaying it all. One shim
 // connection serves every stream of the request; Close releases it.
@@ -266,7 +267,7 @@ type sinceResolver struct {
 	ss    registry.Session
 	since time.Time
 	set   bool
-	c     *shim.Client
+	c     *launch.Client
 }
 
 // newSinceResolver parses since; malformed is 400 invalid.
@@ -295,7 +296,7 @@ func (sr *sinceResolver) cursor(ctx context.Context, r *http.Request, stream, ke
 		return 0, errInvalid("%s and %s: give a cursor or a time, not both", key, wire.QuerySince)
 	}
 	if sr.c == nil {
-		c, err := shim.Dial(ctx, sr.s.sessionDir(sr.ss))
+		c, _, _, err := launch.DialFor(ctx, sr.s.sessionDir(sr.ss), launch.Request)
 		if err != nil {
 			return 0, errUnavailable("resolve %s: %v", wire.QuerySince, err)
 		}
@@ -335,7 +336,7 @@ func (s *server) handleMarks(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	c, err := shim.Dial(r.Context(), s.sessionDir(ss))
+	c, _, _, err := launch.DialFor(r.Context(), s.sessionDir(ss), launch.Request)
 	if err != nil {
 		s.writeError(w, r, errUnavailable("read marks: %v", err))
 		return

@@ -1,5 +1,5 @@
 // Package seccomp is the system-call filter of an isolated command
-// (shim.Spec.Isolate): Docker's default seccomp profile, compiled to a
+// (sessiondir.Spec.Isolate): Docker's default seccomp profile, compiled to a
 // classic BPF program in pure Go and installed just before the command's
 // execve(2), so the command and everything it starts run under it.
 //

@@ -10,6 +10,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentrunner/runner/shim/internal/shimtest"
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 )
 
 // Tests of the nsexec helper started ahead by a warm shim (nsexec.go,
@@ -18,11 +22,11 @@ import (
 // it, and a dead one costs a start nothing but the fork of a new helper.
 
 // newHelperPool is newPool whose warm shims start the helper ahead.
-func newHelperPool(t *testing.T, size int) *Pool {
+func newHelperPool(t *testing.T, size int) *launch.Pool {
 	t.Helper()
-	p := NewPool(shimExe, PoolOptions{Size: size, Root: poolRoot(t), Helper: HelperAlways})
+	p := launch.NewPool(shimtest.ShimExe, launch.PoolOptions{Size: size, Root: shimtest.PoolRoot(t), Helper: launch.HelperAlways})
 	t.Cleanup(func() { p.Close() })
-	waitWarm(t, p, size)
+	shimtest.WaitWarm(t, p, size)
 	return p
 }
 
@@ -73,23 +77,23 @@ func ppidOf(pid int) (int, error) {
 // none of the cgroups; and a TTY session gets the terminal as its
 // controlling terminal.
 func TestAheadHelperRunsCommand(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	cgs := makeCgroups(t, true, true)
-	ns, ino := newNetNS(t)
+	ns, ino := shimtest.NewNetNS(t)
 	p := newHelperPool(t, 1)
 
 	t.Run("cgroups, isolate, netns", func(t *testing.T) {
-		warm := waitWarm(t, p, 1)
+		warm := shimtest.WaitWarm(t, p, 1)
 		helper := aheadHelperOf(t, warm[0])
-		dir, st := poolStart(t, p, Spec{User: "nobody", Isolate: true, Cgroups: dirsOf(cgs), NetNS: ns,
+		dir, st := shimtest.PoolStart(t, p, sessiondir.Spec{User: "nobody", Isolate: true, Cgroups: dirsOf(cgs), NetNS: ns,
 			Argv: []string{"sh", "-c", "grep -E '^(NoNewPrivs|CapBnd|Uid|Seccomp):' /proc/self/status; cat /proc/self/cgroup; stat -L -c 'netns %i' /proc/self/ns/net"}})
 		if st.PID != helper {
 			t.Fatalf("command pid %d, want the helper started ahead %d", st.PID, helper)
 		}
-		if e := waitExit(t, dir); e.Code != 0 {
-			t.Fatalf("exit %+v, output %q", e, stdoutOf(t, dir))
+		if e := shimtest.WaitExit(t, dir); e.Code != 0 {
+			t.Fatalf("exit %+v, output %q", e, shimtest.StdoutOf(t, dir))
 		}
-		out := stdoutOf(t, dir)
+		out := shimtest.StdoutOf(t, dir)
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		want := []string{"NoNewPrivs:\t1", "CapBnd:\t" + keptBoundingHex, "Seccomp:\t2", "Uid:\t65534\t65534\t65534\t65534", fmt.Sprintf("netns %d", ino)}
 		for _, c := range cgs {
@@ -112,17 +116,17 @@ func TestAheadHelperRunsCommand(t *testing.T) {
 	})
 
 	t.Run("tty", func(t *testing.T) {
-		warm := waitWarm(t, p, 1)
+		warm := shimtest.WaitWarm(t, p, 1)
 		helper := aheadHelperOf(t, warm[0])
 		// Field 7 of /proc/self/stat is tty_nr: 0 without a controlling
 		// terminal. The shell's read splits it out (comm is "sh").
-		dir, st := poolStart(t, p, Spec{TTY: true, Cgroups: dirsOf(cgs),
+		dir, st := shimtest.PoolStart(t, p, sessiondir.Spec{TTY: true, Cgroups: dirsOf(cgs),
 			Argv: []string{"sh", "-c", `read pid comm state ppid pgrp sid tty rest < /proc/self/stat; test -t 0 && test "$tty" != 0 && echo ctty-ok`}})
 		if st.PID != helper {
 			t.Fatalf("command pid %d, want the helper started ahead %d", st.PID, helper)
 		}
-		if e := waitExit(t, dir); e.Code != 0 || !strings.Contains(stdoutOf(t, dir), "ctty-ok") {
-			t.Fatalf("exit %+v, output %q, want 0 and ctty-ok", e, stdoutOf(t, dir))
+		if e := shimtest.WaitExit(t, dir); e.Code != 0 || !strings.Contains(shimtest.StdoutOf(t, dir), "ctty-ok") {
+			t.Fatalf("exit %+v, output %q, want 0 and ctty-ok", e, shimtest.StdoutOf(t, dir))
 		}
 	})
 }
@@ -130,13 +134,13 @@ func TestAheadHelperRunsCommand(t *testing.T) {
 // TestAheadHelperKilledWhileWaiting: a helper killed while its warm shim
 // waits neither fails nor hangs the start: the shim forks a helper for it
 // instead, and reaps the dead one. (Without the fallback in
-// startCommandWith the start fails: "the helper ended before executing
+// execCommand the start fails: "the helper ended before executing
 // the command".)
 func TestAheadHelperKilledWhileWaiting(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	cgs := makeCgroups(t, true, false)
 	p := newHelperPool(t, 1)
-	warm := waitWarm(t, p, 1)
+	warm := shimtest.WaitWarm(t, p, 1)
 	helper := aheadHelperOf(t, warm[0])
 	if err := syscall.Kill(helper, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -149,17 +153,17 @@ func TestAheadHelperKilledWhileWaiting(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t0 := time.Now()
-	dir, st := poolStart(t, p, Spec{Cgroups: dirsOf(cgs), Argv: []string{"cat", "/proc/self/cgroup"}})
+	dir, st := shimtest.PoolStart(t, p, sessiondir.Spec{Cgroups: dirsOf(cgs), Argv: []string{"cat", "/proc/self/cgroup"}})
 	if d := time.Since(t0); d > 5*time.Second {
 		t.Errorf("start took %v", d)
 	}
 	if st.PID == helper {
 		t.Fatalf("command pid %d is the dead helper's", st.PID)
 	}
-	if e := waitExit(t, dir); e.Code != 0 {
+	if e := shimtest.WaitExit(t, dir); e.Code != 0 {
 		t.Fatalf("exit %+v", e)
 	}
-	out := stdoutOf(t, dir)
+	out := shimtest.StdoutOf(t, dir)
 	for _, c := range cgs {
 		if !strings.Contains(out, c.Line+"\n") {
 			t.Errorf("output lacks %q:\n%s", c.Line, out)
@@ -173,12 +177,12 @@ func TestAheadHelperKilledWhileWaiting(t *testing.T) {
 // and reaped at the start), retired by Pool.Close, or with the warm shim
 // killed (it reads EOF and exits).
 func TestAheadHelperNeverLeft(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	t.Run("direct path", func(t *testing.T) {
 		p := newHelperPool(t, 1)
-		warm := waitWarm(t, p, 1)
+		warm := shimtest.WaitWarm(t, p, 1)
 		helper := aheadHelperOf(t, warm[0])
-		_, st := poolStart(t, p, Spec{Argv: []string{"sleep", "30"}})
+		_, st := shimtest.PoolStart(t, p, sessiondir.Spec{Argv: []string{"sleep", "30"}})
 		if st.PID == helper {
 			t.Fatalf("a plain command took the helper %d", helper)
 		}
@@ -186,20 +190,20 @@ func TestAheadHelperNeverLeft(t *testing.T) {
 	})
 	t.Run("pool closed", func(t *testing.T) {
 		p := newHelperPool(t, 1)
-		warm := waitWarm(t, p, 1)
+		warm := shimtest.WaitWarm(t, p, 1)
 		helper := aheadHelperOf(t, warm[0])
 		p.Close()
 		waitReaped(t, helper, 5*time.Second)
-		waitGone(t, warm[0])
+		shimtest.WaitGone(t, warm[0])
 	})
 	t.Run("warm shim killed", func(t *testing.T) {
 		p := newHelperPool(t, 1)
-		warm := waitWarm(t, p, 1)
+		warm := shimtest.WaitWarm(t, p, 1)
 		helper := aheadHelperOf(t, warm[0])
 		if err := syscall.Kill(warm[0], syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		waitGone(t, warm[0])
+		shimtest.WaitGone(t, warm[0])
 		// Reparented to init (or this test's subreaper, if any), which
 		// reaps it once it has exited on EOF.
 		deadline := time.Now().Add(5 * time.Second)
@@ -209,7 +213,7 @@ func TestAheadHelperNeverLeft(t *testing.T) {
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-		for _, d := range staged(t, p.opts.Root) {
+		for _, d := range shimtest.Staged(t, p.Root()) {
 			os.RemoveAll(d) // what the killed warm shim staged
 		}
 	})
@@ -218,21 +222,21 @@ func TestAheadHelperNeverLeft(t *testing.T) {
 // TestPoolHelperAuto: in HelperAuto, warm shims start without a helper
 // until a start needs one, and with one from then on.
 func TestPoolHelperAuto(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	cgs := makeCgroups(t, true, false)
-	p := newPool(t, 1)
-	warm := waitWarm(t, p, 1)
-	if p.helper.Load() {
+	p := shimtest.NewPool(t, 1)
+	warm := shimtest.WaitWarm(t, p, 1)
+	if p.HelperAhead() {
 		t.Fatal("auto pool starts helpers before any start needed one")
 	}
-	dir, _ := poolStart(t, p, Spec{Cgroups: dirsOf(cgs), Argv: []string{"true"}})
-	waitExit(t, dir)
-	if !p.helper.Load() {
+	dir, _ := shimtest.PoolStart(t, p, sessiondir.Spec{Cgroups: dirsOf(cgs), Argv: []string{"true"}})
+	shimtest.WaitExit(t, dir)
+	if !p.HelperAhead() {
 		t.Fatal("auto pool: a start needed the helper, still none ahead")
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		w := p.pids()
+		w := p.WarmPIDs()
 		if len(w) == 1 && w[0] != warm[0] {
 			aheadHelperOf(t, w[0])
 			break
@@ -249,19 +253,19 @@ func TestPoolHelperAuto(t *testing.T) {
 // pool's owner commits, but runs the command only on Start: a Cancel
 // after the helper has done its steps runs nothing and leaves no helper.
 func TestAheadHelperWaitsForGo(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	cgs := makeCgroups(t, true, false)
 	p := newHelperPool(t, 1)
 	marker := filepath.Join(t.TempDir(), "ran")
-	spec := Spec{ID: "t1", Env: testEnv, Cgroups: dirsOf(cgs), Argv: []string{"touch", marker}}
+	spec := sessiondir.Spec{ID: "t1", Env: shimtest.TestEnv, Cgroups: dirsOf(cgs), Argv: []string{"touch", marker}}
 	inCgroup := func(pid int) bool {
 		b, _ := os.ReadFile(filepath.Join(cgs[0].Dir, "cgroup.procs"))
 		return slices.Contains(strings.Fields(string(b)), strconv.Itoa(pid))
 	}
-	prepare := func() (*Prepared, int, string) {
-		warm := waitWarm(t, p, 1)
+	prepare := func() (*launch.Prepared, int, string) {
+		warm := shimtest.WaitWarm(t, p, 1)
 		helper := aheadHelperOf(t, warm[0])
-		dir := poolDir(t, p)
+		dir := shimtest.PoolDir(t, p)
 		pr, err := p.Prepare(dir, spec)
 		if err != nil || pr == nil {
 			t.Fatalf("prepare: %v %v", pr, err)
@@ -288,15 +292,15 @@ func TestAheadHelperWaitsForGo(t *testing.T) {
 	}
 
 	pr, helper, dir := prepare()
-	st, err := pr.Start(ctxT(t, 10*time.Second))
+	st, err := pr.Start(shimtest.CtxT(t, 10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { waitGone(t, st.ShimPID) })
+	t.Cleanup(func() { shimtest.WaitGone(t, st.ShimPID) })
 	if st.PID != helper {
 		t.Fatalf("command pid %d, want the helper %d", st.PID, helper)
 	}
-	if e := waitExit(t, dir); e.Code != 0 {
+	if e := shimtest.WaitExit(t, dir); e.Code != 0 {
 		t.Fatalf("exit %+v", e)
 	}
 	if _, err := os.Stat(marker); err != nil {

@@ -12,6 +12,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentrunner/runner/shim/internal/shimtest"
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 )
 
 // BenchmarkSpawnAck measures Start of `/bin/true` until the shim's ack
@@ -31,7 +35,7 @@ func BenchmarkSpawnAck(b *testing.B) {
 	for b.Loop() {
 		i++
 		dir := filepath.Join(root, strconv.Itoa(i))
-		st, err := Start(ctx, exe, dir, Spec{ID: "b", Argv: []string{"/bin/true"}, Env: testEnv})
+		st, err := shimtest.ColdStart(ctx, exe, dir, sessiondir.Spec{ID: "b", Argv: []string{"/bin/true"}, Env: shimtest.TestEnv})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -52,19 +56,19 @@ func BenchmarkPoolSpawnAck(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer os.RemoveAll(root)
-	p := NewPool(exe, PoolOptions{Size: 1, Root: root})
+	p := launch.NewPool(exe, launch.PoolOptions{Size: 1, Root: root})
 	defer p.Close()
 	ctx := context.Background()
 	i := 0
 	for b.Loop() {
 		b.StopTimer()
-		for len(p.pids()) == 0 {
+		for len(p.WarmPIDs()) == 0 {
 			time.Sleep(time.Millisecond)
 		}
 		b.StartTimer()
 		i++
 		dir := filepath.Join(root, strconv.Itoa(i))
-		st, err := p.Start(ctx, dir, Spec{ID: "b", Argv: []string{"/bin/true"}, Env: testEnv})
+		st, err := p.Start(ctx, dir, sessiondir.Spec{ID: "b", Argv: []string{"/bin/true"}, Env: shimtest.TestEnv})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -91,8 +95,8 @@ func BenchmarkForkExecTrue(b *testing.B) {
 func waitShimExit(b *testing.B, dir string, pid int) {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if st, err := ReadStatus(dir); err == nil && st.State != StateRunning {
-			if _, err := os.Stat(filepath.Join(dir, SocketFile)); os.IsNotExist(err) {
+		if st, err := sessiondir.ReadStatus(dir); err == nil && st.State != sessiondir.StateRunning {
+			if _, err := os.Stat(filepath.Join(dir, sessiondir.SocketFile)); os.IsNotExist(err) {
 				return
 			}
 		}
@@ -118,12 +122,12 @@ func BenchmarkIdleShimMemory(b *testing.B) {
 	var m map[string]int
 	for i := 0; b.Loop(); i++ {
 		dir := filepath.Join(root, strconv.Itoa(i))
-		st, err := Start(context.Background(), []string{bin, "serve"}, dir, Spec{ID: "m", Argv: []string{"sleep", "30"}, Env: testEnv})
+		st, err := shimtest.ColdStart(context.Background(), []string{bin, "serve"}, dir, sessiondir.Spec{ID: "m", Argv: []string{"sleep", "30"}, Env: shimtest.TestEnv})
 		if err != nil {
 			b.Fatal(err)
 		}
 		// Some output and a control round trip first, then idle.
-		c, err := Dial(context.Background(), dir)
+		c, err := launch.Dial(context.Background(), dir)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -10,6 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/shim/internal/proto"
+	"github.com/agentrunner/runner/shim/internal/shimtest"
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"golang.org/x/sys/unix"
 )
 
@@ -83,7 +87,7 @@ func newBeneathFixtureAs(t *testing.T, uid int) beneathFixture {
 // root and as a user, the nsexec helper of an Isolate command); a symlink
 // that stays inside is followed; the root itself is entered as before.
 func TestDirBeneath(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	f := newBeneathFixture(t)
 	// The command plants a file only where the test owns the directory, so
 	// a broken confinement (as root, in / or /root) shows in its output
@@ -91,21 +95,21 @@ func TestDirBeneath(t *testing.T) {
 	script := fmt.Sprintf(`case $(pwd -P) in %s*) echo pwned > planted;; esac; pwd -P`, f.victim)
 	paths := []struct {
 		name string
-		spec Spec
+		spec sessiondir.Spec
 	}{
-		{"direct as root", Spec{}},
-		{"direct as nobody", Spec{User: "nobody"}},
-		{"helper, isolated", Spec{User: "nobody", Isolate: true}},
+		{"direct as root", sessiondir.Spec{}},
+		{"direct as nobody", sessiondir.Spec{User: "nobody"}},
+		{"helper, isolated", sessiondir.Spec{User: "nobody", Isolate: true}},
 	}
 	for _, p := range paths {
 		t.Run(p.name, func(t *testing.T) {
 			for _, bad := range []string{"abs", "rel", "root", "slash", "sub/up", "sub/deeper/abs", "in/abs", "abs/x", "proc"} {
 				spec := p.spec
-				spec.ID, spec.Env, spec.Argv = "t1", testEnv, []string{"sh", "-c", script}
+				spec.ID, spec.Env, spec.Argv = "t1", shimtest.TestEnv, []string{"sh", "-c", script}
 				spec.Dir, spec.DirRoot = filepath.Join(f.ws, bad), f.ws
-				_, err := Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), spec)
-				var se *StartError
-				if !errors.As(err, &se) || se.Phase != PhaseExec || !errors.Is(err, unix.EXDEV) || !strings.Contains(err.Error(), "resolves outside "+f.ws) {
+				_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), spec)
+				var se *launch.StartError
+				if !errors.As(err, &se) || se.Phase != proto.PhaseExec || !errors.Is(err, unix.EXDEV) || !strings.Contains(err.Error(), "resolves outside "+f.ws) {
 					t.Errorf("cwd %s: %v, want an exec-phase StartError wrapping EXDEV that says it resolves outside %s", bad, err, f.ws)
 				}
 			}
@@ -128,8 +132,8 @@ func TestDirBeneath(t *testing.T) {
 		t.Errorf("a command ran in /root: %v", err)
 	}
 	// Dir must lie under DirRoot at all: refused before anything starts.
-	_, err := Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, Dir: f.victim, DirRoot: f.ws})
-	if !errors.Is(err, ErrInvalid) {
+	_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), sessiondir.Spec{ID: "t1", Env: shimtest.TestEnv, Argv: []string{"true"}, Dir: f.victim, DirRoot: f.ws})
+	if !errors.Is(err, sessiondir.ErrInvalid) {
 		t.Errorf("cwd %s outside cwd_root %s: %v, want ErrInvalid", f.victim, f.ws, err)
 	}
 }
@@ -141,7 +145,7 @@ func TestDirBeneath(t *testing.T) {
 // root itself need only let it in (the directories above it are root's,
 // 0700).
 func TestDirBeneathAsUser(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	f := newBeneathFixture(t)
 	if err := os.Chmod(filepath.Dir(f.ws), 0o700); err != nil {
 		t.Fatal(err)
@@ -153,13 +157,13 @@ func TestDirBeneathAsUser(t *testing.T) {
 	if err := os.Chmod(locked, 0o700); err != nil { // root's
 		t.Fatal(err)
 	}
-	spec := Spec{Argv: []string{"sh", "-c", "pwd -P"}, User: "nobody", Isolate: true, Dir: filepath.Join(f.ws, "sub"), DirRoot: f.ws}
+	spec := sessiondir.Spec{Argv: []string{"sh", "-c", "pwd -P"}, User: "nobody", Isolate: true, Dir: filepath.Join(f.ws, "sub"), DirRoot: f.ws}
 	if out, code := runToEnd(t, spec); code != 0 || out != filepath.Join(f.ws, "sub")+"\n" {
 		t.Fatalf("cwd sub behind a 0700 parent: exit %d output %q", code, out)
 	}
 	for _, isolate := range []bool{true, false} { // the helper, the direct path
-		spec = Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, User: "nobody", Isolate: isolate, Dir: filepath.Join(locked, "inner"), DirRoot: f.ws}
-		_, err := Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), spec)
+		spec = sessiondir.Spec{ID: "t1", Env: shimtest.TestEnv, Argv: []string{"true"}, User: "nobody", Isolate: isolate, Dir: filepath.Join(locked, "inner"), DirRoot: f.ws}
+		_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), spec)
 		if !errors.Is(err, unix.EACCES) {
 			t.Errorf("isolate %v: cwd below root's 0700 %s as nobody: %v, want EACCES", isolate, locked, err)
 		}
@@ -170,7 +174,7 @@ func TestDirBeneathAsUser(t *testing.T) {
 // symlink out of it, as fast as it can, while commands are started there:
 // each starts in the directory or fails with EXDEV, never runs outside.
 func TestDirBeneathRace(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	f := newBeneathFixture(t)
 	real, flip := filepath.Join(f.ws, "real"), filepath.Join(f.ws, "flip")
 	if err := os.Mkdir(real, 0o755); err != nil {
@@ -195,17 +199,17 @@ func TestDirBeneathRace(t *testing.T) {
 	defer func() { close(stop); <-done }()
 	ran, refused := 0, 0
 	for i := range 20 {
-		for _, p := range []Spec{{}, {User: "nobody", Isolate: true}} {
+		for _, p := range []sessiondir.Spec{{}, {User: "nobody", Isolate: true}} {
 			spec := p
-			spec.ID, spec.Env = "t1", testEnv
+			spec.ID, spec.Env = "t1", shimtest.TestEnv
 			spec.Argv = []string{"sh", "-c", fmt.Sprintf("echo pwned > planted-%d; pwd -P", i)}
 			spec.Dir, spec.DirRoot = flip, f.ws
-			dir := sessionDir(t)
-			_, err := Start(ctxT(t, 10*time.Second), shimExe, dir, spec)
+			dir := shimtest.SessionDir(t)
+			_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, spec)
 			switch {
 			case err == nil:
-				e := waitExit(t, dir)
-				out := stdoutOf(t, dir)
+				e := shimtest.WaitExit(t, dir)
+				out := shimtest.StdoutOf(t, dir)
 				if e.Code != 0 || (out != real+"\n" && out != flip+"\n") {
 					t.Errorf("started: exit %d output %q, want it in %s or %s", e.Code, out, real, flip)
 				}
@@ -233,21 +237,21 @@ func TestDirBeneathRace(t *testing.T) {
 // the reset won: "nsexec: read the helper's report: ... connection reset
 // by peer", a setup failure.)
 func TestDirBeneathAheadHelper(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	f := newBeneathFixture(t)
 	p := newHelperPool(t, 1)
 	for _, bad := range []string{"abs", "sub/up"} {
-		waitWarm(t, p, 1)
-		spec := Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, User: "nobody", Isolate: true, Dir: filepath.Join(f.ws, bad), DirRoot: f.ws}
-		_, err := p.Start(ctxT(t, 10*time.Second), poolDir(t, p), spec)
-		var se *StartError
-		if !errors.As(err, &se) || se.Phase != PhaseExec || !errors.Is(err, unix.EXDEV) {
+		shimtest.WaitWarm(t, p, 1)
+		spec := sessiondir.Spec{ID: "t1", Env: shimtest.TestEnv, Argv: []string{"true"}, User: "nobody", Isolate: true, Dir: filepath.Join(f.ws, bad), DirRoot: f.ws}
+		_, err := p.Start(shimtest.CtxT(t, 10*time.Second), shimtest.PoolDir(t, p), spec)
+		var se *launch.StartError
+		if !errors.As(err, &se) || se.Phase != proto.PhaseExec || !errors.Is(err, unix.EXDEV) {
 			t.Errorf("cwd %s through a helper ahead: %v, want an exec-phase StartError wrapping EXDEV", bad, err)
 		}
 	}
-	dir, _ := poolStart(t, p, Spec{User: "nobody", Isolate: true, Argv: []string{"pwd", "-P"}, Dir: filepath.Join(f.ws, "in"), DirRoot: f.ws})
-	if e := waitExit(t, dir); e.Code != 0 || stdoutOf(t, dir) != filepath.Join(f.ws, "sub", "deeper")+"\n" {
-		t.Errorf("cwd in (a link inside): exit %+v output %q", e, stdoutOf(t, dir))
+	dir, _ := shimtest.PoolStart(t, p, sessiondir.Spec{User: "nobody", Isolate: true, Argv: []string{"pwd", "-P"}, Dir: filepath.Join(f.ws, "in"), DirRoot: f.ws})
+	if e := shimtest.WaitExit(t, dir); e.Code != 0 || shimtest.StdoutOf(t, dir) != filepath.Join(f.ws, "sub", "deeper")+"\n" {
+		t.Errorf("cwd in (a link inside): exit %+v output %q", e, shimtest.StdoutOf(t, dir))
 	}
 }
 
@@ -255,22 +259,22 @@ func TestDirBeneathAheadHelper(t *testing.T) {
 // start (ELOOP) instead of root mounting wherever it points; the
 // command never sees the link's target.
 func TestBindSourceSymlink(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	f := newBeneathFixture(t)
 	link := filepath.Join(t.TempDir(), "tmp")
 	if err := os.Symlink(f.victim, link); err != nil {
 		t.Fatal(err)
 	}
-	spec := Spec{ID: "t1", Env: testEnv, Argv: []string{"cat", "/var/tmp/secret"}, User: "nobody", Isolate: true,
-		Binds: []Bind{{Source: link, Target: "/var/tmp"}}}
-	dir := sessionDir(t)
-	_, err := Start(ctxT(t, 10*time.Second), shimExe, dir, spec)
-	var se *StartError
+	spec := sessiondir.Spec{ID: "t1", Env: shimtest.TestEnv, Argv: []string{"cat", "/var/tmp/secret"}, User: "nobody", Isolate: true,
+		Binds: []sessiondir.Bind{{Source: link, Target: "/var/tmp"}}}
+	dir := shimtest.SessionDir(t)
+	_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, spec)
+	var se *launch.StartError
 	if !errors.As(err, &se) || !errors.Is(err, unix.ELOOP) {
 		out := ""
 		if err == nil {
-			waitExit(t, dir)
-			out = stdoutOf(t, dir)
+			shimtest.WaitExit(t, dir)
+			out = shimtest.StdoutOf(t, dir)
 		}
 		t.Fatalf("bind of symlink %s -> %s: %v (output %q), want a StartError wrapping ELOOP", link, f.victim, err, out)
 	}
@@ -282,18 +286,18 @@ func TestBindSourceSymlink(t *testing.T) {
 // one told the command's caller what lies in root's directories), and a
 // command the user can reach is found and runs.
 func TestLookPathAsUser(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	closed := t.TempDir() // 0700, root's
 	if err := os.WriteFile(filepath.Join(closed, "tool"), []byte("#!/bin/sh\necho tool\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []Spec{{User: "nobody"}, {User: "nobody", Isolate: true}} {
+	for _, p := range []sessiondir.Spec{{User: "nobody"}, {User: "nobody", Isolate: true}} {
 		for _, argv0 := range []string{filepath.Join(closed, "tool"), filepath.Join(closed, "absent")} {
 			spec := p
-			spec.ID, spec.Env, spec.Argv, spec.Dir = "t1", testEnv, []string{argv0}, "/"
-			_, err := Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), spec)
-			var se *StartError
-			if !errors.As(err, &se) || se.Phase != PhaseExec || !errors.Is(err, unix.EACCES) {
+			spec.ID, spec.Env, spec.Argv, spec.Dir = "t1", shimtest.TestEnv, []string{argv0}, "/"
+			_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), spec)
+			var se *launch.StartError
+			if !errors.As(err, &se) || se.Phase != proto.PhaseExec || !errors.Is(err, unix.EACCES) {
 				t.Errorf("isolate %v: exec %s as nobody: %v, want an exec-phase StartError wrapping EACCES", p.Isolate, argv0, err)
 			}
 		}
@@ -306,7 +310,7 @@ func TestLookPathAsUser(t *testing.T) {
 		}
 	}
 	// Root still finds it.
-	if out, code := runToEnd(t, Spec{Argv: []string{filepath.Join(closed, "tool")}, Dir: "/"}); code != 0 || out != "tool\n" {
+	if out, code := runToEnd(t, sessiondir.Spec{Argv: []string{filepath.Join(closed, "tool")}, Dir: "/"}); code != 0 || out != "tool\n" {
 		t.Errorf("as root: exit %d output %q", code, out)
 	}
 }
@@ -322,7 +326,7 @@ func TestOpenNoFollow(t *testing.T) {
 	}
 	defer unix.Close(rfd)
 	for rel, want := range map[string]error{"sub": nil, "sub/deeper": nil, "abs": unix.ENOTDIR, "in": unix.ENOTDIR, "sub/up": unix.ENOTDIR, "nope": unix.ENOENT} {
-		fd, err := openNoFollow(rfd, rel)
+		fd, err := sessiondir.OpenNoFollow(rfd, rel)
 		if err == nil {
 			unix.Close(fd)
 		}

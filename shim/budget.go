@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"golang.org/x/sys/unix"
 )
 
@@ -38,7 +39,7 @@ type journalBudget struct {
 }
 
 // openBudget maps spec's budget file; nil without one.
-func openBudget(spec Spec) (*journalBudget, error) {
+func openBudget(spec sessiondir.Spec) (*journalBudget, error) {
 	if spec.JournalBudget == "" {
 		return nil, nil
 	}
@@ -48,7 +49,7 @@ func openBudget(spec Spec) (*journalBudget, error) {
 	}
 	defer f.Close() // the mapping stays
 	if fi, err := f.Stat(); err != nil || fi.Size() < 8 {
-		return nil, fmt.Errorf("journal budget %s: not an 8-byte counter: %w", spec.JournalBudget, ErrInvalid)
+		return nil, fmt.Errorf("journal budget %s: not an 8-byte counter: %w", spec.JournalBudget, sessiondir.ErrInvalid)
 	}
 	mem, err := unix.Mmap(int(f.Fd()), 0, 8, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {

@@ -7,11 +7,12 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/shim/internal/proto"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -75,13 +76,13 @@ func (s *server) serveConn(c *net.UnixConn) {
 		s.mu.Unlock()
 		c.Close()
 	}()
-	var hdr [ctlHdrLen]byte
+	var hdr [proto.CtlHdrLen]byte
 	var in, out []byte
 	for {
-		op, body, err := readMsg(c, &hdr, in)
+		op, body, err := proto.ReadMsg(c, &hdr, in)
 		if err != nil {
-			if errors.Is(err, errProto) {
-				writeMsg(c, out, stError, errorBody(codeInvalid, err.Error()))
+			if errors.Is(err, proto.ErrProto) {
+				proto.WriteMsg(c, out, proto.StError, proto.ErrorBody(proto.CodeInvalid, err.Error()))
 			}
 			return
 		}
@@ -91,9 +92,9 @@ func (s *server) serveConn(c *net.UnixConn) {
 		var st byte
 		var resp []byte
 		usable := true
-		if (op == opWrite && len(body) > 0) || (op == opWriteAt && len(body) > 8) {
+		if (op == proto.OpWrite && len(body) > 0) || (op == proto.OpWriteAt && len(body) > 8) {
 			gone, stop := watchGone(c)
-			if op == opWrite {
+			if op == proto.OpWrite {
 				st, resp = s.writeStdin(body, gone)
 			} else {
 				st, resp = s.writeStdinAt(int64(binary.BigEndian.Uint64(body)), body[8:], gone)
@@ -102,7 +103,7 @@ func (s *server) serveConn(c *net.UnixConn) {
 		} else {
 			st, resp = s.handle(op, body)
 		}
-		if out, err = writeMsg(c, out, st, resp); err != nil || !usable {
+		if out, err = proto.WriteMsg(c, out, st, resp); err != nil || !usable {
 			return
 		}
 		if cap(out) > 64<<10 {
@@ -122,58 +123,58 @@ func (s *server) isExited() bool {
 
 func (s *server) handle(op byte, body []byte) (byte, []byte) {
 	switch op {
-	case opWrite:
+	case proto.OpWrite:
 		if len(body) == 0 {
-			return stOK, s.stdinCount() // a probe: where stdin stands
+			return proto.StOK, s.stdinCount() // a probe: where stdin stands
 		}
 		return s.writeStdin(body, nil) // serveConn watches its caller (watchGone)
-	case opWriteAt:
+	case proto.OpWriteAt:
 		if len(body) < 8 {
-			return stError, errorBody(codeInvalid, "write_at wants an offset")
+			return proto.StError, proto.ErrorBody(proto.CodeInvalid, "write_at wants an offset")
 		}
 		return s.writeStdinAt(int64(binary.BigEndian.Uint64(body)), body[8:], nil)
-	case opCloseStdin:
+	case proto.OpCloseStdin:
 		return s.closeStdin()
-	case opResize:
+	case proto.OpResize:
 		if len(body) != 4 {
-			return stError, errorBody(codeInvalid, "resize wants rows and cols")
+			return proto.StError, proto.ErrorBody(proto.CodeInvalid, "resize wants rows and cols")
 		}
 		return s.resize(binary.BigEndian.Uint16(body), binary.BigEndian.Uint16(body[2:]))
-	case opSignal:
+	case proto.OpSignal:
 		if len(body) != 4 {
-			return stError, errorBody(codeInvalid, "signal wants a number")
+			return proto.StError, proto.ErrorBody(proto.CodeInvalid, "signal wants a number")
 		}
 		sig := binary.BigEndian.Uint32(body)
 		if sig == 0 || sig > 64 {
-			return stError, errorBody(codeInvalid, fmt.Sprintf("no signal %d", sig))
+			return proto.StError, proto.ErrorBody(proto.CodeInvalid, fmt.Sprintf("no signal %d", sig))
 		}
 		if s.isExited() {
-			return stExited, nil
+			return proto.StExited, nil
 		}
 		if syscall.Signal(sig) == syscall.SIGKILL {
 			s.killSent.Store(true) // before the kill: its exit is never an OOM (oomKilled)
 		}
 		if err := s.signalGroup(syscall.Signal(sig)); err != nil {
 			if errors.Is(err, syscall.ESRCH) {
-				return stExited, nil
+				return proto.StExited, nil
 			}
-			return stError, errorBody(codeProvider, err.Error())
+			return proto.StError, proto.ErrorBody(proto.CodeProvider, err.Error())
 		}
-		return stOK, nil
-	case opTerminate:
+		return proto.StOK, nil
+	case proto.OpTerminate:
 		if len(body) != 8 {
-			return stError, errorBody(codeInvalid, "terminate wants a grace")
+			return proto.StError, proto.ErrorBody(proto.CodeInvalid, "terminate wants a grace")
 		}
 		return s.terminate(time.Duration(binary.BigEndian.Uint64(body)) * time.Millisecond)
-	case opStatus:
+	case proto.OpStatus:
 		b, _ := json.Marshal(s.status())
-		return stOK, b
-	case opOffsetAt:
+		return proto.StOK, b
+	case proto.OpOffsetAt:
 		return s.offsetAt(body)
-	case opMarks:
+	case proto.OpMarks:
 		return s.marks(body)
 	}
-	return stError, errorBody(codeInvalid, fmt.Sprintf("unknown op %d", op))
+	return proto.StError, proto.ErrorBody(proto.CodeInvalid, fmt.Sprintf("unknown op %d", op))
 }
 
 // signalGroup signals the command's process group (the command is its
@@ -193,7 +194,7 @@ func (s *server) signalGroup(sig syscall.Signal) error {
 // costs the shim one chunk per caller still waiting, none per caller gone.
 func (s *server) writeStdin(p []byte, gone <-chan struct{}) (byte, []byte) {
 	if s.isExited() {
-		return stExited, nil
+		return proto.StExited, nil
 	}
 	select {
 	case s.stdinTurn <- struct{}{}:
@@ -231,12 +232,12 @@ func (s *server) writeStdinAt(off int64, p []byte, gone <-chan struct{}) (byte, 
 	n := s.stdinBytes.Load()
 	switch {
 	case off < 0 || off > n:
-		return stError, errorBody(codeInvalid, fmt.Sprintf("stdin offset %d is past the %d bytes written: a gap", off, n))
+		return proto.StError, proto.ErrorBody(proto.CodeInvalid, fmt.Sprintf("stdin offset %d is past the %d bytes written: a gap", off, n))
 	case off+int64(len(p)) <= n:
-		return stOK, s.stdinCount() // all of it was delivered before
+		return proto.StOK, s.stdinCount() // all of it was delivered before
 	}
 	if s.isExited() {
-		return stExited, nil
+		return proto.StExited, nil
 	}
 	return s.writeStdinTurn(p[n-off:], gone)
 }
@@ -244,7 +245,7 @@ func (s *server) writeStdinAt(off int64, p []byte, gone <-chan struct{}) (byte, 
 // writeStdinTurn writes p for a caller that holds the stdin turn.
 func (s *server) writeStdinTurn(p []byte, gone <-chan struct{}) (byte, []byte) {
 	if s.stdinClosed {
-		return stExited, []byte(codeClosed)
+		return proto.StExited, []byte(proto.CodeClosed)
 	}
 	// Interrupt the write when the caller goes: a deadline in the past
 	// makes the poller return what was written so far.
@@ -275,34 +276,34 @@ func (s *server) writeStdinTurn(p []byte, gone <-chan struct{}) (byte, []byte) {
 		s.atLineStart = p[n-1] == '\n' || p[n-1] == '\r'
 	}
 	if err == nil {
-		return stOK, s.stdinCount()
+		return proto.StOK, s.stdinCount()
 	}
 	if s.isExited() {
-		return stExited, nil
+		return proto.StExited, nil
 	}
 	if interrupted {
 		return abandoned(n, len(p))
 	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return stExited, nil
+		return proto.StExited, nil
 	}
 	if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.EIO) {
 		// The command closed its stdin. It is about to exit, usually.
 		select {
 		case <-s.exited:
-			return stExited, nil
+			return proto.StExited, nil
 		case <-time.After(200 * time.Millisecond):
-			return stExited, []byte(codeClosed)
+			return proto.StExited, []byte(proto.CodeClosed)
 		}
 	}
-	return stError, errorBody(codeProvider, err.Error())
+	return proto.StError, proto.ErrorBody(proto.CodeProvider, err.Error())
 }
 
 // abandoned is the answer to a stdin write whose caller went away after
 // n of its size bytes reached the command. Nobody reads it when the
 // caller closed its connection; one that only shut its sending side does.
 func abandoned(n, size int) (byte, []byte) {
-	return stError, errorBody(codeUnavailable, fmt.Sprintf("stdin write abandoned by its caller: %d of %d bytes delivered", n, size))
+	return proto.StError, proto.ErrorBody(proto.CodeUnavailable, fmt.Sprintf("stdin write abandoned by its caller: %d of %d bytes delivered", n, size))
 }
 
 // watchGone watches c while a request on it is being served: a client
@@ -340,12 +341,12 @@ func watchGone(c *net.UnixConn) (gone <-chan struct{}, stop func() bool) {
 // line). A terminal in raw mode has no EOF; the ^D is then a plain byte.
 func (s *server) closeStdin() (byte, []byte) {
 	if s.isExited() {
-		return stExited, nil
+		return proto.StExited, nil
 	}
 	s.stdinTurn <- struct{}{}
 	defer func() { <-s.stdinTurn }()
 	if s.stdinClosed {
-		return stOK, nil
+		return proto.StOK, nil
 	}
 	var err error
 	if s.master != nil {
@@ -359,30 +360,30 @@ func (s *server) closeStdin() (byte, []byte) {
 		err = s.stdin.Close()
 	}
 	if err != nil && s.isExited() {
-		return stExited, nil
+		return proto.StExited, nil
 	}
 	s.stdinClosed = true
 	if err != nil {
-		return stError, errorBody(codeProvider, err.Error())
+		return proto.StError, proto.ErrorBody(proto.CodeProvider, err.Error())
 	}
-	return stOK, nil
+	return proto.StOK, nil
 }
 
 func (s *server) resize(rows, cols uint16) (byte, []byte) {
 	if s.master == nil {
-		return stError, errorBody(codeInvalid, "not a TTY session")
+		return proto.StError, proto.ErrorBody(proto.CodeInvalid, "not a TTY session")
 	}
 	if rows == 0 || cols == 0 {
-		return stError, errorBody(codeInvalid, "rows and cols must be at least 1")
+		return proto.StError, proto.ErrorBody(proto.CodeInvalid, "rows and cols must be at least 1")
 	}
 	if s.isExited() {
-		return stExited, nil
+		return proto.StExited, nil
 	}
 	// The resize also sends SIGWINCH to the foreground group (resizePTY).
 	if err := resizePTY(s.master, rows, cols); err != nil {
-		return stError, errorBody(codeProvider, err.Error())
+		return proto.StError, proto.ErrorBody(proto.CodeProvider, err.Error())
 	}
-	return stOK, nil
+	return proto.StOK, nil
 }
 
 // terminate stops everything the session started: SIGTERM to the
@@ -412,7 +413,7 @@ func (s *server) terminate(grace time.Duration) (byte, []byte) {
 			s.mu.Lock()
 			b, _ := json.Marshal(s.exit)
 			s.mu.Unlock()
-			return stOK, b
+			return proto.StOK, b
 		case <-tick.C:
 		}
 		s.mu.Lock()
@@ -423,7 +424,7 @@ func (s *server) terminate(grace time.Duration) (byte, []byte) {
 			continue
 		}
 		if stuck++; stuck >= writeFailedAfter {
-			return stError, errorBody(codeWriteFailed, "the command has ended but its exit record cannot be written: "+werr)
+			return proto.StError, proto.ErrorBody(proto.CodeWriteFailed, "the command has ended but its exit record cannot be written: "+werr)
 		}
 	}
 }
@@ -436,108 +437,73 @@ const (
 	writeFailedAfter = 4
 )
 
-func (s *server) status() Status {
-	st := Status{ID: s.spec.ID, State: StateRunning, ShimPID: os.Getpid(), PID: s.pid, TTY: s.spec.TTY, StartedAt: s.at}
+func (s *server) status() sessiondir.Status {
+	st := sessiondir.Status{ID: s.spec.ID, State: sessiondir.StateRunning, ShimPID: os.Getpid(), PID: s.pid, TTY: s.spec.TTY, StartedAt: s.at}
 	st.Descendants = s.countDescendants()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.exit != nil {
 		e := *s.exit
-		st.State, st.Exit = StateExited, &e
+		st.State, st.Exit = sessiondir.StateExited, &e
 	}
 	st.WriteError = s.writeErr
 	return st
 }
 
 func (s *server) offsetAt(body []byte) (byte, []byte) {
-	var req offsetReq
+	var req proto.OffsetReq
 	if err := json.Unmarshal(body, &req); err != nil {
-		return stError, errorBody(codeInvalid, "offset_at: "+err.Error())
+		return proto.StError, proto.ErrorBody(proto.CodeInvalid, "offset_at: "+err.Error())
 	}
 	t, err := time.Parse(time.RFC3339Nano, req.Time)
 	if err != nil {
-		return stError, errorBody(codeInvalid, "offset_at: "+err.Error())
+		return proto.StError, proto.ErrorBody(proto.CodeInvalid, "offset_at: "+err.Error())
 	}
 	var off int64
 	select {
 	case <-s.done:
-		off, err = offsetFromDisk(s.dir, req.Stream, t)
+		off, err = sessiondir.OffsetFromDisk(s.dir, req.Stream, t)
 	default:
 		off, err = s.jw.Load().OffsetAt(req.Stream, t)
 		if errors.Is(err, journal.ErrFinished) || errors.Is(err, journal.ErrClosed) {
 			<-s.done
-			off, err = offsetFromDisk(s.dir, req.Stream, t)
+			off, err = sessiondir.OffsetFromDisk(s.dir, req.Stream, t)
 		}
 	}
 	if err != nil {
-		code := codeProvider
+		code := proto.CodeProvider
 		if errors.Is(err, journal.ErrUnknownStream) {
-			code = codeInvalid
+			code = proto.CodeInvalid
 		}
-		return stError, errorBody(code, err.Error())
+		return proto.StError, proto.ErrorBody(code, err.Error())
 	}
-	return stOK, binary.BigEndian.AppendUint64(nil, uint64(off))
+	return proto.StOK, binary.BigEndian.AppendUint64(nil, uint64(off))
 }
 
 func (s *server) marks(body []byte) (byte, []byte) {
-	var req marksReq
+	var req proto.MarksReq
 	if err := json.Unmarshal(body, &req); err != nil || req.From < 0 {
-		return stError, errorBody(codeInvalid, fmt.Sprintf("marks: want {stream, from >= 0}: %v", err))
+		return proto.StError, proto.ErrorBody(proto.CodeInvalid, fmt.Sprintf("marks: want {stream, from >= 0}: %v", err))
 	}
 	var m wire.Marks
 	var err error
 	select {
 	case <-s.done:
-		m, err = marksFromDisk(s.dir, req.Stream, req.From)
+		m, err = sessiondir.MarksFromDisk(s.dir, req.Stream, req.From)
 	default:
-		m, err = toWireMarks(req.Stream)(s.jw.Load().Marks(req.Stream, req.From, wire.MaxMarks))
+		m, err = sessiondir.ToWireMarks(req.Stream)(s.jw.Load().Marks(req.Stream, req.From, wire.MaxMarks))
 		if errors.Is(err, journal.ErrFinished) || errors.Is(err, journal.ErrClosed) {
 			<-s.done
-			m, err = marksFromDisk(s.dir, req.Stream, req.From)
+			m, err = sessiondir.MarksFromDisk(s.dir, req.Stream, req.From)
 		}
 	}
 	if err != nil {
-		code := codeProvider
+		code := proto.CodeProvider
 		if errors.Is(err, journal.ErrUnknownStream) {
-			code = codeInvalid
+			code = proto.CodeInvalid
 		}
-		return stError, errorBody(code, err.Error())
+		return proto.StError, proto.ErrorBody(code, err.Error())
 	}
 	b, _ := json.Marshal(m)
-	return stOK, b
-}
-
-// toWireMarks turns a journal Marks answer into wire.Marks.
-func toWireMarks(stream string) func([]journal.Mark, int64, time.Duration, error) (wire.Marks, error) {
-	return func(ms []journal.Mark, next int64, interval time.Duration, err error) (wire.Marks, error) {
-		if err != nil {
-			return wire.Marks{}, err
-		}
-		out := wire.Marks{Stream: stream, Marks: make([]wire.Mark, len(ms)), GranularityMS: interval.Milliseconds()}
-		for i, m := range ms {
-			out.Marks[i] = wire.Mark{Offset: m.Offset, Time: m.Time.UTC()}
-		}
-		if next >= 0 {
-			out.Next = &next
-		}
-		return out, nil
-	}
-}
-
-func marksFromDisk(dir, stream string, from int64) (wire.Marks, error) {
-	j, err := journal.Open(filepath.Join(dir, JournalDir))
-	if err != nil {
-		return wire.Marks{}, err
-	}
-	defer j.Close()
-	return toWireMarks(stream)(j.Marks(stream, from, wire.MaxMarks))
-}
-
-func offsetFromDisk(dir, stream string, t time.Time) (int64, error) {
-	j, err := journal.Open(filepath.Join(dir, JournalDir))
-	if err != nil {
-		return 0, err
-	}
-	defer j.Close()
-	return j.OffsetAt(stream, t)
+	return proto.StOK, b
 }

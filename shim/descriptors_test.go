@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/shim/internal/shimtest"
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"golang.org/x/sys/unix"
 )
 
@@ -66,39 +69,39 @@ func TestCommandInheritsOnlyStdio(t *testing.T) {
 	argv := []string{"ls", "-l", "/proc/self/fd"}
 	check := func(t *testing.T, dir string) {
 		t.Helper()
-		if e := waitExit(t, dir); e.Code != 0 {
+		if e := shimtest.WaitExit(t, dir); e.Code != 0 {
 			t.Fatalf("exit %+v", e)
 		}
-		out := stdoutOf(t, dir)
+		out := shimtest.StdoutOf(t, dir)
 		if got := fmt.Sprint(openFDs(t, out)); got != "[0 1 2]" {
 			t.Fatalf("command's descriptors: got %s, want [0 1 2]\n%s", got, out)
 		}
 	}
 	t.Run("direct", func(t *testing.T) {
-		dir, _ := start(t, Spec{ID: "d", Argv: argv, Env: testEnv})
+		dir, _ := shimtest.Start(t, sessiondir.Spec{ID: "d", Argv: argv, Env: shimtest.TestEnv})
 		check(t, dir)
 	})
 	t.Run("tty", func(t *testing.T) {
-		dir, _ := start(t, Spec{ID: "t", Argv: argv, Env: testEnv, TTY: true, Rows: 24, Cols: 200})
+		dir, _ := shimtest.Start(t, sessiondir.Spec{ID: "t", Argv: argv, Env: shimtest.TestEnv, TTY: true, Rows: 24, Cols: 200})
 		check(t, dir)
 	})
 	t.Run("helper", func(t *testing.T) {
-		needRoot(t)
-		dir, _ := start(t, Spec{ID: "h", Argv: argv, Env: testEnv, User: "nobody", Isolate: true})
+		shimtest.NeedRoot(t)
+		dir, _ := shimtest.Start(t, sessiondir.Spec{ID: "h", Argv: argv, Env: shimtest.TestEnv, User: "nobody", Isolate: true})
 		check(t, dir)
 	})
 	t.Run("helper ahead", func(t *testing.T) {
-		needRoot(t)
-		p := NewPool(shimExe, PoolOptions{Size: 1, Root: poolRoot(t), Helper: HelperAlways})
+		shimtest.NeedRoot(t)
+		p := launch.NewPool(shimtest.ShimExe, launch.PoolOptions{Size: 1, Root: shimtest.PoolRoot(t), Helper: launch.HelperAlways})
 		t.Cleanup(func() { p.Close() })
-		waitWarm(t, p, 1)
-		dir := poolDir(t, p)
-		ctx := ctxT(t, 10*time.Second)
-		st, err := p.Start(ctx, dir, Spec{ID: "a", Argv: argv, Env: testEnv, User: "nobody", Isolate: true})
+		shimtest.WaitWarm(t, p, 1)
+		dir := shimtest.PoolDir(t, p)
+		ctx := shimtest.CtxT(t, 10*time.Second)
+		st, err := p.Start(ctx, dir, sessiondir.Spec{ID: "a", Argv: argv, Env: shimtest.TestEnv, User: "nobody", Isolate: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { waitGone(t, st.ShimPID) })
+		t.Cleanup(func() { shimtest.WaitGone(t, st.ShimPID) })
 		check(t, dir)
 	})
 }

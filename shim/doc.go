@@ -4,10 +4,15 @@
 // signal, terminate, status), and records the command's true exit.
 //
 // The same code runs as runnerd's hidden `shim` subcommand and as the
-// standalone `runner-shim serve`; both call [Main]. [Start] launches it
-// detached ([Pool] keeps warm ones started ahead), [Dial] talks to it, [ReadStatus] reads a session without it,
-// and [Attach] turns a session's journal into the frame stream of
-// docs/frames.md.
+// standalone `runner-shim serve`; both call [Main], whose first argument
+// names a mode of its table, with their [Hooks] (what a program adds to
+// a session's life: runner-shim's Sprites task hold). Only those programs
+// import this package. The other roles live beside it, as containerd
+// cuts its shim: shim/launch starts shims (launch.Pool: warm or cold, the
+// one way) and talks to them (launch.DialFor), shim/sessiondir reads a
+// session directory without its shim (status, exit record, frames,
+// info), and shim/internal/proto is the control and readiness protocol
+// both ends speak.
 //
 // Invariants:
 //
@@ -15,7 +20,7 @@
 //     init or the nearest subreaper (it is started through a short-lived
 //     intermediate process, a warm shim too), so a kill -9 of whoever
 //     launched it never touches the command.
-//   - Spawn-ack: [Start] and [Pool.Start] return only once the command's
+//   - Spawn-ack: launch.Pool.Start and launch.Prepared.Start return only once the command's
 //     execve succeeded (the shim reports "ready PID SHIMPID STARTED" on an
 //     inherited pipe, or a warm shim's socket, after exec.Cmd.Start
 //     returned or the nsexec helper reported its execve), or with the
@@ -55,7 +60,10 @@
 //   - Stdin never blocks control: a stdin write that the child does not
 //     read holds only the stdin path; resize, signal, terminate and status
 //     are served concurrently.
-//   - One exec path (exec.go): every step between the shim's fork and the
+//   - One exec path (exec.go): execCommand alone decides how a command
+//     starts and reaches its execve (Go's fork/exec directly, else the
+//     nsexec helper's one execve, the helper forked for the start or
+//     started ahead); every step between the shim's fork and the
 //     command's first instruction (cgroup placement, namespaces, the
 //     capability bounding set, setgroups/setgid/setuid, ambient and
 //     inheritable capabilities, no_new_privs, chdir) is listed once, in
@@ -68,12 +76,12 @@
 //     capability, ping, can exec; no_new_privs keeps it from gaining it),
 //     so no setuid binary or file capability lifts it back up.
 //
-// Files, by side and role: launch.go is the launcher (what runnerd calls:
-// Start and the readiness line); main.go the shim process's own entry
-// (Main, warm shims, detach); server.go the per-session server type,
-// stage.go its staging (prepare, moveTo, adopt, undo), supervise.go its
-// supervision (start, run, pump, finish), control.go its control socket;
-// exec.go, nsexec.go and proc.go the exec path; reaper.go the subreaper.
+// Files, by role: main.go is the process's entry (Main and its table of
+// modes, warm shims, detach), hooks.go what the program adds; server.go
+// the per-session server type, stage.go its staging (prepare, moveTo,
+// adopt, undo), supervise.go its supervision (start, run, pump, finish),
+// control.go its control socket; exec.go, nsexec.go and proc.go the exec
+// path; reaper.go the subreaper.
 //
 // Drain window: after the child exits, the shim keeps reading until every
 // output stream reaches EOF (pipe EOF, or EIO on the PTY master once every

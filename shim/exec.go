@@ -1,7 +1,6 @@
 package shim
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -12,6 +11,8 @@ import (
 	"syscall"
 
 	"github.com/agentrunner/runner/seccomp"
+	"github.com/agentrunner/runner/shim/internal/proto"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"golang.org/x/sys/unix"
 )
 
@@ -129,17 +130,17 @@ type execPlan struct {
 	Ahead bool `json:"ahead,omitempty"`
 	Ctty  bool `json:"ctty,omitempty"`
 
-	CgroupsV1  []string    `json:"cgroups_v1,omitempty"`
-	ResolvConf string      `json:"resolv_conf,omitempty"`
-	Binds      []Bind      `json:"binds,omitempty"`
-	Hostname   string      `json:"hostname,omitempty"`
-	Isolate    bool        `json:"isolate,omitempty"`
-	Cred       *nsexecCred `json:"cred,omitempty"` // nil keeps the shim's own
-	Dir        string      `json:"dir,omitempty"`
-	DirRoot    string      `json:"cwd_root,omitempty"`
-	Path       string      `json:"path"` // as looked up by the shim
-	Argv       []string    `json:"argv"`
-	Env        []string    `json:"env"`
+	CgroupsV1  []string          `json:"cgroups_v1,omitempty"`
+	ResolvConf string            `json:"resolv_conf,omitempty"`
+	Binds      []sessiondir.Bind `json:"binds,omitempty"`
+	Hostname   string            `json:"hostname,omitempty"`
+	Isolate    bool              `json:"isolate,omitempty"`
+	Cred       *nsexecCred       `json:"cred,omitempty"` // nil keeps the shim's own
+	Dir        string            `json:"dir,omitempty"`
+	DirRoot    string            `json:"cwd_root,omitempty"`
+	Path       string            `json:"path"` // as looked up by the shim
+	Argv       []string          `json:"argv"`
+	Env        []string          `json:"env"`
 
 	// dirFD is DirRoot opened (O_PATH) by the helper as root before the
 	// user switch, for enterDir; 0: not opened.
@@ -183,65 +184,65 @@ type execStep struct {
 // execSteps is the order (see the top of this file). TestExecStepOrder
 // holds its invariant: fork-only steps come first.
 var execSteps = []execStep{
-	{name: "join cgroup v2", phase: PhaseSetup, early: true,
+	{name: "join cgroup v2", phase: proto.PhaseSetup, early: true,
 		active: func(p *execPlan) bool { return p.CgroupV2 != "" },
 		fork:   joinCgroupV2,
 		helper: func(p *execPlan) (string, error) { return joinCgroupV2Ahead(p.CgroupV2) }},
-	{name: "enter network namespace", phase: PhaseSetup, early: true,
+	{name: "enter network namespace", phase: proto.PhaseSetup, early: true,
 		active: func(p *execPlan) bool { return p.NetNS != "" },
 		fork:   func(p *execPlan, f *forkSetup) error { f.netNS = p.NetNS; return nil },
 		helper: enterNetNS},
-	{name: "join cgroups v1", phase: PhaseSetup,
+	{name: "join cgroups v1", phase: proto.PhaseSetup,
 		active: func(p *execPlan) bool { return len(p.CgroupsV1) > 0 },
 		helper: func(p *execPlan) (string, error) { return joinCgroups(p.CgroupsV1) }},
-	{name: "mount resolv.conf", phase: PhaseSetup,
+	{name: "mount resolv.conf", phase: proto.PhaseSetup,
 		active: func(p *execPlan) bool { return p.ResolvConf != "" },
 		helper: mountResolvConf},
-	{name: "bind directories", phase: PhaseSetup,
+	{name: "bind directories", phase: proto.PhaseSetup,
 		active: func(p *execPlan) bool { return len(p.Binds) > 0 },
 		helper: bindDirs},
-	{name: "set hostname", phase: PhaseSetup,
+	{name: "set hostname", phase: proto.PhaseSetup,
 		active: func(p *execPlan) bool { return p.Hostname != "" },
 		helper: setHostname},
-	{name: "empty the capability bounding set", phase: PhaseSetup,
+	{name: "empty the capability bounding set", phase: proto.PhaseSetup,
 		active: func(p *execPlan) bool { return p.Isolate },
 		helper: dropBoundingSet},
-	{name: "open the working directory", phase: PhaseExec,
+	{name: "open the working directory", phase: proto.PhaseExec,
 		active: func(p *execPlan) bool { return p.Dir != "" && p.DirRoot != "" },
 		// At the fork exec.Cmd chdirs after the user switch, as before.
 		fork:   func(*execPlan, *forkSetup) error { return nil },
 		helper: openDir},
-	{name: "switch user", phase: PhaseSetup,
+	{name: "switch user", phase: proto.PhaseSetup,
 		active: func(p *execPlan) bool { return p.Cred != nil },
 		fork: func(p *execPlan, f *forkSetup) error {
 			f.cmd.SysProcAttr.Credential = &syscall.Credential{Uid: p.Cred.UID, Gid: p.Cred.GID, Groups: p.Cred.Groups}
 			return nil
 		},
 		helper: switchUser},
-	{name: "clear ambient and inheritable capabilities", phase: PhaseSetup,
+	{name: "clear ambient and inheritable capabilities", phase: proto.PhaseSetup,
 		active: func(p *execPlan) bool { return p.Isolate },
 		helper: clearCaps},
-	{name: "set no_new_privs", phase: PhaseSetup,
+	{name: "set no_new_privs", phase: proto.PhaseSetup,
 		active: func(p *execPlan) bool { return p.Isolate },
 		helper: func(*execPlan) (string, error) {
 			return "nsexec: set no_new_privs", unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 		}},
-	{name: "chdir", phase: PhaseExec,
+	{name: "chdir", phase: proto.PhaseExec,
 		active: func(p *execPlan) bool { return p.Dir != "" },
 		fork:   forkDir,
 		helper: enterDir},
-	{name: "mark inherited descriptors close-on-exec", phase: PhaseSetup,
+	{name: "mark inherited descriptors close-on-exec", phase: proto.PhaseSetup,
 		active: func(*execPlan) bool { return true },
 		fork:   func(*execPlan, *forkSetup) error { return MarkCloseOnExec() },
 		helper: func(*execPlan) (string, error) { return "nsexec: mark descriptors close-on-exec", MarkCloseOnExec() }},
-	{name: "load the seccomp filter", phase: PhaseSetup,
+	{name: "load the seccomp filter", phase: proto.PhaseSetup,
 		active: func(p *execPlan) bool { return p.Isolate },
 		helper: loadSeccomp},
 }
 
 // newExecPlan resolves cmd (as server.start built it, Credential and Dir
 // included) and spec into a plan.
-func newExecPlan(cmd *exec.Cmd, spec Spec) (*execPlan, error) {
+func newExecPlan(cmd *exec.Cmd, spec sessiondir.Spec) (*execPlan, error) {
 	p := &execPlan{NetNS: spec.NetNS, ResolvConf: spec.ResolvConf, Binds: spec.Binds, Hostname: spec.Hostname, Isolate: spec.Isolate,
 		Dir: cmd.Dir, DirRoot: spec.DirRoot} // Path, Argv and Env only for the helper (startNsexec)
 	if c := cmd.SysProcAttr.Credential; c != nil {
@@ -249,14 +250,14 @@ func newExecPlan(cmd *exec.Cmd, spec Spec) (*execPlan, error) {
 	}
 	if p.Isolate && (p.Cred == nil || p.Cred.UID == 0) {
 		// validate refused this; the user database may have changed since.
-		return nil, fmt.Errorf("%w: isolate: user %q runs as root", ErrInvalid, spec.User)
+		return nil, fmt.Errorf("%w: isolate: user %q runs as root", sessiondir.ErrInvalid, spec.User)
 	}
 	for _, dir := range spec.Cgroups {
-		v2, err := cgroupKind(dir)
+		v2, err := sessiondir.CgroupKind(dir)
 		if err != nil {
 			return nil, err
 		}
-		if err := notOurs(dir); err != nil {
+		if err := sessiondir.NotOurs(dir); err != nil {
 			return nil, err
 		}
 		if v2 {
@@ -279,39 +280,26 @@ func (p *execPlan) needsHelper() bool {
 	return false
 }
 
-// needsHelper reports whether spec's command would take the helper
-// (what startCommand decides, without the command): a cgroup that is not
-// v2 counts, one that cannot be read does not.
-func (spec Spec) needsHelper() bool {
-	p := &execPlan{ResolvConf: spec.ResolvConf, Binds: spec.Binds, Hostname: spec.Hostname, Isolate: spec.Isolate}
-	for _, dir := range spec.Cgroups {
-		if v2, err := cgroupKind(dir); err == nil && !v2 {
-			p.CgroupsV1 = append(p.CgroupsV1, dir)
-		}
-	}
-	return p.needsHelper()
-}
-
-// startCommand starts the command: directly when every step of its plan
-// can be done at the fork, which is the path every ordinary session
-// takes, else through the nsexec helper. Either way it returns once the
-// command's execve succeeded, with cmd.Process being the command.
-func startCommand(cmd *exec.Cmd, spec Spec) error {
-	return startCommandWith(cmd, spec, nil, nil)
-}
-
-// startCommandWith is startCommand with a helper started ahead (nil: none),
-// which it uses when the command needs a helper, and before (nil: none),
-// called once just before the command can run: before the fork on the
-// direct path or with a helper forked for the start, and after the plan
-// was handed to a helper started ahead, which does every step up to the
-// execve while before runs (a warm shim's before waits for runnerd's
-// commit) and execs only once it returned nil. An error from before is
-// returned and nothing runs. A helper that died while it waited (its
-// report is empty: the command never ran) is replaced by one forked for
-// this start. ahead is the caller's to discard unless ahead.used says it
-// became the command.
-func startCommandWith(cmd *exec.Cmd, spec Spec, ahead *nsexecAhead, before func() error) error {
+// execCommand is the one function that decides how a command starts and
+// reaches its execve: directly (Go's fork and exec, from the thread in
+// Spec.NetNS) when every step of its plan can be done at the fork, which
+// is the path every ordinary session takes, else through the nsexec
+// helper, whose one execve (nsexecMain) runs the command in the helper's
+// own process: the helper started ahead (ahead, nil: none) when there is
+// one, else one forked for this start; both report through awaitReport.
+// Either way it returns once the command's execve succeeded, with
+// cmd.Process being the command.
+//
+// before (nil: none) is called once just before the command can run:
+// before the fork on the direct path or with a helper forked for the
+// start, and after the plan was handed to a helper started ahead, which
+// does every step up to the execve while before runs (a warm shim's
+// before waits for runnerd's commit) and execs only once it returned nil.
+// An error from before is returned and nothing runs. A helper started
+// ahead that died while it waited (its report is empty: the command never
+// ran) is replaced by one forked for this start. ahead is the caller's to
+// discard unless ahead.used says it became the command.
+func execCommand(cmd *exec.Cmd, spec sessiondir.Spec, ahead *nsexecAhead, before func() error) error {
 	if before == nil {
 		before = func() error { return nil }
 	}
@@ -343,7 +331,7 @@ func startCommandWith(cmd *exec.Cmd, spec Spec, ahead *nsexecAhead, before func(
 		return err
 	}
 	defer f.close()
-	return asCommandError(startIn(cmd, f.netNS))
+	return proto.AsCommandError(startIn(cmd, f.netNS))
 }
 
 // forkSteps applies the plan's fork-side steps to cmd: every active one
@@ -382,7 +370,7 @@ func joinCgroupV2(p *execPlan, f *forkSetup) error {
 // into the v2 directory: a v2 domain cgroup takes processes, not threads.
 func joinCgroupV2Ahead(dir string) (string, error) {
 	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
-		return "nsexec: join cgroup " + dir, unwrapPath(err)
+		return "nsexec: join cgroup " + dir, proto.UnwrapPath(err)
 	}
 	return "", nil
 }
@@ -409,7 +397,7 @@ func joinCgroups(dirs []string) (string, error) {
 	self := []byte("0")
 	for _, dir := range dirs {
 		if err := os.WriteFile(filepath.Join(dir, "tasks"), self, 0); err != nil {
-			return "nsexec: join cgroup " + dir, unwrapPath(err)
+			return "nsexec: join cgroup " + dir, proto.UnwrapPath(err)
 		}
 	}
 	return "", nil
@@ -421,7 +409,7 @@ func joinCgroups(dirs []string) (string, error) {
 func enterNetNS(p *execPlan) (string, error) {
 	ns, err := os.Open(p.NetNS)
 	if err != nil {
-		return "nsexec: open netns " + p.NetNS, unwrapPath(err)
+		return "nsexec: open netns " + p.NetNS, proto.UnwrapPath(err)
 	}
 	defer ns.Close()
 	if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
@@ -493,13 +481,13 @@ func switchUser(p *execPlan) (string, error) {
 func enterDir(p *execPlan) (string, error) {
 	if p.DirRoot != "" && p.dirFD > 0 {
 		// As the user now: each directory below the root must let it pass.
-		rel, ok := relBelow(p.DirRoot, p.Dir)
+		rel, ok := sessiondir.RelBelow(p.DirRoot, p.Dir)
 		if !ok { // validate refused it
-			return dirOutside(p.Dir, p.DirRoot), unix.EXDEV
+			return sessiondir.DirOutside(p.Dir, p.DirRoot), unix.EXDEV
 		}
-		fd, err := openBeneath(p.dirFD, rel)
+		fd, err := sessiondir.OpenBeneath(p.dirFD, rel)
 		if errors.Is(err, unix.EXDEV) {
-			return dirOutside(p.Dir, p.DirRoot), err
+			return sessiondir.DirOutside(p.Dir, p.DirRoot), err
 		}
 		if err != nil {
 			return "chdir " + p.Dir, err
@@ -522,10 +510,10 @@ func forkDir(p *execPlan, f *forkSetup) error {
 	}
 	d, err := openDirBeneathAs(p.Cred, p.DirRoot, p.Dir)
 	if errors.Is(err, unix.EXDEV) {
-		return &commandError{fmt.Errorf("%s: %w", dirOutside(p.Dir, p.DirRoot), unix.EXDEV)}
+		return &proto.CommandError{Err: fmt.Errorf("%s: %w", sessiondir.DirOutside(p.Dir, p.DirRoot), unix.EXDEV)}
 	}
 	if err != nil {
-		return &commandError{fmt.Errorf("chdir %s: %w", p.Dir, unwrapPath(err))}
+		return &proto.CommandError{Err: fmt.Errorf("chdir %s: %w", p.Dir, proto.UnwrapPath(err))}
 	}
 	f.closers = append(f.closers, d)
 	f.cmd.Dir = "/proc/self/fd/" + strconv.Itoa(int(d.Fd()))
@@ -563,38 +551,6 @@ func loadSeccomp(*execPlan) (string, error) {
 	return "nsexec: load the seccomp filter", f.Load()
 }
 
-// cgroupKind reports whether dir is a cgroup v2 directory (else v1), or
-// an ErrInvalid error when it is not a cgroup directory at all.
-func cgroupKind(dir string) (v2 bool, err error) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return false, fmt.Errorf("%w: cgroup %q: %w", ErrInvalid, dir, unwrapPath(err))
-	}
-	switch st.Type {
-	case unix.CGROUP2_SUPER_MAGIC:
-		return true, nil
-	case unix.CGROUP_SUPER_MAGIC:
-		return false, nil
-	}
-	return false, fmt.Errorf("%w: cgroup %q is not on a cgroup file system", ErrInvalid, dir)
-}
-
-// notOurs refuses a cgroup the shim itself is in: the command's OOM or
-// pids limit would then reach the shim.
-func notOurs(dir string) error {
-	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-	if err != nil {
-		return fmt.Errorf("read cgroup %s: %w", dir, err)
-	}
-	me := []byte(strconv.Itoa(os.Getpid()))
-	for _, l := range bytes.Split(b, []byte("\n")) {
-		if bytes.Equal(l, me) {
-			return fmt.Errorf("%w: cgroup %q holds the shim itself", ErrInvalid, dir)
-		}
-	}
-	return nil
-}
-
 // MarkCloseOnExec marks every descriptor of the calling process from 3 up
 // close-on-exec, so that no program it executes inherits one it did not
 // pass on purpose (os/exec dup2s what it passes, which clears the flag on
@@ -621,14 +577,4 @@ func MarkCloseOnExec() error {
 		}
 	}
 	return nil
-}
-
-// unwrapPath returns the errno inside a *PathError, so the helper's report
-// keeps it.
-func unwrapPath(err error) error {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
 }

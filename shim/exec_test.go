@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/shim/internal/shimtest"
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"golang.org/x/sys/unix"
 )
 
@@ -83,28 +86,28 @@ func TestIsolateRefusesRoot(t *testing.T) {
 		{"65534", true},
 		{"65534:65534", true},
 	} {
-		err := Spec{ID: "x", Argv: []string{"true"}, User: tc.user, Isolate: true}.validate()
+		err := sessiondir.Spec{ID: "x", Argv: []string{"true"}, User: tc.user, Isolate: true}.Validate()
 		if tc.ok && err != nil {
 			t.Errorf("user %q: got %v, want accepted", tc.user, err)
 		}
-		if !tc.ok && !errors.Is(err, ErrInvalid) {
+		if !tc.ok && !errors.Is(err, sessiondir.ErrInvalid) {
 			t.Errorf("user %q: got %v, want ErrInvalid", tc.user, err)
 		}
 	}
 	// Start refuses it before starting anything.
-	_, err := Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), Spec{ID: "x", Argv: []string{"true"}, Env: testEnv, User: "root", Isolate: true})
-	if !errors.Is(err, ErrInvalid) {
+	_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), sessiondir.Spec{ID: "x", Argv: []string{"true"}, Env: shimtest.TestEnv, User: "root", Isolate: true})
+	if !errors.Is(err, sessiondir.ErrInvalid) {
 		t.Fatalf("start with isolate as root: got %v, want ErrInvalid", err)
 	}
 }
 
 // runToEnd starts spec, waits for its exit and returns its stdout and exit
 // code.
-func runToEnd(t *testing.T, spec Spec) (string, int) {
+func runToEnd(t *testing.T, spec sessiondir.Spec) (string, int) {
 	t.Helper()
-	dir, _ := start(t, spec)
-	e := waitExit(t, dir)
-	return stdoutOf(t, dir), e.Code
+	dir, _ := shimtest.Start(t, spec)
+	e := shimtest.WaitExit(t, dir)
+	return shimtest.StdoutOf(t, dir), e.Code
 }
 
 // procStatus parses /proc/PID/status text into its fields.
@@ -131,12 +134,12 @@ const keptBoundingHex = "0000000000002000"
 // The shim is started with CAP_NET_RAW inheritable and ambient, which a
 // uid change alone keeps in the inheritable set: Isolate must clear it.
 func TestIsolateDropsEverything(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	argv := []string{"cat", "/proc/self/status"}
-	dir := sessionDir(t)
-	startWithInheritable(t, dir, Spec{Argv: argv, User: "nobody", Isolate: true})
-	code := waitExit(t, dir).Code
-	out := stdoutOf(t, dir)
+	dir := shimtest.SessionDir(t)
+	startWithInheritable(t, dir, sessiondir.Spec{Argv: argv, User: "nobody", Isolate: true})
+	code := shimtest.WaitExit(t, dir).Code
+	out := shimtest.StdoutOf(t, dir)
 	st := procStatus(out)
 	if code != 0 || st["NoNewPrivs"] != "1" || st["Seccomp"] != "2" {
 		t.Fatalf("isolate: exit %d, NoNewPrivs %q, Seccomp %q, want 0, 1 and 2 (a filter)\n%s", code, st["NoNewPrivs"], st["Seccomp"], out)
@@ -154,10 +157,10 @@ func TestIsolateDropsEverything(t *testing.T) {
 		t.Errorf("isolate: Uid %q, want nobody's throughout", st["Uid"])
 	}
 
-	dir = sessionDir(t)
-	startWithInheritable(t, dir, Spec{Argv: argv, User: "nobody"})
-	waitExit(t, dir)
-	st = procStatus(stdoutOf(t, dir))
+	dir = shimtest.SessionDir(t)
+	startWithInheritable(t, dir, sessiondir.Spec{Argv: argv, User: "nobody"})
+	shimtest.WaitExit(t, dir)
+	st = procStatus(shimtest.StdoutOf(t, dir))
 	if st["NoNewPrivs"] != "0" || st["CapBnd"] == "0000000000000000" || st["CapInh"] == "0000000000000000" || st["Seccomp"] != "0" {
 		t.Fatalf("control without isolate: NoNewPrivs %q CapBnd %q CapInh %q Seccomp %q, want 0, a full set, CAP_NET_RAW, 0", st["NoNewPrivs"], st["CapBnd"], st["CapInh"], st["Seccomp"])
 	}
@@ -166,7 +169,7 @@ func TestIsolateDropsEverything(t *testing.T) {
 // startWithInheritable starts spec's shim from a thread whose inheritable
 // and ambient sets hold CAP_NET_RAW (the shim, root, keeps both across its
 // execs). The thread is discarded afterwards, never reused.
-func startWithInheritable(t *testing.T, dir string, spec Spec) {
+func startWithInheritable(t *testing.T, dir string, spec sessiondir.Spec) {
 	t.Helper()
 	done := make(chan error, 1)
 	// Owned by this function, which waits for it.
@@ -187,10 +190,10 @@ func startWithInheritable(t *testing.T, dir string, spec Spec) {
 			done <- err
 			return
 		}
-		spec.ID, spec.Env = "t1", testEnv
-		st, err := Start(ctxT(t, 10*time.Second), shimExe, dir, spec)
+		spec.ID, spec.Env = "t1", shimtest.TestEnv
+		st, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, spec)
 		if err == nil {
-			t.Cleanup(func() { waitGone(t, st.ShimPID) })
+			t.Cleanup(func() { shimtest.WaitGone(t, st.ShimPID) })
 		}
 		done <- err
 	}()
@@ -205,7 +208,7 @@ func startWithInheritable(t *testing.T, dir string, spec Spec) {
 // gains nothing from it (no_new_privs): its permitted and effective sets
 // stay empty.
 func TestIsolateExecsFileCapability(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	dir, err := os.MkdirTemp("", "fcap")
 	if err != nil {
 		t.Fatal(err)
@@ -230,11 +233,11 @@ func TestIsolateExecsFileCapability(t *testing.T) {
 	if err := unix.Setxattr(cat, "security.capability", fcap, 0); err != nil {
 		t.Skipf("SKIPPED: cannot set a file capability in %s: %v", dir, err)
 	}
-	out, code := runToEnd(t, Spec{Argv: []string{cat, "/proc/self/status"}, User: "nobody"})
+	out, code := runToEnd(t, sessiondir.Spec{Argv: []string{cat, "/proc/self/status"}, User: "nobody"})
 	if st := procStatus(out); code != 0 || st["CapEff"] != "0000000000002000" {
 		t.Fatalf("control without isolate: exit %d CapEff %q, want 0 and CAP_NET_RAW (the file capability works here)", code, st["CapEff"])
 	}
-	out, code = runToEnd(t, Spec{Argv: []string{cat, "/proc/self/status"}, User: "nobody", Isolate: true})
+	out, code = runToEnd(t, sessiondir.Spec{Argv: []string{cat, "/proc/self/status"}, User: "nobody", Isolate: true})
 	st := procStatus(out)
 	if code != 0 || st["CapPrm"] != "0000000000000000" || st["CapEff"] != "0000000000000000" || st["NoNewPrivs"] != "1" {
 		t.Fatalf("isolate: exit %d CapPrm %q CapEff %q NoNewPrivs %q, want 0, none, none, 1\n%s", code, st["CapPrm"], st["CapEff"], st["NoNewPrivs"], out)
@@ -244,7 +247,7 @@ func TestIsolateExecsFileCapability(t *testing.T) {
 // TestIsolateDefeatsSetuid: a setuid-root copy of id(1) makes a non-root
 // command euid 0, unless the command is isolated.
 func TestIsolateDefeatsSetuid(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	dir, err := os.MkdirTemp("", "suid")
 	if err != nil {
 		t.Fatal(err)
@@ -281,11 +284,11 @@ func TestIsolateDefeatsSetuid(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	out, code := runToEnd(t, Spec{Argv: []string{id, "-u"}, User: "nobody"})
+	out, code := runToEnd(t, sessiondir.Spec{Argv: []string{id, "-u"}, User: "nobody"})
 	if code != 0 || out != "0\n" {
 		t.Fatalf("control without isolate: got %q exit %d, want euid 0 (the setuid bit works here)", out, code)
 	}
-	out, code = runToEnd(t, Spec{Argv: []string{id, "-u"}, User: "nobody", Isolate: true})
+	out, code = runToEnd(t, sessiondir.Spec{Argv: []string{id, "-u"}, User: "nobody", Isolate: true})
 	if code != 0 || out != "65534\n" {
 		t.Fatalf("isolate: got %q exit %d, want euid 65534 (no_new_privs ignores the setuid bit)", out, code)
 	}
@@ -332,7 +335,7 @@ func makeCgroups(t *testing.T, v1 bool, v2 bool) []testCgroup {
 	if v1 {
 		for _, ctrl := range []string{"memory", "pids", "cpu"} {
 			mount := filepath.Join("/sys/fs/cgroup", ctrl)
-			if isV2, err := cgroupKind(mount); err != nil || isV2 {
+			if isV2, err := sessiondir.CgroupKind(mount); err != nil || isV2 {
 				t.Skipf("SKIPPED: no cgroup v1 %s hierarchy at %s (pure cgroup v2 host?)", ctrl, mount)
 			}
 			add(mount, ctrl)
@@ -340,9 +343,9 @@ func makeCgroups(t *testing.T, v1 bool, v2 bool) []testCgroup {
 	}
 	if v2 {
 		mount := "/sys/fs/cgroup/unified"
-		if isV2, err := cgroupKind(mount); err != nil || !isV2 {
+		if isV2, err := sessiondir.CgroupKind(mount); err != nil || !isV2 {
 			mount = "/sys/fs/cgroup"
-			if isV2, err := cgroupKind(mount); err != nil || !isV2 {
+			if isV2, err := sessiondir.CgroupKind(mount); err != nil || !isV2 {
 				t.Skip("SKIPPED: no cgroup v2 hierarchy mounted")
 			}
 		}
@@ -382,7 +385,7 @@ func dirsOf(cgs []testCgroup) []string {
 // controllers (through the helper) and the v2 hierarchy (cloned into it,
 // also on the direct path), and the shim is in none of them.
 func TestCgroupsPlaceCommand(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	for _, tc := range []struct {
 		name    string
 		v1, v2  bool
@@ -395,7 +398,7 @@ func TestCgroupsPlaceCommand(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cgs := makeCgroups(t, tc.v1, tc.v2)
-			spec := Spec{Argv: []string{"cat", "/proc/self/cgroup"}, Cgroups: dirsOf(cgs)}
+			spec := sessiondir.Spec{Argv: []string{"cat", "/proc/self/cgroup"}, Cgroups: dirsOf(cgs)}
 			if tc.isolate {
 				spec.User, spec.Isolate = "nobody", true
 			}
@@ -411,7 +414,7 @@ func TestCgroupsPlaceCommand(t *testing.T) {
 			}
 
 			// A running command: it is in each directory, the shim in none.
-			_, st := start(t, Spec{Argv: []string{"sleep", "30"}, Cgroups: dirsOf(cgs)})
+			_, st := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sleep", "30"}, Cgroups: dirsOf(cgs)})
 			shimCg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", st.ShimPID))
 			if err != nil {
 				t.Fatal(err)
@@ -436,7 +439,7 @@ func TestCgroupsPlaceCommand(t *testing.T) {
 // TestCgroupsValidate: a cgroup must be absolute, clean, an existing
 // cgroup directory, at most one of them v2, and not hold the shim.
 func TestCgroupsValidate(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	cgs := makeCgroups(t, true, true) // memory, pids, cpu, v2
 	v2root := filepath.Dir(cgs[3].Dir)
 	pidsRoot := filepath.Dir(cgs[1].Dir)
@@ -455,15 +458,15 @@ func TestCgroupsValidate(t *testing.T) {
 		{"holds the shim, v1", []string{pidsRoot}, "holds the shim"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), Spec{ID: "x", Argv: []string{"true"}, Env: testEnv, Cgroups: tc.dirs})
-			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.msg) {
+			_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), sessiondir.Spec{ID: "x", Argv: []string{"true"}, Env: shimtest.TestEnv, Cgroups: tc.dirs})
+			if !errors.Is(err, sessiondir.ErrInvalid) || !strings.Contains(err.Error(), tc.msg) {
 				t.Fatalf("got %v, want ErrInvalid naming %q", err, tc.msg)
 			}
 		})
 	}
 }
 
-// BenchmarkStartCommand measures the exec path alone (startCommand until
+// BenchmarkStartCommand measures the exec path alone (execCommand until
 // the command's execve, plus its wait) for /bin/true: plain is the
 // direct path every ordinary session takes; the others show what each
 // containment step costs (the helper's re-exec dominates):
@@ -501,17 +504,17 @@ func BenchmarkStartCommand(b *testing.B) {
 	})
 	for _, bc := range []struct {
 		name string
-		spec Spec
+		spec sessiondir.Spec
 	}{
-		{"plain", Spec{}},
-		{"cgroup-v2", Spec{Cgroups: []string{v2}}},
-		{"cgroups-v1", Spec{Cgroups: v1}},
-		{"isolate", Spec{User: "nobody", Isolate: true}},
+		{"plain", sessiondir.Spec{}},
+		{"cgroup-v2", sessiondir.Spec{Cgroups: []string{v2}}},
+		{"cgroups-v1", sessiondir.Spec{Cgroups: v1}},
+		{"isolate", sessiondir.Spec{User: "nobody", Isolate: true}},
 	} {
 		for _, ahead := range []bool{false, true} {
 			name := bc.name
 			if ahead {
-				if !bc.spec.needsHelper() {
+				if !bc.spec.NeedsHelper() {
 					continue
 				}
 				name += "-ahead"
@@ -539,7 +542,7 @@ func BenchmarkStartCommand(b *testing.B) {
 					if bc.spec.User != "" {
 						cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}
 					}
-					if err := startCommandWith(cmd, bc.spec, h, nil); err != nil {
+					if err := execCommand(cmd, bc.spec, h, nil); err != nil {
 						b.Fatal(err)
 					}
 					if ahead && !h.used {
@@ -559,28 +562,28 @@ func BenchmarkStartCommand(b *testing.B) {
 // It runs with a helper forked for the start (the default pool's first
 // start) and with one its warm shim started ahead.
 func TestPoolIsolateCgroups(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	cgs := makeCgroups(t, true, true)
-	for _, mode := range []HelperMode{HelperAuto, HelperAlways} {
+	for _, mode := range []launch.HelperMode{launch.HelperAuto, launch.HelperAlways} {
 		t.Run(fmt.Sprint("helper mode ", mode), func(t *testing.T) { testPoolIsolateCgroups(t, cgs, mode) })
 	}
 }
 
-func testPoolIsolateCgroups(t *testing.T, cgs []testCgroup, mode HelperMode) {
-	p := NewPool(shimExe, PoolOptions{Size: 1, Root: poolRoot(t), Helper: mode})
+func testPoolIsolateCgroups(t *testing.T, cgs []testCgroup, mode launch.HelperMode) {
+	p := launch.NewPool(shimtest.ShimExe, launch.PoolOptions{Size: 1, Root: shimtest.PoolRoot(t), Helper: mode})
 	t.Cleanup(func() { p.Close() })
-	waitWarm(t, p, 1)
-	dir := poolDir(t, p)
-	st, err := p.Start(ctxT(t, 10*time.Second), dir, Spec{ID: "t1", Env: testEnv, User: "nobody", Isolate: true,
+	shimtest.WaitWarm(t, p, 1)
+	dir := shimtest.PoolDir(t, p)
+	st, err := p.Start(shimtest.CtxT(t, 10*time.Second), dir, sessiondir.Spec{ID: "t1", Env: shimtest.TestEnv, User: "nobody", Isolate: true,
 		Cgroups: dirsOf(cgs), Argv: []string{"sh", "-c", "grep -E '^(NoNewPrivs|CapBnd):' /proc/self/status; cat /proc/self/cgroup"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { waitGone(t, st.ShimPID) })
-	if e := waitExit(t, dir); e.Code != 0 {
+	t.Cleanup(func() { shimtest.WaitGone(t, st.ShimPID) })
+	if e := shimtest.WaitExit(t, dir); e.Code != 0 {
 		t.Fatalf("exit %+v", e)
 	}
-	out := stdoutOf(t, dir)
+	out := shimtest.StdoutOf(t, dir)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	for _, want := range []string{"NoNewPrivs:\t1", "CapBnd:\t" + keptBoundingHex} {
 		if !slices.Contains(lines, want) {
@@ -602,7 +605,7 @@ func testPoolIsolateCgroups(t *testing.T, cgs []testCgroup, mode HelperMode) {
 // directory the user may not enter itself still fails the start, and
 // without a DirRoot the user's own chdir cannot pass the parent.
 func TestIsolateDirBehindClosedParent(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	closed := t.TempDir()
 	if err := os.Chmod(closed, 0o700); err != nil {
 		t.Fatal(err)
@@ -619,11 +622,11 @@ func TestIsolateDirBehindClosedParent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, err := Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, Dir: ws, User: "nobody", Isolate: true})
+	_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), sessiondir.Spec{ID: "t1", Env: shimtest.TestEnv, Argv: []string{"true"}, Dir: ws, User: "nobody", Isolate: true})
 	if !errors.Is(err, unix.EACCES) {
 		t.Fatalf("start in %s without a DirRoot as nobody: %v, want EACCES (root opens no path but the DirRoot)", ws, err)
 	}
-	out, code := runToEnd(t, Spec{Argv: []string{"sh", "-c", "pwd; cat f"}, Dir: ws, DirRoot: ws, User: "nobody", Isolate: true})
+	out, code := runToEnd(t, sessiondir.Spec{Argv: []string{"sh", "-c", "pwd; cat f"}, Dir: ws, DirRoot: ws, User: "nobody", Isolate: true})
 	if code != 0 || out != ws+"\nmine\n" {
 		t.Fatalf("isolate in %s: exit %d output %q, want 0 and %q", ws, code, out, ws+"\nmine\n")
 	}
@@ -631,8 +634,8 @@ func TestIsolateDirBehindClosedParent(t *testing.T) {
 	if err := os.Chown(ws, 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	dir := sessionDir(t)
-	_, err = Start(ctxT(t, 10*time.Second), shimExe, dir, Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, Dir: ws, DirRoot: ws, User: "nobody", Isolate: true})
+	dir := shimtest.SessionDir(t)
+	_, err = shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "t1", Env: shimtest.TestEnv, Argv: []string{"true"}, Dir: ws, DirRoot: ws, User: "nobody", Isolate: true})
 	if !errors.Is(err, unix.EACCES) {
 		t.Fatalf("start in root's 0700 %s as nobody: %v, want EACCES", ws, err)
 	}

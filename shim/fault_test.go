@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,20 +16,15 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/agentrunner/runner/internal/testcap"
 	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/shim/internal/shimtest"
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
 // Fault tests: disk full, run-as user, network namespace, and the drain
 // window's edges. The ones that need root skip loudly without it.
-
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		testcap.Skip(t, "root", "mount, setuid, network namespaces and cgroups; run the shim tests as root to cover this path")
-	}
-}
 
 // tmpfsDir mounts a tmpfs of the given size (e.g. "2m") on a fresh
 // directory and unmounts it when the test ends (after every cleanup
@@ -62,47 +56,6 @@ func remountSize(t *testing.T, dir, size string) {
 	}
 }
 
-// startAt is start with a caller-chosen session directory.
-func startAt(t *testing.T, dir string, spec Spec) Status {
-	t.Helper()
-	if spec.ID == "" {
-		spec.ID = "t1"
-	}
-	if spec.Env == nil {
-		spec.Env = testEnv
-	}
-	st, err := Start(ctxT(t, 10*time.Second), shimExe, dir, spec)
-	if err != nil {
-		t.Fatalf("start %q: %v", spec.Argv, err)
-	}
-	t.Cleanup(func() {
-		if c, err := Dial(ctxT(t, 5*time.Second), dir); err == nil {
-			c.Terminate(ctxT(t, 10*time.Second), 100*time.Millisecond)
-			c.Close()
-		}
-		waitGone(t, st.ShimPID)
-		checkShimLog(t, dir)
-	})
-	return st
-}
-
-// checkShimLog fails the test if the shim's own stderr (shim.log) reports
-// a data race (the shim is this race-enabled test binary), a panic or a
-// fatal runtime error: nothing else would ever show them.
-func checkShimLog(t *testing.T, dir string) {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, LogFile))
-	if err != nil {
-		return
-	}
-	for _, bad := range []string{"WARNING: DATA RACE", "panic:", "fatal error:"} {
-		if bytes.Contains(b, []byte(bad)) {
-			t.Errorf("shim.log reports %q:\n%s", bad, b)
-			return
-		}
-	}
-}
-
 // pattern returns n deterministic, incompressible-looking bytes.
 func pattern(n int) []byte {
 	r := rand.New(rand.NewPCG(1, 2))
@@ -129,13 +82,13 @@ func patternFile(t *testing.T, n int) ([]byte, string) {
 }
 
 // waitStatus polls the shim's status until cond holds.
-func waitStatus(t *testing.T, c *Client, what string, cond func(Status) bool) Status {
+func waitStatus(t *testing.T, c *launch.Client, what string, cond func(sessiondir.Status) bool) sessiondir.Status {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	var st Status
+	var st sessiondir.Status
 	var err error
 	for time.Now().Before(deadline) {
-		st, err = c.Status(ctxT(t, 5*time.Second))
+		st, err = c.Status(shimtest.CtxT(t, 5*time.Second))
 		if err == nil && cond(st) {
 			return st
 		}
@@ -186,7 +139,7 @@ func fillDisk(t *testing.T, mnt string) {
 // write_error meanwhile, and once space is back the journal holds exactly
 // the command's bytes and the true exit.
 func TestDiskFullBackpressure(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	t.Parallel()
 	const size = 8 << 20
 	want, src := patternFile(t, size)
@@ -194,11 +147,11 @@ func TestDiskFullBackpressure(t *testing.T) {
 	dir := filepath.Join(mnt, "s")
 	// "done" goes to stderr only after cat wrote every byte: while it is
 	// absent the command has not got past its output.
-	startAt(t, dir, Spec{Argv: []string{"sh", "-c", `cat "$0"; echo done >&2; exit 7`, src}, Dir: "/"})
-	c := dial(t, dir)
+	shimtest.StartAt(t, dir, sessiondir.Spec{Argv: []string{"sh", "-c", `cat "$0"; echo done >&2; exit 7`, src}, Dir: "/"})
+	c := shimtest.Dial(t, dir)
 
-	st := waitStatus(t, c, "write_error", func(st Status) bool { return st.WriteError != "" })
-	if st.State != StateRunning {
+	st := waitStatus(t, c, "write_error", func(st sessiondir.Status) bool { return st.WriteError != "" })
+	if st.State != sessiondir.StateRunning {
 		t.Fatalf("while the disk is full: got state %q, want running", st.State)
 	}
 	if !strings.Contains(st.WriteError, syscall.ENOSPC.Error()) {
@@ -207,9 +160,9 @@ func TestDiskFullBackpressure(t *testing.T) {
 	// Backpressure: for a while nothing moves. The journal stays short of
 	// the output, stderr stays empty (cat has not finished), and the
 	// command is still there.
-	n0, _ := readStream(dir, "stdout")
+	n0, _ := shimtest.ReadStream(dir, "stdout")
 	time.Sleep(700 * time.Millisecond)
-	n1, _ := readStream(dir, "stdout")
+	n1, _ := shimtest.ReadStream(dir, "stdout")
 	if len(n1) >= size {
 		t.Fatalf("journal holds %d bytes on a 2 MiB disk", len(n1))
 	}
@@ -219,11 +172,11 @@ func TestDiskFullBackpressure(t *testing.T) {
 	if !bytes.Equal(n1, want[:len(n1)]) {
 		t.Fatalf("journal prefix (%d bytes) differs from the written bytes", len(n1))
 	}
-	if e, _ := readStream(dir, "stderr"); len(e) != 0 {
+	if e, _ := shimtest.ReadStream(dir, "stderr"); len(e) != 0 {
 		t.Fatalf("stderr %q: the command got past its output on a full disk (bytes were dropped)", e)
 	}
-	st, err := c.Status(ctxT(t, 5*time.Second))
-	if err != nil || st.State != StateRunning || st.WriteError == "" {
+	st, err := c.Status(shimtest.CtxT(t, 5*time.Second))
+	if err != nil || st.State != sessiondir.StateRunning || st.WriteError == "" {
 		t.Fatalf("after 700ms of a full disk: got %+v %v, want running with write_error", st, err)
 	}
 	if ps := processState(st.PID); ps == "" || ps == "Z" {
@@ -231,11 +184,11 @@ func TestDiskFullBackpressure(t *testing.T) {
 	}
 
 	remountSize(t, mnt, "64m")
-	e := waitExit(t, dir)
+	e := shimtest.WaitExit(t, dir)
 	if e.Reason != journal.ReasonExited || e.Code != 7 {
 		t.Fatalf("exit: got %+v, want exited 7", e)
 	}
-	got, err := readStream(dir, "stdout")
+	got, err := shimtest.ReadStream(dir, "stdout")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,10 +202,10 @@ func TestDiskFullBackpressure(t *testing.T) {
 	if e.Lengths["stdout"] != size || e.Lengths["stderr"] != 5 {
 		t.Errorf("exit lengths: got %v, want stdout %d, stderr 5", e.Lengths, size)
 	}
-	if b, _ := readStream(dir, "stderr"); string(b) != "done\n" {
+	if b, _ := shimtest.ReadStream(dir, "stderr"); string(b) != "done\n" {
 		t.Errorf("stderr: got %q, want %q", b, "done\n")
 	}
-	st, err = c.Status(ctxT(t, 5*time.Second))
+	st, err = c.Status(shimtest.CtxT(t, 5*time.Second))
 	if err != nil || st.WriteError != "" {
 		t.Errorf("after space came back: got %+v %v, want no write_error", st, err)
 	}
@@ -264,13 +217,13 @@ func TestDiskFullBackpressure(t *testing.T) {
 // must not see a lost frame, and once space is back the true exit is
 // recorded.
 func TestDiskFullAtExit(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	t.Parallel()
 	mnt := tmpfsDir(t, "4m")
 	dir := filepath.Join(mnt, "s")
-	startAt(t, dir, Spec{Argv: []string{"sh", "-c", `echo ready; read x; echo "bye $x"; exit 4`}, Dir: "/"})
+	shimtest.StartAt(t, dir, sessiondir.Spec{Argv: []string{"sh", "-c", `echo ready; read x; echo "bye $x"; exit 4`}, Dir: "/"})
 	waitOutput(t, dir, "ready\n")
-	c := dial(t, dir)
+	c := shimtest.Dial(t, dir)
 
 	// An attach that follows live: its terminal frame must be the exit.
 	type result struct {
@@ -282,7 +235,7 @@ func TestDiskFullAtExit(t *testing.T) {
 	go func() {
 		var r result
 		var out bytes.Buffer
-		r.err = Attach(ctxT(t, 30*time.Second), dir, AttachOptions{}, func(b []byte) error {
+		r.err = sessiondir.Attach(shimtest.CtxT(t, 30*time.Second), dir, sessiondir.AttachOptions{}, func(b []byte) error {
 			f, err := wire.ParseFrame(b)
 			if err != nil {
 				return err
@@ -303,22 +256,22 @@ func TestDiskFullAtExit(t *testing.T) {
 	// Without its reserve, as a journal recovered after its writer
 	// crashed is: with it, the exit record is written on a full disk
 	// (TestFinishFullDisk, daemon's TestDiskFullFlood).
-	if err := os.Remove(filepath.Join(dir, JournalDir, journal.ReserveFile)); err != nil {
+	if err := os.Remove(filepath.Join(dir, sessiondir.JournalDir, journal.ReserveFile)); err != nil {
 		t.Fatal(err)
 	}
 	fillDisk(t, mnt)
-	if err := c.WriteStdin(ctxT(t, 5*time.Second), []byte("now\n")); err != nil {
+	if err := c.WriteStdin(shimtest.CtxT(t, 5*time.Second), []byte("now\n")); err != nil {
 		t.Fatal(err)
 	}
-	waitStatus(t, c, "write_error", func(st Status) bool { return st.WriteError != "" })
+	waitStatus(t, c, "write_error", func(st sessiondir.Status) bool { return st.WriteError != "" })
 	// For a while: running (from the shim and from disk), never lost.
 	deadline := time.Now().Add(1500 * time.Millisecond)
 	for time.Now().Before(deadline) {
-		ds, err := ReadStatus(dir)
+		ds, err := sessiondir.ReadStatus(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ds.State != StateRunning {
+		if ds.State != sessiondir.StateRunning {
 			t.Fatalf("while the exit record cannot be written: ReadStatus got %q (%+v), want running", ds.State, ds)
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -332,7 +285,7 @@ func TestDiskFullAtExit(t *testing.T) {
 	if err := os.Remove(filepath.Join(mnt, "filler")); err != nil {
 		t.Fatal(err)
 	}
-	e := waitExit(t, dir)
+	e := shimtest.WaitExit(t, dir)
 	if e.Reason != journal.ReasonExited || e.Code != 4 {
 		t.Fatalf("exit: got %+v, want exited 4", e)
 	}
@@ -385,7 +338,7 @@ func writerHelper(src string) int {
 // that cannot be written: once space is back every byte is in the journal
 // before the exit record.
 func TestDiskFullPastDrainWindow(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	// "at once" frees all the space; "trickle" frees a little first, so the
 	// disk is full again after a few writes.
 	for _, trickle := range []bool{false, true} {
@@ -402,15 +355,15 @@ func testDiskFullPastDrainWindow(t *testing.T, trickle bool) {
 	want, src := patternFile(t, size)
 	mnt := tmpfsDir(t, "2m")
 	dir := filepath.Join(mnt, "s")
-	startAt(t, dir, Spec{Argv: []string{shimExe[0]}, Dir: "/",
-		Env: append([]string{writerEnv + "=" + src, "GORACE=atexit_sleep_ms=0"}, testEnv...)})
+	shimtest.StartAt(t, dir, sessiondir.Spec{Argv: []string{shimtest.ShimExe[0]}, Dir: "/",
+		Env: append([]string{writerEnv + "=" + src, "GORACE=atexit_sleep_ms=0"}, shimtest.TestEnv...)})
 	waitOutput(t, dir, "go\n")
-	c := dial(t, dir)
+	c := shimtest.Dial(t, dir)
 	fillDisk(t, mnt)
-	if err := c.WriteStdin(ctxT(t, 5*time.Second), []byte("\n")); err != nil {
+	if err := c.WriteStdin(shimtest.CtxT(t, 5*time.Second), []byte("\n")); err != nil {
 		t.Fatal(err)
 	}
-	st := waitStatus(t, c, "write_error", func(st Status) bool { return st.WriteError != "" })
+	st := waitStatus(t, c, "write_error", func(st sessiondir.Status) bool { return st.WriteError != "" })
 	// The command exits with its output in the pipe.
 	deadline := time.Now().Add(5 * time.Second)
 	for ps := processState(st.PID); ps != "" && ps != "Z"; ps = processState(st.PID) {
@@ -420,7 +373,7 @@ func testDiskFullPastDrainWindow(t *testing.T, trickle bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	time.Sleep(DrainGrace + 500*time.Millisecond)
-	if st, err := c.Status(ctxT(t, 5*time.Second)); err != nil || st.State != StateRunning || st.WriteError == "" {
+	if st, err := c.Status(shimtest.CtxT(t, 5*time.Second)); err != nil || st.State != sessiondir.StateRunning || st.WriteError == "" {
 		t.Fatalf("disk still full after the drain window: got %+v %v, want running with write_error", st, err)
 	}
 	filler := filepath.Join(mnt, "filler")
@@ -435,18 +388,18 @@ func testDiskFullPastDrainWindow(t *testing.T, trickle bool) {
 			t.Fatal(err)
 		}
 		time.Sleep(maxBackoff + 500*time.Millisecond)
-		if l, _ := readStream(dir, "stdout"); len(l) <= 3 {
+		if l, _ := shimtest.ReadStream(dir, "stdout"); len(l) <= 3 {
 			t.Fatalf("the shim wrote nothing into 160 KiB of free space (journal %d bytes)", len(l))
 		}
 	}
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	e := waitExit(t, dir)
+	e := shimtest.WaitExit(t, dir)
 	if e.Reason != journal.ReasonExited || e.Code != 3 {
 		t.Fatalf("exit: got %+v, want exited 3", e)
 	}
-	got, _ := readStream(dir, "stdout")
+	got, _ := shimtest.ReadStream(dir, "stdout")
 	if !bytes.Equal(got, append([]byte("go\n"), want...)) {
 		t.Fatalf("stdout: got %d bytes, want exactly the %d written", len(got), size+3)
 	}
@@ -455,7 +408,7 @@ func testDiskFullPastDrainWindow(t *testing.T, trickle bool) {
 // TestRunAsUser: Spec.User runs the command as another user (by name and
 // as uid:gid) while the session's files stay the daemon's.
 func TestRunAsUser(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	u, err := user.Lookup("nobody")
 	if err != nil {
 		t.Skipf("SKIPPED: no user nobody: %v", err)
@@ -474,16 +427,16 @@ func TestRunAsUser(t *testing.T) {
 			if tt.name != "name" {
 				argv = []string{"sh", "-c", "id -u; id -g; id -G"} // no supplementary groups
 			}
-			dir, _ := start(t, Spec{Argv: argv, User: tt.user, Dir: "/"})
-			e := waitExit(t, dir)
-			out, _ := readStream(dir, "stdout")
-			errb, _ := readStream(dir, "stderr")
+			dir, _ := shimtest.Start(t, sessiondir.Spec{Argv: argv, User: tt.user, Dir: "/"})
+			e := shimtest.WaitExit(t, dir)
+			out, _ := shimtest.ReadStream(dir, "stdout")
+			errb, _ := shimtest.ReadStream(dir, "stderr")
 			if e.Code != 0 || string(out) != tt.want {
 				t.Fatalf("got exit %+v stdout %q stderr %q, want exit 0 and %q", e, out, errb, tt.want)
 			}
 			// The daemon (root) keeps the session: its files are root's,
 			// and it reads them.
-			for _, p := range []string{dir, filepath.Join(dir, JournalDir), filepath.Join(dir, JournalDir, "stdout")} {
+			for _, p := range []string{dir, filepath.Join(dir, sessiondir.JournalDir), filepath.Join(dir, sessiondir.JournalDir, "stdout")} {
 				var st unix.Stat_t
 				if err := unix.Stat(p, &st); err != nil {
 					t.Fatal(err)
@@ -492,24 +445,24 @@ func TestRunAsUser(t *testing.T) {
 					t.Errorf("%s: owner %d, want root", p, st.Uid)
 				}
 			}
-			if ds, err := ReadStatus(dir); err != nil || ds.State != StateExited {
+			if ds, err := sessiondir.ReadStatus(dir); err != nil || ds.State != sessiondir.StateExited {
 				t.Errorf("ReadStatus: got %+v %v, want exited", ds, err)
 			}
 		})
 	}
 	t.Run("socket owner", func(t *testing.T) {
 		t.Parallel()
-		dir, _ := start(t, Spec{Argv: []string{"sleep", "30"}, User: "nobody", Dir: "/"})
+		dir, _ := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sleep", "30"}, User: "nobody", Dir: "/"})
 		var st unix.Stat_t
-		if err := unix.Stat(filepath.Join(dir, SocketFile), &st); err != nil {
+		if err := unix.Stat(filepath.Join(dir, sessiondir.SocketFile), &st); err != nil {
 			t.Fatal(err)
 		}
 		if st.Uid != 0 {
 			t.Errorf("ctl.sock owner %d, want root", st.Uid)
 		}
-		c := dial(t, dir)
-		s, err := c.Status(ctxT(t, 5*time.Second))
-		if err != nil || s.State != StateRunning {
+		c := shimtest.Dial(t, dir)
+		s, err := c.Status(shimtest.CtxT(t, 5*time.Second))
+		if err != nil || s.State != sessiondir.StateRunning {
 			t.Fatalf("status: got %+v %v", s, err)
 		}
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.PID))
@@ -522,13 +475,13 @@ func TestRunAsUser(t *testing.T) {
 	})
 	t.Run("unknown user", func(t *testing.T) {
 		t.Parallel()
-		dir := sessionDir(t)
-		_, err := Start(ctxT(t, 10*time.Second), shimExe, dir, Spec{ID: "x", Argv: []string{"true"}, Env: testEnv, User: "no-such-user-zz"})
-		var se *StartError
+		dir := shimtest.SessionDir(t)
+		_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "x", Argv: []string{"true"}, Env: shimtest.TestEnv, User: "no-such-user-zz"})
+		var se *launch.StartError
 		if !errors.As(err, &se) || !strings.Contains(err.Error(), "no-such-user-zz") {
 			t.Fatalf("got %v, want a StartError naming the user", err)
 		}
-		waitGone(t, se.ShimPID)
+		shimtest.WaitGone(t, se.ShimPID)
 		if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("session dir left behind: %v", err)
 		}
@@ -544,55 +497,6 @@ func grepLine(s, prefix string) string {
 	return ""
 }
 
-// newNetNS creates a network namespace bound to a file in t.TempDir(), the
-// way `ip netns add` does, and removes it when the test ends. The thread
-// that made it is switched back to the original namespace, or discarded
-// if that fails.
-func newNetNS(t *testing.T) (path string, ino uint64) {
-	t.Helper()
-	path = filepath.Join(t.TempDir(), "netns")
-	if err := os.WriteFile(path, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	errc := make(chan error, 1)
-	// Owned by newNetNS, which waits for it.
-	go func() {
-		runtime.LockOSThread()
-		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer unix.Close(orig)
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("unshare: %w", err)
-			return
-		}
-		merr := unix.Mount("/proc/thread-self/ns/net", path, "", unix.MS_BIND, "")
-		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("restore netns: %w (thread discarded)", err)
-			return // still locked: the thread ends with this goroutine
-		}
-		runtime.UnlockOSThread()
-		errc <- merr
-	}()
-	if err := <-errc; err != nil {
-		t.Fatalf("create netns: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(path, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount netns %s: %v", path, err)
-		}
-	})
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		t.Fatal(err)
-	}
-	return path, st.Ino
-}
-
 func nsLink(t *testing.T, path string) string {
 	t.Helper()
 	l, err := os.Readlink(path)
@@ -605,15 +509,15 @@ func nsLink(t *testing.T, path string) string {
 // TestNetNS: Spec.NetNS starts the command in that namespace; the shim
 // itself, and a later session without NetNS, stay in the host's.
 func TestNetNS(t *testing.T) {
-	needRoot(t)
-	nsPath, ino := newNetNS(t)
+	shimtest.NeedRoot(t)
+	nsPath, ino := shimtest.NewNetNS(t)
 	host := nsLink(t, "/proc/self/ns/net")
 	want := fmt.Sprintf("net:[%d]", ino)
 	if want == host {
 		t.Fatalf("the new namespace %s is the host's", want)
 	}
 
-	dir, st := start(t, Spec{Argv: []string{"sh", "-c", "readlink /proc/self/ns/net; read x; exit 0"}, NetNS: nsPath})
+	dir, st := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sh", "-c", "readlink /proc/self/ns/net; read x; exit 0"}, NetNS: nsPath})
 	waitOutput(t, dir, want+"\n")
 	// Every thread of the shim is back in the host namespace (restored, or
 	// the thread was discarded).
@@ -630,39 +534,39 @@ func TestNetNS(t *testing.T) {
 			t.Errorf("shim thread %s is in %s, want the host's %s", task.Name(), l, host)
 		}
 	}
-	c := dial(t, dir)
-	if err := c.CloseStdin(ctxT(t, 5*time.Second)); err != nil {
+	c := shimtest.Dial(t, dir)
+	if err := c.CloseStdin(shimtest.CtxT(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if e := waitExit(t, dir); e.Code != 0 {
+	if e := shimtest.WaitExit(t, dir); e.Code != 0 {
 		t.Fatalf("exit: got %+v, want 0", e)
 	}
 
-	dir2, _ := start(t, Spec{Argv: []string{"readlink", "/proc/self/ns/net"}})
-	waitExit(t, dir2)
-	if out, _ := readStream(dir2, "stdout"); string(out) != host+"\n" {
+	dir2, _ := shimtest.Start(t, sessiondir.Spec{Argv: []string{"readlink", "/proc/self/ns/net"}})
+	shimtest.WaitExit(t, dir2)
+	if out, _ := shimtest.ReadStream(dir2, "stdout"); string(out) != host+"\n" {
 		t.Errorf("a session without NetNS: got %q, want the host's %q", out, host)
 	}
 
 	t.Run("missing", func(t *testing.T) {
-		dir := sessionDir(t)
-		_, err := Start(ctxT(t, 10*time.Second), shimExe, dir, Spec{ID: "x", Argv: []string{"true"}, Env: testEnv, NetNS: "/nonexistent/netns"})
-		var se *StartError
+		dir := shimtest.SessionDir(t)
+		_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "x", Argv: []string{"true"}, Env: shimtest.TestEnv, NetNS: "/nonexistent/netns"})
+		var se *launch.StartError
 		if !errors.As(err, &se) || !errors.Is(err, fs.ErrNotExist) {
 			t.Fatalf("got %v, want a StartError matching fs.ErrNotExist", err)
 		}
-		waitGone(t, se.ShimPID)
+		shimtest.WaitGone(t, se.ShimPID)
 	})
 	t.Run("not a namespace", func(t *testing.T) {
-		dir := sessionDir(t)
+		dir := shimtest.SessionDir(t)
 		notNS := filepath.Join(t.TempDir(), "plain")
 		os.WriteFile(notNS, nil, 0o600)
-		_, err := Start(ctxT(t, 10*time.Second), shimExe, dir, Spec{ID: "x", Argv: []string{"true"}, Env: testEnv, NetNS: notNS})
-		var se *StartError
+		_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "x", Argv: []string{"true"}, Env: shimtest.TestEnv, NetNS: notNS})
+		var se *launch.StartError
 		if !errors.As(err, &se) || !errors.Is(err, syscall.EINVAL) {
 			t.Fatalf("got %v, want a StartError matching EINVAL", err)
 		}
-		waitGone(t, se.ShimPID)
+		shimtest.WaitGone(t, se.ShimPID)
 	})
 }
 
@@ -671,18 +575,18 @@ func TestNetNS(t *testing.T) {
 // with its output streams, and the exit is the true one.
 func TestOutputClosedEarly(t *testing.T) {
 	t.Parallel()
-	dir, _ := start(t, Spec{Argv: []string{"sh", "-c", `echo out; echo err >&2; exec >&- 2>&-; read x; exit 6`}})
+	dir, _ := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sh", "-c", `echo out; echo err >&2; exec >&- 2>&-; read x; exit 6`}})
 	waitOutput(t, dir, "out\n")
-	c := dial(t, dir)
+	c := shimtest.Dial(t, dir)
 	// Well past the drain window: still running, stdin still works.
 	time.Sleep(DrainGrace + 300*time.Millisecond)
-	if st, err := c.Status(ctxT(t, 5*time.Second)); err != nil || st.State != StateRunning {
+	if st, err := c.Status(shimtest.CtxT(t, 5*time.Second)); err != nil || st.State != sessiondir.StateRunning {
 		t.Fatalf("after the command closed its output: got %+v %v, want running", st, err)
 	}
-	if err := c.WriteStdin(ctxT(t, 5*time.Second), []byte("go\n")); err != nil {
+	if err := c.WriteStdin(shimtest.CtxT(t, 5*time.Second), []byte("go\n")); err != nil {
 		t.Fatal(err)
 	}
-	e := waitExit(t, dir)
+	e := shimtest.WaitExit(t, dir)
 	if e.Reason != journal.ReasonExited || e.Code != 6 {
 		t.Fatalf("exit: got %+v, want exited 6", e)
 	}
@@ -702,18 +606,18 @@ func TestGrandchildHoldsOutput(t *testing.T) {
 	// The grandchild ignores SIGPIPE so that its late write reports the
 	// error instead of killing it.
 	script := `(trap '' PIPE; sleep 3; echo late; echo "rc=$?" >"$0") & echo "gc $!"; exit 2`
-	dir, st := start(t, Spec{Argv: []string{"sh", "-c", script, rcFile}})
+	dir, st := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sh", "-c", script, rcFile}})
 	t0 := st.StartedAt // the command exits at once
 	waitOutput(t, dir, "gc ")
 	var gc int
-	if b, _ := readStream(dir, "stdout"); len(b) > 0 {
+	if b, _ := shimtest.ReadStream(dir, "stdout"); len(b) > 0 {
 		fmt.Sscanf(string(b), "gc %d", &gc)
 	}
 	if gc == 0 {
 		t.Fatal("no grandchild pid")
 	}
 	t.Cleanup(func() { syscall.Kill(gc, syscall.SIGKILL) }) // the grandchild this test started
-	e := waitExit(t, dir)
+	e := shimtest.WaitExit(t, dir)
 	took := time.Since(t0)
 	if e.Reason != journal.ReasonExited || e.Code != 2 {
 		t.Fatalf("exit: got %+v, want exited 2", e)
@@ -724,7 +628,7 @@ func TestGrandchildHoldsOutput(t *testing.T) {
 	if err := syscall.Kill(gc, 0); err != nil {
 		t.Errorf("grandchild %d after the exit record: %v, want still running (the shim does not kill leftovers)", gc, err)
 	}
-	out, _ := readStream(dir, "stdout")
+	out, _ := shimtest.ReadStream(dir, "stdout")
 	if want := fmt.Sprintf("gc %d\n", gc); string(out) != want {
 		t.Errorf("stdout: got %q, want %q", out, want)
 	}
@@ -743,7 +647,7 @@ func TestGrandchildHoldsOutput(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if e2 := waitExit(t, dir); e2.Lengths["stdout"] != int64(len(out)) {
+	if e2 := shimtest.WaitExit(t, dir); e2.Lengths["stdout"] != int64(len(out)) {
 		t.Errorf("the journal grew after the exit record: %v vs %d", e2.Lengths, len(out))
 	}
 }
@@ -753,19 +657,19 @@ func TestGrandchildHoldsOutput(t *testing.T) {
 // promptly, while control still sees it running.
 func TestCommandClosesStdin(t *testing.T) {
 	t.Parallel()
-	dir, _ := start(t, Spec{Argv: []string{"sh", "-c", `exec <&-; echo closed; sleep 30`}})
+	dir, _ := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sh", "-c", `exec <&-; echo closed; sleep 30`}})
 	waitOutput(t, dir, "closed\n")
-	c := dial(t, dir)
-	ctx := ctxT(t, 5*time.Second)
+	c := shimtest.Dial(t, dir)
+	ctx := shimtest.CtxT(t, 5*time.Second)
 	t0 := time.Now()
 	err := c.WriteStdin(ctx, []byte("x"))
-	if !errors.Is(err, ErrStdinClosed) || !errors.Is(err, ErrExited) {
+	if !errors.Is(err, sessiondir.ErrStdinClosed) || !errors.Is(err, sessiondir.ErrExited) {
 		t.Fatalf("write to a closed stdin: got %v, want ErrStdinClosed", err)
 	}
 	if took := time.Since(t0); took > 2*time.Second {
 		t.Errorf("write took %v", took)
 	}
-	if st, err := c.Status(ctx); err != nil || st.State != StateRunning {
+	if st, err := c.Status(ctx); err != nil || st.State != sessiondir.StateRunning {
 		t.Fatalf("status: got %+v %v, want running", st, err)
 	}
 	e, err := c.Terminate(ctx, time.Second)
@@ -780,19 +684,19 @@ func TestCommandClosesStdin(t *testing.T) {
 func TestStdinLarge(t *testing.T) {
 	t.Parallel()
 	want := pattern(3<<20 + 12345)
-	dir, _ := start(t, Spec{Argv: []string{"cat"}})
-	c := dial(t, dir)
-	ctx := ctxT(t, 20*time.Second)
+	dir, _ := shimtest.Start(t, sessiondir.Spec{Argv: []string{"cat"}})
+	c := shimtest.Dial(t, dir)
+	ctx := shimtest.CtxT(t, 20*time.Second)
 	if err := c.WriteStdin(ctx, want); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.CloseStdin(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if e := waitExit(t, dir); e.Code != 0 || e.Lengths["stdout"] != int64(len(want)) {
+	if e := shimtest.WaitExit(t, dir); e.Code != 0 || e.Lengths["stdout"] != int64(len(want)) {
 		t.Fatalf("exit: got %+v, want 0 with %d bytes", e, len(want))
 	}
-	got, err := readStream(dir, "stdout")
+	got, err := shimtest.ReadStream(dir, "stdout")
 	if err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("stdout: got %d bytes (%v), want the %d written", len(got), err, len(want))
 	}

@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"golang.org/x/sys/unix"
 )
 
@@ -81,9 +82,9 @@ func setFSCred(cred *syscall.Credential) error {
 // user switch (the direct path has no such switch before the fork).
 func openDirBeneathAs(cred *nsexecCred, root, dir string) (*os.File, error) {
 	if cred == nil || os.Geteuid() != 0 || cred.UID == 0 {
-		return OpenDirBeneath(root, dir)
+		return sessiondir.OpenDirBeneath(root, dir)
 	}
-	return openDirBeneath(root, dir, func(open func() error) error {
+	return sessiondir.OpenDirBeneathAs(root, dir, func(open func() error) error {
 		return asUser(&syscall.Credential{Uid: cred.UID, Gid: cred.GID, Groups: cred.Groups}, open)
 	})
 }

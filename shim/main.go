@@ -11,25 +11,32 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/agentrunner/runner/shim/internal/proto"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"golang.org/x/sys/unix"
 )
 
-// Main is the shim process's entry point (`runner-shim serve` and
-// runnerd's hidden `shim` subcommand call it with the arguments after
-// theirs). It returns the process exit status.
+// Main is the supervisor process's entry point: the program that runs it
+// (`runner-shim serve`, runnerd's hidden `shim` subcommand) calls it with
+// the arguments after its own and with its Hooks, and exits with what it
+// returns. The first argument names the mode, a row of modes:
 //
-//	[--detach] [--ready-fd N] DIR
-//	[--detach] --warm-fd N --warm-root ROOT [--warm-retain BYTES] [--warm-nsexec]
+//	session [--detach] [--ready-fd N] DIR
+//	warm [--detach] --warm-fd N --warm-root ROOT [--warm-retain BYTES] [--warm-nsexec]
+//	__runner_nsexec
+//	__runner_nsexec_ahead
 //
-// --detach (used by Start) re-executes the same program without it in a
-// new session and returns at once. --ready-fd names the inherited pipe for
-// the readiness line. DIR is the session directory holding spec.json.
+// session (what a cold start runs) supervises the session in DIR, which
+// holds spec.json. --detach re-executes the same program without it in a
+// new session and returns at once; --ready-fd names the inherited pipe
+// for the readiness line.
 //
-// --warm-fd (used by Pool) makes a warm shim: it prepares a staging
+// warm (what Pool runs) makes a warm shim: it prepares a staging
 // directory ROOT/.warm-* (control socket, pipes journal retaining BYTES,
 // pid file, its log), says "warm SHIMPID STAGE" on the inherited socket,
 // then waits for two lines, the session directory (in ROOT, not existing
@@ -43,53 +50,131 @@ import (
 // it is warm, so a command that needs the helper does not pay for the
 // helper's process start; a command that does not gets it killed.
 //
-// Main is also the shim's internal helper for Spec.ResolvConf: with the
-// single argument "__runner_nsexec" it prepares a mount namespace and
-// execs the command (see nsexec.go). It checks for that before parsing
-// flags, so every program that calls Main first thing reaches the helper.
-func Main(args []string) int {
-	if helper, ahead := isNsexec(args); helper {
-		return nsexecMain(ahead)
+// The two __runner_nsexec modes are the shim's own helper (nsexec.go),
+// which the shim starts from /proc/self/exe: always this same program.
+//
+// Arguments that name no mode are the argv of a launcher from before the
+// table (flags, then DIR): a runnerd that is still running while its
+// runner-shim binary is replaced by a newer one starts shims that way
+// until it is restarted, so legacyMode keeps reading it.
+func Main(args []string, hooks Hooks) int {
+	if len(args) > 0 {
+		for _, m := range modes {
+			if args[0] == m.name {
+				setMainPrefix(args)
+				return m.run(args[1:], hooks)
+			}
+		}
 	}
 	setMainPrefix(args)
-	fset := flag.NewFlagSet("shim", flag.ContinueOnError)
-	detachFlag := fset.Bool("detach", false, "re-execute detached in a new session, then exit (used by Start)")
+	return legacyMode(args, hooks)
+}
+
+// mode is one row of Main's table.
+type mode struct {
+	name string
+	run  func(args []string, hooks Hooks) int
+}
+
+// modes is Main's table (see Main).
+var modes = []mode{
+	{proto.ModeSession, sessionMode},
+	{proto.ModeWarm, warmMode},
+	{nsexecArg, func([]string, Hooks) int { return nsexecMain(false) }},
+	{nsexecAheadArg, func([]string, Hooks) int { return nsexecMain(true) }},
+}
+
+// sessionMode is Main's session mode: [--detach] [--ready-fd N] DIR.
+func sessionMode(args []string, hooks Hooks) int {
+	fset := flag.NewFlagSet("shim session", flag.ContinueOnError)
+	detachFlag := fset.Bool("detach", false, "re-execute detached in a new session, then exit")
 	readyFD := fset.Int("ready-fd", -1, "inherited file descriptor for the readiness line")
-	warmFD := fset.Int("warm-fd", -1, "inherited socket: wait on it for the session directory (used by Pool)")
-	warmRoot := fset.String("warm-root", "", "with --warm-fd: where session directories are made, and staged")
-	warmRetain := fset.Int64("warm-retain", 0, "with --warm-fd: the staged journal's RetainBytes")
-	warmNsexec := fset.Bool("warm-nsexec", false, "with --warm-fd: start the nsexec helper ahead, while waiting")
 	if err := fset.Parse(args); err != nil {
 		return 2
 	}
-	if *warmFD >= 0 {
-		if fset.NArg() != 0 || *readyFD >= 0 || !filepath.IsAbs(*warmRoot) {
-			fmt.Fprintln(os.Stderr, "shim: --warm-fd takes an absolute --warm-root, no directory and no --ready-fd")
-			return 2
-		}
-		syscall.CloseOnExec(*warmFD)
-		sock := os.NewFile(uintptr(*warmFD), "warm")
-		if *detachFlag {
-			return detach(args, "", sock)
-		}
-		return warmMain(sock, *warmRoot, *warmRetain, *warmNsexec)
-	}
-	if fset.NArg() != 1 {
+	return session(proto.ModeSession, args, *detachFlag, *readyFD, fset.Args(), hooks)
+}
+
+// session runs a session's shim (or its detaching intermediate) once its
+// arguments are parsed: rest must be the session directory alone.
+func session(mode string, args []string, detachFlag bool, readyFD int, rest []string, hooks Hooks) int {
+	if len(rest) != 1 {
 		fmt.Fprintln(os.Stderr, "shim: want exactly one session directory")
 		return 2
 	}
-	dir := fset.Arg(0)
+	dir := rest[0]
 	var ready *os.File
-	if *readyFD >= 0 {
-		syscall.CloseOnExec(*readyFD) // never leak it into the command
-		ready = os.NewFile(uintptr(*readyFD), "ready")
+	if readyFD >= 0 {
+		syscall.CloseOnExec(readyFD) // never leak it into the command
+		ready = os.NewFile(uintptr(readyFD), "ready")
 	}
-	if *detachFlag {
-		return detach(args, dir, ready)
+	if detachFlag {
+		return detach(mode, args, dir, ready)
 	}
-
 	setSmall()
-	return serve(dir, ready)
+	return serve(dir, ready, hooks)
+}
+
+// warmFlags are the warm mode's flags.
+type warmFlags struct {
+	fd     *int
+	root   *string
+	retain *int64
+	nsexec *bool
+}
+
+func addWarmFlags(fset *flag.FlagSet) warmFlags {
+	return warmFlags{
+		fd:     fset.Int("warm-fd", -1, "inherited socket: wait on it for the session directory"),
+		root:   fset.String("warm-root", "", "where session directories are made, and staged"),
+		retain: fset.Int64("warm-retain", 0, "the staged journal's RetainBytes"),
+		nsexec: fset.Bool("warm-nsexec", false, "start the nsexec helper ahead, while waiting"),
+	}
+}
+
+// warmMode is Main's warm mode: [--detach] --warm-fd N --warm-root ROOT
+// [--warm-retain BYTES] [--warm-nsexec].
+func warmMode(args []string, hooks Hooks) int {
+	fset := flag.NewFlagSet("shim warm", flag.ContinueOnError)
+	detachFlag := fset.Bool("detach", false, "re-execute detached in a new session, then exit")
+	wf := addWarmFlags(fset)
+	if err := fset.Parse(args); err != nil {
+		return 2
+	}
+	return warm(proto.ModeWarm, args, *detachFlag, wf, fset.NArg() != 0, hooks)
+}
+
+// warm runs a warm shim (or its detaching intermediate) once its
+// arguments are parsed; bad says the arguments were not a warm shim's.
+func warm(mode string, args []string, detachFlag bool, wf warmFlags, bad bool, hooks Hooks) int {
+	if bad || *wf.fd < 0 || !filepath.IsAbs(*wf.root) {
+		fmt.Fprintln(os.Stderr, "shim: --warm-fd takes an absolute --warm-root, no directory and no --ready-fd")
+		return 2
+	}
+	syscall.CloseOnExec(*wf.fd)
+	sock := os.NewFile(uintptr(*wf.fd), "warm")
+	if detachFlag {
+		return detach(mode, args, "", sock)
+	}
+	return warmMain(sock, *wf.root, *wf.retain, *wf.nsexec, hooks)
+}
+
+// legacyMode reads the argv of a launcher from before Main's table (see
+// Main): the session and warm flags in one set, a warm shim when
+// --warm-fd is given. The detaching intermediate re-executes in the same
+// form, so the pair never mixes the two.
+func legacyMode(args []string, hooks Hooks) int {
+	fset := flag.NewFlagSet("shim", flag.ContinueOnError)
+	detachFlag := fset.Bool("detach", false, "re-execute detached in a new session, then exit")
+	readyFD := fset.Int("ready-fd", -1, "inherited file descriptor for the readiness line")
+	wf := addWarmFlags(fset)
+	if err := fset.Parse(args); err != nil {
+		return 2
+	}
+	if *wf.fd >= 0 {
+		return warm("", args, *detachFlag, wf, fset.NArg() != 0 || *readyFD >= 0, hooks)
+	}
+	return session("", args, *detachFlag, *readyFD, fset.Args(), hooks)
 }
 
 // setSmall tunes the runtime for an idle shim: one P, a collector that
@@ -105,7 +190,7 @@ func setSmall() {
 // file), announce itself, wait for a session, move the staging directory
 // into place and serve it like a shim started for it. Everything but the
 // command's own start is done before the session exists, off its path.
-func warmMain(sock *os.File, root string, retain int64, nsexec bool) int {
+func warmMain(sock *os.File, root string, retain int64, nsexec bool, hooks Hooks) int {
 	setSmall()
 	// First, so its process start overlaps the staging below. Without
 	// one (it could not start, or never came up) a command that needs the
@@ -122,29 +207,30 @@ func warmMain(sock *os.File, root string, retain int64, nsexec bool) int {
 	defer ahead.discard()
 	stage, err := os.MkdirTemp(root, ".warm-")
 	if err != nil {
-		reportError(sock, PhaseSetup, err)
+		reportError(sock, proto.PhaseSetup, err)
 		return 1
 	}
 	// Its stderr goes to the staging directory's log, which becomes the
 	// session's shim.log when the directory is moved.
-	if log, err := os.OpenFile(filepath.Join(stage, LogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600); err == nil {
+	if log, err := os.OpenFile(filepath.Join(stage, sessiondir.LogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600); err == nil {
 		unix.Dup3(int(log.Fd()), 1, 0)
 		unix.Dup3(int(log.Fd()), 2, 0)
 		log.Close()
 	}
 	// Created without its fsyncs, which the Sync below does once the rest
 	// is prepared (still before the shim says it is warm).
-	staged := journalOptions(Spec{}, true)
+	staged := journalOptions(sessiondir.Spec{}, true)
 	staged.RetainBytes = retain
 	s, err := prepare(stage, staged)
 	if err == nil {
+		s.hooks = hooks
 		if err = s.stage(); err != nil {
 			s.undo()
 		}
 	}
 	if err != nil {
 		os.RemoveAll(stage)
-		reportError(sock, PhaseSetup, err)
+		reportError(sock, proto.PhaseSetup, err)
 		return 1
 	}
 	discard := func() { s.undo(); os.RemoveAll(s.dir) }
@@ -160,7 +246,7 @@ func warmMain(sock *os.File, root string, retain int64, nsexec bool) int {
 	// short command is its Finish, on exec's path (~1 ms).
 	if err := s.jw.Load().Sync(); err != nil {
 		discard()
-		reportError(sock, PhaseSetup, err)
+		reportError(sock, proto.PhaseSetup, err)
 		return 1
 	}
 	if ahead != nil {
@@ -187,15 +273,15 @@ func warmMain(sock *os.File, root string, retain int64, nsexec bool) int {
 	}
 	fail := func(err error) int {
 		fmt.Fprintf(os.Stderr, "shim %s: %v\n", dirLine, err)
-		reportError(sock, phaseOf(err), err)
+		reportError(sock, proto.PhaseOf(err), err)
 		return 1
 	}
-	var spec Spec
+	var spec sessiondir.Spec
 	if err := json.Unmarshal([]byte(specLine), &spec); err != nil {
 		discard()
-		return fail(fmt.Errorf("%w: decode spec: %v", ErrInvalid, err))
+		return fail(fmt.Errorf("%w: decode spec: %v", sessiondir.ErrInvalid, err))
 	}
-	if err := spec.validate(); err != nil {
+	if err := spec.Validate(); err != nil {
 		discard()
 		return fail(err)
 	}
@@ -264,18 +350,18 @@ func readFullLine(r *bufio.Reader, max int) (string, error) {
 // values, so that its first real use does not pay for page faults and
 // type caches (about a millisecond in a fresh process).
 func prewarm() {
-	var spec Spec
+	var spec sessiondir.Spec
 	json.Unmarshal([]byte(`{"id":"w","argv":["true"],"env":["PATH=/usr/bin:/bin"],"cwd":"/","tty":false,"rows":24}`), &spec)
-	json.Marshal(started{ShimPID: 1, PID: 1, StartedAt: time.Now()})
+	json.Marshal(sessiondir.Started{ShimPID: 1, PID: 1, StartedAt: time.Now()})
 	lookPath("true", spec.Env, "/")
 }
 
 // serve runs the shim of dir, reporting readiness on ready (if not nil).
-func serve(dir string, ready *os.File) int {
-	s, err := newServer(dir)
+func serve(dir string, ready *os.File, hooks Hooks) int {
+	s, err := newServer(dir, hooks)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "shim %s: %v\n", dir, err)
-		reportError(ready, phaseOf(err), err)
+		reportError(ready, proto.PhaseOf(err), err)
 		return 1
 	}
 	retitle(s.spec)
@@ -286,7 +372,7 @@ func serve(dir string, ready *os.File) int {
 
 // retitle names spec's session in this shim's process title (title.go);
 // a failure is logged, and the shim serves the same without a title.
-func retitle(spec Spec) {
+func retitle(spec sessiondir.Spec) {
 	if err := setTitle(titleFor(spec.Sandbox, spec.ID), commFor(spec.Sandbox, spec.ID)); err != nil {
 		fmt.Fprintf(os.Stderr, "shim %s: %v\n", spec.ID, err)
 	}
@@ -321,9 +407,9 @@ func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
 //
 // For a warm shim (dir empty) stdout and stderr are /dev/null until it is
 // given a session.
-func detach(args []string, dir string, ready *os.File) int {
+func detach(mode string, args []string, dir string, ready *os.File) int {
 	fail := func(err error) int {
-		reportError(ready, PhaseSetup, err)
+		reportError(ready, proto.PhaseSetup, err)
 		return 1
 	}
 	exe, err := os.Executable()
@@ -333,6 +419,9 @@ func detach(args []string, dir string, ready *os.File) int {
 	// The prefix that led to Main (e.g. "serve", "shim"; recorded by Main)
 	// is kept.
 	prefix := mainPrefix
+	if mode != "" {
+		prefix = append(slices.Clone(prefix), mode)
+	}
 	var rest []string
 	for _, a := range args {
 		if a != "--detach" && a != "-detach" {
@@ -341,7 +430,7 @@ func detach(args []string, dir string, ready *os.File) int {
 	}
 	logPath := os.DevNull
 	if dir != "" {
-		logPath = filepath.Join(dir, LogFile)
+		logPath = filepath.Join(dir, sessiondir.LogFile)
 	}
 	log, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {

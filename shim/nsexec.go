@@ -11,11 +11,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
+	"github.com/agentrunner/runner/shim/internal/proto"
 	"golang.org/x/sys/unix"
 )
 
@@ -97,7 +96,7 @@ import (
 // EOF instead of the go, or before a plan (the shim discarded it, or
 // died), makes it exit without running anything. The report is the
 // same. A helper that dies while it waits leaves an empty report; the
-// command never ran, and startCommandWith forks a helper for the start
+// command never ran, and execCommand forks a helper for the start
 // instead.
 const (
 	nsexecArg      = "__runner_nsexec"
@@ -147,7 +146,7 @@ type nsexecAhead struct {
 // startNsexecAhead starts a helper ahead. It does not wait for it to be
 // up (awaitUp does), so its start overlaps the caller's own work.
 func startNsexecAhead() (*nsexecAhead, error) {
-	uc, child, err := socketPair("nsexec-ahead")
+	uc, child, err := proto.SocketPair("nsexec-ahead")
 	if err != nil {
 		return nil, fmt.Errorf("nsexec: create socket pair: %w", err)
 	}
@@ -250,30 +249,13 @@ func (h *nsexecAhead) exec(cmd *exec.Cmd) (err error, taken bool) {
 	if werr == nil {
 		_, werr = h.conn.Write([]byte{nsexecGo})
 	}
-	h.conn.CloseWrite()
-	rep, err := io.ReadAll(io.LimitReader(h.conn, 4096))
-	switch {
-	case len(rep) == 0 && !errors.Is(err, os.ErrDeadlineExceeded):
-		// Closed without a word (EOF, or ECONNRESET: it died with our
-		// bytes unread): it died before the start did anything, since
-		// "exec" comes before the execve. Its queued bytes would have
-		// been read before the reset.
-		h.discard()
+	silent, err := awaitReport(h.conn, werr)
+	if silent {
+		h.discard() // it never started anything: the caller starts the command another way
 		return nil, false
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return fail(fmt.Errorf("nsexec: the helper did not report within %v: %w", nsexecTimeout, syscall.ETIMEDOUT))
-	}
-	// A helper whose step failed reported it and exited with the go byte
-	// unread, which resets the connection after its report: the report
-	// is the answer.
-	if perr := parseNsexecReport(string(rep)); perr != nil {
-		return fail(perr)
 	}
 	if err != nil {
-		return fail(fmt.Errorf("nsexec: read the helper's report: %w", err))
-	}
-	if werr != nil {
-		return fail(fmt.Errorf("nsexec: send parameters to the helper: %w", werr))
+		return fail(err)
 	}
 	h.used = true
 	h.conn.Close()
@@ -290,7 +272,7 @@ func startNsexec(cmd *exec.Cmd, p *execPlan) error {
 	}
 	attr.Credential = nil // the helper stays root until its own "switch user"
 	p.Path, p.Argv, p.Env = cmd.Path, cmd.Args, cmd.Environ()
-	uc, child, err := socketPair("nsexec")
+	uc, child, err := proto.SocketPair("nsexec")
 	if err != nil {
 		return fmt.Errorf("nsexec: create socket pair: %w", err)
 	}
@@ -320,51 +302,13 @@ func startNsexec(cmd *exec.Cmd, p *execPlan) error {
 	}
 	uc.SetDeadline(time.Now().Add(nsexecTimeout))
 	b, _ := json.Marshal(p)
-	if _, err := uc.Write(b); err != nil {
-		// The helper died before reading: read what it said, if anything.
-		uc.CloseWrite()
-		rep, _ := io.ReadAll(io.LimitReader(uc, 4096))
-		if rerr := parseNsexecReport(string(rep)); rerr != nil {
-			return fail(rerr)
-		}
-		return fail(fmt.Errorf("nsexec: send parameters to the helper: %w", err))
-	}
-	uc.CloseWrite()
-	rep, err := io.ReadAll(io.LimitReader(uc, 4096))
-	if err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return fail(fmt.Errorf("nsexec: the helper did not report within %v: %w", nsexecTimeout, syscall.ETIMEDOUT))
-		}
-		return fail(fmt.Errorf("nsexec: read the helper's report: %w", err))
-	}
-	if err := parseNsexecReport(string(rep)); err != nil {
+	// A failed write (the helper died before reading) is not final: what
+	// it said, if anything, is the answer.
+	_, werr := uc.Write(b)
+	if _, err := awaitReport(uc, werr); err != nil {
 		return fail(err)
 	}
 	return nil
-}
-
-// parseNsexecReport turns the helper's report into nil (the execve
-// succeeded) or the start error.
-func parseNsexecReport(rep string) error {
-	rest, execd := strings.CutPrefix(rep, "exec\n")
-	if line, ok := strings.CutPrefix(rest, "error "); ok {
-		line = strings.TrimSuffix(line, "\n")
-		num, step, _ := strings.Cut(line, " ")
-		phase, step, _ := strings.Cut(step, " ")
-		n, _ := strconv.Atoi(num)
-		err := fmt.Errorf("%s: %w", step, syscall.Errno(n))
-		if n == 0 {
-			err = errors.New(step)
-		}
-		if phase == PhaseExec {
-			return &commandError{err}
-		}
-		return err
-	}
-	if execd && rest == "" {
-		return nil
-	}
-	return fmt.Errorf("nsexec: the helper ended before executing the command (report %q)", rep)
 }
 
 // nsexecMain is the helper (see the top of this file), started ahead or
@@ -376,7 +320,7 @@ func nsexecMain(ahead bool) (code int) {
 	runtime.LockOSThread()
 	unix.CloseOnExec(nsexecFD)
 	f := os.NewFile(nsexecFD, "nsexec")
-	phase := PhaseSetup
+	phase := proto.PhaseSetup
 	fail := func(step string, err error) int {
 		var en syscall.Errno
 		if errors.As(err, &en) {
@@ -436,7 +380,7 @@ func nsexecMain(ahead bool) (code int) {
 	if !goByte() {
 		return nsexecExit
 	}
-	phase = PhaseExec // from here on a failure is the command's own
+	phase = proto.PhaseExec // from here on a failure is the command's own
 	if _, err := f.WriteString("exec\n"); err != nil {
 		return nsexecExit // the shim is gone or gave up: do not run the command
 	}

@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/shim/internal/shimtest"
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"golang.org/x/sys/unix"
 )
 
@@ -19,17 +22,6 @@ import (
 // change nothing outside the namespaces and files they create: the test
 // checks the host's /etc/resolv.conf and this process's mount table
 // before and after.
-
-// resolvFixture writes a resolv.conf with content unique to the test.
-func resolvFixture(t *testing.T) (path, content string) {
-	t.Helper()
-	content = fmt.Sprintf("# runner shim test %d\nnameserver 192.0.2.53\noptions edns0\n", time.Now().UnixNano())
-	path = filepath.Join(t.TempDir(), "resolv.conf")
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path, content
-}
 
 // hostMounts is the host's /etc/resolv.conf and this process's mount
 // table, to compare before and after.
@@ -58,19 +50,10 @@ func hostMounts(t *testing.T) string {
 	return "resolv.conf:\n" + string(rc) + "mountinfo:\n" + strings.Join(kept, "\n")
 }
 
-func stdoutOf(t *testing.T, dir string) string {
-	t.Helper()
-	b, err := readStream(dir, "stdout")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 func TestResolvConf(t *testing.T) {
-	needRoot(t)
-	nsPath, ino := newNetNS(t)
-	conf, content := resolvFixture(t)
+	shimtest.NeedRoot(t)
+	nsPath, ino := shimtest.NewNetNS(t)
+	conf, content := shimtest.ResolvFixture(t)
 	before := hostMounts(t)
 	hostMnt := nsLink(t, "/proc/self/ns/mnt")
 	t.Cleanup(func() {
@@ -83,7 +66,7 @@ func TestResolvConf(t *testing.T) {
 	t.Run("root", func(t *testing.T) {
 		script := `echo $$; cat /etc/resolv.conf; readlink /proc/self/ns/net
 if echo x >>/etc/resolv.conf; then echo WRITABLE; fi; read x; exit 3`
-		dir, st := start(t, Spec{Argv: []string{"sh", "-c", script}, NetNS: nsPath, ResolvConf: conf})
+		dir, st := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sh", "-c", script}, NetNS: nsPath, ResolvConf: conf})
 		want := fmt.Sprintf("%d\n%snet:[%d]\n", st.PID, content, ino)
 		waitOutput(t, dir, want)
 		// The reported pid is the command (sh), a session leader, in its
@@ -100,25 +83,25 @@ if echo x >>/etc/resolv.conf; then echo WRITABLE; fi; read x; exit 3`
 		if m := nsLink(t, fmt.Sprintf("/proc/%d/ns/mnt", st.ShimPID)); m != hostMnt {
 			t.Errorf("the shim is in mount namespace %s, want the host's %s", m, hostMnt)
 		}
-		c := dial(t, dir)
-		if err := c.CloseStdin(ctxT(t, 5*time.Second)); err != nil {
+		c := shimtest.Dial(t, dir)
+		if err := c.CloseStdin(shimtest.CtxT(t, 5*time.Second)); err != nil {
 			t.Fatal(err)
 		}
-		if e := waitExit(t, dir); e.Code != 3 {
+		if e := shimtest.WaitExit(t, dir); e.Code != 3 {
 			t.Fatalf("exit: got %+v, want 3", e)
 		}
-		if out := stdoutOf(t, dir); out != want {
+		if out := shimtest.StdoutOf(t, dir); out != want {
 			t.Errorf("stdout: got %q, want %q (and /etc/resolv.conf read-only)", out, want)
 		}
-		if b, _ := readStream(dir, "stderr"); !strings.Contains(string(b), "Read-only file system") {
+		if b, _ := shimtest.ReadStream(dir, "stderr"); !strings.Contains(string(b), "Read-only file system") {
 			t.Errorf("stderr: got %q, want the write refused as read-only", b)
 		}
 	})
 
 	t.Run("tty", func(t *testing.T) {
-		dir, st := start(t, Spec{Argv: []string{"sh", "-c", `echo $$; cat /etc/resolv.conf; tty`}, TTY: true, NetNS: nsPath, ResolvConf: conf})
-		waitExit(t, dir)
-		out := strings.ReplaceAll(stdoutOf(t, dir), "\r\n", "\n")
+		dir, st := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sh", "-c", `echo $$; cat /etc/resolv.conf; tty`}, TTY: true, NetNS: nsPath, ResolvConf: conf})
+		shimtest.WaitExit(t, dir)
+		out := strings.ReplaceAll(shimtest.StdoutOf(t, dir), "\r\n", "\n")
 		if want := fmt.Sprintf("%d\n%s/dev/pts/", st.PID, content); !strings.HasPrefix(out, want) {
 			t.Errorf("stdout: got %q, want prefix %q", out, want)
 		}
@@ -130,16 +113,16 @@ if echo x >>/etc/resolv.conf; then echo WRITABLE; fi; read x; exit 3`
 	t.Run("nobody, same as a direct start", func(t *testing.T) {
 		probe := `id -u; id -g; id -G; cat /etc/resolv.conf; grep -E '^(Sig(Blk|Ign)|NoNewPrivs|Cap(Inh|Prm|Eff|Bnd|Amb)):' /proc/self/status
 ls /proc/self/fd; ulimit -n; pwd; env | sort`
-		spec := Spec{Argv: []string{"sh", "-c", probe}, User: "nobody", Dir: "/", NetNS: nsPath, Env: append([]string{"X=1", "X=2"}, testEnv...)}
-		direct, _ := start(t, spec)
-		waitExit(t, direct)
+		spec := sessiondir.Spec{Argv: []string{"sh", "-c", probe}, User: "nobody", Dir: "/", NetNS: nsPath, Env: append([]string{"X=1", "X=2"}, shimtest.TestEnv...)}
+		direct, _ := shimtest.Start(t, spec)
+		shimtest.WaitExit(t, direct)
 		spec.ResolvConf = conf
-		helped, _ := start(t, spec)
-		if e := waitExit(t, helped); e.Code != 0 {
-			b, _ := readStream(helped, "stderr")
+		helped, _ := shimtest.Start(t, spec)
+		if e := shimtest.WaitExit(t, helped); e.Code != 0 {
+			b, _ := shimtest.ReadStream(helped, "stderr")
 			t.Fatalf("exit %+v, stderr %q", e, b)
 		}
-		got, base := stdoutOf(t, helped), stdoutOf(t, direct)
+		got, base := shimtest.StdoutOf(t, helped), shimtest.StdoutOf(t, direct)
 		if !strings.HasPrefix(got, "65534\n") || !strings.Contains(got, content) {
 			t.Errorf("as nobody: got %q, want uid 65534 and the file's content", got)
 		}
@@ -152,27 +135,27 @@ ls /proc/self/fd; ulimit -n; pwd; env | sort`
 	t.Run("start errors", func(t *testing.T) {
 		for _, tc := range []struct {
 			name string
-			spec Spec
+			spec sessiondir.Spec
 			want error
 			msg  string
 		}{
-			{"missing argv0", Spec{Argv: []string{"/nonexistent/bin"}, ResolvConf: conf}, fs.ErrNotExist, "/nonexistent/bin"},
-			{"missing argv0 on PATH", Spec{Argv: []string{"no-such-command-xyz"}, ResolvConf: conf, User: "nobody"}, fs.ErrNotExist, "no-such-command-xyz"},
-			{"missing resolv_conf", Spec{Argv: []string{"true"}, ResolvConf: "/nonexistent/resolv.conf", NetNS: nsPath}, fs.ErrNotExist, "bind-mount /nonexistent/resolv.conf"},
-			{"missing cwd", Spec{Argv: []string{"true"}, ResolvConf: conf, Dir: "/nonexistent-dir"}, fs.ErrNotExist, "chdir /nonexistent-dir"},
-			{"not executable", Spec{Argv: []string{conf}, ResolvConf: conf}, fs.ErrPermission, conf},
-			{"relative resolv_conf", Spec{Argv: []string{"true"}, ResolvConf: "resolv.conf"}, ErrInvalid, "not an absolute path"},
+			{"missing argv0", sessiondir.Spec{Argv: []string{"/nonexistent/bin"}, ResolvConf: conf}, fs.ErrNotExist, "/nonexistent/bin"},
+			{"missing argv0 on PATH", sessiondir.Spec{Argv: []string{"no-such-command-xyz"}, ResolvConf: conf, User: "nobody"}, fs.ErrNotExist, "no-such-command-xyz"},
+			{"missing resolv_conf", sessiondir.Spec{Argv: []string{"true"}, ResolvConf: "/nonexistent/resolv.conf", NetNS: nsPath}, fs.ErrNotExist, "bind-mount /nonexistent/resolv.conf"},
+			{"missing cwd", sessiondir.Spec{Argv: []string{"true"}, ResolvConf: conf, Dir: "/nonexistent-dir"}, fs.ErrNotExist, "chdir /nonexistent-dir"},
+			{"not executable", sessiondir.Spec{Argv: []string{conf}, ResolvConf: conf}, fs.ErrPermission, conf},
+			{"relative resolv_conf", sessiondir.Spec{Argv: []string{"true"}, ResolvConf: "resolv.conf"}, sessiondir.ErrInvalid, "not an absolute path"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				tc.spec.ID, tc.spec.Env = "x", testEnv
-				_, err := Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), tc.spec)
+				tc.spec.ID, tc.spec.Env = "x", shimtest.TestEnv
+				_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), tc.spec)
 				if !errors.Is(err, tc.want) || !strings.Contains(fmt.Sprint(err), tc.msg) {
 					t.Fatalf("got %v, want an error matching %v that names %q", err, tc.want, tc.msg)
 				}
-				var se *StartError
+				var se *launch.StartError
 				if errors.As(err, &se) {
-					waitGone(t, se.ShimPID)
-				} else if tc.want != ErrInvalid {
+					shimtest.WaitGone(t, se.ShimPID)
+				} else if tc.want != sessiondir.ErrInvalid {
 					t.Fatalf("got %T, want a *StartError", err)
 				}
 			})
@@ -212,13 +195,13 @@ func TestNsexecReport(t *testing.T) {
 // the first bind replaces (each is opened before any mount). A missing
 // source fails the start. The host's mount table does not change.
 func TestBinds(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	before := hostMounts(t)
 	priv := t.TempDir()
 	if err := os.Chmod(priv, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	binds := []Bind{{Source: priv + "/tmp", Target: "/tmp"}, {Source: priv + "/var-tmp", Target: "/var/tmp"}, {Source: priv + "/shm", Target: "/dev/shm"}}
+	binds := []sessiondir.Bind{{Source: priv + "/tmp", Target: "/tmp"}, {Source: priv + "/var-tmp", Target: "/var/tmp"}, {Source: priv + "/shm", Target: "/dev/shm"}}
 	for _, b := range binds {
 		if err := os.Mkdir(b.Source, 0o777|os.ModeSticky); err != nil {
 			t.Fatal(err)
@@ -238,7 +221,7 @@ func TestBinds(t *testing.T) {
 	}
 	script := fmt.Sprintf(`for d in /tmp /var/tmp /dev/shm; do echo "$d" > "$d/%[1]s" || exit 1; cat "$d/%[1]s-host" 2>/dev/null && exit 2; done; echo ok`, name)
 	for _, isolate := range []bool{false, true} {
-		out, code := runToEnd(t, Spec{Argv: []string{"sh", "-c", script}, User: "nobody", Isolate: isolate, Binds: binds})
+		out, code := runToEnd(t, sessiondir.Spec{Argv: []string{"sh", "-c", script}, User: "nobody", Isolate: isolate, Binds: binds})
 		if code != 0 || out != "ok\n" {
 			t.Fatalf("isolate %v: exit %d output %q, want 0 and ok (the host's files unseen)", isolate, code, out)
 		}
@@ -259,10 +242,10 @@ func TestBinds(t *testing.T) {
 	if err := os.Remove(binds[2].Source); err != nil {
 		t.Fatal(err)
 	}
-	dir := sessionDir(t)
-	spec := Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, User: "nobody", Isolate: true, Binds: binds}
-	_, err := Start(ctxT(t, 10*time.Second), shimExe, dir, spec)
-	var se *StartError
+	dir := shimtest.SessionDir(t)
+	spec := sessiondir.Spec{ID: "t1", Env: shimtest.TestEnv, Argv: []string{"true"}, User: "nobody", Isolate: true, Binds: binds}
+	_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, spec)
+	var se *launch.StartError
 	if !errors.As(err, &se) || !errors.Is(err, unix.ENOENT) {
 		t.Fatalf("start without %s: %v, want a StartError wrapping ENOENT", binds[2].Source, err)
 	}
@@ -273,7 +256,7 @@ func TestBinds(t *testing.T) {
 // reads there, and not writable even by root in the namespace; a file over
 // a directory fails the start. The host's file does not change.
 func TestBindFileReadOnly(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	before := hostMounts(t)
 	src := filepath.Join(t.TempDir(), "hosts")
 	if err := os.WriteFile(src, []byte("10.9.9.9 bound\n"), 0o644); err != nil {
@@ -283,9 +266,9 @@ func TestBindFileReadOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	binds := []Bind{{Source: src, Target: "/etc/hosts", ReadOnly: true}}
+	binds := []sessiondir.Bind{{Source: src, Target: "/etc/hosts", ReadOnly: true}}
 	// Root without Isolate: only the read-only mount stops the write.
-	out, code := runToEnd(t, Spec{Argv: []string{"sh", "-c", `cat /etc/hosts; echo x >> /etc/hosts && echo written`}, Binds: binds})
+	out, code := runToEnd(t, sessiondir.Spec{Argv: []string{"sh", "-c", `cat /etc/hosts; echo x >> /etc/hosts && echo written`}, Binds: binds})
 	if code == 0 || !strings.HasPrefix(out, "10.9.9.9 bound\n") || strings.Contains(out, "written") {
 		t.Fatalf("exit %d output %q, want the bound file and a refused write", code, out)
 	}
@@ -298,9 +281,9 @@ func TestBindFileReadOnly(t *testing.T) {
 	if after := hostMounts(t); after != before {
 		t.Errorf("host mounts changed:\nbefore %s\nafter %s", before, after)
 	}
-	spec := Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, Binds: []Bind{{Source: src, Target: "/tmp", ReadOnly: true}}}
-	_, err = Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), spec)
-	var se *StartError
+	spec := sessiondir.Spec{ID: "t1", Env: shimtest.TestEnv, Argv: []string{"true"}, Binds: []sessiondir.Bind{{Source: src, Target: "/tmp", ReadOnly: true}}}
+	_, err = shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), spec)
+	var se *launch.StartError
 	if !errors.As(err, &se) || !errors.Is(err, unix.ENOTDIR) {
 		t.Fatalf("a file over a directory: %v, want a StartError wrapping ENOTDIR", err)
 	}
@@ -310,12 +293,12 @@ func TestBindFileReadOnly(t *testing.T) {
 // a UTS namespace of its own with that name; the host's is unchanged, and
 // a name sethostname(2) would not take is refused (ErrInvalid).
 func TestHostname(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	host, err := os.Hostname()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, code := runToEnd(t, Spec{Argv: []string{"cat", "/proc/sys/kernel/hostname"}, User: "nobody", Isolate: true, Hostname: "sbx-hostname-test"})
+	out, code := runToEnd(t, sessiondir.Spec{Argv: []string{"cat", "/proc/sys/kernel/hostname"}, User: "nobody", Isolate: true, Hostname: "sbx-hostname-test"})
 	if code != 0 || out != "sbx-hostname-test\n" {
 		t.Fatalf("hostname inside: %q exit %d, want sbx-hostname-test", out, code)
 	}
@@ -323,8 +306,8 @@ func TestHostname(t *testing.T) {
 		t.Errorf("the host's name changed: %q, was %q", now, host)
 	}
 	for _, bad := range []string{"a b", "x/y", strings.Repeat("a", 65)} {
-		spec := Spec{ID: "t1", Env: testEnv, Argv: []string{"true"}, Hostname: bad}
-		if err := spec.validate(); !errors.Is(err, ErrInvalid) {
+		spec := sessiondir.Spec{ID: "t1", Env: shimtest.TestEnv, Argv: []string{"true"}, Hostname: bad}
+		if err := spec.Validate(); !errors.Is(err, sessiondir.ErrInvalid) {
 			t.Errorf("hostname %q: %v, want ErrInvalid", bad, err)
 		}
 	}

@@ -3,12 +3,16 @@ package shim
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentrunner/runner/shim/internal/proto"
+	"github.com/agentrunner/runner/shim/internal/shimtest"
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 )
 
 // TestStartErrorPhase: only the caller's command's own failures are phase
@@ -18,23 +22,23 @@ import (
 func TestStartErrorPhase(t *testing.T) {
 	tests := []struct {
 		name      string
-		spec      Spec
+		spec      sessiondir.Spec
 		wantPhase string
 		wantErrno syscall.Errno
 	}{
-		{"missing absolute executable", Spec{Argv: []string{"/nonexistent/bin"}}, PhaseExec, syscall.ENOENT},
-		{"PATH lookup", Spec{Argv: []string{"no-such-command-xyz"}}, PhaseExec, syscall.ENOENT},
-		{"not a program", Spec{Argv: []string{"/etc/hostname"}}, PhaseExec, 0},
-		{"missing cwd", Spec{Argv: []string{"true"}, Dir: "/nonexistent/dir"}, PhaseExec, syscall.ENOENT},
-		{"unknown run-as user", Spec{Argv: []string{"true"}, User: "no-such-user-xyz"}, PhaseExec, 0},
-		{"network namespace gone", Spec{Argv: []string{"true"}, NetNS: "/run/netns/no-such-ns-xyz"}, PhaseSetup, syscall.ENOENT},
+		{"missing absolute executable", sessiondir.Spec{Argv: []string{"/nonexistent/bin"}}, proto.PhaseExec, syscall.ENOENT},
+		{"PATH lookup", sessiondir.Spec{Argv: []string{"no-such-command-xyz"}}, proto.PhaseExec, syscall.ENOENT},
+		{"not a program", sessiondir.Spec{Argv: []string{"/etc/hostname"}}, proto.PhaseExec, 0},
+		{"missing cwd", sessiondir.Spec{Argv: []string{"true"}, Dir: "/nonexistent/dir"}, proto.PhaseExec, syscall.ENOENT},
+		{"unknown run-as user", sessiondir.Spec{Argv: []string{"true"}, User: "no-such-user-xyz"}, proto.PhaseExec, 0},
+		{"network namespace gone", sessiondir.Spec{Argv: []string{"true"}, NetNS: "/run/netns/no-such-ns-xyz"}, proto.PhaseSetup, syscall.ENOENT},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			spec := tt.spec
-			spec.ID, spec.Env = fmt.Sprintf("p%d", i), testEnv
-			_, err := Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), spec)
-			var se *StartError
+			spec.ID, spec.Env = fmt.Sprintf("p%d", i), shimtest.TestEnv
+			_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), spec)
+			var se *launch.StartError
 			if !errors.As(err, &se) {
 				t.Fatalf("got %v, want a StartError", err)
 			}
@@ -45,7 +49,7 @@ func TestStartErrorPhase(t *testing.T) {
 				t.Errorf("%v: got errno %d, want %d", err, se.Errno, tt.wantErrno)
 			}
 			if se.ShimPID != 0 {
-				waitGone(t, se.ShimPID)
+				shimtest.WaitGone(t, se.ShimPID)
 			}
 		})
 	}
@@ -54,49 +58,19 @@ func TestStartErrorPhase(t *testing.T) {
 // TestStartErrorPhaseJournal: a journal that cannot be created (its
 // directory is a file) fails the start in phase setup.
 func TestStartErrorPhaseJournal(t *testing.T) {
-	dir := sessionDir(t)
+	dir := shimtest.SessionDir(t)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, JournalDir), nil, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, sessiondir.JournalDir), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Start(ctxT(t, 10*time.Second), shimExe, dir, Spec{ID: "j", Argv: []string{"true"}, Env: testEnv})
-	var se *StartError
-	if !errors.As(err, &se) || se.Phase != PhaseSetup {
+	_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "j", Argv: []string{"true"}, Env: shimtest.TestEnv})
+	var se *launch.StartError
+	if !errors.As(err, &se) || se.Phase != proto.PhaseSetup {
 		t.Fatalf("got %v (%+v), want a StartError in phase setup", err, se)
 	}
-	waitGone(t, se.ShimPID)
-}
-
-func TestParseReadyError(t *testing.T) {
-	tests := []struct {
-		name      string
-		line      string
-		wantPhase string
-		wantMsg   string
-		wantErrno syscall.Errno
-	}{
-		{"exec phase", "error 42 2 exec start x: no such file", PhaseExec, "start x: no such file", syscall.ENOENT},
-		{"setup phase", "error 42 28 setup create journal: no space", PhaseSetup, "create journal: no space", syscall.ENOSPC},
-		{"old format", "error 42 2 start x: no such file", "", "start x: no such file", syscall.ENOENT},
-		{"old format, one word", "error 42 0 boom", "", "boom", 0},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := parseReady(tt.line)
-			var se *StartError
-			if !errors.As(err, &se) {
-				t.Fatalf("got %v, want a StartError", err)
-			}
-			if se.Phase != tt.wantPhase || se.Msg != tt.wantMsg || se.Errno != tt.wantErrno || se.ShimPID != 42 {
-				t.Errorf("got %+v, want phase %q msg %q errno %d shim 42", *se, tt.wantPhase, tt.wantMsg, tt.wantErrno)
-			}
-			if tt.wantErrno == syscall.ENOENT && !errors.Is(err, fs.ErrNotExist) {
-				t.Errorf("got %v, want it to match fs.ErrNotExist", err)
-			}
-		})
-	}
+	shimtest.WaitGone(t, se.ShimPID)
 }
 
 func TestParseNsexecReportPhase(t *testing.T) {
@@ -104,12 +78,12 @@ func TestParseNsexecReportPhase(t *testing.T) {
 		rep  string
 		want string
 	}{
-		{"error 2 exec exec /x\n", PhaseExec},
-		{"error 2 exec chdir /d\n", PhaseExec},
-		{"error 2 setup nsexec: resolve /etc/resolv.conf\n", PhaseSetup},
-		{"error 0 setup nsexec: read parameters: EOF\n", PhaseSetup},
+		{"error 2 exec exec /x\n", proto.PhaseExec},
+		{"error 2 exec chdir /d\n", proto.PhaseExec},
+		{"error 2 setup nsexec: resolve /etc/resolv.conf\n", proto.PhaseSetup},
+		{"error 0 setup nsexec: read parameters: EOF\n", proto.PhaseSetup},
 	} {
-		if got := phaseOf(parseNsexecReport(tt.rep)); got != tt.want {
+		if got := proto.PhaseOf(parseNsexecReport(tt.rep)); got != tt.want {
 			t.Errorf("%q: got phase %q, want %q", tt.rep, got, tt.want)
 		}
 	}

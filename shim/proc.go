@@ -5,21 +5,15 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 )
-
-// DefaultPath is the PATH a command gets when its environment names none,
-// and the one the shim looks its program up in then (runnerd puts it into
-// the spec's environment, so both sides agree).
-const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // openPTY opens a pseudo-terminal pair with github.com/creack/pty, sized
 // rows x cols. The master must be non-blocking so that its *os.File uses
@@ -129,7 +123,7 @@ func lookPath(argv0 string, env []string, dir string) (string, error) {
 		}
 		return p, nil
 	}
-	path := DefaultPath
+	path := sessiondir.DefaultPath
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
 			path = v
@@ -171,48 +165,6 @@ func executable(p string) error {
 		return syscall.EACCES
 	}
 	return nil
-}
-
-// credential resolves Spec.User: a name, or uid[:gid].
-func credential(spec string) (*syscall.Credential, error) {
-	name, gidStr, hasGid := strings.Cut(spec, ":")
-	if uid, err := strconv.ParseUint(name, 10, 32); err == nil {
-		c := &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}
-		if u, err := user.LookupId(name); err == nil {
-			if g, err := strconv.ParseUint(u.Gid, 10, 32); err == nil {
-				c.Gid = uint32(g)
-			}
-		}
-		if hasGid {
-			g, err := strconv.ParseUint(gidStr, 10, 32)
-			if err != nil {
-				return nil, fmt.Errorf("%w: user %q: bad gid", ErrInvalid, spec)
-			}
-			c.Gid = uint32(g)
-		}
-		return c, nil
-	}
-	if hasGid {
-		return nil, fmt.Errorf("%w: user %q: a name takes no :gid", ErrInvalid, spec)
-	}
-	u, err := user.Lookup(name)
-	if err != nil {
-		return nil, fmt.Errorf("look up user %q: %w", name, err)
-	}
-	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
-	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
-	if err1 != nil || err2 != nil {
-		return nil, fmt.Errorf("look up user %q: non-numeric ids", name)
-	}
-	c := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
-	if gids, err := u.GroupIds(); err == nil {
-		for _, g := range gids {
-			if n, err := strconv.ParseUint(g, 10, 32); err == nil {
-				c.Groups = append(c.Groups, uint32(n))
-			}
-		}
-	}
-	return c, nil
 }
 
 // startIn starts cmd, inside the network namespace at nsPath when it is not

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/shim/internal/shimtest"
+	"github.com/agentrunner/runner/shim/sessiondir"
 )
 
 // pidFrom waits for a file holding one decimal pid (written by a test
@@ -74,8 +76,8 @@ func TestLingeringDescendants(t *testing.T) {
 	t.Parallel()
 	tmp := t.TempDir()
 	short, long := filepath.Join(tmp, "short"), filepath.Join(tmp, "long")
-	dir, st := start(t, Spec{Argv: []string{"sh", "-c", orphanScript, "sh", short, long}})
-	e := waitExit(t, dir)
+	dir, st := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sh", "-c", orphanScript, "sh", short, long}})
+	e := shimtest.WaitExit(t, dir)
 	if took := time.Since(st.StartedAt); took > DrainGrace/2 {
 		t.Errorf("exit record after %v, want at once (no output is held)", took)
 	}
@@ -85,19 +87,19 @@ func TestLingeringDescendants(t *testing.T) {
 	shortPID, longPID := pidFrom(t, short), pidFrom(t, long)
 	waitReaped(t, st.PID, 2*time.Second) // the command itself
 
-	c := dial(t, dir)
-	ctx := ctxT(t, 15*time.Second)
-	if got := parentOf(t, longPID); got != st.ShimPID {
+	c := shimtest.Dial(t, dir)
+	ctx := shimtest.CtxT(t, 15*time.Second)
+	if got := shimtest.ParentOf(t, longPID); got != st.ShimPID {
 		t.Errorf("orphan %d: parent %d, want the shim %d", longPID, got, st.ShimPID)
 	}
 	// The short one exits on its own while the shim lingers: reaped by
 	// the shim, never left a zombie.
 	waitReaped(t, shortPID, 3*time.Second)
-	s := waitStatus(t, c, "one descendant", func(s Status) bool { return s.Descendants == 1 })
-	if s.State != StateExited || s.Exit == nil || s.Exit.Code != 0 {
+	s := waitStatus(t, c, "one descendant", func(s sessiondir.Status) bool { return s.Descendants == 1 })
+	if s.State != sessiondir.StateExited || s.Exit == nil || s.Exit.Code != 0 {
 		t.Fatalf("status while lingering: got %+v, want exited 0", s)
 	}
-	if err := c.WriteStdin(ctx, []byte("x")); !errors.Is(err, ErrExited) {
+	if err := c.WriteStdin(ctx, []byte("x")); !errors.Is(err, sessiondir.ErrExited) {
 		t.Fatalf("stdin while lingering: got %v, want ErrExited", err)
 	}
 	if err := syscall.Kill(st.ShimPID, 0); err != nil {
@@ -113,11 +115,11 @@ func TestLingeringDescendants(t *testing.T) {
 		t.Errorf("terminate took %v; sleep dies of SIGTERM at once", took)
 	}
 	waitReaped(t, longPID, time.Second)
-	waitGone(t, st.ShimPID)
-	if _, err := os.Stat(filepath.Join(dir, SocketFile)); !errors.Is(err, os.ErrNotExist) {
+	shimtest.WaitGone(t, st.ShimPID)
+	if _, err := os.Stat(filepath.Join(dir, sessiondir.SocketFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("ctl.sock after the shim exited: %v", err)
 	}
-	if e2 := waitExit(t, dir); e2.Code != 0 || e2.Terminated {
+	if e2 := shimtest.WaitExit(t, dir); e2.Code != 0 || e2.Terminated {
 		t.Errorf("record after the kill: got %+v, want unchanged", e2)
 	}
 }
@@ -126,14 +128,14 @@ func TestLingeringDescendants(t *testing.T) {
 // shim exits, without any request.
 func TestLingerEndsOnItsOwn(t *testing.T) {
 	t.Parallel()
-	dir, st := start(t, Spec{Argv: []string{"sh", "-c", `(setsid sleep 0.5 </dev/null >/dev/null 2>&1 &); exit 4`}})
-	if e := waitExit(t, dir); e.Code != 4 {
+	dir, st := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sh", "-c", `(setsid sleep 0.5 </dev/null >/dev/null 2>&1 &); exit 4`}})
+	if e := shimtest.WaitExit(t, dir); e.Code != 4 {
 		t.Fatalf("exit: got %+v, want exited 4", e)
 	}
 	if err := syscall.Kill(st.ShimPID, 0); err != nil {
 		t.Fatalf("shim gone before its descendant: %v", err)
 	}
-	waitGone(t, st.ShimPID)
+	shimtest.WaitGone(t, st.ShimPID)
 }
 
 // TestTerminateKillsEscapedGrandchild: terminate of a running session
@@ -156,15 +158,15 @@ func TestTerminateKillsEscapedGrandchild(t *testing.T) {
 			// TERM before that would end it early, as if the grace were
 			// cut short.
 			script := tt.grandchild + ` </dev/null >/dev/null 2>&1 & echo $! >"$0"; while [ ! -e "$0.armed" ]; do sleep 0.01; done; echo ready; wait`
-			dir, st := start(t, Spec{Argv: []string{"sh", "-c", script, pidf}})
+			dir, st := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sh", "-c", script, pidf}})
 			waitOutput(t, dir, "ready\n")
 			gc := pidFrom(t, pidf)
-			c := dial(t, dir)
-			if s := waitStatus(t, c, "the grandchild counted", func(s Status) bool { return s.Descendants >= 1 }); s.State != StateRunning {
+			c := shimtest.Dial(t, dir)
+			if s := waitStatus(t, c, "the grandchild counted", func(s sessiondir.Status) bool { return s.Descendants >= 1 }); s.State != sessiondir.StateRunning {
 				t.Fatalf("status: got %+v, want running", s)
 			}
 			t0 := time.Now()
-			e, err := c.Terminate(ctxT(t, 15*time.Second), 500*time.Millisecond)
+			e, err := c.Terminate(shimtest.CtxT(t, 15*time.Second), 500*time.Millisecond)
 			took := time.Since(t0)
 			if err != nil || e.Reason != journal.ReasonSignaled || e.Signal != int(syscall.SIGTERM) || !e.Terminated {
 				t.Fatalf("terminate: got %+v %v, want signaled TERM, terminated", e, err)
@@ -178,7 +180,7 @@ func TestTerminateKillsEscapedGrandchild(t *testing.T) {
 				t.Fatalf("grandchild %d: state %q after terminate, want dead", gc, s)
 			}
 			waitReaped(t, gc, 2*time.Second)
-			waitGone(t, st.ShimPID)
+			shimtest.WaitGone(t, st.ShimPID)
 		})
 	}
 }
@@ -205,8 +207,8 @@ func TestExitTruthUnderReaper(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			dir, st := start(t, Spec{Argv: []string{"sh", "-c", tt.script}, TTY: tt.tty})
-			e := waitExit(t, dir)
+			dir, st := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sh", "-c", tt.script}, TTY: tt.tty})
+			e := shimtest.WaitExit(t, dir)
 			if e.Reason != tt.want.Reason || e.Code != tt.want.Code || e.Signal != tt.want.Signal || e.Terminated {
 				t.Fatalf("got %+v, want %+v", e, tt.want)
 			}
@@ -238,10 +240,10 @@ func TestDescendantsScan(t *testing.T) {
 // publish an exit record; once the command ends the shim exits instead of
 // retrying the record for good.
 func TestShimEndsWhenItsDirectoryGoes(t *testing.T) {
-	dir := sessionDir(t)
-	st := startAt(t, dir, Spec{Argv: []string{"sh", "-c", `while [ -d "$0" ]; do sleep 0.05; done`, dir}})
+	dir := shimtest.SessionDir(t)
+	st := shimtest.StartAt(t, dir, sessiondir.Spec{Argv: []string{"sh", "-c", `while [ -d "$0" ]; do sleep 0.05; done`, dir}})
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(t, st.ShimPID)
+	shimtest.WaitGone(t, st.ShimPID)
 }

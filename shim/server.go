@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentrunner/runner/cgroup/oom"
 	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/shim/sessiondir"
 )
 
 // DrainGrace bounds how long the shim keeps reading output after the
@@ -36,13 +37,14 @@ type output struct {
 // server is the shim process's state. It owns every goroutine it starts:
 // run waits for all of them before it returns.
 type server struct {
-	dir  string
-	spec Spec
-	ln   *net.UnixListener
-	sock string
-	cmd  *exec.Cmd
-	pid  int
-	at   time.Time // when the command was started
+	dir   string
+	spec  sessiondir.Spec
+	hooks Hooks // what the program adds to the session's life (hooks.go)
+	ln    *net.UnixListener
+	sock  string
+	cmd   *exec.Cmd
+	pid   int
+	at    time.Time // when the command was started
 
 	jw atomic.Pointer[journal.Writer] // replaced only by Finish retries
 
@@ -125,12 +127,12 @@ type server struct {
 // (a cold start): on success the command runs, the journal and control
 // socket exist, and started.json is written. On failure nothing is left
 // running and the files it created are removed.
-func newServer(dir string) (*server, error) {
-	var spec Spec
-	if err := readJSON(filepath.Join(dir, SpecFile), &spec); err != nil {
+func newServer(dir string, hooks Hooks) (*server, error) {
+	var spec sessiondir.Spec
+	if err := sessiondir.ReadJSON(filepath.Join(dir, sessiondir.SpecFile), &spec); err != nil {
 		return nil, fmt.Errorf("read spec: %w", err)
 	}
-	if err := spec.validate(); err != nil {
+	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
 	// DeferCreateSync: the journal's creation is made durable at its first
@@ -139,6 +141,7 @@ func newServer(dir string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.hooks = hooks
 	if err := s.start(spec, nil); err != nil {
 		s.undo()
 		return nil, err
@@ -147,6 +150,6 @@ func newServer(dir string) (*server, error) {
 }
 
 // journalOptions is the journal a session of spec needs.
-func journalOptions(spec Spec, deferSync bool) journal.Options {
+func journalOptions(spec sessiondir.Spec, deferSync bool) journal.Options {
 	return journal.Options{Streams: spec.Streams(), RetainBytes: spec.RetainBytes, DeferCreateSync: deferSync}
 }

@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentrunner/runner/shim/internal/shimtest"
+	"github.com/agentrunner/runner/shim/sessiondir"
 )
 
 // TestValidID pins the session-id rule shared with runnerd: 1-64 of
@@ -29,7 +32,7 @@ func TestValidID(t *testing.T) {
 		{"non-ascii", "é", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := ValidID(tc.id); got != tc.ok {
+			if got := sessiondir.ValidID(tc.id); got != tc.ok {
 				t.Fatalf("ValidID(%q) = %v, want %v", tc.id, got, tc.ok)
 			}
 		})
@@ -40,8 +43,8 @@ func TestValidID(t *testing.T) {
 // anything: a leading '-' or '_' is refused with ErrInvalid.
 func TestStartRefusesBadID(t *testing.T) {
 	for _, id := range []string{"-x", "_x", ".x", ""} {
-		_, err := Start(ctxT(t, 10*time.Second), shimExe, sessionDir(t), Spec{ID: id, Argv: []string{"true"}, Env: testEnv})
-		if !errors.Is(err, ErrInvalid) {
+		_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, shimtest.SessionDir(t), sessiondir.Spec{ID: id, Argv: []string{"true"}, Env: shimtest.TestEnv})
+		if !errors.Is(err, sessiondir.ErrInvalid) {
 			t.Errorf("id %q: got %v, want ErrInvalid", id, err)
 		}
 	}

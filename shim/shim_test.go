@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -16,166 +15,23 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/shim/internal/shimtest"
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
-// The test binary doubles as the shim: with this variable set, TestMain
-// runs Main instead of the tests, so `go test ./shim/...` needs no build
-// step.
-const asShimEnv = "RUNNER_SHIM_TEST_AS_SHIM"
-
-var shimExe []string
-
 func TestMain(m *testing.M) {
-	if os.Getenv(asShimEnv) == "1" {
-		os.Exit(Main(os.Args[1:]))
-	}
-	if os.Getenv(helperEnv) != "" {
-		os.Exit(launcherHelper())
-	}
-	if os.Getenv(poolHelperEnv) != "" {
-		os.Exit(poolHelper())
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	shimExe = []string{exe}
-	os.Setenv(asShimEnv, "1")
-	if os.Getenv("GORACE") == "" {
-		// Under -race every process sleeps 1 s before exiting by default,
-		// which Start pays for the detaching intermediate.
-		os.Setenv("GORACE", "atexit_sleep_ms=0")
-	}
-	os.Exit(m.Run())
-}
-
-var testEnv = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LC_ALL=C"}
-
-// sessionDir returns a short session directory (socket paths are limited).
-func sessionDir(t *testing.T) string {
-	t.Helper()
-	root, err := os.MkdirTemp("", "shm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
-	return filepath.Join(root, "s")
-}
-
-func ctxT(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// start starts a session in a fresh session directory and registers a
-// cleanup that kills it if the test left it running and waits for its shim
-// to exit (startAt).
-func start(t *testing.T, spec Spec) (string, Status) {
-	t.Helper()
-	dir := sessionDir(t)
-	return dir, startAt(t, dir, spec)
-}
-
-// waitGone waits until pid (a shim this test started) has exited. A
-// zombie counts as gone: the shim is reparented to init, which may reap it
-// late.
-func waitGone(t *testing.T, pid int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			return
-		}
-		// A zombie leader whose other threads are gone has released
-		// everything (files, locks).
-		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil &&
-			bytes.Contains(b, []byte("State:\tZ")) && bytes.Contains(b, []byte("Threads:\t1\n")) {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Errorf("shim %d still alive", pid)
-}
-
-func dial(t *testing.T, dir string) *Client {
-	t.Helper()
-	c, err := Dial(ctxT(t, 5*time.Second), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-// waitExit waits for the exit record through Terminate's wait-only path:
-// ReadStatus until exited.
-func waitExit(t *testing.T, dir string) journal.Exit {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		st, err := ReadStatus(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.State == StateExited {
-			return *st.Exit
-		}
-		if st.State == StateLost {
-			t.Fatalf("session lost: %+v", st)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("no exit record")
-	return journal.Exit{}
-}
-
-// attachAll attaches from the cursors and returns each stream's bytes and
-// the terminal frame.
-func attachAll(t *testing.T, dir string, opts AttachOptions) (map[wire.StreamID]*bytes.Buffer, wire.Frame) {
-	t.Helper()
-	out := map[wire.StreamID]*bytes.Buffer{wire.StreamStdout: {}, wire.StreamStderr: {}}
-	next := map[wire.StreamID]int64{wire.StreamStdout: opts.Stdout, wire.StreamStderr: opts.Stderr}
-	var term wire.Frame
-	err := Attach(ctxT(t, 20*time.Second), dir, opts, func(b []byte) error {
-		f, err := wire.ParseFrame(b)
-		if err != nil {
-			return err
-		}
-		if term.Kind != 0 {
-			return fmt.Errorf("frame %s after the terminal frame", f.Kind)
-		}
-		switch {
-		case f.Kind == wire.FrameData:
-			if f.Offset != next[f.Stream] {
-				return fmt.Errorf("stream %d: got offset %d, want %d", f.Stream, f.Offset, next[f.Stream])
-			}
-			next[f.Stream] = f.End()
-			out[f.Stream].Write(f.Payload)
-		case f.Kind.Terminal():
-			term = f
-			term.Payload = bytes.Clone(f.Payload)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("attach: %v", err)
-	}
-	if term.Kind == 0 {
-		t.Fatal("attach returned without a terminal frame")
-	}
-	return out, term
+	os.Exit(shimtest.Run(m, func(args []string) int { return Main(args, Hooks{}) }, map[string]func() int{helperEnv: launcherHelper}))
 }
 
 func TestExitCode(t *testing.T) {
-	dir, _ := start(t, Spec{Argv: []string{"sh", "-c", "echo out; echo err >&2; exit 3"}})
-	e := waitExit(t, dir)
+	dir, _ := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sh", "-c", "echo out; echo err >&2; exit 3"}})
+	e := shimtest.WaitExit(t, dir)
 	if e.Reason != journal.ReasonExited || e.Code != 3 {
 		t.Fatalf("got %+v, want exited 3", e)
 	}
-	out, term := attachAll(t, dir, AttachOptions{})
+	out, term := shimtest.AttachAll(t, dir, sessiondir.AttachOptions{})
 	if got := out[wire.StreamStdout].String(); got != "out\n" {
 		t.Errorf("stdout: got %q, want %q", got, "out\n")
 	}
@@ -189,65 +45,65 @@ func TestExitCode(t *testing.T) {
 }
 
 func TestKilledBySignal(t *testing.T) {
-	dir, st := start(t, Spec{Argv: []string{"sleep", "60"}})
+	dir, st := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sleep", "60"}})
 	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	e := waitExit(t, dir)
+	e := shimtest.WaitExit(t, dir)
 	if e.Reason != journal.ReasonSignaled || e.Signal != 9 || e.Code != 137 {
 		t.Fatalf("got %+v, want signaled 9 (code 137)", e)
 	}
 }
 
 func TestCatEndsOnCloseStdinOnly(t *testing.T) {
-	dir, _ := start(t, Spec{Argv: []string{"cat"}})
-	c := dial(t, dir)
-	ctx := ctxT(t, 10*time.Second)
+	dir, _ := shimtest.Start(t, sessiondir.Spec{Argv: []string{"cat"}})
+	c := shimtest.Dial(t, dir)
+	ctx := shimtest.CtxT(t, 10*time.Second)
 	for _, p := range []string{"one\n", "two", "\x00binary\xff\n"} {
 		if err := c.WriteStdin(ctx, []byte(p)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	time.Sleep(300 * time.Millisecond)
-	if st, err := c.Status(ctx); err != nil || st.State != StateRunning {
+	if st, err := c.Status(ctx); err != nil || st.State != sessiondir.StateRunning {
 		t.Fatalf("after writes: got %+v %v, want running (cat must end on close-stdin only)", st, err)
 	}
 	if err := c.CloseStdin(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.CloseStdin(ctx); err != nil && !errors.Is(err, ErrExited) {
+	if err := c.CloseStdin(ctx); err != nil && !errors.Is(err, sessiondir.ErrExited) {
 		t.Fatalf("repeat close: got %v, want nil or ErrExited", err)
 	}
-	e := waitExit(t, dir)
+	e := shimtest.WaitExit(t, dir)
 	if e.Reason != journal.ReasonExited || e.Code != 0 {
 		t.Fatalf("got %+v, want exited 0", e)
 	}
-	out, _ := attachAll(t, dir, AttachOptions{})
+	out, _ := shimtest.AttachAll(t, dir, sessiondir.AttachOptions{})
 	if got, want := out[wire.StreamStdout].String(), "one\ntwo\x00binary\xff\n"; got != want {
 		t.Fatalf("stdout: got %q, want %q", got, want)
 	}
-	if err := c.WriteStdin(ctx, []byte("late")); !errors.Is(err, ErrExited) {
+	if err := c.WriteStdin(ctx, []byte("late")); !errors.Is(err, sessiondir.ErrExited) {
 		t.Fatalf("write after exit: got %v, want ErrExited", err)
 	}
 }
 
 func TestWriteAfterExit(t *testing.T) {
-	dir, st := start(t, Spec{Argv: []string{"sh", "-c", "exit 0"}})
-	c := dial(t, dir)
-	waitExit(t, dir)
-	ctx := ctxT(t, 10*time.Second)
+	dir, st := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sh", "-c", "exit 0"}})
+	c := shimtest.Dial(t, dir)
+	shimtest.WaitExit(t, dir)
+	ctx := shimtest.CtxT(t, 10*time.Second)
 	// Through the shim while it lingers, or from disk once it is gone:
 	// either way the answer is ErrExited, never a transport error.
 	for i := range 2 {
-		if err := c.WriteStdin(ctx, []byte("x")); !errors.Is(err, ErrExited) {
+		if err := c.WriteStdin(ctx, []byte("x")); !errors.Is(err, sessiondir.ErrExited) {
 			t.Fatalf("write %d: got %v, want ErrExited", i, err)
 		}
-		if err := c.Signal(ctx, syscall.SIGTERM); !errors.Is(err, ErrExited) {
+		if err := c.Signal(ctx, syscall.SIGTERM); !errors.Is(err, sessiondir.ErrExited) {
 			t.Fatalf("signal %d: got %v, want ErrExited", i, err)
 		}
-		waitGone(t, st.ShimPID)
+		shimtest.WaitGone(t, st.ShimPID)
 	}
-	if _, err := os.Stat(filepath.Join(dir, SocketFile)); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(dir, sessiondir.SocketFile)); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("ctl.sock after the shim exited: %v", err)
 	}
 	e, err := c.Terminate(ctx, time.Second)
@@ -257,20 +113,20 @@ func TestWriteAfterExit(t *testing.T) {
 }
 
 func TestStartMissingBinary(t *testing.T) {
-	dir := sessionDir(t)
-	_, err := Start(ctxT(t, 10*time.Second), shimExe, dir, Spec{ID: "x", Argv: []string{"/nonexistent/bin"}, Env: testEnv})
-	var se *StartError
+	dir := shimtest.SessionDir(t)
+	_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "x", Argv: []string{"/nonexistent/bin"}, Env: shimtest.TestEnv})
+	var se *launch.StartError
 	if !errors.As(err, &se) || !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("got %v, want a StartError matching fs.ErrNotExist", err)
 	}
 	if !strings.Contains(err.Error(), "/nonexistent/bin") {
 		t.Errorf("error %q does not name the binary", err)
 	}
-	waitGone(t, se.ShimPID)
+	shimtest.WaitGone(t, se.ShimPID)
 	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("session dir left behind: %v", err)
 	}
-	_, err = Start(ctxT(t, 10*time.Second), shimExe, dir, Spec{ID: "x", Argv: []string{"no-such-command-xyz"}, Env: testEnv})
+	_, err = shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "x", Argv: []string{"no-such-command-xyz"}, Env: shimtest.TestEnv})
 	if !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("PATH lookup: got %v, want fs.ErrNotExist", err)
 	}
@@ -279,42 +135,22 @@ func TestStartMissingBinary(t *testing.T) {
 func TestStartRunsBeforeReturn(t *testing.T) {
 	// The spawn-ack trap: a write right after Start must reach a running
 	// command, and the pid must be the command's.
-	dir, st := start(t, Spec{Argv: []string{"cat"}})
-	checkCat(t, dir, st)
-}
-
-// checkCat checks a session started on cat: its command runs (st.PID),
-// takes stdin at once, and ends on close-stdin with the bytes echoed.
-func checkCat(t *testing.T, dir string, st Status) {
-	t.Helper()
-	if err := syscall.Kill(st.PID, 0); err != nil {
-		t.Fatalf("command pid %d: %v", st.PID, err)
-	}
-	c := dial(t, dir)
-	ctx := ctxT(t, 10*time.Second)
-	if err := c.WriteStdin(ctx, []byte("hi\n")); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.CloseStdin(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if e := waitExit(t, dir); e.Code != 0 || e.Lengths["stdout"] != 3 {
-		t.Fatalf("got %+v, want exit 0 with 3 bytes", e)
-	}
+	dir, st := shimtest.Start(t, sessiondir.Spec{Argv: []string{"cat"}})
+	shimtest.CheckCat(t, dir, st)
 }
 
 func TestStartExists(t *testing.T) {
-	dir, _ := start(t, Spec{Argv: []string{"true"}})
-	_, err := Start(ctxT(t, 10*time.Second), shimExe, dir, Spec{ID: "t1", Argv: []string{"true"}})
-	if !errors.Is(err, ErrExists) {
+	dir, _ := shimtest.Start(t, sessiondir.Spec{Argv: []string{"true"}})
+	_, err := shimtest.ColdStart(shimtest.CtxT(t, 10*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "t1", Argv: []string{"true"}})
+	if !errors.Is(err, sessiondir.ErrExists) {
 		t.Fatalf("got %v, want ErrExists", err)
 	}
 }
 
 func TestSocketPathTooLong(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 120))
-	_, err := Start(ctxT(t, 5*time.Second), shimExe, dir, Spec{ID: "x", Argv: []string{"true"}})
-	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "unix limit") {
+	_, err := shimtest.ColdStart(shimtest.CtxT(t, 5*time.Second), shimtest.ShimExe, dir, sessiondir.Spec{ID: "x", Argv: []string{"true"}})
+	if !errors.Is(err, sessiondir.ErrInvalid) || !strings.Contains(err.Error(), "unix limit") {
 		t.Fatalf("got %v, want ErrInvalid about the unix limit", err)
 	}
 }
@@ -332,12 +168,12 @@ func TestTerminate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			dir, _ := start(t, Spec{Argv: []string{"sh", "-c", tt.script}})
+			dir, _ := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sh", "-c", tt.script}})
 			waitOutput(t, dir, "ready\n")
-			c := dial(t, dir)
+			c := shimtest.Dial(t, dir)
 			grace := 700 * time.Millisecond
 			t0 := time.Now()
-			e, err := c.Terminate(ctxT(t, 10*time.Second), grace)
+			e, err := c.Terminate(shimtest.CtxT(t, 10*time.Second), grace)
 			took := time.Since(t0)
 			if err != nil {
 				t.Fatal(err)
@@ -352,8 +188,8 @@ func TestTerminate(t *testing.T) {
 				t.Errorf("a TERM-trapping command took %v, not less than the grace", took)
 			}
 			// The record is in the journal when Terminate answers.
-			st, err := ReadStatus(dir)
-			if err != nil || st.State != StateExited || st.Exit.Code != e.Code {
+			st, err := sessiondir.ReadStatus(dir)
+			if err != nil || st.State != sessiondir.StateExited || st.Exit.Code != e.Code {
 				t.Fatalf("ReadStatus after terminate: got %+v %v", st, err)
 			}
 		})
@@ -365,42 +201,28 @@ func waitOutput(t *testing.T, dir, want string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		b, _ := readStream(dir, "stdout")
+		b, _ := shimtest.ReadStream(dir, "stdout")
 		if strings.HasPrefix(string(b), want) {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	b, _ := readStream(dir, "stdout")
+	b, _ := shimtest.ReadStream(dir, "stdout")
 	t.Fatalf("stdout: got %q, want prefix %q", b, want)
-}
-
-func readStream(dir, stream string) ([]byte, error) {
-	j, err := journal.Open(filepath.Join(dir, JournalDir))
-	if err != nil {
-		return nil, err
-	}
-	defer j.Close()
-	r, err := j.NewReader(stream, 0, false)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	return io.ReadAll(r)
 }
 
 func TestAttachCursorConcatenates(t *testing.T) {
 	script := `i=0; while [ $i -lt 300 ]; do echo "line $i of stdout"; echo "line $i of stderr" >&2; i=$((i+1)); done; read x; echo "after $x"; exit 5`
-	dir, _ := start(t, Spec{Argv: []string{"sh", "-c", script}})
+	dir, _ := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sh", "-c", script}})
 	waitOutput(t, dir, "line 0")
-	c := dial(t, dir)
-	ctx := ctxT(t, 10*time.Second)
+	c := shimtest.Dial(t, dir)
+	ctx := shimtest.CtxT(t, 10*time.Second)
 	// The first attach runs while the command is live and is cut at a
 	// cursor; the second resumes from it.
 	time.Sleep(200 * time.Millisecond)
 	part := map[string][]byte{}
 	for _, s := range []string{"stdout", "stderr"} {
-		b, err := readStream(dir, s)
+		b, err := shimtest.ReadStream(dir, s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -409,8 +231,8 @@ func TestAttachCursorConcatenates(t *testing.T) {
 	if err := c.WriteStdin(ctx, []byte("input\n")); err != nil {
 		t.Fatal(err)
 	}
-	full, term := attachAll(t, dir, AttachOptions{})
-	rest, term2 := attachAll(t, dir, AttachOptions{Stdout: int64(len(part["stdout"])), Stderr: int64(len(part["stderr"]))})
+	full, term := shimtest.AttachAll(t, dir, sessiondir.AttachOptions{})
+	rest, term2 := shimtest.AttachAll(t, dir, sessiondir.AttachOptions{Stdout: int64(len(part["stdout"])), Stderr: int64(len(part["stderr"]))})
 	for _, s := range []wire.StreamID{wire.StreamStdout, wire.StreamStderr} {
 		got := append(bytes.Clone(part[s.StreamName()]), rest[s].Bytes()...)
 		if !bytes.Equal(got, full[s].Bytes()) {
@@ -427,18 +249,18 @@ func TestAttachCursorConcatenates(t *testing.T) {
 		}
 	}
 	// A cursor beyond the end is an error frame, invalid.
-	_, bad := attachAll(t, dir, AttachOptions{Stdout: 1 << 40})
+	_, bad := shimtest.AttachAll(t, dir, sessiondir.AttachOptions{Stdout: 1 << 40})
 	if we, err := bad.Err(); err != nil || we.Code != wire.CodeInvalid {
 		t.Fatalf("cursor beyond end: got %s %+v %v, want error invalid", bad.Kind, we, err)
 	}
 }
 
 func TestPTY(t *testing.T) {
-	dir, _ := start(t, Spec{TTY: true, Rows: 30, Cols: 100, Argv: []string{"sh", "-c",
+	dir, _ := shimtest.Start(t, sessiondir.Spec{TTY: true, Rows: 30, Cols: 100, Argv: []string{"sh", "-c",
 		`tty >/dev/null && echo "is a tty"; stty size; read x; stty size; read y; echo "got $y"`}})
 	waitOutput(t, dir, "is a tty\r\n30 100\r\n")
-	c := dial(t, dir)
-	ctx := ctxT(t, 10*time.Second)
+	c := shimtest.Dial(t, dir)
+	ctx := shimtest.CtxT(t, 10*time.Second)
 	if err := c.Resize(ctx, 50, 132); err != nil {
 		t.Fatal(err)
 	}
@@ -448,11 +270,11 @@ func TestPTY(t *testing.T) {
 	if err := c.WriteStdin(ctx, []byte("last\n")); err != nil {
 		t.Fatal(err)
 	}
-	e := waitExit(t, dir)
+	e := shimtest.WaitExit(t, dir)
 	if e.Code != 0 {
 		t.Fatalf("got %+v, want exit 0", e)
 	}
-	out, _ := attachAll(t, dir, AttachOptions{})
+	out, _ := shimtest.AttachAll(t, dir, sessiondir.AttachOptions{})
 	got := out[wire.StreamStdout].String()
 	for _, want := range []string{"is a tty", "30 100", "50 132", "got last"} {
 		if !strings.Contains(got, want) {
@@ -465,29 +287,29 @@ func TestPTY(t *testing.T) {
 }
 
 func TestPTYCloseStdin(t *testing.T) {
-	dir, _ := start(t, Spec{TTY: true, Argv: []string{"cat"}})
-	c := dial(t, dir)
-	ctx := ctxT(t, 10*time.Second)
+	dir, _ := shimtest.Start(t, sessiondir.Spec{TTY: true, Argv: []string{"cat"}})
+	c := shimtest.Dial(t, dir)
+	ctx := shimtest.CtxT(t, 10*time.Second)
 	// A partial line: close-stdin must still end cat (two ^Ds).
 	if err := c.WriteStdin(ctx, []byte("partial")); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond)
-	if st, _ := c.Status(ctx); st.State != StateRunning {
+	if st, _ := c.Status(ctx); st.State != sessiondir.StateRunning {
 		t.Fatalf("cat ended before close-stdin: %+v", st)
 	}
 	if err := c.CloseStdin(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if e := waitExit(t, dir); e.Code != 0 || e.Reason != journal.ReasonExited {
+	if e := shimtest.WaitExit(t, dir); e.Code != 0 || e.Reason != journal.ReasonExited {
 		t.Fatalf("got %+v, want exited 0", e)
 	}
 }
 
 func TestResizePipesInvalid(t *testing.T) {
-	dir, _ := start(t, Spec{Argv: []string{"sleep", "30"}})
-	c := dial(t, dir)
-	if err := c.Resize(ctxT(t, 5*time.Second), 10, 10); !errors.Is(err, ErrInvalid) {
+	dir, _ := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sleep", "30"}})
+	c := shimtest.Dial(t, dir)
+	if err := c.Resize(shimtest.CtxT(t, 5*time.Second), 10, 10); !errors.Is(err, sessiondir.ErrInvalid) {
 		t.Fatalf("got %v, want ErrInvalid", err)
 	}
 }
@@ -495,14 +317,14 @@ func TestResizePipesInvalid(t *testing.T) {
 func TestStdinBlockedDoesNotBlockControl(t *testing.T) {
 	// sleep never reads stdin: a big write blocks, and signal, status and
 	// terminate still answer at once.
-	dir, _ := start(t, Spec{Argv: []string{"sleep", "60"}})
-	c := dial(t, dir)
+	dir, _ := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sleep", "60"}})
+	c := shimtest.Dial(t, dir)
 	wctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	werr := make(chan error, 1)
 	go func() { werr <- c.WriteStdin(wctx, make([]byte, 4<<20)) }()
 	time.Sleep(200 * time.Millisecond)
-	ctx := ctxT(t, 5*time.Second)
+	ctx := shimtest.CtxT(t, 5*time.Second)
 	t0 := time.Now()
 	if _, err := c.Status(ctx); err != nil {
 		t.Fatal(err)
@@ -519,7 +341,7 @@ func TestStdinBlockedDoesNotBlockControl(t *testing.T) {
 	}
 	select {
 	case err := <-werr:
-		if !errors.Is(err, ErrExited) {
+		if !errors.Is(err, sessiondir.ErrExited) {
 			t.Fatalf("blocked write: got %v, want ErrExited", err)
 		}
 	case <-time.After(5 * time.Second):
@@ -535,8 +357,8 @@ const helperEnv = "RUNNER_SHIM_TEST_LAUNCHER"
 func launcherHelper() int {
 	dir := os.Getenv(helperEnv)
 	exe, _ := os.Executable()
-	os.Setenv(asShimEnv, "1")
-	_, err := Start(context.Background(), []string{exe}, dir, Spec{ID: "survivor", Env: testEnv,
+	os.Setenv(shimtest.AsShimEnv, "1")
+	_, err := shimtest.ColdStart(context.Background(), []string{exe}, dir, sessiondir.Spec{ID: "survivor", Env: shimtest.TestEnv,
 		Argv: []string{"sh", "-c", `echo started; read x; echo "got $x"; exit 42`}})
 	if err != nil {
 		fmt.Println("error", err)
@@ -548,11 +370,11 @@ func launcherHelper() int {
 }
 
 func TestSurvivesLauncherKill(t *testing.T) {
-	dir := sessionDir(t)
+	dir := shimtest.SessionDir(t)
 	exe, _ := os.Executable()
 	helper := exec.Command(exe)
 	helper.Env = append(os.Environ(), helperEnv+"="+dir)
-	helper.Env = append(helper.Env, asShimEnv+"=0")
+	helper.Env = append(helper.Env, shimtest.AsShimEnv+"=0")
 	stdout, _ := helper.StdoutPipe()
 	if err := helper.Start(); err != nil {
 		t.Fatal(err)
@@ -567,21 +389,21 @@ func TestSurvivesLauncherKill(t *testing.T) {
 	helper.Process.Kill() // kill -9 the launcher mid-command
 	helper.Wait()
 
-	st, err := ReadStatus(dir)
-	if err != nil || st.State != StateRunning {
+	st, err := sessiondir.ReadStatus(dir)
+	if err != nil || st.State != sessiondir.StateRunning {
 		t.Fatalf("after the launcher died: got %+v %v, want running", st, err)
 	}
-	t.Cleanup(func() { waitGone(t, st.ShimPID) })
-	list, err := List(filepath.Dir(dir))
-	if err != nil || len(list) != 1 || list[0].ID != "survivor" || list[0].State != StateRunning {
+	t.Cleanup(func() { shimtest.WaitGone(t, st.ShimPID) })
+	list, err := sessiondir.List(filepath.Dir(dir))
+	if err != nil || len(list) != 1 || list[0].ID != "survivor" || list[0].State != sessiondir.StateRunning {
 		t.Fatalf("list: got %+v %v", list, err)
 	}
-	c := dial(t, dir) // rejoin
-	ctx := ctxT(t, 10*time.Second)
+	c := shimtest.Dial(t, dir) // rejoin
+	ctx := shimtest.CtxT(t, 10*time.Second)
 	if err := c.WriteStdin(ctx, []byte("hello\n")); err != nil {
 		t.Fatal(err)
 	}
-	out, term := attachAll(t, dir, AttachOptions{})
+	out, term := shimtest.AttachAll(t, dir, sessiondir.AttachOptions{})
 	if got := out[wire.StreamStdout].String(); got != "started\ngot hello\n" {
 		t.Fatalf("stdout: got %q", got)
 	}
@@ -592,22 +414,22 @@ func TestSurvivesLauncherKill(t *testing.T) {
 }
 
 func TestLostWhenShimKilled(t *testing.T) {
-	dir, st := start(t, Spec{Argv: []string{"sleep", "30"}})
+	dir, st := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sleep", "30"}})
 	if err := syscall.Kill(st.ShimPID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(t, st.ShimPID)
+	shimtest.WaitGone(t, st.ShimPID)
 	syscall.Kill(st.PID, syscall.SIGKILL) // our own orphaned command
-	got, err := ReadStatus(dir)
-	if err != nil || got.State != StateLost {
+	got, err := sessiondir.ReadStatus(dir)
+	if err != nil || got.State != sessiondir.StateLost {
 		t.Fatalf("got %+v %v, want lost", got, err)
 	}
-	_, term := attachAll(t, dir, AttachOptions{})
+	_, term := shimtest.AttachAll(t, dir, sessiondir.AttachOptions{})
 	if term.Kind != wire.FrameLost {
 		t.Fatalf("terminal: got %s, want lost", term.Kind)
 	}
-	c := dial(t, dir)
-	if err := c.WriteStdin(ctxT(t, 5*time.Second), []byte("x")); !errors.Is(err, ErrLost) {
+	c := shimtest.Dial(t, dir)
+	if err := c.WriteStdin(shimtest.CtxT(t, 5*time.Second), []byte("x")); !errors.Is(err, sessiondir.ErrLost) {
 		t.Fatalf("write to a lost session: got %v, want ErrLost", err)
 	}
 }

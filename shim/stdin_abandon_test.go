@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/shim/internal/proto"
+	"github.com/agentrunner/runner/shim/internal/shimtest"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"golang.org/x/sys/unix"
 )
 
@@ -26,7 +29,7 @@ import (
 // shim's answer, which then still arrives.
 func abandonWrite(t *testing.T, dir string, p []byte, half bool, sent func()) (st byte, body []byte) {
 	t.Helper()
-	sock, err := socketPath(dir)
+	sock, err := sessiondir.SocketPath(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +39,7 @@ func abandonWrite(t *testing.T, dir string, p []byte, half bool, sent func()) (s
 	}
 	c := nc.(*net.UnixConn)
 	defer c.Close()
-	if _, err := writeMsg(c, nil, opWrite, p); err != nil {
+	if _, err := proto.WriteMsg(c, nil, proto.OpWrite, p); err != nil {
 		t.Fatalf("send stdin write: %v", err)
 	}
 	if !half {
@@ -48,8 +51,8 @@ func abandonWrite(t *testing.T, dir string, p []byte, half bool, sent func()) (s
 	}
 	// Only a bound for a shim that never answers (the defect this tests).
 	c.SetReadDeadline(time.Now().Add(20 * time.Second))
-	var hdr [ctlHdrLen]byte
-	st, body, err = readMsg(c, &hdr, nil)
+	var hdr [proto.CtlHdrLen]byte
+	st, body, err = proto.ReadMsg(c, &hdr, nil)
 	if err != nil {
 		t.Fatalf("answer to an abandoned stdin write: %v (the shim still holds it)", err)
 	}
@@ -124,9 +127,9 @@ func TestAbandonedStdinWritesFreeTheShim(t *testing.T) {
 		{"behind a live write", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir, st := start(t, Spec{Argv: []string{"sleep", "600"}})
-			chunk := pattern(MaxStdinChunk)
-			c := dial(t, dir)
+			dir, st := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sleep", "600"}})
+			chunk := pattern(proto.MaxStdinChunk)
+			c := shimtest.Dial(t, dir)
 			var live chan error
 			cancel := func() {}
 			if tc.live {
@@ -159,7 +162,7 @@ func TestAbandonedStdinWritesFreeTheShim(t *testing.T) {
 				}
 			}
 			// Nothing holds stdin any more: a close-stdin gets its turn.
-			if err := c.CloseStdin(ctxT(t, 20*time.Second)); err != nil {
+			if err := c.CloseStdin(shimtest.CtxT(t, 20*time.Second)); err != nil {
 				t.Fatalf("close stdin after abandoned writes: %v", err)
 			}
 		})
@@ -178,17 +181,17 @@ func TestAbandonedStdinWriteDeliversAPrefixOnce(t *testing.T) {
 	}
 	// The command reads nothing until the test opens the fifo, then copies
 	// its stdin to stdout.
-	dir, st := start(t, Spec{Argv: []string{"/bin/sh", "-c", `read x < "$1" && exec /bin/cat`, "sh", fifo}})
-	a := pattern(MaxStdinChunk)
+	dir, st := shimtest.Start(t, sessiondir.Spec{Argv: []string{"/bin/sh", "-c", `read x < "$1" && exec /bin/cat`, "sh", fifo}})
+	a := pattern(proto.MaxStdinChunk)
 	b := bytes.Repeat([]byte("after the abandoned write\n"), 4096)
 
 	// Once the shim has put bytes into the pipe (full: nobody reads it),
 	// the caller gives up: the shim is inside its write when it learns so.
 	var filled int
 	ast, abody := abandonWrite(t, dir, a, true, func() { filled = pipeFilled(t, st.PID) })
-	var e errBody
-	if ast != stError || json.Unmarshal(abody, &e) != nil || e.Code != codeUnavailable {
-		t.Fatalf("answer to the abandoned write: status %d %q, want %d with code %s", ast, abody, stError, codeUnavailable)
+	var e proto.ErrBody
+	if ast != proto.StError || json.Unmarshal(abody, &e) != nil || e.Code != proto.CodeUnavailable {
+		t.Fatalf("answer to the abandoned write: status %d %q, want %d with code %s", ast, abody, proto.StError, proto.CodeUnavailable)
 	}
 	var n, size int
 	if _, err := fmt.Sscanf(e.Detail, "stdin write abandoned by its caller: %d of %d bytes delivered", &n, &size); err != nil {
@@ -198,7 +201,7 @@ func TestAbandonedStdinWriteDeliversAPrefixOnce(t *testing.T) {
 		t.Fatalf("detail %q: want %d of %d bytes delivered (the pipe holds %d)", e.Detail, filled, len(a), filled)
 	}
 
-	c := dial(t, dir)
+	c := shimtest.Dial(t, dir)
 	werr := make(chan error, 1)
 	go func() { werr <- c.WriteStdin(context.Background(), b) }()
 	w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
@@ -210,13 +213,13 @@ func TestAbandonedStdinWriteDeliversAPrefixOnce(t *testing.T) {
 	if err := <-werr; err != nil {
 		t.Fatalf("write after the abandoned one: %v", err)
 	}
-	if err := c.CloseStdin(ctxT(t, 10*time.Second)); err != nil {
+	if err := c.CloseStdin(shimtest.CtxT(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if ex := waitExit(t, dir); ex.Code != 0 {
+	if ex := shimtest.WaitExit(t, dir); ex.Code != 0 {
 		t.Fatalf("exit %+v, want 0", ex)
 	}
-	got, err := readStream(dir, "stdout")
+	got, err := shimtest.ReadStream(dir, "stdout")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentrunner/runner/shim/internal/proto"
+	"github.com/agentrunner/runner/shim/internal/shimtest"
+	"github.com/agentrunner/runner/shim/sessiondir"
 )
 
 // TestStdinOffsets: an offset write is written when its offset is the
@@ -20,9 +24,9 @@ import (
 // ahead (a gap). Plain writes count too. The command reads each byte
 // once, in order.
 func TestStdinOffsets(t *testing.T) {
-	dir, _ := start(t, Spec{Argv: []string{"cat"}})
-	c := dial(t, dir)
-	ctx := ctxT(t, 20*time.Second)
+	dir, _ := shimtest.Start(t, sessiondir.Spec{Argv: []string{"cat"}})
+	c := shimtest.Dial(t, dir)
+	ctx := shimtest.CtxT(t, 20*time.Second)
 	at := func(off int64, p string, want int64) {
 		t.Helper()
 		n, err := c.WriteStdinAt(ctx, off, []byte(p))
@@ -38,7 +42,7 @@ func TestStdinOffsets(t *testing.T) {
 	at(2, "cd", 6)    // behind by all of it: nothing written
 	at(6, "", 6)      // empty: a checked probe
 	_, err := c.WriteStdinAt(ctx, 10, []byte("zz"))
-	if !errors.Is(err, ErrStdinGap) || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "10") || !strings.Contains(err.Error(), "6") {
+	if !errors.Is(err, sessiondir.ErrStdinGap) || !errors.Is(err, sessiondir.ErrInvalid) || !strings.Contains(err.Error(), "10") || !strings.Contains(err.Error(), "6") {
 		t.Fatalf("WriteStdinAt(10) after 6 bytes: %v; want ErrStdinGap (also ErrInvalid) naming 10 and 6", err)
 	}
 	if err := c.WriteStdin(ctx, []byte("gh")); err != nil {
@@ -51,17 +55,17 @@ func TestStdinOffsets(t *testing.T) {
 	if err := c.CloseStdin(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if ex := waitExit(t, dir); ex.Code != 0 {
+	if ex := shimtest.WaitExit(t, dir); ex.Code != 0 {
 		t.Fatalf("exit %+v, want 0", ex)
 	}
-	got, err := readStream(dir, "stdout")
+	got, err := shimtest.ReadStream(dir, "stdout")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if string(got) != "abcdefghij" {
 		t.Fatalf("the command read %q, want %q", got, "abcdefghij")
 	}
-	if _, err := c.WriteStdinAt(ctx, 10, []byte("k")); !errors.Is(err, ErrExited) {
+	if _, err := c.WriteStdinAt(ctx, 10, []byte("k")); !errors.Is(err, sessiondir.ErrExited) {
 		t.Fatalf("WriteStdinAt after the exit: %v, want ErrExited", err)
 	}
 }
@@ -78,16 +82,16 @@ func TestStdinOffsetResendAfterAbandon(t *testing.T) {
 			if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			dir, st := start(t, Spec{Argv: []string{"/bin/sh", "-c", `read x < "$1" && exec /bin/cat`, "sh", fifo}})
-			c := dial(t, dir)
+			dir, st := shimtest.Start(t, sessiondir.Spec{Argv: []string{"/bin/sh", "-c", `read x < "$1" && exec /bin/cat`, "sh", fifo}})
+			c := shimtest.Dial(t, dir)
 			head := []byte("head\n")
-			if n, err := c.WriteStdinAt(ctxT(t, 10*time.Second), 0, head); err != nil || n != int64(len(head)) {
+			if n, err := c.WriteStdinAt(shimtest.CtxT(t, 10*time.Second), 0, head); err != nil || n != int64(len(head)) {
 				t.Fatalf("first write: %d, %v", n, err)
 			}
-			a := pattern(maxStdinAtChunk)
+			a := pattern(proto.MaxStdinAtChunk)
 			// The caller goes once the shim has put part of a into the
 			// pipe (nobody reads it).
-			sock, err := socketPath(dir)
+			sock, err := sessiondir.SocketPath(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -96,7 +100,7 @@ func TestStdinOffsetResendAfterAbandon(t *testing.T) {
 				t.Fatal(err)
 			}
 			body := binary.BigEndian.AppendUint64(nil, uint64(len(head)))
-			if _, err := writeMsg(nc, nil, opWriteAt, append(body, a...)); err != nil {
+			if _, err := proto.WriteMsg(nc, nil, proto.OpWriteAt, append(body, a...)); err != nil {
 				t.Fatal(err)
 			}
 			filled := pipeFilled(t, st.PID) - len(head)
@@ -104,7 +108,7 @@ func TestStdinOffsetResendAfterAbandon(t *testing.T) {
 			// The abandoned write has stopped once the count settles.
 			var n int64
 			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-				if n, err = c.StdinCount(ctxT(t, 10*time.Second)); err != nil {
+				if n, err = c.StdinCount(shimtest.CtxT(t, 10*time.Second)); err != nil {
 					t.Fatal(err)
 				}
 				if n > int64(len(head)) || time.Now().After(deadline) {
@@ -132,13 +136,13 @@ func TestStdinOffsetResendAfterAbandon(t *testing.T) {
 			if err := <-werr; err != nil {
 				t.Fatalf("resend: %v", err)
 			}
-			if err := c.CloseStdin(ctxT(t, 10*time.Second)); err != nil {
+			if err := c.CloseStdin(shimtest.CtxT(t, 10*time.Second)); err != nil {
 				t.Fatal(err)
 			}
-			if ex := waitExit(t, dir); ex.Code != 0 {
+			if ex := shimtest.WaitExit(t, dir); ex.Code != 0 {
 				t.Fatalf("exit %+v, want 0", ex)
 			}
-			got, err := readStream(dir, "stdout")
+			got, err := shimtest.ReadStream(dir, "stdout")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -17,6 +17,8 @@ import (
 	"github.com/agentrunner/runner/cgroup/oom"
 	"github.com/agentrunner/runner/internal/atomicfile"
 	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/shim/internal/proto"
+	"github.com/agentrunner/runner/shim/sessiondir"
 )
 
 // start starts spec's command in the prepared s: on success the command
@@ -24,14 +26,14 @@ import (
 // but the command's fork/exec is done; an error from it starts nothing and
 // is returned. On failure nothing is left running; the caller undoes the
 // rest.
-func (s *server) start(spec Spec, gate func() error) (err error) {
+func (s *server) start(spec sessiondir.Spec, gate func() error) (err error) {
 	return s.startWith(spec, gate, nil)
 }
 
 // startWith is start with a helper started ahead (nil: none), used when
 // the command needs one. A helper not used is killed (on success the
 // reaper reaps it) or, on failure, killed and reaped.
-func (s *server) startWith(spec Spec, gate func() error, ahead *nsexecAhead) (err error) {
+func (s *server) startWith(spec sessiondir.Spec, gate func() error, ahead *nsexecAhead) (err error) {
 	defer func() {
 		if err != nil {
 			ahead.discard()
@@ -52,13 +54,13 @@ func (s *server) startWith(spec Spec, gate func() error, ahead *nsexecAhead) (er
 
 	var cred *syscall.Credential
 	if s.spec.User != "" {
-		if cred, err = credential(s.spec.User); err != nil {
-			return &commandError{err}
+		if cred, err = sessiondir.Credential(s.spec.User); err != nil {
+			return &proto.CommandError{Err: err}
 		}
 	}
 	path, err := lookPathAs(cred, s.spec.Argv[0], s.spec.Env, s.spec.Dir) // lookas.go: as the user, not root
 	if err != nil {
-		return fmt.Errorf("start %s: %w", s.spec.Argv[0], &commandError{err})
+		return fmt.Errorf("start %s: %w", s.spec.Argv[0], &proto.CommandError{Err: err})
 	}
 	cmd := &exec.Cmd{Path: path, Args: s.spec.Argv, Env: s.spec.Env, Dir: s.spec.Dir}
 	if cmd.Env == nil {
@@ -138,7 +140,7 @@ func (s *server) startWith(spec Spec, gate func() error, ahead *nsexecAhead) (er
 		s.at = time.Now().UTC()
 		return nil
 	}
-	if err := startCommandWith(cmd, s.spec, ahead, before); err != nil {
+	if err := execCommand(cmd, s.spec, ahead, before); err != nil {
 		var ge *gateError
 		if errors.As(err, &ge) {
 			return ge.err
@@ -151,11 +153,11 @@ func (s *server) startWith(spec Spec, gate func() error, ahead *nsexecAhead) (er
 		s.stdin.Close() // the command reads EOF, as after close-stdin
 		s.stdinClosed = true
 	}
-	b, _ := json.Marshal(started{ShimPID: os.Getpid(), PID: s.pid, StartedAt: s.at})
+	b, _ := json.Marshal(sessiondir.Started{ShimPID: os.Getpid(), PID: s.pid, StartedAt: s.at})
 	if err := s.startedFile.publish(s.dir, b); err != nil {
 		syscall.Kill(-s.pid, syscall.SIGKILL)
 		cmd.Process.Wait() // the Process of a helper started ahead is not cmd's own start
-		return fmt.Errorf("write %s: %w", StartedFile, err)
+		return fmt.Errorf("write %s: %w", sessiondir.StartedFile, err)
 	}
 	return nil
 }
@@ -169,9 +171,9 @@ func (s *server) run() {
 	// status comes from it, never from exec.Cmd.Wait. Owned by run, which
 	// waits for allDone below.
 	go s.reap.loop()
-	// Held until the exit record is published (hold.go; off unless the
-	// spec names a Tasks API socket).
-	releaseTask := s.holdTask()
+	// Told the command runs, and that it ended once the exit record is
+	// published (the program's Hooks; none for runnerd's shims).
+	ended := s.hooks.running(s.spec)
 	for _, o := range s.outs {
 		s.pumps.Add(1)
 		go s.pump(o)
@@ -247,7 +249,7 @@ func (s *server) run() {
 		rec.Terminated = true
 	}
 	s.finish(rec)
-	releaseTask()
+	ended()
 
 	// Linger: a descendant that outlived the command (a daemon it
 	// started, a double fork) is reparented to the shim, which stays its
@@ -465,7 +467,7 @@ func (s *server) retryWaitOr(msg string, backoff *time.Duration, wake <-chan str
 // (disk full), it retries, recovering the journal each time, until it can:
 // an exit record is never skipped and never invented.
 func (s *server) finish(rec journal.Exit) {
-	jdir := filepath.Join(s.dir, JournalDir)
+	jdir := filepath.Join(s.dir, sessiondir.JournalDir)
 	backoff := minBackoff
 	// A failed Finish closes the writer, which releases the journal's
 	// lock: until Recover takes it again, readers see a dead writer without
@@ -579,7 +581,7 @@ func probeSpace(jdir string) error {
 	return nil
 }
 
-// gateError carries start's gate error through startCommandWith unchanged.
+// gateError carries start's gate error through execCommand unchanged.
 type gateError struct{ err error }
 
 func (e *gateError) Error() string { return e.err.Error() }

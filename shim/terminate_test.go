@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/shim/internal/shimtest"
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -20,18 +23,18 @@ func TestTerminatedMarker(t *testing.T) {
 	tests := []struct {
 		name   string
 		script string
-		stop   func(t *testing.T, c *Client) // nil: let the command end
+		stop   func(t *testing.T, c *launch.Client) // nil: let the command end
 		want   journal.Exit
 	}{
 		{"terminate, killed by TERM", `echo ready; exec sleep 60`,
-			func(t *testing.T, c *Client) { c.Terminate(ctxT(t, 10*time.Second), 5*time.Second) },
+			func(t *testing.T, c *launch.Client) { c.Terminate(shimtest.CtxT(t, 10*time.Second), 5*time.Second) },
 			journal.Exit{Reason: journal.ReasonSignaled, Signal: 15, Code: 143, Terminated: true}},
 		{"terminate, trapped TERM and exited 7", `trap 'exit 7' TERM; echo ready; while :; do sleep 0.05; done`,
-			func(t *testing.T, c *Client) { c.Terminate(ctxT(t, 10*time.Second), 5*time.Second) },
+			func(t *testing.T, c *launch.Client) { c.Terminate(shimtest.CtxT(t, 10*time.Second), 5*time.Second) },
 			journal.Exit{Reason: journal.ReasonExited, Code: 7, Terminated: true}},
 		{"signal TERM is not a terminate", `echo ready; exec sleep 60`,
-			func(t *testing.T, c *Client) {
-				if err := c.Signal(ctxT(t, 5*time.Second), syscall.SIGTERM); err != nil {
+			func(t *testing.T, c *launch.Client) {
+				if err := c.Signal(shimtest.CtxT(t, 5*time.Second), syscall.SIGTERM); err != nil {
 					t.Fatal(err)
 				}
 			},
@@ -41,12 +44,12 @@ func TestTerminatedMarker(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			dir, _ := start(t, Spec{Argv: []string{"sh", "-c", tt.script}})
+			dir, _ := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sh", "-c", tt.script}})
 			waitOutput(t, dir, "ready\n")
 			if tt.stop != nil {
-				tt.stop(t, dial(t, dir))
+				tt.stop(t, shimtest.Dial(t, dir))
 			}
-			e := waitExit(t, dir)
+			e := shimtest.WaitExit(t, dir)
 			if e.Reason != tt.want.Reason || e.Code != tt.want.Code || e.Signal != tt.want.Signal || e.Terminated != tt.want.Terminated {
 				t.Fatalf("got %+v, want %+v", e, tt.want)
 			}
@@ -56,7 +59,7 @@ func TestTerminatedMarker(t *testing.T) {
 			}
 			// A terminate of the ended session answers the same record and
 			// does not mark it after the fact.
-			again, err := dial(t, dir).Terminate(ctxT(t, 5*time.Second), time.Second)
+			again, err := shimtest.Dial(t, dir).Terminate(shimtest.CtxT(t, 5*time.Second), time.Second)
 			if err != nil || again.Terminated != tt.want.Terminated {
 				t.Fatalf("terminate after the end: got %+v %v, want terminated %v", again, err, tt.want.Terminated)
 			}
@@ -69,28 +72,28 @@ func TestTerminatedMarker(t *testing.T) {
 // instead of waiting for space; once there is space the record is
 // published, terminated.
 func TestTerminateDiskFull(t *testing.T) {
-	needRoot(t)
+	shimtest.NeedRoot(t)
 	t.Parallel()
 	mnt := tmpfsDir(t, "4m")
 	dir := filepath.Join(mnt, "s")
-	startAt(t, dir, Spec{Argv: []string{"sh", "-c", `echo ready; read x; echo "bye $x"; exec sleep 60`}, Dir: "/"})
+	shimtest.StartAt(t, dir, sessiondir.Spec{Argv: []string{"sh", "-c", `echo ready; read x; echo "bye $x"; exec sleep 60`}, Dir: "/"})
 	// The command runs while the disk is full; its exit record (written
 	// after the terminate ends it) is what cannot be written.
 	waitOutput(t, dir, "ready\n")
-	c := dial(t, dir)
+	c := shimtest.Dial(t, dir)
 	// Without its reserve, as a journal recovered after its writer
 	// crashed is: with it, the exit record is written on a full disk
 	// (TestFinishFullDisk, daemon's TestDiskFullFlood).
-	if err := os.Remove(filepath.Join(dir, JournalDir, journal.ReserveFile)); err != nil {
+	if err := os.Remove(filepath.Join(dir, sessiondir.JournalDir, journal.ReserveFile)); err != nil {
 		t.Fatal(err)
 	}
 	fillDisk(t, mnt)
-	if err := c.WriteStdin(ctxT(t, 5*time.Second), []byte("now\n")); err != nil {
+	if err := c.WriteStdin(shimtest.CtxT(t, 5*time.Second), []byte("now\n")); err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Now()
-	_, err := c.Terminate(ctxT(t, 20*time.Second), 200*time.Millisecond)
-	if !errors.Is(err, ErrWriteFailed) {
+	_, err := c.Terminate(shimtest.CtxT(t, 20*time.Second), 200*time.Millisecond)
+	if !errors.Is(err, sessiondir.ErrWriteFailed) {
 		t.Fatalf("terminate on a full disk: got %v, want ErrWriteFailed", err)
 	}
 	if took := time.Since(t0); took > 5*time.Second {
@@ -99,7 +102,7 @@ func TestTerminateDiskFull(t *testing.T) {
 	if err := os.Remove(filepath.Join(mnt, "filler")); err != nil {
 		t.Fatal(err)
 	}
-	e := waitExit(t, dir)
+	e := shimtest.WaitExit(t, dir)
 	if !e.Terminated || e.Reason != journal.ReasonSignaled {
 		t.Fatalf("exit after space came back: got %+v, want signaled, terminated", e)
 	}
@@ -110,7 +113,7 @@ func TestTerminateDiskFull(t *testing.T) {
 func attachExit(t *testing.T, dir string) wire.Exit {
 	t.Helper()
 	var got *wire.Exit
-	err := Attach(ctxT(t, 10*time.Second), dir, AttachOptions{Heartbeat: -1}, func(b []byte) error {
+	err := sessiondir.Attach(shimtest.CtxT(t, 10*time.Second), dir, sessiondir.AttachOptions{Heartbeat: -1}, func(b []byte) error {
 		f, err := wire.ParseFrame(b)
 		if err != nil {
 			return err

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/launch"
 	"github.com/agentrunner/runner/version"
 	"github.com/agentrunner/runner/wire"
 )
@@ -86,7 +86,7 @@ func (a *answerer) emit(fields map[string]any) {
 // unavailable; an existing id with another request is invalid with
 // wire.DetailConflict (exit 7).
 func classify(err error) (wire.Error, int) {
-	var se *shim.StartError
+	var se *launch.StartError
 	switch {
 	case errors.Is(err, errConflict):
 		return wire.Error{Code: wire.CodeInvalid, Detail: wire.DetailConflict + ": " + err.Error()}, wire.ShimExitConflict
@@ -96,7 +96,7 @@ func classify(err error) (wire.Error, int) {
 		}
 		return wire.Error{Code: wire.CodeUnavailable, Detail: err.Error()}, wire.ShimExitUnavailable
 	}
-	code := shim.CodeOf(err)
+	code := launch.CodeOf(err)
 	status := wire.ShimExitFailure
 	if row, ok := wire.RowOf(code); ok {
 		status = row.ShimExit

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -85,16 +85,16 @@ func (c *cli) run(stdin string, args ...string) (string, string, int) {
 
 // answer is every field a --json answer may carry.
 type answer struct {
-	Version  string      `json:"version"`
-	ID       string      `json:"id"`
-	Created  *bool       `json:"created"`
-	OK       bool        `json:"ok"`
-	Written  int         `json:"written"`
-	Session  *shim.Info  `json:"session"`
-	Sessions []shim.Info `json:"sessions"`
-	More     bool        `json:"more"`
-	Exit     *wire.Exit  `json:"exit"`
-	Error    *wire.Error `json:"error"`
+	Version  string            `json:"version"`
+	ID       string            `json:"id"`
+	Created  *bool             `json:"created"`
+	OK       bool              `json:"ok"`
+	Written  int               `json:"written"`
+	Session  *sessiondir.Info  `json:"session"`
+	Sessions []sessiondir.Info `json:"sessions"`
+	More     bool              `json:"more"`
+	Exit     *wire.Exit        `json:"exit"`
+	Error    *wire.Error       `json:"error"`
 }
 
 // json runs runner-shim --json and decodes its one answer line.
@@ -577,8 +577,8 @@ func TestPrune(t *testing.T) {
 	t.Cleanup(func() { c.run("", "terminate", "--grace", "10ms", "run") })
 	// Wait for the old ones' shims to go.
 	for i := 0; ; i++ {
-		_, e1 := os.Stat(filepath.Join(c.root, "old1", shim.SocketFile))
-		_, e2 := os.Stat(filepath.Join(c.root, "old2", shim.SocketFile))
+		_, e1 := os.Stat(filepath.Join(c.root, "old1", sessiondir.SocketFile))
+		_, e2 := os.Stat(filepath.Join(c.root, "old2", sessiondir.SocketFile))
 		if errors.Is(e1, os.ErrNotExist) && errors.Is(e2, os.ErrNotExist) {
 			break
 		}

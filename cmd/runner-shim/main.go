@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -91,8 +93,9 @@ Commands:
       early with "more": true, --after ID continues after that session.
   version
       Print runner-shim's version.
-  serve [--detach] [--ready-fd N] DIR
-      Internal: the shim process itself (what spawn starts).
+  serve MODE ARGS...
+      Internal: the shim process itself (what spawn starts); MODE is a row
+      of the supervisor's table, e.g. session [--detach] [--ready-fd N] DIR.
 
 Exit status (wire.ShimExit*): 0 success (attach: the stream ended with an
 exit or lost frame, or its lease), 1 failure, 2 usage, 3 the command has
@@ -107,7 +110,7 @@ var usage = fmt.Sprintf(usageText, wire.ShimTextExitLost, wire.ShimTextExitError
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "serve" {
-		os.Exit(shim.Main(os.Args[2:]))
+		os.Exit(shim.Main(os.Args[2:], hooks))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:])
@@ -118,7 +121,7 @@ func main() {
 func run(ctx context.Context, args []string) int {
 	top := flag.NewFlagSet("runner-shim", flag.ContinueOnError)
 	top.Usage = func() { fmt.Fprint(os.Stderr, usage) }
-	root := top.String("root", shim.DefaultRoot(), "session root directory")
+	root := top.String("root", sessiondir.DefaultRoot(), "session root directory")
 	jsonOut := top.Bool("json", false, "answer with one JSON object per answer")
 	showVersion := top.Bool("version", false, "print the version and exit")
 	if err := top.Parse(args); err != nil {
@@ -147,7 +150,7 @@ func run(ctx context.Context, args []string) int {
 		if err := fs.Parse(args); err != nil {
 			return nil, false
 		}
-		if fs.NArg() < n || (n > 0 && cmd != "spawn" && !shim.ValidID(fs.Arg(0))) {
+		if fs.NArg() < n || (n > 0 && cmd != "spawn" && !sessiondir.ValidID(fs.Arg(0))) {
 			a.usage(fmt.Sprintf("want %d argument(s), the first a session id", n))
 			return nil, false
 		}
@@ -183,7 +186,7 @@ func run(ctx context.Context, args []string) int {
 		if *id == "" {
 			*id = randomID()
 		}
-		spec := shim.Spec{ID: *id, Argv: argv, Dir: *cwd, User: *user, TTY: *tty,
+		spec := sessiondir.Spec{ID: *id, Argv: argv, Dir: *cwd, User: *user, TTY: *tty,
 			Rows: uint16(*rows), Cols: uint16(*cols), NetNS: *netns, RetainBytes: *retain, StdinClosed: *stdinClosed}
 		if *holdTask != "" {
 			// Resolved here: the session's shim does not run in this
@@ -205,7 +208,7 @@ func run(ctx context.Context, args []string) int {
 		if *prune > 0 {
 			// Best effort: a root of one-shot sessions (a driver's execs)
 			// stays bounded without a round trip of its own.
-			if err := shim.Prune(*root, *prune, time.Now()); err != nil {
+			if err := sessiondir.Prune(*root, *prune, time.Now()); err != nil {
 				fmt.Fprintf(os.Stderr, "runner-shim spawn: prune: %v\n", err)
 			}
 		}
@@ -220,7 +223,7 @@ func run(ctx context.Context, args []string) int {
 		se := fs.Int64("stderr", 0, "stderr cursor")
 		text := fs.Bool("text", false, "write raw bytes to stdout/stderr and exit with the command's status")
 		b64 := fs.Bool("base64", false, "write each frame as one base64 line")
-		hb := fs.Duration("heartbeat", shim.DefaultHeartbeat, "heartbeat after this much silence (frames mode)")
+		hb := fs.Duration("heartbeat", sessiondir.DefaultHeartbeat, "heartbeat after this much silence (frames mode)")
 		lease := fs.Duration("lease", 0, "end after this long with a resumable cursor (0: follow to the end)")
 		maxBytes := fs.Int64("max-bytes", 0, "end after about this many data bytes with a resumable cursor (0: no bound)")
 		ack := fs.Bool("ack", false, "emit a heartbeat as soon as the streams are open at the cursors")
@@ -236,9 +239,9 @@ func run(ctx context.Context, args []string) int {
 			a.usage("--lease and --max-bytes are not negative")
 			return wire.ShimExitUsage
 		}
-		opts := shim.AttachOptions{Stdout: *so, Stderr: *se, Heartbeat: *hb, Lease: *lease, MaxBytes: *maxBytes, Ack: *ack}
+		opts := sessiondir.AttachOptions{Stdout: *so, Stderr: *se, Heartbeat: *hb, Lease: *lease, MaxBytes: *maxBytes, Ack: *ack}
 		if *text {
-			status, err := shim.AttachText(ctx, dirOf(p[0]), opts, os.Stdout, os.Stderr)
+			status, err := sessiondir.AttachText(ctx, dirOf(p[0]), opts, os.Stdout, os.Stderr)
 			if err != nil {
 				return a.fail(err)
 			}
@@ -246,10 +249,10 @@ func run(ctx context.Context, args []string) int {
 		}
 		emit := writeAll
 		if *b64 {
-			emit = shim.Base64Writer(os.Stdout)
+			emit = sessiondir.Base64Writer(os.Stdout)
 		}
 		var end wire.Frame
-		err := shim.Attach(ctx, dirOf(p[0]), opts, func(b []byte) error {
+		err := sessiondir.Attach(ctx, dirOf(p[0]), opts, func(b []byte) error {
 			if len(b) > 2 && wire.FrameKind(b[2]).Terminal() {
 				f, err := wire.ParseFrame(b)
 				if err != nil {
@@ -277,7 +280,7 @@ func run(ctx context.Context, args []string) int {
 		}
 		id := p[0]
 		if cmd == "status" {
-			in, err := shim.Inspect(ctx, dirOf(id))
+			in, err := launch.Inspect(ctx, dirOf(id))
 			if err != nil {
 				return a.fail(err)
 			}
@@ -294,7 +297,7 @@ func run(ctx context.Context, args []string) int {
 				if *b64 {
 					d, err := base64.StdEncoding.DecodeString(strings.Join(p[1:], ""))
 					if err != nil {
-						return a.fail(fmt.Errorf("%w: decode data: %v", shim.ErrInvalid, err))
+						return a.fail(fmt.Errorf("%w: decode data: %v", sessiondir.ErrInvalid, err))
 					}
 					data = d
 				}
@@ -302,7 +305,7 @@ func run(ctx context.Context, args []string) int {
 		case "signal":
 			n, err := wire.ParseSignal(p[1])
 			if err != nil {
-				return a.fail(fmt.Errorf("%w: %v", shim.ErrInvalid, err))
+				return a.fail(fmt.Errorf("%w: %v", sessiondir.ErrInvalid, err))
 			}
 			sig = syscall.Signal(n)
 		case "resize":
@@ -310,10 +313,10 @@ func run(ctx context.Context, args []string) int {
 			rows, err1 = strconv.ParseUint(p[1], 10, 16)
 			cols, err2 = strconv.ParseUint(p[2], 10, 16)
 			if err1 != nil || err2 != nil || rows == 0 || cols == 0 {
-				return a.fail(fmt.Errorf("%w: rows and cols are numbers 1-65535", shim.ErrInvalid))
+				return a.fail(fmt.Errorf("%w: rows and cols are numbers 1-65535", sessiondir.ErrInvalid))
 			}
 		}
-		c, err := shim.Dial(ctx, dirOf(id))
+		c, err := launch.Dial(ctx, dirOf(id))
 		if err != nil {
 			return a.fail(err)
 		}
@@ -326,9 +329,9 @@ func run(ctx context.Context, args []string) int {
 				err = c.WriteStdin(ctx, data)
 				answer["written"] = len(data)
 			case *b64:
-				err = shim.CopyStdinBase64(ctx, c, os.Stdin)
+				err = launch.CopyStdinBase64(ctx, c, os.Stdin)
 			default:
-				err = shim.CopyStdin(ctx, c, os.Stdin)
+				err = launch.CopyStdin(ctx, c, os.Stdin)
 			}
 		case "close-stdin":
 			err = c.CloseStdin(ctx)
@@ -339,7 +342,7 @@ func run(ctx context.Context, args []string) int {
 		case "terminate":
 			e, terr := c.Terminate(ctx, *grace)
 			if terr == nil {
-				return a.ok(indent(e), map[string]any{"id": id, "exit": shim.WireExit(e)})
+				return a.ok(indent(e), map[string]any{"id": id, "exit": sessiondir.WireExit(e)})
 			}
 			err = terr
 		}
@@ -354,7 +357,7 @@ func run(ctx context.Context, args []string) int {
 		if _, ok := pos(0); !ok {
 			return wire.ShimExitUsage
 		}
-		list, err := shim.ListInfo(*root)
+		list, err := sessiondir.ListInfo(*root)
 		if err != nil {
 			return a.fail(err)
 		}
@@ -385,11 +388,11 @@ func run(ctx context.Context, args []string) int {
 // listPage returns the sessions after the one named after (all when
 // empty; an unknown one is invalid, never an empty page) up to about
 // maxBytes of JSON (0: no bound), at least one, and whether more follow.
-func listPage(list []shim.Info, after string, maxBytes int) ([]shim.Info, bool, error) {
+func listPage(list []sessiondir.Info, after string, maxBytes int) ([]sessiondir.Info, bool, error) {
 	if after != "" {
-		i := slices.IndexFunc(list, func(in shim.Info) bool { return in.ID == after })
+		i := slices.IndexFunc(list, func(in sessiondir.Info) bool { return in.ID == after })
 		if i < 0 {
-			return nil, false, fmt.Errorf("%w: --after %q is not a session of this root", shim.ErrInvalid, after)
+			return nil, false, fmt.Errorf("%w: --after %q is not a session of this root", sessiondir.ErrInvalid, after)
 		}
 		list = list[i+1:]
 	}
@@ -415,43 +418,45 @@ var errConflict = errors.New("exists with a different request")
 // as runnerd does. A session with the id and another request is
 // errConflict. A concurrent spawn of the same id that is still starting
 // is waited for; one that failed (and removed its files) is retried.
-func spawn(ctx context.Context, exe []string, dir string, spec shim.Spec) (in shim.Info, created bool, err error) {
+func spawn(ctx context.Context, exe []string, dir string, spec sessiondir.Spec) (in sessiondir.Info, created bool, err error) {
+	shims := launch.NewPool(exe, launch.PoolOptions{}) // no warm shims in a guest: every start is cold
+	defer shims.Close()
 	for {
-		st, err := shim.Start(ctx, exe, dir, spec)
+		st, err := shims.Start(ctx, dir, spec)
 		if err == nil {
-			in, err := shim.Describe(dir, st)
+			in, err := sessiondir.Describe(dir, st)
 			return in, true, err
 		}
-		if !errors.Is(err, shim.ErrExists) {
-			return shim.Info{}, false, err
+		if !errors.Is(err, sessiondir.ErrExists) {
+			return sessiondir.Info{}, false, err
 		}
-		have, err := shim.ReadSpec(dir)
-		if errors.Is(err, shim.ErrNoSession) {
+		have, err := sessiondir.ReadSpec(dir)
+		if errors.Is(err, sessiondir.ErrNoSession) {
 			continue // the other start failed and cleaned up: try ours
 		}
 		if err != nil {
-			return shim.Info{}, false, err
+			return sessiondir.Info{}, false, err
 		}
-		if !shim.SameRequest(have, spec) {
-			return shim.Info{}, false, fmt.Errorf("session %s: %w", spec.ID, errConflict)
+		if !sessiondir.SameRequest(have, spec) {
+			return sessiondir.Info{}, false, fmt.Errorf("session %s: %w", spec.ID, errConflict)
 		}
 		// Started (or starting, by a concurrent spawn): answer it once it
 		// runs, as that spawn will.
 		for {
-			st, err := shim.ReadStatus(dir)
+			st, err := sessiondir.ReadStatus(dir)
 			if err == nil {
-				in, err := shim.Describe(dir, st)
+				in, err := sessiondir.Describe(dir, st)
 				return in, false, err
 			}
-			if !errors.Is(err, shim.ErrNoSession) {
-				return shim.Info{}, false, err
+			if !errors.Is(err, sessiondir.ErrNoSession) {
+				return sessiondir.Info{}, false, err
 			}
-			if _, serr := shim.ReadSpec(dir); errors.Is(serr, shim.ErrNoSession) {
+			if _, serr := sessiondir.ReadSpec(dir); errors.Is(serr, sessiondir.ErrNoSession) {
 				break // its start failed: start again
 			}
 			select {
 			case <-ctx.Done():
-				return shim.Info{}, false, fmt.Errorf("%w: wait for session %s to start: %w", shim.ErrUnavailable, spec.ID, ctx.Err())
+				return sessiondir.Info{}, false, fmt.Errorf("%w: wait for session %s to start: %w", sessiondir.ErrUnavailable, spec.ID, ctx.Err())
 			case <-time.After(10 * time.Millisecond):
 			}
 		}
@@ -501,8 +506,8 @@ func randomID() string {
 // command's own program: 127 when it (or the working directory) does not
 // exist, 126 when it cannot be executed.
 func execStatus(err error) (int, bool) {
-	var se *shim.StartError
-	if !errors.As(err, &se) || se.Phase != shim.PhaseExec {
+	var se *launch.StartError
+	if !errors.As(err, &se) || se.Phase != launch.PhaseExec {
 		return 0, false
 	}
 	switch {

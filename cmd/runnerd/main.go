@@ -71,7 +71,7 @@ stopped: each runs under its own detached shim and is found again at the next st
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "shim" {
-		os.Exit(shim.Main(os.Args[2:]))
+		os.Exit(shim.Main(os.Args[2:], shim.Hooks{}))
 	}
 	// Whatever runnerd inherited beyond stdin, stdout and stderr (a
 	// shell's pipe, a supervisor's socket; runnerd takes no descriptor by

@@ -65,7 +65,7 @@ type Sandbox struct {
 	// nil when its commands run as User or as runnerd's own user.
 	Identity *Identity `json:"identity,omitempty"`
 	// Isolated says its commands run with no way back to privilege
-	// (shim.Spec.Isolate): set when it is created contained (or under
+	// (sessiondir.Spec.Isolate): set when it is created contained (or under
 	// --isolate all) or a policy is added to it; never cleared.
 	Isolated bool `json:"isolated,omitempty"`
 	// Limits are the sandbox's resource limits (the host's defaults

@@ -18,13 +18,13 @@ func main() {
 	dir := os.Getenv("RUNNERBENCH_SHIM_PROFILE")
 	args := os.Args[1:]
 	if dir == "" || slices.Contains(args, "--detach") {
-		os.Exit(shim.Main(args))
+		os.Exit(shim.Main(args, shim.Hooks{}))
 	}
 	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("shim-%d.pprof", os.Getpid())))
 	if err == nil {
 		pprof.StartCPUProfile(f)
 	}
-	code := shim.Main(args)
+	code := shim.Main(args, shim.Hooks{})
 	if err == nil {
 		pprof.StopCPUProfile()
 		f.Close()

@@ -1,7 +1,6 @@
-package shim
+package sessiondir
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/wire"
 )
 
 // Info is a session as runner-shim's status and list report it: its
@@ -67,22 +67,6 @@ func Describe(dir string, st Status) (Info, error) {
 	return in, nil
 }
 
-// Inspect returns the Info of the session in dir: its status from the
-// live shim when it answers (which knows its descendants), else from disk.
-// It returns ErrNoSession when dir holds no started session.
-func Inspect(ctx context.Context, dir string) (Info, error) {
-	c, err := Dial(ctx, dir)
-	if err != nil {
-		return Info{}, err
-	}
-	defer c.Close()
-	st, err := c.Status(ctx)
-	if err != nil {
-		return Info{}, err
-	}
-	return Describe(dir, st)
-}
-
 // ListInfo returns the Info of every session directly under root in start
 // order (the start time, then the id). Directories that hold no started
 // session are skipped; it reads from disk only.
@@ -125,7 +109,7 @@ func SameRequest(a, b Spec) bool {
 // when dir holds none.
 func ReadSpec(dir string) (Spec, error) {
 	var spec Spec
-	err := readJSON(filepath.Join(dir, SpecFile), &spec)
+	err := ReadJSON(filepath.Join(dir, SpecFile), &spec)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Spec{}, fmt.Errorf("read spec %s: %w", dir, ErrNoSession)
 	}
@@ -166,4 +150,39 @@ func Prune(root string, age time.Duration, now time.Time) error {
 		}
 	}
 	return first
+}
+
+// ToWireMarks turns a journal Marks answer into wire.Marks.
+func ToWireMarks(stream string) func([]journal.Mark, int64, time.Duration, error) (wire.Marks, error) {
+	return func(ms []journal.Mark, next int64, interval time.Duration, err error) (wire.Marks, error) {
+		if err != nil {
+			return wire.Marks{}, err
+		}
+		out := wire.Marks{Stream: stream, Marks: make([]wire.Mark, len(ms)), GranularityMS: interval.Milliseconds()}
+		for i, m := range ms {
+			out.Marks[i] = wire.Mark{Offset: m.Offset, Time: m.Time.UTC()}
+		}
+		if next >= 0 {
+			out.Next = &next
+		}
+		return out, nil
+	}
+}
+
+func MarksFromDisk(dir, stream string, from int64) (wire.Marks, error) {
+	j, err := journal.Open(filepath.Join(dir, JournalDir))
+	if err != nil {
+		return wire.Marks{}, err
+	}
+	defer j.Close()
+	return ToWireMarks(stream)(j.Marks(stream, from, wire.MaxMarks))
+}
+
+func OffsetFromDisk(dir, stream string, t time.Time) (int64, error) {
+	j, err := journal.Open(filepath.Join(dir, JournalDir))
+	if err != nil {
+		return 0, err
+	}
+	defer j.Close()
+	return j.OffsetAt(stream, t)
 }

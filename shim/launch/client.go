@@ -1,11 +1,15 @@
-package shim
+package launch
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -13,6 +17,8 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/shim/internal/proto"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -39,7 +45,7 @@ type Client struct {
 type conn struct {
 	// req serializes requests, and guards hdr and buf.
 	req sync.Mutex
-	hdr [ctlHdrLen]byte
+	hdr [proto.CtlHdrLen]byte
 	buf []byte
 
 	// mu guards c and closed; it is held only briefly, so Close never
@@ -53,13 +59,13 @@ type conn struct {
 // when dir holds no started session; a session whose shim is gone still
 // dials (its operations then answer from disk).
 func Dial(ctx context.Context, dir string) (*Client, error) {
-	sock, err := socketPath(dir)
+	sock, err := sessiondir.SocketPath(dir)
 	if err != nil {
 		return nil, fmt.Errorf("dial shim: %w", err)
 	}
 	c := &Client{dir: dir, sock: sock}
 	if _, err := c.conn(ctx, &c.ctl); err != nil {
-		if _, serr := ReadStatus(dir); serr != nil {
+		if _, serr := sessiondir.ReadStatus(dir); serr != nil {
 			return nil, fmt.Errorf("dial shim: %w", serr)
 		}
 	}
@@ -125,19 +131,19 @@ var ErrFailed = errors.New("shim failed")
 // unavailable (ErrUnavailable, and a context that ended), else provider.
 func CodeOf(err error) wire.Code {
 	switch {
-	case errors.Is(err, ErrExited):
+	case errors.Is(err, sessiondir.ErrExited):
 		return wire.CodeCommandExited
-	case errors.Is(err, ErrLost):
+	case errors.Is(err, sessiondir.ErrLost):
 		return wire.CodeLost
-	case errors.Is(err, ErrInvalid), errors.Is(err, ErrExists):
+	case errors.Is(err, sessiondir.ErrInvalid), errors.Is(err, sessiondir.ErrExists):
 		return wire.CodeInvalid
-	case errors.Is(err, ErrWriteFailed):
+	case errors.Is(err, sessiondir.ErrWriteFailed):
 		return wire.CodeWriteFailed
 	case errors.Is(err, ErrFailed):
 		return wire.CodeProvider
-	case errors.Is(err, ErrNoSession):
+	case errors.Is(err, sessiondir.ErrNoSession):
 		return wire.CodeNotFound
-	case errors.Is(err, ErrUnavailable), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, sessiondir.ErrUnavailable), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return wire.CodeUnavailable
 	}
 	return wire.CodeProvider
@@ -165,10 +171,10 @@ func (c *Client) call(ctx context.Context, cn *conn, op byte, body []byte) (byte
 	}
 	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Now()) })
 	defer stop()
-	if cn.buf, err = writeMsg(nc, cn.buf, op, body); err == nil {
+	if cn.buf, err = proto.WriteMsg(nc, cn.buf, op, body); err == nil {
 		var st byte
 		var resp []byte
-		st, resp, err = readMsg(nc, &cn.hdr, cn.buf)
+		st, resp, err = proto.ReadMsg(nc, &cn.hdr, cn.buf)
 		if err == nil {
 			if cap(resp) > 64<<10 {
 				cn.buf = nil
@@ -196,48 +202,48 @@ func (c *Client) call(ctx context.Context, cn *conn, op byte, body []byte) (byte
 // when the exit record exists, ErrLost when the shim is provably gone
 // without one, ErrUnavailable (wrapping the cause) when it still seems to
 // run.
-func (c *Client) fromDisk(cause error) (Status, error) {
-	st, err := ReadStatus(c.dir)
+func (c *Client) fromDisk(cause error) (sessiondir.Status, error) {
+	st, err := sessiondir.ReadStatus(c.dir)
 	if err != nil {
-		return st, fmt.Errorf("%w: %v; %v", ErrUnavailable, cause, err)
+		return st, fmt.Errorf("%w: %v; %v", sessiondir.ErrUnavailable, cause, err)
 	}
 	switch {
-	case st.State == StateLost, st.Exit != nil && st.Exit.Reason == wire.ExitLost:
+	case st.State == sessiondir.StateLost, st.Exit != nil && st.Exit.Reason == wire.ExitLost:
 		// A lost record (written by FinishLost, after an attach or
 		// runnerd saw the shim gone) is still lost, never an exit.
-		return st, ErrLost
-	case st.State == StateExited:
-		return st, ErrExited
+		return st, sessiondir.ErrLost
+	case st.State == sessiondir.StateExited:
+		return st, sessiondir.ErrExited
 	}
-	return st, fmt.Errorf("%w: %v", ErrUnavailable, cause)
+	return st, fmt.Errorf("%w: %v", sessiondir.ErrUnavailable, cause)
 }
 
 // answer maps a non-OK response to an error.
 func answer(op string, st byte, body []byte) error {
 	switch st {
-	case stOK:
+	case proto.StOK:
 		return nil
-	case stExited:
-		if string(body) == codeClosed {
-			return fmt.Errorf("%s: %w", op, ErrStdinClosed)
+	case proto.StExited:
+		if string(body) == proto.CodeClosed {
+			return fmt.Errorf("%s: %w", op, sessiondir.ErrStdinClosed)
 		}
-		return fmt.Errorf("%s: %w", op, ErrExited)
-	case stError:
-		var e errBody
+		return fmt.Errorf("%s: %w", op, sessiondir.ErrExited)
+	case proto.StError:
+		var e proto.ErrBody
 		json.Unmarshal(body, &e)
 		switch e.Code {
-		case codeInvalid:
-			return fmt.Errorf("%s: %w: %s", op, ErrInvalid, e.Detail)
-		case codeWriteFailed:
-			return fmt.Errorf("%s: %w: %s", op, ErrWriteFailed, e.Detail)
-		case codeProvider:
+		case proto.CodeInvalid:
+			return fmt.Errorf("%s: %w: %s", op, sessiondir.ErrInvalid, e.Detail)
+		case proto.CodeWriteFailed:
+			return fmt.Errorf("%s: %w: %s", op, sessiondir.ErrWriteFailed, e.Detail)
+		case proto.CodeProvider:
 			return fmt.Errorf("%s: %w: %s", op, ErrFailed, e.Detail)
-		case codeUnavailable:
-			return fmt.Errorf("%s: %w: %s", op, ErrUnavailable, e.Detail)
+		case proto.CodeUnavailable:
+			return fmt.Errorf("%s: %w: %s", op, sessiondir.ErrUnavailable, e.Detail)
 		}
 		return fmt.Errorf("%s: shim: %s: %s", op, e.Code, e.Detail)
 	}
-	return fmt.Errorf("%s: %w: status %d", op, errProto, st)
+	return fmt.Errorf("%s: %w: status %d", op, proto.ErrProto, st)
 }
 
 // simple runs a request whose only answer is OK, exited, or an error.
@@ -263,8 +269,8 @@ func (c *Client) simple(ctx context.Context, cn *conn, name string, op byte, bod
 // (docs/frames.md, "A write stops when its caller goes").
 func (c *Client) WriteStdin(ctx context.Context, p []byte) error {
 	for {
-		n := min(len(p), MaxStdinChunk)
-		if err := c.simple(ctx, &c.stdin, "write stdin", opWrite, p[:n]); err != nil {
+		n := min(len(p), proto.MaxStdinChunk)
+		if err := c.simple(ctx, &c.stdin, "write stdin", proto.OpWrite, p[:n]); err != nil {
 			return err
 		}
 		p = p[n:]
@@ -285,13 +291,13 @@ func (c *Client) WriteStdin(ctx context.Context, p []byte) error {
 // that predates offsets.
 func (c *Client) WriteStdinAt(ctx context.Context, off int64, p []byte) (int64, error) {
 	if off < 0 {
-		return 0, fmt.Errorf("write stdin at %d: %w: negative offset", off, ErrInvalid)
+		return 0, fmt.Errorf("write stdin at %d: %w: negative offset", off, sessiondir.ErrInvalid)
 	}
 	for {
-		n := min(len(p), maxStdinAtChunk)
+		n := min(len(p), proto.MaxStdinAtChunk)
 		body := binary.BigEndian.AppendUint64(make([]byte, 0, 8+n), uint64(off))
 		body = append(body, p[:n]...)
-		count, err := c.stdinCall(ctx, "write stdin", opWriteAt, body)
+		count, err := c.stdinCall(ctx, "write stdin", proto.OpWriteAt, body)
 		if err != nil {
 			return 0, err
 		}
@@ -307,7 +313,7 @@ func (c *Client) WriteStdinAt(ctx context.Context, off int64, p []byte) (int64, 
 // so far (by every write, acknowledged or cut short). ErrExited once the
 // command has ended.
 func (c *Client) StdinCount(ctx context.Context) (int64, error) {
-	return c.stdinCall(ctx, "stdin count", opWrite, nil)
+	return c.stdinCall(ctx, "stdin count", proto.OpWrite, nil)
 }
 
 // stdinCall runs a write request whose OK answer is the stdin count.
@@ -319,14 +325,14 @@ func (c *Client) stdinCall(ctx context.Context, name string, op byte, body []byt
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", name, err)
 	}
-	if st == stError {
-		var e errBody
+	if st == proto.StError {
+		var e proto.ErrBody
 		json.Unmarshal(resp, &e)
 		switch {
-		case e.Code == codeInvalid && strings.HasPrefix(e.Detail, "stdin offset"):
-			return 0, fmt.Errorf("%s: %w: %s", name, ErrStdinGap, e.Detail)
-		case e.Code == codeInvalid && strings.HasPrefix(e.Detail, "unknown op"):
-			return 0, fmt.Errorf("%s: %w", name, ErrNoStdinOffsets)
+		case e.Code == proto.CodeInvalid && strings.HasPrefix(e.Detail, "stdin offset"):
+			return 0, fmt.Errorf("%s: %w: %s", name, sessiondir.ErrStdinGap, e.Detail)
+		case e.Code == proto.CodeInvalid && strings.HasPrefix(e.Detail, "unknown op"):
+			return 0, fmt.Errorf("%s: %w", name, sessiondir.ErrNoStdinOffsets)
 		}
 	}
 	if err := answer(name, st, resp); err != nil {
@@ -334,7 +340,7 @@ func (c *Client) stdinCall(ctx context.Context, name string, op byte, body []byt
 	}
 	if len(resp) != 8 {
 		// An older shim answers a write with no body.
-		return 0, fmt.Errorf("%s: %w", name, ErrNoStdinOffsets)
+		return 0, fmt.Errorf("%s: %w", name, sessiondir.ErrNoStdinOffsets)
 	}
 	return int64(binary.BigEndian.Uint64(resp)), nil
 }
@@ -344,7 +350,7 @@ func (c *Client) stdinCall(ctx context.Context, name string, op byte, body []byt
 // terminal's VEOF character (^D) at the start of a line (see
 // docs/frames.md). It returns ErrExited after the command ended.
 func (c *Client) CloseStdin(ctx context.Context) error {
-	return c.simple(ctx, &c.stdin, "close stdin", opCloseStdin, nil)
+	return c.simple(ctx, &c.stdin, "close stdin", proto.OpCloseStdin, nil)
 }
 
 // Resize sets the terminal size of a TTY session (the command gets
@@ -354,7 +360,7 @@ func (c *Client) Resize(ctx context.Context, rows, cols uint16) error {
 	var b [4]byte
 	binary.BigEndian.PutUint16(b[:], rows)
 	binary.BigEndian.PutUint16(b[2:], cols)
-	return c.simple(ctx, &c.ctl, "resize", opResize, b[:])
+	return c.simple(ctx, &c.ctl, "resize", proto.OpResize, b[:])
 }
 
 // Signal sends sig to the command's process group. ErrExited after the
@@ -362,7 +368,7 @@ func (c *Client) Resize(ctx context.Context, rows, cols uint16) error {
 func (c *Client) Signal(ctx context.Context, sig syscall.Signal) error {
 	var b [4]byte
 	binary.BigEndian.PutUint32(b[:], uint32(sig))
-	return c.simple(ctx, &c.ctl, "signal", opSignal, b[:])
+	return c.simple(ctx, &c.ctl, "signal", proto.OpSignal, b[:])
 }
 
 // Terminate stops every process the session started: SIGTERM to the
@@ -377,10 +383,10 @@ func (c *Client) Signal(ctx context.Context, sig syscall.Signal) error {
 func (c *Client) Terminate(ctx context.Context, grace time.Duration) (journal.Exit, error) {
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], uint64(max(grace, 0)/time.Millisecond))
-	st, resp, err := c.call(ctx, &c.ctl, opTerminate, b[:])
+	st, resp, err := c.call(ctx, &c.ctl, proto.OpTerminate, b[:])
 	if errors.Is(err, errGone) {
 		ds, derr := c.fromDisk(err)
-		if errors.Is(derr, ErrExited) && ds.Exit != nil {
+		if errors.Is(derr, sessiondir.ErrExited) && ds.Exit != nil {
 			return *ds.Exit, nil
 		}
 		err = derr
@@ -400,24 +406,24 @@ func (c *Client) Terminate(ctx context.Context, grace time.Duration) (journal.Ex
 
 // Status asks the shim for the session's status, or reads it from disk
 // when the shim is gone.
-func (c *Client) Status(ctx context.Context) (Status, error) {
-	st, resp, err := c.call(ctx, &c.ctl, opStatus, nil)
+func (c *Client) Status(ctx context.Context) (sessiondir.Status, error) {
+	st, resp, err := c.call(ctx, &c.ctl, proto.OpStatus, nil)
 	if errors.Is(err, errGone) {
 		ds, derr := c.fromDisk(err)
-		if errors.Is(derr, ErrExited) || errors.Is(derr, ErrLost) {
+		if errors.Is(derr, sessiondir.ErrExited) || errors.Is(derr, sessiondir.ErrLost) {
 			return ds, nil
 		}
 		err = derr
 	}
 	if err != nil {
-		return Status{}, fmt.Errorf("status: %w", err)
+		return sessiondir.Status{}, fmt.Errorf("status: %w", err)
 	}
 	if err := answer("status", st, resp); err != nil {
-		return Status{}, err
+		return sessiondir.Status{}, err
 	}
-	var s Status
+	var s sessiondir.Status
 	if err := json.Unmarshal(resp, &s); err != nil {
-		return Status{}, fmt.Errorf("status: decode: %w", err)
+		return sessiondir.Status{}, fmt.Errorf("status: decode: %w", err)
 	}
 	return s, nil
 }
@@ -426,11 +432,11 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 // at or after t, to the journal's mark granularity), from the shim while it
 // runs and from the journal's index after.
 func (c *Client) OffsetAt(ctx context.Context, stream string, t time.Time) (int64, error) {
-	body, _ := json.Marshal(offsetReq{Stream: stream, Time: t.Format(time.RFC3339Nano)})
-	st, resp, err := c.call(ctx, &c.ctl, opOffsetAt, body)
+	body, _ := json.Marshal(proto.OffsetReq{Stream: stream, Time: t.Format(time.RFC3339Nano)})
+	st, resp, err := c.call(ctx, &c.ctl, proto.OpOffsetAt, body)
 	if errors.Is(err, errGone) {
-		if _, derr := c.fromDisk(err); errors.Is(derr, ErrExited) || errors.Is(derr, ErrLost) {
-			off, oerr := offsetFromDisk(c.dir, stream, t)
+		if _, derr := c.fromDisk(err); errors.Is(derr, sessiondir.ErrExited) || errors.Is(derr, sessiondir.ErrLost) {
+			off, oerr := sessiondir.OffsetFromDisk(c.dir, stream, t)
 			if oerr != nil {
 				return 0, fmt.Errorf("offset at: %w", oerr)
 			}
@@ -446,7 +452,7 @@ func (c *Client) OffsetAt(ctx context.Context, stream string, t time.Time) (int6
 		return 0, err
 	}
 	if len(resp) != 8 {
-		return 0, fmt.Errorf("offset at: %w: %d-byte answer", errProto, len(resp))
+		return 0, fmt.Errorf("offset at: %w: %d-byte answer", proto.ErrProto, len(resp))
 	}
 	return int64(binary.BigEndian.Uint64(resp)), nil
 }
@@ -455,11 +461,11 @@ func (c *Client) OffsetAt(ctx context.Context, stream string, t time.Time) (int6
 // (wire.Marks), from the shim while it runs and from the journal's index
 // after.
 func (c *Client) Marks(ctx context.Context, stream string, from int64) (wire.Marks, error) {
-	body, _ := json.Marshal(marksReq{Stream: stream, From: from})
-	st, resp, err := c.call(ctx, &c.ctl, opMarks, body)
+	body, _ := json.Marshal(proto.MarksReq{Stream: stream, From: from})
+	st, resp, err := c.call(ctx, &c.ctl, proto.OpMarks, body)
 	if errors.Is(err, errGone) {
-		if _, derr := c.fromDisk(err); errors.Is(derr, ErrExited) || errors.Is(derr, ErrLost) {
-			m, merr := marksFromDisk(c.dir, stream, from)
+		if _, derr := c.fromDisk(err); errors.Is(derr, sessiondir.ErrExited) || errors.Is(derr, sessiondir.ErrLost) {
+			m, merr := sessiondir.MarksFromDisk(c.dir, stream, from)
 			if merr != nil {
 				return wire.Marks{}, fmt.Errorf("marks: %w", merr)
 			}
@@ -476,7 +482,70 @@ func (c *Client) Marks(ctx context.Context, stream string, from int64) (wire.Mar
 	}
 	var m wire.Marks
 	if err := json.Unmarshal(resp, &m); err != nil {
-		return wire.Marks{}, fmt.Errorf("marks: %w: %v", errProto, err)
+		return wire.Marks{}, fmt.Errorf("marks: %w: %v", proto.ErrProto, err)
 	}
 	return m, nil
+}
+
+// Inspect returns the Info of the session in dir: its status from the
+// live shim when it answers (which knows its descendants), else from disk.
+// It returns ErrNoSession when dir holds no started session.
+func Inspect(ctx context.Context, dir string) (sessiondir.Info, error) {
+	c, err := Dial(ctx, dir)
+	if err != nil {
+		return sessiondir.Info{}, err
+	}
+	defer c.Close()
+	st, err := c.Status(ctx)
+	if err != nil {
+		return sessiondir.Info{}, err
+	}
+	return sessiondir.Describe(dir, st)
+}
+
+// CopyStdin writes everything read from r to the session's stdin, in
+// chunks as they arrive, and returns at r's EOF (without closing the
+// command's stdin).
+func CopyStdin(ctx context.Context, c *Client, r io.Reader) error {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if werr := c.WriteStdin(ctx, buf[:n]); werr != nil {
+				return werr
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read stdin: %w", err)
+		}
+	}
+}
+
+// CopyStdinBase64 writes to the session's stdin the bytes of each base64
+// line read from r (blank lines are skipped), one write per line, and
+// returns at r's EOF. A line that does not decode is ErrInvalid, after the
+// lines before it were written.
+func CopyStdinBase64(ctx context.Context, c *Client, r io.Reader) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		p, err := base64.StdEncoding.AppendDecode(nil, line)
+		if err != nil {
+			return fmt.Errorf("%w: decode stdin line: %v", sessiondir.ErrInvalid, err)
+		}
+		if err := c.WriteStdin(ctx, p); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("read stdin: %w", err)
+	}
+	return nil
 }

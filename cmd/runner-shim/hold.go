@@ -1,4 +1,4 @@
-package shim
+package main
 
 import (
 	"bytes"
@@ -10,6 +10,9 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/agentrunner/runner/shim"
+	"github.com/agentrunner/runner/shim/sessiondir"
 )
 
 // The Sprites Tasks API (superfly/sprites-docs, "Keeping a Sprite
@@ -42,17 +45,20 @@ type taskHold struct {
 	once sync.Once
 }
 
+// hooks are what runner-shim adds to the supervisor (shim.Hooks): the
+// Sprites task hold, a provider's quirk kept out of the supervisor.
+var hooks = shim.Hooks{Running: holdTask}
+
 // holdTask starts holding a task named after the session while the
-// command runs, when the spec asks for it (Spec.HoldTask), and returns
-// its release, called once the exit record is published. A socket that
-// cannot be reached is logged and tried again at every heartbeat: the
-// session never fails for it.
-func (s *server) holdTask() (release func()) {
-	if s.spec.HoldTask == "" {
+// command runs, when the spec asks for it (Spec.HoldTask, set by spawn
+// --hold-task), and returns its release, called once the exit record is
+// published. A socket that cannot be reached is logged and tried again at
+// every heartbeat: the session never fails for it.
+func holdTask(spec sessiondir.Spec) (release func()) {
+	if spec.HoldTask == "" {
 		return func() {}
 	}
-	h := newTaskHold(s.spec.HoldTask, "runner-shim-"+s.spec.ID)
-	return h.release
+	return newTaskHold(spec.HoldTask, "runner-shim-"+spec.ID).release
 }
 
 func newTaskHold(sock, name string) *taskHold {

@@ -1,15 +1,21 @@
-package shim
+package sessiondir
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/shim/internal/proto"
 	"golang.org/x/sys/unix"
 )
 
@@ -170,7 +176,7 @@ func (s Spec) Streams() []string {
 	return []string{"stdout", "stderr"}
 }
 
-func (s Spec) validate() error {
+func (s Spec) Validate() error {
 	if !ValidID(s.ID) {
 		return fmt.Errorf("%w: id %q (want 1-64 of [A-Za-z0-9._-], starting with a letter or digit)", ErrInvalid, s.ID)
 	}
@@ -188,7 +194,7 @@ func (s Spec) validate() error {
 			return fmt.Errorf("%w: bind %q over %q: not absolute paths", ErrInvalid, b.Source, b.Target)
 		}
 	}
-	if _, ok := relBelow(s.DirRoot, s.Dir); s.DirRoot != "" && !ok {
+	if _, ok := RelBelow(s.DirRoot, s.Dir); s.DirRoot != "" && !ok {
 		return fmt.Errorf("%w: cwd %q is not cwd_root %q or below it (absolute paths)", ErrInvalid, s.Dir, s.DirRoot)
 	}
 	if s.ResolvConf != "" && !filepath.IsAbs(s.ResolvConf) {
@@ -200,7 +206,7 @@ func (s Spec) validate() error {
 		}
 		// A lookup failure is the start's to report (PhaseExec), as
 		// without Isolate; a user that is root is refused here.
-		if c, err := credential(s.User); err == nil && c.Uid == 0 {
+		if c, err := Credential(s.User); err == nil && c.Uid == 0 {
 			return fmt.Errorf("%w: isolate: user %q is uid 0, which owns root's files even without capabilities", ErrInvalid, s.User)
 		}
 	}
@@ -210,7 +216,7 @@ func (s Spec) validate() error {
 		if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
 			return fmt.Errorf("%w: cgroup %q is not an absolute clean path", ErrInvalid, dir)
 		}
-		isV2, err := cgroupKind(dir)
+		isV2, err := CgroupKind(dir)
 		if err != nil {
 			return err
 		}
@@ -229,7 +235,7 @@ func (s Spec) validate() error {
 		hierarchies[st.Dev] = dir
 		// The shim starts in its launcher's cgroups (and checks again for
 		// itself before the command starts).
-		if err := notOurs(dir); err != nil {
+		if err := NotOurs(dir); err != nil {
 			return err
 		}
 	}
@@ -291,8 +297,8 @@ type Status struct {
 	Descendants int `json:"descendants,omitempty"`
 }
 
-// started is started.json.
-type started struct {
+// Started is started.json.
+type Started struct {
 	ShimPID   int       `json:"shim_pid"`
 	PID       int       `json:"pid"`
 	StartedAt time.Time `json:"started_at"`
@@ -360,7 +366,7 @@ func readStatus(dir string) (Status, error) {
 	// A session is started once both files exist (started.json is
 	// written after the command started).
 	read := func(name string, v any) error {
-		err := readJSON(filepath.Join(dir, name), v)
+		err := ReadJSON(filepath.Join(dir, name), v)
 		if errors.Is(err, fs.ErrNotExist) {
 			return ErrNoSession
 		}
@@ -370,7 +376,7 @@ func readStatus(dir string) (Status, error) {
 	if err := read(SpecFile, &spec); err != nil {
 		return Status{}, err
 	}
-	var sd started
+	var sd Started
 	if err := read(StartedFile, &sd); err != nil {
 		return Status{}, err
 	}
@@ -401,7 +407,7 @@ func readStatus(dir string) (Status, error) {
 	return st, nil
 }
 
-func readJSON(path string, v any) error {
+func ReadJSON(path string, v any) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -412,51 +418,7 @@ func readJSON(path string, v any) error {
 	return nil
 }
 
-// pendingFile is a file created before its content is known, under a
-// temporary name (NAME.tmp): publish writes the content and renames it
-// into place, so a reader sees all of it or no file. A warm shim creates
-// its session's files this way ahead of time, off the start's path.
-type pendingFile struct {
-	name string
-	f    *os.File // nil once published or discarded
-}
-
-func createPending(dir, name string) (*pendingFile, error) {
-	f, err := os.OpenFile(filepath.Join(dir, name+".tmp"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	return &pendingFile{name: name, f: f}, nil
-}
-
-// publish writes b and renames the file to dir/NAME; dir is where the
-// file is now (its directory may have been renamed since it was created).
-func (p *pendingFile) publish(dir string, b []byte) error {
-	_, err := p.f.Write(b)
-	if cerr := p.f.Close(); err == nil {
-		err = cerr
-	}
-	p.f = nil
-	tmp := filepath.Join(dir, p.name+".tmp")
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, p.name))
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
-}
-
-// discard removes an unpublished file.
-func (p *pendingFile) discard(dir string) {
-	if p.f != nil {
-		p.f.Close()
-		p.f = nil
-		os.Remove(filepath.Join(dir, p.name+".tmp"))
-	}
-}
-
-func socketPath(dir string) (string, error) {
+func SocketPath(dir string) (string, error) {
 	p := filepath.Join(dir, SocketFile)
 	if len(p) > maxSocketPath {
 		return "", fmt.Errorf("%w: socket path %s is %d bytes, the unix limit is %d: use a shorter session directory", ErrInvalid, p, len(p), maxSocketPath)
@@ -489,4 +451,100 @@ func List(root string) ([]Status, error) {
 		out = append(out, st)
 	}
 	return out, nil
+}
+
+// DefaultPath is the PATH a command gets when its environment names none,
+// and the one the shim looks its program up in then (runnerd puts it into
+// the spec's environment, so both sides agree).
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Credential resolves Spec.User: a name, or uid[:gid].
+func Credential(spec string) (*syscall.Credential, error) {
+	name, gidStr, hasGid := strings.Cut(spec, ":")
+	if uid, err := strconv.ParseUint(name, 10, 32); err == nil {
+		c := &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}
+		if u, err := user.LookupId(name); err == nil {
+			if g, err := strconv.ParseUint(u.Gid, 10, 32); err == nil {
+				c.Gid = uint32(g)
+			}
+		}
+		if hasGid {
+			g, err := strconv.ParseUint(gidStr, 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("%w: user %q: bad gid", ErrInvalid, spec)
+			}
+			c.Gid = uint32(g)
+		}
+		return c, nil
+	}
+	if hasGid {
+		return nil, fmt.Errorf("%w: user %q: a name takes no :gid", ErrInvalid, spec)
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		return nil, fmt.Errorf("look up user %q: %w", name, err)
+	}
+	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+	if err1 != nil || err2 != nil {
+		return nil, fmt.Errorf("look up user %q: non-numeric ids", name)
+	}
+	c := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
+	if gids, err := u.GroupIds(); err == nil {
+		for _, g := range gids {
+			if n, err := strconv.ParseUint(g, 10, 32); err == nil {
+				c.Groups = append(c.Groups, uint32(n))
+			}
+		}
+	}
+	return c, nil
+}
+
+// CgroupKind reports whether dir is a cgroup v2 directory (else v1), or
+// an ErrInvalid error when it is not a cgroup directory at all.
+func CgroupKind(dir string) (v2 bool, err error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return false, fmt.Errorf("%w: cgroup %q: %w", ErrInvalid, dir, proto.UnwrapPath(err))
+	}
+	switch st.Type {
+	case unix.CGROUP2_SUPER_MAGIC:
+		return true, nil
+	case unix.CGROUP_SUPER_MAGIC:
+		return false, nil
+	}
+	return false, fmt.Errorf("%w: cgroup %q is not on a cgroup file system", ErrInvalid, dir)
+}
+
+// NotOurs refuses a cgroup the shim itself is in: the command's OOM or
+// pids limit would then reach the shim.
+func NotOurs(dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return fmt.Errorf("read cgroup %s: %w", dir, err)
+	}
+	me := []byte(strconv.Itoa(os.Getpid()))
+	for _, l := range bytes.Split(b, []byte("\n")) {
+		if bytes.Equal(l, me) {
+			return fmt.Errorf("%w: cgroup %q holds the shim itself", ErrInvalid, dir)
+		}
+	}
+	return nil
+}
+
+// NeedsHelper reports whether spec's command takes the nsexec helper
+// (what the supervisor's exec plan decides, without the command): a step
+// only the helper can do is active. It must agree with the plan
+// (TestSpecNeedsHelperAgrees holds it): a cgroup that is not v2 counts,
+// one that cannot be read does not.
+func (spec Spec) NeedsHelper() bool {
+	if spec.ResolvConf != "" || len(spec.Binds) > 0 || spec.Hostname != "" || spec.Isolate {
+		return true
+	}
+	for _, dir := range spec.Cgroups {
+		if v2, err := CgroupKind(dir); err == nil && !v2 {
+			return true
+		}
+	}
+	return false
 }

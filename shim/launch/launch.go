@@ -1,4 +1,4 @@
-package shim
+package launch
 
 import (
 	"bytes"
@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +18,8 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/atomicfile"
+	"github.com/agentrunner/runner/shim/internal/proto"
+	"github.com/agentrunner/runner/shim/sessiondir"
 )
 
 // The readiness protocol on the pipe Start hands the shim (fd 3): exactly
@@ -32,16 +33,17 @@ import (
 // PhaseExec or PhaseSetup. A line without PHASE (`error SHIMPID ERRNO
 // MESSAGE`, from a shim before phases) still parses, with Phase "".
 
-// The phases of a start failure (StartError.Phase).
+// The phases of a start failure (StartError.Phase); see the readiness
+// protocol above.
 const (
 	// PhaseExec is a failure of the caller's command itself: its
 	// executable (PATH lookup, execve), its working directory, or its
 	// run-as user's lookup. Retrying the same request fails the same way.
-	PhaseExec = "exec"
+	PhaseExec = proto.PhaseExec
 	// PhaseSetup is any other failure: the shim's own start, its
 	// journal, control socket, network namespace, a fork that the host
 	// refused (EAGAIN, ENOMEM). It says nothing about the request.
-	PhaseSetup = "setup"
+	PhaseSetup = proto.PhaseSetup
 )
 
 // StartError is returned by Start when the shim could not start the
@@ -59,40 +61,6 @@ type StartError struct {
 	Phase   string        // PhaseExec, PhaseSetup, or "" if unknown
 }
 
-// commandError marks a start failure of the caller's command (see
-// PhaseExec); the shim reports it with that phase.
-type commandError struct{ err error }
-
-func (e *commandError) Error() string { return e.err.Error() }
-func (e *commandError) Unwrap() error { return e.err }
-
-// commandErrnos are the errnos of a fork/exec of the command that are its
-// own (a missing or unrunnable executable or working directory), as
-// opposed to the host's (EAGAIN, ENOMEM, EMFILE, ETXTBSY, EPERM of a
-// setuid).
-var commandErrnos = []syscall.Errno{syscall.ENOENT, syscall.EACCES, syscall.ENOEXEC, syscall.ENOTDIR,
-	syscall.EISDIR, syscall.ELOOP, syscall.ENAMETOOLONG, syscall.E2BIG, syscall.ELIBBAD}
-
-// asCommandError marks err as the command's when it is a fork/exec of the
-// command that failed with one of commandErrnos.
-func asCommandError(err error) error {
-	var pe *os.PathError
-	var en syscall.Errno
-	if errors.As(err, &pe) && pe.Op == "fork/exec" && errors.As(err, &en) && slices.Contains(commandErrnos, en) {
-		return &commandError{err}
-	}
-	return err
-}
-
-// phaseOf is the readiness line's PHASE for a start failure.
-func phaseOf(err error) string {
-	var ce *commandError
-	if errors.As(err, &ce) {
-		return PhaseExec
-	}
-	return PhaseSetup
-}
-
 func (e *StartError) Error() string { return e.Msg }
 
 // Unwrap returns the errno, or nil.
@@ -103,42 +71,17 @@ func (e *StartError) Unwrap() error {
 	return e.Errno
 }
 
-// Start launches a detached shim for a new session in dir and returns once
-// the command runs, or with its start error (a *StartError for failures of
-// the command itself; ErrExists, ErrInvalid for the request). exe is the
-// argv prefix that runs [Main] (e.g. {"/usr/local/bin/runner-shim",
-// "serve"} or {os.Executable(), "shim"}); Start appends its own arguments.
-//
-// dir is created with mode 0700 if needed and must not already hold a
-// session. The shim is started through a short-lived intermediate process
-// that starts the real shim in a new session and exits at once, so the
-// shim is reparented to init (or the nearest subreaper) and never becomes
-// a zombie of the launcher.
-//
-// If ctx ends before the shim reports, Start returns ctx's error; the
-// session may still start (ReadStatus tells).
-func Start(ctx context.Context, exe []string, dir string, spec Spec) (Status, error) {
-	if len(exe) == 0 {
-		return Status{}, fmt.Errorf("start shim: %w: empty exe", ErrInvalid)
-	}
-	dir, err := checkStart(dir, spec)
-	if err != nil {
-		return Status{}, err
-	}
-	return startWith(ctx, exe, dir, spec)
-}
-
 // checkStart checks a start request, spec and dir, and returns dir made
 // absolute.
-func checkStart(dir string, spec Spec) (string, error) {
-	if err := spec.validate(); err != nil {
+func checkStart(dir string, spec sessiondir.Spec) (string, error) {
+	if err := spec.Validate(); err != nil {
 		return "", fmt.Errorf("start shim: %w", err)
 	}
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return "", fmt.Errorf("start shim: %w", err)
 	}
-	if _, err := socketPath(dir); err != nil {
+	if _, err := sessiondir.SocketPath(dir); err != nil {
 		return "", fmt.Errorf("start shim: %w", err)
 	}
 	return dir, nil
@@ -147,38 +90,38 @@ func checkStart(dir string, spec Spec) (string, error) {
 // startWith prepares the session directory dir (checked by checkStart)
 // for spec, launches a shim of exe on it, and cleans up after a start
 // error.
-func startWith(ctx context.Context, exe []string, dir string, spec Spec) (Status, error) {
+func startWith(ctx context.Context, exe []string, dir string, spec sessiondir.Spec) (sessiondir.Status, error) {
 	created := false
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		created = true
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return Status{}, fmt.Errorf("start shim: %w", err)
+		return sessiondir.Status{}, fmt.Errorf("start shim: %w", err)
 	}
 	if err := os.Chmod(dir, 0o700); err != nil {
-		return Status{}, fmt.Errorf("start shim: %w", err)
+		return sessiondir.Status{}, fmt.Errorf("start shim: %w", err)
 	}
-	specPath := filepath.Join(dir, SpecFile)
+	specPath := filepath.Join(dir, sessiondir.SpecFile)
 	b, err := json.Marshal(spec)
 	if err != nil {
-		return Status{}, fmt.Errorf("start shim: %w", err)
+		return sessiondir.Status{}, fmt.Errorf("start shim: %w", err)
 	}
 	// Written to a temporary name and linked into place: the link fails if
 	// a session is already there, even under a concurrent Start.
 	if err := atomicfile.WriteFile(specPath+".new", b, 0o600); err != nil {
-		return Status{}, fmt.Errorf("start shim: write spec: %w", err)
+		return sessiondir.Status{}, fmt.Errorf("start shim: write spec: %w", err)
 	}
 	err = os.Link(specPath+".new", specPath)
 	os.Remove(specPath + ".new")
 	if errors.Is(err, fs.ErrExist) {
-		return Status{}, fmt.Errorf("start shim %s: %w", dir, ErrExists)
+		return sessiondir.Status{}, fmt.Errorf("start shim %s: %w", dir, sessiondir.ErrExists)
 	}
 	if err != nil {
-		return Status{}, fmt.Errorf("start shim: write spec: %w", err)
+		return sessiondir.Status{}, fmt.Errorf("start shim: write spec: %w", err)
 	}
 	cleanup := func() {
 		os.Remove(specPath)
-		os.Remove(filepath.Join(dir, LogFile))
+		os.Remove(filepath.Join(dir, sessiondir.LogFile))
 		if created {
 			os.Remove(dir)
 		}
@@ -190,35 +133,35 @@ func startWith(ctx context.Context, exe []string, dir string, spec Spec) (Status
 		if errors.As(err, &se) {
 			cleanup() // the shim removed its own files before reporting
 		}
-		return Status{}, err
+		return sessiondir.Status{}, err
 	}
 	st.ID, st.TTY = spec.ID, spec.TTY
 	return st, nil
 }
 
-func launch(ctx context.Context, exe []string, dir string) (Status, error) {
+func launch(ctx context.Context, exe []string, dir string) (sessiondir.Status, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
-		return Status{}, fmt.Errorf("start shim: %w", err)
+		return sessiondir.Status{}, fmt.Errorf("start shim: %w", err)
 	}
 	defer r.Close()
-	log, err := os.OpenFile(filepath.Join(dir, LogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	log, err := os.OpenFile(filepath.Join(dir, sessiondir.LogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		w.Close()
-		return Status{}, &StartError{Msg: fmt.Sprintf("start shim: open shim log: %v", err), Phase: PhaseSetup}
+		return sessiondir.Status{}, &StartError{Msg: fmt.Sprintf("start shim: open shim log: %v", err), Phase: proto.PhaseSetup}
 	}
 	defer log.Close()
-	cmd, err := detachedCmd(exe, "--ready-fd=3", dir)
+	cmd, err := detachedCmd(exe, proto.ModeSession, "--ready-fd=3", dir)
 	if err != nil {
 		w.Close()
-		return Status{}, &StartError{Msg: fmt.Sprintf("start shim %s: %v", exe[0], err), Phase: PhaseSetup}
+		return sessiondir.Status{}, &StartError{Msg: fmt.Sprintf("start shim %s: %v", exe[0], err), Phase: proto.PhaseSetup}
 	}
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.ExtraFiles = []*os.File{w}
 	err = cmd.Start()
 	w.Close()
 	if err != nil {
-		return Status{}, &StartError{Msg: fmt.Sprintf("start shim %s: %v", exe[0], err), Phase: PhaseSetup}
+		return sessiondir.Status{}, &StartError{Msg: fmt.Sprintf("start shim %s: %v", exe[0], err), Phase: proto.PhaseSetup}
 	}
 	// The intermediate exits as soon as the real shim is started.
 	werr := cmd.Wait()
@@ -227,7 +170,8 @@ func launch(ctx context.Context, exe []string, dir string) (Status, error) {
 }
 
 // detachedCmd is the command that starts exe (the argv prefix that runs
-// [Main]) with args as a detached shim: in a new session, through a
+// the supervisor's Main) in mode (a row of its table) with args as a
+// detached shim: in a new session, through a
 // short-lived intermediate that exits at once, so the shim is reparented
 // away from the caller (to init, or the nearest subreaper) and outlives
 // it. The intermediate is util-linux's setsid --fork when there is one (a
@@ -239,15 +183,15 @@ func launch(ctx context.Context, exe []string, dir string) (Status, error) {
 // anything starts: through setsid its execve would fail in a child nobody
 // waits for, and the caller could not tell that from a shim that died
 // half-way through a start.
-func detachedCmd(exe []string, args ...string) (*exec.Cmd, error) {
+func detachedCmd(exe []string, mode string, args ...string) (*exec.Cmd, error) {
 	if _, err := exec.LookPath(exe[0]); err != nil {
 		return nil, err
 	}
 	var cmd *exec.Cmd
 	if setsid := detacher(); setsid != "" {
-		cmd = exec.Command(setsid, append(append([]string{"--fork"}, exe...), args...)...)
+		cmd = exec.Command(setsid, append(append(append([]string{"--fork"}, exe...), mode), args...)...)
 	} else {
-		cmd = exec.Command(exe[0], append(append(append([]string{}, exe[1:]...), "--detach"), args...)...)
+		cmd = exec.Command(exe[0], append(append(append(append([]string{}, exe[1:]...), mode), "--detach"), args...)...)
 	}
 	cmd.Env = shimEnv(os.Environ())
 	return cmd, nil
@@ -291,15 +235,15 @@ var detacher = sync.OnceValue(func() string {
 func awaitReady(ctx context.Context, r interface {
 	io.Reader
 	SetReadDeadline(time.Time) error
-}, werr error) (Status, error) {
+}, werr error) (sessiondir.Status, error) {
 	stop := context.AfterFunc(ctx, func() { r.SetReadDeadline(time.Now()) })
 	defer stop()
 	line, rerr := readLine(r, 4096)
 	if ctx.Err() != nil {
-		return Status{}, fmt.Errorf("start shim: wait for ready: %w", ctx.Err())
+		return sessiondir.Status{}, fmt.Errorf("start shim: wait for ready: %w", ctx.Err())
 	}
 	if rerr != nil || len(line) == 0 {
-		return Status{}, &StartError{Msg: fmt.Sprintf("start shim: it exited without reporting (%v, %v)", werr, rerr)}
+		return sessiondir.Status{}, &StartError{Msg: fmt.Sprintf("start shim: it exited without reporting (%v, %v)", werr, rerr)}
 	}
 	return parseReady(line)
 }
@@ -323,22 +267,22 @@ func readLine(r io.Reader, max int) (string, error) {
 	return string(buf), nil
 }
 
-func parseReady(line string) (Status, error) {
+func parseReady(line string) (sessiondir.Status, error) {
 	f := strings.SplitN(line, " ", 4)
 	switch {
 	case f[0] == "ready" && len(f) == 4:
 		pid, _ := strconv.Atoi(f[1])
 		spid, _ := strconv.Atoi(f[2])
 		ns, _ := strconv.ParseInt(f[3], 10, 64)
-		return Status{State: StateRunning, PID: pid, ShimPID: spid, StartedAt: time.Unix(0, ns).UTC()}, nil
+		return sessiondir.Status{State: sessiondir.StateRunning, PID: pid, ShimPID: spid, StartedAt: time.Unix(0, ns).UTC()}, nil
 	case f[0] == "error" && len(f) == 4:
 		spid, _ := strconv.Atoi(f[1])
 		errno, _ := strconv.Atoi(f[2])
 		se := &StartError{Msg: f[3], Errno: syscall.Errno(errno), ShimPID: spid}
-		if phase, msg, ok := strings.Cut(f[3], " "); ok && (phase == PhaseExec || phase == PhaseSetup) {
+		if phase, msg, ok := strings.Cut(f[3], " "); ok && (phase == proto.PhaseExec || phase == proto.PhaseSetup) {
 			se.Phase, se.Msg = phase, msg
 		}
-		return Status{}, se
+		return sessiondir.Status{}, se
 	}
-	return Status{}, &StartError{Msg: fmt.Sprintf("start shim: bad readiness report %q", line)}
+	return sessiondir.Status{}, &StartError{Msg: fmt.Sprintf("start shim: bad readiness report %q", line)}
 }

@@ -1,4 +1,4 @@
-package shim
+package sessiondir
 
 import "os"
 

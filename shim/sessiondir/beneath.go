@@ -1,4 +1,4 @@
-package shim
+package sessiondir
 
 import (
 	"errors"
@@ -37,15 +37,15 @@ import (
 // component at a time with O_NOFOLLOW: every symlink is refused (ELOOP),
 // inside or not.
 
-// dirOutside is the step text of a working directory whose resolution
+// DirOutside is the step text of a working directory whose resolution
 // would leave its root.
-func dirOutside(dir, root string) string {
+func DirOutside(dir, root string) string {
 	return fmt.Sprintf("chdir %s: it resolves outside %s (a symlink or .. leads out)", dir, root)
 }
 
-// relBelow returns dir relative to root ("." for root itself) when dir is
+// RelBelow returns dir relative to root ("." for root itself) when dir is
 // root or lies below it, as clean absolute paths; ok is false otherwise.
-func relBelow(root, dir string) (rel string, ok bool) {
+func RelBelow(root, dir string) (rel string, ok bool) {
 	if !filepath.IsAbs(root) || !filepath.IsAbs(dir) {
 		return "", false
 	}
@@ -56,10 +56,10 @@ func relBelow(root, dir string) (rel string, ok bool) {
 	return rel, true
 }
 
-// openBeneath opens rel (a clean local path, or ".") below the directory
+// OpenBeneath opens rel (a clean local path, or ".") below the directory
 // open at root, as a directory (O_PATH, close-on-exec), without leaving
 // root. EXDEV: it would have left it.
-func openBeneath(root int, rel string) (int, error) {
+func OpenBeneath(root int, rel string) (int, error) {
 	if rel == "." {
 		return unix.Openat(root, ".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	}
@@ -71,16 +71,16 @@ func openBeneath(root int, rel string) (int, error) {
 		case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINTR):
 			continue // a rename or mount raced the walk: the kernel asks for a retry
 		case errors.Is(err, unix.ENOSYS):
-			return openNoFollow(root, rel)
+			return OpenNoFollow(root, rel)
 		}
 		return fd, err
 	}
 	return -1, unix.EAGAIN
 }
 
-// openNoFollow is openBeneath without openat2: one component at a time,
+// OpenNoFollow is openBeneath without openat2: one component at a time,
 // refusing every symlink.
-func openNoFollow(root int, rel string) (int, error) {
+func OpenNoFollow(root int, rel string) (int, error) {
 	fd, err := unix.Openat(root, ".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, err
@@ -107,14 +107,14 @@ func openNoFollow(root int, rel string) (int, error) {
 // unix.EXDEV means dir resolves outside root; ErrInvalid that dir is not
 // below root at all.
 func OpenDirBeneath(root, dir string) (*os.File, error) {
-	return openDirBeneath(root, dir, func(open func() error) error { return open() })
+	return OpenDirBeneathAs(root, dir, func(open func() error) error { return open() })
 }
 
-// openDirBeneath is OpenDirBeneath with the resolution below the root
+// OpenDirBeneathAs is OpenDirBeneath with the resolution below the root
 // run by as (the calling thread, or a thread with a user's identity:
 // openDirBeneathAs); the root itself is opened by the caller's identity.
-func openDirBeneath(root, dir string, as func(open func() error) error) (*os.File, error) {
-	rel, ok := relBelow(root, dir)
+func OpenDirBeneathAs(root, dir string, as func(open func() error) error) (*os.File, error) {
+	rel, ok := RelBelow(root, dir)
 	if !ok {
 		return nil, fmt.Errorf("%w: %q is not %q or below it", ErrInvalid, dir, root)
 	}
@@ -124,7 +124,7 @@ func openDirBeneath(root, dir string, as func(open func() error) error) (*os.Fil
 	}
 	defer unix.Close(rfd)
 	fd := -1
-	if err := as(func() (err error) { fd, err = openBeneath(rfd, rel); return err }); err != nil {
+	if err := as(func() (err error) { fd, err = OpenBeneath(rfd, rel); return err }); err != nil {
 		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
 	}
 	return os.NewFile(uintptr(fd), dir), nil

@@ -1,8 +1,6 @@
-package shim
+package sessiondir
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -68,27 +66,6 @@ func AttachText(ctx context.Context, dir string, opts AttachOptions, stdout, std
 	return status, nil
 }
 
-// CopyStdin writes everything read from r to the session's stdin, in
-// chunks as they arrive, and returns at r's EOF (without closing the
-// command's stdin).
-func CopyStdin(ctx context.Context, c *Client, r io.Reader) error {
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			if werr := c.WriteStdin(ctx, buf[:n]); werr != nil {
-				return werr
-			}
-		}
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read stdin: %w", err)
-		}
-	}
-}
-
 // Base64 is the text-safe form of a frame stream, for transports that
 // mangle bytes (a terminal, a JSON-only exec API): each frame is one line,
 // its bytes in standard base64 with padding, ended by "\n". Nothing else
@@ -104,30 +81,4 @@ func Base64Writer(w io.Writer) func(frame []byte) error {
 		_, err := w.Write(line)
 		return err
 	}
-}
-
-// CopyStdinBase64 writes to the session's stdin the bytes of each base64
-// line read from r (blank lines are skipped), one write per line, and
-// returns at r's EOF. A line that does not decode is ErrInvalid, after the
-// lines before it were written.
-func CopyStdinBase64(ctx context.Context, c *Client, r io.Reader) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	for sc.Scan() {
-		line := bytes.TrimSpace(sc.Bytes())
-		if len(line) == 0 {
-			continue
-		}
-		p, err := base64.StdEncoding.AppendDecode(nil, line)
-		if err != nil {
-			return fmt.Errorf("%w: decode stdin line: %v", ErrInvalid, err)
-		}
-		if err := c.WriteStdin(ctx, p); err != nil {
-			return err
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("read stdin: %w", err)
-	}
-	return nil
 }

@@ -1,4 +1,4 @@
-package shim
+package launch
 
 import (
 	"context"
@@ -16,10 +16,18 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/agentrunner/runner/shim/internal/proto"
+	"github.com/agentrunner/runner/shim/sessiondir"
 )
 
-// Pool keeps warm shims: shim processes already started and detached, each
+// Pool is the one way a shim starts. Pool.Start starts one through a warm
+// shim when one is idle and cold otherwise, with the same directory
+// handling, readiness, errors and detachment either way; Prepare and
+// Prepared.Start are the same start cut in two, so that a caller (runnerd)
+// can commit its record while the shim prepares. A Pool of Size 0 keeps no
+// warm shim, starts no goroutine and starts every shim cold.
+//
+// Warm shims are shim processes already started and detached, each
 // waiting on a socket for a session directory, so that a start through the
 // pool costs the command's fork/exec plus one round trip instead of two Go
 // process starts (docs/benchmarks.md has the figures).
@@ -32,7 +40,7 @@ import (
 // holding the pool dies (the kernel closes the pool's end): a crashed or
 // stopped runnerd never leaves warm shims behind. A shim that was given a
 // session no longer reads that socket; it is the session's shim, detached
-// like one started by Start, and survives its launcher.
+// like one started cold, and survives its launcher.
 //
 // Pool is safe for concurrent use. Whoever calls NewPool must call Close.
 type Pool struct {
@@ -104,9 +112,11 @@ const (
 	HelperNever
 )
 
-// NewPool starts a pool that keeps opts.Size warm shims of exe (the argv
-// prefix that runs [Main], as for [Start]) and returns at once; the shims
-// start in the background.
+// NewPool starts a pool that keeps opts.Size warm shims of exe and returns
+// at once; the shims start in the background. exe is the argv prefix that
+// runs the supervisor (package shim's Main), e.g.
+// {"/usr/local/bin/runner-shim", "serve"} or {os.Executable(), "shim"};
+// the pool appends its own arguments.
 func NewPool(exe []string, opts PoolOptions) *Pool {
 	if root, err := filepath.Abs(opts.Root); err == nil && opts.Root != "" {
 		opts.Root = root
@@ -119,20 +129,33 @@ func NewPool(exe []string, opts PoolOptions) *Pool {
 	p.life, p.endLife = context.WithCancel(context.Background())
 	p.stop = p.life.Done()
 	p.helper.Store(opts.Helper == HelperAlways)
+	if opts.Size <= 0 {
+		close(p.done) // no refill goroutine: every start is cold
+		return p
+	}
 	go p.refill()
 	p.wake()
 	return p
 }
 
-// Start is [Start] through a warm shim: the same directory handling,
-// readiness (after the command's execve), errors and detachment. With no
-// warm shim idle (the pool is empty, still filling, or closed), or a
-// directory a warm shim cannot take (see Prepare), it starts the shim
-// cold, exactly as Start does.
-func (p *Pool) Start(ctx context.Context, dir string, spec Spec) (Status, error) {
+// Start launches a detached shim for a new session in dir and returns once
+// the command runs, or with its start error (a *StartError for failures of
+// the command itself; ErrExists, ErrInvalid for the request). It takes an
+// idle warm shim when dir is one a warm shim can take (see Prepare), and
+// starts one cold otherwise.
+//
+// dir is created with mode 0700 if needed and must not already hold a
+// session. A cold shim is started through a short-lived intermediate
+// process that starts the real shim in a new session and exits at once,
+// so the shim is reparented to init (or the nearest subreaper) and never
+// becomes a zombie of the launcher.
+//
+// If ctx ends before the shim reports, Start returns ctx's error; the
+// session may still start (ReadStatus tells).
+func (p *Pool) Start(ctx context.Context, dir string, spec sessiondir.Spec) (sessiondir.Status, error) {
 	pr, abs, err := p.prepare(dir, spec)
 	if err != nil {
-		return Status{}, err
+		return sessiondir.Status{}, err
 	}
 	if pr != nil {
 		return pr.Start(ctx)
@@ -146,7 +169,7 @@ func (p *Pool) Start(ctx context.Context, dir string, spec Spec) (Status, error)
 // one of them must be called.
 type Prepared struct {
 	w    *warmShim
-	spec Spec
+	spec sessiondir.Spec
 }
 
 // Prepare hands dir and spec to an idle warm shim, which makes dir and
@@ -156,22 +179,25 @@ type Prepared struct {
 // one a warm shim can take: a warm shim makes the directory itself (by
 // renaming its staging directory), so only a directory directly in Root
 // that does not exist yet.
-func (p *Pool) Prepare(dir string, spec Spec) (*Prepared, error) {
+func (p *Pool) Prepare(dir string, spec sessiondir.Spec) (*Prepared, error) {
 	pr, _, err := p.prepare(dir, spec)
 	return pr, err
 }
 
 // prepare is Prepare, and also returns dir made absolute (checkStart) for
 // a cold start.
-func (p *Pool) prepare(dir string, spec Spec) (*Prepared, string, error) {
+func (p *Pool) prepare(dir string, spec sessiondir.Spec) (*Prepared, string, error) {
 	if len(p.exe) == 0 {
-		return nil, "", fmt.Errorf("start shim: %w: empty exe", ErrInvalid)
+		return nil, "", fmt.Errorf("start shim: %w: empty exe", sessiondir.ErrInvalid)
 	}
 	abs, err := checkStart(dir, spec)
 	if err != nil {
 		return nil, "", err
 	}
-	if p.opts.Helper == HelperAuto && !p.helper.Load() && spec.needsHelper() {
+	if p.opts.Size <= 0 {
+		return nil, abs, nil // no warm shim, ever: nothing else to check
+	}
+	if p.opts.Helper == HelperAuto && !p.helper.Load() && spec.NeedsHelper() {
 		p.helper.Store(true) // for the warm shims started from now on
 	}
 	if filepath.Dir(abs) != p.opts.Root {
@@ -194,8 +220,8 @@ func (p *Pool) prepare(dir string, spec Spec) (*Prepared, string, error) {
 }
 
 // Start lets the prepared command start and waits for the readiness line,
-// as [Start] does.
-func (pr *Prepared) Start(ctx context.Context) (Status, error) {
+// as [Pool.Start] does.
+func (pr *Prepared) Start(ctx context.Context) (sessiondir.Status, error) {
 	defer pr.w.conn.Close()
 	// A shim that failed while preparing has reported and closed its end:
 	// the write fails, and its report is read below.
@@ -273,8 +299,8 @@ func (p *Pool) Idle() int {
 	return len(p.idle)
 }
 
-// pids returns the pids of the idle warm shims.
-func (p *Pool) pids() []int {
+// WarmPIDs returns the pids of the idle warm shims.
+func (p *Pool) WarmPIDs() []int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []int
@@ -355,7 +381,7 @@ func (p *Pool) refill() {
 // startWarm starts one warm shim, detached (detachedCmd), and waits for
 // its "warm PID" line.
 func (p *Pool) startWarm() (*warmShim, error) {
-	conn, child, err := socketPair("warm")
+	conn, child, err := proto.SocketPair("warm")
 	if err != nil {
 		return nil, fmt.Errorf("start warm shim: %w", err)
 	}
@@ -363,7 +389,7 @@ func (p *Pool) startWarm() (*warmShim, error) {
 	if p.helper.Load() {
 		args = append(args, "--warm-nsexec")
 	}
-	cmd, err := detachedCmd(p.exe, args...)
+	cmd, err := detachedCmd(p.exe, proto.ModeWarm, args...)
 	if err != nil {
 		child.Close()
 		conn.Close()
@@ -412,25 +438,6 @@ func (p *Pool) startWarm() (*warmShim, error) {
 	return &warmShim{conn: conn, pid: pid, stage: f[2]}, nil
 }
 
-// socketPair makes a connected pair of stream sockets, both close-on-exec:
-// ours, with deadlines and CloseWrite, and the child's end, to pass in
-// ExtraFiles (and close once the child has it).
-func socketPair(name string) (*net.UnixConn, *os.File, error) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, nil, err
-	}
-	child := os.NewFile(uintptr(fds[1]), name+"-child")
-	pf := os.NewFile(uintptr(fds[0]), name)
-	c, err := net.FileConn(pf) // dups: pf is ours to close
-	pf.Close()
-	if err != nil {
-		child.Close()
-		return nil, nil, err
-	}
-	return c.(*net.UnixConn), child, nil
-}
-
 // give hands dir and the spec (JSON) to the warm shim. It reports false
 // when the shim could not be reached (it died while idle), in which case
 // it never saw dir.
@@ -461,3 +468,11 @@ func (w *warmShim) retire() {
 
 // retireTimeout bounds how long retire waits for a warm shim to clean up.
 const retireTimeout = 2 * time.Second
+
+// Root is the directory the pool makes session directories in
+// (PoolOptions.Root).
+func (p *Pool) Root() string { return p.opts.Root }
+
+// HelperAhead reports whether warm shims started from now on start the
+// nsexec helper ahead (HelperAlways, or HelperAuto once a start needed it).
+func (p *Pool) HelperAhead() bool { return p.helper.Load() }
