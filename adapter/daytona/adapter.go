@@ -95,13 +95,13 @@ type driver struct{ a *Adapter }
 func NewAdapter(cfg AdapterConfig) (*Adapter, error) {
 	const op = "configure daytona adapter"
 	if cfg.Client == nil || cfg.Version == "" {
-		return nil, &Error{Op: op, kind: invalid("Client and Version are required")}
+		return nil, fail(op, 0, invalid("Client and Version are required"))
 	}
 	if cfg.Shim == "" {
 		cfg.Shim = guest.DefaultShim
 	}
 	if cfg.ShimBinary != nil && !strings.Contains(cfg.Shim, "/") {
-		return nil, &Error{Op: op, kind: invalid("with ShimBinary, Shim is the path to install it at (a name is looked up in PATH)")}
+		return nil, fail(op, 0, invalid("with ShimBinary, Shim is the path to install it at (a name is looked up in PATH)"))
 	}
 	if cfg.Root == "" {
 		cfg.Root = DefaultRoot
@@ -110,7 +110,7 @@ func NewAdapter(cfg AdapterConfig) (*Adapter, error) {
 		cfg.IODir = DefaultIODir
 	}
 	if !plainPath(cfg.Shim) || !plainPath(cfg.IODir) {
-		return nil, &Error{Op: op, kind: invalid("Shim and IODir may hold only letters, digits and . _ / + -")}
+		return nil, fail(op, 0, invalid("Shim and IODir may hold only letters, digits and . _ / + -"))
 	}
 	if cfg.Lease <= 0 {
 		cfg.Lease = DefaultLease

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/adapter/hosted"
+	"github.com/agentrunner/runner/adapter/hosted/httpcall"
 )
 
 // DefaultAPIURL is Daytona's production API.
@@ -58,14 +59,14 @@ type Client struct {
 // URL with *adapter.InvalidError.
 func New(cfg Config) (*Client, error) {
 	if cfg.APIKey.IsZero() {
-		return nil, &Error{Op: "configure daytona", kind: invalid("no API key")}
+		return nil, fail("configure daytona", 0, invalid("no API key"))
 	}
 	c := &Client{apiURL: strings.TrimRight(cfg.APIURL, "/"), org: cfg.OrganizationID, key: cfg.APIKey, poll: cfg.PollInterval}
 	if c.apiURL == "" {
 		c.apiURL = DefaultAPIURL
 	}
 	if err := checkURL(c.apiURL); err != nil {
-		return nil, &Error{Op: "configure daytona", kind: err}
+		return nil, fail("configure daytona", 0, err)
 	}
 	if c.poll <= 0 {
 		c.poll = 250 * time.Millisecond
@@ -199,8 +200,8 @@ func (c *Client) WaitState(ctx context.Context, idOrName, want string) (Sandbox,
 		case want:
 			return s, nil
 		case StateError, StateBuildFailed:
-			return s, &Error{Op: "wait for sandbox " + idOrName, kind: &adapter.ProviderError{Provider: provider,
-				Detail: fmt.Sprintf("state %s: %s", s.State, c.redact(s.ErrorReason))}}
+			return s, fail("wait for sandbox "+idOrName, 0, &adapter.ProviderError{Provider: provider,
+				Detail: fmt.Sprintf("state %s: %s", s.State, c.redact(s.ErrorReason))})
 		}
 		select {
 		case <-ctx.Done():
@@ -237,7 +238,7 @@ type Page struct {
 func (c *Client) List(ctx context.Context, opts ListOptions) (Page, error) {
 	const opName = "list sandboxes"
 	if opts.Limit < 0 || opts.Limit > MaxListLimit {
-		return Page{}, &Error{Op: opName, kind: invalid(fmt.Sprintf("limit %d outside 1..%d", opts.Limit, MaxListLimit))}
+		return Page{}, fail(opName, 0, invalid(fmt.Sprintf("limit %d outside 1..%d", opts.Limit, MaxListLimit)))
 	}
 	q := url.Values{}
 	if opts.Cursor != "" {
@@ -253,7 +254,7 @@ func (c *Client) List(ctx context.Context, opts ListOptions) (Page, error) {
 		// The API takes the label filter as one JSON object.
 		b, err := json.Marshal(opts.Labels)
 		if err != nil {
-			return Page{}, &Error{Op: opName, kind: invalid("encode labels: " + err.Error())}
+			return Page{}, fail(opName, 0, invalid("encode labels: "+err.Error()))
 		}
 		q.Set("labels", string(b))
 	}
@@ -268,7 +269,7 @@ func (c *Client) List(ctx context.Context, opts ListOptions) (Page, error) {
 		return Page{}, err
 	}
 	if body.Items == nil {
-		return Page{}, &Error{Op: opName, Status: http.StatusOK, kind: unavailable("answer has no items")}
+		return Page{}, fail(opName, http.StatusOK, unavailable("answer has no items"))
 	}
 	p := Page{Items: *body.Items}
 	if body.NextCursor != nil {
@@ -320,7 +321,7 @@ func (c *Client) ToolboxProxyURL(ctx context.Context, sandboxID string) (string,
 		return "", err
 	}
 	if err := checkURL(body.URL); err != nil {
-		return "", &Error{Op: opName, Status: http.StatusOK, kind: unavailable("answer has no usable URL")}
+		return "", fail(opName, http.StatusOK, unavailable("answer has no usable URL"))
 	}
 	return body.URL, nil
 }
@@ -329,7 +330,7 @@ func (c *Client) ToolboxProxyURL(ctx context.Context, sandboxID string) (string,
 // asking the API for the proxy when sb does not name it.
 func (c *Client) Toolbox(ctx context.Context, sb Sandbox) (*Toolbox, error) {
 	if sb.ID == "" {
-		return nil, &Error{Op: "open toolbox", kind: invalid("sandbox has no id")}
+		return nil, fail("open toolbox", 0, invalid("sandbox has no id"))
 	}
 	proxy := sb.ToolboxProxyURL
 	if proxy == "" {
@@ -339,16 +340,16 @@ func (c *Client) Toolbox(ctx context.Context, sb Sandbox) (*Toolbox, error) {
 		}
 	}
 	if err := checkURL(proxy); err != nil {
-		return nil, &Error{Op: "open toolbox of " + sb.ID, kind: err}
+		return nil, fail("open toolbox of "+sb.ID, 0, err)
 	}
 	return &Toolbox{c: c, base: strings.TrimRight(proxy, "/") + "/" + url.PathEscape(sb.ID), sandboxID: sb.ID}, nil
 }
 
-func (c *Client) redact(s string) string { return redactor{c.key}.clean(s) }
+func (c *Client) redact(s string) string { return httpcall.Redact(c.key).Clean(s) }
 
 // do sends one JSON request and maps every outcome: the API's and the
 // toolbox's calls share it.
-func (c *Client) do(ctx context.Context, opName string, kind op, method, u string, q url.Values, in, out any) error {
+func (c *Client) do(ctx context.Context, opName string, kind httpcall.Op, method, u string, q url.Values, in, out any) error {
 	if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
 		u = c.apiURL + u
 	}
@@ -357,7 +358,7 @@ func (c *Client) do(ctx context.Context, opName string, kind op, method, u strin
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return &Error{Op: opName, kind: invalid("encode request: " + err.Error())}
+			return fail(opName, 0, invalid("encode request: "+err.Error()))
 		}
 		body, ct = bytes.NewReader(b), "application/json"
 	}
@@ -367,7 +368,7 @@ func (c *Client) do(ctx context.Context, opName string, kind op, method, u strin
 	}
 	if err := json.Unmarshal(raw, out); err != nil {
 		// A 2xx whose body does not parse was cut or mangled on the way.
-		return &Error{Op: opName, Status: http.StatusOK, kind: unavailable("decode answer: " + c.redact(err.Error()))}
+		return fail(opName, http.StatusOK, unavailable("decode answer: "+c.redact(err.Error())))
 	}
 	return nil
 }
@@ -375,14 +376,14 @@ func (c *Client) do(ctx context.Context, opName string, kind op, method, u strin
 // send sends one request and returns the whole body of a 2xx answer.
 // Reading the whole body before judging it makes a connection dropped
 // mid-body a transport failure, not an answer.
-func (c *Client) send(ctx context.Context, opName string, kind op, method, u string, q url.Values, body io.Reader, ct string, hdr http.Header) ([]byte, http.Header, error) {
-	red := redactor{c.key}
+func (c *Client) send(ctx context.Context, opName string, kind httpcall.Op, method, u string, q url.Values, body io.Reader, ct string, hdr http.Header) ([]byte, http.Header, error) {
+	red := httpcall.Redact(c.key)
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
-		return nil, nil, &Error{Op: opName, kind: invalid("build request: " + red.clean(err.Error()))}
+		return nil, nil, fail(opName, 0, invalid("build request: "+red.Clean(err.Error())))
 	}
 	for k, v := range hdr {
 		req.Header[k] = v
@@ -397,12 +398,12 @@ func (c *Client) send(ctx context.Context, opName string, kind op, method, u str
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, nil, transportError(ctx, opName, err, red)
+		return nil, nil, httpcall.TransportError(ctx, provider, opName, err, false, red)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
-		return nil, nil, transportError(ctx, opName, fmt.Errorf("read body: %w", err), red)
+		return nil, nil, httpcall.TransportError(ctx, provider, opName, fmt.Errorf("read body: %w", err), false, red)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return nil, nil, statusError(opName, kind, resp.StatusCode, resp.Header, raw, red)

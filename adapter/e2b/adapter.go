@@ -100,19 +100,19 @@ type driver struct{ a *Adapter }
 // NewAdapter returns the adapter for cfg.
 func NewAdapter(cfg AdapterConfig) (*Adapter, error) {
 	if cfg.Client == nil || cfg.Template == "" || cfg.Version == "" {
-		return nil, &Error{Op: "configure e2b adapter", kind: invalid("Client, Template and Version are required")}
+		return nil, fail("configure e2b adapter", 0, invalid("Client, Template and Version are required"))
 	}
 	if cfg.Shim == "" {
 		cfg.Shim = guest.DefaultShim
 	}
 	if cfg.ShimBinary != nil && !strings.Contains(cfg.Shim, "/") {
-		return nil, &Error{Op: "configure e2b adapter", kind: invalid("with ShimBinary, Shim is the path to install it at (a name is looked up in PATH)")}
+		return nil, fail("configure e2b adapter", 0, invalid("with ShimBinary, Shim is the path to install it at (a name is looked up in PATH)"))
 	}
 	if cfg.Root == "" {
 		cfg.Root = DefaultRoot
 	}
 	if cfg.Timeout < 0 {
-		return nil, &Error{Op: "configure e2b adapter", kind: invalid("Timeout must not be negative")}
+		return nil, fail("configure e2b adapter", 0, invalid("Timeout must not be negative"))
 	}
 	log := cfg.Logger
 	if log == nil {

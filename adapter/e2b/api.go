@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/adapter/hosted"
+	"github.com/agentrunner/runner/adapter/hosted/httpcall"
 )
 
 // DefaultDomain is E2B's production domain: the API is api.<domain> and a
@@ -66,7 +67,7 @@ type Client struct {
 // with *adapter.InvalidError.
 func New(cfg Config) (*Client, error) {
 	if cfg.APIKey.IsZero() {
-		return nil, &Error{Op: "configure e2b", kind: invalid("no API key")}
+		return nil, fail("configure e2b", 0, invalid("no API key"))
 	}
 	c := &Client{domain: cfg.Domain, sandboxURL: strings.TrimRight(cfg.SandboxURL, "/"), user: cfg.User, key: cfg.APIKey}
 	if c.domain == "" {
@@ -81,7 +82,7 @@ func New(cfg Config) (*Client, error) {
 			continue
 		}
 		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-			return nil, &Error{Op: "configure e2b", kind: invalid("bad URL " + strconv.Quote(u))}
+			return nil, fail("configure e2b", 0, invalid("bad URL "+strconv.Quote(u)))
 		}
 	}
 	// A copy, so the caller's client is left as it was, that never
@@ -271,13 +272,13 @@ func (c *Client) SetTimeout(ctx context.Context, sandboxID string, seconds int32
 	return c.do(ctx, "set timeout of sandbox "+sandboxID, opOther, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/timeout", nil, body, []int{http.StatusNoContent}, nil, nil)
 }
 
-func (c *Client) do(ctx context.Context, op string, kind apiOp, method, path string, q url.Values, in any, ok []int, out any, hdr *http.Header) error {
+func (c *Client) do(ctx context.Context, op string, kind httpcall.Op, method, path string, q url.Values, in any, ok []int, out any, hdr *http.Header) error {
 	return c.doStatus(ctx, op, kind, method, path, q, in, ok, out, hdr, nil)
 }
 
 // doStatus sends one control-plane request and maps every outcome.
-func (c *Client) doStatus(ctx context.Context, op string, kind apiOp, method, path string, q url.Values, in any, ok []int, out any, hdr *http.Header, status *int) error {
-	red := redactor{c.key}
+func (c *Client) doStatus(ctx context.Context, op string, kind httpcall.Op, method, path string, q url.Values, in any, ok []int, out any, hdr *http.Header, status *int) error {
+	red := httpcall.Redact(c.key)
 	u := c.apiURL + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
@@ -286,13 +287,13 @@ func (c *Client) doStatus(ctx context.Context, op string, kind apiOp, method, pa
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return &Error{Op: op, kind: invalid("encode request: " + err.Error())}
+			return fail(op, 0, invalid("encode request: "+err.Error()))
 		}
 		body = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
-		return &Error{Op: op, kind: invalid("build request: " + red.clean(err.Error()))}
+		return fail(op, 0, invalid("build request: "+red.Clean(err.Error())))
 	}
 	req.Header.Set("X-API-Key", c.key.Reveal())
 	req.Header.Set("Accept", "application/json")
@@ -301,14 +302,14 @@ func (c *Client) doStatus(ctx context.Context, op string, kind apiOp, method, pa
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return transportError(ctx, op, err, red)
+		return httpcall.TransportError(ctx, provider, op, err, false, red)
 	}
 	defer resp.Body.Close()
 	// Read the whole body before judging it: a connection dropped mid-body
 	// is a transport failure, not an answer.
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return transportError(ctx, op, fmt.Errorf("read body: %w", err), red)
+		return httpcall.TransportError(ctx, provider, op, fmt.Errorf("read body: %w", err), false, red)
 	}
 	if status != nil {
 		*status = resp.StatusCode
@@ -325,7 +326,7 @@ func (c *Client) doStatus(ctx context.Context, op string, kind apiOp, method, pa
 		}
 		if err := json.Unmarshal(raw, out); err != nil {
 			// A 200 whose body does not parse was cut or mangled on the way.
-			return &Error{Op: op, Status: resp.StatusCode, kind: unavailable("decode answer: " + red.clean(err.Error()))}
+			return fail(op, resp.StatusCode, unavailable("decode answer: "+red.Clean(err.Error())))
 		}
 		return nil
 	}

@@ -8,6 +8,8 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/url"
+
+	"github.com/agentrunner/runner/adapter/hosted/httpcall"
 )
 
 // MaxReadFile bounds ReadFile: it is for small files (versions, checksums,
@@ -42,7 +44,7 @@ func (e *Envd) WriteFile(ctx context.Context, path string, r io.Reader) error {
 	if err != nil {
 		pr.CloseWithError(err)
 		<-done
-		return &Error{Op: op, kind: invalid("build request: " + e.red().clean(err.Error()))}
+		return fail(op, 0, invalid("build request: "+e.red().Clean(err.Error())))
 	}
 	req.Header.Set("Content-Type", mw.FormDataContentType())
 	err = e.files(ctx, op, req, nil)
@@ -58,7 +60,7 @@ func (e *Envd) ReadFile(ctx context.Context, path string) ([]byte, error) {
 	const op = "envd read file"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.filesURL(path), nil)
 	if err != nil {
-		return nil, &Error{Op: op, kind: invalid("build request: " + e.red().clean(err.Error()))}
+		return nil, fail(op, 0, invalid("build request: "+e.red().Clean(err.Error())))
 	}
 	var b []byte
 	if err := e.files(ctx, op, req, &b); err != nil {
@@ -82,17 +84,17 @@ func (e *Envd) files(ctx context.Context, op string, req *http.Request, out *[]b
 	req.Header.Del("Connect-Protocol-Version")
 	resp, err := e.hc.Do(req)
 	if err != nil {
-		return transportError(ctx, op, err, e.red())
+		return httpcall.TransportError(ctx, provider, op, err, false, e.red())
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, MaxReadFile+1))
 	if err != nil {
-		return transportError(ctx, op, fmt.Errorf("read body: %w", err), e.red())
+		return httpcall.TransportError(ctx, provider, op, fmt.Errorf("read body: %w", err), false, e.red())
 	}
 	if resp.StatusCode == http.StatusOK {
 		if out != nil {
 			if len(raw) > MaxReadFile {
-				return &Error{Op: op, Status: resp.StatusCode, kind: invalid(fmt.Sprintf("file exceeds %d bytes", MaxReadFile))}
+				return fail(op, resp.StatusCode, invalid(fmt.Sprintf("file exceeds %d bytes", MaxReadFile)))
 			}
 			*out = raw
 		}
@@ -102,10 +104,10 @@ func (e *Envd) files(ctx context.Context, op string, req *http.Request, out *[]b
 	hasBody := isContentType(resp.Header, contentTypeUnary) && json.Unmarshal(raw, &eb) == nil && eb.Code != nil && eb.Message != nil
 	if hasBody && resp.StatusCode >= 500 {
 		// envd itself failed (a full disk is 507): an answer, not an outage.
-		e := &Error{Op: op, Status: resp.StatusCode, Message: redactor{e.token}.clean(*eb.Message)}
-		e.Code = fmt.Sprint(*eb.Code)
-		e.kind = providerErr(fmt.Sprintf("HTTP %d: %s", resp.StatusCode, e.Message))
-		return e
+		msg := e.red().Clean(*eb.Message)
+		err := fail(op, resp.StatusCode, providerErr(httpcall.Detail(resp.StatusCode, "", msg)))
+		err.Code, err.Message, err.OwnBody = fmt.Sprint(*eb.Code), msg, true
+		return err
 	}
 	return apiStatusError(op, opOther, resp.StatusCode, resp.Header, eb, hasBody, e.red())
 }

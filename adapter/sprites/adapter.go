@@ -127,13 +127,13 @@ var _ hosted.Confirmer = driver{}
 func NewAdapter(cfg AdapterConfig) (*Adapter, error) {
 	const op = "configure sprites adapter"
 	if cfg.Client == nil || cfg.Version == "" || cfg.ShimBinary == nil {
-		return nil, &Error{Op: op, kind: invalid("Client, Version and ShimBinary are required")}
+		return nil, fail(op, 0, invalid("Client, Version and ShimBinary are required"))
 	}
 	if cfg.Shim == "" {
 		cfg.Shim = DefaultShimPath
 	}
 	if cfg.Shim[0] != '/' {
-		return nil, &Error{Op: op, kind: invalid("Shim must be an absolute path (fs/write's target)")}
+		return nil, fail(op, 0, invalid("Shim must be an absolute path (fs/write's target)"))
 	}
 	if cfg.Root == "" {
 		cfg.Root = DefaultRoot

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/adapter/hosted"
+	"github.com/agentrunner/runner/adapter/hosted/httpcall"
 )
 
 // DefaultBaseURL is the Sprites API.
@@ -63,14 +65,14 @@ type Client struct {
 // URL with *adapter.InvalidError.
 func New(cfg Config) (*Client, error) {
 	if cfg.Token.IsZero() {
-		return nil, &Error{Op: "configure sprites", kind: invalid("no API token")}
+		return nil, fail("configure sprites", 0, invalid("no API token"))
 	}
 	base := strings.TrimRight(cfg.BaseURL, "/")
 	if base == "" {
 		base = DefaultBaseURL
 	}
 	if p, err := url.Parse(base); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.RawQuery != "" {
-		return nil, &Error{Op: "configure sprites", kind: invalid("bad base URL " + strconv.Quote(base))}
+		return nil, fail("configure sprites", 0, invalid("bad base URL "+strconv.Quote(base)))
 	}
 	// A copy that never follows a redirect: a 3xx is an answer here, and
 	// the upgrade request must not be replayed to wherever it points.
@@ -157,7 +159,7 @@ func (c *Client) Get(ctx context.Context, name string) (Sprite, error) {
 func (c *Client) Delete(ctx context.Context, name string) error {
 	err := c.do(ctx, "delete sprite "+name, opDelete, http.MethodDelete, spritePath(name), nil, nil, "", []int{http.StatusNoContent, http.StatusOK}, nil)
 	var e *Error
-	if asError(err, &e) && e.Status == http.StatusNotFound && e.Code == notFoundError {
+	if errors.As(err, &e) && e.Status == http.StatusNotFound && e.Code == notFoundError {
 		return nil
 	}
 	return err
@@ -198,7 +200,7 @@ type Page struct {
 func (c *Client) List(ctx context.Context, opts ListOptions) (Page, error) {
 	const op = "list sprites"
 	if opts.MaxResults < 0 || opts.MaxResults > MaxPageSize {
-		return Page{}, &Error{Op: op, kind: invalid(fmt.Sprintf("max_results %d is outside 1..%d", opts.MaxResults, MaxPageSize))}
+		return Page{}, fail(op, 0, invalid(fmt.Sprintf("max_results %d is outside 1..%d", opts.MaxResults, MaxPageSize)))
 	}
 	q := url.Values{}
 	if opts.Prefix != "" {
@@ -219,12 +221,12 @@ func (c *Client) List(ctx context.Context, opts ListOptions) (Page, error) {
 		return Page{}, err
 	}
 	if body.Sprites == nil || body.HasMore == nil {
-		return Page{}, &Error{Op: op, Status: http.StatusOK, kind: unavailable("the answer lacks sprites or has_more")}
+		return Page{}, fail(op, http.StatusOK, unavailable("the answer lacks sprites or has_more"))
 	}
 	p := Page{Sprites: *body.Sprites}
 	if *body.HasMore {
 		if body.NextToken == "" {
-			return Page{}, &Error{Op: op, Status: http.StatusOK, kind: unavailable("has_more without a continuation token")}
+			return Page{}, fail(op, http.StatusOK, unavailable("has_more without a continuation token"))
 		}
 		p.NextToken = body.NextToken
 	}
@@ -257,10 +259,10 @@ type FileInfo struct {
 func (c *Client) WriteFile(ctx context.Context, name, path string, data []byte, perm fs.FileMode) (FileInfo, error) {
 	op := "write file " + path + " in sprite " + name
 	if path == "" {
-		return FileInfo{}, &Error{Op: op, kind: invalid("empty path")}
+		return FileInfo{}, fail(op, 0, invalid("empty path"))
 	}
 	if len(data) > MaxWriteFile {
-		return FileInfo{}, &Error{Op: op, kind: invalid(fmt.Sprintf("%d bytes exceed fs/write's %d", len(data), MaxWriteFile))}
+		return FileInfo{}, fail(op, 0, invalid(fmt.Sprintf("%d bytes exceed fs/write's %d", len(data), MaxWriteFile)))
 	}
 	q := url.Values{}
 	q.Set("path", path)
@@ -272,7 +274,7 @@ func (c *Client) WriteFile(ctx context.Context, name, path string, data []byte, 
 		return FileInfo{}, err
 	}
 	if fi.Size != int64(len(data)) {
-		return fi, &Error{Op: op, Status: http.StatusOK, kind: unavailable(fmt.Sprintf("the API stored %d of %d bytes", fi.Size, len(data)))}
+		return fi, fail(op, http.StatusOK, unavailable(fmt.Sprintf("the API stored %d of %d bytes", fi.Size, len(data))))
 	}
 	return fi, nil
 }
@@ -336,12 +338,12 @@ func spritePath(name string) string { return "/v1/sprites/" + url.PathEscape(nam
 
 // do sends one request and maps every outcome. in is nil, a []byte sent as
 // is, or a jsonBody; out is nil, *rawBytes or a JSON target.
-func (c *Client) do(ctx context.Context, op string, kind apiOp, method, path string, q url.Values, in any, contentType string, ok []int, out any) error {
+func (c *Client) do(ctx context.Context, op string, kind httpcall.Op, method, path string, q url.Values, in any, contentType string, ok []int, out any) error {
 	u := c.base + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
-	red := redactor{secrets: []Secret{c.token}, plain: []string{u, path + "?" + q.Encode()}}
+	red := httpcall.Redactor{Secrets: []Secret{c.token}, Plain: []string{u, path + "?" + q.Encode()}}
 	var body io.Reader
 	switch v := in.(type) {
 	case nil:
@@ -350,13 +352,13 @@ func (c *Client) do(ctx context.Context, op string, kind apiOp, method, path str
 	default:
 		b, err := json.Marshal(v)
 		if err != nil {
-			return &Error{Op: op, kind: invalid("encode request: " + err.Error())}
+			return fail(op, 0, invalid("encode request: "+err.Error()))
 		}
 		body = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
-		return &Error{Op: op, kind: invalid("build request: " + red.clean(urlFree(err)))}
+		return fail(op, 0, invalid("build request: "+red.Clean(httpcall.URLFree(err))))
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token.Reveal())
 	req.Header.Set("Accept", "application/json")
@@ -365,14 +367,14 @@ func (c *Client) do(ctx context.Context, op string, kind apiOp, method, path str
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return transportError(ctx, op, err, method != http.MethodGet, red)
+		return httpcall.TransportError(ctx, provider, op, err, method != http.MethodGet, red)
 	}
 	defer resp.Body.Close()
 	// Read the whole body before judging it: a connection dropped mid-body
 	// is a transport failure, not an answer.
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
-		return transportError(ctx, op, fmt.Errorf("read body: %w", err), method != http.MethodGet, red)
+		return httpcall.TransportError(ctx, provider, op, fmt.Errorf("read body: %w", err), method != http.MethodGet, red)
 	}
 	for _, s := range ok {
 		if resp.StatusCode != s {
@@ -387,7 +389,7 @@ func (c *Client) do(ctx context.Context, op string, kind apiOp, method, path str
 		}
 		if err := json.Unmarshal(raw, out); err != nil {
 			// A 2xx whose body does not parse was cut or mangled on the way.
-			return &Error{Op: op, Status: resp.StatusCode, kind: unavailable("decode answer: " + red.clean(err.Error()))}
+			return fail(op, resp.StatusCode, unavailable("decode answer: "+red.Clean(err.Error())))
 		}
 		return nil
 	}
@@ -401,7 +403,7 @@ func (c *Client) do(ctx context.Context, op string, kind apiOp, method, path str
 func (c *Client) SetURLAuth(ctx context.Context, name, auth string) (Sprite, error) {
 	op := "set url auth of sprite " + name
 	if auth != "public" && auth != "sprite" {
-		return Sprite{}, &Error{Op: op, kind: invalid("auth is public or sprite")}
+		return Sprite{}, fail(op, 0, invalid("auth is public or sprite"))
 	}
 	var s Sprite
 	body := struct {

@@ -147,8 +147,8 @@ func (x *shimExec) call(ctx context.Context, argv []string, in []byte, withStdin
 			// runner-shim --json always answers, so an exit without an
 			// answer lost its output (sprites-py #16, a replay cut at
 			// 64 KiB): as unknown as a missing exit frame.
-			err = &Error{Op: "runner-shim " + call, kind: &adapter.UnavailableError{
-				Detail: fmt.Sprintf("exit status %d came without runner-shim's answer (%d bytes of output)", status, out.b.Len()), Uncertain: true}, cause: ErrNoExit}
+			err = fail("runner-shim "+call, 0, &adapter.UnavailableError{
+				Detail: fmt.Sprintf("exit status %d came without runner-shim's answer (%d bytes of output)", status, out.b.Len()), Uncertain: true}).WithCause(ErrNoExit)
 		}
 		if !idempotentCalls[call] || attempt == maxCallAttempts || ctx.Err() != nil {
 			if call == "version" && noExit && ctx.Err() == nil {
