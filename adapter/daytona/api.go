@@ -1,7 +1,6 @@
 package daytona
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -49,10 +48,9 @@ type Config struct {
 // goroutines; there is nothing to close.
 type Client struct {
 	apiURL string
-	org    string
 	key    Secret
-	hc     *http.Client
 	poll   time.Duration
+	call   httpcall.Caller
 }
 
 // New returns a client for cfg. It refuses an empty key and a malformed
@@ -61,35 +59,38 @@ func New(cfg Config) (*Client, error) {
 	if cfg.APIKey.IsZero() {
 		return nil, fail("configure daytona", 0, invalid("no API key"))
 	}
-	c := &Client{apiURL: strings.TrimRight(cfg.APIURL, "/"), org: cfg.OrganizationID, key: cfg.APIKey, poll: cfg.PollInterval}
+	c := &Client{apiURL: strings.TrimRight(cfg.APIURL, "/"), key: cfg.APIKey, poll: cfg.PollInterval}
 	if c.apiURL == "" {
 		c.apiURL = DefaultAPIURL
 	}
-	if err := checkURL(c.apiURL); err != nil {
+	if err := httpcall.CheckURL(c.apiURL); err != nil {
 		return nil, fail("configure daytona", 0, err)
 	}
 	if c.poll <= 0 {
 		c.poll = 250 * time.Millisecond
 	}
-	// A copy, so the caller's client is left as it was, that never follows
-	// a redirect: a redirect to another host would carry the request's
-	// custom headers along, and the toolbox proxy's host comes from an API
-	// answer. A 3xx is an answer here.
-	hc := http.Client{}
-	if cfg.HTTPClient != nil {
-		hc = *cfg.HTTPClient
+	org := cfg.OrganizationID
+	c.call = httpcall.Caller{
+		Provider: provider,
+		Accept:   "application/json",
+		Base:     c.apiURL,
+		// Never follows a redirect: a redirect to another host would carry
+		// the request's headers along, and the toolbox proxy's host comes
+		// from an API answer.
+		Client: httpcall.NewClient(cfg.HTTPClient),
+		Header: func(h http.Header) {
+			h.Set("Authorization", "Bearer "+c.key.Reveal())
+			if org != "" {
+				h.Set("X-Daytona-Organization-ID", org)
+			}
+		},
+		Secrets: []Secret{c.key},
+		Fail: func(r *httpcall.Request, status int, h http.Header, raw []byte, red httpcall.Redactor) error {
+			return statusError(r.Op, r.Class, status, h, raw, red)
+		},
+		MaxBody: maxBody,
 	}
-	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	c.hc = &hc
 	return c, nil
-}
-
-func checkURL(u string) error {
-	p, err := url.Parse(u)
-	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.User != nil {
-		return invalid("bad URL " + strconv.Quote(u))
-	}
-	return nil
 }
 
 // String names the client without its key.
@@ -320,7 +321,7 @@ func (c *Client) ToolboxProxyURL(ctx context.Context, sandboxID string) (string,
 	if err := c.do(ctx, opName, opOther, http.MethodGet, "/sandbox/"+url.PathEscape(sandboxID)+"/toolbox-proxy-url", nil, nil, &body); err != nil {
 		return "", err
 	}
-	if err := checkURL(body.URL); err != nil {
+	if err := httpcall.CheckURL(body.URL); err != nil {
 		return "", fail(opName, http.StatusOK, unavailable("answer has no usable URL"))
 	}
 	return body.URL, nil
@@ -339,7 +340,7 @@ func (c *Client) Toolbox(ctx context.Context, sb Sandbox) (*Toolbox, error) {
 			return nil, err
 		}
 	}
-	if err := checkURL(proxy); err != nil {
+	if err := httpcall.CheckURL(proxy); err != nil {
 		return nil, fail("open toolbox of "+sb.ID, 0, err)
 	}
 	return &Toolbox{c: c, base: strings.TrimRight(proxy, "/") + "/" + url.PathEscape(sb.ID), sandboxID: sb.ID}, nil
@@ -347,66 +348,15 @@ func (c *Client) Toolbox(ctx context.Context, sb Sandbox) (*Toolbox, error) {
 
 func (c *Client) redact(s string) string { return httpcall.Redact(c.key).Clean(s) }
 
-// do sends one JSON request and maps every outcome: the API's and the
+// do sends one JSON request through the shared caller: the API's and the
 // toolbox's calls share it.
 func (c *Client) do(ctx context.Context, opName string, kind httpcall.Op, method, u string, q url.Values, in, out any) error {
-	if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
-		u = c.apiURL + u
-	}
-	var body io.Reader
-	ct := ""
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return fail(opName, 0, invalid("encode request: "+err.Error()))
-		}
-		body, ct = bytes.NewReader(b), "application/json"
-	}
-	raw, _, err := c.send(ctx, opName, kind, method, u, q, body, ct, nil)
-	if err != nil || out == nil {
-		return err
-	}
-	if err := json.Unmarshal(raw, out); err != nil {
-		// A 2xx whose body does not parse was cut or mangled on the way.
-		return fail(opName, http.StatusOK, unavailable("decode answer: "+c.redact(err.Error())))
-	}
-	return nil
+	_, err := c.call.JSON(ctx, &httpcall.Request{Op: opName, Class: kind, Method: method, URL: u, Query: q, JSON: in}, out)
+	return err
 }
 
 // send sends one request and returns the whole body of a 2xx answer.
-// Reading the whole body before judging it makes a connection dropped
-// mid-body a transport failure, not an answer.
-func (c *Client) send(ctx context.Context, opName string, kind httpcall.Op, method, u string, q url.Values, body io.Reader, ct string, hdr http.Header) ([]byte, http.Header, error) {
-	red := httpcall.Redact(c.key)
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
-	if err != nil {
-		return nil, nil, fail(opName, 0, invalid("build request: "+red.Clean(err.Error())))
-	}
-	for k, v := range hdr {
-		req.Header[k] = v
-	}
-	req.Header.Set("Authorization", "Bearer "+c.key.Reveal())
-	req.Header.Set("Accept", "application/json")
-	if c.org != "" {
-		req.Header.Set("X-Daytona-Organization-ID", c.org)
-	}
-	if ct != "" {
-		req.Header.Set("Content-Type", ct)
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return nil, nil, httpcall.TransportError(ctx, provider, opName, err, false, red)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
-	if err != nil {
-		return nil, nil, httpcall.TransportError(ctx, provider, opName, fmt.Errorf("read body: %w", err), false, red)
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, nil, statusError(opName, kind, resp.StatusCode, resp.Header, raw, red)
-	}
-	return raw, resp.Header, nil
+func (c *Client) send(ctx context.Context, opName string, kind httpcall.Op, method, u string, q url.Values, body io.Reader, ct string, hdr http.Header) ([]byte, error) {
+	rep, err := c.call.Do(ctx, &httpcall.Request{Op: opName, Class: kind, Method: method, URL: u, Query: q, Body: body, ContentType: ct, Header: hdr})
+	return rep.Body, err
 }

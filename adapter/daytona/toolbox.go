@@ -200,7 +200,7 @@ func (t *Toolbox) Logs(ctx context.Context, sessionID, cmdID string, split bool)
 	if split {
 		h.Set(SplitOutputHeader, "true")
 	}
-	raw, _, err := t.c.send(ctx, "toolbox get logs of "+cmdID, opToolbox, http.MethodGet, t.commandURL(sessionID, cmdID)+"/logs", nil, nil, "", h)
+	raw, err := t.c.send(ctx, "toolbox get logs of "+cmdID, opToolbox, http.MethodGet, t.commandURL(sessionID, cmdID)+"/logs", nil, nil, "", h)
 	return raw, err
 }
 
@@ -238,14 +238,14 @@ func (t *Toolbox) Upload(ctx context.Context, path string, data []byte) error {
 	if err != nil {
 		return fail("toolbox upload "+path, 0, invalid("encode form: "+err.Error()))
 	}
-	_, _, err = t.c.send(ctx, "toolbox upload "+path, opToolboxFile, http.MethodPost, t.base+"/files/upload", url.Values{"path": {path}}, &buf, mw.FormDataContentType(), nil)
+	_, err = t.c.send(ctx, "toolbox upload "+path, opToolboxFile, http.MethodPost, t.base+"/files/upload", url.Values{"path": {path}}, &buf, mw.FormDataContentType(), nil)
 	return err
 }
 
 // Download reads a file from the sandbox: GET /files/download?path=. A
 // missing file is kind invalid, with IsToolboxNotFound true.
 func (t *Toolbox) Download(ctx context.Context, path string) ([]byte, error) {
-	raw, _, err := t.c.send(ctx, "toolbox download "+path, opToolboxFile, http.MethodGet, t.base+"/files/download", url.Values{"path": {path}}, nil, "", nil)
+	raw, err := t.c.send(ctx, "toolbox download "+path, opToolboxFile, http.MethodGet, t.base+"/files/download", url.Values{"path": {path}}, nil, "", nil)
 	return raw, err
 }
 

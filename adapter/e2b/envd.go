@@ -33,6 +33,7 @@ type Envd struct {
 	token     Secret
 	user      string
 	hc        *http.Client
+	call      httpcall.Caller // unary calls, streams and files
 }
 
 // String names the sandbox without its token.
@@ -160,6 +161,12 @@ type wireEvent struct {
 
 func (e *Envd) headers(h http.Header) {
 	h.Set("Connect-Protocol-Version", "1")
+	e.routeHeaders(h)
+}
+
+// routeHeaders are every envd request's headers, the files API's
+// included: the sandbox's route and the credentials.
+func (e *Envd) routeHeaders(h http.Header) {
 	h.Set("E2b-Sandbox-Id", e.sandboxID)
 	h.Set("E2b-Sandbox-Port", strconv.Itoa(EnvdPort))
 	if !e.token.IsZero() {
@@ -179,50 +186,38 @@ func (e *Envd) unary(ctx context.Context, op, method string, in, out any) error 
 	if err != nil {
 		return fail(op, 0, invalid("encode request: "+err.Error()))
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.base+"/process.Process/"+method, bytes.NewReader(b))
-	if err != nil {
-		return fail(op, 0, invalid("build request: "+e.red().Clean(err.Error())))
-	}
-	e.headers(req.Header)
-	req.Header.Set("Content-Type", contentTypeUnary)
+	h := http.Header{"Connect-Protocol-Version": {"1"}}
 	if dl, ok := ctx.Deadline(); ok {
 		// A unary call's deadline only bounds the call itself.
 		if ms := time.Until(dl).Milliseconds(); ms > 0 {
-			req.Header.Set("Connect-Timeout-Ms", strconv.FormatInt(ms, 10))
+			h.Set("Connect-Timeout-Ms", strconv.FormatInt(ms, 10))
 		}
 	}
-	resp, err := e.hc.Do(req)
+	rep, err := e.call.Do(ctx, &httpcall.Request{Op: op, Method: http.MethodPost, URL: "/process.Process/" + method,
+		Body: bytes.NewReader(b), ContentType: contentTypeUnary, Header: h, OK: []int{http.StatusOK}})
 	if err != nil {
-		return httpcall.TransportError(ctx, provider, op, err, false, e.red())
+		return err
 	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, MaxMessageSize))
-	if err != nil {
-		return httpcall.TransportError(ctx, provider, op, fmt.Errorf("read body: %w", err), false, e.red())
-	}
-	if resp.StatusCode != http.StatusOK {
-		return e.httpError(op, resp, raw)
-	}
-	if !isContentType(resp.Header, contentTypeUnary) {
-		return fail(op, resp.StatusCode, unavailable("answer is not "+contentTypeUnary))
+	if !isContentType(rep.Header, contentTypeUnary) {
+		return fail(op, rep.Status, unavailable("answer is not "+contentTypeUnary))
 	}
 	if out == nil {
 		out = &struct{}{}
 	}
-	if err := json.Unmarshal(raw, out); err != nil {
-		return fail(op, resp.StatusCode, unavailable("decode answer: "+err.Error()))
+	if err := json.Unmarshal(rep.Body, out); err != nil {
+		return fail(op, rep.Status, unavailable("decode answer: "+err.Error()))
 	}
 	return nil
 }
 
 // httpError maps a non-200 answer: a Connect error body means envd spoke;
 // anything else is a proxy's answer.
-func (e *Envd) httpError(op string, resp *http.Response, raw []byte) error {
+func httpError(op string, status int, h http.Header, raw []byte, red httpcall.Redactor) error {
 	var we wireError
-	if isContentType(resp.Header, contentTypeUnary) && json.Unmarshal(raw, &we) == nil && we.Code != "" {
-		return connectError(op, resp.StatusCode, resp.Header, we.Code, we.Message, true, e.red())
+	if isContentType(h, contentTypeUnary) && json.Unmarshal(raw, &we) == nil && we.Code != "" {
+		return connectError(op, status, h, we.Code, we.Message, true, red)
 	}
-	return connectError(op, resp.StatusCode, resp.Header, connectStatusCode(resp.StatusCode), "", false, e.red())
+	return connectError(op, status, h, connectStatusCode(status), "", false, red)
 }
 
 func isContentType(h http.Header, want string) bool {
@@ -270,28 +265,16 @@ func (e *Envd) openStream(ctx context.Context, op, method string, in any, timeou
 	if err != nil {
 		return nil, fail(op, 0, invalid("encode request: "+err.Error()))
 	}
-	sctx, cancel := context.WithCancel(ctx)
-	req, err := http.NewRequestWithContext(sctx, http.MethodPost, e.base+"/process.Process/"+method, bytes.NewReader(appendEnvelope(nil, 0, b)))
-	if err != nil {
-		cancel()
-		return nil, fail(op, 0, invalid("build request: "+e.red().Clean(err.Error())))
-	}
-	e.headers(req.Header)
-	req.Header.Set("Content-Type", contentTypeStream)
-	req.Header.Set("Keepalive-Ping-Interval", strconv.Itoa(KeepalivePingInterval))
+	h := http.Header{"Connect-Protocol-Version": {"1"}, "Keepalive-Ping-Interval": {strconv.Itoa(KeepalivePingInterval)}}
 	if timeoutMs != "" {
-		req.Header.Set("Connect-Timeout-Ms", timeoutMs)
+		h.Set("Connect-Timeout-Ms", timeoutMs)
 	}
-	resp, err := e.hc.Do(req)
+	sctx, cancel := context.WithCancel(ctx)
+	resp, _, err := e.call.Open(sctx, &httpcall.Request{Op: op, Method: http.MethodPost, URL: "/process.Process/" + method,
+		Body: bytes.NewReader(appendEnvelope(nil, 0, b)), ContentType: contentTypeStream, Header: h, OK: []int{http.StatusOK}})
 	if err != nil {
 		cancel()
-		return nil, httpcall.TransportError(ctx, provider, op, err, false, e.red())
-	}
-	if resp.StatusCode != http.StatusOK {
-		raw, _ := io.ReadAll(io.LimitReader(resp.Body, MaxMessageSize))
-		resp.Body.Close()
-		cancel()
-		return nil, e.httpError(op, resp, raw)
+		return nil, err
 	}
 	if !isContentType(resp.Header, contentTypeStream) {
 		resp.Body.Close()
@@ -604,7 +587,7 @@ func (in *InputStream) exchange(e *Envd, req *http.Request) {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		raw, _ := io.ReadAll(io.LimitReader(resp.Body, MaxMessageSize))
-		in.err = e.httpError(opStreamInput, resp, raw)
+		in.err = httpError(opStreamInput, resp.StatusCode, resp.Header, raw, in.red)
 		in.unblock(in.err)
 		return
 	}

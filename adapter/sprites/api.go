@@ -3,10 +3,8 @@ package sprites
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net/http"
 	"net/url"
@@ -59,6 +57,7 @@ type Client struct {
 	token Secret
 	hc    *http.Client
 	ping  time.Duration // exec keepalive interval; 0: none
+	call  httpcall.Caller
 }
 
 // New returns a client for cfg. It refuses an empty token and a malformed
@@ -74,13 +73,6 @@ func New(cfg Config) (*Client, error) {
 	if p, err := url.Parse(base); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.RawQuery != "" {
 		return nil, fail("configure sprites", 0, invalid("bad base URL "+strconv.Quote(base)))
 	}
-	// A copy that never follows a redirect: a 3xx is an answer here, and
-	// the upgrade request must not be replayed to wherever it points.
-	hc := http.Client{}
-	if cfg.HTTPClient != nil {
-		hc = *cfg.HTTPClient
-	}
-	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	ping := cfg.PingInterval
 	switch {
 	case ping == 0:
@@ -88,7 +80,23 @@ func New(cfg Config) (*Client, error) {
 	case ping < 0:
 		ping = 0
 	}
-	return &Client{base: base, token: cfg.Token, hc: &hc, ping: ping}, nil
+	// The client never follows a redirect: a 3xx is an answer here, and
+	// the upgrade request must not be replayed to wherever it points.
+	c := &Client{base: base, token: cfg.Token, hc: httpcall.NewClient(cfg.HTTPClient), ping: ping}
+	c.call = httpcall.Caller{
+		Provider: provider,
+		Accept:   "application/json",
+		Base:     base,
+		Client:   c.hc,
+		Header:   func(h http.Header) { h.Set("Authorization", "Bearer "+c.token.Reveal()) },
+		Secrets:  []Secret{c.token},
+		Fail: func(r *httpcall.Request, status int, h http.Header, raw []byte, red httpcall.Redactor) error {
+			eb, hasBody := parseErrorBody(raw)
+			return apiStatusError(r.Op, r.Class, status, h, eb, hasBody, red)
+		},
+		MaxBody: maxBody,
+	}
+	return c, nil
 }
 
 // String names the client without its token.
@@ -336,65 +344,25 @@ type jsonBody any
 
 func spritePath(name string) string { return "/v1/sprites/" + url.PathEscape(name) }
 
-// do sends one request and maps every outcome. in is nil, a []byte sent as
-// is, or a jsonBody; out is nil, *rawBytes or a JSON target.
+// do sends one request through the shared caller. in is nil, a []byte
+// sent as is, or a jsonBody; out is nil, *rawBytes or a JSON target. A
+// transport failure of anything but a GET may have taken effect.
 func (c *Client) do(ctx context.Context, op string, kind httpcall.Op, method, path string, q url.Values, in any, contentType string, ok []int, out any) error {
-	u := c.base + path
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	red := httpcall.Redactor{Secrets: []Secret{c.token}, Plain: []string{u, path + "?" + q.Encode()}}
-	var body io.Reader
+	r := &httpcall.Request{Op: op, Class: kind, Method: method, URL: path, Query: q, ContentType: contentType, OK: ok, Uncertain: method != http.MethodGet}
 	switch v := in.(type) {
 	case nil:
 	case []byte:
-		body = bytes.NewReader(v)
+		r.Body = bytes.NewReader(v)
 	default:
-		b, err := json.Marshal(v)
-		if err != nil {
-			return fail(op, 0, invalid("encode request: "+err.Error()))
-		}
-		body = bytes.NewReader(b)
+		r.JSON = v
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
-	if err != nil {
-		return fail(op, 0, invalid("build request: "+red.Clean(httpcall.URLFree(err))))
+	if o, isRaw := out.(*rawBytes); isRaw {
+		rep, err := c.call.Do(ctx, r)
+		*o = rep.Body
+		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token.Reveal())
-	req.Header.Set("Accept", "application/json")
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return httpcall.TransportError(ctx, provider, op, err, method != http.MethodGet, red)
-	}
-	defer resp.Body.Close()
-	// Read the whole body before judging it: a connection dropped mid-body
-	// is a transport failure, not an answer.
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
-	if err != nil {
-		return httpcall.TransportError(ctx, provider, op, fmt.Errorf("read body: %w", err), method != http.MethodGet, red)
-	}
-	for _, s := range ok {
-		if resp.StatusCode != s {
-			continue
-		}
-		switch o := out.(type) {
-		case nil:
-			return nil
-		case *rawBytes:
-			*o = raw
-			return nil
-		}
-		if err := json.Unmarshal(raw, out); err != nil {
-			// A 2xx whose body does not parse was cut or mangled on the way.
-			return fail(op, resp.StatusCode, unavailable("decode answer: "+red.Clean(err.Error())))
-		}
-		return nil
-	}
-	eb, hasBody := parseErrorBody(raw)
-	return apiStatusError(op, kind, resp.StatusCode, resp.Header, eb, hasBody, red)
+	_, err := c.call.JSON(ctx, r, out)
+	return err
 }
 
 // SetURLAuth sets who may open the sprite's URL: PUT /v1/sprites/{name}

@@ -90,35 +90,12 @@ func (c *Client) RestoreCheckpoint(ctx context.Context, name, id string) error {
 
 // stream POSTs and reads an NDJSON progress stream to its end.
 func (c *Client) stream(ctx context.Context, op, path string, in any) error {
-	u := c.base + path
-	red := httpcall.Redactor{Secrets: []Secret{c.token}, Plain: []string{u, path}}
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return fail(op, 0, invalid("encode request: "+err.Error()))
-		}
-		body = strings.NewReader(string(b))
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, body)
+	resp, red, err := c.call.Open(ctx, &httpcall.Request{Op: op, Class: opCheckpoint, Method: http.MethodPost, URL: path,
+		JSON: in, Accept: "application/x-ndjson", OK: []int{http.StatusOK}, Uncertain: true})
 	if err != nil {
-		return fail(op, 0, invalid("build request: "+red.Clean(httpcall.URLFree(err))))
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token.Reveal())
-	req.Header.Set("Accept", "application/x-ndjson")
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return httpcall.TransportError(ctx, provider, op, err, true, red)
+		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		eb, hasBody := parseErrorBody(raw)
-		return apiStatusError(op, opCheckpoint, resp.StatusCode, resp.Header, eb, hasBody, red)
-	}
 	// The SDKs read to the end of the stream: a clean end (chunked
 	// encoding's last chunk) is the outcome; a cut is a read error.
 	err = eachEvent(resp.Body, func(line []byte) (bool, error) {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -98,30 +97,22 @@ func (c *Client) Kill(ctx context.Context, name, id, sig string, wait time.Durat
 	q := url.Values{}
 	q.Set("signal", "SIG"+sig)
 	q.Set("timeout", formatWait(wait))
-	u := c.base + spritePath(name) + "/exec/" + url.PathEscape(id) + "/kill?" + q.Encode()
-	red := httpcall.Redactor{Secrets: []Secret{c.token}, Plain: []string{u}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
+	resp, red, err := c.call.Open(ctx, &httpcall.Request{Op: op, Method: http.MethodPost, URL: spritePath(name) + "/exec/" + url.PathEscape(id) + "/kill",
+		Query: q, Accept: "application/x-ndjson", OK: []int{http.StatusOK}, Uncertain: true,
+		Fail: func(status int, h http.Header, raw []byte, red httpcall.Redactor) error {
+			eb, hasBody := parseErrorBody(raw)
+			switch {
+			case status == http.StatusGone:
+				return fail(op, status, adapter.ErrCommandExited)
+			case status == http.StatusNotFound && hasBody:
+				return noSession(op, eb, red)
+			}
+			return apiStatusError(op, opOther, status, h, eb, hasBody, red)
+		}})
 	if err != nil {
-		return KillResult{}, fail(op, 0, invalid("build request: "+red.Clean(httpcall.URLFree(err))))
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token.Reveal())
-	req.Header.Set("Accept", "application/x-ndjson")
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return KillResult{}, httpcall.TransportError(ctx, provider, op, err, true, red)
+		return KillResult{}, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		eb, hasBody := parseErrorBody(raw)
-		switch {
-		case resp.StatusCode == http.StatusGone:
-			return KillResult{}, fail(op, resp.StatusCode, adapter.ErrCommandExited)
-		case resp.StatusCode == http.StatusNotFound && hasBody:
-			return KillResult{}, noSession(op, eb, red)
-		}
-		return KillResult{}, apiStatusError(op, opOther, resp.StatusCode, resp.Header, eb, hasBody, red)
-	}
 	var r KillResult
 	complete := false
 	err = eachEvent(resp.Body, func(line []byte) (bool, error) {
