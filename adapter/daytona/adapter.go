@@ -41,27 +41,16 @@ type AdapterConfig struct {
 	// sandbox (nil: the API's default, 15; 0: never). A stopped sandbox
 	// keeps its disk but not its processes.
 	AutoStopInterval *int
-	// Version is the runner-shim version the guest must run (the caller's
-	// version.String()). Required.
-	Version string
-	// Shim is runner-shim's path in the guest (default "runner-shim",
-	// found in the guest's PATH). Only [A-Za-z0-9._/+-].
-	Shim string
-	// Root is runner-shim's session root in the guest (DefaultRoot).
-	Root string
+	// Config is the runner-shim settings every hosted provider shares
+	// (Version is required). Here Shim defaults to "runner-shim", found
+	// in the guest's PATH, and holds only [A-Za-z0-9._/+-]; Root defaults
+	// to DefaultRoot, Lease to DefaultLease; ShimBinary's binary is
+	// uploaded with the toolbox's files API, then made executable with
+	// chmod through /process/execute.
+	hosted.Config
 	// IODir is where each call's script and stdin are uploaded
 	// (DefaultIODir). Only [A-Za-z0-9._/+-].
 	IODir string
-	// ShimBinary, when not nil, returns the runner-shim binary to install
-	// at Shim in a guest that has none (uploaded with the toolbox's files
-	// API, then made executable with chmod through /process/execute);
-	// nil: a guest without it is refused.
-	ShimBinary func() ([]byte, error)
-	// Lease bounds each attach process in the guest (DefaultLease).
-	Lease time.Duration
-	// ReattachWindow is how long a stream attaches again after a cut
-	// (guest.DefaultReattach).
-	ReattachWindow time.Duration
 	// PollInterval is the executor's fastest log poll (default 25 ms); an
 	// idle command is polled less often, up to 8 times slower.
 	PollInterval time.Duration
@@ -119,8 +108,7 @@ func NewAdapter(cfg AdapterConfig) (*Adapter, error) {
 		cfg.PollInterval = 25 * time.Millisecond
 	}
 	a := &Adapter{cfg: cfg}
-	h, err := hosted.New(hosted.Config{Driver: driver{a}, Version: cfg.Version, Shim: cfg.Shim, Root: cfg.Root,
-		Lease: cfg.Lease, ReattachWindow: cfg.ReattachWindow})
+	h, err := hosted.New(driver{a}, cfg.Config)
 	if err != nil {
 		return nil, err
 	}
