@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -181,7 +182,7 @@ func ok(statuses []int, status int) bool {
 	if len(statuses) == 0 {
 		return status >= 200 && status <= 299
 	}
-	return contains(statuses, status)
+	return slices.Contains(statuses, status)
 }
 
 func (c *Caller) limit(r *Request) int64 {

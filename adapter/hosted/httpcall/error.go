@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -117,7 +118,7 @@ func (r *Rule) holds(a Answer) bool {
 	if r.Ops != 0 && r.Ops&a.Op == 0 {
 		return false
 	}
-	if len(r.Status) > 0 && !contains(r.Status, a.Status) {
+	if len(r.Status) > 0 && !slices.Contains(r.Status, a.Status) {
 		return false
 	}
 	if r.Min != 0 && a.Status < r.Min {
@@ -126,16 +127,7 @@ func (r *Rule) holds(a Answer) bool {
 	if (r.Own == OwnBody && !a.Own) || (r.Own == ForeignBody && a.Own) {
 		return false
 	}
-	return len(r.Code) == 0 || contains(r.Code, a.Code)
-}
-
-func contains[T comparable](s []T, v T) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
+	return len(r.Code) == 0 || slices.Contains(r.Code, a.Code)
 }
 
 // Table is a provider's error classification as data: the first Rule
@@ -182,32 +174,36 @@ func (t *Table) Classify(e *Error, a Answer) *Error {
 	return e
 }
 
+// sentinels are the kinds that carry no detail.
+var sentinels = map[adapter.Kind]error{
+	adapter.KindNotFound:      adapter.ErrNotFound,
+	adapter.KindTruncated:     adapter.ErrTruncated,
+	adapter.KindCommandExited: adapter.ErrCommandExited,
+	adapter.KindLost:          adapter.ErrLost,
+}
+
+// detailed make the kinds that carry a detail (RateLimited and Provider
+// are KindError's own).
+var detailed = map[adapter.Kind]func(string) error{
+	adapter.KindNotSupported:  func(d string) error { return fmt.Errorf("%s: %w", d, adapter.ErrNotSupported) },
+	adapter.KindUnavailable:   func(d string) error { return &adapter.UnavailableError{Detail: d} },
+	adapter.KindDenied:        func(d string) error { return &adapter.DeniedError{Detail: d} },
+	adapter.KindInvalid:       func(d string) error { return &adapter.InvalidError{Detail: d} },
+	adapter.KindRestoreFailed: func(d string) error { return &adapter.RestoreFailedError{Detail: d} },
+	adapter.KindWriteFailed:   func(d string) error { return &adapter.WriteFailedError{Detail: d} },
+}
+
 // KindError returns the taxonomy error of kind k with detail: the
 // sentinel for the kinds without detail, the typed error for the others.
 func KindError(provider string, k adapter.Kind, detail string, retryAfter time.Duration) error {
-	switch k {
-	case adapter.KindNotFound:
-		return adapter.ErrNotFound
-	case adapter.KindTruncated:
-		return adapter.ErrTruncated
-	case adapter.KindCommandExited:
-		return adapter.ErrCommandExited
-	case adapter.KindLost:
-		return adapter.ErrLost
-	case adapter.KindNotSupported:
-		return fmt.Errorf("%s: %w", detail, adapter.ErrNotSupported)
-	case adapter.KindRateLimited:
+	if err, ok := sentinels[k]; ok {
+		return err
+	}
+	if mk, ok := detailed[k]; ok {
+		return mk(detail)
+	}
+	if k == adapter.KindRateLimited {
 		return &adapter.RateLimitedError{RetryAfter: retryAfter}
-	case adapter.KindUnavailable:
-		return &adapter.UnavailableError{Detail: detail}
-	case adapter.KindDenied:
-		return &adapter.DeniedError{Detail: detail}
-	case adapter.KindInvalid:
-		return &adapter.InvalidError{Detail: detail}
-	case adapter.KindRestoreFailed:
-		return &adapter.RestoreFailedError{Detail: detail}
-	case adapter.KindWriteFailed:
-		return &adapter.WriteFailedError{Detail: detail}
 	}
 	return &adapter.ProviderError{Provider: provider, Detail: detail}
 }
