@@ -64,6 +64,18 @@ var rules = []struct {
 		"go.etcd.io/bbolt", "github.com/google/nftables", "github.com/vishvananda/",
 		"k8s.io/", "sigs.k8s.io/",
 	}},
+	// runner, the CLI, is a client of runnerd and nothing more: it holds
+	// client's line, and cmd/runner is one call of it.
+	{pkg: "cli", forbidden: []string{
+		module + "/daemon", module + "/journal", module + "/shim", module + "/netpolicy",
+		"go.etcd.io/bbolt", "github.com/google/nftables", "github.com/vishvananda/",
+		"k8s.io/", "sigs.k8s.io/",
+	}},
+	{pkg: "cmd/runner", forbidden: []string{
+		module + "/daemon", module + "/journal", module + "/shim", module + "/netpolicy",
+		"go.etcd.io/bbolt", "github.com/google/nftables", "github.com/vishvananda/",
+		"k8s.io/", "sigs.k8s.io/",
+	}},
 	// Placement over a fleet pulls no Kubernetes module: only
 	// client/fleet/k8s does, for control planes that use it.
 	{pkg: "client/fleet", forbidden: []string{
@@ -99,9 +111,6 @@ var rules = []struct {
 		module + "/daemon", module + "/client", module + "/shim", module + "/netpolicy", module + "/adapter", module + "/journal", module + "/cgroup",
 	}},
 	{pkg: "daemon", forbidden: []string{module + "/client", module + "/adapter"}},
-	{pkg: "quota", forbidden: []string{
-		module + "/daemon", module + "/client", module + "/shim", module + "/netpolicy", module + "/adapter", module + "/journal", module + "/cgroup",
-	}},
 }
 
 // TestDependencyDirection fails when a package imports across the lines in

@@ -59,12 +59,12 @@ func errRegistryWrite(err error) *apiError {
 }
 
 // refuseDiskBudget answers a disk budget (limits disk_bytes, disk_inodes)
-// 501 not_supported: runnerd does not enforce one yet (package quota is
-// the kernel side, which needs project quotas on the state file system),
-// and a limit that is not enforced is never accepted nor reported.
+// 501 not_supported: runnerd does not enforce one yet (it needs a file
+// system per sandbox; this kernel has no project quotas), and a limit
+// that is not enforced is never accepted nor reported.
 func refuseDiskBudget(l *wire.Limits) error {
 	if l != nil && (l.DiskBytes != 0 || l.DiskInodes != 0) {
-		return errNotSupported("disk_bytes and disk_inodes are not enforced by this runnerd (a disk budget needs project quotas, not built yet; docs/operations.md, \"When the disk fills\")")
+		return errNotSupported("disk_bytes and disk_inodes are not enforced by this runnerd (a disk budget needs a file system per sandbox, not built yet; docs/operations.md, \"When the disk fills\")")
 	}
 	return nil
 }

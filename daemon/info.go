@@ -41,6 +41,7 @@ func (s *server) handleInfo(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.net != nil {
 		info.NetworkTable = s.cfg.netTable
+		info.NetworkPending = int(s.netPending.Load())
 	}
 	if p := s.cfg.pool; p != nil {
 		info.WarmShims = wire.WarmShims{Target: s.cfg.WarmShims, Idle: p.Idle()}

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -68,13 +70,18 @@ func netPolicyState(cfg Config) string {
 }
 
 // startNetPolicy enables network containment when the configuration asks
-// for it and the host can enforce it, then re-adopts every sandbox the
-// registry says has a network. It never fails Run: a host that cannot
-// enforce runs without the capability, and says why in the log.
-func (s *server) startNetPolicy(ctx context.Context) {
+// for it and the host can enforce it, then starts the re-adoption of every
+// sandbox the registry says has a network, in the background: runnerd
+// serves at once whatever the number of sandboxes (their rules, which
+// outlive runnerd, keep enforcing meanwhile; their DNS resolvers are back
+// once adopted), and a call that needs a sandbox's network adopts that
+// one first (netFor). It never fails Run: a host that cannot enforce runs
+// without the capability, and says why in the log. The returned stop ends
+// the re-adoption and waits for it.
+func (s *server) startNetPolicy(ctx context.Context) (stop func()) {
 	if s.cfg.NetPolicy == NetPolicyOff {
 		s.log.Info("network policy disabled (--netpolicy=off): network_policy is not advertised and policies are refused")
-		return
+		return func() {}
 	}
 	state := netPolicyState(s.cfg)
 	m, err := netpolicy.New(ctx, netpolicy.Config{
@@ -90,8 +97,8 @@ func (s *server) startNetPolicy(ctx context.Context) {
 			why = "setting it up failed"
 		}
 		s.log.Warn("network policy not enforced: "+why+"; network_policy is not advertised and policies are refused with not_supported", "err", err)
-		s.adoptNets(ctx) // logs every sandbox that cannot be contained now
-		return
+		s.warnUncontainable() // logs every sandbox that cannot be contained now
+		return func() {}
 	}
 	s.net = m
 	pool := s.cfg.NetPolicyPool // the start line said pool="" for the default
@@ -100,7 +107,123 @@ func (s *server) startNetPolicy(ctx context.Context) {
 	}
 	s.log.Info("network policy enforced", "state", state, "table", s.cfg.netTable, "pool", pool, "host_netns", s.cfg.NetPolicyHostNetNS,
 		"egress_private", s.cfg.EgressPrivate)
-	s.adoptNets(ctx)
+	names, err := s.containedSandboxes()
+	if err != nil {
+		s.log.Error("re-adopt sandbox networks: read registry; each is adopted when a call needs it", "err", err)
+		return func() {}
+	}
+	s.netPending.Store(int64(len(names)))
+	actx, cancel := context.WithCancel(s.life)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.adoptNets(actx, names)
+	}()
+	return func() { cancel(); <-done }
+}
+
+// containedSandboxes lists the sandboxes whose record has a network.
+func (s *server) containedSandboxes() ([]string, error) {
+	var names []string
+	after := ""
+	for {
+		sbs, more, err := s.reg.ListSandboxes(after, wire.MaxListLimit)
+		if err != nil {
+			return nil, err
+		}
+		for _, sb := range sbs {
+			if sb.Network != nil {
+				names = append(names, sb.Name)
+			}
+		}
+		if !more || len(sbs) == 0 {
+			return names, nil
+		}
+		after = sbs[len(sbs)-1].Name
+	}
+}
+
+// warnUncontainable logs each sandbox with a network a runnerd that does
+// not enforce policies cannot contain.
+func (s *server) warnUncontainable() {
+	names, err := s.containedSandboxes()
+	if err != nil {
+		s.log.Error("read registry", "err", err)
+		return
+	}
+	for _, name := range names {
+		s.log.Error("sandbox has a network policy this runnerd cannot enforce: its commands are refused until runnerd runs where it can", "sandbox", name)
+	}
+}
+
+// adoptWorkers is how many sandboxes the background re-adoption sets up
+// at once: their nftables changes meet in netpolicy's rule writer and
+// are committed together, so more workers mean bigger transactions, up
+// to the writer's batch.
+const adoptWorkers = 32
+
+// adoptNets converges the namespaces, rules and resolvers of a previous
+// runnerd (or a previous boot) to the registry for the sandboxes named,
+// adoptWorkers at a time, each under its sandbox's lock. A sandbox a call
+// adopted first, destroyed or re-created meanwhile is skipped; one that
+// fails stays refused for spawns (which retry its setup) and is logged.
+func (s *server) adoptNets(ctx context.Context, names []string) {
+	t0 := time.Now()
+	work := make(chan string)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range min(adoptWorkers, len(names)) {
+		wg.Go(func() {
+			for name := range work {
+				if !s.adoptNet(ctx, name) {
+					failed.Add(1)
+				}
+				s.netPending.Add(-1)
+			}
+		})
+	}
+	sent := 0
+feed:
+	for _, name := range names {
+		select {
+		case work <- name:
+			sent++
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(work)
+	wg.Wait()
+	s.netPending.Add(-int64(len(names) - sent))
+	if sent == len(names) {
+		s.log.Info("sandbox networks re-adopted", "sandboxes", len(names), "failed", failed.Load(), "took", time.Since(t0).Round(time.Millisecond))
+	}
+}
+
+// adoptNet re-adopts one sandbox's network under its lock; false when it
+// failed.
+func (s *server) adoptNet(ctx context.Context, name string) bool {
+	unlock := s.locks.Lock(name)
+	defer unlock()
+	sb, err := s.reg.GetSandbox(name)
+	if err != nil || sb.Network == nil {
+		return true // destroyed, or moved to the host network, meanwhile
+	}
+	id := netID(sb.Name, sb.Incarnation)
+	s.netMu.Lock()
+	done := s.nets[id] != nil
+	s.netMu.Unlock()
+	if done {
+		return true // a call adopted it first
+	}
+	if _, err := s.ensureNet(ctx, sb); err != nil {
+		if ctx.Err() == nil {
+			s.log.Error("re-adopt sandbox network; its commands are refused until it is set up", "sandbox", sb.Name, "err", err)
+		}
+		return false
+	}
+	s.log.Debug("sandbox network re-adopted", "sandbox", sb.Name, "allow", sb.Network.Allow)
+	return true
 }
 
 // collectNetStats sends the counters of the sandboxes' DNS resolvers and
@@ -125,39 +248,9 @@ func (s *server) collectNetStats(ch chan<- prometheus.Metric) {
 	counter("runnerd_dns_admission_queue_full_total", "DNS answers refused (SERVFAIL) because the admission writer's queue was full.", st.AdmissionsQueueFull)
 	counter("runnerd_dns_addresses_admitted_total", "Addresses the admission writer added to (or refreshed in) sandboxes' dynamic sets.", st.AddressesAdmitted)
 	counter("runnerd_dns_admission_commits_total", "nftables transactions of the admission writer.", st.AdmissionCommits)
-}
-
-// adoptNets runs Setup and SetPolicy for every sandbox with a network, so
-// the namespaces, rules and resolvers of a previous runnerd (or a previous
-// boot) are converged to the registry. A sandbox that fails stays refused
-// for spawns (which retry its setup) and is logged.
-func (s *server) adoptNets(ctx context.Context) {
-	after := ""
-	for {
-		sbs, more, err := s.reg.ListSandboxes(after, wire.MaxListLimit)
-		if err != nil {
-			s.log.Error("re-adopt sandbox networks: read registry", "err", err)
-			return
-		}
-		for _, sb := range sbs {
-			if sb.Network == nil {
-				continue
-			}
-			if s.net == nil {
-				s.log.Error("sandbox has a network policy this runnerd cannot enforce: its commands are refused until runnerd runs where it can", "sandbox", sb.Name)
-				continue
-			}
-			if _, err := s.ensureNet(ctx, sb); err != nil {
-				s.log.Error("re-adopt sandbox network; its commands are refused until it is set up", "sandbox", sb.Name, "err", err)
-				continue
-			}
-			s.log.Info("sandbox network re-adopted", "sandbox", sb.Name, "allow", sb.Network.Allow)
-		}
-		if !more || len(sbs) == 0 {
-			return
-		}
-		after = sbs[len(sbs)-1].Name
-	}
+	counter("runnerd_netpolicy_rule_commits_total", "nftables transactions of the rule writer (every change of runnerd's table: sandboxes' rules, policies, admissions).", st.RuleCommits)
+	counter("runnerd_netpolicy_rule_changes_total", "Changes the rule writer committed (a transaction carries those queued together).", st.RuleChanges)
+	counter("runnerd_netpolicy_rule_batches_retried_total", "Rule writer transactions that failed as a whole and were committed again change by change.", st.RuleBatchesRetried)
 }
 
 // ensureNet makes the kernel match sb's record: its namespace exists and
@@ -210,8 +303,27 @@ func (s *server) netFor(ctx context.Context, sb registry.Sandbox) (*netpolicy.Sa
 	if nsb != nil {
 		return nsb, nil
 	}
-	return s.ensureNet(ctx, sb)
+	// Not adopted yet (runnerd just started, and the background
+	// re-adoption has not reached it) or a failed one: this sandbox
+	// alone, now, bounded.
+	actx, cancel := context.WithTimeout(ctx, netAdoptWait)
+	defer cancel()
+	nsb, err := s.ensureNet(actx, sb)
+	if err != nil && actx.Err() != nil && ctx.Err() == nil {
+		ae := errUnavailable("the network of sandbox %q is not set up yet (runnerd is re-adopting its sandboxes' networks after its start): try again", sb.Name)
+		ae.retryAfterMS = netAdoptRetryMS
+		return nil, ae
+	}
+	return nsb, err
 }
+
+// netAdoptWait bounds how long a call waits for its sandbox's network to
+// be set up; past it the answer is 503 with retry_after_ms
+// netAdoptRetryMS.
+const (
+	netAdoptWait    = 10 * time.Second
+	netAdoptRetryMS = 1000
+)
 
 // teardownNet removes sb's namespace, veth, rules and resolver. The
 // caller has stopped its sessions.

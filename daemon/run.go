@@ -162,7 +162,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			<-janitorDone
 		}()
 	}
-	s.startNetPolicy(ctx)
+	stopAdopting := s.startNetPolicy(ctx)
 	if s.net == nil && s.ids.all {
 		log.Warn("network policy is not enforced here, so isolated sandboxes get no network namespace of their own: they run as their own uid on the host's network and can reach its loopback services")
 	}
@@ -170,6 +170,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		// Sandboxes stay contained: Close stops only the resolvers.
 		defer s.net.Close()
 	}
+	defer stopAdopting() // before Close (defers run in reverse)
 
 	var listeners []net.Listener
 	closeListeners := func() {

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/agentrunner/runner/cgroup"
 	"github.com/agentrunner/runner/daemon/preview"
@@ -45,6 +46,9 @@ type server struct {
 
 	netMu sync.Mutex                    // guards nets
 	nets  map[string]*netpolicy.Sandbox // by netID: namespaces this runnerd set up
+	// netPending counts the contained sandboxes the background
+	// re-adoption (adoptNets) has not yet reached or finished.
+	netPending atomic.Int64
 
 	// life ends when Run begins shutting down (beginStop cancels it);
 	// stop is its Done channel. Long-lived handlers (attach, follow,

@@ -39,6 +39,9 @@ const (
 	// transaction before it commits (the batch must fit one netlink
 	// send: see MaxEntries).
 	admitBatchElems = 2048
+	// admitAloneElems: a batch of more elements is committed in a
+	// transaction of its own, not with the rule writer's other changes.
+	admitAloneElems = 256
 	// admitWait bounds how long a query waits for its admission.
 	admitWait = 5 * time.Second
 )
@@ -72,6 +75,11 @@ type Stats struct {
 	AddressesAdmitted uint64
 	// AdmissionCommits are the writer's nftables transactions.
 	AdmissionCommits uint64
+	// RuleCommits are the rule writer's nftables transactions (every
+	// change of the table after New, admissions included), RuleChanges
+	// the changes they carried, RuleBatchesRetried the batches that
+	// failed whole and were committed again change by change.
+	RuleCommits, RuleChanges, RuleBatchesRetried uint64
 }
 
 // stats are the Manager's counters behind Stats.
@@ -83,7 +91,7 @@ type stats struct {
 // Safe to call at any time, after Close too.
 func (m *Manager) Stats() Stats {
 	s := &m.stats
-	return Stats{
+	st := Stats{
 		QueriesRateLimited:  s.rateLimited.Load(),
 		QueriesBusy:         s.busy.Load(),
 		TCPConnsRefused:     s.tcpRefused.Load(),
@@ -92,6 +100,10 @@ func (m *Manager) Stats() Stats {
 		AddressesAdmitted:   s.admitted.Load(),
 		AdmissionCommits:    s.commits.Load(),
 	}
+	if m.rw != nil {
+		st.RuleCommits, st.RuleChanges, st.RuleBatchesRetried = m.rw.commits.Load(), m.rw.ops.Load(), m.rw.retried.Load()
+	}
+	return st
 }
 
 // admission is one answer waiting for the writer.
@@ -367,40 +379,52 @@ func (r *resolver) pruneAdmitted(now time.Time) {
 // restarts its timer where the kernel supports it (Linux 6.10 and
 // later; m.addRefreshes), so there dels is empty.
 func (m *Manager) writeDyn(ws []dynWrite) error {
-	c, err := m.nft()
-	if err != nil {
-		return err
-	}
-	t := m.table()
+	// Through the rule writer, which commits it alone or with other
+	// changes in one transaction; the admission writer waits for it
+	// holding dynMu, which the rule writer never takes.
+	total := 0
 	for _, w := range ws {
-		_, dyn := sandboxSets(t, w.n)
-		dels := w.dels
-		for len(dels) > 0 {
-			k := min(len(dels), setChunk)
-			if err := c.SetDeleteElements(dyn, dels[:k]); err != nil {
-				return fmt.Errorf("refresh in %s: %w", w.n.dyn, err)
-			}
-			dels = dels[k:]
-		}
-		elems := w.elems
-		for len(elems) > 0 {
-			k := min(len(elems), setChunk)
-			if err := c.SetAddElements(dyn, elems[:k]); err != nil {
-				return fmt.Errorf("admit into %s: %w", w.n.dyn, err)
-			}
-			elems = elems[k:]
-		}
+		total += len(w.dels) + len(w.elems)
 	}
-	if err := c.Flush(); err != nil {
+	// A batch of thousands of elements fills a netlink send by itself.
+	alone := total > admitAloneElems
+	err := m.apply(context.Background(), alone, func(c *nftables.Conn, ids *batchIDs) error {
+		t := m.table()
+		for _, w := range ws {
+			_, dyn := sandboxSets(t, w.n, ids)
+			dels := w.dels
+			for len(dels) > 0 {
+				k := min(len(dels), setChunk)
+				if err := c.SetDeleteElements(dyn, dels[:k]); err != nil {
+					return fmt.Errorf("refresh in %s: %w", w.n.dyn, err)
+				}
+				dels = dels[k:]
+			}
+			elems := w.elems
+			for len(elems) > 0 {
+				k := min(len(elems), setChunk)
+				if err := c.SetAddElements(dyn, elems[:k]); err != nil {
+					return fmt.Errorf("admit into %s: %w", w.n.dyn, err)
+				}
+				elems = elems[k:]
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("admit addresses: %w", err)
 	}
 	return nil
 }
 
 // forgetAdmitted empties the writer's view of sandbox id's dynamic set,
-// after a flush of it. The caller holds m.mu and m.dynMu.
+// after a flush of it. The caller holds m.dynMu (m.mu is taken here: it
+// is a leaf lock).
 func (m *Manager) forgetAdmitted(id string) {
-	if l := m.live[id]; l != nil {
+	m.mu.Lock()
+	l := m.live[id]
+	m.mu.Unlock()
+	if l != nil {
 		clear(l.res.admitted)
 	}
 }
@@ -459,7 +483,7 @@ func (m *Manager) seedAdmitted(r *resolver) error {
 	if err != nil {
 		return err
 	}
-	_, dyn := sandboxSets(m.table(), r.n)
+	_, dyn := sandboxSets(m.table(), r.n, &batchIDs{})
 	els, err := c.GetSetElements(dyn)
 	if err != nil {
 		return fmt.Errorf("list set %s: %w", r.n.dyn, err)

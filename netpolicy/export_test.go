@@ -1,6 +1,7 @@
 package netpolicy
 
 import (
+	"context"
 	"net/netip"
 	"time"
 )
@@ -30,26 +31,26 @@ func (m *Manager) SetAdmitTTL(d time.Duration) { m.minAdmitTTL, m.maxAdmitTTL = 
 // without links, namespace or resolver: the table's share of a contained
 // sandbox's setup and teardown.
 func (m *Manager) RulesRoundTrip(id string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	ctx := context.Background()
 	n := m.namesFor(id)
 	_, gw, addr := slotAddrs(m.cfg.Pool, poolSlots(m.cfg.Pool)-1)
-	if err := m.ensureSandboxRules(n, addr, gw); err != nil {
+	if err := m.setupRules(ctx, n, addr, gw, nil); err != nil {
 		return err
 	}
-	if err := m.setStatic(n, nil, false); err != nil {
-		return err
-	}
-	return m.removeSandboxRules(n, []netip.Addr{gw})
+	return m.removeSandboxRules(ctx, n, []netip.Addr{gw})
 }
 
 // InstallRules installs the nftables objects of a sandbox id at slot
 // (as Setup does), without links, namespace or resolver.
 func (m *Manager) InstallRules(id string, slot int) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	_, gw, addr := slotAddrs(m.cfg.Pool, slot)
-	return m.ensureSandboxRules(m.namesFor(id), addr, gw)
+	return m.setupRules(context.Background(), m.namesFor(id), addr, gw, nil)
+}
+
+// RuleStats reports the rule writer's transactions, the changes they
+// carried, and the batches that failed whole and were retried op by op.
+func (m *Manager) RuleStats() (commits, ops, retried uint64) {
+	return m.rw.commits.Load(), m.rw.ops.Load(), m.rw.retried.Load()
 }
 
 // AddRefreshes reports whether this kernel restarts an element's timeout
@@ -57,3 +58,13 @@ func (m *Manager) InstallRules(id string, slot int) error {
 // delete-then-add, as it does on kernels before 6.10.
 func (m *Manager) AddRefreshes() bool      { return m.addRefreshes }
 func (m *Manager) SetAddRefreshes(on bool) { m.dynMu.Lock(); m.addRefreshes = on; m.dynMu.Unlock() }
+
+// SetUnbatched makes the rule writer commit one change per transaction
+// (on), as every change was committed before it, or batch again (off).
+func (m *Manager) SetUnbatched(on bool) {
+	n := int32(ruleBatchOps)
+	if on {
+		n = 1
+	}
+	m.rw.batchOps.Store(n)
+}

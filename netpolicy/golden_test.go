@@ -2,6 +2,7 @@ package netpolicy
 
 import (
 	"bytes"
+	"context"
 	"flag"
 	"fmt"
 	"net/netip"
@@ -66,14 +67,11 @@ func TestGoldenNetlink(t *testing.T) {
 	}{
 		{"new", func(m *Manager) error { return m.ensureTable() }},
 		{"setup", func(m *Manager) error {
-			if err := m.ensureSandboxRules(n, addr, gw); err != nil {
-				return err
-			}
-			return m.setStatic(n, nil, false)
+			return m.setupRules(context.Background(), n, addr, gw, nil)
 		}},
-		{"set-policy", func(m *Manager) error { return m.setStatic(n, prefixes, true) }},
-		{"set-policy-keep-dns", func(m *Manager) error { return m.setStatic(n, prefixes, false) }},
-		{"deny-all", func(m *Manager) error { return m.denyAll(n) }},
+		{"set-policy", func(m *Manager) error { return m.setStatic(context.Background(), n, prefixes, true) }},
+		{"set-policy-keep-dns", func(m *Manager) error { return m.setStatic(context.Background(), n, prefixes, false) }},
+		{"deny-all", func(m *Manager) error { return m.denyAll(context.Background(), n) }},
 		{"admit", func(m *Manager) error {
 			// One transaction of adds: "add" of a present element
 			// restarts its timeout, so no delete goes first.
@@ -81,8 +79,8 @@ func TestGoldenNetlink(t *testing.T) {
 				{Key: netip.MustParseAddr("198.51.100.1").AsSlice(), Timeout: time.Hour},
 				{Key: netip.MustParseAddr("198.51.100.2").AsSlice(), Timeout: time.Hour}}}})
 		}},
-		{"teardown", func(m *Manager) error { return m.removeSandboxRules(n, []netip.Addr{gw}) }},
-		{"teardown-partial", func(m *Manager) error { return m.deleteSandboxObjects(n, []netip.Addr{gw}, true) }},
+		{"teardown", func(m *Manager) error { return m.removeSandboxRules(context.Background(), n, []netip.Addr{gw}) }},
+		{"teardown-partial", func(m *Manager) error { return m.deleteSandboxObjects(context.Background(), n, []netip.Addr{gw}, true) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recorder{}

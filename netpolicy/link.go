@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -37,9 +38,22 @@ func ipNet(a netip.Addr, bits int) *net.IPNet {
 	return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, 32)}
 }
 
+// linkSlots bounds the link work (namespaces, veths, addresses, routes)
+// in progress at once: each step blocks an OS thread in the kernel, and
+// the kernel runs them one at a time under its RTNL lock anyway, so a
+// hundred parallel creates would hold a hundred threads for nothing.
+const linkSlots = 4
+
+// linkSlot takes a slot of the link work; the caller runs the release.
+func (m *Manager) linkSlot() (release func()) {
+	m.links <- struct{}{}
+	return func() { <-m.links }
+}
+
 // ensureLinks converges the sandbox's netns, veth pair, addresses and
 // routes to the wanted state, creating what is missing.
 func (m *Manager) ensureLinks(n sbNames, nsPath string, gw, addr netip.Addr) error {
+	defer m.linkSlot()()
 	fresh := false
 	if !isNetNSMount(nsPath) {
 		if err := createNetNS(nsPath); err != nil {
@@ -157,21 +171,62 @@ func replaceOnlyAddr(h *netlink.Handle, l netlink.Link, a netip.Addr) error {
 	return h.AddrReplace(l, &netlink.Addr{IPNet: want})
 }
 
-// removeLinks deletes the host end of the veth (the kernel deletes its
-// peer) and the netns file. Absent is success.
+// removeLinks removes the netns file and the veth pair. Absent is
+// success.
+//
+// The namespace goes first: once no process or socket holds it, the
+// kernel destroys it, and its veth pair with it, in a batch with every
+// namespace released meanwhile (one round of RCU grace periods for the
+// batch), where deleting each veth costs its own rounds under the RTNL
+// lock: 100 teardowns at once took 3.2 s one veth at a time, 0.25 s this
+// way. removeLinks waits (bounded) for the host end to go; if it stays
+// (something still holds the namespace), it deletes it. Meanwhile the
+// sandbox's rules still judge its traffic: they go after the link.
 func (m *Manager) removeLinks(n sbNames, nsPath string) error {
-	var errs []error
-	if l, err := m.hostH.LinkByName(n.hostIf); err == nil {
-		if err := m.hostH.LinkDel(l); err != nil {
-			errs = append(errs, fmt.Errorf("delete veth %s: %w", n.hostIf, err))
+	nsErr := removeNetNS(nsPath)
+	if nsErr == nil {
+		if gone, err := m.waitLinkGone(n.hostIf, linkGoneWait); err == nil && gone {
+			return nil
 		}
-	} else if !isLinkNotFound(err) {
-		errs = append(errs, fmt.Errorf("find veth %s: %w", n.hostIf, err))
 	}
-	if err := removeNetNS(nsPath); err != nil {
-		errs = append(errs, err)
+	defer m.linkSlot()()
+	l, err := m.hostH.LinkByName(n.hostIf)
+	switch {
+	case isLinkNotFound(err):
+		err = nil
+	case err != nil:
+		err = fmt.Errorf("find veth %s: %w", n.hostIf, err)
+	default:
+		if err = m.hostH.LinkDel(l); err != nil && !isLinkNotFound(err) {
+			err = fmt.Errorf("delete veth %s: %w", n.hostIf, err)
+		} else {
+			err = nil
+		}
 	}
-	return errors.Join(errs...)
+	return errors.Join(nsErr, err)
+}
+
+// linkGoneWait bounds removeLinks' wait for the kernel to destroy a
+// released namespace's veth.
+const linkGoneWait = 2 * time.Second
+
+// waitLinkGone polls, backing off from 1 to 32 ms, until the host has no
+// link named ifName (true) or d has passed (false).
+func (m *Manager) waitLinkGone(ifName string, d time.Duration) (bool, error) {
+	deadline := time.Now().Add(d)
+	for step := time.Millisecond; ; step = min(2*step, 32*time.Millisecond) {
+		_, err := m.hostH.LinkByName(ifName)
+		if isLinkNotFound(err) {
+			return true, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("find veth %s: %w", ifName, err)
+		}
+		if time.Now().After(deadline) {
+			return false, nil
+		}
+		time.Sleep(step)
+	}
 }
 
 func isLinkNotFound(err error) bool {

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -103,18 +104,29 @@ type Manager struct {
 	ownNS    bool // hostNS is the namespace the process runs in
 	hostH    *netlink.Handle
 
-	adm   *admitter // the admission writer; started by New, stopped by Close
+	adm   *admitter   // the admission writer; started by New, stopped by Close
+	rw    *ruleWriter // the rule writer; started by New, stopped by Close
 	stats stats
 	// addRefreshes says whether this kernel restarts a present set
 	// element's timeout on "add" (probed by New; a test may clear it).
 	addRefreshes bool
 	// dynMu orders the admission writer's commits with the flushes of
 	// dynamic sets (SetPolicy, denyAll) and guards every resolver's
-	// admitted map. Lock order: mu, then dynMu; the writer takes dynMu
-	// alone, never mu, so Teardown and Close never wait for it under mu.
+	// admitted map. Lock order: ids' lock of a sandbox, then dynMu, then
+	// mu.
 	dynMu sync.Mutex
+	// ids serializes the changes of one sandbox (Setup, SetPolicy,
+	// Teardown); changes of different sandboxes run concurrently, and
+	// their nftables transactions meet in the rule writer.
+	ids idLocks
+	// inflight counts the calls under way; Close waits for them.
+	inflight sync.WaitGroup
+	// links holds a token per link operation in progress (linkSlots).
+	links chan struct{}
 
-	mu        sync.Mutex // guards the fields below and serializes kernel changes
+	// mu guards the fields below. It is a leaf: nothing else is taken,
+	// and nothing blocks in the kernel, while it is held.
+	mu        sync.Mutex
 	records   map[string]record
 	live      map[string]*live
 	forwardOn bool
@@ -162,7 +174,8 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if cfg.Table == "" {
 		cfg.Table = DefaultTable
 	}
-	m := &Manager{cfg: cfg, records: map[string]record{}, live: map[string]*live{}, minAdmitTTL: minAdmitTTL, maxAdmitTTL: maxAdmitTTL}
+	m := &Manager{cfg: cfg, records: map[string]record{}, live: map[string]*live{}, minAdmitTTL: minAdmitTTL, maxAdmitTTL: maxAdmitTTL,
+		links: make(chan struct{}, linkSlots)}
 	m.upstream = cfg.Upstream
 	if len(m.upstream) == 0 {
 		m.upstream = systemUpstreams()
@@ -204,8 +217,71 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		m.hostNS.Close()
 		return nil, err
 	}
+	m.startRuleWriter()
 	m.startAdmitter()
 	return m, nil
+}
+
+// begin admits a call unless the Manager is closed; the caller runs
+// m.inflight.Done when it ends.
+func (m *Manager) begin() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	m.inflight.Add(1)
+	return nil
+}
+
+// liveOf returns the sandbox's live state, nil if it has none.
+func (m *Manager) liveOf(id string) *live {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.live[id]
+}
+
+// recordOf returns the sandbox's record.
+func (m *Manager) recordOf(id string) (record, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.records[id]
+	return r, ok
+}
+
+// idLocks are per-sandbox mutexes, made on demand and dropped when no
+// caller holds or waits for them.
+type idLocks struct {
+	mu sync.Mutex
+	m  map[string]*idLock
+}
+
+type idLock struct {
+	sync.Mutex
+	refs int
+}
+
+func (l *idLocks) lock(id string) (unlock func()) {
+	l.mu.Lock()
+	if l.m == nil {
+		l.m = map[string]*idLock{}
+	}
+	x := l.m[id]
+	if x == nil {
+		x = &idLock{}
+		l.m[id] = x
+	}
+	x.refs++
+	l.mu.Unlock()
+	x.Lock()
+	return func() {
+		x.Unlock()
+		l.mu.Lock()
+		if x.refs--; x.refs == 0 {
+			delete(l.m, id)
+		}
+		l.mu.Unlock()
+	}
 }
 
 // removeStale removes the rules and sets of sandboxes that are dispatched
@@ -225,7 +301,7 @@ func (m *Manager) removeStale() error {
 		if err != nil {
 			return fmt.Errorf("remove stale sandbox %s: %w", id, err)
 		}
-		if err := m.removeSandboxRules(n, gws); err != nil {
+		if err := m.removeSandboxRules(context.Background(), n, gws); err != nil {
 			return fmt.Errorf("remove stale sandbox %s: %w", id, err)
 		}
 	}
@@ -330,23 +406,15 @@ func (m *Manager) Setup(ctx context.Context, id string) (*Sandbox, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return nil, ErrClosed
+	if err := m.begin(); err != nil {
+		return nil, err
 	}
-	rec, ok := m.records[id]
-	if !ok {
-		slot, err := m.allocSlot()
-		if err != nil {
-			return nil, err
-		}
-		rec = record{ID: id, Slot: slot, Policy: Policy{Allow: []string{}}}
-		// Persist first: a crash after this point re-adopts the same slot.
-		if err := m.saveRecord(rec); err != nil {
-			return nil, fmt.Errorf("set up %s: %w", id, err)
-		}
-		m.records[id] = rec
+	defer m.inflight.Done()
+	unlock := m.ids.lock(id)
+	defer unlock()
+	rec, err := m.recordFor(id)
+	if err != nil {
+		return nil, err
 	}
 	pp, err := parsePolicy(rec.Policy)
 	if err != nil {
@@ -355,27 +423,61 @@ func (m *Manager) Setup(ctx context.Context, id string) (*Sandbox, error) {
 	n := m.namesFor(id)
 	_, gw, addr := slotAddrs(m.cfg.Pool, rec.Slot)
 	sb := &Sandbox{ID: id, NetNSPath: m.netnsPath(id), Addr: addr, Gateway: gw, ResolvConfPath: m.resolvConfPath(id)}
-	if err := m.setup(n, sb, pp); err != nil {
-		_ = m.denyAll(n) // fail closed if the sets exist
-		if l := m.live[id]; l != nil {
-			l.res.policy.Store(&parsedPolicy{})
+	if err := m.setup(ctx, n, sb, pp); err != nil {
+		_ = m.denyAll(context.WithoutCancel(ctx), n) // fail closed if the sets exist
+		if l := m.liveOf(id); l != nil {
+			deny := &parsedPolicy{}
+			l.pp = deny
+			l.res.policy.Store(deny)
 		}
 		return nil, fmt.Errorf("set up %s: %w", id, err)
 	}
 	return sb, nil
 }
 
-func (m *Manager) setup(n sbNames, sb *Sandbox, pp *parsedPolicy) error {
-	if !m.forwardOn {
+// recordFor returns the sandbox's record, allocating a slot and
+// persisting a new record (deny all) if it has none. The caller holds
+// the sandbox's id lock.
+func (m *Manager) recordFor(id string) (record, error) {
+	m.mu.Lock()
+	rec, ok := m.records[id]
+	if ok {
+		m.mu.Unlock()
+		return rec, nil
+	}
+	slot, err := m.allocSlot()
+	if err != nil {
+		m.mu.Unlock()
+		return record{}, err
+	}
+	rec = record{ID: id, Slot: slot, Policy: Policy{Allow: []string{}}}
+	m.records[id] = rec // the slot is taken from here on
+	m.mu.Unlock()
+	// Persist before the kernel is touched: a crash after this point
+	// re-adopts the same slot.
+	if err := m.saveRecord(rec); err != nil {
+		m.mu.Lock()
+		delete(m.records, id)
+		m.mu.Unlock()
+		return record{}, fmt.Errorf("set up %s: %w", id, err)
+	}
+	return rec, nil
+}
+
+func (m *Manager) setup(ctx context.Context, n sbNames, sb *Sandbox, pp *parsedPolicy) error {
+	m.mu.Lock()
+	fwd := m.forwardOn
+	m.mu.Unlock()
+	if !fwd {
+		// Idempotent: two Setups racing here both find it on or set it.
 		if err := m.enableForwarding(); err != nil {
 			return err
 		}
+		m.mu.Lock()
 		m.forwardOn = true
+		m.mu.Unlock()
 	}
-	if err := m.ensureSandboxRules(n, sb.Addr, sb.Gateway); err != nil {
-		return err
-	}
-	if err := m.setStatic(n, pp.prefixes, false); err != nil {
+	if err := m.setupRules(ctx, n, sb.Addr, sb.Gateway, pp.prefixes); err != nil {
 		return err
 	}
 	if err := m.ensureLinks(n, sb.NetNSPath, sb.Gateway, sb.Addr); err != nil {
@@ -385,7 +487,7 @@ func (m *Manager) setup(n sbNames, sb *Sandbox, pp *parsedPolicy) error {
 	if err := writeFileAtomic(sb.ResolvConfPath, []byte(conf), 0o644); err != nil {
 		return fmt.Errorf("write resolv.conf: %w", err)
 	}
-	if l := m.live[n.id]; l != nil {
+	if l := m.liveOf(n.id); l != nil {
 		l.pp = pp
 		l.res.policy.Store(pp)
 		return nil
@@ -398,11 +500,14 @@ func (m *Manager) setup(n sbNames, sb *Sandbox, pp *parsedPolicy) error {
 		res.close()
 		return err
 	}
+	m.mu.Lock()
 	m.live[n.id] = &live{pp: pp, res: res}
+	m.mu.Unlock()
 	return nil
 }
 
-// allocSlot returns the lowest /30 of the pool no record holds.
+// allocSlot returns the lowest /30 of the pool no record holds. The
+// caller holds m.mu.
 func (m *Manager) allocSlot() (int, error) {
 	used := map[int]bool{}
 	for _, r := range m.records {
@@ -435,18 +540,25 @@ func (m *Manager) SetPolicy(ctx context.Context, id string, p Policy) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return ErrClosed
+	if err := m.begin(); err != nil {
+		return err
 	}
-	l := m.live[id]
+	defer m.inflight.Done()
+	unlock := m.ids.lock(id)
+	defer unlock()
+	l := m.liveOf(id)
 	if l == nil {
 		return fmt.Errorf("set policy of %s: %w", id, ErrUnknownSandbox)
 	}
+	rec, _ := m.recordOf(id)
+	if slices.Equal(l.pp.norm.Allow, pp.norm.Allow) && slices.Equal(rec.Policy.Allow, pp.norm.Allow) {
+		// What the kernel enforces and the record says already: nothing
+		// to write and nothing revoked (a re-adoption re-applies the
+		// registry's policy, the same one, for every sandbox).
+		return nil
+	}
 	n := m.namesFor(id)
 	flushDyn := !l.pp.namesSubsetOf(pp)
-	rec := m.records[id]
 	rec.Policy = pp.norm
 	if flushDyn {
 		// Narrow the resolver and flush under dynMu, which the admission
@@ -454,11 +566,11 @@ func (m *Manager) SetPolicy(ctx context.Context, id string, p Policy) error {
 		// for a revoked name lands before the flush or never.
 		m.dynMu.Lock()
 		l.res.policy.Store(pp)
-		err = m.setStatic(n, pp.prefixes, true)
+		err = m.setStatic(ctx, n, pp.prefixes, true)
 		m.forgetAdmitted(id)
 		m.dynMu.Unlock()
 	} else {
-		err = m.setStatic(n, pp.prefixes, false)
+		err = m.setStatic(ctx, n, pp.prefixes, false)
 	}
 	if err == nil && m.failSetPolicy != nil {
 		err = m.failSetPolicy
@@ -467,19 +579,27 @@ func (m *Manager) SetPolicy(ctx context.Context, id string, p Policy) error {
 		err = m.saveRecord(rec)
 	}
 	_, gw, addr := slotAddrs(m.cfg.Pool, rec.Slot)
+	bg := context.WithoutCancel(ctx) // failing closed is not cancelled
 	if err != nil {
 		deny, _ := parsePolicy(Policy{})
 		l.pp = deny
 		l.res.policy.Store(deny)
 		rec.Policy = deny.norm
-		m.records[id] = rec
-		derr := m.denyAll(n)
+		m.setRecord(rec)
+		derr := m.denyAll(bg, n)
 		return errors.Join(fmt.Errorf("set policy of %s: %w", id, err), derr, m.saveRecord(rec),
 			m.cutFlows(n, addr, gw, nil, derr != nil))
 	}
+	revokes := flushDyn || !l.pp.rangesWithin(pp)
 	l.pp = pp
 	l.res.policy.Store(pp)
-	m.records[id] = rec
+	m.setRecord(rec)
+	if !revokes {
+		// A policy that only adds (a new sandbox's first, from deny
+		// all) cuts nothing: no conntrack dump (a walk of the host's
+		// whole table, one at a time on the netlink handle).
+		return nil
+	}
 	if err := m.cutFlows(n, addr, gw, pp.prefixes, flushDyn); err != nil {
 		// The sets already deny; a flow we failed to cut is the one
 		// thing left open, so fail closed and say so.
@@ -487,10 +607,16 @@ func (m *Manager) SetPolicy(ctx context.Context, id string, p Policy) error {
 		l.pp = deny
 		l.res.policy.Store(deny)
 		rec.Policy = deny.norm
-		m.records[id] = rec
-		return errors.Join(fmt.Errorf("set policy of %s: %w", id, err), m.denyAll(n), m.saveRecord(rec))
+		m.setRecord(rec)
+		return errors.Join(fmt.Errorf("set policy of %s: %w", id, err), m.denyAll(bg, n), m.saveRecord(rec))
 	}
 	return nil
+}
+
+func (m *Manager) setRecord(r record) {
+	m.mu.Lock()
+	m.records[r.ID] = r
+	m.mu.Unlock()
 }
 
 // Policy returns the sandbox's policy as enforced, normalized.
@@ -520,15 +646,20 @@ func (m *Manager) Teardown(ctx context.Context, id string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return ErrClosed
+	if err := m.begin(); err != nil {
+		return err
 	}
+	defer m.inflight.Done()
+	unlock := m.ids.lock(id)
+	defer unlock()
 	n := m.namesFor(id)
-	if l := m.live[id]; l != nil {
+	m.mu.Lock()
+	l := m.live[id]
+	delete(m.live, id)
+	rec, hasRec := m.records[id]
+	m.mu.Unlock()
+	if l != nil {
 		l.res.close()
-		delete(m.live, id)
 	}
 	var errs []error
 	// The link goes first: with it gone nothing leaves the sandbox, so a
@@ -539,7 +670,7 @@ func (m *Manager) Teardown(ctx context.Context, id string) error {
 	if ok, err := m.tableExists(); err != nil {
 		errs = append(errs, err)
 	} else if ok {
-		if err := m.removeRulesOf(n); err != nil {
+		if err := m.removeRulesOf(ctx, n, rec, hasRec); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -550,7 +681,9 @@ func (m *Manager) Teardown(ctx context.Context, id string) error {
 		if err := os.Remove(m.recordPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		} else {
+			m.mu.Lock()
 			delete(m.records, id)
+			m.mu.Unlock()
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -561,9 +694,9 @@ func (m *Manager) Teardown(ctx context.Context, id string) error {
 
 // removeRulesOf removes the kernel objects of sandbox n, its gateway
 // taken from its record, or found in the kernel when there is none.
-func (m *Manager) removeRulesOf(n sbNames) error {
+func (m *Manager) removeRulesOf(ctx context.Context, n sbNames, rec record, hasRec bool) error {
 	var gws []netip.Addr
-	if rec, ok := m.records[n.id]; ok {
+	if hasRec {
 		_, gw, _ := slotAddrs(m.cfg.Pool, rec.Slot)
 		gws = []netip.Addr{gw}
 	} else {
@@ -572,7 +705,7 @@ func (m *Manager) removeRulesOf(n sbNames) error {
 			return err
 		}
 	}
-	return m.removeSandboxRules(n, gws)
+	return m.removeSandboxRules(ctx, n, gws)
 }
 
 // Close stops every resolver and releases the Manager's handles. It does
@@ -580,16 +713,24 @@ func (m *Manager) removeRulesOf(n sbNames) error {
 // keep denying, until a new Manager re-adopts them. Idempotent.
 func (m *Manager) Close() error {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if m.closed {
+		m.mu.Unlock()
 		return nil
 	}
 	m.closed = true
-	for id, l := range m.live {
+	m.mu.Unlock()
+	// Calls under way finish (their kernel changes commit or fail as a
+	// whole); new ones get ErrClosed.
+	m.inflight.Wait()
+	m.mu.Lock()
+	lives := m.live
+	m.live = map[string]*live{}
+	m.mu.Unlock()
+	for _, l := range lives {
 		l.res.close()
-		delete(m.live, id)
 	}
 	m.adm.close()
+	m.rw.close()
 	m.hostH.Close()
 	return m.hostNS.Close()
 }

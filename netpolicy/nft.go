@@ -77,11 +77,35 @@ func (m *Manager) nft() (*nftables.Conn, error) {
 	if m.dialNFT != nil {
 		return m.dialNFT()
 	}
-	c, err := nftables.New(nftables.WithNetNSFd(int(m.hostNS)))
+	c, err := nftables.New(nftables.WithNetNSFd(int(m.hostNS)), nftables.WithSockOptions(ackBuffer))
 	if err != nil {
 		return nil, fmt.Errorf("open nftables: %w", err)
 	}
 	return c, nil
+}
+
+// nftRcvBuf is the receive buffer of an nftables connection: the kernel
+// acknowledges every message of a transaction, and a rule writer's batch
+// of ruleBatchOps sandboxes is ~640 messages whose acks (each an skb of
+// ~1 KiB truesize) overflow the default buffer (ENOBUFS, the whole
+// transaction's answer lost).
+const nftRcvBuf = 4 << 20
+
+// ackBuffer sizes a connection's receive buffer for a batch's acks:
+// SO_RCVBUFFORCE (runnerd holds CAP_NET_ADMIN, which enforcing policies
+// needs anyway), else SO_RCVBUF as far as net.core.rmem_max allows.
+func ackBuffer(c *netlink.Conn) error {
+	sc, err := c.SyscallConn()
+	if err == nil {
+		var serr error
+		if cerr := sc.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, nftRcvBuf)
+		}); cerr == nil && serr == nil {
+			return nil
+		}
+	}
+	_ = c.SetReadBuffer(nftRcvBuf)
+	return nil
 }
 
 func (m *Manager) baseChains(t *nftables.Table) (fwd, in, post *nftables.Chain) {

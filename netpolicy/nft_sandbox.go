@@ -7,6 +7,7 @@ package netpolicy
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -84,29 +85,50 @@ func gatewayElem(ifName string, gw netip.Addr) nftables.SetElement {
 	return nftables.SetElement{Key: append(ifname(ifName), gw.AsSlice()...)}
 }
 
-func sandboxSets(t *nftables.Table, n sbNames) (static, dyn *nftables.Set) {
-	static = &nftables.Set{Table: t, Name: n.static, ID: idStatic, KeyType: nftables.TypeIPAddr, Interval: true}
+// sandboxSets describes the sandbox's two sets, with batch-local IDs from
+// ids (unique within the transaction the op is part of).
+func sandboxSets(t *nftables.Table, n sbNames, ids *batchIDs) (static, dyn *nftables.Set) {
+	sid, did := ids.pair()
+	static = &nftables.Set{Table: t, Name: n.static, ID: sid, KeyType: nftables.TypeIPAddr, Interval: true}
 	// The kernel holds the cap on admitted addresses: a set made by an
 	// earlier version has no size, and keeps none (re-adding a set with
 	// another size changes nothing), until its sandbox is made again;
 	// the admission writer caps it all the same.
-	dyn = &nftables.Set{Table: t, Name: n.dyn, ID: idDyn, KeyType: nftables.TypeIPAddr, HasTimeout: true, Size: MaxAdmitted}
+	dyn = &nftables.Set{Table: t, Name: n.dyn, ID: did, KeyType: nftables.TypeIPAddr, HasTimeout: true, Size: MaxAdmitted}
 	return static, dyn
 }
 
-// ensureSandboxRules creates (or rewrites) the sandbox's sets, chains and
-// dispatch map elements in one atomic batch. The chains are flushed and
-// refilled in that batch, so re-running it after a restart never
-// duplicates a rule and never opens a window without the final reject.
-// Its cost does not depend on how many other sandboxes exist: it reads
-// nothing and writes only this sandbox's objects.
-func (m *Manager) ensureSandboxRules(n sbNames, addr, gw netip.Addr) error {
-	c, err := m.nft()
+// bigPolicy is the size of a policy (in prefixes) whose set content is
+// committed in a transaction of its own rather than batched with other
+// sandboxes' changes: it fills a netlink send by itself.
+const bigPolicy = 1024
+
+// setupRules creates (or rewrites) the sandbox's sets, chain and dispatch
+// map elements and fills its static set with prefixes, in one atomic
+// transaction (through the rule writer: with other sandboxes' changes).
+// The chain is flushed and refilled in that transaction, so re-running it
+// after a restart never duplicates a rule and never opens a window
+// without the final reject. Its cost does not depend on how many other
+// sandboxes exist: it reads nothing and writes only this sandbox's
+// objects.
+func (m *Manager) setupRules(ctx context.Context, n sbNames, addr, gw netip.Addr, prefixes []netip.Prefix) error {
+	err := m.apply(ctx, len(prefixes) > bigPolicy, func(c *nftables.Conn, ids *batchIDs) error {
+		static, dyn := sandboxSets(m.table(), n, ids)
+		if err := m.addSandboxRules(c, n, addr, gw, static, dyn); err != nil {
+			return err
+		}
+		return addStatic(c, n, static, dyn, prefixes, false)
+	})
 	if err != nil {
-		return err
+		return fmt.Errorf("install rules for %s: %w", n.id, err)
 	}
+	return nil
+}
+
+// addSandboxRules adds the messages that make the sandbox's sets, chain
+// and dispatch elements to c.
+func (m *Manager) addSandboxRules(c *nftables.Conn, n sbNames, addr, gw netip.Addr, static, dyn *nftables.Set) error {
 	t := m.table()
-	static, dyn := sandboxSets(t, n)
 	if err := c.AddSet(static, nil); err != nil {
 		return fmt.Errorf("add set %s: %w", n.static, err)
 	}
@@ -152,9 +174,6 @@ func (m *Manager) ensureSandboxRules(n sbNames, addr, gw netip.Addr) error {
 	if err := c.SetAddElements(gws, []nftables.SetElement{gatewayElem(n.hostIf, gw)}); err != nil {
 		return fmt.Errorf("add gateway of %s: %w", n.id, err)
 	}
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("install rules for %s: %w", n.id, err)
-	}
 	return nil
 }
 
@@ -162,18 +181,26 @@ func dispatchElem(ifName, chain string) nftables.SetElement {
 	return nftables.SetElement{Key: ifname(ifName), VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: chain}}
 }
 
-// setStatic replaces the static set's content with prefixes (atomically).
-// With flushDyn it also empties the resolver-admitted set.
 // setChunk is the most set elements one netlink message carries (an
 // interval set takes two per prefix).
 const setChunk = 512
 
-func (m *Manager) setStatic(n sbNames, prefixes []netip.Prefix, flushDyn bool) error {
-	c, err := m.nft()
+// setStatic replaces the static set's content with prefixes (atomically).
+// With flushDyn it also empties the resolver-admitted set.
+func (m *Manager) setStatic(ctx context.Context, n sbNames, prefixes []netip.Prefix, flushDyn bool) error {
+	err := m.apply(ctx, len(prefixes) > bigPolicy, func(c *nftables.Conn, ids *batchIDs) error {
+		static, dyn := sandboxSets(m.table(), n, ids)
+		return addStatic(c, n, static, dyn, prefixes, flushDyn)
+	})
 	if err != nil {
-		return err
+		return fmt.Errorf("update set %s: %w", n.static, err)
 	}
-	static, dyn := sandboxSets(m.table(), n)
+	return nil
+}
+
+// addStatic adds to c the messages that replace the static set's content
+// with prefixes (and empty the dynamic set, with flushDyn).
+func addStatic(c *nftables.Conn, n sbNames, static, dyn *nftables.Set, prefixes []netip.Prefix, flushDyn bool) error {
 	c.FlushSet(static)
 	if flushDyn {
 		c.FlushSet(dyn)
@@ -190,9 +217,6 @@ func (m *Manager) setStatic(n sbNames, prefixes []netip.Prefix, flushDyn bool) e
 		}
 		elems = elems[k:]
 	}
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("update set %s: %w", n.static, err)
-	}
 	return nil
 }
 
@@ -201,21 +225,19 @@ func (m *Manager) setStatic(n sbNames, prefixes []netip.Prefix, flushDyn bool) e
 //
 // It holds dynMu (see Manager), so no admission lands after the flush
 // for a policy stored before it. The caller holds mu.
-func (m *Manager) denyAll(n sbNames) error {
+func (m *Manager) denyAll(ctx context.Context, n sbNames) error {
 	m.dynMu.Lock()
 	defer m.dynMu.Unlock()
 	defer m.forgetAdmitted(n.id)
 	var errs []error
-	static, dyn := sandboxSets(m.table(), n)
-	for _, s := range []*nftables.Set{static, dyn} {
-		c, err := m.nft()
+	for i, name := range []string{n.static, n.dyn} {
+		err := m.apply(ctx, false, func(c *nftables.Conn, ids *batchIDs) error {
+			static, dyn := sandboxSets(m.table(), n, ids)
+			c.FlushSet([]*nftables.Set{static, dyn}[i])
+			return nil
+		})
 		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		c.FlushSet(s)
-		if err := c.Flush(); err != nil {
-			errs = append(errs, fmt.Errorf("flush set %s: %w", s.Name, err))
+			errs = append(errs, fmt.Errorf("flush set %s: %w", name, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -227,7 +249,7 @@ func (m *Manager) admitted(n sbNames) ([]netip.Addr, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, dyn := sandboxSets(m.table(), n)
+	_, dyn := sandboxSets(m.table(), n, &batchIDs{})
 	elems, err := c.GetSetElements(dyn)
 	if err != nil {
 		return nil, fmt.Errorf("list set %s: %w", n.dyn, err)
@@ -253,18 +275,26 @@ func (m *Manager) admitted(n sbNames) ([]netip.Addr, error) {
 // whatever is left. The first batch is not always the second: adding an
 // element that jumps makes the kernel validate the whole table's jump
 // graph on commit, which costs in proportion to the number of sandboxes.
-func (m *Manager) removeSandboxRules(n sbNames, gws []netip.Addr) error {
-	if err := m.deleteSandboxObjects(n, gws, false); err == nil {
+func (m *Manager) removeSandboxRules(ctx context.Context, n sbNames, gws []netip.Addr) error {
+	if err := m.deleteSandboxObjects(ctx, n, gws, false); err == nil {
 		return nil
 	}
-	return m.deleteSandboxObjects(n, gws, true)
+	return m.deleteSandboxObjects(ctx, n, gws, true)
 }
 
-func (m *Manager) deleteSandboxObjects(n sbNames, gws []netip.Addr, addFirst bool) error {
-	c, err := m.nft()
+func (m *Manager) deleteSandboxObjects(ctx context.Context, n sbNames, gws []netip.Addr, addFirst bool) error {
+	err := m.apply(ctx, false, func(c *nftables.Conn, ids *batchIDs) error {
+		return m.addDeletes(c, ids, n, gws, addFirst)
+	})
 	if err != nil {
-		return err
+		return fmt.Errorf("delete rules of %s: %w", n.id, err)
 	}
+	return nil
+}
+
+// addDeletes adds to c the messages that delete the sandbox's objects
+// (after adding each, with addFirst).
+func (m *Manager) addDeletes(c *nftables.Conn, ids *batchIDs, n sbNames, gws []netip.Addr, addFirst bool) error {
 	t := m.table()
 	out := &nftables.Chain{Name: n.out, Table: t}
 	if addFirst {
@@ -294,7 +324,7 @@ func (m *Manager) deleteSandboxObjects(n sbNames, gws []netip.Addr, addFirst boo
 	}
 	c.FlushChain(out)
 	c.DelChain(out)
-	static, dyn := sandboxSets(t, n)
+	static, dyn := sandboxSets(t, n, ids)
 	for _, s := range []*nftables.Set{static, dyn} {
 		if addFirst {
 			if err := c.AddSet(s, nil); err != nil {
@@ -302,9 +332,6 @@ func (m *Manager) deleteSandboxObjects(n sbNames, gws []netip.Addr, addFirst boo
 			}
 		}
 		c.DelSet(s)
-	}
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("delete rules of %s: %w", n.id, err)
 	}
 	return nil
 }

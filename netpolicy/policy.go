@@ -211,6 +211,19 @@ func (pp *parsedPolicy) covers(a netip.Addr) bool {
 	return i < len(pp.ranges) && pp.ranges[i].lo <= v
 }
 
+// rangesWithin reports whether every address pp's CIDRs and addresses
+// hold, q's hold too: a change from pp to q revokes no static
+// destination.
+func (pp *parsedPolicy) rangesWithin(q *parsedPolicy) bool {
+	for _, r := range pp.ranges {
+		i := sort.Search(len(q.ranges), func(i int) bool { return q.ranges[i].hi > r.lo })
+		if i == len(q.ranges) || q.ranges[i].lo > r.lo || r.hi > q.ranges[i].hi {
+			return false
+		}
+	}
+	return true
+}
+
 // checkHostname accepts a lowercased name of LDH labels (underscores are
 // tolerated, as in SRV-style names) that is not all-numeric at the top.
 func checkHostname(name string) error {

@@ -270,3 +270,31 @@ func TestPublicEgress(t *testing.T) {
 	}
 	t.Logf("PublicEgress: %d entries: %v", len(p.Allow), p.Allow)
 }
+
+func TestRangesWithin(t *testing.T) {
+	pol := func(allow ...string) *parsedPolicy {
+		t.Helper()
+		pp, err := parsePolicy(Policy{Allow: allow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pp
+	}
+	for _, tc := range []struct {
+		from, to []string
+		want     bool
+	}{
+		{nil, []string{"192.0.2.1"}, true},
+		{[]string{"192.0.2.1"}, []string{"192.0.2.0/24"}, true},
+		{[]string{"192.0.2.0/24"}, []string{"192.0.2.1"}, false},
+		{[]string{"192.0.2.0/25"}, []string{"192.0.2.0/26", "192.0.2.64/26"}, true}, // merged
+		{[]string{"192.0.2.0/24"}, []string{"192.0.2.0/25", "198.51.100.0/24"}, false},
+		{[]string{"192.0.2.7", "10.0.0.0/8"}, []string{"10.0.0.0/7", "192.0.2.0/28"}, true},
+		{[]string{"10.0.0.0/8"}, nil, false},
+		{[]string{"a.test"}, nil, true}, // names are not ranges: flushDyn judges them
+	} {
+		if got := pol(tc.from...).rangesWithin(pol(tc.to...)); got != tc.want {
+			t.Errorf("%v within %v: got %v, want %v", tc.from, tc.to, got, tc.want)
+		}
+	}
+}

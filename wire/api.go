@@ -411,6 +411,10 @@ type Info struct {
 	// runnerd's network policy rules, its own among the runnerds of the
 	// host; "" when network_policy is not advertised.
 	NetworkTable string `json:"network_table,omitempty"`
+	// NetworkPending counts the contained sandboxes whose network this
+	// runnerd has not yet re-adopted after its start (done in the
+	// background; a call that needs one adopts it first). 0 once all are.
+	NetworkPending int `json:"network_pending,omitempty"`
 	// WarmShims is the warm pool: the shims kept started ahead (Target,
 	// 0 when the pool is off) and those waiting now (Idle).
 	WarmShims WarmShims `json:"warm_shims"`

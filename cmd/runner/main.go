@@ -2,23 +2,17 @@
 // sandboxes, run commands in them, attach a terminal to a running session,
 // replay its output, and steer it (stdin, signals, terminate).
 //
-// It is wiring only: flags and arguments become calls of the client
-// package, and answers become output and an exit code. `runner --help`
+// It is one call of package cli, where the commands live; `runner --help`
 // documents every command and the exit-code table; docs/cli.md has a tour.
 package main
 
 import (
 	"context"
 	"os"
-	"os/signal"
-	"syscall"
+
+	"github.com/agentrunner/runner/cli"
 )
 
 func main() {
-	// A write to a closed stdout or stderr pipe (runner ... | head) is
-	// then EPIPE, not death by SIGPIPE: exec ends the command it
-	// started before runner exits 141 (follow.go). Notify rather than
-	// Ignore: an ignored SIGPIPE is inherited by any process started.
-	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	os.Exit(run(context.Background(), os.Args[1:], stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr}))
+	os.Exit(cli.Main(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
