@@ -26,10 +26,16 @@ var rules = []struct {
 	// provider package added under adapter/ gets its own row here
 	// (TestAdapterSubpackagesHaveRules insists).
 	{pkg: "adapter/stream", stdlibOnly: true, allowed: []string{"adapter", "wire"}},
-	{pkg: "adapter/guest", stdlibOnly: true, allowed: []string{"adapter", "adapter/stream", "wire"}},
+	{pkg: "adapter/guest", stdlibOnly: true, allowed: []string{"adapter", "adapter/guest/guestproto", "adapter/stream", "wire"}},
+	// adapter/guest/guestproto is runner-shim's --json answer, written by
+	// cmd/runner-shim and read by the adapters.
+	{pkg: "adapter/guest/guestproto", stdlibOnly: true, allowed: []string{"wire"}},
 	// adapter/hosted is the portable hosted adapter the providers' drivers
 	// plug into.
-	{pkg: "adapter/hosted", stdlibOnly: true, allowed: []string{"adapter", "adapter/guest", "adapter/stream", "wire"}},
+	{pkg: "adapter/hosted", stdlibOnly: true, allowed: []string{"adapter", "adapter/guest", "adapter/guest/guestproto", "adapter/stream", "wire"}},
+	// adapter/hosted/httpcall is the one error type, error-table
+	// classifier and HTTP caller the hosted providers share.
+	{pkg: "adapter/hosted/httpcall", stdlibOnly: true, allowed: []string{"adapter", "adapter/secret"}},
 	// adapter/hosted/hostedtest is the provider scenarios every driver's
 	// tests run (stdlib + testing).
 	{pkg: "adapter/hosted/hostedtest", stdlibOnly: true, allowed: []string{"adapter", "adapter/conformance"}},
@@ -38,14 +44,14 @@ var rules = []struct {
 	{pkg: "adapter/internal/standin", stdlibOnly: true},
 	// adapter/secret is the credential type the hosted providers share.
 	{pkg: "adapter/secret", stdlibOnly: true},
-	{pkg: "adapter/e2b", stdlibOnly: true, allowed: []string{"adapter", "adapter/secret", "adapter/guest", "adapter/hosted", "adapter/stream", "wire"}},
-	{pkg: "adapter/e2b/e2btest", stdlibOnly: true, allowed: []string{"adapter", "adapter/secret", "adapter/internal/standin", "adapter/e2b", "adapter/guest", "adapter/hosted", "adapter/stream", "wire"}},
-	{pkg: "adapter/daytona", stdlibOnly: true, allowed: []string{"adapter", "adapter/secret", "adapter/guest", "adapter/hosted", "adapter/stream", "wire"}},
-	{pkg: "adapter/daytona/daytonatest", stdlibOnly: true, allowed: []string{"adapter", "adapter/secret", "adapter/internal/standin", "adapter/daytona", "adapter/guest", "adapter/hosted", "adapter/stream", "wire"}},
+	{pkg: "adapter/e2b", stdlibOnly: true, allowed: []string{"adapter", "adapter/secret", "adapter/guest", "adapter/guest/guestproto", "adapter/hosted", "adapter/hosted/httpcall", "adapter/stream", "wire"}},
+	{pkg: "adapter/e2b/e2btest", stdlibOnly: true, allowed: []string{"adapter", "adapter/secret", "adapter/internal/standin", "adapter/e2b", "adapter/guest", "adapter/guest/guestproto", "adapter/hosted", "adapter/hosted/httpcall", "adapter/stream", "wire"}},
+	{pkg: "adapter/daytona", stdlibOnly: true, allowed: []string{"adapter", "adapter/secret", "adapter/guest", "adapter/guest/guestproto", "adapter/hosted", "adapter/hosted/httpcall", "adapter/stream", "wire"}},
+	{pkg: "adapter/daytona/daytonatest", stdlibOnly: true, allowed: []string{"adapter", "adapter/secret", "adapter/internal/standin", "adapter/daytona", "adapter/guest", "adapter/guest/guestproto", "adapter/hosted", "adapter/hosted/httpcall", "adapter/stream", "wire"}},
 	// The Sprites exec API is a WebSocket: coder/websocket (stdlib-only
 	// itself) is the one module outside this one these two may use.
-	{pkg: "adapter/sprites", stdlibOnly: true, allowed: []string{"adapter", "adapter/secret", "adapter/guest", "adapter/hosted", "adapter/stream", "wire", "github.com/coder/websocket"}},
-	{pkg: "adapter/sprites/spritestest", stdlibOnly: true, allowed: []string{"adapter", "adapter/secret", "adapter/internal/standin", "adapter/sprites", "adapter/guest", "adapter/hosted", "adapter/stream", "wire", "github.com/coder/websocket"}},
+	{pkg: "adapter/sprites", stdlibOnly: true, allowed: []string{"adapter", "adapter/secret", "adapter/guest", "adapter/guest/guestproto", "adapter/hosted", "adapter/hosted/httpcall", "adapter/stream", "wire", "github.com/coder/websocket"}},
+	{pkg: "adapter/sprites/spritestest", stdlibOnly: true, allowed: []string{"adapter", "adapter/secret", "adapter/internal/standin", "adapter/sprites", "adapter/guest", "adapter/guest/guestproto", "adapter/hosted", "adapter/hosted/httpcall", "adapter/stream", "wire", "github.com/coder/websocket"}},
 	{pkg: "wire", stdlibOnly: true},
 	{pkg: "internal/atomicfile", stdlibOnly: true},
 	{pkg: "internal/keyed", stdlibOnly: true},

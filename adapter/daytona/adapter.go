@@ -41,27 +41,16 @@ type AdapterConfig struct {
 	// sandbox (nil: the API's default, 15; 0: never). A stopped sandbox
 	// keeps its disk but not its processes.
 	AutoStopInterval *int
-	// Version is the runner-shim version the guest must run (the caller's
-	// version.String()). Required.
-	Version string
-	// Shim is runner-shim's path in the guest (default "runner-shim",
-	// found in the guest's PATH). Only [A-Za-z0-9._/+-].
-	Shim string
-	// Root is runner-shim's session root in the guest (DefaultRoot).
-	Root string
+	// Config is the runner-shim settings every hosted provider shares
+	// (Version is required). Here Shim defaults to "runner-shim", found
+	// in the guest's PATH, and holds only [A-Za-z0-9._/+-]; Root defaults
+	// to DefaultRoot, Lease to DefaultLease; ShimBinary's binary is
+	// uploaded with the toolbox's files API, then made executable with
+	// chmod through /process/execute.
+	hosted.Config
 	// IODir is where each call's script and stdin are uploaded
 	// (DefaultIODir). Only [A-Za-z0-9._/+-].
 	IODir string
-	// ShimBinary, when not nil, returns the runner-shim binary to install
-	// at Shim in a guest that has none (uploaded with the toolbox's files
-	// API, then made executable with chmod through /process/execute);
-	// nil: a guest without it is refused.
-	ShimBinary func() ([]byte, error)
-	// Lease bounds each attach process in the guest (DefaultLease).
-	Lease time.Duration
-	// ReattachWindow is how long a stream attaches again after a cut
-	// (guest.DefaultReattach).
-	ReattachWindow time.Duration
 	// PollInterval is the executor's fastest log poll (default 25 ms); an
 	// idle command is polled less often, up to 8 times slower.
 	PollInterval time.Duration
@@ -95,13 +84,13 @@ type driver struct{ a *Adapter }
 func NewAdapter(cfg AdapterConfig) (*Adapter, error) {
 	const op = "configure daytona adapter"
 	if cfg.Client == nil || cfg.Version == "" {
-		return nil, &Error{Op: op, kind: invalid("Client and Version are required")}
+		return nil, fail(op, 0, invalid("Client and Version are required"))
 	}
 	if cfg.Shim == "" {
 		cfg.Shim = guest.DefaultShim
 	}
 	if cfg.ShimBinary != nil && !strings.Contains(cfg.Shim, "/") {
-		return nil, &Error{Op: op, kind: invalid("with ShimBinary, Shim is the path to install it at (a name is looked up in PATH)")}
+		return nil, fail(op, 0, invalid("with ShimBinary, Shim is the path to install it at (a name is looked up in PATH)"))
 	}
 	if cfg.Root == "" {
 		cfg.Root = DefaultRoot
@@ -110,7 +99,7 @@ func NewAdapter(cfg AdapterConfig) (*Adapter, error) {
 		cfg.IODir = DefaultIODir
 	}
 	if !plainPath(cfg.Shim) || !plainPath(cfg.IODir) {
-		return nil, &Error{Op: op, kind: invalid("Shim and IODir may hold only letters, digits and . _ / + -")}
+		return nil, fail(op, 0, invalid("Shim and IODir may hold only letters, digits and . _ / + -"))
 	}
 	if cfg.Lease <= 0 {
 		cfg.Lease = DefaultLease
@@ -119,8 +108,7 @@ func NewAdapter(cfg AdapterConfig) (*Adapter, error) {
 		cfg.PollInterval = 25 * time.Millisecond
 	}
 	a := &Adapter{cfg: cfg}
-	h, err := hosted.New(hosted.Config{Driver: driver{a}, Version: cfg.Version, Shim: cfg.Shim, Root: cfg.Root,
-		Lease: cfg.Lease, ReattachWindow: cfg.ReattachWindow})
+	h, err := hosted.New(driver{a}, cfg.Config)
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/adapter/daytona"
 	"github.com/agentrunner/runner/adapter/daytona/daytonatest"
+	"github.com/agentrunner/runner/adapter/hosted"
 	"github.com/agentrunner/runner/adapter/hosted/hostedtest"
 )
 
@@ -63,8 +64,7 @@ func standIn(t testing.TB) (*daytonatest.Server, *daytona.Client) {
 
 func newAdapter(t testing.TB, c *daytona.Client, mod func(*daytona.AdapterConfig)) *daytona.Adapter {
 	t.Helper()
-	cfg := daytona.AdapterConfig{Client: c, Version: shimVersion, Shim: shimBin,
-		Lease: 3 * time.Second, ReattachWindow: 20 * time.Second}
+	cfg := daytona.AdapterConfig{Client: c, Config: hosted.Config{Version: shimVersion, Shim: shimBin, Lease: 3 * time.Second, ReattachWindow: 20 * time.Second}}
 	if mod != nil {
 		mod(&cfg)
 	}

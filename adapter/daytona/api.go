@@ -1,7 +1,6 @@
 package daytona
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/adapter/hosted"
+	"github.com/agentrunner/runner/adapter/hosted/httpcall"
 )
 
 // DefaultAPIURL is Daytona's production API.
@@ -48,47 +48,49 @@ type Config struct {
 // goroutines; there is nothing to close.
 type Client struct {
 	apiURL string
-	org    string
 	key    Secret
-	hc     *http.Client
 	poll   time.Duration
+	call   httpcall.Caller
 }
 
 // New returns a client for cfg. It refuses an empty key and a malformed
 // URL with *adapter.InvalidError.
 func New(cfg Config) (*Client, error) {
 	if cfg.APIKey.IsZero() {
-		return nil, &Error{Op: "configure daytona", kind: invalid("no API key")}
+		return nil, fail("configure daytona", 0, invalid("no API key"))
 	}
-	c := &Client{apiURL: strings.TrimRight(cfg.APIURL, "/"), org: cfg.OrganizationID, key: cfg.APIKey, poll: cfg.PollInterval}
+	c := &Client{apiURL: strings.TrimRight(cfg.APIURL, "/"), key: cfg.APIKey, poll: cfg.PollInterval}
 	if c.apiURL == "" {
 		c.apiURL = DefaultAPIURL
 	}
-	if err := checkURL(c.apiURL); err != nil {
-		return nil, &Error{Op: "configure daytona", kind: err}
+	if err := httpcall.CheckURL(c.apiURL); err != nil {
+		return nil, fail("configure daytona", 0, err)
 	}
 	if c.poll <= 0 {
 		c.poll = 250 * time.Millisecond
 	}
-	// A copy, so the caller's client is left as it was, that never follows
-	// a redirect: a redirect to another host would carry the request's
-	// custom headers along, and the toolbox proxy's host comes from an API
-	// answer. A 3xx is an answer here.
-	hc := http.Client{}
-	if cfg.HTTPClient != nil {
-		hc = *cfg.HTTPClient
+	org := cfg.OrganizationID
+	c.call = httpcall.Caller{
+		Provider: provider,
+		Accept:   "application/json",
+		Base:     c.apiURL,
+		// Never follows a redirect: a redirect to another host would carry
+		// the request's headers along, and the toolbox proxy's host comes
+		// from an API answer.
+		Client: httpcall.NewClient(cfg.HTTPClient),
+		Header: func(h http.Header) {
+			h.Set("Authorization", "Bearer "+c.key.Reveal())
+			if org != "" {
+				h.Set("X-Daytona-Organization-ID", org)
+			}
+		},
+		Secrets: []Secret{c.key},
+		Fail: func(r *httpcall.Request, status int, h http.Header, raw []byte, red httpcall.Redactor) error {
+			return statusError(r.Op, r.Class, status, h, raw, red)
+		},
+		MaxBody: maxBody,
 	}
-	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	c.hc = &hc
 	return c, nil
-}
-
-func checkURL(u string) error {
-	p, err := url.Parse(u)
-	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.User != nil {
-		return invalid("bad URL " + strconv.Quote(u))
-	}
-	return nil
 }
 
 // String names the client without its key.
@@ -199,8 +201,8 @@ func (c *Client) WaitState(ctx context.Context, idOrName, want string) (Sandbox,
 		case want:
 			return s, nil
 		case StateError, StateBuildFailed:
-			return s, &Error{Op: "wait for sandbox " + idOrName, kind: &adapter.ProviderError{Provider: provider,
-				Detail: fmt.Sprintf("state %s: %s", s.State, c.redact(s.ErrorReason))}}
+			return s, fail("wait for sandbox "+idOrName, 0, &adapter.ProviderError{Provider: provider,
+				Detail: fmt.Sprintf("state %s: %s", s.State, c.redact(s.ErrorReason))})
 		}
 		select {
 		case <-ctx.Done():
@@ -237,7 +239,7 @@ type Page struct {
 func (c *Client) List(ctx context.Context, opts ListOptions) (Page, error) {
 	const opName = "list sandboxes"
 	if opts.Limit < 0 || opts.Limit > MaxListLimit {
-		return Page{}, &Error{Op: opName, kind: invalid(fmt.Sprintf("limit %d outside 1..%d", opts.Limit, MaxListLimit))}
+		return Page{}, fail(opName, 0, invalid(fmt.Sprintf("limit %d outside 1..%d", opts.Limit, MaxListLimit)))
 	}
 	q := url.Values{}
 	if opts.Cursor != "" {
@@ -253,7 +255,7 @@ func (c *Client) List(ctx context.Context, opts ListOptions) (Page, error) {
 		// The API takes the label filter as one JSON object.
 		b, err := json.Marshal(opts.Labels)
 		if err != nil {
-			return Page{}, &Error{Op: opName, kind: invalid("encode labels: " + err.Error())}
+			return Page{}, fail(opName, 0, invalid("encode labels: "+err.Error()))
 		}
 		q.Set("labels", string(b))
 	}
@@ -268,7 +270,7 @@ func (c *Client) List(ctx context.Context, opts ListOptions) (Page, error) {
 		return Page{}, err
 	}
 	if body.Items == nil {
-		return Page{}, &Error{Op: opName, Status: http.StatusOK, kind: unavailable("answer has no items")}
+		return Page{}, fail(opName, http.StatusOK, unavailable("answer has no items"))
 	}
 	p := Page{Items: *body.Items}
 	if body.NextCursor != nil {
@@ -319,8 +321,8 @@ func (c *Client) ToolboxProxyURL(ctx context.Context, sandboxID string) (string,
 	if err := c.do(ctx, opName, opOther, http.MethodGet, "/sandbox/"+url.PathEscape(sandboxID)+"/toolbox-proxy-url", nil, nil, &body); err != nil {
 		return "", err
 	}
-	if err := checkURL(body.URL); err != nil {
-		return "", &Error{Op: opName, Status: http.StatusOK, kind: unavailable("answer has no usable URL")}
+	if err := httpcall.CheckURL(body.URL); err != nil {
+		return "", fail(opName, http.StatusOK, unavailable("answer has no usable URL"))
 	}
 	return body.URL, nil
 }
@@ -329,7 +331,7 @@ func (c *Client) ToolboxProxyURL(ctx context.Context, sandboxID string) (string,
 // asking the API for the proxy when sb does not name it.
 func (c *Client) Toolbox(ctx context.Context, sb Sandbox) (*Toolbox, error) {
 	if sb.ID == "" {
-		return nil, &Error{Op: "open toolbox", kind: invalid("sandbox has no id")}
+		return nil, fail("open toolbox", 0, invalid("sandbox has no id"))
 	}
 	proxy := sb.ToolboxProxyURL
 	if proxy == "" {
@@ -338,74 +340,23 @@ func (c *Client) Toolbox(ctx context.Context, sb Sandbox) (*Toolbox, error) {
 			return nil, err
 		}
 	}
-	if err := checkURL(proxy); err != nil {
-		return nil, &Error{Op: "open toolbox of " + sb.ID, kind: err}
+	if err := httpcall.CheckURL(proxy); err != nil {
+		return nil, fail("open toolbox of "+sb.ID, 0, err)
 	}
 	return &Toolbox{c: c, base: strings.TrimRight(proxy, "/") + "/" + url.PathEscape(sb.ID), sandboxID: sb.ID}, nil
 }
 
-func (c *Client) redact(s string) string { return redactor{c.key}.clean(s) }
+func (c *Client) redact(s string) string { return httpcall.Redact(c.key).Clean(s) }
 
-// do sends one JSON request and maps every outcome: the API's and the
+// do sends one JSON request through the shared caller: the API's and the
 // toolbox's calls share it.
-func (c *Client) do(ctx context.Context, opName string, kind op, method, u string, q url.Values, in, out any) error {
-	if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
-		u = c.apiURL + u
-	}
-	var body io.Reader
-	ct := ""
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return &Error{Op: opName, kind: invalid("encode request: " + err.Error())}
-		}
-		body, ct = bytes.NewReader(b), "application/json"
-	}
-	raw, _, err := c.send(ctx, opName, kind, method, u, q, body, ct, nil)
-	if err != nil || out == nil {
-		return err
-	}
-	if err := json.Unmarshal(raw, out); err != nil {
-		// A 2xx whose body does not parse was cut or mangled on the way.
-		return &Error{Op: opName, Status: http.StatusOK, kind: unavailable("decode answer: " + c.redact(err.Error()))}
-	}
-	return nil
+func (c *Client) do(ctx context.Context, opName string, kind httpcall.Op, method, u string, q url.Values, in, out any) error {
+	_, err := c.call.JSON(ctx, &httpcall.Request{Op: opName, Class: kind, Method: method, URL: u, Query: q, JSON: in}, out)
+	return err
 }
 
 // send sends one request and returns the whole body of a 2xx answer.
-// Reading the whole body before judging it makes a connection dropped
-// mid-body a transport failure, not an answer.
-func (c *Client) send(ctx context.Context, opName string, kind op, method, u string, q url.Values, body io.Reader, ct string, hdr http.Header) ([]byte, http.Header, error) {
-	red := redactor{c.key}
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
-	if err != nil {
-		return nil, nil, &Error{Op: opName, kind: invalid("build request: " + red.clean(err.Error()))}
-	}
-	for k, v := range hdr {
-		req.Header[k] = v
-	}
-	req.Header.Set("Authorization", "Bearer "+c.key.Reveal())
-	req.Header.Set("Accept", "application/json")
-	if c.org != "" {
-		req.Header.Set("X-Daytona-Organization-ID", c.org)
-	}
-	if ct != "" {
-		req.Header.Set("Content-Type", ct)
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return nil, nil, transportError(ctx, opName, err, red)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
-	if err != nil {
-		return nil, nil, transportError(ctx, opName, fmt.Errorf("read body: %w", err), red)
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, nil, statusError(opName, kind, resp.StatusCode, resp.Header, raw, red)
-	}
-	return raw, resp.Header, nil
+func (c *Client) send(ctx context.Context, opName string, kind httpcall.Op, method, u string, q url.Values, body io.Reader, ct string, hdr http.Header) ([]byte, error) {
+	rep, err := c.call.Do(ctx, &httpcall.Request{Op: opName, Class: kind, Method: method, URL: u, Query: q, Body: body, ContentType: ct, Header: hdr})
+	return rep.Body, err
 }

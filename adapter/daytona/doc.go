@@ -21,7 +21,7 @@
 //     error when the caller's context ended first. [adapter.ErrNotFound] is
 //     given only for a 404 with the API's own error body on GET of a
 //     sandbox. A toolbox answer is judged by the status the daemon meant
-//     ([Error.DaemonStatus]: a wrapped 500's common-go prefix, gin's
+//     ([Error.OwnStatus]: a wrapped 500's common-go prefix, gin's
 //     empty-bodied 400 and 404), never as a sandbox's absence. A 409 on create additionally matches [ErrNameTaken], so the
 //     layer above can adopt the existing sandbox (GET it by name).
 //   - The API key travels only in the Authorization header, never across a

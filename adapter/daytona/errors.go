@@ -1,16 +1,13 @@
 package daytona
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 
 	"github.com/agentrunner/runner/adapter"
-	"github.com/agentrunner/runner/adapter/hosted"
-	"github.com/agentrunner/runner/adapter/secret"
+	"github.com/agentrunner/runner/adapter/hosted/httpcall"
 )
 
 // provider names this adapter in *adapter.ProviderError.
@@ -22,41 +19,20 @@ const provider = "daytona"
 // layer above adopts the sandbox by getting it by name.
 var ErrNameTaken = errors.New("sandbox name taken")
 
-// Error is the detail of a failed call, beneath its taxonomy kind:
-// errors.Is and errors.As on it reach the adapter error (for example
-// *adapter.RateLimitedError) through Unwrap. Status lets the layer above
-// tell answers apart that share a kind (a toolbox session the daemon does
-// not know, 404, from another provider failure) without matching text.
-type Error struct {
-	// Op is the call that failed, as a short verb phrase ("get sandbox x").
-	Op string
-	// Status is the HTTP status of the answer, 0 when none arrived.
-	Status int
-	// OwnBody is true when the answer carried the API's or the toolbox
-	// daemon's own error body (not a proxy's).
-	OwnBody bool
-	// DaemonStatus is, for an answer the toolbox daemon gave (its JSON
-	// error body, or the empty body of gin's AbortWithError on a 400 or
-	// 404), the status its answer means: Status, or the status the
-	// message's common-go prefix names when the daemon wrapped a typed
-	// error into a 500 ("failed to execute command: not found: session
-	// not found" means 404). 0 for every other answer.
-	DaemonStatus int
-	// Message is the provider's message with every secret removed.
-	Message string
-	kind    error
-	// taken marks a 409 on create (ErrNameTaken).
-	taken bool
-}
+// Error is the detail of a failed call, beneath its taxonomy kind (the
+// hosted providers' one error type): Status, OwnBody and OwnStatus let the
+// layer above tell answers apart that share a kind (a toolbox session the
+// daemon does not know, 404, from another provider failure) without
+// matching text. OwnStatus is, for an answer the toolbox daemon gave (its
+// JSON error body, or the empty body of gin's AbortWithError on a 400 or
+// 404), the status its answer means: Status, or the status the message's
+// common-go prefix names when the daemon wrapped a typed error into a 500
+// ("failed to execute command: not found: session not found" means 404).
+type Error = httpcall.Error
 
-func (e *Error) Error() string { return e.Op + ": " + e.kind.Error() }
-
-// Unwrap returns the taxonomy error and, for a 409 on create, ErrNameTaken.
-func (e *Error) Unwrap() []error {
-	if e.taken {
-		return []error{e.kind, ErrNameTaken}
-	}
-	return []error{e.kind}
+// fail is the failure of opName, of kind (status 0: no answer arrived).
+func fail(opName string, status int, kind error) *Error {
+	return httpcall.NewError(provider, opName, status, kind)
 }
 
 // IsToolboxNotFound reports whether err is the toolbox daemon's own "not
@@ -67,7 +43,7 @@ func (e *Error) Unwrap() []error {
 // not_found.
 func IsToolboxNotFound(err error) bool {
 	var e *Error
-	return errors.As(err, &e) && e.DaemonStatus == http.StatusNotFound && strings.HasPrefix(e.Op, "toolbox ")
+	return errors.As(err, &e) && e.OwnStatus == http.StatusNotFound && strings.HasPrefix(e.Op, "toolbox ")
 }
 
 // IsSessionExists reports whether err is the toolbox daemon's 409 on
@@ -75,7 +51,7 @@ func IsToolboxNotFound(err error) bool {
 // before a lost answer).
 func IsSessionExists(err error) bool {
 	var e *Error
-	return errors.As(err, &e) && e.DaemonStatus == http.StatusConflict && strings.HasPrefix(e.Op, "toolbox create session")
+	return errors.As(err, &e) && e.OwnStatus == http.StatusConflict && strings.HasPrefix(e.Op, "toolbox create session")
 }
 
 // isDaemonAnswer reports whether err is an answer of the toolbox daemon
@@ -83,16 +59,15 @@ func IsSessionExists(err error) bool {
 // failed the call after reading it.
 func isDaemonAnswer(err error) bool {
 	var e *Error
-	return errors.As(err, &e) && e.DaemonStatus != 0
+	return errors.As(err, &e) && e.OwnStatus != 0
 }
 
-// op says which call failed: a GET of a sandbox may turn a 404 into
-// adapter.ErrNotFound (the documented definitive answer), a create turns
-// 409 into ErrNameTaken, and a toolbox call reads the daemon's codes.
-type op int
-
+// The calls the error table tells apart: a GET of a sandbox may turn a
+// 404 into adapter.ErrNotFound (the documented definitive answer), a
+// create turns 409 into ErrNameTaken, and a toolbox call reads the
+// daemon's codes.
 const (
-	opOther op = iota
+	opOther httpcall.Op = 1 << iota
 	opGetSandbox
 	opCreate
 	opToolbox
@@ -186,77 +161,49 @@ func daemonStatus(status int, raw []byte, own bool, msg string) int {
 	return 0
 }
 
+// noRoute marks gin's answer for a route the daemon does not have (an
+// older or newer daemon, a wrong URL): asking again gets the same.
+const noRoute = "no route"
+
+// table is Daytona's error table. Rows match the status the answer
+// means (Error.OwnStatus for the toolbox daemon's own answers).
+var table = httpcall.Table{Provider: provider, Rules: []httpcall.Rule{
+	{Status: []int{429}, Kind: adapter.KindRateLimited},
+	{Status: []int{401, 403}, Kind: adapter.KindDenied},
+	{Ops: opToolbox | opToolboxFile, Code: []string{noRoute}, Kind: adapter.KindProvider, Note: ": the toolbox has no such route"},
+	// A proxy's answer (the toolbox proxy gives 502 for a sandbox it
+	// cannot reach), a 404 from a wrong URL, a 5xx page: it proves
+	// nothing about the sandbox.
+	{Own: httpcall.ForeignBody, Kind: adapter.KindUnavailable},
+	{Ops: opGetSandbox, Status: []int{404}, Kind: adapter.KindNotFound},
+	// A path the caller named is not there.
+	{Ops: opToolboxFile, Status: []int{404}, Kind: adapter.KindInvalid},
+	{Ops: opCreate, Status: []int{409}, Kind: adapter.KindInvalid, Cause: ErrNameTaken},
+	// Input to a command that already completed.
+	{Ops: opToolbox | opToolboxFile, Status: []int{410}, Kind: adapter.KindCommandExited},
+	{Status: []int{400, 409, 422}, Kind: adapter.KindInvalid},
+	{Status: []int{408, 502, 503, 504}, Kind: adapter.KindUnavailable},
+	// 404 of anything but GET sandbox (delete, stop, a toolbox session:
+	// confirm with Get), 500 with the provider's body, other codes.
+}}
+
 // statusError maps an answer that is not a success.
-func statusError(opName string, kind op, status int, h http.Header, raw []byte, red redactor) error {
+func statusError(opName string, kind httpcall.Op, status int, h http.Header, raw []byte, red httpcall.Redactor) error {
 	msg, own := parseErrorBody(raw, status)
-	e := &Error{Op: opName, Status: status, OwnBody: own, Message: red.clean(msg)}
-	toolbox := kind == opToolbox || kind == opToolboxFile
-	eff := status
-	if toolbox {
-		e.DaemonStatus = daemonStatus(status, raw, own, msg)
-		if e.DaemonStatus != 0 {
-			eff, own = e.DaemonStatus, true
+	e := &Error{Op: opName, Status: status, OwnBody: own, Message: red.Clean(msg)}
+	a := httpcall.Answer{Op: kind, Status: status, Detail: httpcall.Detail(status, "", e.Message), RetryAfter: httpcall.RetryAfter(h)}
+	if kind&(opToolbox|opToolboxFile) != 0 {
+		e.OwnStatus = daemonStatus(status, raw, own, msg)
+		if e.OwnStatus != 0 {
+			a.Status, own = e.OwnStatus, true
+		}
+		if !own && status == http.StatusNotFound && strings.TrimSpace(string(raw)) == ginNotFound {
+			a.Code = noRoute
 		}
 	}
-	detail := fmt.Sprintf("HTTP %d", status)
-	if e.Message != "" {
-		detail += ": " + e.Message
-	}
-	switch {
-	case status == http.StatusTooManyRequests:
-		e.kind = &adapter.RateLimitedError{RetryAfter: hosted.RetryAfter(h)}
-	case status == http.StatusUnauthorized || status == http.StatusForbidden:
-		e.kind = &adapter.DeniedError{Detail: detail}
-	case toolbox && !own && status == http.StatusNotFound && strings.TrimSpace(string(raw)) == ginNotFound:
-		// gin's answer for a route the daemon does not have (an older
-		// or newer daemon, a wrong URL): asking again gets the same.
-		e.kind = &adapter.ProviderError{Provider: provider, Detail: detail + ": the toolbox has no such route"}
-	case !own:
-		// A proxy's answer (the toolbox proxy gives 502 for a sandbox it
-		// cannot reach), a 404 from a wrong URL, a 5xx page: it proves
-		// nothing about the sandbox.
-		e.kind = &adapter.UnavailableError{Detail: detail}
-	case eff == http.StatusNotFound && kind == opGetSandbox:
-		e.kind = adapter.ErrNotFound
-	case eff == http.StatusNotFound && kind == opToolboxFile:
-		// A path the caller named is not there.
-		e.kind = &adapter.InvalidError{Detail: detail}
-	case eff == http.StatusConflict && kind == opCreate:
-		e.kind = &adapter.InvalidError{Detail: detail}
-		e.taken = true
-	case eff == http.StatusGone && toolbox:
-		// Input to a command that already completed.
-		e.kind = adapter.ErrCommandExited
-	case eff == http.StatusUnauthorized || eff == http.StatusForbidden:
-		e.kind = &adapter.DeniedError{Detail: detail}
-	case eff == http.StatusBadRequest || eff == http.StatusConflict || eff == http.StatusUnprocessableEntity:
-		e.kind = &adapter.InvalidError{Detail: detail}
-	case eff == http.StatusRequestTimeout || eff == http.StatusServiceUnavailable || eff == http.StatusBadGateway || eff == http.StatusGatewayTimeout:
-		e.kind = &adapter.UnavailableError{Detail: detail}
-	default:
-		// 404 of anything but GET sandbox (delete, stop, a toolbox session:
-		// confirm with Get), 500 with the provider's body, other codes.
-		e.kind = &adapter.ProviderError{Provider: provider, Detail: detail}
-	}
-	return e
+	a.Own = own
+	return table.Classify(e, a)
 }
-
-// transportError maps a failure with no HTTP answer (refused, reset,
-// timeout, a body cut short). The caller's own context ending wins: the
-// result is then the context error, not a provider kind.
-func transportError(ctx context.Context, opName string, err error, red redactor) error {
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return fmt.Errorf("%s: %w", opName, ctxErr)
-	}
-	return &Error{Op: opName, kind: &adapter.UnavailableError{Detail: red.clean(err.Error())}}
-}
-
-// redactor removes the secrets it knows from text that came from outside
-// (server messages, transport errors that quote a URL) before it enters an
-// error.
-type redactor []Secret
-
-func (r redactor) clean(s string) string { return secret.Redact(s, r...) }
 
 func invalid(detail string) error     { return &adapter.InvalidError{Detail: detail} }
 func unavailable(detail string) error { return &adapter.UnavailableError{Detail: detail} }

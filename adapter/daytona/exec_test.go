@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/adapter/guest"
+	"github.com/agentrunner/runner/adapter/hosted"
 
 	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/adapter/daytona/daytonatest"
@@ -33,7 +34,7 @@ func newExecIn(t *testing.T, opts daytonatest.Options) (*sessionExec, context.Co
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := NewAdapter(AdapterConfig{Client: c, Version: "v0"})
+	a, err := NewAdapter(AdapterConfig{Client: c, Config: hosted.Config{Version: "v0"}})
 	if err != nil {
 		t.Fatal(err)
 	}

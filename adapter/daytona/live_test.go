@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/adapter/daytona"
+	"github.com/agentrunner/runner/adapter/hosted"
 	"github.com/agentrunner/runner/adapter/hosted/hostedtest"
 )
 
@@ -35,8 +36,7 @@ func TestLiveSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := 0
-	cfg := daytona.AdapterConfig{Client: c, Snapshot: os.Getenv("DAYTONA_SNAPSHOT"), AutoStopInterval: &stop,
-		Version: os.Getenv("DAYTONA_SHIM_VERSION"), Shim: "/usr/local/bin/runner-shim"}
+	cfg := daytona.AdapterConfig{Client: c, Snapshot: os.Getenv("DAYTONA_SNAPSHOT"), AutoStopInterval: &stop, Config: hosted.Config{Version: os.Getenv("DAYTONA_SHIM_VERSION"), Shim: "/usr/local/bin/runner-shim"}}
 	if cfg.Snapshot == "" {
 		bin, err := os.ReadFile(shimBin)
 		if err != nil {

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrunner/runner/adapter/daytona/daytonatest"
+	"github.com/agentrunner/runner/adapter/hosted"
 	"github.com/agentrunner/runner/internal/testcap"
 )
 
@@ -169,7 +170,7 @@ func TestRealDaemonExecutor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := NewAdapter(AdapterConfig{Client: c, Version: "v0"})
+	a, err := NewAdapter(AdapterConfig{Client: c, Config: hosted.Config{Version: "v0"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -142,7 +142,7 @@ func (t *Toolbox) Exec(ctx context.Context, sessionID, command string, async boo
 	var r ExecResult
 	err := t.c.do(ctx, "toolbox exec in session "+sessionID, opToolbox, http.MethodPost, t.sessionURL(sessionID)+"/exec", nil, body, &r)
 	if err == nil && r.CmdID == "" {
-		err = &Error{Op: "toolbox exec in session " + sessionID, Status: http.StatusOK, kind: unavailable("answer has no cmdId")}
+		err = fail("toolbox exec in session "+sessionID, http.StatusOK, unavailable("answer has no cmdId"))
 	}
 	return r, err
 }
@@ -169,7 +169,7 @@ func (t *Toolbox) Command(ctx context.Context, sessionID, cmdID string) (Command
 		var c Command
 		err := t.c.do(ctx, "toolbox get command "+cmdID, opToolbox, http.MethodGet, t.commandURL(sessionID, cmdID), nil, nil, &c)
 		var e *Error
-		if err == nil || n == commandReads || !errors.As(err, &e) || e.DaemonStatus != http.StatusInternalServerError {
+		if err == nil || n == commandReads || !errors.As(err, &e) || e.OwnStatus != http.StatusInternalServerError {
 			if err != nil && n > 1 {
 				err = fmt.Errorf("%w (after %d reads)", err, n)
 			}
@@ -200,7 +200,7 @@ func (t *Toolbox) Logs(ctx context.Context, sessionID, cmdID string, split bool)
 	if split {
 		h.Set(SplitOutputHeader, "true")
 	}
-	raw, _, err := t.c.send(ctx, "toolbox get logs of "+cmdID, opToolbox, http.MethodGet, t.commandURL(sessionID, cmdID)+"/logs", nil, nil, "", h)
+	raw, err := t.c.send(ctx, "toolbox get logs of "+cmdID, opToolbox, http.MethodGet, t.commandURL(sessionID, cmdID)+"/logs", nil, nil, "", h)
 	return raw, err
 }
 
@@ -214,7 +214,7 @@ func (t *Toolbox) Logs(ctx context.Context, sessionID, cmdID string, split bool)
 func (t *Toolbox) SendInput(ctx context.Context, sessionID, cmdID, data string) error {
 	opName := "toolbox send input to " + cmdID
 	if !utf8.ValidString(data) {
-		return &Error{Op: opName, kind: invalid("input is not valid UTF-8")}
+		return fail(opName, 0, invalid("input is not valid UTF-8"))
 	}
 	body := map[string]string{"data": data}
 	return t.c.do(ctx, opName, opToolbox, http.MethodPost, t.commandURL(sessionID, cmdID)+"/input", nil, body, nil)
@@ -236,16 +236,16 @@ func (t *Toolbox) Upload(ctx context.Context, path string, data []byte) error {
 		err = mw.Close()
 	}
 	if err != nil {
-		return &Error{Op: "toolbox upload " + path, kind: invalid("encode form: " + err.Error())}
+		return fail("toolbox upload "+path, 0, invalid("encode form: "+err.Error()))
 	}
-	_, _, err = t.c.send(ctx, "toolbox upload "+path, opToolboxFile, http.MethodPost, t.base+"/files/upload", url.Values{"path": {path}}, &buf, mw.FormDataContentType(), nil)
+	_, err = t.c.send(ctx, "toolbox upload "+path, opToolboxFile, http.MethodPost, t.base+"/files/upload", url.Values{"path": {path}}, &buf, mw.FormDataContentType(), nil)
 	return err
 }
 
 // Download reads a file from the sandbox: GET /files/download?path=. A
 // missing file is kind invalid, with IsToolboxNotFound true.
 func (t *Toolbox) Download(ctx context.Context, path string) ([]byte, error) {
-	raw, _, err := t.c.send(ctx, "toolbox download "+path, opToolboxFile, http.MethodGet, t.base+"/files/download", url.Values{"path": {path}}, nil, "", nil)
+	raw, err := t.c.send(ctx, "toolbox download "+path, opToolboxFile, http.MethodGet, t.base+"/files/download", url.Values{"path": {path}}, nil, "", nil)
 	return raw, err
 }
 

@@ -43,23 +43,11 @@ type AdapterConfig struct {
 	// a call or a stream into a sandbox it renews the time to live every
 	// third of it (TestAttachLongerThanTheTimeToLive).
 	Timeout int32
-	// Version is the runner-shim version the guest must run (the
-	// caller's version.String()). Required.
-	Version string
-	// Shim is runner-shim's path in the guest (default "runner-shim",
-	// found in the guest's PATH).
-	Shim string
-	// Root is runner-shim's session root in the guest (DefaultRoot).
-	Root string
-	// ShimBinary, when not nil, returns the runner-shim binary to install
-	// at Shim in a guest that has none (written with envd's files API,
-	// then made executable); nil: a guest without it is refused.
-	ShimBinary func() ([]byte, error)
-	// Lease bounds each attach process in the guest (guest.DefaultLease).
-	Lease time.Duration
-	// ReattachWindow is how long a stream attaches again after a cut
-	// (guest.DefaultReattach).
-	ReattachWindow time.Duration
+	// Config is the runner-shim settings every hosted provider shares
+	// (Version is required). Here Shim defaults to "runner-shim", found
+	// in the guest's PATH, Root to DefaultRoot, and ShimBinary's binary is
+	// written with envd's files API, then made executable.
+	hosted.Config
 	// Logger receives the lease's renewals and resumes (nil: discarded).
 	// No secret reaches it.
 	Logger *slog.Logger
@@ -100,27 +88,26 @@ type driver struct{ a *Adapter }
 // NewAdapter returns the adapter for cfg.
 func NewAdapter(cfg AdapterConfig) (*Adapter, error) {
 	if cfg.Client == nil || cfg.Template == "" || cfg.Version == "" {
-		return nil, &Error{Op: "configure e2b adapter", kind: invalid("Client, Template and Version are required")}
+		return nil, fail("configure e2b adapter", 0, invalid("Client, Template and Version are required"))
 	}
 	if cfg.Shim == "" {
 		cfg.Shim = guest.DefaultShim
 	}
 	if cfg.ShimBinary != nil && !strings.Contains(cfg.Shim, "/") {
-		return nil, &Error{Op: "configure e2b adapter", kind: invalid("with ShimBinary, Shim is the path to install it at (a name is looked up in PATH)")}
+		return nil, fail("configure e2b adapter", 0, invalid("with ShimBinary, Shim is the path to install it at (a name is looked up in PATH)"))
 	}
 	if cfg.Root == "" {
 		cfg.Root = DefaultRoot
 	}
 	if cfg.Timeout < 0 {
-		return nil, &Error{Op: "configure e2b adapter", kind: invalid("Timeout must not be negative")}
+		return nil, fail("configure e2b adapter", 0, invalid("Timeout must not be negative"))
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	a := &Adapter{cfg: cfg, leases: newLeases(cfg.Client, log)}
-	h, err := hosted.New(hosted.Config{Driver: driver{a}, Version: cfg.Version, Shim: cfg.Shim, Root: cfg.Root,
-		Lease: cfg.Lease, ReattachWindow: cfg.ReattachWindow})
+	h, err := hosted.New(driver{a}, cfg.Config)
 	if err != nil {
 		return nil, err
 	}

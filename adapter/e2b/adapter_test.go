@@ -12,6 +12,7 @@ import (
 	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/adapter/e2b"
 	"github.com/agentrunner/runner/adapter/e2b/e2btest"
+	"github.com/agentrunner/runner/adapter/hosted"
 	"github.com/agentrunner/runner/adapter/hosted/hostedtest"
 )
 
@@ -74,8 +75,7 @@ func standInWith(t testing.TB, opts e2btest.Options) (*e2btest.Server, *e2b.Clie
 
 func newAdapter(t testing.TB, c *e2b.Client, mod func(*e2b.AdapterConfig)) *e2b.Adapter {
 	t.Helper()
-	cfg := e2b.AdapterConfig{Client: c, Template: "runner", Version: shimVersion, Shim: shimBin,
-		Lease: 3 * time.Second, ReattachWindow: 20 * time.Second}
+	cfg := e2b.AdapterConfig{Client: c, Template: "runner", Config: hosted.Config{Version: shimVersion, Shim: shimBin, Lease: 3 * time.Second, ReattachWindow: 20 * time.Second}}
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -1,11 +1,9 @@
 package e2b
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/adapter/hosted"
+	"github.com/agentrunner/runner/adapter/hosted/httpcall"
 )
 
 // DefaultDomain is E2B's production domain: the API is api.<domain> and a
@@ -59,14 +58,14 @@ type Client struct {
 	sandboxURL string
 	user       string
 	key        Secret
-	hc         *http.Client
+	call       httpcall.Caller
 }
 
 // New returns a client for cfg. It refuses an empty key and a malformed URL
 // with *adapter.InvalidError.
 func New(cfg Config) (*Client, error) {
 	if cfg.APIKey.IsZero() {
-		return nil, &Error{Op: "configure e2b", kind: invalid("no API key")}
+		return nil, fail("configure e2b", 0, invalid("no API key"))
 	}
 	c := &Client{domain: cfg.Domain, sandboxURL: strings.TrimRight(cfg.SandboxURL, "/"), user: cfg.User, key: cfg.APIKey}
 	if c.domain == "" {
@@ -81,19 +80,24 @@ func New(cfg Config) (*Client, error) {
 			continue
 		}
 		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-			return nil, &Error{Op: "configure e2b", kind: invalid("bad URL " + strconv.Quote(u))}
+			return nil, fail("configure e2b", 0, invalid("bad URL "+strconv.Quote(u)))
 		}
 	}
-	// A copy, so the caller's client is left as it was, that never
-	// follows a redirect: Go re-sends custom headers such as X-API-Key and
-	// X-Access-Token to wherever a redirect points (it strips only
-	// Authorization and cookies across hosts). A 3xx is an answer here.
-	hc := http.Client{}
-	if cfg.HTTPClient != nil {
-		hc = *cfg.HTTPClient
+	c.call = httpcall.Caller{
+		Provider: provider,
+		Accept:   "application/json",
+		Base:     c.apiURL,
+		// Never follows a redirect: Go re-sends X-API-Key and
+		// X-Access-Token to wherever a redirect points.
+		Client:  httpcall.NewClient(cfg.HTTPClient),
+		Header:  func(h http.Header) { h.Set("X-API-Key", c.key.Reveal()) },
+		Secrets: []Secret{c.key},
+		Fail: func(r *httpcall.Request, status int, h http.Header, raw []byte, red httpcall.Redactor) error {
+			var eb apiErrorBody
+			hasBody := json.Unmarshal(raw, &eb) == nil && eb.Code != nil && eb.Message != nil
+			return apiStatusError(r.Op, r.Class, status, h, eb, hasBody, red)
+		},
 	}
-	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	c.hc = &hc
 	return c, nil
 }
 
@@ -271,67 +275,20 @@ func (c *Client) SetTimeout(ctx context.Context, sandboxID string, seconds int32
 	return c.do(ctx, "set timeout of sandbox "+sandboxID, opOther, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/timeout", nil, body, []int{http.StatusNoContent}, nil, nil)
 }
 
-func (c *Client) do(ctx context.Context, op string, kind apiOp, method, path string, q url.Values, in any, ok []int, out any, hdr *http.Header) error {
+func (c *Client) do(ctx context.Context, op string, kind httpcall.Op, method, path string, q url.Values, in any, ok []int, out any, hdr *http.Header) error {
 	return c.doStatus(ctx, op, kind, method, path, q, in, ok, out, hdr, nil)
 }
 
-// doStatus sends one control-plane request and maps every outcome.
-func (c *Client) doStatus(ctx context.Context, op string, kind apiOp, method, path string, q url.Values, in any, ok []int, out any, hdr *http.Header, status *int) error {
-	red := redactor{c.key}
-	u := c.apiURL + path
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return &Error{Op: op, kind: invalid("encode request: " + err.Error())}
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
-	if err != nil {
-		return &Error{Op: op, kind: invalid("build request: " + red.clean(err.Error()))}
-	}
-	req.Header.Set("X-API-Key", c.key.Reveal())
-	req.Header.Set("Accept", "application/json")
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return transportError(ctx, op, err, red)
-	}
-	defer resp.Body.Close()
-	// Read the whole body before judging it: a connection dropped mid-body
-	// is a transport failure, not an answer.
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return transportError(ctx, op, fmt.Errorf("read body: %w", err), red)
-	}
+// doStatus sends one control-plane request through the shared caller.
+func (c *Client) doStatus(ctx context.Context, op string, kind httpcall.Op, method, path string, q url.Values, in any, ok []int, out any, hdr *http.Header, status *int) error {
+	rep, err := c.call.JSON(ctx, &httpcall.Request{Op: op, Class: kind, Method: method, URL: path, Query: q, JSON: in, OK: ok}, out)
 	if status != nil {
-		*status = resp.StatusCode
+		*status = rep.Status
 	}
 	if hdr != nil {
-		*hdr = resp.Header
+		*hdr = rep.Header
 	}
-	for _, s := range ok {
-		if resp.StatusCode != s {
-			continue
-		}
-		if out == nil {
-			return nil
-		}
-		if err := json.Unmarshal(raw, out); err != nil {
-			// A 200 whose body does not parse was cut or mangled on the way.
-			return &Error{Op: op, Status: resp.StatusCode, kind: unavailable("decode answer: " + red.clean(err.Error()))}
-		}
-		return nil
-	}
-	var eb apiErrorBody
-	hasBody := json.Unmarshal(raw, &eb) == nil && eb.Code != nil && eb.Message != nil
-	return apiStatusError(op, kind, resp.StatusCode, resp.Header, eb, hasBody, red)
+	return err
 }
 
 // Envd returns the envd process client of sb, authenticated with its
@@ -345,7 +302,19 @@ func (c *Client) Envd(sb Sandbox) *Envd {
 		}
 		base = fmt.Sprintf("https://%d-%s.%s", EnvdPort, sb.SandboxID, domain)
 	}
-	return &Envd{base: base, sandboxID: sb.SandboxID, token: sb.EnvdAccessToken, user: c.user, hc: c.hc}
+	e := &Envd{base: base, sandboxID: sb.SandboxID, token: sb.EnvdAccessToken, user: c.user, hc: c.call.Client}
+	e.call = httpcall.Caller{
+		Provider: provider,
+		Base:     base,
+		Client:   e.hc,
+		Header:   e.routeHeaders,
+		Secrets:  []Secret{e.token},
+		Fail: func(r *httpcall.Request, status int, h http.Header, raw []byte, red httpcall.Redactor) error {
+			return httpError(r.Op, status, h, raw, red)
+		},
+		MaxBody: MaxMessageSize,
+	}
+	return e
 }
 
 func invalid(detail string) error     { return &adapter.InvalidError{Detail: detail} }

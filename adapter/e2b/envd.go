@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/adapter/hosted/httpcall"
 )
 
 // KeepalivePingInterval is what the SDKs ask envd for in the
@@ -32,6 +33,7 @@ type Envd struct {
 	token     Secret
 	user      string
 	hc        *http.Client
+	call      httpcall.Caller // unary calls, streams and files
 }
 
 // String names the sandbox without its token.
@@ -159,6 +161,12 @@ type wireEvent struct {
 
 func (e *Envd) headers(h http.Header) {
 	h.Set("Connect-Protocol-Version", "1")
+	e.routeHeaders(h)
+}
+
+// routeHeaders are every envd request's headers, the files API's
+// included: the sandbox's route and the credentials.
+func (e *Envd) routeHeaders(h http.Header) {
 	h.Set("E2b-Sandbox-Id", e.sandboxID)
 	h.Set("E2b-Sandbox-Port", strconv.Itoa(EnvdPort))
 	if !e.token.IsZero() {
@@ -169,59 +177,47 @@ func (e *Envd) headers(h http.Header) {
 	}
 }
 
-func (e *Envd) red() redactor { return redactor{e.token} }
+func (e *Envd) red() httpcall.Redactor { return httpcall.Redact(e.token) }
 
 // unary calls one unary procedure of process.Process with the JSON codec.
 func (e *Envd) unary(ctx context.Context, op, method string, in, out any) error {
 	op = "envd " + op
 	b, err := json.Marshal(in)
 	if err != nil {
-		return &Error{Op: op, kind: invalid("encode request: " + err.Error())}
+		return fail(op, 0, invalid("encode request: "+err.Error()))
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.base+"/process.Process/"+method, bytes.NewReader(b))
-	if err != nil {
-		return &Error{Op: op, kind: invalid("build request: " + e.red().clean(err.Error()))}
-	}
-	e.headers(req.Header)
-	req.Header.Set("Content-Type", contentTypeUnary)
+	h := http.Header{"Connect-Protocol-Version": {"1"}}
 	if dl, ok := ctx.Deadline(); ok {
 		// A unary call's deadline only bounds the call itself.
 		if ms := time.Until(dl).Milliseconds(); ms > 0 {
-			req.Header.Set("Connect-Timeout-Ms", strconv.FormatInt(ms, 10))
+			h.Set("Connect-Timeout-Ms", strconv.FormatInt(ms, 10))
 		}
 	}
-	resp, err := e.hc.Do(req)
+	rep, err := e.call.Do(ctx, &httpcall.Request{Op: op, Method: http.MethodPost, URL: "/process.Process/" + method,
+		Body: bytes.NewReader(b), ContentType: contentTypeUnary, Header: h, OK: []int{http.StatusOK}})
 	if err != nil {
-		return transportError(ctx, op, err, e.red())
+		return err
 	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, MaxMessageSize))
-	if err != nil {
-		return transportError(ctx, op, fmt.Errorf("read body: %w", err), e.red())
-	}
-	if resp.StatusCode != http.StatusOK {
-		return e.httpError(op, resp, raw)
-	}
-	if !isContentType(resp.Header, contentTypeUnary) {
-		return &Error{Op: op, Status: resp.StatusCode, kind: unavailable("answer is not " + contentTypeUnary)}
+	if !isContentType(rep.Header, contentTypeUnary) {
+		return fail(op, rep.Status, unavailable("answer is not "+contentTypeUnary))
 	}
 	if out == nil {
 		out = &struct{}{}
 	}
-	if err := json.Unmarshal(raw, out); err != nil {
-		return &Error{Op: op, Status: resp.StatusCode, kind: unavailable("decode answer: " + err.Error())}
+	if err := json.Unmarshal(rep.Body, out); err != nil {
+		return fail(op, rep.Status, unavailable("decode answer: "+err.Error()))
 	}
 	return nil
 }
 
 // httpError maps a non-200 answer: a Connect error body means envd spoke;
 // anything else is a proxy's answer.
-func (e *Envd) httpError(op string, resp *http.Response, raw []byte) error {
+func httpError(op string, status int, h http.Header, raw []byte, red httpcall.Redactor) error {
 	var we wireError
-	if isContentType(resp.Header, contentTypeUnary) && json.Unmarshal(raw, &we) == nil && we.Code != "" {
-		return connectError(op, resp.StatusCode, resp.Header, we.Code, we.Message, true, e.red())
+	if isContentType(h, contentTypeUnary) && json.Unmarshal(raw, &we) == nil && we.Code != "" {
+		return connectError(op, status, h, we.Code, we.Message, true, red)
 	}
-	return connectError(op, resp.StatusCode, resp.Header, connectStatusCode(resp.StatusCode), "", false, e.red())
+	return connectError(op, status, h, connectStatusCode(status), "", false, red)
 }
 
 func isContentType(h http.Header, want string) bool {
@@ -258,7 +254,7 @@ func (e *Envd) Start(ctx context.Context, req StartRequest) (*Stream, error) {
 func (e *Envd) Connect(ctx context.Context, sel Selector) (*Stream, error) {
 	ws, err := sel.wire()
 	if err != nil {
-		return nil, &Error{Op: "envd connect", kind: err}
+		return nil, fail("envd connect", 0, err)
 	}
 	return e.openStream(ctx, "connect", "Connect", map[string]any{"process": ws}, "")
 }
@@ -267,35 +263,23 @@ func (e *Envd) openStream(ctx context.Context, op, method string, in any, timeou
 	op = "envd " + op
 	b, err := json.Marshal(in)
 	if err != nil {
-		return nil, &Error{Op: op, kind: invalid("encode request: " + err.Error())}
+		return nil, fail(op, 0, invalid("encode request: "+err.Error()))
+	}
+	h := http.Header{"Connect-Protocol-Version": {"1"}, "Keepalive-Ping-Interval": {strconv.Itoa(KeepalivePingInterval)}}
+	if timeoutMs != "" {
+		h.Set("Connect-Timeout-Ms", timeoutMs)
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	req, err := http.NewRequestWithContext(sctx, http.MethodPost, e.base+"/process.Process/"+method, bytes.NewReader(appendEnvelope(nil, 0, b)))
+	resp, _, err := e.call.Open(sctx, &httpcall.Request{Op: op, Method: http.MethodPost, URL: "/process.Process/" + method,
+		Body: bytes.NewReader(appendEnvelope(nil, 0, b)), ContentType: contentTypeStream, Header: h, OK: []int{http.StatusOK}})
 	if err != nil {
 		cancel()
-		return nil, &Error{Op: op, kind: invalid("build request: " + e.red().clean(err.Error()))}
-	}
-	e.headers(req.Header)
-	req.Header.Set("Content-Type", contentTypeStream)
-	req.Header.Set("Keepalive-Ping-Interval", strconv.Itoa(KeepalivePingInterval))
-	if timeoutMs != "" {
-		req.Header.Set("Connect-Timeout-Ms", timeoutMs)
-	}
-	resp, err := e.hc.Do(req)
-	if err != nil {
-		cancel()
-		return nil, transportError(ctx, op, err, e.red())
-	}
-	if resp.StatusCode != http.StatusOK {
-		raw, _ := io.ReadAll(io.LimitReader(resp.Body, MaxMessageSize))
-		resp.Body.Close()
-		cancel()
-		return nil, e.httpError(op, resp, raw)
+		return nil, err
 	}
 	if !isContentType(resp.Header, contentTypeStream) {
 		resp.Body.Close()
 		cancel()
-		return nil, &Error{Op: op, Status: resp.StatusCode, kind: unavailable("answer is not " + contentTypeStream)}
+		return nil, fail(op, resp.StatusCode, unavailable("answer is not "+contentTypeStream))
 	}
 	s := &Stream{ctx: ctx, cancel: cancel, body: resp.Body, op: op, red: e.red()}
 	// Block on envd's acknowledgement: the first event must be start{pid}.
@@ -304,7 +288,7 @@ func (e *Envd) openStream(ctx context.Context, op, method string, in any, timeou
 		if err != nil {
 			s.Close()
 			if err == io.EOF {
-				return nil, &Error{Op: op, kind: unavailable("stream ended before the start event")}
+				return nil, fail(op, 0, unavailable("stream ended before the start event"))
 			}
 			return nil, err
 		}
@@ -314,7 +298,7 @@ func (e *Envd) openStream(ctx context.Context, op, method string, in any, timeou
 		}
 		if ev != nil {
 			s.Close()
-			return nil, &Error{Op: op, kind: unavailable("output before the start event")}
+			return nil, fail(op, 0, unavailable("output before the start event"))
 		}
 	}
 }
@@ -328,7 +312,7 @@ type Stream struct {
 	cancel context.CancelFunc
 	body   io.ReadCloser
 	op     string
-	red    redactor
+	red    httpcall.Redactor
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -349,7 +333,7 @@ func (s *Stream) Recv() (Event, error) {
 			return Event{}, err
 		}
 		if start != 0 {
-			return Event{}, &Error{Op: s.op, kind: unavailable("a second start event")}
+			return Event{}, fail(s.op, 0, unavailable("a second start event"))
 		}
 		if ev != nil {
 			return *ev, nil
@@ -367,7 +351,7 @@ func (s *Stream) next() (*Event, uint32, error) {
 	if err != nil {
 		s.done = true
 		if errors.Is(err, errFrame) {
-			return nil, 0, &Error{Op: s.op, kind: providerErr(err.Error())}
+			return nil, 0, fail(s.op, 0, providerErr(err.Error()))
 		}
 		if s.closed.Load() {
 			// The caller's own Close, like cancelling its context.
@@ -376,13 +360,13 @@ func (s *Stream) next() (*Event, uint32, error) {
 		if err == io.EOF {
 			err = errors.New("stream ended without an end-stream message")
 		}
-		return nil, 0, transportError(s.ctx, s.op, err, s.red)
+		return nil, 0, httpcall.TransportError(s.ctx, provider, s.op, err, false, s.red)
 	}
 	if flags&flagEndStream != 0 {
 		s.done = true
 		es, err := parseEndStream(msg)
 		if err != nil {
-			return nil, 0, &Error{Op: s.op, kind: providerErr(err.Error())}
+			return nil, 0, fail(s.op, 0, providerErr(err.Error()))
 		}
 		if es.Error != nil {
 			if s.ctx.Err() != nil {
@@ -395,7 +379,7 @@ func (s *Stream) next() (*Event, uint32, error) {
 	var we wireEvent
 	if err := json.Unmarshal(msg, &we); err != nil || we.Event == nil {
 		s.done = true
-		return nil, 0, &Error{Op: s.op, kind: providerErr("undecodable process event")}
+		return nil, 0, fail(s.op, 0, providerErr("undecodable process event"))
 	}
 	ev := we.Event
 	switch {
@@ -448,7 +432,7 @@ func (s *Stream) Drain() (Output, error) {
 		ev, err := s.Recv()
 		if err == io.EOF {
 			if end == nil {
-				return out, &Error{Op: s.op, kind: unavailable("stream ended without an end event")}
+				return out, fail(s.op, 0, unavailable("stream ended without an end event"))
 			}
 			out.End = *end
 			return out, nil
@@ -475,7 +459,7 @@ func providerErr(detail string) error {
 func (e *Envd) SendInput(ctx context.Context, sel Selector, data []byte, pty bool) error {
 	ws, err := sel.wire()
 	if err != nil {
-		return &Error{Op: "envd send input", kind: err}
+		return fail("envd send input", 0, err)
 	}
 	return e.unary(ctx, "send input", "SendInput", map[string]any{"process": ws, "input": inputMsg(data, pty)}, nil)
 }
@@ -495,7 +479,7 @@ func inputMsg(data []byte, pty bool) map[string]any {
 func (e *Envd) CloseStdin(ctx context.Context, sel Selector) error {
 	ws, err := sel.wire()
 	if err != nil {
-		return &Error{Op: "envd close stdin", kind: err}
+		return fail("envd close stdin", 0, err)
 	}
 	return e.unary(ctx, "close stdin", "CloseStdin", map[string]any{"process": ws}, nil)
 }
@@ -504,11 +488,11 @@ func (e *Envd) CloseStdin(ctx context.Context, sel Selector) error {
 func (e *Envd) SendSignal(ctx context.Context, sel Selector, sig Signal) error {
 	ws, err := sel.wire()
 	if err != nil {
-		return &Error{Op: "envd send signal", kind: err}
+		return fail("envd send signal", 0, err)
 	}
 	name, err := sig.wire()
 	if err != nil {
-		return &Error{Op: "envd send signal", kind: err}
+		return fail("envd send signal", 0, err)
 	}
 	return e.unary(ctx, "send signal", "SendSignal", map[string]any{"process": ws, "signal": name}, nil)
 }
@@ -517,7 +501,7 @@ func (e *Envd) SendSignal(ctx context.Context, sel Selector, sig Signal) error {
 func (e *Envd) Resize(ctx context.Context, sel Selector, size PTYSize) error {
 	ws, err := sel.wire()
 	if err != nil {
-		return &Error{Op: "envd resize", kind: err}
+		return fail("envd resize", 0, err)
 	}
 	return e.unary(ctx, "resize", "Update", map[string]any{"process": ws, "pty": map[string]any{"size": size}}, nil)
 }
@@ -551,18 +535,18 @@ func (e *Envd) List(ctx context.Context) ([]ProcessInfo, error) {
 func (e *Envd) StreamInput(ctx context.Context, sel Selector) (*InputStream, error) {
 	ws, err := sel.wire()
 	if err != nil {
-		return nil, &Error{Op: "envd stream input", kind: err}
+		return nil, fail("envd stream input", 0, err)
 	}
 	first, err := json.Marshal(map[string]any{"start": map[string]any{"process": ws}})
 	if err != nil {
-		return nil, &Error{Op: "envd stream input", kind: invalid(err.Error())}
+		return nil, fail("envd stream input", 0, invalid(err.Error()))
 	}
 	pr, pw := io.Pipe()
 	sctx, cancel := context.WithCancel(ctx)
 	req, err := http.NewRequestWithContext(sctx, http.MethodPost, e.base+"/process.Process/StreamInput", pr)
 	if err != nil {
 		cancel()
-		return nil, &Error{Op: "envd stream input", kind: invalid("build request: " + e.red().clean(err.Error()))}
+		return nil, fail("envd stream input", 0, invalid("build request: "+e.red().Clean(err.Error())))
 	}
 	e.headers(req.Header)
 	req.Header.Set("Content-Type", contentTypeStream)
@@ -582,7 +566,7 @@ type InputStream struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	pw     *io.PipeWriter
-	red    redactor
+	red    httpcall.Redactor
 	done   chan struct{}
 	err    error // set before done closes
 
@@ -596,14 +580,14 @@ func (in *InputStream) exchange(e *Envd, req *http.Request) {
 	defer close(in.done)
 	resp, err := e.hc.Do(req)
 	if err != nil {
-		in.err = transportError(in.ctx, opStreamInput, err, in.red)
+		in.err = httpcall.TransportError(in.ctx, provider, opStreamInput, err, false, in.red)
 		in.unblock(in.err)
 		return
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		raw, _ := io.ReadAll(io.LimitReader(resp.Body, MaxMessageSize))
-		in.err = e.httpError(opStreamInput, resp, raw)
+		in.err = httpError(opStreamInput, resp.StatusCode, resp.Header, raw, in.red)
 		in.unblock(in.err)
 		return
 	}
@@ -614,7 +598,7 @@ func (in *InputStream) exchange(e *Envd, req *http.Request) {
 			if err == io.EOF {
 				err = errors.New("stream ended without an end-stream message")
 			}
-			in.err = transportError(in.ctx, opStreamInput, err, in.red)
+			in.err = httpcall.TransportError(in.ctx, provider, opStreamInput, err, false, in.red)
 			in.unblock(in.err)
 			return
 		}
@@ -624,7 +608,7 @@ func (in *InputStream) exchange(e *Envd, req *http.Request) {
 		es, perr := parseEndStream(msg)
 		switch {
 		case perr != nil:
-			in.err = &Error{Op: opStreamInput, kind: providerErr(perr.Error())}
+			in.err = fail(opStreamInput, 0, providerErr(perr.Error()))
 		case es.Error != nil:
 			in.err = connectError(opStreamInput, 0, nil, es.Error.Code, es.Error.Message, true, in.red)
 		}
@@ -650,7 +634,7 @@ func (in *InputStream) send(msg []byte) error {
 			}
 		default:
 		}
-		return transportError(in.ctx, opStreamInput, err, in.red)
+		return httpcall.TransportError(in.ctx, provider, opStreamInput, err, false, in.red)
 	}
 	return nil
 }
@@ -659,7 +643,7 @@ func (in *InputStream) send(msg []byte) error {
 func (in *InputStream) Write(data []byte, pty bool) error {
 	b, err := json.Marshal(map[string]any{"data": map[string]any{"input": inputMsg(data, pty)}})
 	if err != nil {
-		return &Error{Op: opStreamInput, kind: invalid(err.Error())}
+		return fail(opStreamInput, 0, invalid(err.Error()))
 	}
 	return in.send(b)
 }

@@ -8,6 +8,8 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/url"
+
+	"github.com/agentrunner/runner/adapter/hosted/httpcall"
 )
 
 // MaxReadFile bounds ReadFile: it is for small files (versions, checksums,
@@ -38,14 +40,8 @@ func (e *Envd) WriteFile(ctx context.Context, path string, r io.Reader) error {
 		}
 		pw.CloseWithError(err)
 	}()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.filesURL(path), pr)
-	if err != nil {
-		pr.CloseWithError(err)
-		<-done
-		return &Error{Op: op, kind: invalid("build request: " + e.red().clean(err.Error()))}
-	}
-	req.Header.Set("Content-Type", mw.FormDataContentType())
-	err = e.files(ctx, op, req, nil)
+	_, err := e.files(ctx, &httpcall.Request{Op: op, Method: http.MethodPost, URL: "/files", Query: e.filesQuery(path),
+		Body: pr, ContentType: mw.FormDataContentType()})
 	// Unblock the encoder if the exchange ended before it finished.
 	pr.CloseWithError(io.ErrClosedPipe)
 	<-done
@@ -56,56 +52,43 @@ func (e *Envd) WriteFile(ctx context.Context, path string, r io.Reader) error {
 // MaxReadFile bytes; a longer file is *adapter.InvalidError.
 func (e *Envd) ReadFile(ctx context.Context, path string) ([]byte, error) {
 	const op = "envd read file"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.filesURL(path), nil)
-	if err != nil {
-		return nil, &Error{Op: op, kind: invalid("build request: " + e.red().clean(err.Error()))}
-	}
-	var b []byte
-	if err := e.files(ctx, op, req, &b); err != nil {
-		return nil, err
-	}
-	return b, nil
+	return e.files(ctx, &httpcall.Request{Op: op, Method: http.MethodGet, URL: "/files", Query: e.filesQuery(path)})
 }
 
-func (e *Envd) filesURL(path string) string {
+func (e *Envd) filesQuery(path string) url.Values {
 	q := url.Values{"path": {path}}
 	if e.user != "" {
 		q.Set("username", e.user)
 	}
-	return e.base + "/files?" + q.Encode()
+	return q
 }
 
 // files sends a files request and maps its answer. envd answers with the
 // Error schema of envd.yaml ({code, message}); without it a proxy spoke.
-func (e *Envd) files(ctx context.Context, op string, req *http.Request, out *[]byte) error {
-	e.headers(req.Header)
-	req.Header.Del("Connect-Protocol-Version")
-	resp, err := e.hc.Do(req)
+func (e *Envd) files(ctx context.Context, r *httpcall.Request) ([]byte, error) {
+	r.MaxBody, r.OK, r.Fail = MaxReadFile+1, []int{http.StatusOK}, func(status int, h http.Header, raw []byte, red httpcall.Redactor) error {
+		return filesError(r.Op, status, h, raw, red)
+	}
+	rep, err := e.call.Do(ctx, r)
 	if err != nil {
-		return transportError(ctx, op, err, e.red())
+		return nil, err
 	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, MaxReadFile+1))
-	if err != nil {
-		return transportError(ctx, op, fmt.Errorf("read body: %w", err), e.red())
+	if len(rep.Body) > MaxReadFile {
+		return nil, fail(r.Op, rep.Status, invalid(fmt.Sprintf("file exceeds %d bytes", MaxReadFile)))
 	}
-	if resp.StatusCode == http.StatusOK {
-		if out != nil {
-			if len(raw) > MaxReadFile {
-				return &Error{Op: op, Status: resp.StatusCode, kind: invalid(fmt.Sprintf("file exceeds %d bytes", MaxReadFile))}
-			}
-			*out = raw
-		}
-		return nil
-	}
+	return rep.Body, nil
+}
+
+// filesError maps a files answer that is not a success.
+func filesError(op string, status int, h http.Header, raw []byte, red httpcall.Redactor) error {
 	var eb apiErrorBody
-	hasBody := isContentType(resp.Header, contentTypeUnary) && json.Unmarshal(raw, &eb) == nil && eb.Code != nil && eb.Message != nil
-	if hasBody && resp.StatusCode >= 500 {
+	hasBody := isContentType(h, contentTypeUnary) && json.Unmarshal(raw, &eb) == nil && eb.Code != nil && eb.Message != nil
+	if hasBody && status >= 500 {
 		// envd itself failed (a full disk is 507): an answer, not an outage.
-		e := &Error{Op: op, Status: resp.StatusCode, Message: redactor{e.token}.clean(*eb.Message)}
-		e.Code = fmt.Sprint(*eb.Code)
-		e.kind = providerErr(fmt.Sprintf("HTTP %d: %s", resp.StatusCode, e.Message))
-		return e
+		msg := red.Clean(*eb.Message)
+		err := fail(op, status, providerErr(httpcall.Detail(status, "", msg)))
+		err.Code, err.Message, err.OwnBody = fmt.Sprint(*eb.Code), msg, true
+		return err
 	}
-	return apiStatusError(op, opOther, resp.StatusCode, resp.Header, eb, hasBody, e.red())
+	return apiStatusError(op, opOther, status, h, eb, hasBody, red)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/adapter/e2b"
+	"github.com/agentrunner/runner/adapter/hosted"
 	"github.com/agentrunner/runner/adapter/hosted/hostedtest"
 )
 
@@ -31,8 +32,7 @@ func TestLiveSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := e2b.AdapterConfig{Client: c, Template: os.Getenv("E2B_TEMPLATE"), Timeout: 300,
-		Version: os.Getenv("E2B_SHIM_VERSION"), Shim: "/usr/local/bin/runner-shim"}
+	cfg := e2b.AdapterConfig{Client: c, Template: os.Getenv("E2B_TEMPLATE"), Timeout: 300, Config: hosted.Config{Version: os.Getenv("E2B_SHIM_VERSION"), Shim: "/usr/local/bin/runner-shim"}}
 	if cfg.Template == "" {
 		bin, err := os.ReadFile(shimBin)
 		if err != nil {

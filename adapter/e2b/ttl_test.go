@@ -14,6 +14,7 @@ import (
 	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/adapter/e2b"
 	"github.com/agentrunner/runner/adapter/e2b/e2btest"
+	"github.com/agentrunner/runner/adapter/hosted"
 )
 
 // shortTTL is the stand-in's default time to live in these tests: E2B's
@@ -24,7 +25,7 @@ const shortTTL = 2 * time.Second
 // docs/providers/e2b.md shows (no Timeout, no Lease).
 func documented(t *testing.T, c *e2b.Client) *e2b.Adapter {
 	t.Helper()
-	a, err := e2b.NewAdapter(e2b.AdapterConfig{Client: c, Template: "runner", Version: shimVersion, Shim: shimBin})
+	a, err := e2b.NewAdapter(e2b.AdapterConfig{Client: c, Template: "runner", Config: hosted.Config{Version: shimVersion, Shim: shimBin}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +280,7 @@ func TestLeaseLogsNoSecret(t *testing.T) {
 // configuration, never sent.
 func TestNegativeTimeoutRefused(t *testing.T) {
 	_, c := standIn(t)
-	_, err := e2b.NewAdapter(e2b.AdapterConfig{Client: c, Template: "runner", Version: shimVersion, Timeout: -1})
+	_, err := e2b.NewAdapter(e2b.AdapterConfig{Client: c, Template: "runner", Timeout: -1, Config: hosted.Config{Version: shimVersion}})
 	if !errors.Is(err, adapter.ErrInvalid) {
 		t.Fatalf("NewAdapter with Timeout -1 = %v, want invalid", err)
 	}

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentrunner/runner/adapter/guest/guestproto"
+
 	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/adapter/stream"
 	"github.com/agentrunner/runner/wire"
@@ -152,37 +154,11 @@ func (g *Guest) Close() error {
 	return nil
 }
 
-// answer is every field of runner-shim's --json answers this package
-// reads.
-type answer struct {
-	Version  string     `json:"version"`
-	ID       string     `json:"id"`
-	Created  *bool      `json:"created"`
-	Session  *info      `json:"session"`
-	Sessions []info     `json:"sessions"`
-	Exit     *wire.Exit `json:"exit"`
-	Error    *shimError `json:"error"`
-}
+// answer is runner-shim's --json answer (the in-guest protocol).
+type answer = guestproto.Answer[info]
 
-// shimError is a --json error: the wire error, and for a spawn whose
-// program could not start, exec_error ("not_found", "not_executable").
-type shimError struct {
-	wire.Error
-	ExecError string `json:"exec_error"`
-}
-
-// info is runner-shim's INFO object.
-type info struct {
-	ID        string     `json:"id"`
-	State     string     `json:"state"`
-	TTY       bool       `json:"tty"`
-	Exit      *wire.Exit `json:"exit"`
-	StartedAt time.Time  `json:"started_at"`
-	Argv      []string   `json:"argv"`
-	Cwd       string     `json:"cwd"`
-	Stdout    int64      `json:"stdout"`
-	Stderr    int64      `json:"stderr"`
-}
+// info is runner-shim's session object.
+type info = guestproto.Info
 
 // errShimMissing is a guest without runner-shim (status 127 and no
 // answer).
@@ -534,9 +510,9 @@ func (g *Guest) Exec(ctx context.Context, c adapter.Command) (adapter.Result, er
 func execFailure(a answer, status int) (int, bool) {
 	if a.Error != nil {
 		switch a.Error.ExecError {
-		case "not_found":
+		case guestproto.ExecNotFound:
 			return wire.ShimExitExecNotFound, true
-		case "not_executable":
+		case guestproto.ExecNotExecutable:
 			return wire.ShimExitExecNotExecutable, true
 		}
 	}

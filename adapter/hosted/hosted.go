@@ -95,17 +95,26 @@ func (t *Transport) ready(ctx context.Context, f func(context.Context) error) er
 	return t.Ready(ctx, f)
 }
 
-// Config configures New.
+// Config is what every hosted provider's adapter configuration shares:
+// each provider's AdapterConfig embeds it, and New takes it with the
+// provider's Driver.
 type Config struct {
-	// Driver is the provider. Required.
-	Driver Driver
-	// Version is the runner-shim version every guest must run. Required.
+	// Version is the runner-shim version every guest must run (the
+	// caller's version.String()). Required.
 	Version string
-	// Shim is runner-shim's path or name in the guest (guest.DefaultShim).
+	// Shim is runner-shim's path or name in the guest (guest.DefaultShim,
+	// or the provider's own default).
 	Shim string
-	// Root is runner-shim's session root in the guest (guest.DefaultRoot).
+	// Root is runner-shim's session root in the guest (guest.DefaultRoot,
+	// or the provider's own default).
 	Root string
-	// Lease bounds each attach process in the guest (guest.DefaultLease).
+	// ShimBinary, when not nil, returns the runner-shim binary of Version
+	// that the driver installs at Shim in a guest that has none (each
+	// provider's docs say how, and whether it is required); nil: a guest
+	// without it is refused.
+	ShimBinary func() ([]byte, error)
+	// Lease bounds each attach process in the guest (guest.DefaultLease,
+	// or the provider's own default).
 	Lease time.Duration
 	// ReattachWindow is how long a stream attaches again after a cut
 	// (guest.DefaultReattach).
@@ -145,12 +154,12 @@ func (e *entry) close() {
 	}
 }
 
-// New returns the portable adapter over cfg.Driver.
-func New(cfg Config) (*Adapter, error) {
-	if cfg.Driver == nil || cfg.Version == "" {
-		return nil, &adapter.InvalidError{Detail: "hosted: Config.Driver and Config.Version are required"}
+// New returns the portable adapter over d.
+func New(d Driver, cfg Config) (*Adapter, error) {
+	if d == nil || cfg.Version == "" {
+		return nil, &adapter.InvalidError{Detail: "hosted: a Driver and Config.Version are required"}
 	}
-	return &Adapter{cfg: cfg, d: cfg.Driver, caps: cfg.Driver.Capabilities(),
+	return &Adapter{cfg: cfg, d: d, caps: d.Capabilities(),
 		creating: map[string]*sync.Mutex{}, guests: map[string]*entry{}}, nil
 }
 

@@ -123,7 +123,7 @@ func (d *driver) Discard(ctx context.Context, h adapter.Handle, err error) {
 
 func newAdapter(t *testing.T, d *driver) *hosted.Adapter {
 	t.Helper()
-	a, err := hosted.New(hosted.Config{Driver: d, Version: version})
+	a, err := hosted.New(d, hosted.Config{Version: version})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +273,7 @@ func TestCreateVerifies(t *testing.T) {
 		tr := &hosted.Transport{Exec: d.exec, InstallAtCreate: true,
 			Install: func(context.Context) error { installs.Add(1); d.exec.installed.Store(true); return nil }}
 		drv := &transportDriver{driver: d, t: tr}
-		a2, err := hosted.New(hosted.Config{Driver: drv, Version: version})
+		a2, err := hosted.New(drv, hosted.Config{Version: version})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -331,10 +331,10 @@ func TestCreateSerializesName(t *testing.T) {
 
 func TestNewRequiresDriverAndVersion(t *testing.T) {
 	var inv *adapter.InvalidError
-	if _, err := hosted.New(hosted.Config{Version: version}); !errors.As(err, &inv) {
+	if _, err := hosted.New(nil, hosted.Config{Version: version}); !errors.As(err, &inv) {
 		t.Errorf("no driver: got %v, want invalid", err)
 	}
-	if _, err := hosted.New(hosted.Config{Driver: newDriver()}); !errors.As(err, &inv) {
+	if _, err := hosted.New(newDriver(), hosted.Config{}); !errors.As(err, &inv) {
 		t.Errorf("no version: got %v, want invalid", err)
 	}
 }

@@ -49,22 +49,13 @@ const (
 type AdapterConfig struct {
 	// Client is the API client. Required.
 	Client *Client
-	// Version is the runner-shim version the sprites must run (the
-	// caller's version.String()). Required.
-	Version string
-	// ShimBinary returns the runner-shim binary of Version for Sprites'
-	// linux/amd64 (images/sprites), uploaded to Shim at create. Required:
-	// Sprites has no custom images, so every sprite gets it this way.
-	ShimBinary func() ([]byte, error)
-	// Shim is runner-shim's absolute path in the sprite (DefaultShimPath).
-	Shim string
-	// Root is runner-shim's session root in the sprite (DefaultRoot).
-	Root string
-	// Lease bounds each attach process in the sprite (guest.DefaultLease).
-	Lease time.Duration
-	// ReattachWindow is how long a stream attaches again after a cut
-	// (guest.DefaultReattach).
-	ReattachWindow time.Duration
+	// Config is the runner-shim settings every hosted provider shares.
+	// Here Version and ShimBinary are required: ShimBinary returns the
+	// runner-shim binary of Version for Sprites' linux/amd64
+	// (images/sprites), uploaded to Shim at create (Sprites has no custom
+	// images, so every sprite gets it this way). Shim is an absolute path
+	// (DefaultShimPath); Root defaults to DefaultRoot.
+	hosted.Config
 	// TaskSocket is the Tasks API socket runner-shim holds a task on
 	// while each session's command runs (DefaultTaskSocket; "-" holds
 	// none). A relative path is resolved in the exec's working
@@ -127,13 +118,13 @@ var _ hosted.Confirmer = driver{}
 func NewAdapter(cfg AdapterConfig) (*Adapter, error) {
 	const op = "configure sprites adapter"
 	if cfg.Client == nil || cfg.Version == "" || cfg.ShimBinary == nil {
-		return nil, &Error{Op: op, kind: invalid("Client, Version and ShimBinary are required")}
+		return nil, fail(op, 0, invalid("Client, Version and ShimBinary are required"))
 	}
 	if cfg.Shim == "" {
 		cfg.Shim = DefaultShimPath
 	}
 	if cfg.Shim[0] != '/' {
-		return nil, &Error{Op: op, kind: invalid("Shim must be an absolute path (fs/write's target)")}
+		return nil, fail(op, 0, invalid("Shim must be an absolute path (fs/write's target)"))
 	}
 	if cfg.Root == "" {
 		cfg.Root = DefaultRoot
@@ -148,8 +139,7 @@ func NewAdapter(cfg AdapterConfig) (*Adapter, error) {
 		cfg.ReadyWait = DefaultReadyWait
 	}
 	a := &Adapter{cfg: cfg}
-	h, err := hosted.New(hosted.Config{Driver: driver{a}, Version: cfg.Version, Shim: cfg.Shim, Root: cfg.Root,
-		Lease: cfg.Lease, ReattachWindow: cfg.ReattachWindow})
+	h, err := hosted.New(driver{a}, cfg.Config)
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/adapter/hosted"
 	"github.com/agentrunner/runner/adapter/hosted/hostedtest"
 	"github.com/agentrunner/runner/adapter/sprites"
 	"github.com/agentrunner/runner/adapter/sprites/spritestest"
@@ -77,8 +78,7 @@ func newAdapter(t testing.TB, c *sprites.Client, mod func(*sprites.AdapterConfig
 	t.Helper()
 	// The stand-in's commands run in the sprite's "/", so the Tasks API
 	// socket is found relative to it.
-	cfg := sprites.AdapterConfig{Client: c, Version: shimVersion, ShimBinary: binary(shimBin),
-		Lease: 3 * time.Second, ReattachWindow: 20 * time.Second, TaskSocket: standInTaskSocket}
+	cfg := sprites.AdapterConfig{Client: c, TaskSocket: standInTaskSocket, Config: hosted.Config{Version: shimVersion, ShimBinary: binary(shimBin), Lease: 3 * time.Second, ReattachWindow: 20 * time.Second}}
 	if mod != nil {
 		mod(&cfg)
 	}

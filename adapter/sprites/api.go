@@ -3,9 +3,8 @@ package sprites
 import (
 	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net/http"
 	"net/url"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/adapter/hosted"
+	"github.com/agentrunner/runner/adapter/hosted/httpcall"
 )
 
 // DefaultBaseURL is the Sprites API.
@@ -57,28 +57,22 @@ type Client struct {
 	token Secret
 	hc    *http.Client
 	ping  time.Duration // exec keepalive interval; 0: none
+	call  httpcall.Caller
 }
 
 // New returns a client for cfg. It refuses an empty token and a malformed
 // URL with *adapter.InvalidError.
 func New(cfg Config) (*Client, error) {
 	if cfg.Token.IsZero() {
-		return nil, &Error{Op: "configure sprites", kind: invalid("no API token")}
+		return nil, fail("configure sprites", 0, invalid("no API token"))
 	}
 	base := strings.TrimRight(cfg.BaseURL, "/")
 	if base == "" {
 		base = DefaultBaseURL
 	}
 	if p, err := url.Parse(base); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.RawQuery != "" {
-		return nil, &Error{Op: "configure sprites", kind: invalid("bad base URL " + strconv.Quote(base))}
+		return nil, fail("configure sprites", 0, invalid("bad base URL "+strconv.Quote(base)))
 	}
-	// A copy that never follows a redirect: a 3xx is an answer here, and
-	// the upgrade request must not be replayed to wherever it points.
-	hc := http.Client{}
-	if cfg.HTTPClient != nil {
-		hc = *cfg.HTTPClient
-	}
-	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	ping := cfg.PingInterval
 	switch {
 	case ping == 0:
@@ -86,7 +80,23 @@ func New(cfg Config) (*Client, error) {
 	case ping < 0:
 		ping = 0
 	}
-	return &Client{base: base, token: cfg.Token, hc: &hc, ping: ping}, nil
+	// The client never follows a redirect: a 3xx is an answer here, and
+	// the upgrade request must not be replayed to wherever it points.
+	c := &Client{base: base, token: cfg.Token, hc: httpcall.NewClient(cfg.HTTPClient), ping: ping}
+	c.call = httpcall.Caller{
+		Provider: provider,
+		Accept:   "application/json",
+		Base:     base,
+		Client:   c.hc,
+		Header:   func(h http.Header) { h.Set("Authorization", "Bearer "+c.token.Reveal()) },
+		Secrets:  []Secret{c.token},
+		Fail: func(r *httpcall.Request, status int, h http.Header, raw []byte, red httpcall.Redactor) error {
+			eb, hasBody := parseErrorBody(raw)
+			return apiStatusError(r.Op, r.Class, status, h, eb, hasBody, red)
+		},
+		MaxBody: maxBody,
+	}
+	return c, nil
 }
 
 // String names the client without its token.
@@ -157,7 +167,7 @@ func (c *Client) Get(ctx context.Context, name string) (Sprite, error) {
 func (c *Client) Delete(ctx context.Context, name string) error {
 	err := c.do(ctx, "delete sprite "+name, opDelete, http.MethodDelete, spritePath(name), nil, nil, "", []int{http.StatusNoContent, http.StatusOK}, nil)
 	var e *Error
-	if asError(err, &e) && e.Status == http.StatusNotFound && e.Code == notFoundError {
+	if errors.As(err, &e) && e.Status == http.StatusNotFound && e.Code == notFoundError {
 		return nil
 	}
 	return err
@@ -198,7 +208,7 @@ type Page struct {
 func (c *Client) List(ctx context.Context, opts ListOptions) (Page, error) {
 	const op = "list sprites"
 	if opts.MaxResults < 0 || opts.MaxResults > MaxPageSize {
-		return Page{}, &Error{Op: op, kind: invalid(fmt.Sprintf("max_results %d is outside 1..%d", opts.MaxResults, MaxPageSize))}
+		return Page{}, fail(op, 0, invalid(fmt.Sprintf("max_results %d is outside 1..%d", opts.MaxResults, MaxPageSize)))
 	}
 	q := url.Values{}
 	if opts.Prefix != "" {
@@ -219,12 +229,12 @@ func (c *Client) List(ctx context.Context, opts ListOptions) (Page, error) {
 		return Page{}, err
 	}
 	if body.Sprites == nil || body.HasMore == nil {
-		return Page{}, &Error{Op: op, Status: http.StatusOK, kind: unavailable("the answer lacks sprites or has_more")}
+		return Page{}, fail(op, http.StatusOK, unavailable("the answer lacks sprites or has_more"))
 	}
 	p := Page{Sprites: *body.Sprites}
 	if *body.HasMore {
 		if body.NextToken == "" {
-			return Page{}, &Error{Op: op, Status: http.StatusOK, kind: unavailable("has_more without a continuation token")}
+			return Page{}, fail(op, http.StatusOK, unavailable("has_more without a continuation token"))
 		}
 		p.NextToken = body.NextToken
 	}
@@ -257,10 +267,10 @@ type FileInfo struct {
 func (c *Client) WriteFile(ctx context.Context, name, path string, data []byte, perm fs.FileMode) (FileInfo, error) {
 	op := "write file " + path + " in sprite " + name
 	if path == "" {
-		return FileInfo{}, &Error{Op: op, kind: invalid("empty path")}
+		return FileInfo{}, fail(op, 0, invalid("empty path"))
 	}
 	if len(data) > MaxWriteFile {
-		return FileInfo{}, &Error{Op: op, kind: invalid(fmt.Sprintf("%d bytes exceed fs/write's %d", len(data), MaxWriteFile))}
+		return FileInfo{}, fail(op, 0, invalid(fmt.Sprintf("%d bytes exceed fs/write's %d", len(data), MaxWriteFile)))
 	}
 	q := url.Values{}
 	q.Set("path", path)
@@ -272,7 +282,7 @@ func (c *Client) WriteFile(ctx context.Context, name, path string, data []byte, 
 		return FileInfo{}, err
 	}
 	if fi.Size != int64(len(data)) {
-		return fi, &Error{Op: op, Status: http.StatusOK, kind: unavailable(fmt.Sprintf("the API stored %d of %d bytes", fi.Size, len(data)))}
+		return fi, fail(op, http.StatusOK, unavailable(fmt.Sprintf("the API stored %d of %d bytes", fi.Size, len(data))))
 	}
 	return fi, nil
 }
@@ -334,65 +344,25 @@ type jsonBody any
 
 func spritePath(name string) string { return "/v1/sprites/" + url.PathEscape(name) }
 
-// do sends one request and maps every outcome. in is nil, a []byte sent as
-// is, or a jsonBody; out is nil, *rawBytes or a JSON target.
-func (c *Client) do(ctx context.Context, op string, kind apiOp, method, path string, q url.Values, in any, contentType string, ok []int, out any) error {
-	u := c.base + path
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	red := redactor{secrets: []Secret{c.token}, plain: []string{u, path + "?" + q.Encode()}}
-	var body io.Reader
+// do sends one request through the shared caller. in is nil, a []byte
+// sent as is, or a jsonBody; out is nil, *rawBytes or a JSON target. A
+// transport failure of anything but a GET may have taken effect.
+func (c *Client) do(ctx context.Context, op string, kind httpcall.Op, method, path string, q url.Values, in any, contentType string, ok []int, out any) error {
+	r := &httpcall.Request{Op: op, Class: kind, Method: method, URL: path, Query: q, ContentType: contentType, OK: ok, Uncertain: method != http.MethodGet}
 	switch v := in.(type) {
 	case nil:
 	case []byte:
-		body = bytes.NewReader(v)
+		r.Body = bytes.NewReader(v)
 	default:
-		b, err := json.Marshal(v)
-		if err != nil {
-			return &Error{Op: op, kind: invalid("encode request: " + err.Error())}
-		}
-		body = bytes.NewReader(b)
+		r.JSON = v
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
-	if err != nil {
-		return &Error{Op: op, kind: invalid("build request: " + red.clean(urlFree(err)))}
+	if o, isRaw := out.(*rawBytes); isRaw {
+		rep, err := c.call.Do(ctx, r)
+		*o = rep.Body
+		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token.Reveal())
-	req.Header.Set("Accept", "application/json")
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return transportError(ctx, op, err, method != http.MethodGet, red)
-	}
-	defer resp.Body.Close()
-	// Read the whole body before judging it: a connection dropped mid-body
-	// is a transport failure, not an answer.
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
-	if err != nil {
-		return transportError(ctx, op, fmt.Errorf("read body: %w", err), method != http.MethodGet, red)
-	}
-	for _, s := range ok {
-		if resp.StatusCode != s {
-			continue
-		}
-		switch o := out.(type) {
-		case nil:
-			return nil
-		case *rawBytes:
-			*o = raw
-			return nil
-		}
-		if err := json.Unmarshal(raw, out); err != nil {
-			// A 2xx whose body does not parse was cut or mangled on the way.
-			return &Error{Op: op, Status: resp.StatusCode, kind: unavailable("decode answer: " + red.clean(err.Error()))}
-		}
-		return nil
-	}
-	eb, hasBody := parseErrorBody(raw)
-	return apiStatusError(op, kind, resp.StatusCode, resp.Header, eb, hasBody, red)
+	_, err := c.call.JSON(ctx, r, out)
+	return err
 }
 
 // SetURLAuth sets who may open the sprite's URL: PUT /v1/sprites/{name}
@@ -401,7 +371,7 @@ func (c *Client) do(ctx context.Context, op string, kind apiOp, method, path str
 func (c *Client) SetURLAuth(ctx context.Context, name, auth string) (Sprite, error) {
 	op := "set url auth of sprite " + name
 	if auth != "public" && auth != "sprite" {
-		return Sprite{}, &Error{Op: op, kind: invalid("auth is public or sprite")}
+		return Sprite{}, fail(op, 0, invalid("auth is public or sprite"))
 	}
 	var s Sprite
 	body := struct {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/adapter/hosted/httpcall"
 )
 
 // The checkpoint API, from superfly/sprites-go (checkpoint.go, types.go)
@@ -61,7 +62,7 @@ func (c *Client) ListCheckpoints(ctx context.Context, name string) ([]Checkpoint
 	}
 	var out []Checkpoint
 	if err := json.Unmarshal(raw, &out); err != nil || out == nil && strings.TrimSpace(string(raw)) != "[]" {
-		return nil, &Error{Op: op, Status: http.StatusOK, kind: unavailable("the answer is not an array of checkpoints")}
+		return nil, fail(op, http.StatusOK, unavailable("the answer is not an array of checkpoints"))
 	}
 	return out, nil
 }
@@ -89,35 +90,12 @@ func (c *Client) RestoreCheckpoint(ctx context.Context, name, id string) error {
 
 // stream POSTs and reads an NDJSON progress stream to its end.
 func (c *Client) stream(ctx context.Context, op, path string, in any) error {
-	u := c.base + path
-	red := redactor{secrets: []Secret{c.token}, plain: []string{u, path}}
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return &Error{Op: op, kind: invalid("encode request: " + err.Error())}
-		}
-		body = strings.NewReader(string(b))
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, body)
+	resp, red, err := c.call.Open(ctx, &httpcall.Request{Op: op, Class: opCheckpoint, Method: http.MethodPost, URL: path,
+		JSON: in, Accept: "application/x-ndjson", OK: []int{http.StatusOK}, Uncertain: true})
 	if err != nil {
-		return &Error{Op: op, kind: invalid("build request: " + red.clean(urlFree(err)))}
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token.Reveal())
-	req.Header.Set("Accept", "application/x-ndjson")
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return transportError(ctx, op, err, true, red)
+		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		eb, hasBody := parseErrorBody(raw)
-		return apiStatusError(op, opCheckpoint, resp.StatusCode, resp.Header, eb, hasBody, red)
-	}
 	// The SDKs read to the end of the stream: a clean end (chunked
 	// encoding's last chunk) is the outcome; a cut is a read error.
 	err = eachEvent(resp.Body, func(line []byte) (bool, error) {
@@ -127,17 +105,17 @@ func (c *Client) stream(ctx context.Context, op, path string, in any) error {
 			Error string `json:"error"`
 		}
 		if err := json.Unmarshal(line, &ev); err != nil {
-			return true, &Error{Op: op, Status: http.StatusOK, kind: &adapter.UnavailableError{Detail: "undecodable progress event", Uncertain: true}}
+			return true, fail(op, http.StatusOK, &adapter.UnavailableError{Detail: "undecodable progress event", Uncertain: true})
 		}
 		if ev.Type == "error" {
-			msg := red.clean(ev.Error + ev.Data)
-			return true, &Error{Op: op, Status: http.StatusOK, Message: msg, kind: &adapter.ProviderError{Provider: provider, Detail: msg}}
+			msg := red.Clean(ev.Error + ev.Data)
+			return true, answered(op, "", msg)
 		}
 		return false, nil
 	})
 	var ee eventsError
 	if errors.As(err, &ee) {
-		return transportError(ctx, op, fmt.Errorf("read progress: %w", ee.err), true, red)
+		return httpcall.TransportError(ctx, provider, op, fmt.Errorf("read progress: %w", ee.err), true, red)
 	}
 	return err
 }

@@ -1,18 +1,13 @@
 package sprites
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
-	"net/url"
-	"strings"
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
-	"github.com/agentrunner/runner/adapter/hosted"
-	"github.com/agentrunner/runner/adapter/secret"
+	"github.com/agentrunner/runner/adapter/hosted/httpcall"
 )
 
 // provider names this client in *adapter.ProviderError.
@@ -60,43 +55,22 @@ var (
 	ErrNoSession = errors.New("no such exec session")
 )
 
-// Error is the detail of a failed call, beneath its taxonomy kind: errors.Is
-// and errors.As reach the adapter error (for example
-// *adapter.RateLimitedError) and this package's sentinels through Unwrap.
-type Error struct {
-	// Op is the call that failed, as a short verb phrase ("get sprite x").
-	Op string
-	// Status is the HTTP status of the answer, 0 when none arrived.
-	Status int
-	// Code is the API's machine-readable "error" field, when it sent one.
-	Code string
-	// Message is the API's message with every secret removed.
-	Message string
-	kind    error
-	cause   error // a sentinel of this package, or nil
+// Error is the detail of a failed call, beneath its taxonomy kind (the
+// hosted providers' one error type): errors.Is and errors.As reach the
+// adapter error (for example *adapter.RateLimitedError) and this
+// package's sentinels through Unwrap. Code is the API's machine-readable
+// "error" field, when it sent one.
+type Error = httpcall.Error
+
+// fail is the failure of op, of kind (status 0: no answer arrived).
+func fail(op string, status int, kind error) *Error {
+	return httpcall.NewError(provider, op, status, kind)
 }
 
-func (e *Error) Error() string {
-	if e.cause != nil {
-		return e.Op + ": " + e.cause.Error() + ": " + e.kind.Error()
-	}
-	return e.Op + ": " + e.kind.Error()
-}
-
-// Unwrap returns the taxonomy error and, when set, this package's sentinel.
-func (e *Error) Unwrap() []error {
-	if e.cause != nil {
-		return []error{e.kind, e.cause}
-	}
-	return []error{e.kind}
-}
-
-// apiOp says which call failed: only a GET of a sprite may turn a 404 into
-// adapter.ErrNotFound (the documented definitive answer).
-type apiOp int
-
+// The calls the error table tells apart: only a GET of a sprite may turn
+// a 404 into adapter.ErrNotFound (the documented definitive answer).
 const (
-	opOther apiOp = iota
+	opOther httpcall.Op = 1 << iota
 	opGetSprite
 	opCreate
 	opDelete
@@ -119,111 +93,46 @@ type apiErrorBody struct {
 	RetryAfterSeconds int    `json:"retry_after_seconds"`
 }
 
+// table is the Sprites API's error table. A 404 is the API's verdict
+// only with its own body; rows with Code notFoundError match that body.
+var table = httpcall.Table{Provider: provider, Rules: []httpcall.Rule{
+	{Ops: opGetSprite, Status: []int{404}, Own: httpcall.OwnBody, Code: []string{notFoundError}, Kind: adapter.KindNotFound},
+	{Ops: opReadFile, Status: []int{404}, Own: httpcall.OwnBody, Kind: adapter.KindProvider, Cause: ErrNoFile},
+	// The API said so, but the contract reserves not_found for GET of the
+	// sprite; the caller confirms with Get.
+	{Status: []int{404}, Own: httpcall.OwnBody, Code: []string{notFoundError}, Kind: adapter.KindProvider},
+	// The sprite answered; the checkpoint is not one of its own.
+	{Ops: opCheckpoint, Status: []int{404}, Own: httpcall.OwnBody, Kind: adapter.KindInvalid, Cause: ErrNoCheckpoint},
+	{Status: []int{429}, Kind: adapter.KindRateLimited},
+	// fs/write runs as the sprite user: a 403 is a path that user may not
+	// write, not a bad token (which is 401 everywhere).
+	{Ops: opWriteFile, Status: []int{403}, Kind: adapter.KindProvider, Cause: ErrWriteDenied, Note: " (fs/write runs as the sprite user)"},
+	{Status: []int{413}, Kind: adapter.KindInvalid},
+	{Status: []int{401, 403}, Kind: adapter.KindDenied},
+	{Ops: opCreate, Status: []int{400, 409}, Kind: adapter.KindInvalid, Cause: ErrCreateConflict},
+	{Status: []int{400, 409, 422}, Kind: adapter.KindInvalid},
+	// A 502 from Fly's proxy, a 503 in an outage, a 404 that is not the
+	// API's body: nothing is proven about the sprite.
+	{Min: 500, Kind: adapter.KindUnavailable},
+	{Status: []int{404, 408}, Kind: adapter.KindUnavailable},
+}}
+
 // apiStatusError maps an answer that is not a success. hasBody says the
-// body parsed as the API's error object; a 404 without it is a proxy or a
-// wrong URL, not the API's verdict.
-func apiStatusError(op string, kind apiOp, status int, h http.Header, body apiErrorBody, hasBody bool, red redactor) error {
-	e := &Error{Op: op, Status: status}
+// body parsed as the API's error object.
+func apiStatusError(op string, kind httpcall.Op, status int, h http.Header, body apiErrorBody, hasBody bool, red httpcall.Redactor) error {
+	e := &Error{Op: op, Status: status, OwnBody: hasBody}
+	a := httpcall.Answer{Op: kind, Status: status, Own: hasBody, RetryAfter: httpcall.RetryAfter(h)}
 	if hasBody {
-		e.Code = red.clean(body.Error)
-		e.Message = red.clean(body.Message)
-	}
-	detail := fmt.Sprintf("HTTP %d", status)
-	if e.Code != "" {
-		detail += " " + e.Code
-	}
-	if e.Message != "" {
-		detail += ": " + e.Message
-	}
-	apiNotFound := status == http.StatusNotFound && hasBody && body.Error == notFoundError
-	switch {
-	case apiNotFound && kind == opGetSprite:
-		e.kind = adapter.ErrNotFound
-	case status == http.StatusNotFound && hasBody && kind == opReadFile:
-		e.kind = &adapter.ProviderError{Provider: provider, Detail: detail}
-		e.cause = ErrNoFile
-	case status == http.StatusNotFound && hasBody && !apiNotFound && kind == opCheckpoint:
-		// The sprite answered; the checkpoint is not one of its own.
-		e.kind = &adapter.InvalidError{Detail: detail}
-		e.cause = ErrNoCheckpoint
-	case apiNotFound:
-		// The API said so, but the contract reserves not_found for GET of
-		// the sprite; the caller confirms with Get.
-		e.kind = &adapter.ProviderError{Provider: provider, Detail: detail}
-	case status == http.StatusTooManyRequests:
-		d := hosted.RetryAfter(h)
-		if d == 0 && hasBody && body.RetryAfterSeconds > 0 {
-			d = time.Duration(body.RetryAfterSeconds) * time.Second
-		}
-		e.kind = &adapter.RateLimitedError{RetryAfter: d}
-	case status == http.StatusForbidden && kind == opWriteFile:
-		// fs/write runs as the sprite user: a 403 is a path that user may
-		// not write, not a bad token (which is 401 everywhere).
-		e.kind = &adapter.ProviderError{Provider: provider, Detail: detail + " (fs/write runs as the sprite user)"}
-		e.cause = ErrWriteDenied
-	case status == http.StatusRequestEntityTooLarge:
-		e.kind = &adapter.InvalidError{Detail: detail}
-	case status == http.StatusUnauthorized || status == http.StatusForbidden:
-		e.kind = &adapter.DeniedError{Detail: detail}
-	case (status == http.StatusBadRequest || status == http.StatusConflict) && kind == opCreate:
-		e.kind = &adapter.InvalidError{Detail: detail}
-		e.cause = ErrCreateConflict
-	case status == http.StatusBadRequest || status == http.StatusConflict || status == http.StatusUnprocessableEntity:
-		e.kind = &adapter.InvalidError{Detail: detail}
-	case status >= 500, status == http.StatusNotFound, status == http.StatusRequestTimeout:
-		// A 502 from Fly's proxy, a 503 in an outage, a 404 that is not the
-		// API's body: nothing is proven about the sprite.
-		e.kind = &adapter.UnavailableError{Detail: detail}
-	default:
-		e.kind = &adapter.ProviderError{Provider: provider, Detail: detail}
-	}
-	return e
-}
-
-// transportError maps a failure with no HTTP answer (refused, reset,
-// timeout, a body cut short). The caller's own context ending wins. The
-// detail never quotes the request URL: *url.Error's text does, and an exec
-// URL carries the argv and the environment.
-func transportError(ctx context.Context, op string, err error, uncertain bool, red redactor) error {
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return fmt.Errorf("%s: %w", op, ctxErr)
-	}
-	return &Error{Op: op, kind: &adapter.UnavailableError{Detail: red.clean(urlFree(err)), Uncertain: uncertain}}
-}
-
-// urlFree renders err without the URL a *url.Error (or a wrapper quoting
-// it) would print.
-func urlFree(err error) string {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Op + ": " + ue.Err.Error()
-	}
-	return err.Error()
-}
-
-// redactor removes the secrets and URLs it knows from text that came from
-// outside (server messages, transport errors) before it enters an error.
-type redactor struct {
-	secrets []Secret
-	plain   []string // request URLs and the like: removed verbatim
-}
-
-func (r redactor) clean(s string) string {
-	for _, p := range r.plain {
-		if p != "" {
-			s = strings.ReplaceAll(s, p, "[request]")
+		e.Code = red.Clean(body.Error)
+		e.Message = red.Clean(body.Message)
+		a.Code = body.Error
+		if a.RetryAfter == 0 && body.RetryAfterSeconds > 0 {
+			a.RetryAfter = time.Duration(body.RetryAfterSeconds) * time.Second
 		}
 	}
-	return secret.Redact(s, r.secrets...)
+	a.Detail = httpcall.Detail(status, e.Code, e.Message)
+	return table.Classify(e, a)
 }
 
 func invalid(detail string) error     { return &adapter.InvalidError{Detail: detail} }
 func unavailable(detail string) error { return &adapter.UnavailableError{Detail: detail} }
-
-// asError is errors.As for *Error (nil-safe).
-func asError(err error, target **Error) bool {
-	if err == nil {
-		return false
-	}
-	return errors.As(err, target)
-}

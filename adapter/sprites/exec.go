@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/adapter/hosted/httpcall"
 	"github.com/coder/websocket"
 )
 
@@ -228,7 +229,7 @@ type Session struct {
 	tty   bool
 	stdin bool
 	caps  map[string]bool
-	red   redactor
+	red   httpcall.Redactor
 
 	stopPing context.CancelFunc // ends the pinger
 	pinger   sync.WaitGroup     // the pinger goroutine, owned by the Session
@@ -251,18 +252,18 @@ func (c *Client) Exec(ctx context.Context, name string, opts ExecOptions) (*Sess
 	op := "exec in sprite " + name
 	q, err := opts.query()
 	if err != nil {
-		return nil, &Error{Op: op, kind: err}
+		return nil, fail(op, 0, err)
 	}
 	rawQuery := q.Encode()
 	pathQuery := spritePath(name) + "/exec?" + rawQuery
 	u := c.base + pathQuery
 	// The query carries the argv and the environment: neither may reach an
 	// error, even when a server echoes the request back.
-	red := redactor{secrets: []Secret{c.token}, plain: []string{u, strings.Replace(u, "http", "ws", 1), pathQuery, rawQuery}}
+	red := httpcall.Redactor{Secrets: []Secret{c.token}, Plain: []string{u, strings.Replace(u, "http", "ws", 1), pathQuery, rawQuery}}
 	for _, kv := range opts.Env {
-		red.plain = append(red.plain, kv)
+		red.Plain = append(red.Plain, kv)
 		if _, v, _ := strings.Cut(kv, "="); len(v) >= 4 {
-			red.plain = append(red.plain, v)
+			red.Plain = append(red.Plain, v)
 		}
 	}
 	// coder/websocket takes http(s) URLs and upgrades them itself.
@@ -278,7 +279,7 @@ func (c *Client) Exec(ctx context.Context, name string, opts ExecOptions) (*Sess
 			eb, hasBody := parseErrorBody(raw)
 			return nil, apiStatusError(op, opOther, resp.StatusCode, resp.Header, eb, hasBody, red)
 		}
-		return nil, transportError(ctx, op, err, true, red)
+		return nil, httpcall.TransportError(ctx, provider, op, err, true, red)
 	}
 	conn.SetReadLimit(maxMessage)
 	s := &Session{conn: conn, op: op, tty: opts.TTY, stdin: opts.Stdin, caps: map[string]bool{}, red: red}
@@ -343,7 +344,7 @@ func (s *Session) Recv(ctx context.Context) (Event, error) {
 			return Event{}, io.EOF
 		}
 		if closed {
-			return Event{}, &Error{Op: s.op, kind: invalid("session closed")}
+			return Event{}, fail(s.op, 0, invalid("session closed"))
 		}
 		typ, msg, err := s.conn.Read(ctx)
 		if err != nil {
@@ -351,14 +352,14 @@ func (s *Session) Recv(ctx context.Context) (Event, error) {
 		}
 		ev, ok, err := s.decode(typ, msg)
 		if err != nil {
-			return Event{}, &Error{Op: s.op, kind: err}
+			return Event{}, fail(s.op, 0, err)
 		}
 		if !ok {
 			continue
 		}
 		switch ev.Kind {
 		case EventNoExit:
-			return Event{}, &Error{Op: s.op, kind: &adapter.UnavailableError{Detail: "the exit frame carried no code", Uncertain: true}, cause: ErrNoExit}
+			return Event{}, fail(s.op, 0, &adapter.UnavailableError{Detail: "the exit frame carried no code", Uncertain: true}).WithCause(ErrNoExit)
 		case EventExit:
 			s.mu.Lock()
 			s.exited, s.exitCode = true, ev.ExitCode
@@ -429,15 +430,15 @@ func (s *Session) readError(ctx context.Context, err error) error {
 	closed := s.closed
 	s.mu.Unlock()
 	if closed {
-		return &Error{Op: s.op, kind: invalid("session closed")}
+		return fail(s.op, 0, invalid("session closed"))
 	}
 	detail := "the WebSocket closed before the exit frame"
 	if st := websocket.CloseStatus(err); st != -1 {
 		detail += fmt.Sprintf(" (status %d)", int(st))
 	} else {
-		detail += ": " + s.red.clean(urlFree(err))
+		detail += ": " + s.red.Clean(httpcall.URLFree(err))
 	}
-	return &Error{Op: s.op, kind: &adapter.UnavailableError{Detail: detail, Uncertain: true}, cause: ErrNoExit}
+	return fail(s.op, 0, &adapter.UnavailableError{Detail: detail, Uncertain: true}).WithCause(ErrNoExit)
 }
 
 // WriteStdin sends p to the command's stdin (stream 0 frames of at most
@@ -471,7 +472,7 @@ func (s *Session) WriteStdin(ctx context.Context, p []byte) error {
 // the terminal's EOF character instead).
 func (s *Session) CloseStdin(ctx context.Context) error {
 	if s.tty {
-		return &Error{Op: s.op, kind: invalid("a TTY session has no stdin EOF frame")}
+		return fail(s.op, 0, invalid("a TTY session has no stdin EOF frame"))
 	}
 	s.mu.Lock()
 	shut := s.stdinShut
@@ -500,13 +501,13 @@ func (s *Session) writable() error {
 	defer s.mu.Unlock()
 	switch {
 	case s.exited:
-		return &Error{Op: s.op, kind: adapter.ErrCommandExited}
+		return fail(s.op, 0, adapter.ErrCommandExited)
 	case s.closed:
-		return &Error{Op: s.op, kind: invalid("session closed")}
+		return fail(s.op, 0, invalid("session closed"))
 	case !s.stdin:
-		return &Error{Op: s.op, kind: invalid("the session was started without stdin")}
+		return fail(s.op, 0, invalid("the session was started without stdin"))
 	case s.stdinShut:
-		return &Error{Op: s.op, kind: invalid("stdin is closed")}
+		return fail(s.op, 0, invalid("stdin is closed"))
 	}
 	return nil
 }
@@ -514,10 +515,10 @@ func (s *Session) writable() error {
 // Resize sets a TTY session's terminal size (the resize message).
 func (s *Session) Resize(ctx context.Context, rows, cols uint16) error {
 	if !s.tty {
-		return &Error{Op: s.op, kind: invalid("resize of a session without a TTY")}
+		return fail(s.op, 0, invalid("resize of a session without a TTY"))
 	}
 	if rows == 0 || cols == 0 {
-		return &Error{Op: s.op, kind: invalid("zero terminal size")}
+		return fail(s.op, 0, invalid("zero terminal size"))
 	}
 	return s.control(ctx, "resize", controlMessage{Type: "resize", Rows: rows, Cols: cols})
 }
@@ -530,10 +531,10 @@ var signals = map[string]bool{"INT": true, "TERM": true, "HUP": true, "KILL": tr
 // adapter.ErrNotSupported.
 func (s *Session) Signal(ctx context.Context, sig string) error {
 	if !signals[sig] {
-		return &Error{Op: s.op, kind: invalid("unknown signal " + strconv.Quote(sig))}
+		return fail(s.op, 0, invalid("unknown signal "+strconv.Quote(sig)))
 	}
 	if !s.caps["signal"] {
-		return &Error{Op: s.op, kind: fmt.Errorf("signal over the WebSocket: %w", adapter.ErrNotSupported)}
+		return fail(s.op, 0, fmt.Errorf("signal over the WebSocket: %w", adapter.ErrNotSupported))
 	}
 	return s.control(ctx, "signal", controlMessage{Type: "signal", Signal: sig})
 }
@@ -543,10 +544,10 @@ func (s *Session) control(ctx context.Context, what string, m controlMessage) er
 	exited, closed := s.exited, s.closed
 	s.mu.Unlock()
 	if exited {
-		return &Error{Op: s.op, kind: adapter.ErrCommandExited}
+		return fail(s.op, 0, adapter.ErrCommandExited)
 	}
 	if closed {
-		return &Error{Op: s.op, kind: invalid("session closed")}
+		return fail(s.op, 0, invalid("session closed"))
 	}
 	b, _ := json.Marshal(m)
 	if err := s.conn.Write(ctx, websocket.MessageText, b); err != nil {
@@ -563,10 +564,10 @@ func (s *Session) writeError(ctx context.Context, what string, err error) error 
 	exited := s.exited
 	s.mu.Unlock()
 	if exited {
-		return &Error{Op: s.op, kind: adapter.ErrCommandExited}
+		return fail(s.op, 0, adapter.ErrCommandExited)
 	}
 	// Whether any byte arrived is unknown.
-	return &Error{Op: s.op + ": " + what, kind: &adapter.UnavailableError{Detail: s.red.clean(urlFree(err)), Uncertain: true}}
+	return fail(s.op+": "+what, 0, &adapter.UnavailableError{Detail: s.red.Clean(httpcall.URLFree(err)), Uncertain: true})
 }
 
 // Close disconnects at once. It is idempotent and never waits for the
@@ -643,14 +644,14 @@ func (c *Client) Run(ctx context.Context, name string, opts ExecOptions, stdin [
 			if len(r.Stdout)+len(ev.Data) > maxRunOutput {
 				s.Close()
 				wg.Wait()
-				return r, &Error{Op: s.op, kind: invalid("stdout exceeds the Run limit")}
+				return r, fail(s.op, 0, invalid("stdout exceeds the Run limit"))
 			}
 			r.Stdout = append(r.Stdout, ev.Data...)
 		case EventStderr:
 			if len(r.Stderr)+len(ev.Data) > maxRunOutput {
 				s.Close()
 				wg.Wait()
-				return r, &Error{Op: s.op, kind: invalid("stderr exceeds the Run limit")}
+				return r, fail(s.op, 0, invalid("stderr exceeds the Run limit"))
 			}
 			r.Stderr = append(r.Stderr, ev.Data...)
 		case EventInfo:

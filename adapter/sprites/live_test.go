@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/adapter/hosted"
 	"github.com/agentrunner/runner/adapter/hosted/hostedtest"
 	"github.com/agentrunner/runner/adapter/sprites"
 )
@@ -41,7 +42,7 @@ func TestLiveSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := sprites.NewAdapter(sprites.AdapterConfig{Client: c, Version: shimVersion, ShimBinary: binary(shimBin)})
+	a, err := sprites.NewAdapter(sprites.AdapterConfig{Client: c, Config: hosted.Config{Version: shimVersion, ShimBinary: binary(shimBin)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/adapter/hosted/httpcall"
 )
 
 // ExecSession is one entry of GET /v1/sprites/{name}/exec (the fields
@@ -49,7 +49,7 @@ func (c *Client) ListSessions(ctx context.Context, name string) ([]ExecSession, 
 		return nil, err
 	}
 	if body.Sessions == nil {
-		return nil, &Error{Op: op, Status: http.StatusOK, kind: unavailable("the answer lacks sessions")}
+		return nil, fail(op, http.StatusOK, unavailable("the answer lacks sessions"))
 	}
 	out := make([]ExecSession, 0, len(*body.Sessions))
 	for _, s := range *body.Sessions {
@@ -89,39 +89,30 @@ func (c *Client) Kill(ctx context.Context, name, id, sig string, wait time.Durat
 	op := "kill exec session " + id + " of sprite " + name
 	sig = strings.TrimPrefix(sig, "SIG")
 	if !signals[sig] {
-		return KillResult{}, &Error{Op: op, kind: invalid("unknown signal")}
+		return KillResult{}, fail(op, 0, invalid("unknown signal"))
 	}
 	if wait < 0 {
-		return KillResult{}, &Error{Op: op, kind: invalid("negative wait")}
+		return KillResult{}, fail(op, 0, invalid("negative wait"))
 	}
 	q := url.Values{}
 	q.Set("signal", "SIG"+sig)
 	q.Set("timeout", formatWait(wait))
-	u := c.base + spritePath(name) + "/exec/" + url.PathEscape(id) + "/kill?" + q.Encode()
-	red := redactor{secrets: []Secret{c.token}, plain: []string{u}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
+	resp, red, err := c.call.Open(ctx, &httpcall.Request{Op: op, Method: http.MethodPost, URL: spritePath(name) + "/exec/" + url.PathEscape(id) + "/kill",
+		Query: q, Accept: "application/x-ndjson", OK: []int{http.StatusOK}, Uncertain: true,
+		Fail: func(status int, h http.Header, raw []byte, red httpcall.Redactor) error {
+			eb, hasBody := parseErrorBody(raw)
+			switch {
+			case status == http.StatusGone:
+				return fail(op, status, adapter.ErrCommandExited)
+			case status == http.StatusNotFound && hasBody:
+				return noSession(op, eb, red)
+			}
+			return apiStatusError(op, opOther, status, h, eb, hasBody, red)
+		}})
 	if err != nil {
-		return KillResult{}, &Error{Op: op, kind: invalid("build request: " + red.clean(urlFree(err)))}
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token.Reveal())
-	req.Header.Set("Accept", "application/x-ndjson")
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return KillResult{}, transportError(ctx, op, err, true, red)
+		return KillResult{}, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		eb, hasBody := parseErrorBody(raw)
-		switch {
-		case resp.StatusCode == http.StatusGone:
-			return KillResult{}, &Error{Op: op, Status: resp.StatusCode, kind: adapter.ErrCommandExited}
-		case resp.StatusCode == http.StatusNotFound && hasBody:
-			return KillResult{}, &Error{Op: op, Status: resp.StatusCode, Code: red.clean(eb.Error), Message: red.clean(eb.Message),
-				kind: &adapter.ProviderError{Provider: provider, Detail: "HTTP 404"}, cause: ErrNoSession}
-		}
-		return KillResult{}, apiStatusError(op, opOther, resp.StatusCode, resp.Header, eb, hasBody, red)
-	}
 	var r KillResult
 	complete := false
 	err = eachEvent(resp.Body, func(line []byte) (bool, error) {
@@ -131,7 +122,7 @@ func (c *Client) Kill(ctx context.Context, name, id, sig string, wait time.Durat
 			ExitCode *int   `json:"exit_code"`
 		}
 		if err := json.Unmarshal(line, &ev); err != nil {
-			return true, &Error{Op: op, Status: http.StatusOK, kind: &adapter.UnavailableError{Detail: "undecodable kill event", Uncertain: true}}
+			return true, fail(op, http.StatusOK, &adapter.UnavailableError{Detail: "undecodable kill event", Uncertain: true})
 		}
 		switch ev.Type {
 		case "signal":
@@ -139,8 +130,7 @@ func (c *Client) Kill(ctx context.Context, name, id, sig string, wait time.Durat
 		case "timeout", "killed":
 			r.TimedOut = true
 		case "error":
-			return true, &Error{Op: op, Status: http.StatusOK, Message: red.clean(ev.Message),
-				kind: &adapter.ProviderError{Provider: provider, Detail: "kill: " + red.clean(ev.Message)}}
+			return true, answered(op, "kill: ", red.Clean(ev.Message))
 		case "complete":
 			if ev.ExitCode != nil {
 				r.Exited, r.ExitCode = true, *ev.ExitCode
@@ -153,14 +143,14 @@ func (c *Client) Kill(ctx context.Context, name, id, sig string, wait time.Durat
 	var ee eventsError
 	switch {
 	case errors.As(err, &ee):
-		return r, transportError(ctx, op, fmt.Errorf("read events: %w", ee.err), true, red)
+		return r, httpcall.TransportError(ctx, provider, op, fmt.Errorf("read events: %w", ee.err), true, red)
 	case err != nil:
 		return r, err
 	case complete:
 		return r, nil
 	}
 	if wait > 0 || !r.Signalled {
-		return r, &Error{Op: op, Status: http.StatusOK, kind: &adapter.UnavailableError{Detail: "the kill stream ended before its completion", Uncertain: true}}
+		return r, fail(op, http.StatusOK, &adapter.UnavailableError{Detail: "the kill stream ended before its completion", Uncertain: true})
 	}
 	return r, nil
 }
@@ -171,4 +161,19 @@ func formatWait(d time.Duration) string {
 		return "0s"
 	}
 	return formatRunAfter(d)
+}
+
+// noSession is the API's own 404 to a kill: no such exec session (or no
+// such sprite; Get tells them apart).
+func noSession(op string, eb apiErrorBody, red httpcall.Redactor) error {
+	e := fail(op, http.StatusNotFound, &adapter.ProviderError{Provider: provider, Detail: "HTTP 404"}).WithCause(ErrNoSession)
+	e.Code, e.Message, e.OwnBody = red.Clean(eb.Error), red.Clean(eb.Message), true
+	return e
+}
+
+// answered is an error event of a 200 progress stream: msg is the API's.
+func answered(op, what, msg string) error {
+	e := fail(op, http.StatusOK, &adapter.ProviderError{Provider: provider, Detail: what + msg})
+	e.Message = msg
+	return e
 }

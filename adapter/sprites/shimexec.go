@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/adapter/guest"
+	"github.com/agentrunner/runner/adapter/guest/guestproto"
 )
 
 // shimExec is guest.Executor over the exec WebSocket of one sprite
@@ -147,8 +148,8 @@ func (x *shimExec) call(ctx context.Context, argv []string, in []byte, withStdin
 			// runner-shim --json always answers, so an exit without an
 			// answer lost its output (sprites-py #16, a replay cut at
 			// 64 KiB): as unknown as a missing exit frame.
-			err = &Error{Op: "runner-shim " + call, kind: &adapter.UnavailableError{
-				Detail: fmt.Sprintf("exit status %d came without runner-shim's answer (%d bytes of output)", status, out.b.Len()), Uncertain: true}, cause: ErrNoExit}
+			err = fail("runner-shim "+call, 0, &adapter.UnavailableError{
+				Detail: fmt.Sprintf("exit status %d came without runner-shim's answer (%d bytes of output)", status, out.b.Len()), Uncertain: true}).WithCause(ErrNoExit)
 		}
 		if !idempotentCalls[call] || attempt == maxCallAttempts || ctx.Err() != nil {
 			if call == "version" && noExit && ctx.Err() == nil {
@@ -196,18 +197,17 @@ func (x *shimExec) list(ctx context.Context, argv []string) ([]byte, int, error)
 		if i := bytes.LastIndexByte(line, '\n'); i >= 0 {
 			line = line[i+1:]
 		}
-		var a map[string]json.RawMessage
-		var sessions []json.RawMessage
-		if json.Unmarshal(line, &a) != nil || a["error"] != nil || json.Unmarshal(a["sessions"], &sessions) != nil {
+		// The sessions pass on as they came (json.RawMessage).
+		var a guestproto.Answer[json.RawMessage]
+		if json.Unmarshal(line, &a) != nil || a.Error != nil || a.Sessions == nil {
 			return ans, status, err
 		}
+		sessions := a.Sessions
 		all = append(all, sessions...)
-		var more bool
-		_ = json.Unmarshal(a["more"], &more)
 		var last struct {
 			ID string `json:"id"`
 		}
-		if more {
+		if a.More {
 			if len(sessions) == 0 || json.Unmarshal(sessions[len(sessions)-1], &last) != nil || last.ID == "" || last.ID == after {
 				// Never a short listing that looks whole.
 				return nil, -1, &adapter.ProviderError{Provider: provider, Detail: "runner-shim list: a page with more to come and no session to continue after"}
@@ -218,8 +218,7 @@ func (x *shimExec) list(ctx context.Context, argv []string) ([]byte, int, error)
 		if all == nil {
 			all = []json.RawMessage{}
 		}
-		a["sessions"], _ = json.Marshal(all)
-		delete(a, "more")
+		a.Sessions, a.More = all, false
 		b, _ := json.Marshal(a)
 		return append(b, '\n'), status, err
 	}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/agentrunner/runner/adapter/guest/guestproto"
 	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/version"
 	"github.com/agentrunner/runner/wire"
 )
@@ -18,11 +20,15 @@ type answerer struct {
 	json *bool
 }
 
-// ok answers success: text for humans, fields (plus "version") as one
-// JSON line with --json.
-func (a *answerer) ok(text string, fields map[string]any) int {
+// reply is runner-shim's --json answer (the in-guest protocol, read by
+// adapter/guest), over its own session object.
+type reply = guestproto.Answer[sessiondir.Info]
+
+// ok answers success: text for humans, ans (plus its version) as one JSON
+// line with --json.
+func (a *answerer) ok(text string, ans reply) int {
 	if *a.json {
-		a.emit(fields)
+		a.emit(ans)
 	} else {
 		fmt.Print(text)
 	}
@@ -30,14 +36,14 @@ func (a *answerer) ok(text string, fields map[string]any) int {
 }
 
 func (a *answerer) version() int {
-	return a.ok(version.String()+"\n", map[string]any{})
+	return a.ok(version.String()+"\n", reply{})
 }
 
 // usage reports a usage error; with --json also as an invalid answer.
 func (a *answerer) usage(detail string) {
 	fmt.Fprintf(os.Stderr, "runner-shim %s: %s\n", a.cmd, detail)
 	if *a.json {
-		a.emit(map[string]any{"error": wire.Error{Code: wire.CodeInvalid, Detail: detail}})
+		a.emit(reply{Error: &guestproto.Error{Error: wire.Error{Code: wire.CodeInvalid, Detail: detail}}})
 	}
 }
 
@@ -46,37 +52,35 @@ func (a *answerer) fail(err error) int {
 	we, status := classify(err)
 	fmt.Fprintf(os.Stderr, "runner-shim %s: %v\n", a.cmd, err)
 	if *a.json {
-		a.emit(map[string]any{"error": answerError{Error: we, ExecError: execErrorOf(status)}})
+		a.emit(reply{Error: &guestproto.Error{Error: we, ExecError: execErrorOf(status)}})
 	}
 	return status
 }
 
-// answerError is a --json error: the wire error, and for a command that
-// could not be started "exec_error" ("not_found", "not_executable"), the
+// execErrorOf is the exec_error of a start failure's exit status: the
 // refinement of invalid runnerd's answers carry under the same name.
-type answerError struct {
-	wire.Error
-	ExecError string `json:"exec_error,omitempty"`
-}
-
-// execErrorOf is the exec_error of a start failure's exit status.
 func execErrorOf(status int) string {
 	switch status {
 	case wire.ShimExitExecNotFound:
-		return "not_found"
+		return guestproto.ExecNotFound
 	case wire.ShimExitExecNotExecutable:
-		return "not_executable"
+		return guestproto.ExecNotExecutable
 	}
 	return ""
 }
 
-func (a *answerer) emit(fields map[string]any) {
-	fields["version"] = version.String()
-	b, err := json.Marshal(fields)
+func (a *answerer) emit(ans reply) {
+	os.Stdout.Write(answerLine(ans))
+}
+
+// answerLine is ans with runner-shim's version as one JSON line.
+func answerLine(ans reply) []byte {
+	ans.Version = version.String()
+	b, err := json.Marshal(ans)
 	if err != nil {
-		b, _ = json.Marshal(map[string]any{"version": version.String(), "error": wire.Error{Code: wire.CodeProvider, Detail: err.Error()}})
+		b, _ = json.Marshal(reply{Version: version.String(), Error: &guestproto.Error{Error: wire.Error{Code: wire.CodeProvider, Detail: err.Error()}}})
 	}
-	os.Stdout.Write(append(b, '\n'))
+	return append(b, '\n')
 }
 
 // classify is the one mapping of runner-shim's failures to the contract's

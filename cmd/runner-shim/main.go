@@ -216,7 +216,7 @@ func run(ctx context.Context, args []string) int {
 		if err != nil {
 			return a.fail(err)
 		}
-		return a.ok(in.ID+"\n", map[string]any{"id": in.ID, "created": created, "session": in})
+		return a.ok(in.ID+"\n", reply{ID: in.ID, Created: &created, Session: &in})
 
 	case "attach":
 		so := fs.Int64("stdout", 0, "stdout cursor")
@@ -284,7 +284,7 @@ func run(ctx context.Context, args []string) int {
 			if err != nil {
 				return a.fail(err)
 			}
-			return a.ok(indent(in), map[string]any{"session": in})
+			return a.ok(indent(in), reply{Session: &in})
 		}
 		// Parse everything before touching the session.
 		var data []byte
@@ -321,13 +321,13 @@ func run(ctx context.Context, args []string) int {
 			return a.fail(err)
 		}
 		defer c.Close()
-		answer := map[string]any{"id": id, "ok": true}
+		ans := reply{ID: id, OK: true}
 		switch cmd {
 		case "write":
 			switch {
 			case len(p) > 1:
 				err = c.WriteStdin(ctx, data)
-				answer["written"] = len(data)
+				ans.Written = ptr(len(data))
 			case *b64:
 				err = launch.CopyStdinBase64(ctx, c, os.Stdin)
 			default:
@@ -342,14 +342,14 @@ func run(ctx context.Context, args []string) int {
 		case "terminate":
 			e, terr := c.Terminate(ctx, *grace)
 			if terr == nil {
-				return a.ok(indent(e), map[string]any{"id": id, "exit": sessiondir.WireExit(e)})
+				return a.ok(indent(e), reply{ID: id, Exit: ptr(sessiondir.WireExit(e))})
 			}
 			err = terr
 		}
 		if err != nil {
 			return a.fail(err)
 		}
-		return a.ok("", answer)
+		return a.ok("", ans)
 
 	case "list":
 		after := fs.String("after", "", "list only the sessions started after this one (a page's last id)")
@@ -369,13 +369,9 @@ func run(ctx context.Context, args []string) int {
 		for _, in := range list {
 			lines.WriteString(compact(in))
 		}
-		fields := map[string]any{"sessions": list}
-		if more {
-			// Paged so that one answer fits where a transport caps output
-			// (Sprites replays a fast exec's output capped at 64 KiB).
-			fields["more"] = true
-		}
-		return a.ok(lines.String(), fields)
+		// Paged (More) so that one answer fits where a transport caps
+		// output (Sprites replays a fast exec's output capped at 64 KiB).
+		return a.ok(lines.String(), reply{Sessions: list, More: more})
 
 	case "help", "-h", "--help":
 		fmt.Print(usage)
@@ -524,3 +520,5 @@ type multi []string
 
 func (m *multi) String() string     { return strings.Join(*m, ",") }
 func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
+
+func ptr[T any](v T) *T { return &v }

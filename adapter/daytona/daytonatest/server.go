@@ -67,7 +67,6 @@ package daytonatest
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -75,7 +74,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -193,8 +191,8 @@ func New(t testing.TB, opts Options) *Server {
 				apiError(w, http.StatusTooManyRequests, "ThrottlerException: Too Many Requests")
 			}},
 	}
-	s.api = httptest.NewServer(s.Wrap("api", true, s.apiMux()))
-	s.toolbox = httptest.NewServer(s.Wrap("toolbox", false, http.HandlerFunc(s.serveToolbox)))
+	s.api = s.Serve("api", true, s.apiMux())
+	s.toolbox = s.Serve("toolbox", false, http.HandlerFunc(s.serveToolbox))
 	t.Cleanup(s.shutdown)
 	return s
 }
@@ -265,20 +263,16 @@ func (s *Server) shutdown() {
 }
 
 func (s *Server) apiMux() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /sandbox", s.create)
-	mux.HandleFunc("GET /sandbox", s.list)
-	mux.HandleFunc("GET /sandbox/{id}", s.get)
-	mux.HandleFunc("DELETE /sandbox/{id}", s.delete)
-	mux.HandleFunc("POST /sandbox/{id}/stop", s.stop)
-	mux.HandleFunc("POST /sandbox/{id}/start", s.start)
-	mux.HandleFunc("GET /sandbox/{id}/toolbox-proxy-url", s.proxyURL)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != "Bearer "+s.APIKey {
-			apiError(w, http.StatusUnauthorized, "Unauthorized")
-			return
-		}
-		mux.ServeHTTP(w, r)
+	return standin.API(standin.Bearer(s.APIKey), func(w http.ResponseWriter, _ *http.Request) {
+		apiError(w, http.StatusUnauthorized, "Unauthorized")
+	}, standin.Routes{
+		"POST /sandbox":                       s.create,
+		"GET /sandbox":                        s.list,
+		"GET /sandbox/{id}":                   s.get,
+		"DELETE /sandbox/{id}":                s.delete,
+		"POST /sandbox/{id}/stop":             s.stop,
+		"POST /sandbox/{id}/start":            s.start,
+		"GET /sandbox/{id}/toolbox-proxy-url": s.proxyURL,
 	})
 }
 
@@ -287,11 +281,14 @@ func apiError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]any{"statusCode": status, "message": msg, "error": http.StatusText(status)})
 }
 
+// nestJSON is the Content-Type of NestJS's JSON answers.
+const nestJSON = "application/json; charset=utf-8"
+
 // writeJSON writes NestJS's JSON answer (its Content-Type names the
 // charset).
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	if w.Header().Get("Content-Type") == "" {
-		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		w.Header().Set("Content-Type", nestJSON)
 	}
 	standin.WriteJSON(w, status, v)
 }
@@ -486,22 +483,15 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 // skip the survivors.
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	limit := 100
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 200 {
-			apiError(w, http.StatusBadRequest, "limit must not be greater than 200")
-			return
-		}
-		limit = n
+	limit, ok := standin.QueryLimit(q, "limit", 100, 200)
+	if !ok {
+		apiError(w, http.StatusBadRequest, "limit must not be greater than 200")
+		return
 	}
 	var from uint64
 	if v := q.Get("cursor"); v != "" {
-		b, err := base64.RawURLEncoding.DecodeString(v)
-		if err == nil {
-			from, err = strconv.ParseUint(string(b), 10, 64)
-		}
-		if err != nil {
+		var err error
+		if from, err = standin.ParseSeqCursor(v); err != nil {
 			apiError(w, http.StatusBadRequest, "Invalid cursor")
 			return
 		}
@@ -539,18 +529,14 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	items := []map[string]any{}
 	for i, sb := range match {
 		if i == limit {
-			page["nextCursor"] = base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatUint(sb.seq, 10)))
+			page["nextCursor"] = standin.SeqCursor(sb.seq)
 			break
 		}
 		items = append(items, s.dto(sb))
 	}
 	page["items"] = items
 	s.mu.Unlock()
-	if s.TakeInterrupt() {
-		standin.WriteCut(w, http.StatusOK, page)
-		return
-	}
-	writeJSON(w, http.StatusOK, page)
+	s.WriteList(w, nestJSON, page)
 }
 
 func randUUID() string {

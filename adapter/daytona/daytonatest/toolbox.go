@@ -159,7 +159,7 @@ func (s *Server) serveToolbox(w http.ResponseWriter, r *http.Request) {
 	}
 	id, path, _ := strings.Cut(rest, "/")
 	path = "/" + path
-	if r.Header.Get("Authorization") != "Bearer "+s.APIKey {
+	if !standin.Bearer(s.APIKey)(r) {
 		http.Error(w, "Unauthorized", http.StatusUnauthorized)
 		return
 	}

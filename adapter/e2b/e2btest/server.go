@@ -59,7 +59,6 @@
 package e2btest
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -192,8 +191,8 @@ func New(t testing.TB, opts Options) *Server {
 	if s.opts.DefaultTimeout <= 0 {
 		s.opts.DefaultTimeout = 15 * time.Second
 	}
-	s.api = httptest.NewServer(s.Wrap("api", true, s.apiMux()))
-	s.envd = httptest.NewServer(s.Wrap("envd", false, http.HandlerFunc(s.serveEnvd)))
+	s.api = s.Serve("api", true, s.apiMux())
+	s.envd = s.Serve("envd", false, http.HandlerFunc(s.serveEnvd))
 	s.wg.Add(1)
 	go s.expire()
 	t.Cleanup(s.shutdown)
@@ -237,21 +236,17 @@ func (s *Server) shutdown() {
 }
 
 func (s *Server) apiMux() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /sandboxes", s.create)
-	mux.HandleFunc("GET /sandboxes/{id}", s.get)
-	mux.HandleFunc("DELETE /sandboxes/{id}", s.delete)
-	mux.HandleFunc("POST /sandboxes/{id}/pause", s.pause)
-	mux.HandleFunc("POST /sandboxes/{id}/resume", s.resume)
-	mux.HandleFunc("POST /sandboxes/{id}/connect", s.connect)
-	mux.HandleFunc("POST /sandboxes/{id}/timeout", s.setTimeout)
-	mux.HandleFunc("GET /v2/sandboxes", s.list)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("X-API-Key") != s.APIKey {
-			apiError(w, http.StatusUnauthorized, "Invalid API key, it must start with 'e2b_' prefix")
-			return
-		}
-		mux.ServeHTTP(w, r)
+	return standin.API(standin.HeaderIs("X-API-Key", s.APIKey), func(w http.ResponseWriter, _ *http.Request) {
+		apiError(w, http.StatusUnauthorized, "Invalid API key, it must start with 'e2b_' prefix")
+	}, standin.Routes{
+		"POST /sandboxes":              s.create,
+		"GET /sandboxes/{id}":          s.get,
+		"DELETE /sandboxes/{id}":       s.delete,
+		"POST /sandboxes/{id}/pause":   s.pause,
+		"POST /sandboxes/{id}/resume":  s.resume,
+		"POST /sandboxes/{id}/connect": s.connect,
+		"POST /sandboxes/{id}/timeout": s.setTimeout,
+		"GET /v2/sandboxes":            s.list,
 	})
 }
 
@@ -378,22 +373,15 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
 // repeat nor skip the survivors.
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	limit := 100
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 100 {
-			apiError(w, http.StatusBadRequest, "limit must be between 1 and 100")
-			return
-		}
-		limit = n
+	limit, ok := standin.QueryLimit(q, "limit", 100, 100)
+	if !ok {
+		apiError(w, http.StatusBadRequest, "limit must be between 1 and 100")
+		return
 	}
 	from := uint64(1<<64 - 1)
 	if v := q.Get("nextToken"); v != "" {
-		b, err := base64.RawURLEncoding.DecodeString(v)
-		if err == nil {
-			from, err = strconv.ParseUint(string(b), 10, 64)
-		}
-		if err != nil {
+		var err error
+		if from, err = standin.ParseSeqCursor(v); err != nil {
 			apiError(w, http.StatusBadRequest, "invalid next token")
 			return
 		}
@@ -428,17 +416,13 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	page := []map[string]any{}
 	for i, sb := range match {
 		if i == limit {
-			w.Header().Set("X-Next-Token", base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatUint(sb.seq, 10))))
+			w.Header().Set("X-Next-Token", standin.SeqCursor(sb.seq))
 			break
 		}
 		page = append(page, sb.listed())
 	}
 	s.mu.Unlock()
-	if s.TakeInterrupt() {
-		standin.WriteCut(w, http.StatusOK, page)
-		return
-	}
-	standin.WriteJSON(w, http.StatusOK, page)
+	s.WriteList(w, "", page)
 }
 
 func metaMatch(have map[string]string, want url.Values) bool {

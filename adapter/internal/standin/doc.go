@@ -2,8 +2,10 @@
 // (adapter/e2b/e2btest, adapter/daytona/daytonatest,
 // adapter/sprites/spritestest) share, so each holds only its provider's
 // behaviour: the HTTP fault switchboard ([Faults]: outage, dropped
-// connections, 429s, cut list bodies, request counts) and the JSON
-// writers; opening a pseudo-terminal with the standard library alone; and
+// connections, 429s, cut list bodies, request counts, [Faults.Serve]);
+// an API's routes behind its credential check ([API], [Bearer],
+// [HeaderIs]); the JSON writers and list helpers ([WriteJSON],
+// [Faults.WriteList], [QueryLimit], [SeqCursor]); opening a pseudo-terminal with the standard library alone; and
 // killing every process of one sandbox, found by an environment variable
 // the stand-in sets on what it starts.
 //

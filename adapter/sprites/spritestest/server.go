@@ -63,7 +63,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -355,28 +354,24 @@ func (s *Server) shutdown() {
 }
 
 func (s *Server) mux() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/sprites", s.create)
-	mux.HandleFunc("GET /v1/sprites", s.list)
-	mux.HandleFunc("GET /v1/sprites/{name}", s.get)
-	mux.HandleFunc("DELETE /v1/sprites/{name}", s.delete)
-	mux.HandleFunc("PUT /v1/sprites/{name}", s.update)
-	mux.HandleFunc("POST /v1/sprites/{name}/checkpoint", s.createCheckpoint)
-	mux.HandleFunc("GET /v1/sprites/{name}/checkpoints", s.listCheckpoints)
-	mux.HandleFunc("GET /v1/sprites/{name}/checkpoints/{id}", s.getCheckpoint)
-	mux.HandleFunc("POST /v1/sprites/{name}/checkpoints/{id}/restore", s.restoreCheckpoint)
-	mux.HandleFunc("PUT /v1/sprites/{name}/fs/write", s.fsWrite)
-	mux.HandleFunc("GET /v1/sprites/{name}/fs/read", s.fsRead)
-	mux.HandleFunc("GET /v1/sprites/{name}/policy/network", s.getPolicy)
-	mux.HandleFunc("POST /v1/sprites/{name}/policy/network", s.setPolicy)
-	mux.HandleFunc("GET /v1/sprites/{name}/exec", s.exec)
-	mux.HandleFunc("POST /v1/sprites/{name}/exec/{id}/kill", s.kill)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != "Bearer "+s.Token {
-			apiError(w, http.StatusUnauthorized, "unauthorized", "Missing or invalid authentication")
-			return
-		}
-		mux.ServeHTTP(w, r)
+	return standin.API(standin.Bearer(s.Token), func(w http.ResponseWriter, _ *http.Request) {
+		apiError(w, http.StatusUnauthorized, "unauthorized", "Missing or invalid authentication")
+	}, standin.Routes{
+		"POST /v1/sprites":                                 s.create,
+		"GET /v1/sprites":                                  s.list,
+		"GET /v1/sprites/{name}":                           s.get,
+		"DELETE /v1/sprites/{name}":                        s.delete,
+		"PUT /v1/sprites/{name}":                           s.update,
+		"POST /v1/sprites/{name}/checkpoint":               s.createCheckpoint,
+		"GET /v1/sprites/{name}/checkpoints":               s.listCheckpoints,
+		"GET /v1/sprites/{name}/checkpoints/{id}":          s.getCheckpoint,
+		"POST /v1/sprites/{name}/checkpoints/{id}/restore": s.restoreCheckpoint,
+		"PUT /v1/sprites/{name}/fs/write":                  s.fsWrite,
+		"GET /v1/sprites/{name}/fs/read":                   s.fsRead,
+		"GET /v1/sprites/{name}/policy/network":            s.getPolicy,
+		"POST /v1/sprites/{name}/policy/network":           s.setPolicy,
+		"GET /v1/sprites/{name}/exec":                      s.exec,
+		"POST /v1/sprites/{name}/exec/{id}/kill":           s.kill,
 	})
 }
 
@@ -531,14 +526,10 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
 // the page, encoded so that clients treat it as opaque.
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	limit := 50
-	if v := q.Get("max_results"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 500 {
-			apiError(w, http.StatusBadRequest, "invalid_max_results", "max_results must be 1-500")
-			return
-		}
-		limit = n
+	limit, ok := standin.QueryLimit(q, "max_results", 50, 500)
+	if !ok {
+		apiError(w, http.StatusBadRequest, "invalid_max_results", "max_results must be 1-500")
+		return
 	}
 	after := ""
 	if tok := q.Get("continuation_token"); tok != "" {
@@ -576,11 +567,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	if more {
 		body["next_continuation_token"] = base64.RawURLEncoding.EncodeToString([]byte("after:" + names[len(names)-1]))
 	}
-	if s.TakeInterrupt() {
-		standin.WriteCut(w, http.StatusOK, body)
-		return
-	}
-	standin.WriteJSON(w, http.StatusOK, body)
+	s.WriteList(w, "", body)
 }
 
 // proxyFault answers the Fly proxy's own faults (SetProxyError,

@@ -1,11 +1,11 @@
-package hosted_test
+package httpcall_test
 
 import (
 	"net/http"
 	"testing"
 	"time"
 
-	"github.com/agentrunner/runner/adapter/hosted"
+	"github.com/agentrunner/runner/adapter/hosted/httpcall"
 )
 
 func TestRetryAfter(t *testing.T) {
@@ -28,11 +28,11 @@ func TestRetryAfter(t *testing.T) {
 		if tc.value != "" {
 			h.Set("Retry-After", tc.value)
 		}
-		if got := hosted.RetryAfter(h); got < tc.min || got > tc.max {
+		if got := httpcall.RetryAfter(h); got < tc.min || got > tc.max {
 			t.Errorf("%s (%q): got %v, want within [%v, %v]", tc.name, tc.value, got, tc.min, tc.max)
 		}
 	}
-	if got := hosted.RetryAfter(nil); got != 0 {
+	if got := httpcall.RetryAfter(nil); got != 0 {
 		t.Errorf("nil header: got %v, want 0", got)
 	}
 }

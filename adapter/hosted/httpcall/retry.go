@@ -1,4 +1,4 @@
-package hosted
+package httpcall
 
 import (
 	"net/http"
