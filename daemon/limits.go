@@ -105,11 +105,11 @@ func (s *server) startCgroups() (stop func()) {
 	}
 	s.cg = m
 	s.log.Info("resource limits enforced", "mode", m.Mode().String(), "root", s.cfg.CgroupRoot, "defaults", s.cfg.DefaultLimits)
-	s.adoptCgroups()
 	ctx, cancel := context.WithCancel(s.life)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		s.adoptCgroups(ctx) // recovery.go: in the background, runnerd serves
 		s.sweepLeaves(ctx)
 	}()
 	return func() { cancel(); <-done }
