@@ -62,23 +62,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 
 	// Open state.
-	token, err := loadToken(cfg.StateDir, cfg.Token)
+	token, reg, closeState, err := openState(&cfg)
 	if err != nil {
 		return err
 	}
-	reg, err := openRegistry(cfg)
-	if err != nil {
-		return err
-	}
-	defer reg.Close()
-	if cfg.WarmShims > 0 {
-		// Closed after the listeners and in-flight requests are done (the
-		// defers run in reverse): idle warm shims exit, taken ones are
-		// sessions and keep running.
-		cfg.pool = shim.NewPool(cfg.ShimCommand, shim.PoolOptions{Size: cfg.WarmShims,
-			Root: filepath.Join(cfg.StateDir, "s"), RetainBytes: cfg.JournalRetainBytes})
-		defer cfg.pool.Close()
-	}
+	defer closeState()
 
 	// Claim the host: before anything touches identities or cgroups,
 	// another runnerd on the host must not hold the same ones (claim.go).
@@ -89,48 +77,18 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	defer hc.release()
 
 	// Start the subsystems.
-	s := newServer(cfg, reg)
-	if err := s.initIdentities(); err != nil {
+	s, stopSubsystems, err := startSubsystems(ctx, cfg, reg, token)
+	if err != nil {
 		return err
 	}
-	s.token = token
-	defer s.endLife() // beginStop ends it on a clean stop; this on an early return
-	// Deferred registry commits land before the registry closes (defers
-	// run in reverse; this one after s.streams.Wait in serve).
-	defer s.commits.close()
-	// One inotify instance for every follow reader: the kernel allows 128
-	// per user. Closed after the tracked handlers end (defers run after
-	// s.streams.Wait in serve).
-	s.watcher = newWatcher(log)
-	defer s.watcher.Close()
-	s.routes()
-	if err := s.recoverState(ctx); err != nil {
-		return err
-	}
-	defer s.startCgroups()() // limits.go; adopts the sandboxes' cgroups before serving
-	defer s.startCollector()()
-	defer s.startJanitor()()
-	defer s.startNetwork(ctx)()
+	defer stopSubsystems()
 
 	// Listeners.
-	ls, err := openListeners(cfg)
+	ls, stopListeners, err := s.startListeners()
 	if err != nil {
 		return err
 	}
-	stopPreview, err := s.startPreview()
-	if err != nil {
-		ls.close()
-		return err
-	}
-	defer stopPreview()
-	stopMetrics, err := s.startMetrics()
-	if err != nil {
-		ls.close()
-		return err
-	}
-	// Closed before the registry (defers run in reverse): a scrape
-	// reads it.
-	defer stopMetrics()
+	defer stopListeners()
 	listenPath := filepath.Join(cfg.StateDir, wire.ListenFile)
 	if err := writeListen(listenPath, ls.listen(cfg)); err != nil {
 		ls.close()
@@ -143,6 +101,73 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	// Serve, then stop.
 	return s.serve(ctx, ls)
+}
+
+// openState loads the token, opens the registry and starts the warm
+// shim pool (cfg.pool). closeState closes the pool, then the registry.
+func openState(cfg *Config) (token string, reg *registry.Registry, closeState func(), err error) {
+	token, err = loadToken(cfg.StateDir, cfg.Token)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	reg, err = openRegistry(*cfg)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	closeState = func() { reg.Close() }
+	if cfg.WarmShims > 0 {
+		// Closed after the listeners and in-flight requests are done (the
+		// defers run in reverse): idle warm shims exit, taken ones are
+		// sessions and keep running.
+		pool := shim.NewPool(cfg.ShimCommand, shim.PoolOptions{Size: cfg.WarmShims,
+			Root: filepath.Join(cfg.StateDir, "s"), RetainBytes: cfg.JournalRetainBytes})
+		cfg.pool = pool
+		closeState = func() {
+			pool.Close()
+			reg.Close()
+		}
+	}
+	return token, reg, closeState, nil
+}
+
+// startSubsystems makes the server and starts what runs beside its
+// handlers, in order: its life, the deferred commits, the inotify
+// watcher, recovery, cgroups, the collector, the janitor and network
+// policy. stop stops them in the reverse order; on an error,
+// startSubsystems has stopped what it started.
+func startSubsystems(ctx context.Context, cfg Config, reg *registry.Registry, token string) (s *server, stop func(), err error) {
+	var stops []func() // run last to first, as defers
+	stopAll := func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stopAll()
+		}
+	}()
+	s = newServer(cfg, reg)
+	if err := s.initIdentities(); err != nil {
+		return nil, nil, err
+	}
+	s.token = token
+	stops = append(stops, s.endLife) // beginStop ends it on a clean stop; this on an early return
+	// Deferred registry commits land before the registry closes (stops
+	// run in reverse; this one after s.streams.Wait in serve).
+	stops = append(stops, s.commits.close)
+	// One inotify instance for every follow reader: the kernel allows 128
+	// per user. Closed after the tracked handlers end (stops run after
+	// s.streams.Wait in serve).
+	s.watcher = newWatcher(cfg.Logger)
+	stops = append(stops, func() { s.watcher.Close() })
+	s.routes()
+	if err := s.recoverState(ctx); err != nil {
+		return nil, nil, err
+	}
+	stops = append(stops, s.startCgroups()) // limits.go; adopts the sandboxes' cgroups before serving
+	stops = append(stops, s.startCollector(), s.startJanitor(), s.startNetwork(ctx))
+	return s, stopAll, nil
 }
 
 // prepareStateDir raises the descriptor limit and creates the state
@@ -269,6 +294,35 @@ func (s *server) startNetwork(ctx context.Context) (stop func()) {
 			n.Close()
 		}
 	}
+}
+
+// startListeners opens the API listeners (served later by serve) and
+// starts the preview and metrics listeners. stop stops the metrics
+// listener, then the preview one; the API listeners are closed by serve's
+// shutdown, or by the caller (ls.close) on a failure before it. On an
+// error, startListeners has closed what it opened.
+func (s *server) startListeners() (ls *listeners, stop func(), err error) {
+	ls, err = openListeners(s.cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	stopPreview, err := s.startPreview()
+	if err != nil {
+		ls.close()
+		return nil, nil, err
+	}
+	stopMetrics, err := s.startMetrics()
+	if err != nil {
+		stopPreview()
+		ls.close()
+		return nil, nil, err
+	}
+	return ls, func() {
+		// Closed before the registry (stops run in reverse): a scrape
+		// reads it.
+		stopMetrics()
+		stopPreview()
+	}, nil
 }
 
 // listeners are the API listeners Run serves on: TCP (TLS or plain) and
