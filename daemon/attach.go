@@ -211,22 +211,16 @@ func discardReads(connCtx context.Context, conn *websocket.Conn) {
 // without a FIN is noticed: a ping unanswered within pingTimeout ends the
 // connection (connCancel).
 func pingUntil(ctx, connCtx context.Context, conn *websocket.Conn, connCancel context.CancelFunc) {
-	t := time.NewTicker(pingEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			pctx, pcancel := context.WithTimeout(connCtx, pingTimeout)
-			err := conn.Ping(pctx)
-			pcancel()
-			if err != nil {
-				connCancel()
-				return
-			}
+	everyUntil(ctx, pingEvery, func() bool {
+		pctx, pcancel := context.WithTimeout(connCtx, pingTimeout)
+		err := conn.Ping(pctx)
+		pcancel()
+		if err != nil {
+			connCancel()
+			return false
 		}
-	}
+		return true
+	})
 }
 
 // recordEnd records a session's exit in the registry once a reader saw
