@@ -107,7 +107,12 @@ func (s *server) handleAttach(w http.ResponseWriter, r *http.Request) {
 	s.metrics.attaches.Add(1)
 	s.metrics.attachesTotal.Add(1)
 	defer s.metrics.attaches.Add(-1)
+	s.attach(conn, ss, j, readers)
+}
 
+// attach sends ss's frames from readers over conn until the session ends
+// (close 1000), runnerd stops (close 1001) or the client goes.
+func (s *server) attach(conn *websocket.Conn, ss registry.Session, j *journal.Journal, readers map[string]*journal.Reader) {
 	// Two lifetimes. connCtx is the connection's: the reads, pings and
 	// writes run under it, and it ends when the peer is gone or the
 	// handler returns. ctx, below it, is the frames': runnerd stopping
@@ -130,64 +135,20 @@ func (s *server) handleAttach(w http.ResponseWriter, r *http.Request) {
 	watchdog := time.AfterFunc(slowClientLimit, wcancel)
 	defer watchdog.Stop()
 	watchdog.Stop()
-	// runnerd stopping ends the attach with 1001 instead of a frame. A
-	// frame write still in flight then gets stopWriteGrace, not
-	// slowClientLimit, so a slow client cannot hold up the stop.
 	var stopping atomic.Bool
-	wg.Add(1)
+	wg.Add(3)
 	go func() {
 		defer wg.Done()
-		select {
-		case <-s.stop:
-			stopping.Store(true)
-			cancel()
-			t := time.NewTimer(stopWriteGrace)
-			defer t.Stop()
-			select {
-			case <-t.C:
-				wcancel()
-			case <-connCtx.Done():
-			}
-		case <-ctx.Done():
-		}
+		s.attachStopping(ctx, connCtx, cancel, wcancel, &stopping)
 	}()
-
-	// Discard what the client sends; reading also answers pings and
-	// notices the close handshake or a dead connection.
-	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		defer connCancel()
-		for {
-			_, rd, err := conn.Reader(connCtx)
-			if err != nil {
-				return
-			}
-			if _, err := io.Copy(io.Discard, rd); err != nil {
-				return
-			}
-		}
+		discardReads(connCtx, conn)
 	}()
-	// Ping so a peer that vanished without a FIN is noticed.
-	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(pingEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				pctx, pcancel := context.WithTimeout(connCtx, pingTimeout)
-				err := conn.Ping(pctx)
-				pcancel()
-				if err != nil {
-					connCancel()
-					return
-				}
-			}
-		}
+		pingUntil(ctx, connCtx, conn, connCancel)
 	}()
 
 	write := func(b []byte) error {
@@ -198,7 +159,7 @@ func (s *server) handleAttach(w http.ResponseWriter, r *http.Request) {
 	}
 	// The frames are sessiondir.EmitFrames's, the producer runner-shim's attach
 	// uses too, so both paths end a session the same way.
-	err = sessiondir.EmitFrames(ctx, sessiondir.FrameSource{
+	err := sessiondir.EmitFrames(ctx, sessiondir.FrameSource{
 		Dir: s.sessionDir(ss), Journal: j, Readers: readers, Heartbeat: heartbeatEvery,
 		OnExit: func(e wire.Exit) { s.recordEnd(ss, e) },
 		Log:    s.log.With("sandbox", ss.Sandbox, "session", ss.ID),
@@ -209,6 +170,57 @@ func (s *server) handleAttach(w http.ResponseWriter, r *http.Request) {
 	case stopping.Load():
 		conn.Close(websocket.StatusGoingAway, "runnerd is stopping")
 	}
+}
+
+// attachStopping ends an attach with 1001 instead of a frame when runnerd
+// stops: it sets stopping and ends the frames (cancel). A frame write
+// still in flight then gets stopWriteGrace, not slowClientLimit, so a
+// slow client cannot hold up the stop. It returns when the frames end.
+func (s *server) attachStopping(ctx, connCtx context.Context, cancel, wcancel context.CancelFunc, stopping *atomic.Bool) {
+	select {
+	case <-s.stop:
+		stopping.Store(true)
+		cancel()
+		t := time.NewTimer(stopWriteGrace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			wcancel()
+		case <-connCtx.Done():
+		}
+	case <-ctx.Done():
+	}
+}
+
+// discardReads discards what the client sends until the connection
+// ends; reading also answers pings and notices the close handshake or a
+// dead connection.
+func discardReads(connCtx context.Context, conn *websocket.Conn) {
+	for {
+		_, rd, err := conn.Reader(connCtx)
+		if err != nil {
+			return
+		}
+		if _, err := io.Copy(io.Discard, rd); err != nil {
+			return
+		}
+	}
+}
+
+// pingUntil pings every pingEvery until ctx ends, so a peer that vanished
+// without a FIN is noticed: a ping unanswered within pingTimeout ends the
+// connection (connCancel).
+func pingUntil(ctx, connCtx context.Context, conn *websocket.Conn, connCancel context.CancelFunc) {
+	everyUntil(ctx, pingEvery, func() bool {
+		pctx, pcancel := context.WithTimeout(connCtx, pingTimeout)
+		err := conn.Ping(pctx)
+		pcancel()
+		if err != nil {
+			connCancel()
+			return false
+		}
+		return true
+	})
 }
 
 // recordEnd records a session's exit in the registry once a reader saw

@@ -334,16 +334,27 @@ const RootStateDir = "/var/lib/runnerd"
 
 // withDefaults returns cfg with every unset field filled.
 func (cfg Config) withDefaults() (Config, error) {
+	for _, step := range []func() error{cfg.defaultPaths, cfg.defaultTuning, cfg.defaultIsolation, cfg.defaultLimits, cfg.checkListeners} {
+		if err := step(); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
+}
+
+// defaultPaths fills the state directory (made absolute), the listen
+// address, the socket and the shim command.
+func (cfg *Config) defaultPaths() error {
 	if cfg.StateDir == "" {
 		d, err := DefaultStateDir()
 		if err != nil {
-			return cfg, err
+			return err
 		}
 		cfg.StateDir = d
 	}
 	abs, err := filepath.Abs(cfg.StateDir)
 	if err != nil {
-		return cfg, fmt.Errorf("resolve state directory: %w", err)
+		return fmt.Errorf("resolve state directory: %w", err)
 	}
 	cfg.StateDir = abs
 	if cfg.Listen == "" {
@@ -355,10 +366,16 @@ func (cfg Config) withDefaults() (Config, error) {
 	if len(cfg.ShimCommand) == 0 {
 		exe, err := os.Executable()
 		if err != nil {
-			return cfg, fmt.Errorf("find own executable for the shim: %w", err)
+			return fmt.Errorf("find own executable for the shim: %w", err)
 		}
 		cfg.ShimCommand = []string{exe, "shim"}
 	}
+	return nil
+}
+
+// defaultTuning fills the pool, concurrency, grace and retention settings
+// and the logger, and refuses negative bounds.
+func (cfg *Config) defaultTuning() error {
 	switch {
 	case cfg.WarmShims == 0:
 		cfg.WarmShims = DefaultWarmShims
@@ -378,10 +395,10 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.ShutdownTimeout = 10 * time.Second
 	}
 	if cfg.MaxSandboxSessions < 0 || cfg.MaxSandboxEndedSessions < 0 || cfg.SandboxJournalBytes < 0 {
-		return cfg, errors.New("config: sessions and journal bytes per sandbox must not be negative")
+		return errors.New("config: sessions and journal bytes per sandbox must not be negative")
 	}
 	if cfg.SessionRetention < 0 || cfg.JournalRetainBytes < 0 {
-		return cfg, errors.New("config: session retention and journal retain bytes must not be negative")
+		return errors.New("config: session retention and journal retain bytes must not be negative")
 	}
 	if cfg.SessionRetention > 0 && cfg.JanitorInterval <= 0 {
 		cfg.JanitorInterval = min(max(cfg.SessionRetention/10, time.Second), time.Minute)
@@ -389,17 +406,23 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	return nil
+}
+
+// defaultIsolation fills and checks network policy, private egress,
+// isolation and the identity range.
+func (cfg *Config) defaultIsolation() error {
 	switch cfg.NetPolicy {
 	case "":
 		cfg.NetPolicy = NetPolicyAuto
 	case NetPolicyAuto, NetPolicyOff:
 	default:
-		return cfg, fmt.Errorf("config: netpolicy %q: want %q or %q", cfg.NetPolicy, NetPolicyAuto, NetPolicyOff)
+		return fmt.Errorf("config: netpolicy %q: want %q or %q", cfg.NetPolicy, NetPolicyAuto, NetPolicyOff)
 	}
 	if cfg.NetPolicyState != "" {
 		abs, err := filepath.Abs(cfg.NetPolicyState)
 		if err != nil {
-			return cfg, fmt.Errorf("resolve netpolicy state directory: %w", err)
+			return fmt.Errorf("resolve netpolicy state directory: %w", err)
 		}
 		cfg.NetPolicyState = abs
 	}
@@ -408,7 +431,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.EgressPrivate = EgressPrivateDeny
 	case EgressPrivateDeny, EgressPrivateAllow:
 	default:
-		return cfg, fmt.Errorf("config: egress private %q: want %q or %q", cfg.EgressPrivate, EgressPrivateAllow, EgressPrivateDeny)
+		return fmt.Errorf("config: egress private %q: want %q or %q", cfg.EgressPrivate, EgressPrivateAllow, EgressPrivateDeny)
 	}
 	switch cfg.Isolate {
 	case "":
@@ -420,41 +443,53 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.Isolate = IsolateNone
 	case IsolateNone, IsolateAll:
 	default:
-		return cfg, fmt.Errorf("config: isolate %q: want %q or %q", cfg.Isolate, IsolateAll, IsolateNone)
+		return fmt.Errorf("config: isolate %q: want %q or %q", cfg.Isolate, IsolateAll, IsolateNone)
 	}
 	if cfg.IdentityFirst != 0 || cfg.IdentityLast != 0 { // unset: chosen by claimHost
 		if err := checkIdentityRange(cfg.IdentityFirst, cfg.IdentityLast); err != nil {
-			return cfg, err
+			return err
 		}
 	}
+	return nil
+}
+
+// defaultLimits fills the cgroups mode and checks the default limits
+// against it.
+func (cfg *Config) defaultLimits() error {
 	switch cfg.Cgroups {
 	case "":
 		cfg.Cgroups = CgroupsAuto
 	case CgroupsAuto, CgroupsOff:
 	default:
-		return cfg, fmt.Errorf("config: cgroups %q: want %q or %q", cfg.Cgroups, CgroupsAuto, CgroupsOff)
+		return fmt.Errorf("config: cgroups %q: want %q or %q", cfg.Cgroups, CgroupsAuto, CgroupsOff)
 	}
 	if err := toCgroupLimits(&cfg.DefaultLimits).Validate(); err != nil {
-		return cfg, fmt.Errorf("config: default limits: %w", err)
+		return fmt.Errorf("config: default limits: %w", err)
 	}
 	if cfg.Cgroups == CgroupsOff && cfg.DefaultLimits != (wire.Limits{}) {
-		return cfg, errors.New("config: default limits need cgroups (--cgroups=auto)")
+		return errors.New("config: default limits need cgroups (--cgroups=auto)")
 	}
+	return nil
+}
+
+// checkListeners checks the preview, metrics and TLS settings and that
+// some API listener is left.
+func (cfg *Config) checkListeners() error {
 	if (cfg.PreviewListen == "") != (cfg.PreviewURLTemplate == "") {
-		return cfg, errors.New("config: the preview listener needs both an address and a URL template")
+		return errors.New("config: the preview listener needs both an address and a URL template")
 	}
 	if cfg.MetricsListen != "" {
 		addr, err := metricsAddr(cfg.MetricsListen)
 		if err != nil {
-			return cfg, err
+			return err
 		}
 		cfg.MetricsListen = addr
 	}
 	if err := cfg.checkTLSFiles(); err != nil {
-		return cfg, err
+		return err
 	}
 	if cfg.Listen == "none" && cfg.Socket == "none" && cfg.TCPListener == nil {
-		return cfg, errors.New("config: both listeners disabled")
+		return errors.New("config: both listeners disabled")
 	}
-	return cfg, nil
+	return nil
 }

@@ -27,12 +27,15 @@
 //     deferredCommits, or a crash): whoever reads a live session brings it
 //     up to date from the shim's own files first (refresh).
 //
-// Layout: the sandbox and session handlers (sandboxes.go, sessions.go)
-// only decode, call one lifecycle function and encode; the streaming ones
-// (attach.go, streams.go, exec.go) drive a session through the same
-// functions. The lifecycle takes a context and plain arguments:
-// sandboxlife.go (create, suspend, resume, destroy of a sandbox), spawn.go
-// (starting a session), sessionops.go (looking up and driving one),
+// Layout: Run (run.go) is wiring: named steps that each own what they start
+// and hand back its stop. The sandbox and session handlers (sandboxes.go,
+// sessions.go, sessionlist.go, sessioncontrol.go, network.go) only decode,
+// call one lifecycle function and encode; the streaming ones (attach.go,
+// streams.go, exec.go) drive a session through the same functions. The
+// lifecycle takes a context and plain arguments: sandboxlife.go (create,
+// suspend, resume, destroy of a sandbox), spawn.go (starting a session),
+// sessionops.go (looking up, describing and reaching one), sessionlist.go
+// (listing them), sessioncontrol.go (stdin, resize, signals),
 // sessionstate.go (repairing its record from its shim), stopping.go
 // (terminate and delete), recovery.go (what runnerd repairs at start and
 // the retention janitor), commits.go (registry commits made after the

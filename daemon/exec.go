@@ -125,27 +125,45 @@ func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
 	defer done()
 	ctx, cancel := s.untilStop(r.Context())
 	defer cancel()
+	err = s.exec(ctx, r.PathValue("name"), req, func(res wire.ExecResult) {
+		s.writeJSON(w, http.StatusOK, res)
+		s.metrics.exec.Observe(time.Since(begun).Seconds())
+	})
+	switch {
+	case errors.Is(err, errExecLeft):
+		// The client left or runnerd stops: the command keeps running.
+		if r.Context().Err() == nil {
+			s.writeError(w, r, errUnavailable("runnerd is stopping"))
+		}
+	case err != nil:
+		s.writeError(w, r, err)
+	}
+}
 
+// errExecLeft is returned by exec when its ctx ends before the command
+// does (the client left or runnerd stops); the command keeps running.
+var errExecLeft = errors.New("exec left before its command ended")
+
+// exec runs req's command in sandbox name to its end (or its timeout) and
+// calls answer with its output and exit before it lets go of the journal.
+func (s *server) exec(ctx context.Context, name string, req wire.Exec, answer func(wire.ExecResult)) error {
 	// With no stdin to send, the command starts with stdin at EOF; a
 	// session that was there already (a retried id) is closed as before.
 	noStdin := len(req.Stdin) == 0
-	ss, created, err := s.spawn(ctx, r.PathValue("name"), wire.CreateSession{
+	ss, created, err := s.spawn(ctx, name, wire.CreateSession{
 		ID: req.ID, Argv: req.Argv, Env: req.Env, Cwd: req.Cwd,
 	}, spawnOptions{stdinClosed: noStdin})
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	if !created || !noStdin {
 		if err := s.execStdin(ctx, ss, req.Stdin, created); err != nil {
-			s.writeError(w, r, err)
-			return
+			return err
 		}
 	}
 	j, err := s.openJournal(ss)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	// The readers and the journal are closed after the answer, off the
 	// request's path: closing a follow reader closes its inotify
@@ -163,54 +181,96 @@ func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
 
 	rctx, rcancel := context.WithCancel(ctx)
 	defer rcancel()
+	caps, finished, err := s.startCaptures(rctx, j, &readers)
+	if err != nil {
+		rcancel()
+		<-finished
+		return err
+	}
+	timedOut, err := s.awaitExec(ctx, ss, req.TimeoutMS, finished, rcancel)
+	if err != nil {
+		return err
+	}
+	lost := false
+	for _, c := range caps {
+		switch {
+		case errors.Is(c.err, io.EOF):
+		case errors.Is(c.err, journal.ErrLost):
+			lost = true
+		default:
+			return c.err
+		}
+	}
+	exit, err := s.finalExit(ss, j, lost)
+	if err != nil {
+		return err
+	}
+	answer(wire.ExecResult{
+		Session:         ss.ID,
+		Stdout:          nonNil(caps[0].data),
+		Stderr:          nonNil(caps[1].data),
+		StdoutTruncated: caps[0].truncated,
+		StderrTruncated: caps[1].truncated,
+		TimedOut:        timedOut,
+		Exit:            exit,
+	})
+	return nil
+}
+
+// startCaptures opens a follow reader on each of j's streams (appended to
+// *readers, which the caller closes) and captures it until rctx ends or
+// the stream does; finished is closed once every capture has returned,
+// also when startCaptures fails part way.
+func (s *server) startCaptures(rctx context.Context, j *journal.Journal, readers *[]*journal.Reader) (caps []capture, finished chan struct{}, err error) {
 	streams := streamsOf(false)
-	caps := make([]capture, len(streams))
+	caps = make([]capture, len(streams))
 	var wg sync.WaitGroup
+	finished = make(chan struct{})
 	for i, stream := range streams {
 		rd, err := s.openReader(j, stream, 0, true)
 		if err != nil {
-			rcancel()
-			wg.Wait()
-			s.writeError(w, r, err)
-			return
+			go func() { wg.Wait(); close(finished) }()
+			return nil, finished, err
 		}
-		readers = append(readers, rd)
+		*readers = append(*readers, rd)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			caps[i] = captureStream(rctx, rd)
 		}()
 	}
-	finished := make(chan struct{})
 	go func() { wg.Wait(); close(finished) }()
+	return caps, finished, nil
+}
 
+// awaitExec waits for an exec's captures to finish: at its timeout it
+// terminates the command (timedOut), on storage it cannot write it
+// terminates the command and fails with no_space, and when ctx ends it
+// fails with errExecLeft. Each way out waits for the captures.
+func (s *server) awaitExec(ctx context.Context, ss registry.Session, timeoutMS int, finished <-chan struct{}, rcancel context.CancelFunc) (timedOut bool, err error) {
 	var timeout <-chan time.Time
-	if req.TimeoutMS > 0 {
-		t := time.NewTimer(time.Duration(req.TimeoutMS) * time.Millisecond)
+	if timeoutMS > 0 {
+		t := time.NewTimer(time.Duration(timeoutMS) * time.Millisecond)
 		defer t.Stop()
 		timeout = t.C
 	}
-	timedOut := false
 	// An exec whose output cannot be stored (a full disk) would wait for
 	// space with no answer: watch for that (diskfull.go, execStuck).
 	watch := time.NewTicker(execStorageCheck)
 	defer watch.Stop()
 	strikes := 0
-wait:
 	for {
 		select {
 		case <-finished:
-			break wait
+			return false, nil
 		case <-timeout:
-			timedOut = true
 			if _, err := s.terminate(ctx, ss, execGrace); err != nil {
 				rcancel()
 				<-finished
-				s.writeError(w, r, err)
-				return
+				return true, err
 			}
 			<-finished // the exit record is in: the readers end at once
-			break wait
+			return true, nil
 		case <-watch.C:
 			werr := s.execStuck(ctx, ss, &strikes)
 			if werr == "" {
@@ -226,44 +286,13 @@ wait:
 				}
 				err = errNoSpace("exec", fmt.Errorf("its output could not be stored (%s); the command was terminated (%d bytes not stored)", werr, lost))
 			}
-			s.writeError(w, r, err)
-			return
+			return false, err
 		case <-ctx.Done():
-			// The client left or runnerd stops: the command keeps running.
 			rcancel()
 			<-finished
-			if r.Context().Err() == nil {
-				s.writeError(w, r, errUnavailable("runnerd is stopping"))
-			}
-			return
+			return false, errExecLeft
 		}
 	}
-	lost := false
-	for _, c := range caps {
-		switch {
-		case errors.Is(c.err, io.EOF):
-		case errors.Is(c.err, journal.ErrLost):
-			lost = true
-		default:
-			s.writeError(w, r, c.err)
-			return
-		}
-	}
-	exit, err := s.finalExit(ss, j, lost)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.writeJSON(w, http.StatusOK, wire.ExecResult{
-		Session:         ss.ID,
-		Stdout:          nonNil(caps[0].data),
-		Stderr:          nonNil(caps[1].data),
-		StdoutTruncated: caps[0].truncated,
-		StderrTruncated: caps[1].truncated,
-		TimedOut:        timedOut,
-		Exit:            exit,
-	})
-	s.metrics.exec.Observe(time.Since(begun).Seconds())
 }
 
 func nonNil(b []byte) []byte {

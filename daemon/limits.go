@@ -416,26 +416,20 @@ func (r *releasedLeaves) forget(sandbox string) {
 // of sessions that have ended and hold no process (releaseLeaves). Run
 // starts it when cgroups are on and waits for it.
 func (s *server) sweepLeaves(ctx context.Context) {
-	t := time.NewTicker(leafSweepInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	everyUntil(ctx, leafSweepInterval, func() bool {
 		names, err := s.cg.List()
 		if err != nil {
 			s.log.Warn("session leaves: list cgroups", "err", err)
-			continue
+			return true
 		}
 		for _, name := range names {
 			if ctx.Err() != nil {
-				return
+				return false
 			}
 			s.releaseLeaves(name)
 		}
-	}
+		return true
+	})
 }
 
 // releaseLeaves removes the leaves of sandbox name whose session has

@@ -458,46 +458,30 @@ func (s *server) handleNetwork(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	unlock := s.locks.Lock(name)
-	defer unlock()
-	sb, err := s.scopedSandbox(r.Context(), name)
+	sb, err := s.setNetwork(r.Context(), name, policy)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
+	s.writeJSON(w, http.StatusOK, toWireSandbox(sb))
+}
+
+// setNetwork sets sandbox name's network policy: the record first, then
+// the namespace (ensureNet); a namespace that cannot be set up restores
+// the policy before (restorePolicy).
+func (s *server) setNetwork(ctx context.Context, name string, policy *wire.Network) (registry.Sandbox, error) {
+	unlock := s.locks.Lock(name)
+	defer unlock()
+	sb, err := s.scopedSandbox(ctx, name)
+	if err != nil {
+		return sb, err
+	}
 	if err := s.checkContainable(sb); err != nil {
-		s.writeError(w, r, err)
-		return
+		return sb, err
 	}
 	if sb.Network == nil {
-		// Moving from the host network into a namespace: a process that
-		// runs now would stay outside it and escape the policy.
-		n, err := s.runningSessions(name)
-		if err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		if n > 0 {
-			s.writeError(w, r, errConflict("sandbox %q has %d running session(s) on the host network that the policy could not contain: terminate or suspend them first", name, n))
-			return
-		}
-		// So would a process that outlived its command (a background
-		// server): its shim keeps it until it ends or is terminated.
-		list, err := s.reg.ListSessions(name)
-		if err != nil {
-			s.writeError(w, r, errUnavailable("read registry: %v", err))
-			return
-		}
-		for _, ss := range list {
-			n, err := lingering(r.Context(), s.sessionDir(ss))
-			if err != nil {
-				s.writeError(w, r, errUnavailable("%v", err))
-				return
-			}
-			if n > 0 {
-				s.writeError(w, r, errConflict("sandbox %q: session %s has %d process(es) on the host network that outlived its command and that the policy could not contain: terminate the session or suspend the sandbox first", name, ss.ID, n))
-				return
-			}
+		if err := s.refuseUncontained(ctx, name); err != nil {
+			return sb, err
 		}
 	}
 	// The record first: from here on every spawn goes into the namespace
@@ -509,18 +493,45 @@ func (s *server) handleNetwork(w http.ResponseWriter, r *http.Request) {
 		return nil
 	})
 	if err != nil {
-		s.writeError(w, r, s.registryErr(err, name))
-		return
+		return sb, s.registryErr(err, name)
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
+	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if _, err := s.ensureNet(ctx, sb); err != nil {
-		s.writeError(w, r, s.restorePolicy(ctx, old, err))
-		return
+	if _, err := s.ensureNet(nctx, sb); err != nil {
+		return sb, s.restorePolicy(nctx, old, err)
 	}
 	s.log.Info("sandbox network policy set", "sandbox", name, "allow", policy.Allow)
 	s.warnRootContained(sb)
-	s.writeJSON(w, http.StatusOK, toWireSandbox(sb))
+	return sb, nil
+}
+
+// refuseUncontained refuses to move sandbox name from the host network
+// into a namespace while a process of it runs on the host network: it
+// would stay outside the namespace and escape the policy.
+func (s *server) refuseUncontained(ctx context.Context, name string) error {
+	n, err := s.runningSessions(name)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		return errConflict("sandbox %q has %d running session(s) on the host network that the policy could not contain: terminate or suspend them first", name, n)
+	}
+	// So would a process that outlived its command (a background
+	// server): its shim keeps it until it ends or is terminated.
+	list, err := s.reg.ListSessions(name)
+	if err != nil {
+		return errUnavailable("read registry: %v", err)
+	}
+	for _, ss := range list {
+		n, err := lingering(ctx, s.sessionDir(ss))
+		if err != nil {
+			return errUnavailable("%v", err)
+		}
+		if n > 0 {
+			return errConflict("sandbox %q: session %s has %d process(es) on the host network that outlived its command and that the policy could not contain: terminate the session or suspend the sandbox first", name, ss.ID, n)
+		}
+	}
+	return nil
 }
 
 // restorePolicy follows a policy the kernel did not take (failed, the

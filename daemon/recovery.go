@@ -166,7 +166,17 @@ func (s *server) removeOrphans(known []registry.Session) {
 // DELETE does; a session it cannot delete yet (its shim lives) is tried
 // again at the next tick.
 func (s *server) janitor(ctx context.Context) {
-	t := time.NewTicker(s.cfg.JanitorInterval)
+	everyUntil(ctx, s.cfg.JanitorInterval, func() bool {
+		s.collect(ctx)
+		return true
+	})
+}
+
+// everyUntil calls fn every d until ctx ends or fn returns false. The
+// daemon's periodic goroutines (janitor, sweepLeaves, an attach's pings)
+// share it; their owner stops them through ctx.
+func everyUntil(ctx context.Context, d time.Duration, fn func() bool) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
@@ -174,7 +184,9 @@ func (s *server) janitor(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		s.collect(ctx)
+		if !fn() {
+			return
+		}
 	}
 }
 

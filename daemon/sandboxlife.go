@@ -50,58 +50,15 @@ func (s *server) workspace(name string) string {
 // A new sandbox whose steps 4-6 fail is undone (undoCreate): a failed
 // create leaves nothing, and its retry starts afresh.
 func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (_ registry.Sandbox, err error) {
-	if err := validName(req.Name); err != nil {
-		return registry.Sandbox{}, err
-	}
-	var network *wire.Network
-	if req.Network != nil {
-		if s.net == nil {
-			return registry.Sandbox{}, errNoNetPolicy()
-		}
-		var err error
-		if network, err = parseNetwork(*req.Network); err != nil {
-			return registry.Sandbox{}, err
-		}
-	}
-	if err := refuseDiskBudget(req.Limits); err != nil { // diskfull.go
-		return registry.Sandbox{}, err
-	}
-	limits, err := s.parseLimits(req.Limits) // limits.go: not_supported or invalid before anything is made
+	p, err := s.planCreate(req)
 	if err != nil {
 		return registry.Sandbox{}, err
-	}
-	var uid, gid = -1, -1
-	if req.User != "" {
-		u, err := user.Lookup(req.User)
-		if err != nil {
-			return registry.Sandbox{}, errInvalid("user %q: %v", req.User, err)
-		}
-		uid, _ = strconv.Atoi(u.Uid)
-		gid, _ = strconv.Atoi(u.Gid)
-	}
-	pool, isolated, err := s.identityFor(req.Name, req.User, uid, gid, network != nil)
-	if err != nil {
-		return registry.Sandbox{}, err
-	}
-	asked := network != nil
-	if !asked && isolated && s.net != nil {
-		// Isolated means its own network too: open egress, never the host
-		// or another sandbox (identity.go).
-		network = s.openEgress()
 	}
 	unlock := s.locks.Lock(req.Name)
 	defer unlock()
-	ws := s.workspace(req.Name)
-	_, wsErr := os.Lstat(ws)
-	madeWS := errors.Is(wsErr, os.ErrNotExist) // removed again if this create fails (undo.go)
-	// 0700 (and owned by the run-as user, below): the workspace is the
-	// agent's memory and may hold its credentials; no other local user,
-	// including another sandbox's run-as user, may read it.
-	if err := os.MkdirAll(ws, 0o700); err != nil {
-		return registry.Sandbox{}, errUnavailable("create workspace: %v", err)
-	}
-	if err := os.Chmod(ws, 0o700); err != nil { // a directory left by a failed create
-		return registry.Sandbox{}, errUnavailable("create workspace: %v", err)
+	ws, madeWS, err := s.makeWorkspace(req.Name)
+	if err != nil {
+		return registry.Sandbox{}, err
 	}
 	sb, created, err := s.reg.CreateSandboxIdentity(registry.Sandbox{
 		Name:      req.Name,
@@ -109,10 +66,10 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (_ r
 		CreatedAt: time.Now().UTC(),
 		Workspace: ws,
 		User:      req.User,
-		Network:   network,
-		Isolated:  isolated,
-		Limits:    limits,
-	}, pool)
+		Network:   p.network,
+		Isolated:  p.isolated,
+		Limits:    p.limits,
+	}, p.pool)
 	if err != nil {
 		s.undoWorkspace(ws, madeWS)
 		return sb, errRegistryWrite(err) // diskfull.go
@@ -132,35 +89,15 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (_ r
 	// A create that asks for containment never gets a sandbox contained
 	// less (or differently) than asked; one that does not ask gets the
 	// sandbox as it is.
-	if !created && asked && !sameNetwork(sb.Network, network) {
+	if !created && p.asked && !sameNetwork(sb.Network, p.network) {
 		return sb, errConflictFor(wire.ReasonSandboxExists, "%s: sandbox %q exists with a different network policy (change it with PUT /v1/sandboxes/%s/network)", wire.DetailConflict, sb.Name, sb.Name)
 	}
-	if err := s.createCgroup(sb, created, req.Limits != nil, limits); err != nil { // limits.go
+	if err := s.setUpSandbox(ctx, sb, created, p, req.Limits != nil); err != nil {
 		return sb, err
-	}
-	if sb.Network != nil && (created || asked) {
-		// Contained before create returns, so no command can run outside.
-		// The namespace outlives this request: a client that goes away
-		// must not cancel its setup half-way. Bound it instead.
-		nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if _, err := s.ensureNet(nctx, sb); err != nil {
-			return sb, err
-		}
-	}
-	if err := s.ownWorkspace(sb); err != nil {
-		return sb, err
-	}
-	if s.isolated(sb) && s.ids.enabled {
-		// Made now, so its commands need no inode for them later
-		// (privatetmp.go); undone with the sandbox if this create fails.
-		if _, err := s.ensurePrivateTmp(sb); err != nil {
-			return sb, err
-		}
 	}
 	if created {
-		if uid >= 0 {
-			if err := os.Chown(ws, uid, gid); err != nil {
+		if p.uid >= 0 {
+			if err := os.Chown(ws, p.uid, p.gid); err != nil {
 				s.log.Warn("chown workspace", "sandbox", sb.Name, "err", err)
 			}
 		}
@@ -170,6 +107,109 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (_ r
 		}
 	}
 	return sb, nil
+}
+
+// createPlan is a create request checked before anything is made: the
+// network policy (asked: the request named one), the limits with the
+// host's defaults, the run-as user's ids (-1 without one) and the
+// identity of an isolated sandbox.
+type createPlan struct {
+	network  *wire.Network
+	asked    bool
+	limits   *wire.Limits
+	uid, gid int
+	pool     *registry.IdentityPool
+	isolated bool
+}
+
+// planCreate is createSandbox's step 1: it validates req and settles
+// what the sandbox will be, making nothing.
+func (s *server) planCreate(req wire.CreateSandbox) (p createPlan, err error) {
+	if err := validName(req.Name); err != nil {
+		return p, err
+	}
+	if req.Network != nil {
+		if s.net == nil {
+			return p, errNoNetPolicy()
+		}
+		if p.network, err = parseNetwork(*req.Network); err != nil {
+			return p, err
+		}
+	}
+	if err := refuseDiskBudget(req.Limits); err != nil { // diskfull.go
+		return p, err
+	}
+	if p.limits, err = s.parseLimits(req.Limits); err != nil { // limits.go: not_supported or invalid before anything is made
+		return p, err
+	}
+	p.uid, p.gid = -1, -1
+	if req.User != "" {
+		u, err := user.Lookup(req.User)
+		if err != nil {
+			return p, errInvalid("user %q: %v", req.User, err)
+		}
+		p.uid, _ = strconv.Atoi(u.Uid)
+		p.gid, _ = strconv.Atoi(u.Gid)
+	}
+	if p.pool, p.isolated, err = s.identityFor(req.Name, req.User, p.uid, p.gid, p.network != nil); err != nil {
+		return p, err
+	}
+	p.asked = p.network != nil
+	if !p.asked && p.isolated && s.net != nil {
+		// Isolated means its own network too: open egress, never the host
+		// or another sandbox (identity.go).
+		p.network = s.openEgress()
+	}
+	return p, nil
+}
+
+// makeWorkspace is createSandbox's step 3: it makes sandbox name's
+// workspace, 0700, and says whether it made it (madeWS: removed again if
+// the create fails, undo.go). The caller holds the sandbox's lock.
+func (s *server) makeWorkspace(name string) (ws string, madeWS bool, err error) {
+	ws = s.workspace(name)
+	_, wsErr := os.Lstat(ws)
+	madeWS = errors.Is(wsErr, os.ErrNotExist)
+	// 0700 (and owned by the run-as user, below): the workspace is the
+	// agent's memory and may hold its credentials; no other local user,
+	// including another sandbox's run-as user, may read it.
+	if err := os.MkdirAll(ws, 0o700); err != nil {
+		return "", false, errUnavailable("create workspace: %v", err)
+	}
+	if err := os.Chmod(ws, 0o700); err != nil { // a directory left by a failed create
+		return "", false, errUnavailable("create workspace: %v", err)
+	}
+	return ws, madeWS, nil
+}
+
+// setUpSandbox is createSandbox's steps 4b-6 for the committed sandbox
+// sb: its cgroup, its network namespace, its workspace's owner and its
+// private directories. limitsAsked says the request named limits.
+func (s *server) setUpSandbox(ctx context.Context, sb registry.Sandbox, created bool, p createPlan, limitsAsked bool) error {
+	if err := s.createCgroup(sb, created, limitsAsked, p.limits); err != nil { // limits.go
+		return err
+	}
+	if sb.Network != nil && (created || p.asked) {
+		// Contained before create returns, so no command can run outside.
+		// The namespace outlives this request: a client that goes away
+		// must not cancel its setup half-way. Bound it instead.
+		nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if _, err := s.ensureNet(nctx, sb); err != nil {
+			return err
+		}
+	}
+	if err := s.ownWorkspace(sb); err != nil {
+		return err
+	}
+	if s.isolated(sb) && s.ids.enabled {
+		// Made now, so its commands need no inode for them later
+		// (privatetmp.go); undone with the sandbox if this create fails.
+		if _, err := s.ensurePrivateTmp(sb); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // destroySandbox destroys sandbox name and everything it holds. Absent is

@@ -458,13 +458,38 @@ func (s *server) collectOldest(ctx context.Context, name, why string, over func(
 		return false
 	}
 	s.prune(name, true)
-	type cand struct {
-		id      string
-		created time.Time
+	cands, lingering, ended := s.collectable(name)
+	if !over(ended) {
+		return false
 	}
-	var cands []cand
-	ended := 0
-	var lingering []*bookEntry // ended, shim alive: not collectable yet
+	if ended = s.collectCands(ctx, name, why, cands, ended, over); !over(ended) {
+		return false
+	}
+	// Still past the bound: the rest are ended sessions whose shim lived
+	// a moment ago. Most exit just after their exit is recorded; one whose
+	// processes linger is looked at collectRetries times, then again at
+	// the next wake-up.
+	s.book.mu.Lock()
+	defer s.book.mu.Unlock()
+	for _, e := range lingering {
+		if e.tries < collectRetries {
+			e.tries++
+			again = true
+		}
+	}
+	return again
+}
+
+// collectCand is an ended session of the book whose shim is gone.
+type collectCand struct {
+	id      string
+	created time.Time
+}
+
+// collectable reads sandbox name's book: its ended sessions whose shim is
+// gone (cands, oldest first), those whose shim is alive (lingering: not
+// collectable yet) and how many ended in all.
+func (s *server) collectable(name string) (cands []collectCand, lingering []*bookEntry, ended int) {
 	s.book.mu.Lock()
 	for id, e := range s.book.boxes[name] {
 		if !e.exited {
@@ -472,21 +497,24 @@ func (s *server) collectOldest(ctx context.Context, name, why string, over func(
 		}
 		ended++
 		if e.gone {
-			cands = append(cands, cand{id, e.created})
+			cands = append(cands, collectCand{id, e.created})
 		} else {
 			lingering = append(lingering, e)
 		}
 	}
 	s.book.mu.Unlock()
-	if !over(ended) {
-		return false
-	}
-	slices.SortFunc(cands, func(a, b cand) int {
+	slices.SortFunc(cands, func(a, b collectCand) int {
 		if c := a.created.Compare(b.created); c != 0 {
 			return c
 		}
 		return strings.Compare(a.id, b.id)
 	})
+	return cands, lingering, ended
+}
+
+// collectCands deletes cands in order while over(ended) and ctx lasts,
+// and returns how many ended sessions are left.
+func (s *server) collectCands(ctx context.Context, name, why string, cands []collectCand, ended int, over func(ended int) bool) int {
 	for _, c := range cands {
 		if !over(ended) || ctx.Err() != nil {
 			break
@@ -512,20 +540,5 @@ func (s *server) collectOldest(ctx context.Context, name, why string, over func(
 		s.metrics.sessionsCollected.Add(1)
 		s.log.Info("ended session collected", "sandbox", name, "session", c.id, "ended", ended, "bound", why)
 	}
-	if !over(ended) {
-		return false
-	}
-	// Still past the bound: the rest are ended sessions whose shim lived
-	// a moment ago. Most exit just after their exit is recorded; one whose
-	// processes linger is looked at collectRetries times, then again at
-	// the next wake-up.
-	s.book.mu.Lock()
-	defer s.book.mu.Unlock()
-	for _, e := range lingering {
-		if e.tries < collectRetries {
-			e.tries++
-			again = true
-		}
-	}
-	return again
+	return ended
 }

@@ -237,20 +237,9 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 	if err != nil {
 		return ss, false, err
 	}
-	if err := s.sessionCap(ctx, name, req.ID); err != nil { // sessions_cap.go
+	if err := s.spawnRoom(ctx, name, live, req.ID); err != nil {
 		return ss, false, err
 	}
-	if _, err := s.reg.GetSession(name, req.ID); err != nil { // a re-create is answered as before
-		if err := s.journalCap(live, nil); err != nil { // journalcap.go
-			// Ended sessions' journals make room (oldest first), as the
-			// ended-session bound does; running ones never.
-			s.collectForJournal(ctx, live) // sessions_cap.go
-			if err := s.journalCap(live, nil); err != nil {
-				return ss, false, err
-			}
-		}
-	}
-
 	ss = registry.Session{
 		Sandbox:     name,
 		ID:          req.ID,
@@ -260,48 +249,9 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 		State:       stateStarting,
 		StartedAt:   time.Now().UTC(),
 	}
-	// With a warm shim idle, the shim prepares the session (makes its
-	// directory, journal and spec.json, opens the command's pipes) while
-	// the record's fsync runs, and starts the command only after it
-	// (Prepared.Start): a record is durable before its command runs, and
-	// the spawn waits for the longer of the two, not both. Anything this
-	// cannot settle from the sandbox as read (a cwd to report, a network
-	// namespace to set up) takes the path below, in order.
-	var pre *launch.Prepared
-	var preNet *netpolicy.Sandbox
-	if s.cfg.pool != nil && live.State != wire.SandboxSuspended {
-		if nsb, ok := s.netReady(live); ok {
-			if spec, err := s.specFor(live, ss, nsb, opts); err == nil {
-				if pre, _ = s.cfg.pool.Prepare(s.sessionDir(ss), spec); pre != nil {
-					preNet = nsb
-				}
-			}
-		}
-	}
-	var sb registry.Sandbox
+	pre, preNet := s.prepareWarm(live, ss, opts)
 	s.adm.nameSession(ctx, name, ss.ID) // before the commit: capacity.go counts it once
-	cur, err := s.reg.CreateSession(ss, func(rec registry.Sandbox) error {
-		if err := checkIncarnation(ctx, rec); err != nil {
-			return err
-		}
-		if rec.State == wire.SandboxSuspended {
-			return errConflictFor(wire.ReasonSandboxSuspended, "sandbox suspended")
-		}
-		if rec.Incarnation != ss.Incarnation {
-			return errUnavailable("sandbox %q was re-created during the spawn; retry", name)
-		}
-		sb = rec
-		return nil
-	})
-	if pre != nil && (err != nil || !reflect.DeepEqual(sb.Network, live.Network)) {
-		// Its directory is removed, its command never runs. A sandbox
-		// whose network changed since live was read (the lock makes it
-		// impossible; checked all the same, since a command outside its
-		// policy is the one thing a spawn must never do) starts below,
-		// from the committed record.
-		pre.Cancel()
-		pre = nil
-	}
+	sb, cur, err := s.commitSpawn(ctx, ss, live, &pre)
 	switch {
 	case errors.Is(err, registry.ErrExists):
 		if !sameRequest(cur.Request, req) {
@@ -317,14 +267,106 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 	}
 
 	s.bookAdd(cur) // sessions_cap.go: counted from now on
-	fail := func(err error) (registry.Session, bool, error) {
+	if ss, err = s.startSpawned(ctx, ss, sb, pre, preNet, opts); err != nil {
+		return ss, false, err
+	}
+	s.metrics.sessionsStarted.Add(1)
+	s.metrics.spawnAck.Observe(time.Since(begun).Seconds())
+	s.log.Info("session started", "request_id", requestID(ctx), "sandbox", name, "session", ss.ID, "pid", ss.PID, "tty", req.TTY)
+	s.recordRunning(ss)
+	return ss, true, nil
+}
+
+// spawnRoom refuses a new session id in sandbox name (live) when the sandbox's session
+// cap or journal cap has no room for it; ended sessions' journals make
+// room first (oldest first), as the ended-session bound does, running
+// ones never. A re-create of an existing id is answered as before.
+func (s *server) spawnRoom(ctx context.Context, name string, live registry.Sandbox, id string) error {
+	if err := s.sessionCap(ctx, name, id); err != nil { // sessions_cap.go
+		return err
+	}
+	if _, err := s.reg.GetSession(name, id); err != nil { // a re-create is answered as before
+		if err := s.journalCap(live, nil); err != nil { // journalcap.go
+			s.collectForJournal(ctx, live) // sessions_cap.go
+			if err := s.journalCap(live, nil); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// prepareWarm prepares ss in a warm shim when one is idle and live needs
+// nothing set up: the shim makes the session's directory, journal and
+// spec.json and opens the command's pipes while the record's fsync runs,
+// and starts the command only after it (Prepared.Start): a record is
+// durable before its command runs, and the spawn waits for the longer of
+// the two, not both. Anything this cannot settle from the sandbox as read
+// (a cwd to report, a network namespace to set up) gets nil, and the
+// spawn takes the cold path, in order.
+func (s *server) prepareWarm(live registry.Sandbox, ss registry.Session, opts spawnOptions) (*launch.Prepared, *netpolicy.Sandbox) {
+	if s.cfg.pool == nil || live.State == wire.SandboxSuspended {
+		return nil, nil
+	}
+	nsb, ok := s.netReady(live)
+	if !ok {
+		return nil, nil
+	}
+	spec, err := s.specFor(live, ss, nsb, opts)
+	if err != nil {
+		return nil, nil
+	}
+	pre, _ := s.cfg.pool.Prepare(s.sessionDir(ss), spec)
+	if pre == nil {
+		return nil, nil
+	}
+	return pre, nsb
+}
+
+// commitSpawn commits ss as starting and returns the sandbox as
+// committed with it. A prepared shim (*pre) that must not run is
+// cancelled and *pre set to nil.
+func (s *server) commitSpawn(ctx context.Context, ss registry.Session, live registry.Sandbox, pre **launch.Prepared) (sb registry.Sandbox, cur registry.Session, err error) {
+	cur, err = s.reg.CreateSession(ss, func(rec registry.Sandbox) error {
+		if err := checkIncarnation(ctx, rec); err != nil {
+			return err
+		}
+		if rec.State == wire.SandboxSuspended {
+			return errConflictFor(wire.ReasonSandboxSuspended, "sandbox suspended")
+		}
+		if rec.Incarnation != ss.Incarnation {
+			return errUnavailable("sandbox %q was re-created during the spawn; retry", ss.Sandbox)
+		}
+		sb = rec
+		return nil
+	})
+	if *pre != nil && (err != nil || !reflect.DeepEqual(sb.Network, live.Network)) {
+		// Its directory is removed, its command never runs. A sandbox
+		// whose network changed since live was read (the lock makes it
+		// impossible; checked all the same, since a command outside its
+		// policy is the one thing a spawn must never do) starts below,
+		// from the committed record.
+		(*pre).Cancel()
+		*pre = nil
+	}
+	return sb, cur, err
+}
+
+// startSpawned starts the committed session ss of sandbox sb (the
+// prepared shim pre, else a new one) and answers it running. A start
+// that fails definitely removes the directory and the record; one that
+// may still come up leaves both (startMayRun) and answers unavailable
+// "uncertain".
+func (s *server) startSpawned(ctx context.Context, ss registry.Session, sb registry.Sandbox, pre *launch.Prepared, preNet *netpolicy.Sandbox, opts spawnOptions) (registry.Session, error) {
+	name := ss.Sandbox
+	fail := func(err error) (registry.Session, error) {
 		os.RemoveAll(s.sessionDir(ss))
 		if derr := s.reg.DeleteSession(name, ss.ID); derr != nil {
 			s.log.Error("forget failed session", "sandbox", name, "session", ss.ID, "err", derr)
 		} else {
 			s.bookDrop(name, ss.ID)
 		}
-		return ss, false, err
+		return ss, err
 	}
 	// The shim outlives this request: a client that goes away must not
 	// cancel a start half-way. Bound it instead.
@@ -333,6 +375,7 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 	var (
 		st  sessiondir.Status
 		nsb *netpolicy.Sandbox
+		err error
 	)
 	if pre != nil {
 		nsb = preNet
@@ -352,7 +395,7 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 		// refresh finds whatever comes up, and a retry of this id attaches
 		// to it instead of starting a second process.
 		s.log.Warn("session start uncertain", "sandbox", name, "session", ss.ID, "err", err)
-		return ss, false, errUncertain("the session may be starting; retry with the same id: %v", err)
+		return ss, errUncertain("the session may be starting; retry with the same id: %v", err)
 	}
 	if err != nil {
 		return fail(classifyStart(err))
@@ -365,7 +408,7 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 			if kerr := s.killUnverified(sctx, s.sessionDir(ss)); kerr != nil {
 				// Not removed: the record (starting) and directory stay, so
 				// the next refresh or restart finds what still runs.
-				return ss, false, errUncertain("session %s is not contained (%v) and could not be stopped: %v", ss.ID, verr, kerr)
+				return ss, errUncertain("session %s is not contained (%v) and could not be stopped: %v", ss.ID, verr, kerr)
 			}
 			return fail(errUnavailable("start session in the sandbox's network namespace: %v", verr))
 		}
@@ -374,11 +417,7 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 	if !st.StartedAt.IsZero() {
 		ss.StartedAt = st.StartedAt.UTC()
 	}
-	s.metrics.sessionsStarted.Add(1)
-	s.metrics.spawnAck.Observe(time.Since(begun).Seconds())
-	s.log.Info("session started", "request_id", requestID(ctx), "sandbox", name, "session", ss.ID, "pid", st.PID, "tty", req.TTY)
-	s.recordRunning(ss)
-	return ss, true, nil
+	return ss, nil
 }
 
 // recordRunning records a started session as running, after its answer

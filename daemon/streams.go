@@ -32,31 +32,11 @@ func (s *server) handleStream(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	stream := r.PathValue("stream")
-	if !slices.Contains(streamsOf(ss.Request.TTY), stream) {
-		s.writeError(w, r, errInvalid("session %q has no stream %q", ss.ID, stream))
-		return
-	}
-	sr, err := s.newSinceResolver(r, ss)
+	stream, cursor, following, err := s.streamRequest(w, r, ss)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	cursor, err := sr.cursor(r.Context(), r, stream, "cursor")
-	sr.Close()
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	// The body's first offset, so a reader that asked by time can keep a
-	// byte cursor (an error answer carries it too, meaning nothing).
-	w.Header().Set(wire.HeaderStreamStart, strconv.FormatInt(cursor, 10))
-	follow := r.URL.Query().Get("follow")
-	if follow != "" && follow != "0" && follow != "1" && follow != "true" && follow != "false" {
-		s.writeError(w, r, errInvalid("follow=%q: want 0 or 1", follow))
-		return
-	}
-	following := follow == "1" || follow == "true"
 	j, err := s.openJournal(ss)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -80,7 +60,40 @@ func (s *server) handleStream(w http.ResponseWriter, r *http.Request) {
 	if ended && s.serveEnded(w, r, ss, j, rd, stream, e) {
 		return
 	}
+	s.serveChunked(w, r, ss, j, rd, stream, e, ended)
+}
 
+// streamRequest reads a stream request: the stream (one ss has), the
+// cursor to start at (by byte or by time) and whether to follow. The
+// body's first offset is set in its header at once, so a reader that
+// asked by time can keep a byte cursor (an error answer carries it too,
+// meaning nothing).
+func (s *server) streamRequest(w http.ResponseWriter, r *http.Request, ss registry.Session) (stream string, cursor int64, following bool, err error) {
+	stream = r.PathValue("stream")
+	if !slices.Contains(streamsOf(ss.Request.TTY), stream) {
+		return "", 0, false, errInvalid("session %q has no stream %q", ss.ID, stream)
+	}
+	sr, err := s.newSinceResolver(r, ss)
+	if err != nil {
+		return "", 0, false, err
+	}
+	cursor, err = sr.cursor(r.Context(), r, stream, "cursor")
+	sr.Close()
+	if err != nil {
+		return "", 0, false, err
+	}
+	w.Header().Set(wire.HeaderStreamStart, strconv.FormatInt(cursor, 10))
+	follow := r.URL.Query().Get("follow")
+	if follow != "" && follow != "0" && follow != "1" && follow != "true" && follow != "false" {
+		return "", 0, false, errInvalid("follow=%q: want 0 or 1", follow)
+	}
+	return stream, cursor, follow == "1" || follow == "true", nil
+}
+
+// serveChunked serves a stream from rd as a chunked body (following it
+// while its session runs) and ends it with the trailers that say how it
+// ended; e is the exit record when ended.
+func (s *server) serveChunked(w http.ResponseWriter, r *http.Request, ss registry.Session, j *journal.Journal, rd *journal.Reader, stream string, e journal.Exit, ended bool) {
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Trailer", wire.HeaderStreamEnd+", "+wire.HeaderExit+", "+wire.HeaderError)
@@ -116,7 +129,24 @@ func (s *server) handleStream(w http.ResponseWriter, r *http.Request) {
 		// Cut the connection so the client cannot take the body as whole.
 		panic(http.ErrAbortHandler)
 	}
-	end, exit, code := "error", (*wire.Exit)(nil), wire.Code("")
+	end, exit, code := s.chunkedEnd(ss, j, rd, stream, rerr)
+	if exit != nil {
+		end = streamEnd(*exit)
+		b, _ := json.Marshal(exit)
+		h.Set(wire.HeaderExit, string(b))
+	}
+	if code != "" {
+		end = "error"
+		h.Set(wire.HeaderError, string(code))
+	}
+	h.Set(wire.HeaderStreamEnd, end)
+}
+
+// chunkedEnd says how a chunked body whose reader stopped with rerr ends:
+// "more" (the session runs on, or the body stopped short of its exit
+// record), the exit, or an error code.
+func (s *server) chunkedEnd(ss registry.Session, j *journal.Journal, rd *journal.Reader, stream string, rerr error) (end string, exit *wire.Exit, code wire.Code) {
+	end = "error"
 	switch {
 	case errors.Is(rerr, io.EOF):
 		// Liveness first, then the record: the shim may finish between the
@@ -126,8 +156,7 @@ func (s *server) handleStream(w http.ResponseWriter, r *http.Request) {
 		if err == nil && !ok {
 			alive, aerr := j.WriterAlive()
 			if aerr == nil && alive {
-				end = "more"
-				break
+				return "more", nil, ""
 			}
 			// The writer is gone without an exit record: lost, like a
 			// follow reader would find (or the record it wrote just now).
@@ -155,16 +184,7 @@ func (s *server) handleStream(w http.ResponseWriter, r *http.Request) {
 	default:
 		code = classify(rerr).code
 	}
-	if exit != nil {
-		end = streamEnd(*exit)
-		b, _ := json.Marshal(exit)
-		h.Set(wire.HeaderExit, string(b))
-	}
-	if code != "" {
-		end = "error"
-		h.Set(wire.HeaderError, string(code))
-	}
-	h.Set(wire.HeaderStreamEnd, end)
+	return end, exit, code
 }
 
 // streamEnd is the Runner-Stream-End of a body that reached exit.
