@@ -114,6 +114,9 @@ func TestConformance(t *testing.T) {
 				return func() { srv.SetOutage(false) }
 			},
 			InterruptList: func() { srv.InterruptList(1) },
+			CorruptCheckpoint: func(h adapter.Handle, id string) error {
+				return srv.CorruptCheckpoint(h.Name, id)
+			},
 		}
 	})
 }

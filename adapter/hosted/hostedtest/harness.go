@@ -30,7 +30,7 @@ func Conformance(t *testing.T, newSubject func(tb testing.TB) Subject) {
 		New: func(ct conformance.T) conformance.Subject {
 			tb := ct.(testing.TB)
 			s := newSubject(tb)
-			return conformance.Subject{Adapter: s.New(tb), Outage: s.Outage, InterruptList: s.InterruptList}
+			return conformance.Subject{Adapter: s.New(tb), Outage: s.Outage, InterruptList: s.InterruptList, CorruptCheckpoint: s.CorruptCheckpoint}
 		},
 		Fixtures: conformance.ShellFixtures(),
 		Timeout:  90 * time.Second,

@@ -45,6 +45,10 @@ type Subject struct {
 	Outage func() (restore func())
 	// InterruptList cuts the body of the next list answer midway.
 	InterruptList func()
+	// CorruptCheckpoint damages checkpoint id of h as the stand-in
+	// stores it (conformance.Subject.CorruptCheckpoint); nil where the
+	// provider has no checkpoints.
+	CorruptCheckpoint func(h adapter.Handle, id string) error
 }
 
 func ctxT(t *testing.T) context.Context {

@@ -1,6 +1,8 @@
 package spritestest
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -23,13 +25,18 @@ import (
 // otherwise); POST …/checkpoints/{id}/restore streams progress too and
 // is asynchronous: the sprite restarts (every process ends) and refuses
 // execs for Options.ReadyDelay. A checkpoint is a copy of the sprite's
-// files (sockets and the /.sprite management directory left out).
+// files (sockets and the /.sprite management directory left out), with
+// the digest of that copy: a restore verifies it first and refuses a
+// damaged checkpoint (an "error" progress event) with the sprite
+// untouched, as a provider that keeps its snapshots checksummed does;
+// CorruptCheckpoint damages one, for the conformance suite's step.
 
 type checkpoint struct {
 	id      string
 	comment string
 	created time.Time
 	dir     string
+	sum     string // treeDigest of dir when it was made
 }
 
 func (s *Server) createCheckpoint(w http.ResponseWriter, r *http.Request) {
@@ -55,8 +62,14 @@ func (s *Server) createCheckpoint(w http.ResponseWriter, r *http.Request) {
 		progress("error", "checkpoint failed")
 		return
 	}
+	sum, err := treeDigest(dst)
+	if err != nil {
+		_ = os.RemoveAll(dst)
+		progress("error", "checkpoint failed")
+		return
+	}
 	s.mu.Lock()
-	sp.checkpoints = append(sp.checkpoints, checkpoint{id: id, comment: body.Comment, created: time.Now().UTC(), dir: dst})
+	sp.checkpoints = append(sp.checkpoints, checkpoint{id: id, comment: body.Comment, created: time.Now().UTC(), dir: dst, sum: sum})
 	s.mu.Unlock()
 	progress("info", "Checkpoint created: "+id)
 }
@@ -116,6 +129,12 @@ func (s *Server) restoreCheckpoint(w http.ResponseWriter, r *http.Request) {
 	}
 	progress := ndjson(w)
 	progress("info", "Restoring to "+c.id+"...")
+	if sum, err := treeDigest(c.dir); err != nil || sum != c.sum {
+		// Verified before anything is touched: the sprite keeps running
+		// on its disk as it is.
+		progress("error", "checkpoint "+c.id+" failed verification; restore refused")
+		return
+	}
 	// The environment restarts: every process ends, its exec included.
 	s.mu.Lock()
 	for _, p := range sp.procs {
@@ -216,4 +235,82 @@ func replaceTree(dir, from string) error {
 		}
 	}
 	return copyTree(from, dir)
+}
+
+// treeDigest hashes a checkpoint's tree: every entry's path, type and
+// permissions, a file's bytes, a link's target, in walk (lexical) order.
+func treeDigest(dir string) (string, error) {
+	h := sha256.New()
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "%q %v\n", rel, info.Mode())
+		switch {
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(path)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(h, "-> %q\n", target)
+		case d.Type().IsRegular():
+			f, err := os.Open(path)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if _, err := io.Copy(h, f); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// CorruptCheckpoint damages checkpoint id of sprite name as stored (one
+// byte of every file flipped, or a stray file where it holds none), so
+// that its restore is refused. The conformance suite's checkpoint step
+// uses it.
+func (s *Server) CorruptCheckpoint(name, id string) error {
+	s.mu.Lock()
+	sp, ok := s.sprites[name]
+	var c checkpoint
+	found := false
+	if ok {
+		for _, x := range sp.checkpoints {
+			if x.id == id {
+				c, found = x, true
+			}
+		}
+	}
+	s.mu.Unlock()
+	if !found {
+		return fmt.Errorf("no checkpoint %q of sprite %q", id, name)
+	}
+	damaged := 0
+	err := filepath.WalkDir(c.dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil || len(b) == 0 {
+			return err
+		}
+		b[0] ^= 0xff
+		damaged++
+		return os.WriteFile(path, b, 0o600)
+	})
+	if err == nil && damaged == 0 {
+		err = os.WriteFile(filepath.Join(c.dir, ".corrupted"), []byte("x"), 0o600)
+	}
+	return err
 }
