@@ -41,4 +41,7 @@
 //
 // Not safe for concurrent use across processes; one Store value
 // serializes its own methods.
+//
+// Files: store.go (the Store, its index, Delete and gc), create.go
+// (Create and the capture walk), restore.go (Restore and its swap).
 package checkpoint

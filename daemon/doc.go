@@ -28,7 +28,8 @@
 //     up to date from the shim's own files first (refresh).
 //
 // Layout: Run (run.go) is wiring: named steps that each own what they start
-// and hand back its stop. The sandbox and session handlers (sandboxes.go,
+// and hand back its stop; listeners.go opens and serves what runnerd listens
+// on, shimcheck.go checks the shim before anything is served. The sandbox and session handlers (sandboxes.go,
 // sessions.go, sessionlist.go, sessioncontrol.go, network.go) only decode,
 // call one lifecycle function and encode; the streaming ones (attach.go,
 // streams.go, exec.go) drive a session through the same functions. The

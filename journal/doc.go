@@ -101,4 +101,10 @@
 // the kernel refuses an instance or a watch, the Reader polls every
 // DefaultPollInterval (or WatcherOptions.PollInterval): slower, never
 // wrong, and reported through WatcherOptions.OnPoll.
+//
+// # Files
+//
+// The Writer is cut by role: writer.go (Create, Relocate, the write path),
+// sync.go (the syncer and index commits), finish.go (Finish and Close),
+// reserve.go (the reserve file Finish uses on a full disk).
 package journal

@@ -42,4 +42,8 @@
 // sandbox resumes it, so a paused sandbox is never not_found.
 // docs/providers/e2b.md maps every call and every error and says what
 // the time to live, pause and kill mean for sessions.
+//
+// The envd client is envd.go (the Envd type, its messages and unary
+// calls), envdstream.go (a process's event Stream) and envdinput.go
+// (StreamInput's ordered stdin).
 package e2b

@@ -55,4 +55,7 @@
 // close-stdin, resize, terminate), and a write is an uncertain
 // *adapter.UnavailableError. docs/providers/sprites.md maps every call
 // and every error.
+//
+// Exec over the WebSocket is in exec.go (options, frames, Exec and Run)
+// and execsession.go (a running Session: receive, stdin, resize, signals).
 package sprites

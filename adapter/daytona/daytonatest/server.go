@@ -63,6 +63,10 @@
 //
 // The stand-in deliberately shares no code with package daytona, so a
 // mistake in one cannot hide in the other.
+//
+// Files: server.go (the control plane), toolbox.go (the toolbox's routes,
+// its state and error shapes), sessions.go and commands.go (its session
+// and command endpoints), files.go, logs.go.
 package daytonatest
 
 import (
