@@ -124,6 +124,13 @@ func infoCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) e
 		f.add("sessions", bound(in.Capacity.Sessions, in.Capacity.MaxSessions)+" running")
 		f.add("capabilities", caps)
 		f.add("cgroups", cg)
+		if in.CgroupFavorDynMods != nil {
+			fdm := "off (a session's cgroup move can wait a grace period after an idle spell)"
+			if *in.CgroupFavorDynMods {
+				fdm = "on"
+			}
+			f.add("favordynmods", fdm)
+		}
 		f.add("isolation", in.Isolation)
 		if in.NetworkTable != "" {
 			f.add("network table", "inet "+in.NetworkTable)

@@ -32,6 +32,9 @@ func (s *server) handleInfo(w http.ResponseWriter, r *http.Request) {
 		if info.CgroupRoot == "" {
 			info.CgroupRoot = cgroup.DefaultRoot
 		}
+		if on, known := cgroup.FavorDynMods(); known {
+			info.CgroupFavorDynMods = &on
+		}
 	}
 	switch {
 	case s.ids.enabled && s.ids.all:

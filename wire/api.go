@@ -402,6 +402,11 @@ type Info struct {
 	// configured: relative to runnerd's own cgroup unless absolute); ""
 	// when Cgroups is off.
 	CgroupRoot string `json:"cgroup_root,omitempty"`
+	// CgroupFavorDynMods says whether the host's cgroup v2 hierarchy is
+	// mounted with favordynmods (its mount line; absent where runnerd
+	// found no cgroup2 mount or cgroups are off): on, a session's cgroup
+	// move never waits for an RCU grace period (docs/operations.md).
+	CgroupFavorDynMods *bool `json:"cgroup_favordynmods,omitempty"`
 	// Isolation is which sandboxes run as an unprivileged identity of
 	// their own: "all" (every sandbox: --isolate all, a root runnerd's
 	// default), "none" (--isolate none: only those with a network policy), or
