@@ -25,7 +25,7 @@ const shortTTL = 2 * time.Second
 // docs/providers/e2b.md shows (no Timeout, no Lease).
 func documented(t *testing.T, c *e2b.Client) *e2b.Adapter {
 	t.Helper()
-	a, err := e2b.NewAdapter(e2b.AdapterConfig{Client: c, Template: "runner", Config: hosted.Config{Version: shimVersion, Shim: shimBin}})
+	a, err := e2b.NewAdapter(e2b.AdapterConfig{Client: c, Template: "runner", Config: hosted.Config{Version: shimVersion, Shim: shims.Current}})
 	if err != nil {
 		t.Fatal(err)
 	}

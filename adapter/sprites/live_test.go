@@ -28,25 +28,13 @@ import (
 // 200 KiB fast command byte-exact (lost or capped output), and the
 // upload path (fs/write as the sprite user).
 func TestLiveSmoke(t *testing.T) {
-	token := os.Getenv("SPRITES_TOKEN")
-	if token == "" {
-		t.Skip("SPRITES_TOKEN is not set: the live Sprites smoke test is off (see docs/providers/sprites.md)")
-	}
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
+	token := shims.Live(t, "SPRITES_TOKEN", "Sprites", "docs/providers/sprites.md")
 	if runtime.GOARCH != "amd64" {
 		t.Skipf("the runner-shim built here is %s; Sprites runs linux/amd64", runtime.GOARCH)
 	}
 	c, err := sprites.New(sprites.Config{Token: sprites.NewSecret(token), BaseURL: os.Getenv("SPRITES_API_URL")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := sprites.NewAdapter(sprites.AdapterConfig{Client: c, Config: hosted.Config{Version: shimVersion, ShimBinary: binary(shimBin)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	hostedtest.Check(t, err)
+	a := hostedtest.Open(t, sprites.AdapterConfig{Client: c, Config: hosted.Config{Version: shimVersion, ShimBinary: binary(shims.Current)}}, nil, sprites.NewAdapter)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	h, destroy := hostedtest.LiveSandbox(t, ctx, a)
