@@ -662,11 +662,7 @@ func TestLimitsCommand(t *testing.T) {
 // each byte once; runner says so rather than "input did not reach the
 // session".
 func TestStdinKeptAcrossRestart(t *testing.T) {
-	state := t.TempDir()
-	d, err := startDaemon(state)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, state := ownDaemon(t)
 	d.ok(t, "create", "keep-box")
 	r, w, err := os.Pipe()
 	if err != nil {

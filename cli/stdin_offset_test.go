@@ -25,11 +25,7 @@ import (
 // Before offsets, the write cut in flight was not sent again ("input
 // may not have reached the session"): the command missed the rest of it.
 func TestStdinInFlightAcrossKill(t *testing.T) {
-	state := t.TempDir()
-	d, err := startDaemon(state)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, state := ownDaemon(t)
 	d.ok(t, "create", "kill-box")
 	in := make([]byte, 300<<10)
 	rand.Read(in)
