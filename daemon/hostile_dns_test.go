@@ -252,10 +252,7 @@ func TestHostileDNSFlood(t *testing.T) {
 	lab.DNSUpstream = floodUpstream
 	serveFloodDNS(t, lab, floodUpstream)
 	flood := buildDNSFlood(t)
-	state := passableTempDir(t)
-	netState := t.TempDir()
-	t.Cleanup(func() { netlab.UnmountLeftovers(netState) })
-	a, p := startRunnerdProc(t, lab, state, netState)
+	a, p := startHostile(t, lab)
 	pid := p.cmd.Process.Pid
 	t0 := t
 
@@ -383,10 +380,7 @@ func TestHostileDNSFlood(t *testing.T) {
 func TestHostileDNSTCPConns(t *testing.T) {
 	lab := netlab.New(t)
 	flood := buildDNSFlood(t)
-	state := passableTempDir(t)
-	netState := t.TempDir()
-	t.Cleanup(func() { netlab.UnmountLeftovers(netState) })
-	a, p := startRunnerdProc(t, lab, state, netState)
+	a, p := startHostile(t, lab)
 	pid := p.cmd.Process.Pid
 	const limit = 8192
 	var lim unix.Rlimit

@@ -32,8 +32,7 @@ func startNetDaemon(t *testing.T, state string, log *slog.Logger) *api {
 // at (or changes) the lab's kernel state itself.
 func startNetDaemonLab(t *testing.T, lab *netlab.Lab, state string, log *slog.Logger) *api {
 	t.Helper()
-	netState := t.TempDir()
-	t.Cleanup(func() { netlab.UnmountLeftovers(netState) })
+	netState := netStateDir(t)
 	return startDaemonCfg(t, daemon.Config{
 		StateDir: state, Token: testToken,
 		NetPolicyState: netState, NetPolicyPool: netlab.Pool, NetPolicyHostNetNS: lab.HostNetNS,
