@@ -1,6 +1,7 @@
 package sprites_test
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -151,19 +152,8 @@ func TestExitFrameNeverArrives(t *testing.T) {
 	if err != nil || r.Exit.Code != 127 {
 		t.Fatalf("Exec of a missing program = %+v %v, want exit 127", r.Exit, err)
 	}
-	st, err := a.Spawn(ctx, h, adapter.Shell("echo ready; cat; exit 3"), adapter.SpawnOptions{SessionID: "s1"})
-	if err != nil {
-		t.Fatalf("Spawn = %v", err)
-	}
+	st, out, end := stdinSession(t, ctx, a, h, "s1", "echo ready; cat; exit 3", "x\x00y\n")
 	defer st.Close()
-	readUntil(t, st, "ready\n")
-	if err := a.WriteStdin(ctx, h, "s1", []byte("x\x00y\n")); err != nil {
-		t.Fatalf("WriteStdin = %v", err)
-	}
-	if err := a.CloseStdin(ctx, h, "s1"); err != nil {
-		t.Fatalf("CloseStdin = %v", err)
-	}
-	out, _, end := readAll(t, st)
 	if string(out) != "x\x00y\n" || end.Exit == nil || end.Exit.Code != 3 {
 		t.Fatalf("session after ready: %q %v, want x\\0y and exit 3", out, end)
 	}
@@ -352,4 +342,31 @@ func TestStdinNeverInURL(t *testing.T) {
 			t.Fatalf("a request URI carries the stdin bytes: %s", u)
 		}
 	}
+}
+
+// stdinSession spawns cmd as session id, waits for its "ready\n", writes
+// in to its stdin and closes it, and reads the session to its terminal
+// frame. The caller closes st.
+func stdinSession(t *testing.T, ctx context.Context, a adapter.Adapter, h adapter.Handle, id, cmd, in string) (st adapter.Stream, stdout []byte, end adapter.Frame) {
+	t.Helper()
+	st, err := a.Spawn(ctx, h, adapter.Shell(cmd), adapter.SpawnOptions{SessionID: id})
+	if err != nil {
+		t.Fatalf("Spawn = %v", err)
+	}
+	ok := false
+	defer func() {
+		if !ok { // a failed step: the caller never gets st to close
+			st.Close()
+		}
+	}()
+	readUntil(t, st, "ready\n")
+	if err := a.WriteStdin(ctx, h, id, []byte(in)); err != nil {
+		t.Fatalf("WriteStdin = %v", err)
+	}
+	if err := a.CloseStdin(ctx, h, id); err != nil {
+		t.Fatalf("CloseStdin = %v", err)
+	}
+	stdout, _, end = readAll(t, st)
+	ok = true
+	return st, stdout, end
 }

@@ -88,19 +88,8 @@ func TestLiveSmoke(t *testing.T) {
 			t.Fatalf("Exec(exit %d) = %q %v %v", code, r.Stdout, r.Exit, err)
 		}
 	}
-	st, err := a.Spawn(ctx, h, adapter.Shell("echo ready; cat"), adapter.SpawnOptions{SessionID: "smoke"})
-	if err != nil {
-		t.Fatalf("Spawn = %v", err)
-	}
+	st, out, end := stdinSession(t, ctx, a, h, "smoke", "echo ready; cat", "a\x00b\n")
 	defer st.Close()
-	readUntil(t, st, "ready\n")
-	if err := a.WriteStdin(ctx, h, "smoke", []byte("a\x00b\n")); err != nil {
-		t.Fatalf("WriteStdin = %v", err)
-	}
-	if err := a.CloseStdin(ctx, h, "smoke"); err != nil {
-		t.Fatalf("CloseStdin = %v", err)
-	}
-	out, _, end := readAll(t, st)
 	if string(out) != "a\x00b\n" || end.Exit == nil || !end.Exit.Success() {
 		t.Fatalf("session: %q %v", out, end)
 	}
