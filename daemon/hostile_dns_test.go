@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrunner/runner/netpolicy/netlab"
@@ -71,18 +70,7 @@ func buildDNSFlood(t *testing.T) string {
 // stops it.
 func serveFloodDNS(t *testing.T, lab *netlab.Lab, addr netip.Addr) {
 	t.Helper()
-	h, err := netlink.NewHandleAt(lab.Net)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	link, err := h.LinkByName("wan0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.AddrAdd(link, &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(24, 32)}}); err != nil {
-		t.Fatal(err)
-	}
+	lab.AddUpstream(t, addr)
 	var mu sync.Mutex
 	next := uint32(0)
 	handler := dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
