@@ -1,6 +1,9 @@
 package cli
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -27,4 +30,20 @@ func (d *daemon) logsUntil(t *testing.T, deadline time.Time, box, id, want, fail
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// startFed starts runner with args against d, its stdin the read end r
+// of a pipe the test writes (closed here once runner holds it), its
+// output in the returned buffers.
+func (d *daemon) startFed(t *testing.T, r *os.File, args ...string) (cmd *exec.Cmd, out, errOut *syncBuffer) {
+	t.Helper()
+	cmd = exec.Command(filepath.Join(binDir, "runner"), args...)
+	cmd.Env = d.env()
+	out, errOut = new(syncBuffer), new(syncBuffer)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = r, out, errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	return cmd, out, errOut
 }

@@ -669,14 +669,7 @@ func TestStdinKeptAcrossRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	cmd := exec.Command(filepath.Join(binDir, "runner"), "exec", "keep-box", "-i", "--", "sh", "-c", "while read l; do echo got-$l; done; echo eof")
-	cmd.Env = d.env()
-	var out, errOut syncBuffer
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = r, &out, &errOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	r.Close()
+	cmd, out, errOut := d.startFed(t, r, "exec", "keep-box", "-i", "--", "sh", "-c", "while read l; do echo got-$l; done; echo eof")
 	waitOut := func(want string) {
 		t.Helper()
 		for deadline := time.Now().Add(30 * time.Second); out.String() != want; time.Sleep(20 * time.Millisecond) {
