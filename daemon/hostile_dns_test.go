@@ -70,7 +70,6 @@ func buildDNSFlood(t *testing.T) string {
 // stops it.
 func serveFloodDNS(t *testing.T, lab *netlab.Lab, addr netip.Addr) {
 	t.Helper()
-	lab.AddUpstream(t, addr)
 	var mu sync.Mutex
 	next := uint32(0)
 	handler := dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
@@ -99,26 +98,7 @@ func serveFloodDNS(t *testing.T, lab *netlab.Lab, addr netip.Addr) {
 		}
 		w.WriteMsg(resp)
 	})
-	var pc net.PacketConn
-	var ln net.Listener
-	if err := netlab.InNS(lab.Net, func() error {
-		var err error
-		if pc, err = net.ListenPacket("udp4", netip.AddrPortFrom(addr, 53).String()); err != nil {
-			return err
-		}
-		ln, err = net.Listen("tcp4", netip.AddrPortFrom(addr, 53).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range []*dns.Server{{PacketConn: pc, Handler: handler, UDPSize: 65535}, {Listener: ln, Handler: handler}} {
-		started := make(chan struct{})
-		s.NotifyStartedFunc = func() { close(started) }
-		done := make(chan struct{})
-		go func() { defer close(done); s.ActivateAndServe() }()
-		<-started
-		t.Cleanup(func() { s.Shutdown(); <-done })
-	}
+	lab.ServeDNS(t, addr, true, handler)
 }
 
 // openFDs counts the descriptors process pid holds.

@@ -24,7 +24,6 @@ var manyUpstream = netip.MustParseAddr("10.99.0.6")
 // 198.51.100.9; any other A query 200 new addresses of 198.18.0.0/15.
 func serveMany(t *testing.T, l *lab) {
 	t.Helper()
-	l.AddUpstream(t, manyUpstream)
 	var mu sync.Mutex
 	next := uint32(0)
 	handler := dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
@@ -56,21 +55,7 @@ func serveMany(t *testing.T, l *lab) {
 		}
 		w.WriteMsg(resp)
 	})
-	var pc net.PacketConn
-	if err := netlab.InNS(l.Net, func() error {
-		var err error
-		pc, err = net.ListenPacket("udp4", netip.AddrPortFrom(manyUpstream, 53).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	s := &dns.Server{PacketConn: pc, Handler: handler, UDPSize: 65535}
-	started := make(chan struct{})
-	s.NotifyStartedFunc = func() { close(started) }
-	done := make(chan struct{})
-	go func() { defer close(done); s.ActivateAndServe() }()
-	<-started
-	t.Cleanup(func() { s.Shutdown(); <-done })
+	l.ServeDNS(t, manyUpstream, false, handler)
 }
 
 // resolveBig resolves name through the sandbox's resolver with an EDNS
