@@ -62,6 +62,10 @@ var rules = []struct {
 	{pkg: "internal/browsertest", stdlibOnly: true},
 	// internal/testpki makes throwaway CAs for TLS tests.
 	{pkg: "internal/testpki", stdlibOnly: true},
+	// internal/logsink is the concurrent log buffer tests read.
+	{pkg: "internal/logsink", stdlibOnly: true},
+	// internal/ostest is the file and pipe waits tests share.
+	{pkg: "internal/ostest", stdlibOnly: true, allowed: []string{"golang.org/x/sys"}},
 	{pkg: "client", forbidden: []string{
 		module + "/daemon", module + "/journal", module + "/shim", module + "/netpolicy",
 		"go.etcd.io/bbolt", "github.com/google/nftables", "github.com/vishvananda/",

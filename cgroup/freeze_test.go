@@ -17,13 +17,8 @@ func TestV1FreezeStopsEveryProcess(t *testing.T) {
 	if err := m.CanFreeze(); err != nil {
 		t.Fatalf("CanFreeze = %v on a host with the v1 freezer mounted", err)
 	}
-	if err := m.Ensure("sb", Limits{}); err != nil {
-		t.Fatal(err)
-	}
-	dirs, err := m.SessionDirs("sb", "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ensure(t, m, "sb", Limits{})
+	dirs := sessionDirs(t, m, "sb", "s1")
 	dirOf(t, dirs, "freezer") // sessions are placed in the freezer too
 	out := filepath.Join(t.TempDir(), "n")
 	startIn(t, dirs, "sh", "-c", `i=0; while :; do i=$((i+1)); echo $i > `+out+`.tmp; mv `+out+`.tmp `+out+`; done`)
@@ -69,13 +64,8 @@ func TestV1FreezeStopsEveryProcess(t *testing.T) {
 // read FREEZING for good without Freeze's re-write and re-freeze.
 func TestFreezeForkLoop(t *testing.T) {
 	m := newTestManager(t, ModeV1)
-	if err := m.Ensure("fork", Limits{}); err != nil {
-		t.Fatal(err)
-	}
-	dirs, err := m.SessionDirs("fork", "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ensure(t, m, "fork", Limits{})
+	dirs := sessionDirs(t, m, "fork", "s1")
 	for range 4 {
 		startIn(t, dirs, "sh", "-c", `while :; do /bin/true; done`)
 	}

@@ -217,17 +217,9 @@ func TestV1Available(t *testing.T) {
 
 func TestV1OOMKillIsCountedInItsLeafOnly(t *testing.T) {
 	m := newTestManager(t, ModeV1)
-	if err := m.Ensure("sb", Limits{MemoryBytes: 32 << 20}); err != nil {
-		t.Fatal(err)
-	}
-	hogDirs, err := m.SessionDirs("sb", "hog")
-	if err != nil {
-		t.Fatal(err)
-	}
-	idleDirs, err := m.SessionDirs("sb", "idle")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ensure(t, m, "sb", Limits{MemoryBytes: 32 << 20})
+	hogDirs := sessionDirs(t, m, "sb", "hog")
+	idleDirs := sessionDirs(t, m, "sb", "idle")
 	idle := startIn(t, idleDirs, "sleep", "60")
 	// tail buffers every byte of a file without newlines: it grows until
 	// the sandbox's 32 MiB are gone.
@@ -257,13 +249,8 @@ func TestV1OOMKillIsCountedInItsLeafOnly(t *testing.T) {
 func TestV1ForkBombStopsAtPids(t *testing.T) {
 	m := newTestManager(t, ModeV1)
 	const limit = 20
-	if err := m.Ensure("sb", Limits{Pids: limit}); err != nil {
-		t.Fatal(err)
-	}
-	dirs, err := m.SessionDirs("sb", "bomb")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ensure(t, m, "sb", Limits{Pids: limit})
+	dirs := sessionDirs(t, m, "sb", "bomb")
 	// 100 background sleeps: the shell's fork fails at the limit, it
 	// says so and exits non-zero, and the sleeps it did start stay.
 	bomb := startIn(t, dirs, "sh", "-c", `i=0; while [ $i -lt 100 ]; do sleep 60 & i=$((i+1)); done; echo all-forked`)
@@ -297,9 +284,7 @@ func TestV1ForkBombStopsAtPids(t *testing.T) {
 
 func TestV1UsageMoves(t *testing.T) {
 	m := newTestManager(t, ModeV1)
-	if err := m.Ensure("sb", Limits{MemoryBytes: 256 << 20}); err != nil {
-		t.Fatal(err)
-	}
+	ensure(t, m, "sb", Limits{MemoryBytes: 256 << 20})
 	u0, err := m.Usage("sb")
 	if err != nil {
 		t.Fatal(err)
@@ -307,10 +292,7 @@ func TestV1UsageMoves(t *testing.T) {
 	if u0 != (Usage{}) {
 		t.Fatalf("Usage of an empty new cgroup = %+v, want zero", u0)
 	}
-	dirs, err := m.SessionDirs("sb", "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dirs := sessionDirs(t, m, "sb", "s1")
 	// Burn some CPU, then hold ~24 MB in a shell variable while sleeping.
 	cmd := startIn(t, dirs, "sh", "-c", `i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; x=$(head -c 24000000 /dev/zero | tr '\0' a); echo ready >&2; sleep 60`)
 	deadline := time.Now().Add(20 * time.Second)
@@ -379,15 +361,10 @@ func TestV1EnsureIdempotentAndUpdateLive(t *testing.T) {
 		}
 		check(t, want)
 	}
-	dirs, err := m.SessionDirs("sb", "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dirs := sessionDirs(t, m, "sb", "s1")
 	cmd := startIn(t, dirs, "sleep", "60")
 	// Ensure again on the live cgroup: same limits, the process stays.
-	if err := m.Ensure("sb", l); err != nil {
-		t.Fatal(err)
-	}
+	ensure(t, m, "sb", l)
 	if names, _ := m.List(); !slices.Equal(names, []string{"sb"}) {
 		t.Fatalf("List = %v, want [sb]", names)
 	}
@@ -433,13 +410,8 @@ func TestV1EnsureIdempotentAndUpdateLive(t *testing.T) {
 
 func TestV1RemoveKillsAndRemoves(t *testing.T) {
 	m := newTestManager(t, ModeV1)
-	if err := m.Ensure("sb", Limits{Pids: 100}); err != nil {
-		t.Fatal(err)
-	}
-	dirs, err := m.SessionDirs("sb", "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ensure(t, m, "sb", Limits{Pids: 100})
+	dirs := sessionDirs(t, m, "sb", "s1")
 	// A direct child, and an orphan it leaves behind (reparented away from
 	// us, as a sandbox's double-forked daemon would be).
 	pidFile := filepath.Join(t.TempDir(), "orphan")
@@ -474,24 +446,14 @@ func TestV1RemoveKillsAndRemoves(t *testing.T) {
 	if names, _ := m.List(); len(names) != 0 {
 		t.Fatalf("List after Remove = %v, want none", names)
 	}
-	if err := m.Remove(ctx, "sb"); err != nil {
-		t.Fatalf("Remove of an absent cgroup = %v, want nil", err)
-	}
+	removeAbsent(t, ctx, m, "sb")
 }
 
 func TestV1RemoveSession(t *testing.T) {
 	m := newTestManager(t, ModeV1)
-	if err := m.Ensure("sb", Limits{}); err != nil {
-		t.Fatal(err)
-	}
-	d1, err := m.SessionDirs("sb", "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d2, err := m.SessionDirs("sb", "s2")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ensure(t, m, "sb", Limits{})
+	d1 := sessionDirs(t, m, "sb", "s1")
+	d2 := sessionDirs(t, m, "sb", "s2")
 	c1 := startIn(t, d1, "sleep", "60")
 	c2 := startIn(t, d2, "sleep", "60")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -517,20 +479,15 @@ func TestV1RemoveSession(t *testing.T) {
 
 func TestV1RemoveBoundedByContext(t *testing.T) {
 	m := newTestManager(t, ModeV1)
-	if err := m.Ensure("sb", Limits{}); err != nil {
-		t.Fatal(err)
-	}
-	dirs, err := m.SessionDirs("sb", "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ensure(t, m, "sb", Limits{})
+	dirs := sessionDirs(t, m, "sb", "s1")
 	startIn(t, dirs, "sleep", "60")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	// Even with ctx already done the first round of kills runs; what must
 	// not happen is an unbounded wait.
 	start := time.Now()
-	err = m.Remove(ctx, "sb")
+	err := m.Remove(ctx, "sb")
 	if err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatalf("Remove with a cancelled ctx = %v, want nil or context.Canceled", err)
 	}
@@ -541,12 +498,8 @@ func TestV1RemoveBoundedByContext(t *testing.T) {
 
 func TestNewKeepsExistingSandboxes(t *testing.T) {
 	m := newTestManager(t, ModeV1)
-	if err := m.Ensure("a", Limits{Pids: 7}); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Ensure("b", Limits{}); err != nil {
-		t.Fatal(err)
-	}
+	ensure(t, m, "a", Limits{Pids: 7})
+	ensure(t, m, "b", Limits{})
 	// A restarted runnerd builds a new Manager on the same root.
 	root := filepath.Base(m.b.rootDirs()[0])
 	m2, err := New(Config{Mode: ModeV1, Root: root})
@@ -567,9 +520,7 @@ func TestNewKeepsExistingSandboxes(t *testing.T) {
 
 func TestInvalidRefused(t *testing.T) {
 	m := newTestManager(t, ModeV1)
-	if err := m.Ensure("sb", Limits{}); err != nil {
-		t.Fatal(err)
-	}
+	ensure(t, m, "sb", Limits{})
 	outside := filepath.Join(filepath.Dir(m.b.rootDirs()[0]), "escape")
 	for _, name := range []string{"", ".", "..", "../escape", "a/b", "x\x00y", strings.Repeat("a", 256)} {
 		if err := m.Ensure(name, Limits{}); !errors.Is(err, ErrInvalid) {
@@ -626,16 +577,11 @@ func TestV2OnThisHost(t *testing.T) {
 			t.Fatalf("a refused Ensure created %v", names)
 		}
 	}
-	if err := m.Ensure("sb", Limits{}); err != nil {
-		t.Fatal(err)
-	}
+	ensure(t, m, "sb", Limits{})
 	if err := m.Ensure("sb", Limits{}); err != nil {
 		t.Fatalf("second Ensure: %v", err)
 	}
-	dirs, err := m.SessionDirs("sb", "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dirs := sessionDirs(t, m, "sb", "s1")
 	if len(dirs) != 1 {
 		t.Fatalf("SessionDirs = %v, want one v2 directory", dirs)
 	}
@@ -673,9 +619,7 @@ func TestV2OnThisHost(t *testing.T) {
 	if _, err := os.Stat(dirs[0]); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("%s exists after Remove (%v)", dirs[0], err)
 	}
-	if err := m.Remove(ctx, "sb"); err != nil {
-		t.Fatalf("Remove of an absent cgroup = %v, want nil", err)
-	}
+	removeAbsent(t, ctx, m, "sb")
 }
 
 // TestKillSparesProcessesOutside is the pid-reuse attack on Remove: a pid
@@ -683,13 +627,8 @@ func TestV2OnThisHost(t *testing.T) {
 // process outside the sandbox (here listed on purpose) must not be killed.
 func TestKillSparesProcessesOutside(t *testing.T) {
 	m := newTestManager(t, ModeV1)
-	if err := m.Ensure("sb", Limits{}); err != nil {
-		t.Fatal(err)
-	}
-	dirs, err := m.SessionDirs("sb", "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ensure(t, m, "sb", Limits{})
+	dirs := sessionDirs(t, m, "sb", "s1")
 	inside := startIn(t, dirs, "sleep", "60")
 	outside := startIn(t, nil, "sleep", "60")
 	member, err := m.b.(*v1).member("sb")
@@ -726,13 +665,8 @@ func TestKillSparesProcessesOutside(t *testing.T) {
 // fail: the directories and files are root's and not writable by others.
 func TestUnprivilegedCommandCannotLeaveOrLift(t *testing.T) {
 	m := newTestManager(t, ModeV1)
-	if err := m.Ensure("sb", Limits{MemoryBytes: 64 << 20, Pids: 50}); err != nil {
-		t.Fatal(err)
-	}
-	dirs, err := m.SessionDirs("sb", "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ensure(t, m, "sb", Limits{MemoryBytes: 64 << 20, Pids: 50})
+	dirs := sessionDirs(t, m, "sb", "s1")
 	mem := dirOf(t, dirs, "memory")
 	targets := []string{
 		filepath.Join(sandboxDir(t, m, "sb", "memory"), "cgroup.procs"),
@@ -804,13 +738,8 @@ func TestV1AvailableNamesMissingControllers(t *testing.T) {
 // about a twentieth of a CPU, not a whole one.
 func TestV1CPUQuotaThrottles(t *testing.T) {
 	m := newTestManager(t, ModeV1)
-	if err := m.Ensure("sb", Limits{CPUQuota: 5 * time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
-	dirs, err := m.SessionDirs("sb", "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ensure(t, m, "sb", Limits{CPUQuota: 5 * time.Millisecond})
+	dirs := sessionDirs(t, m, "sb", "s1")
 	startIn(t, dirs, "sh", "-c", "while :; do :; done")
 	const wall = time.Second
 	time.Sleep(wall)

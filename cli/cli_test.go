@@ -291,11 +291,7 @@ func writeFile(t *testing.T, content string) string {
 // TestDaemonDown: a stopped daemon is unavailable (255), never not_found,
 // and the message says what to do.
 func TestDaemonDown(t *testing.T) {
-	state := t.TempDir()
-	d, err := startDaemon(state)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, state := ownDaemon(t)
 	d.ok(t, "create", "down-box")
 	d.stop()
 

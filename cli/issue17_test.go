@@ -156,11 +156,7 @@ func TestVersion(t *testing.T) {
 // command that outlives the restart. exec rejoins its session and exits
 // with the command's code, printing every byte once.
 func TestExecRejoinsAfterRestart(t *testing.T) {
-	state := t.TempDir()
-	d, err := startDaemon(state)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, state := ownDaemon(t)
 	t.Cleanup(d.stop)
 	box := d.sandbox(t, "rejoin-box")
 	sb := decode[wire.Sandbox](t, d.ok(t, "get", box, "--json"))
@@ -449,12 +445,7 @@ func TestTail(t *testing.T) {
 	sb := decode[wire.Sandbox](t, d.ok(t, "get", box, "--json"))
 	id = strings.TrimSpace(d.ok(t, "spawn", box, "--", "sh", "-c", "printf '1\\n2\\n3\\n4\\n'; while [ ! -e go ]; do sleep 0.05; done; printf XY"))
 	deadline := time.Now().Add(10 * time.Second)
-	for d.ok(t, "logs", box, id) != "1\n2\n3\n4\n" {
-		if time.Now().After(deadline) {
-			t.Fatal("no output")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	d.logsUntil(t, deadline, box, id, "1\n2\n3\n4\n", "no output")
 	type result struct {
 		out  string
 		code int

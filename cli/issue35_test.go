@@ -662,25 +662,14 @@ func TestLimitsCommand(t *testing.T) {
 // each byte once; runner says so rather than "input did not reach the
 // session".
 func TestStdinKeptAcrossRestart(t *testing.T) {
-	state := t.TempDir()
-	d, err := startDaemon(state)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, state := ownDaemon(t)
 	d.ok(t, "create", "keep-box")
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	cmd := exec.Command(filepath.Join(binDir, "runner"), "exec", "keep-box", "-i", "--", "sh", "-c", "while read l; do echo got-$l; done; echo eof")
-	cmd.Env = d.env()
-	var out, errOut syncBuffer
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = r, &out, &errOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	r.Close()
+	cmd, out, errOut := d.startFed(t, r, "exec", "keep-box", "-i", "--", "sh", "-c", "while read l; do echo got-$l; done; echo eof")
 	waitOut := func(want string) {
 		t.Helper()
 		for deadline := time.Now().Add(30 * time.Second); out.String() != want; time.Sleep(20 * time.Millisecond) {

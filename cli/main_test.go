@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/internal/logsink"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -74,22 +75,7 @@ type daemon struct {
 	done  chan struct{}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = logsink.Buffer
 
 var tcpRe = regexp.MustCompile(`tcp=(127\.0\.0\.1:\d+)`)
 

@@ -17,12 +17,7 @@ func TestLogsSince(t *testing.T) {
 	box := d.sandbox(t, "since-box")
 	id := strings.TrimSpace(d.ok(t, "spawn", box, "--", "sh", "-c", "printf a; sleep 2.5; printf b"))
 	deadline := time.Now().Add(10 * time.Second)
-	for d.ok(t, "logs", box, id) != "a" {
-		if time.Now().After(deadline) {
-			t.Fatal("no output")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	d.logsUntil(t, deadline, box, id, "a", "no output")
 	// More than the 1 s granularity after "a", well before "b".
 	mid := time.Now().Add(1200 * time.Millisecond)
 	if got := d.ok(t, "logs", box, id, "-f"); got != "ab" {
@@ -68,28 +63,14 @@ func TestLogsSince(t *testing.T) {
 // and started again) continues by cursor: the bytes it printed are not
 // printed again (a reattach by time would print "b" twice).
 func TestAttachSinceReconnect(t *testing.T) {
-	state := t.TempDir()
-	d, err := startDaemon(state)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, state := ownDaemon(t)
 	t.Cleanup(func() { d.stop() })
 	box := d.sandbox(t, "since-re")
 	id := strings.TrimSpace(d.ok(t, "spawn", box, "--", "sh", "-c", "printf a; sleep 2.5; printf b; while [ ! -e go ]; do sleep 0.05; done; printf c"))
 	deadline := time.Now().Add(10 * time.Second)
-	for d.ok(t, "logs", box, id) != "a" {
-		if time.Now().After(deadline) {
-			t.Fatal("no output")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	d.logsUntil(t, deadline, box, id, "a", "no output")
 	mid := time.Now().Add(1200 * time.Millisecond)
-	for d.ok(t, "logs", box, id) != "ab" {
-		if time.Now().After(deadline) {
-			t.Fatal("no b")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	d.logsUntil(t, deadline, box, id, "ab", "no b")
 
 	cmd := exec.Command(filepath.Join(binDir, "runner"), "attach", box, id, "--since", mid.Format(time.RFC3339Nano))
 	cmd.Env = d.env()
@@ -113,6 +94,7 @@ func TestAttachSinceReconnect(t *testing.T) {
 	// Stop runnerd (sessions outlive it) and start it on the same state.
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	<-d.done
+	var err error
 	if d, err = startDaemon(state); err != nil {
 		t.Fatal(err)
 	}

@@ -6,14 +6,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/internal/ostest"
 	"github.com/agentrunner/runner/wire"
-	"golang.org/x/sys/unix"
 )
 
 // TestStdinInFlightAcrossKill: runnerd is killed (-9) while runner's
@@ -25,11 +23,7 @@ import (
 // Before offsets, the write cut in flight was not sent again ("input
 // may not have reached the session"): the command missed the rest of it.
 func TestStdinInFlightAcrossKill(t *testing.T) {
-	state := t.TempDir()
-	d, err := startDaemon(state)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, state := ownDaemon(t)
 	d.ok(t, "create", "kill-box")
 	in := make([]byte, 300<<10)
 	rand.Read(in)
@@ -40,15 +34,8 @@ func TestStdinInFlightAcrossKill(t *testing.T) {
 	}
 	defer w.Close()
 	// The command reads its stdin only once the file "go" exists.
-	cmd := exec.Command(filepath.Join(binDir, "runner"), "exec", "kill-box", "-i", "--",
+	cmd, out, errOut := d.startFed(t, r, "exec", "kill-box", "-i", "--",
 		"sh", "-c", "while [ ! -e go ]; do sleep 0.05; done; cat > got; wc -c < got; sha256sum < got")
-	cmd.Env = d.env()
-	var out, errOut syncBuffer
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = r, &out, &errOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	r.Close()
 	// A first small write, delivered alone, puts the pipe off the
 	// chunks' alignment: the write that meets the full pipe is then
 	// delivered in part when runnerd dies (the case offsets are for).
@@ -107,21 +94,8 @@ func commandPID(t *testing.T, d *daemon, box string) int {
 	return 0
 }
 
-// pipeHolds is how many bytes wait in the stdin pipe of process pid
-// (read through a second read end of it, never read from).
-func pipeHolds(t *testing.T, pid int) int {
-	t.Helper()
-	f, err := os.Open(fmt.Sprintf("/proc/%d/fd/0", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	n, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCINQ)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
+// pipeHolds is how many bytes wait in the stdin pipe of process pid.
+var pipeHolds = ostest.PipeHolds
 
 // waitPipe waits until what the stdin pipe of pid holds satisfies ok.
 func waitPipe(t *testing.T, pid int, ok func(int) bool) {

@@ -228,35 +228,10 @@ func TestAttachTransportFailures(t *testing.T) {
 // *adapter.UnavailableError, then the channel closes.
 func TestStreamCutIsOneTransportTerminal(t *testing.T) {
 	data, _ := wire.AppendData(nil, wire.StreamStdout, 0, []byte("hello\n"))
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/capabilities", func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte(`{"capabilities":["attach"]}`))
-	})
-	mux.HandleFunc("GET /v1/sandboxes/{name}", func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte(`{"name":"web-1","incarnation":"i1","state":"running"}`))
-	})
-	mux.HandleFunc("GET /v1/sandboxes/{name}/sessions/{id}/attach", func(w http.ResponseWriter, r *http.Request) {
-		conn, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			return
-		}
-		conn.Write(r.Context(), websocket.MessageBinary, data)
+	frames := attachFrames(t, attachAdapter(t, func(ctx context.Context, conn *websocket.Conn) {
+		conn.Write(ctx, websocket.MessageBinary, data)
 		conn.Close(websocket.StatusGoingAway, "")
-	})
-	c := newTestClient(t, serve(t, mux.ServeHTTP))
-	a, err := client.NewAdapter(context.Background(), c, client.AdapterOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := a.Attach(context.Background(), adapter.Handle{Provider: "runner", Name: "web-1", ID: "i1"}, "s1", adapter.Cursor{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	var frames []adapter.Frame
-	for f := range st.Frames() {
-		frames = append(frames, f)
-	}
+	}))
 	if len(frames) != 2 || frames[0].Offset != 0 || string(frames[0].Data) != "hello\n" {
 		t.Fatalf("frames = %v, want the data frame and one terminal frame", frames)
 	}

@@ -17,32 +17,14 @@ import (
 // the frames of payloads, one WebSocket message each.
 func frameAdapter(t *testing.T, payloads ...[]byte) *client.Adapter {
 	t.Helper()
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/capabilities", func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte(`{"capabilities":["attach"]}`))
-	})
-	mux.HandleFunc("GET /v1/sandboxes/{name}", func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte(`{"name":"web-1","incarnation":"i1","state":"running"}`))
-	})
-	mux.HandleFunc("GET /v1/sandboxes/{name}/sessions/{id}/attach", func(w http.ResponseWriter, r *http.Request) {
-		conn, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer conn.CloseNow()
+	return attachAdapter(t, func(ctx context.Context, conn *websocket.Conn) {
 		for _, p := range payloads {
-			if err := conn.Write(r.Context(), websocket.MessageBinary, p); err != nil {
+			if err := conn.Write(ctx, websocket.MessageBinary, p); err != nil {
 				return
 			}
 		}
 		conn.Close(websocket.StatusNormalClosure, "")
 	})
-	c := newTestClient(t, serve(t, mux.ServeHTTP))
-	a, err := client.NewAdapter(context.Background(), c, client.AdapterOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
 }
 
 // TestErrorFrameKinds: an error frame of every code reads as its own kind
@@ -57,16 +39,7 @@ func TestErrorFrameKinds(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			a := frameAdapter(t, b)
-			st, err := a.Attach(context.Background(), adapter.Handle{Provider: "runner", Name: "web-1", ID: "i1"}, "s1", adapter.Cursor{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
-			var frames []adapter.Frame
-			for f := range st.Frames() {
-				frames = append(frames, f)
-			}
+			frames := attachFrames(t, frameAdapter(t, b))
 			if len(frames) != 1 || frames[0].Exit != nil || frames[0].Err == nil {
 				t.Fatalf("frames = %v, want one terminal error frame", frames)
 			}

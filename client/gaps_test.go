@@ -289,18 +289,7 @@ func TestDiscoverListenFile(t *testing.T) {
 	t.Setenv("HOME", t.TempDir())
 
 	t.Setenv(client.EnvState, d.state)
-	l, err := client.Discover()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l.Endpoint != d.url() {
-		t.Fatalf("Discover: endpoint %s, want %s", l.Endpoint, d.url())
-	}
-	c, err := l.New(client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := discovered(t, d.url())
 	if _, err := c.Capabilities(context.Background()); err != nil {
 		t.Fatalf("call the discovered daemon: %v", err)
 	}
@@ -310,7 +299,7 @@ func TestDiscoverListenFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv(client.EnvState, empty)
-	l, err = client.Discover()
+	l, err := client.Discover()
 	if err == nil || !strings.Contains(err.Error(), wire.ListenFile) {
 		t.Fatalf("Discover with no listen file or socket: got %v, %v; want an error naming %s", l, err, wire.ListenFile)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/internal/ostest"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -39,17 +40,7 @@ func TestExecRateLimited(t *testing.T) {
 			t.Errorf("held exec: %v", err)
 		}
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := os.Stat(filepath.Join(sb.Workspace, "started")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			release()
-			t.Fatal("the held exec never started")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	ostest.WaitFile(t, filepath.Join(sb.Workspace, "started"), 20*time.Second, release, "the held exec never started")
 
 	_, err = c.Exec(ctx, sb.Name, wire.Exec{Argv: []string{"true"}})
 	var rl *adapter.RateLimitedError

@@ -122,23 +122,13 @@ func TestDiscoverTLS(t *testing.T) {
 	t.Setenv(client.EnvCA, ca.CertFile)
 	t.Setenv(client.EnvClientCert, good.CertFile)
 	t.Setenv(client.EnvClientKey, good.KeyFile)
-	l, err := client.Discover()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l.Endpoint != d.url() {
-		t.Fatalf("Discover: endpoint %s, want %s", l.Endpoint, d.url())
-	}
-	c, err := l.New(client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := discovered(t, d.url())
 	if _, err := c.Capacity(context.Background()); err != nil {
 		t.Fatalf("Capacity through Discover over mTLS: %v", err)
 	}
 	t.Setenv(client.EnvClientKey, "")
-	if l, err = client.Discover(); err != nil {
+	l, err := client.Discover()
+	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.New(client.Options{}); err == nil {

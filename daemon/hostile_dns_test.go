@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrunner/runner/netpolicy/netlab"
@@ -71,18 +70,6 @@ func buildDNSFlood(t *testing.T) string {
 // stops it.
 func serveFloodDNS(t *testing.T, lab *netlab.Lab, addr netip.Addr) {
 	t.Helper()
-	h, err := netlink.NewHandleAt(lab.Net)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	link, err := h.LinkByName("wan0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.AddrAdd(link, &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(24, 32)}}); err != nil {
-		t.Fatal(err)
-	}
 	var mu sync.Mutex
 	next := uint32(0)
 	handler := dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
@@ -111,26 +98,7 @@ func serveFloodDNS(t *testing.T, lab *netlab.Lab, addr netip.Addr) {
 		}
 		w.WriteMsg(resp)
 	})
-	var pc net.PacketConn
-	var ln net.Listener
-	if err := netlab.InNS(lab.Net, func() error {
-		var err error
-		if pc, err = net.ListenPacket("udp4", netip.AddrPortFrom(addr, 53).String()); err != nil {
-			return err
-		}
-		ln, err = net.Listen("tcp4", netip.AddrPortFrom(addr, 53).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range []*dns.Server{{PacketConn: pc, Handler: handler, UDPSize: 65535}, {Listener: ln, Handler: handler}} {
-		started := make(chan struct{})
-		s.NotifyStartedFunc = func() { close(started) }
-		done := make(chan struct{})
-		go func() { defer close(done); s.ActivateAndServe() }()
-		<-started
-		t.Cleanup(func() { s.Shutdown(); <-done })
-	}
+	lab.ServeDNS(t, addr, true, handler)
 }
 
 // openFDs counts the descriptors process pid holds.
@@ -252,10 +220,7 @@ func TestHostileDNSFlood(t *testing.T) {
 	lab.DNSUpstream = floodUpstream
 	serveFloodDNS(t, lab, floodUpstream)
 	flood := buildDNSFlood(t)
-	state := passableTempDir(t)
-	netState := t.TempDir()
-	t.Cleanup(func() { netlab.UnmountLeftovers(netState) })
-	a, p := startRunnerdProc(t, lab, state, netState)
+	a, p := startHostile(t, lab)
 	pid := p.cmd.Process.Pid
 	t0 := t
 
@@ -383,10 +348,7 @@ func TestHostileDNSFlood(t *testing.T) {
 func TestHostileDNSTCPConns(t *testing.T) {
 	lab := netlab.New(t)
 	flood := buildDNSFlood(t)
-	state := passableTempDir(t)
-	netState := t.TempDir()
-	t.Cleanup(func() { netlab.UnmountLeftovers(netState) })
-	a, p := startRunnerdProc(t, lab, state, netState)
+	a, p := startHostile(t, lab)
 	pid := p.cmd.Process.Pid
 	const limit = 8192
 	var lim unix.Rlimit

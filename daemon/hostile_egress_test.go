@@ -119,10 +119,7 @@ func TestHostileEgress(t *testing.T) {
 				lab.EgressPrivate = "default" // no flag: runnerd's default
 			}
 			serveMetadata(t, lab)
-			state := passableTempDir(t)
-			netState := t.TempDir()
-			t.Cleanup(func() { netlab.UnmountLeftovers(netState) })
-			a, _ := startRunnerdProc(t, lab, state, netState)
+			a, _ := startHostile(t, lab)
 			sb := a.createSandbox("d")
 			if sb.Network == nil || !slices.Equal(sb.Network.Allow, tc.wantAllow) {
 				t.Fatalf("default sandbox's network %+v, want allow %q", sb.Network, tc.wantAllow)

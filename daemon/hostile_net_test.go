@@ -78,18 +78,8 @@ func hostAddrs(t *testing.T, lab *netlab.Lab) []netip.Addr {
 func TestHostileNetwork(t *testing.T) {
 	lab := netlab.New(t)
 	attack := buildAttack(t)
-	state := passableTempDir(t)
-	netState := t.TempDir()
-	t.Cleanup(func() { netlab.UnmountLeftovers(netState) })
-	a, _ := startRunnerdProc(t, lab, state, netState)
-	t0 := t
-	run := func(name string, fn func(t *testing.T)) {
-		t0.Run(name, func(t *testing.T) {
-			a.t = t
-			defer func() { a.t = t0 }()
-			fn(t)
-		})
-	}
+	a, _ := startHostile(t, lab)
+	run := a.subtests(t)
 	for _, port := range []int{7323, 8080} {
 		hostService(t, lab, port)
 	}

@@ -50,18 +50,9 @@ func parentPID(t *testing.T, pid int) int {
 func TestHostileCommand(t *testing.T) {
 	lab := netlab.New(t)
 	attack := buildAttack(t)
-	state := passableTempDir(t)
-	netState := t.TempDir()
-	t.Cleanup(func() { netlab.UnmountLeftovers(netState) })
+	state, netState := passableTempDir(t), netStateDir(t)
 	a, _ := startRunnerdProc(t, lab, state, netState)
-	t0 := t
-	run := func(name string, fn func(t *testing.T)) {
-		t0.Run(name, func(t *testing.T) {
-			a.t = t
-			defer func() { a.t = t0 }()
-			fn(t)
-		})
-	}
+	run := a.subtests(t)
 
 	deny := &wire.Network{Allow: []string{}}
 	for _, port := range []int{7323, 8080} {

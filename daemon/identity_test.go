@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -102,20 +101,8 @@ func startRunnerdProc(t *testing.T, lab *netlab.Lab, state, netState string, arg
 		args = append(args, "--netpolicy", "off")
 	}
 	cmd := exec.Command(runnerdBin, args...)
-	lw := &logWriter{t: t}
-	t.Cleanup(func() { lw.mu.Lock(); lw.done = true; lw.mu.Unlock() })
-	cmd.Stdout, cmd.Stderr = lw, lw
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait() }()
-	hc := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
-		},
-	}}
+	p := startLogged(t, cmd)
+	hc := unixHTTP(sock)
 	a := &api{t: t, base: "http://runnerd", hc: hc, state: state}
 	t.Cleanup(func() {
 		if p.cmd.ProcessState == nil {
@@ -124,28 +111,13 @@ func startRunnerdProc(t *testing.T, lab *netlab.Lab, state, netState string, arg
 		}
 		p.kill(syscall.SIGTERM)
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if resp, err := hc.Get(a.base + "/healthz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				tok, err := os.ReadFile(filepath.Join(state, "token"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				a.token = strings.TrimSpace(string(tok))
-				return a, p
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("runnerd did not come up")
-		}
-		select {
-		case err := <-p.done:
-			t.Fatalf("runnerd exited: %v", err)
-		case <-time.After(20 * time.Millisecond):
-		}
+	a.waitUp(t, p)
+	tok, err := os.ReadFile(filepath.Join(state, "token"))
+	if err != nil {
+		t.Fatal(err)
 	}
+	a.token = strings.TrimSpace(string(tok))
+	return a, p
 }
 
 // run execs argv in sandbox and returns its stdout, trimmed; a command
@@ -258,8 +230,7 @@ func TestIsolateNone(t *testing.T) {
 	}
 	t.Run("policy on a root sandbox refused", func(t *testing.T) {
 		lab := netlab.New(t)
-		netState := t.TempDir()
-		t.Cleanup(func() { netlab.UnmountLeftovers(netState) })
+		netState := netStateDir(t)
 		a, _ := startRunnerdProc(t, lab, passableTempDir(t), netState, "--isolate", "none")
 		var plain wire.Sandbox
 		a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "plain"}, 200, &plain)

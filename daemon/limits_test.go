@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/daemon"
+	"github.com/agentrunner/runner/internal/ostest"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -45,17 +46,7 @@ func holdExec(t *testing.T, a *api, sb wire.Sandbox) (limited response, release 
 			t.Errorf("held exec: got %d, want 200", got)
 		}
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := os.Stat(filepath.Join(sb.Workspace, "started")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			release()
-			t.Fatal("the held exec never started")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	ostest.WaitFile(t, filepath.Join(sb.Workspace, "started"), 20*time.Second, release, "the held exec never started")
 	return a.do("POST", "/v1/sandboxes/"+sb.Name+"/exec", wire.Exec{Argv: []string{"true"}}), release
 }
 

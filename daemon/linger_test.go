@@ -93,8 +93,7 @@ func TestTerminateStopsLeftovers(t *testing.T) {
 func TestNetworkRefusedWithLeftovers(t *testing.T) {
 	t.Parallel()
 	lab := netlab.New(t)
-	netState := t.TempDir()
-	t.Cleanup(func() { netlab.UnmountLeftovers(netState) })
+	netState := netStateDir(t)
 	a := startDaemonCfg(t, daemon.Config{
 		StateDir: passableTempDir(t), Token: testToken,
 		NetPolicyState: netState, NetPolicyPool: netlab.Pool, NetPolicyHostNetNS: lab.HostNetNS,

@@ -1,34 +1,18 @@
 package daemon_test
 
 import (
-	"bytes"
 	"log/slog"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/agentrunner/runner/daemon"
+	"github.com/agentrunner/runner/internal/logsink"
 	"github.com/agentrunner/runner/wire"
 )
 
 // lockedBuffer is a log sink the daemon's goroutines write concurrently.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type lockedBuffer = logsink.Buffer
 
 // TestLogsEndsResumesAndRefusals: a session's end and a sandbox's resume
 // are logged at info, and each refused request (401, 400) is one line

@@ -1,18 +1,17 @@
 package daemon_test
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentrunner/runner/daemon"
+	"github.com/agentrunner/runner/internal/logsink"
 	"github.com/agentrunner/runner/netpolicy/netlab"
 	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
@@ -20,22 +19,7 @@ import (
 )
 
 // syncBuffer is a log sink tests read while the daemon writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+type syncBuffer = logsink.Buffer
 
 // startNetDaemon runs daemon.Run in this process with network
 // containment against a lab of its own.
@@ -48,8 +32,7 @@ func startNetDaemon(t *testing.T, state string, log *slog.Logger) *api {
 // at (or changes) the lab's kernel state itself.
 func startNetDaemonLab(t *testing.T, lab *netlab.Lab, state string, log *slog.Logger) *api {
 	t.Helper()
-	netState := t.TempDir()
-	t.Cleanup(func() { netlab.UnmountLeftovers(netState) })
+	netState := netStateDir(t)
 	return startDaemonCfg(t, daemon.Config{
 		StateDir: state, Token: testToken,
 		NetPolicyState: netState, NetPolicyPool: netlab.Pool, NetPolicyHostNetNS: lab.HostNetNS,

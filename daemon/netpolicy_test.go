@@ -1,9 +1,7 @@
 package daemon_test
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -15,7 +13,6 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/vishvananda/netlink"
 
@@ -66,14 +63,7 @@ func startNetRunnerd(t *testing.T, lab *netlab.Lab, state, netState string) (a *
 	cmd := exec.Command(runnerdBin, append([]string{"--state", state, "--listen", "none", "--socket", sock, "--cgroup-root", testCgroupRoot(t), "--isolate", "none"},
 		lab.RunnerdArgs(netState)...)...)
 	cmd.Env = append(os.Environ(), "RUNNERD_TOKEN="+testToken)
-	lw := &logWriter{t: t}
-	t.Cleanup(func() { lw.mu.Lock(); lw.done = true; lw.mu.Unlock() })
-	cmd.Stdout, cmd.Stderr = lw, lw
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait() }()
+	p := startLogged(t, cmd)
 	stopped := false
 	stop = func() { stopped = true; p.kill(syscall.SIGTERM) }
 	t.Cleanup(func() {
@@ -83,30 +73,10 @@ func startNetRunnerd(t *testing.T, lab *netlab.Lab, state, netState string) (a *
 		}
 		p.kill(syscall.SIGKILL)
 	})
-	hc := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
-		},
-	}}
+	hc := unixHTTP(sock)
 	a = &api{t: t, base: "http://runnerd", hc: hc, token: testToken, state: state}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if resp, err := hc.Get(a.base + "/healthz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return a, stop
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("runnerd did not come up")
-		}
-		select {
-		case err := <-p.done:
-			t.Fatalf("runnerd exited: %v", err)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	a.waitUp(t, p)
+	return a, stop
 }
 
 // probe runs the probe in sandbox and returns whether it succeeded and
@@ -203,13 +173,7 @@ func TestNetworkPolicy(t *testing.T) {
 	A, B, C := netlab.A.String(), netlab.B.String(), netlab.C.String()
 	// run runs a subtest with the api failing into it.
 	t0 := t
-	run := func(name string, fn func(t *testing.T)) {
-		t0.Run(name, func(t *testing.T) {
-			a.t = t
-			defer func() { a.t = t0 }()
-			fn(t)
-		})
-	}
+	run := a.subtests(t0)
 
 	// Created with allow: [] — contained before any command runs.
 	var sb wire.Sandbox
@@ -382,8 +346,7 @@ func TestNetworkPolicyOff(t *testing.T) {
 // runnerd notices, kills it, forgets the session and answers 503.
 func TestNetworkPolicyEscapeKilled(t *testing.T) {
 	lab := netlab.New(t)
-	netState := t.TempDir()
-	t.Cleanup(func() { netlab.UnmountLeftovers(netState) })
+	netState := netStateDir(t)
 	lying := `for d; do :; done; sed -i 's/,"netns":"[^"]*"//' "$d/spec.json" && exec "$0" shim "$@"`
 	a := startDaemonCfg(t, daemon.Config{
 		StateDir: passableTempDir(t), Token: testToken,

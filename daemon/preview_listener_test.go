@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"testing"
 	"time"
 
@@ -20,24 +21,15 @@ import (
 // URL with listening true; when the listener goes away the URL answers 502
 // again.
 func TestPreviewURLBeforeListener(t *testing.T) {
-	pl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	previewAddr := pl.Addr().String()
-	pl.Close()
+	previewAddr := freeLoopback(t)
 	_, previewPort, _ := net.SplitHostPort(previewAddr)
 	a := startDaemonCfg(t, daemon.Config{StateDir: t.TempDir(), Token: testToken, NetPolicy: daemon.NetPolicyOff,
 		PreviewListen: previewAddr, PreviewURLTemplate: "http://{token}.localhost:" + previewPort + "/"})
 	a.createSandbox("web")
 
 	// A free port: bound and released.
-	free, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := free.Addr().(*net.TCPAddr).Port
-	free.Close()
+	_, freePort, _ := net.SplitHostPort(freeLoopback(t))
+	port, _ := strconv.Atoi(freePort)
 	body := fmt.Sprintf(`{"port":%d}`, port)
 
 	var u wire.URL

@@ -31,14 +31,8 @@ func previewNetDaemon(t *testing.T) (*api, string) {
 		testcap.Skip(t, "root", "an isolated sandbox's network namespace needs a root runnerd")
 	}
 	lab := netlab.New(t)
-	netState := t.TempDir()
-	t.Cleanup(func() { netlab.UnmountLeftovers(netState) })
-	pl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	previewAddr := pl.Addr().String()
-	pl.Close()
+	netState := netStateDir(t)
+	previewAddr := freeLoopback(t)
 	_, previewPort, _ := net.SplitHostPort(previewAddr)
 	first, last := testIdentityRange(2)
 	a := startDaemonCfg(t, daemon.Config{

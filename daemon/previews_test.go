@@ -27,12 +27,7 @@ func TestPreviewURL(t *testing.T) {
 	go appSrv.Serve(app)
 	t.Cleanup(func() { appSrv.Close() })
 
-	pl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	previewAddr := pl.Addr().String()
-	pl.Close()
+	previewAddr := freeLoopback(t)
 	_, previewPort, _ := net.SplitHostPort(previewAddr)
 
 	state := t.TempDir()

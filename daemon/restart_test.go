@@ -2,10 +2,7 @@ package daemon_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,12 +57,7 @@ func startProcessWrapped(t *testing.T, state string, wrapper []string, extra ...
 			}
 		}
 	})
-	hc := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
-		},
-	}}
+	hc := unixHTTP(sock)
 	a := &api{t: t, base: "http://runnerd", hc: hc, token: testToken, state: state}
 	deadline := time.Now().Add(30 * time.Second)
 	for {

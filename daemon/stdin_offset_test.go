@@ -7,14 +7,13 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/internal/ostest"
 	"github.com/agentrunner/runner/wire"
-	"golang.org/x/sys/unix"
 )
 
 // stdinAt is POST .../stdin with the Runner-Stdin-Offset header.
@@ -46,21 +45,8 @@ func (a *api) stdinCount(sandbox, id string) int64 {
 	return n
 }
 
-// pipeHolds is how many bytes wait in the stdin pipe of process pid
-// (read through a second read end of it, never read from).
-func pipeHolds(t *testing.T, pid int) int {
-	t.Helper()
-	f, err := os.Open(fmt.Sprintf("/proc/%d/fd/0", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	n, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCINQ)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
+// pipeHolds is how many bytes wait in the stdin pipe of process pid.
+var pipeHolds = ostest.PipeHolds
 
 // cutStdinWrite sends a stdin write at off on a connection of its own
 // and closes it without reading the answer: after sending all but the

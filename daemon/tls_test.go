@@ -364,12 +364,7 @@ func TestTLSPreviewListener(t *testing.T) {
 	dir := t.TempDir()
 	ca := testpki.NewCA(t, dir, "ca")
 	srv := ca.Server(t, "runnerd")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeLoopback(t)
 	_, port, _ := net.SplitHostPort(addr)
 	cl := ca.Client(t, "control-plane")
 	a := startDaemonCfg(t, daemon.Config{StateDir: t.TempDir(), Token: testToken, NetPolicy: daemon.NetPolicyOff,

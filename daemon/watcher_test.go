@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -14,24 +12,12 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/agentrunner/runner/internal/ostest"
 	"github.com/agentrunner/runner/wire"
 )
 
 // inotifyInstances counts this process's inotify descriptors.
-func inotifyInstances(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, e := range ents {
-		if l, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && l == "anon_inode:inotify" {
-			n++
-		}
-	}
-	return n
-}
+var inotifyInstances = ostest.InotifyInstances
 
 // Many more follow streams than the kernel's 128 inotify instances per
 // user: 200 stream requests and 20 pipes attaches (40 readers) on one

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/internal/ostest"
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 )
@@ -83,20 +84,7 @@ func inotifyWatches(t testing.TB, fd int) int {
 }
 
 // inotifyInstances counts this process's inotify descriptors.
-func inotifyInstances(t testing.TB) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, e := range ents {
-		if l, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && l == "anon_inode:inotify" {
-			n++
-		}
-	}
-	return n
-}
+var inotifyInstances = ostest.InotifyInstances
 
 // arm waits for r to register: a read that times out at the live end.
 func arm(t testing.TB, r *Reader) {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/miekg/dns"
-	"github.com/vishvananda/netlink"
 
 	"github.com/agentrunner/runner/netpolicy"
 	"github.com/agentrunner/runner/netpolicy/netlab"
@@ -25,18 +24,6 @@ var manyUpstream = netip.MustParseAddr("10.99.0.6")
 // 198.51.100.9; any other A query 200 new addresses of 198.18.0.0/15.
 func serveMany(t *testing.T, l *lab) {
 	t.Helper()
-	h, err := netlink.NewHandleAt(l.Net)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	wan, err := h.LinkByName("wan0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.AddrAdd(wan, &netlink.Addr{IPNet: &net.IPNet{IP: manyUpstream.AsSlice(), Mask: net.CIDRMask(24, 32)}}); err != nil {
-		t.Fatal(err)
-	}
 	var mu sync.Mutex
 	next := uint32(0)
 	handler := dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
@@ -68,21 +55,7 @@ func serveMany(t *testing.T, l *lab) {
 		}
 		w.WriteMsg(resp)
 	})
-	var pc net.PacketConn
-	if err := netlab.InNS(l.Net, func() error {
-		var err error
-		pc, err = net.ListenPacket("udp4", netip.AddrPortFrom(manyUpstream, 53).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	s := &dns.Server{PacketConn: pc, Handler: handler, UDPSize: 65535}
-	started := make(chan struct{})
-	s.NotifyStartedFunc = func() { close(started) }
-	done := make(chan struct{})
-	go func() { defer close(done); s.ActivateAndServe() }()
-	<-started
-	t.Cleanup(func() { s.Shutdown(); <-done })
+	l.ServeDNS(t, manyUpstream, false, handler)
 }
 
 // resolveBig resolves name through the sandbox's resolver with an EDNS
@@ -106,14 +79,7 @@ func resolveBig(t *testing.T, sb *netpolicy.Sandbox, name string) ([]netip.Addr,
 	if err != nil {
 		return nil, 0, err
 	}
-	var out []netip.Addr
-	for _, rr := range r.Answer {
-		if a, ok := rr.(*dns.A); ok {
-			ip, _ := netip.AddrFromSlice(a.A.To4())
-			out = append(out, ip)
-		}
-	}
-	return out, r.Rcode, nil
+	return answerA(r), r.Rcode, nil
 }
 
 // dynElements counts the elements of sandbox id's resolver-admitted set.

@@ -158,14 +158,7 @@ func resolveA(t *testing.T, sb *netpolicy.Sandbox, name string) ([]netip.Addr, i
 	if err != nil {
 		return nil, 0, err
 	}
-	var out []netip.Addr
-	for _, rr := range r.Answer {
-		if a, ok := rr.(*dns.A); ok {
-			ip, _ := netip.AddrFromSlice(a.A.To4())
-			out = append(out, ip)
-		}
-	}
-	return out, r.Rcode, nil
+	return answerA(r), r.Rcode, nil
 }
 
 func wantConnect(t *testing.T, sb *netpolicy.Sandbox, ip netip.Addr) {

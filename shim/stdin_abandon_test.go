@@ -204,25 +204,11 @@ func TestAbandonedStdinWriteDeliversAPrefixOnce(t *testing.T) {
 	c := shimtest.Dial(t, dir)
 	werr := make(chan error, 1)
 	go func() { werr <- c.WriteStdin(context.Background(), b) }()
-	w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Write([]byte("\n"))
-	w.Close()
+	openGate(t, fifo)
 	if err := <-werr; err != nil {
 		t.Fatalf("write after the abandoned one: %v", err)
 	}
-	if err := c.CloseStdin(shimtest.CtxT(t, 10*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	if ex := shimtest.WaitExit(t, dir); ex.Code != 0 {
-		t.Fatalf("exit %+v, want 0", ex)
-	}
-	got, err := shimtest.ReadStream(dir, "stdout")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := closeToExit(t, shimtest.CtxT(t, 10*time.Second), c, dir)
 	want := append(append([]byte{}, a[:n]...), b...)
 	if !bytes.Equal(got, want) {
 		t.Fatalf("the command read %d bytes, want %d: the abandoned write's first %d bytes once, then the next write (equal prefix %d)",

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -52,16 +51,7 @@ func TestStdinOffsets(t *testing.T) {
 		t.Fatalf("StdinCount after a plain write = %d, %v; want 8", n, err)
 	}
 	at(7, "hij", 10)
-	if err := c.CloseStdin(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if ex := shimtest.WaitExit(t, dir); ex.Code != 0 {
-		t.Fatalf("exit %+v, want 0", ex)
-	}
-	got, err := shimtest.ReadStream(dir, "stdout")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := closeToExit(t, ctx, c, dir)
 	if string(got) != "abcdefghij" {
 		t.Fatalf("the command read %q, want %q", got, "abcdefghij")
 	}
@@ -127,25 +117,11 @@ func TestStdinOffsetResendAfterAbandon(t *testing.T) {
 					werr <- c.WriteStdin(context.Background(), a)
 				}
 			}()
-			w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			w.Write([]byte("\n"))
-			w.Close()
+			openGate(t, fifo)
 			if err := <-werr; err != nil {
 				t.Fatalf("resend: %v", err)
 			}
-			if err := c.CloseStdin(shimtest.CtxT(t, 10*time.Second)); err != nil {
-				t.Fatal(err)
-			}
-			if ex := shimtest.WaitExit(t, dir); ex.Code != 0 {
-				t.Fatalf("exit %+v, want 0", ex)
-			}
-			got, err := shimtest.ReadStream(dir, "stdout")
-			if err != nil {
-				t.Fatal(err)
-			}
+			got := closeToExit(t, shimtest.CtxT(t, 10*time.Second), c, dir)
 			// With the offset: head, then a once. Plain (today's
 			// protocol, which must stay as it was): the resend writes the
 			// delivered prefix again.

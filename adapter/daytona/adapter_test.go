@@ -1,9 +1,7 @@
 package daytona_test
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,61 +17,26 @@ import (
 
 const shimVersion = "v0.0.0-daytona-test"
 
-// The runner-shim binaries the stand-in's "snapshot" carries, built once
-// by TestMain from ./cmd/runner-shim.
-var (
-	shimBin, oldShimBin string
-	buildErr            error
-)
+// shims are the runner-shim binaries the stand-in's "snapshot" carries,
+// built once by TestMain from ./cmd/runner-shim.
+var shims hostedtest.Shims
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "dtbin")
-	if err != nil {
-		panic(err)
-	}
-	shimBin, oldShimBin = filepath.Join(dir, "runner-shim"), filepath.Join(dir, "runner-shim-old")
-	for bin, v := range map[string]string{shimBin: shimVersion, oldShimBin: "v0.0.0-old"} {
-		if buildErr = hostedtest.BuildShim(bin, v); buildErr != nil {
-			break
-		}
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(shims.Main(m, "dtbin", shimVersion)) }
 
 // standIn starts a Daytona stand-in whose sandboxes live in a short
 // directory (runner-shim's socket paths must fit), and a client for it.
 func standIn(t testing.TB) (*daytonatest.Server, *daytona.Client) {
 	t.Helper()
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	dir, err := os.MkdirTemp("", "dt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	srv := daytonatest.New(t, daytonatest.Options{Dir: dir})
+	srv := daytonatest.New(t, daytonatest.Options{Dir: shims.Dir(t, "dt")})
 	c, err := daytona.New(daytona.Config{APIKey: daytona.NewSecret(srv.APIKey), APIURL: srv.URL(), PollInterval: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	hostedtest.Check(t, err)
 	return srv, c
 }
 
 func newAdapter(t testing.TB, c *daytona.Client, mod func(*daytona.AdapterConfig)) *daytona.Adapter {
 	t.Helper()
-	cfg := daytona.AdapterConfig{Client: c, Config: hosted.Config{Version: shimVersion, Shim: shimBin, Lease: 3 * time.Second, ReattachWindow: 20 * time.Second}}
-	if mod != nil {
-		mod(&cfg)
-	}
-	a, err := daytona.NewAdapter(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	return a
+	cfg := daytona.AdapterConfig{Client: c, Config: hosted.Config{Version: shimVersion, Shim: shims.Current, Lease: 3 * time.Second, ReattachWindow: 20 * time.Second}}
+	return hostedtest.Open(t, cfg, mod, daytona.NewAdapter)
 }
 
 // TestConformance runs the provider-neutral suite against the adapter
@@ -81,11 +44,7 @@ func newAdapter(t testing.TB, c *daytona.Client, mod func(*daytona.AdapterConfig
 // is the API's 503 with the toolbox proxy dropping every connection.
 func TestConformance(t *testing.T) { hostedtest.Conformance(t, subject) }
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+var ctxT = hostedtest.Ctx
 
 // TestDriverKilledMidAttach: hostedtest.DriverKilledMidAttach through
 // toolbox sessions (3 MB of random bytes, every frame base64 in the log).
@@ -187,43 +146,21 @@ func TestHostileArgv(t *testing.T) {
 // adapter carries the binary.
 func TestVerifyAtCreate(t *testing.T) {
 	srv, c := standIn(t)
-	ctx := ctxT(t)
-	a := newAdapter(t, c, func(cfg *daytona.AdapterConfig) { cfg.Shim = oldShimBin })
-	_, err := a.Create(ctx, "old-snapshot", adapter.CreateOptions{})
-	var pe *adapter.ProviderError
-	if !errors.As(err, &pe) || !strings.Contains(pe.Detail, "v0.0.0-old") || !strings.Contains(pe.Detail, shimVersion) {
-		t.Fatalf("Create with a mismatched runner-shim = %v, want a provider error naming both versions", err)
-	}
-	if _, err := a.Get(ctx, "old-snapshot"); !errors.Is(err, adapter.ErrNotFound) {
-		t.Fatalf("Get after a refused create = %v, want not_found (the sandbox was deleted)", err)
-	}
-
 	missing := newAdapter(t, c, func(cfg *daytona.AdapterConfig) { cfg.Shim = ".runner/runner-shim" })
-	if _, err := missing.Create(ctx, "bare-refused", adapter.CreateOptions{}); !errors.Is(err, adapter.ErrProvider) {
+	if _, err := missing.Create(ctxT(t), "bare-refused", adapter.CreateOptions{}); !errors.Is(err, adapter.ErrProvider) {
 		t.Fatalf("Create without runner-shim and no installer = %v, want provider", err)
 	}
-
-	bin, err := os.ReadFile(shimBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	installs := 0
-	b := newAdapter(t, c, func(cfg *daytona.AdapterConfig) {
-		cfg.Shim = ".runner/runner-shim"
-		cfg.ShimBinary = func() ([]byte, error) { installs++; return bin, nil }
+	h := shims.VerifyAtCreate(t, hostedtest.Subject{Dir: func(h adapter.Handle) string { home, _ := srv.Home(h.ID); return home }}, hostedtest.Install{
+		Version: shimVersion,
+		Old: func(t testing.TB) hostedtest.Adapter {
+			return newAdapter(t, c, func(cfg *daytona.AdapterConfig) { cfg.Shim = shims.Old })
+		},
+		Installer: func(t testing.TB, bin func() ([]byte, error)) hostedtest.Adapter {
+			return newAdapter(t, c, func(cfg *daytona.AdapterConfig) { cfg.Shim, cfg.ShimBinary = ".runner/runner-shim", bin })
+		},
+		Path:  ".runner/runner-shim",
+		Names: [2]string{"old-snapshot", "bare-snapshot"},
 	})
-	h, err := b.Create(ctx, "bare-snapshot", adapter.CreateOptions{})
-	if err != nil {
-		t.Fatalf("Create with an installer = %v", err)
-	}
-	r, err := b.Exec(ctx, h, adapter.Shell("echo hi"))
-	if err != nil || string(r.Stdout) != "hi\n" || installs != 1 {
-		t.Fatalf("Exec after install = %q %v, %d installs", r.Stdout, err, installs)
-	}
-	home, _ := srv.Home(h.ID)
-	if fi, err := os.Stat(filepath.Join(home, ".runner", "runner-shim")); err != nil || fi.Mode()&0o111 == 0 {
-		t.Fatalf("installed runner-shim: %v %v", fi, err)
-	}
 	if srv.Requests("POST /toolbox/"+h.ID+"/process/execute") != 1 {
 		t.Errorf("chmod through /process/execute ran %d times, want 1", srv.Requests("POST /toolbox/"+h.ID+"/process/execute"))
 	}
@@ -269,26 +206,11 @@ func TestSuspendedRefusesSessions(t *testing.T) {
 	if _, err := a.Exec(ctx, h, adapter.Shell("echo kept > f")); err != nil {
 		t.Fatal(err)
 	}
-	st, err := a.Spawn(ctx, h, adapter.Shell("echo $$ > pid; echo ready; exec sleep 60"), adapter.SpawnOptions{SessionID: "s"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	for f := range st.Frames() {
-		if strings.Contains(string(f.Data), "ready") {
-			break
-		}
-	}
 	home, _ := srv.Home(h.ID)
-	b, err := os.ReadFile(filepath.Join(home, "pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pid := hostedtest.Sleeper(t, ctx, a, h, home)
 	if err := a.Suspend(ctx, h); err != nil {
 		t.Fatal(err)
 	}
-	var pid int
-	fmt.Sscan(string(b), &pid)
 	if hostedtest.Running(pid) {
 		t.Fatalf("the session's command %d outlived the stop", pid)
 	}

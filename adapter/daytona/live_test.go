@@ -24,32 +24,16 @@ import (
 // builds (the adapter's install path). It creates one sandbox and
 // destroys it.
 func TestLiveSmoke(t *testing.T) {
-	key := os.Getenv("DAYTONA_API_KEY")
-	if key == "" {
-		t.Skip("DAYTONA_API_KEY is not set: the live Daytona smoke test is off (see docs/providers/daytona.md)")
-	}
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
+	key := shims.Live(t, "DAYTONA_API_KEY", "Daytona", "docs/providers/daytona.md")
 	c, err := daytona.New(daytona.Config{APIKey: daytona.NewSecret(key), APIURL: os.Getenv("DAYTONA_API_URL")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	hostedtest.Check(t, err)
 	stop := 0
 	cfg := daytona.AdapterConfig{Client: c, Snapshot: os.Getenv("DAYTONA_SNAPSHOT"), AutoStopInterval: &stop, Config: hosted.Config{Version: os.Getenv("DAYTONA_SHIM_VERSION"), Shim: "/usr/local/bin/runner-shim"}}
 	if cfg.Snapshot == "" {
-		bin, err := os.ReadFile(shimBin)
-		if err != nil {
-			t.Fatal(err)
-		}
 		cfg.Version, cfg.Shim = shimVersion, ".runner/runner-shim"
-		cfg.ShimBinary = func() ([]byte, error) { return bin, nil }
+		cfg.ShimBinary = shims.Binary(t)
 	}
-	a, err := daytona.NewAdapter(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a := hostedtest.Open(t, cfg, nil, daytona.NewAdapter)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	h, destroy := hostedtest.LiveSandbox(t, ctx, a)

@@ -1,11 +1,11 @@
 package daytona
 
 import (
-	"bytes"
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
+
+	"github.com/agentrunner/runner/internal/logsink"
 )
 
 func execCommand(name string, args ...string) *exec.Cmd { return exec.Command(name, args...) }
@@ -22,19 +22,4 @@ func pidOf(s string) int {
 func itoa(n int) string { return strconv.Itoa(n) }
 
 // syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = logsink.Buffer

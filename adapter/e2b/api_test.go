@@ -12,6 +12,7 @@ import (
 	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/adapter/e2b"
 	"github.com/agentrunner/runner/adapter/e2b/e2btest"
+	"github.com/agentrunner/runner/adapter/hosted/hostedtest"
 	"github.com/agentrunner/runner/adapter/internal/standin"
 )
 
@@ -37,19 +38,9 @@ func newFixture(t *testing.T, opts e2btest.Options) fixture {
 	return fixture{srv: srv, c: c, rec: rec}
 }
 
-func ctxFor(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxFor(t *testing.T) context.Context { return hostedtest.CtxWithin(t, 20*time.Second) }
 
-func wantKind(t *testing.T, what string, err error, want adapter.Kind) {
-	t.Helper()
-	if got := adapter.KindOf(err); got != want {
-		t.Errorf("%s: got kind %q (%v), want %q", what, got, err, want)
-	}
-}
+var wantKind = hostedtest.WantKind
 
 func TestSandboxLifecycle(t *testing.T) {
 	f := newFixture(t, e2btest.Options{})

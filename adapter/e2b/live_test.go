@@ -21,31 +21,15 @@ import (
 // E2B's "base" template and installs the runner-shim this test builds
 // through envd's files API. It creates one sandbox and destroys it.
 func TestLiveSmoke(t *testing.T) {
-	key := os.Getenv("E2B_API_KEY")
-	if key == "" {
-		t.Skip("E2B_API_KEY is not set: the live E2B smoke test is off (see docs/providers/e2b.md)")
-	}
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
+	key := shims.Live(t, "E2B_API_KEY", "E2B", "docs/providers/e2b.md")
 	c, err := e2b.New(e2b.Config{APIKey: e2b.NewSecret(key), Domain: os.Getenv("E2B_DOMAIN")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	hostedtest.Check(t, err)
 	cfg := e2b.AdapterConfig{Client: c, Template: os.Getenv("E2B_TEMPLATE"), Timeout: 300, Config: hosted.Config{Version: os.Getenv("E2B_SHIM_VERSION"), Shim: "/usr/local/bin/runner-shim"}}
 	if cfg.Template == "" {
-		bin, err := os.ReadFile(shimBin)
-		if err != nil {
-			t.Fatal(err)
-		}
 		cfg.Template, cfg.Version, cfg.Shim = "base", shimVersion, "./.runner/runner-shim"
-		cfg.ShimBinary = func() ([]byte, error) { return bin, nil }
+		cfg.ShimBinary = shims.Binary(t)
 	}
-	a, err := e2b.NewAdapter(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a := hostedtest.Open(t, cfg, nil, e2b.NewAdapter)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	h, destroy := hostedtest.LiveSandbox(t, ctx, a)

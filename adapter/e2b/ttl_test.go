@@ -1,13 +1,11 @@
 package e2b_test
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	"github.com/agentrunner/runner/adapter/e2b"
 	"github.com/agentrunner/runner/adapter/e2b/e2btest"
 	"github.com/agentrunner/runner/adapter/hosted"
+	"github.com/agentrunner/runner/internal/logsink"
 )
 
 // shortTTL is the stand-in's default time to live in these tests: E2B's
@@ -25,7 +24,7 @@ const shortTTL = 2 * time.Second
 // docs/providers/e2b.md shows (no Timeout, no Lease).
 func documented(t *testing.T, c *e2b.Client) *e2b.Adapter {
 	t.Helper()
-	a, err := e2b.NewAdapter(e2b.AdapterConfig{Client: c, Template: "runner", Config: hosted.Config{Version: shimVersion, Shim: shimBin}})
+	a, err := e2b.NewAdapter(e2b.AdapterConfig{Client: c, Template: "runner", Config: hosted.Config{Version: shimVersion, Shim: shims.Current}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,22 +213,7 @@ func TestCreateAsksSecureAndAutoPause(t *testing.T) {
 }
 
 // syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = logsink.Buffer
 
 // TestLeaseLogsNoSecret: the lease's log (a renewal that failed in an
 // outage, a resume) names the sandbox and never the API key or the

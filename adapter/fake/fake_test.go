@@ -99,6 +99,18 @@ func TestVocabulary(t *testing.T) {
 	}
 }
 
+// spawn starts the shell command cmd in h as a new session, failing t
+// on an error; its stream is closed at t's cleanup.
+func spawn(t *testing.T, ctx context.Context, a adapter.Adapter, h adapter.Handle, cmd string) adapter.Stream {
+	t.Helper()
+	st, err := a.Spawn(ctx, h, adapter.Shell(cmd), adapter.SpawnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
 func exited(code int) adapter.Exit { return adapter.Exit{Code: code, Reason: adapter.ReasonExited} }
 
 // drain reads a stream to its end.
@@ -148,11 +160,7 @@ func waitFor(t *testing.T, st adapter.Stream, want string) string {
 func TestTerminateEscalatesToKill(t *testing.T) {
 	a, h := newSandbox(t)
 	ctx := context.Background()
-	st, err := a.Spawn(ctx, h, adapter.Shell("trap '' TERM; echo ready; sleep 60"), adapter.SpawnOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := spawn(t, ctx, a, h, "trap '' TERM; echo ready; sleep 60")
 	waitFor(t, st, "ready")
 	start := time.Now()
 	ex, err := a.TerminateSession(ctx, h, st.SessionID(), 50*time.Millisecond)
@@ -174,11 +182,7 @@ func TestTerminateEscalatesToKill(t *testing.T) {
 func TestTerminateBySIGTERM(t *testing.T) {
 	a, h := newSandbox(t)
 	ctx := context.Background()
-	st, err := a.Spawn(ctx, h, adapter.Shell("cat"), adapter.SpawnOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := spawn(t, ctx, a, h, "cat")
 	ex, err := a.TerminateSession(ctx, h, st.SessionID(), 30*time.Second)
 	want := adapter.Exit{Code: -1, Signal: "SIGTERM", Reason: adapter.ReasonTerminated}
 	if err != nil || ex != want {
@@ -189,11 +193,7 @@ func TestTerminateBySIGTERM(t *testing.T) {
 func TestDestroyMidCommandIsLostNotExit(t *testing.T) {
 	a, h := newSandbox(t)
 	ctx := context.Background()
-	st, err := a.Spawn(ctx, h, adapter.Shell("echo ready; cat"), adapter.SpawnOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := spawn(t, ctx, a, h, "echo ready; cat")
 	got := waitFor(t, st, "ready")
 	if err := a.Destroy(ctx, h); err != nil {
 		t.Fatal(err)
@@ -210,18 +210,14 @@ func TestDestroyMidCommandIsLostNotExit(t *testing.T) {
 func TestSuspendEndsSessions(t *testing.T) {
 	a, h := newSandbox(t)
 	ctx := context.Background()
-	st, err := a.Spawn(ctx, h, adapter.Shell("cat"), adapter.SpawnOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := spawn(t, ctx, a, h, "cat")
 	if err := a.Suspend(ctx, h); err != nil {
 		t.Fatal(err)
 	}
 	if _, last := drain(t, st); last.Exit == nil || last.Exit.Reason != adapter.ReasonTerminated || last.Exit.Success() {
 		t.Errorf("terminal frame after suspend = %v, want terminated, not success", last)
 	}
-	_, err = a.Exec(ctx, h, adapter.Shell("true"))
+	_, err := a.Exec(ctx, h, adapter.Shell("true"))
 	if !errors.Is(err, adapter.ErrInvalid) {
 		t.Errorf("Exec in a parked sandbox = %v, want invalid", err)
 	}
@@ -264,11 +260,7 @@ func TestExecContextStopsCommand(t *testing.T) {
 func TestSlowConsumerDoesNotBlockCommand(t *testing.T) {
 	a, h := newSandbox(t, fake.WithBuffer(1))
 	ctx := context.Background()
-	st, err := a.Spawn(ctx, h, adapter.Shell("seq 20000"), adapter.SpawnOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := spawn(t, ctx, a, h, "seq 20000")
 	// Nobody reads; the command still finishes.
 	deadline := time.Now().Add(5 * time.Second)
 	for {

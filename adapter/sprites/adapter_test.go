@@ -28,45 +28,18 @@ const standInTaskSocket = ".sprite/api.sock"
 
 // The runner-shim binaries the adapter uploads, built once by TestMain
 // from ./cmd/runner-shim: one of shimVersion, one of another version.
-var (
-	shimBin, oldShimBin string
-	buildErr            error
-)
+var shims hostedtest.Shims
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "spritesbin")
-	if err != nil {
-		panic(err)
-	}
-	shimBin, oldShimBin = filepath.Join(dir, "runner-shim"), filepath.Join(dir, "runner-shim-old")
-	for bin, v := range map[string]string{shimBin: shimVersion, oldShimBin: "v0.0.0-old"} {
-		if buildErr = hostedtest.BuildShim(bin, v); buildErr != nil {
-			break
-		}
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(shims.Main(m, "spritesbin", shimVersion)) }
 
 // standIn starts a stand-in whose sprites live in a short directory
 // (runner-shim's socket paths must fit in 107 bytes) and a client for it.
 func standIn(t testing.TB, opts spritestest.Options) (*spritestest.Server, *sprites.Client) {
 	t.Helper()
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	dir, err := os.MkdirTemp("", "spr")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	opts.Dir = dir
+	opts.Dir = shims.Dir(t, "spr")
 	srv := spritestest.New(t, opts)
 	c, err := sprites.New(sprites.Config{Token: sprites.NewSecret(srv.Token), BaseURL: srv.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	hostedtest.Check(t, err)
 	return srv, c
 }
 
@@ -78,16 +51,8 @@ func newAdapter(t testing.TB, c *sprites.Client, mod func(*sprites.AdapterConfig
 	t.Helper()
 	// The stand-in's commands run in the sprite's "/", so the Tasks API
 	// socket is found relative to it.
-	cfg := sprites.AdapterConfig{Client: c, TaskSocket: standInTaskSocket, Config: hosted.Config{Version: shimVersion, ShimBinary: binary(shimBin), Lease: 3 * time.Second, ReattachWindow: 20 * time.Second}}
-	if mod != nil {
-		mod(&cfg)
-	}
-	a, err := sprites.NewAdapter(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	return a
+	cfg := sprites.AdapterConfig{Client: c, TaskSocket: standInTaskSocket, Config: hosted.Config{Version: shimVersion, ShimBinary: binary(shims.Current), Lease: 3 * time.Second, ReattachWindow: 20 * time.Second}}
+	return hostedtest.Open(t, cfg, mod, sprites.NewAdapter)
 }
 
 // TestConformance runs the provider-neutral suite against the adapter and
@@ -121,11 +86,7 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+var ctxT = hostedtest.Ctx
 
 // readAll collects a stream to its terminal frame.
 func readAll(t *testing.T, st adapter.Stream) (stdout, stderr []byte, end adapter.Frame) {
@@ -194,19 +155,8 @@ func TestExitFrameNeverArrives(t *testing.T) {
 	if err != nil || r.Exit.Code != 127 {
 		t.Fatalf("Exec of a missing program = %+v %v, want exit 127", r.Exit, err)
 	}
-	st, err := a.Spawn(ctx, h, adapter.Shell("echo ready; cat; exit 3"), adapter.SpawnOptions{SessionID: "s1"})
-	if err != nil {
-		t.Fatalf("Spawn = %v", err)
-	}
+	st, out, end := stdinSession(t, ctx, a, h, "s1", "echo ready; cat; exit 3", "x\x00y\n")
 	defer st.Close()
-	readUntil(t, st, "ready\n")
-	if err := a.WriteStdin(ctx, h, "s1", []byte("x\x00y\n")); err != nil {
-		t.Fatalf("WriteStdin = %v", err)
-	}
-	if err := a.CloseStdin(ctx, h, "s1"); err != nil {
-		t.Fatalf("CloseStdin = %v", err)
-	}
-	out, _, end := readAll(t, st)
 	if string(out) != "x\x00y\n" || end.Exit == nil || end.Exit.Code != 3 {
 		t.Fatalf("session after ready: %q %v, want x\\0y and exit 3", out, end)
 	}
@@ -309,7 +259,7 @@ func TestUploadAndVerify(t *testing.T) {
 		t.Fatalf("Create again = %v %v, want %v", again, err, h)
 	}
 
-	old := newAdapter(t, c, func(cfg *sprites.AdapterConfig) { cfg.ShimBinary = binary(oldShimBin) })
+	old := newAdapter(t, c, func(cfg *sprites.AdapterConfig) { cfg.ShimBinary = binary(shims.Old) })
 	_, err = old.Create(ctx, "old-shim", adapter.CreateOptions{})
 	var pe *adapter.ProviderError
 	if !errors.As(err, &pe) || !strings.Contains(pe.Detail, "v0.0.0-old") || !strings.Contains(pe.Detail, shimVersion) {
@@ -395,4 +345,31 @@ func TestStdinNeverInURL(t *testing.T) {
 			t.Fatalf("a request URI carries the stdin bytes: %s", u)
 		}
 	}
+}
+
+// stdinSession spawns cmd as session id, waits for its "ready\n", writes
+// in to its stdin and closes it, and reads the session to its terminal
+// frame. The caller closes st.
+func stdinSession(t *testing.T, ctx context.Context, a adapter.Adapter, h adapter.Handle, id, cmd, in string) (st adapter.Stream, stdout []byte, end adapter.Frame) {
+	t.Helper()
+	st, err := a.Spawn(ctx, h, adapter.Shell(cmd), adapter.SpawnOptions{SessionID: id})
+	if err != nil {
+		t.Fatalf("Spawn = %v", err)
+	}
+	ok := false
+	defer func() {
+		if !ok { // a failed step: the caller never gets st to close
+			st.Close()
+		}
+	}()
+	readUntil(t, st, "ready\n")
+	if err := a.WriteStdin(ctx, h, id, []byte(in)); err != nil {
+		t.Fatalf("WriteStdin = %v", err)
+	}
+	if err := a.CloseStdin(ctx, h, id); err != nil {
+		t.Fatalf("CloseStdin = %v", err)
+	}
+	stdout, _, end = readAll(t, st)
+	ok = true
+	return st, stdout, end
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/adapter/hosted/hostedtest"
 	"github.com/agentrunner/runner/adapter/internal/standin"
 	"github.com/agentrunner/runner/adapter/sprites"
 	"github.com/agentrunner/runner/adapter/sprites/spritestest"
@@ -40,19 +41,9 @@ func newFixture(t *testing.T, opts spritestest.Options) fixture {
 	return fixture{srv: srv, c: c, rec: rec}
 }
 
-func ctxFor(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxFor(t *testing.T) context.Context { return hostedtest.CtxWithin(t, 30*time.Second) }
 
-func wantKind(t *testing.T, what string, err error, want adapter.Kind) {
-	t.Helper()
-	if got := adapter.KindOf(err); got != want {
-		t.Errorf("%s: got kind %q (%v), want %q", what, got, err, want)
-	}
-}
+var wantKind = hostedtest.WantKind
 
 func mustCreate(t *testing.T, f fixture, name string) sprites.Sprite {
 	t.Helper()

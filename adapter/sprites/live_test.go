@@ -28,25 +28,13 @@ import (
 // 200 KiB fast command byte-exact (lost or capped output), and the
 // upload path (fs/write as the sprite user).
 func TestLiveSmoke(t *testing.T) {
-	token := os.Getenv("SPRITES_TOKEN")
-	if token == "" {
-		t.Skip("SPRITES_TOKEN is not set: the live Sprites smoke test is off (see docs/providers/sprites.md)")
-	}
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
+	token := shims.Live(t, "SPRITES_TOKEN", "Sprites", "docs/providers/sprites.md")
 	if runtime.GOARCH != "amd64" {
 		t.Skipf("the runner-shim built here is %s; Sprites runs linux/amd64", runtime.GOARCH)
 	}
 	c, err := sprites.New(sprites.Config{Token: sprites.NewSecret(token), BaseURL: os.Getenv("SPRITES_API_URL")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := sprites.NewAdapter(sprites.AdapterConfig{Client: c, Config: hosted.Config{Version: shimVersion, ShimBinary: binary(shimBin)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	hostedtest.Check(t, err)
+	a := hostedtest.Open(t, sprites.AdapterConfig{Client: c, Config: hosted.Config{Version: shimVersion, ShimBinary: binary(shims.Current)}}, nil, sprites.NewAdapter)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	h, destroy := hostedtest.LiveSandbox(t, ctx, a)
@@ -100,19 +88,8 @@ func TestLiveSmoke(t *testing.T) {
 			t.Fatalf("Exec(exit %d) = %q %v %v", code, r.Stdout, r.Exit, err)
 		}
 	}
-	st, err := a.Spawn(ctx, h, adapter.Shell("echo ready; cat"), adapter.SpawnOptions{SessionID: "smoke"})
-	if err != nil {
-		t.Fatalf("Spawn = %v", err)
-	}
+	st, out, end := stdinSession(t, ctx, a, h, "smoke", "echo ready; cat", "a\x00b\n")
 	defer st.Close()
-	readUntil(t, st, "ready\n")
-	if err := a.WriteStdin(ctx, h, "smoke", []byte("a\x00b\n")); err != nil {
-		t.Fatalf("WriteStdin = %v", err)
-	}
-	if err := a.CloseStdin(ctx, h, "smoke"); err != nil {
-		t.Fatalf("CloseStdin = %v", err)
-	}
-	out, _, end := readAll(t, st)
 	if string(out) != "a\x00b\n" || end.Exit == nil || !end.Exit.Success() {
 		t.Fatalf("session: %q %v", out, end)
 	}

@@ -55,10 +55,10 @@ const shimPath = "/home/sprite/.local/bin/runner-shim"
 // --root for it inside the sprite's directory.
 func installShim(t *testing.T, f fixture, name string) string {
 	t.Helper()
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	if shims.Err != nil {
+		t.Fatal(shims.Err)
 	}
-	data, err := os.ReadFile(shimBin)
+	data, err := os.ReadFile(shims.Current)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package preview
 
 import (
-	"io"
 	"net/http"
 	"net/netip"
 	"testing"
@@ -15,12 +14,7 @@ func TestProxyRefusesLoops(t *testing.T) {
 	reg := newRegistry()
 	p := startPreview(t, reg)
 	tok := reg.add(t, "self", netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(p.port)))
-	res, err := p.client(t).Get(p.URL(tok))
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, res.Body)
-	res.Body.Close()
+	res, _ := p.get(t, tok)
 	if res.StatusCode != http.StatusLoopDetected {
 		t.Errorf("status = %d, want %d (loop refused)", res.StatusCode, http.StatusLoopDetected)
 	}
@@ -32,16 +26,8 @@ func TestProxyRefusesLoops(t *testing.T) {
 // The proxy marks what it forwards, so the next preview proxy on the path
 // can refuse it.
 func TestProxyMarksForwardedRequests(t *testing.T) {
-	var got seen
-	addr := startTarget(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got.record(r) }))
-	reg := newRegistry()
-	tok := reg.add(t, "alpha", addr)
-	p := startPreview(t, reg)
-	res, err := p.client(t).Get(p.URL(tok))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
+	got, p, tok := recorded(t)
+	p.get(t, tok)
 	in, _ := got.mustLast(t)
 	if in.Header.Get(HopHeader) == "" {
 		t.Errorf("forwarded request lacks %s", HopHeader)

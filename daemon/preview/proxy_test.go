@@ -117,11 +117,7 @@ func TestProxyPassesExactBytesAndStatus(t *testing.T) {
 // The preview is the user's app: its own credentials pass through, and a
 // forged X-Forwarded-For from the browser does not.
 func TestProxyForwardsAppCredentials(t *testing.T) {
-	var got seen
-	addr := startTarget(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got.record(r) }))
-	reg := newRegistry()
-	tok := reg.add(t, "alpha", addr)
-	p := startPreview(t, reg)
+	got, p, tok := recorded(t)
 
 	req, _ := http.NewRequest(http.MethodGet, p.URL(tok), nil)
 	req.Header.Set("Authorization", "Basic YXBwOnNlY3JldA==")
@@ -259,10 +255,7 @@ func TestUnknownTokenIs404(t *testing.T) {
 
 // A token in upper case or with a trailing dot is the same DNS name.
 func TestHostIsCaseInsensitive(t *testing.T) {
-	addr := startTarget(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
-	reg := newRegistry()
-	tok := reg.add(t, "alpha", addr)
-	p := startPreview(t, reg)
+	p, tok := serving(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	for _, host := range []string{
 		strings.ToUpper(tok) + ".LocalHost",
 		tok + ".localhost.",
@@ -288,12 +281,7 @@ func TestTargetDownIs502(t *testing.T) {
 	tok := reg.add(t, "alpha", dead)
 	p := startPreview(t, reg)
 
-	res, err := p.client(t).Get(p.URL(tok))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(res.Body)
-	res.Body.Close()
+	res, body := p.get(t, tok)
 	if res.StatusCode != http.StatusBadGateway {
 		t.Errorf("status = %d, want 502", res.StatusCode)
 	}
@@ -315,12 +303,7 @@ func TestLookupFailureIs503NotAbsence(t *testing.T) {
 	reg.fail = errors.New("registry: database is locked")
 	p := startPreview(t, reg)
 
-	res, err := p.client(t).Get(p.URL(tok))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(res.Body)
-	res.Body.Close()
+	res, body := p.get(t, tok)
 	if res.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("status = %d, want 503", res.StatusCode)
 	}
@@ -456,10 +439,7 @@ func dialWS(t *testing.T, ctx context.Context, p *preview, tok string) *websocke
 }
 
 func TestWebSocketEchoes(t *testing.T) {
-	addr := startTarget(t, echoTarget(t))
-	reg := newRegistry()
-	tok := reg.add(t, "alpha", addr)
-	p := startPreview(t, reg)
+	p, tok := serving(t, echoTarget(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
@@ -484,10 +464,7 @@ func TestWebSocketEchoes(t *testing.T) {
 
 // Close ends hijacked connections too, waits for them, and is idempotent.
 func TestCloseEndsWebSocketsAndIsIdempotent(t *testing.T) {
-	addr := startTarget(t, echoTarget(t))
-	reg := newRegistry()
-	tok := reg.add(t, "alpha", addr)
-	p := startPreview(t, reg)
+	p, tok := serving(t, echoTarget(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 

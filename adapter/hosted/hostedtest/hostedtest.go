@@ -51,17 +51,11 @@ type Subject struct {
 	CorruptCheckpoint func(h adapter.Handle, id string) error
 }
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // DriverKilledMidAttach: the driver (its adapter) dies while it reads a
 // session that streams 3 MB of random bytes; a new adapter attaches from
 // the cursor it had and the two reads are the session's bytes exactly.
 func DriverKilledMidAttach(t *testing.T, s Subject) {
-	ctx := ctxT(t)
+	ctx := Ctx(t)
 	a1 := s.New(t)
 	h, err := a1.Create(ctx, "killed-driver", adapter.CreateOptions{})
 	if err != nil {
@@ -118,26 +112,13 @@ func DriverKilledMidAttach(t *testing.T, s Subject) {
 // adapter) reads as not_found for its sessions, and its detached
 // runner-shim sessions die with it.
 func SandboxGone(t *testing.T, s Subject) {
-	ctx := ctxT(t)
+	ctx := Ctx(t)
 	a := s.New(t)
 	h, err := a.Create(ctx, "gone", adapter.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := a.Spawn(ctx, h, adapter.Shell("echo $$ > pid; echo ready; exec sleep 60"), adapter.SpawnOptions{SessionID: "s"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	for f := range st.Frames() {
-		if strings.Contains(string(f.Data), "ready") {
-			break
-		}
-	}
-	b, err := os.ReadFile(filepath.Join(s.Dir(h), "pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pid := Sleeper(t, ctx, a, h, s.Dir(h))
 	other := s.New(t)
 	if err := other.Destroy(ctx, h); err != nil {
 		t.Fatal(err)
@@ -145,18 +126,41 @@ func SandboxGone(t *testing.T, s Subject) {
 	if _, err := a.Sessions(ctx, h); !errors.Is(err, adapter.ErrNotFound) {
 		t.Fatalf("Sessions of a deleted sandbox = %v, want not_found", err)
 	}
-	var pid int
-	fmt.Sscan(string(b), &pid)
 	if Running(pid) {
 		t.Fatalf("the session's command %d outlived its sandbox", pid)
 	}
+}
+
+// Sleeper spawns session "s" in h, a shell that writes its pid to the
+// file pid in dir (h's working directory on the host), says ready and
+// sleeps 60 s as that pid; it returns the pid once ready was read. The
+// stream is closed at t's cleanup.
+func Sleeper(t *testing.T, ctx context.Context, a adapter.Adapter, h adapter.Handle, dir string) int {
+	t.Helper()
+	st, err := a.Spawn(ctx, h, adapter.Shell("echo $$ > pid; echo ready; exec sleep 60"), adapter.SpawnOptions{SessionID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	for f := range st.Frames() {
+		if strings.Contains(string(f.Data), "ready") {
+			break
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	fmt.Sscan(string(b), &pid)
+	return pid
 }
 
 // RateLimitedAndOutage: 429 is rate_limited with its Retry-After; an
 // outage is unavailable, never not_found, for get, create and exec; after
 // it, get and exec work again.
 func RateLimitedAndOutage(t *testing.T, s Subject) {
-	ctx := ctxT(t)
+	ctx := Ctx(t)
 	a := s.New(t)
 	h, err := a.Create(ctx, "limited", adapter.CreateOptions{})
 	if err != nil {

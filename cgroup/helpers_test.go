@@ -1,0 +1,35 @@
+package cgroup
+
+import (
+	"context"
+	"testing"
+)
+
+// ensure creates sandbox sb's cgroups with l (or updates them), failing
+// t on an error.
+func ensure(t *testing.T, m *Manager, sb string, l Limits) {
+	t.Helper()
+	if err := m.Ensure(sb, l); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sessionDirs returns the directories of session in sandbox sb, failing
+// t on an error.
+func sessionDirs(t *testing.T, m *Manager, sb, session string) []string {
+	t.Helper()
+	dirs, err := m.SessionDirs(sb, session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dirs
+}
+
+// removeAbsent checks that Remove of a sandbox already removed is
+// idempotent: nil.
+func removeAbsent(t *testing.T, ctx context.Context, m *Manager, sb string) {
+	t.Helper()
+	if err := m.Remove(ctx, sb); err != nil {
+		t.Fatalf("Remove of an absent cgroup = %v, want nil", err)
+	}
+}
