@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
@@ -187,23 +188,10 @@ func (s *server) sessionStats(ctx context.Context) (sessionStats, error) {
 // time; a failed page fails the scrape (never a short count).
 func (s *server) sandboxesByState(ctx context.Context) (map[string]int, error) {
 	n := map[string]int{}
-	after := ""
-	for {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		sbs, more, err := s.reg.ListSandboxes(after, wire.MaxListLimit)
-		if err != nil {
-			return nil, err
-		}
-		for _, sb := range sbs {
-			n[sb.State]++
-		}
-		if !more || len(sbs) == 0 {
-			return n, nil
-		}
-		after = sbs[len(sbs)-1].Name
+	if err := s.eachSandbox(ctx, func(sb registry.Sandbox) { n[sb.State]++ }); err != nil {
+		return nil, err
 	}
+	return n, nil
 }
 
 // total is the sum of a session's stream lengths.
@@ -313,29 +301,22 @@ func (s *server) collectSandboxUsage(ctx context.Context, ch chan<- prometheus.M
 		u    *wire.Usage
 	}
 	var rows []row
-	omitted, after := 0, ""
-	for ctx.Err() == nil {
-		sbs, more, err := s.reg.ListSandboxes(after, wire.MaxListLimit)
-		if err != nil {
-			s.log.Warn("metrics: read registry", "err", err)
+	omitted := 0
+	err := s.eachSandbox(ctx, func(sb registry.Sandbox) {
+		if sb.State != wire.SandboxRunning {
 			return
 		}
-		for _, sb := range sbs {
-			if sb.State != wire.SandboxRunning {
-				continue
-			}
-			if len(rows) == MaxSandboxSeries {
-				omitted++
-				continue
-			}
-			if u := s.usage(sb); u != nil {
-				rows = append(rows, row{sb.Name, u})
-			}
+		if len(rows) == MaxSandboxSeries {
+			omitted++
+			return
 		}
-		if !more || len(sbs) == 0 {
-			break
+		if u := s.usage(sb); u != nil {
+			rows = append(rows, row{sb.Name, u})
 		}
-		after = sbs[len(sbs)-1].Name
+	})
+	if err != nil && ctx.Err() == nil {
+		s.log.Warn("metrics: read registry", "err", err)
+		return
 	}
 	series := []struct {
 		name string

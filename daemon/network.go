@@ -126,22 +126,12 @@ func (s *server) startNetPolicy(ctx context.Context) (stop func()) {
 // containedSandboxes lists the sandboxes whose record has a network.
 func (s *server) containedSandboxes() ([]string, error) {
 	var names []string
-	after := ""
-	for {
-		sbs, more, err := s.reg.ListSandboxes(after, wire.MaxListLimit)
-		if err != nil {
-			return nil, err
+	err := s.eachSandbox(context.Background(), func(sb registry.Sandbox) {
+		if sb.Network != nil {
+			names = append(names, sb.Name)
 		}
-		for _, sb := range sbs {
-			if sb.Network != nil {
-				names = append(names, sb.Name)
-			}
-		}
-		if !more || len(sbs) == 0 {
-			return names, nil
-		}
-		after = sbs[len(sbs)-1].Name
-	}
+	})
+	return names, err
 }
 
 // warnUncontainable logs each sandbox with a network a runnerd that does

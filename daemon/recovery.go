@@ -72,24 +72,15 @@ func (s *server) reconcile(ctx context.Context) error {
 // the operator.
 func (s *server) adoptCgroups(ctx context.Context) {
 	known := map[string]bool{}
-	after := ""
-	for {
-		sbs, more, err := s.reg.ListSandboxes(after, wire.MaxListLimit)
-		if err != nil {
+	err := s.eachSandbox(ctx, func(sb registry.Sandbox) {
+		known[sb.Name] = true
+		s.adoptCgroup(sb.Name)
+	})
+	if err != nil {
+		if ctx.Err() == nil {
 			s.log.Warn("adopt cgroups: read registry", "err", err)
-			return
 		}
-		for _, sb := range sbs {
-			if ctx.Err() != nil {
-				return
-			}
-			known[sb.Name] = true
-			s.adoptCgroup(sb.Name)
-		}
-		if !more || len(sbs) == 0 {
-			break
-		}
-		after = sbs[len(sbs)-1].Name
+		return
 	}
 	names, err := s.cg.List()
 	if err != nil {

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"encoding/base64"
 	"net/http"
 	"net/url"
@@ -121,4 +122,28 @@ func (s *server) handleResume(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.writeJSON(w, http.StatusOK, toWireSandbox(sb))
+}
+
+// eachSandbox calls fn with every sandbox of the registry, a page at a
+// time, in name order. It stops at the first failed page (the error) or
+// when ctx ends (ctx's error), checked before each sandbox: never a
+// silently short walk.
+func (s *server) eachSandbox(ctx context.Context, fn func(registry.Sandbox)) error {
+	after := ""
+	for {
+		sbs, more, err := s.reg.ListSandboxes(after, wire.MaxListLimit)
+		if err != nil {
+			return err
+		}
+		for _, sb := range sbs {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			fn(sb)
+		}
+		if !more || len(sbs) == 0 {
+			return nil
+		}
+		after = sbs[len(sbs)-1].Name
+	}
 }
