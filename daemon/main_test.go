@@ -107,6 +107,23 @@ func (r response) errBody(t *testing.T) wire.Error {
 
 func (a *api) do(method, path string, body any) response {
 	a.t.Helper()
+	r := a.doErr(method, path, body)
+	if r.err != nil {
+		a.t.Fatal(r.err)
+	}
+	return r.response
+}
+
+// errResponse is a response, or the error that kept it from arriving.
+type errResponse struct {
+	response
+	err error
+}
+
+// doErr is do for a goroutine other than the test's: it returns what
+// went wrong instead of failing the test. body is nil, []byte, a string
+// or a value sent as JSON.
+func (a *api) doErr(method, path string, body any) errResponse {
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -117,27 +134,27 @@ func (a *api) do(method, path string, body any) response {
 	default:
 		raw, err := json.Marshal(b)
 		if err != nil {
-			a.t.Fatal(err)
+			return errResponse{err: err}
 		}
 		rd = bytes.NewReader(raw)
 	}
 	req, err := http.NewRequest(method, a.base+path, rd)
 	if err != nil {
-		a.t.Fatal(err)
+		return errResponse{err: err}
 	}
 	if a.token != "" {
 		req.Header.Set("Authorization", "Bearer "+a.token)
 	}
 	resp, err := a.hc.Do(req)
 	if err != nil {
-		a.t.Fatalf("%s %s: %v", method, path, err)
+		return errResponse{err: fmt.Errorf("%s %s: %w", method, path, err)}
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		a.t.Fatalf("%s %s: read body: %v", method, path, err)
+		return errResponse{err: fmt.Errorf("%s %s: read body: %w", method, path, err)}
 	}
-	return response{status: resp.StatusCode, header: resp.Header, body: raw}
+	return errResponse{response: response{status: resp.StatusCode, header: resp.Header, body: raw}}
 }
 
 // must does the call and decodes a 2xx answer into out.

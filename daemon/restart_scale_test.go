@@ -1,14 +1,11 @@
 package daemon_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -171,34 +168,4 @@ func forEach(t *testing.T, n, workers int, fn func(i int) error) {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// errResponse is a response, or the error that kept it from arriving.
-type errResponse struct {
-	response
-	err error
-}
-
-// doErr is do for a goroutine other than the test's: it returns what
-// went wrong instead of failing the test.
-func (a *api) doErr(method, path string, body any) errResponse {
-	raw, err := json.Marshal(body)
-	if err != nil {
-		return errResponse{err: err}
-	}
-	req, err := http.NewRequest(method, a.base+path, bytes.NewReader(raw))
-	if err != nil {
-		return errResponse{err: err}
-	}
-	req.Header.Set("Authorization", "Bearer "+a.token)
-	resp, err := a.hc.Do(req)
-	if err != nil {
-		return errResponse{err: fmt.Errorf("%s %s: %w", method, path, err)}
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return errResponse{err: fmt.Errorf("%s %s: read body: %w", method, path, err)}
-	}
-	return errResponse{response: response{status: resp.StatusCode, header: resp.Header, body: b}}
 }
