@@ -230,6 +230,9 @@ func (p *Pool) converge(ctx context.Context) error {
 			if err := p.drv.remove(ctx, v); err != nil {
 				return fmt.Errorf("remove half-made volume %s: %w", v, err)
 			}
+			if err := p.removeRecord("vol", v); err != nil {
+				return err
+			}
 			continue
 		}
 		if err != nil {
@@ -244,6 +247,9 @@ func (p *Pool) converge(ctx context.Context) error {
 		if errors.Is(err, ErrNotFound) || (err == nil && r.State != stateReady) {
 			if err := p.drv.removeSnapshot(ctx, s); err != nil {
 				return fmt.Errorf("remove half-made snapshot %s: %w", s, err)
+			}
+			if err := p.removeRecord("snap", s); err != nil {
+				return err
 			}
 			continue
 		}
