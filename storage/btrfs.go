@@ -11,6 +11,10 @@ import (
 	"strings"
 )
 
+// btrfsMinSize is the smallest pool file: mkfs.btrfs 6.2 refuses less
+// than 109 MiB (114294784 bytes).
+const btrfsMinSize = 128 << 20
+
 // btrfsDriver keeps every volume in one btrfs file system on a loop
 // device: dir/pool.img mounted at dir/mnt, volumes as subvolumes under
 // mnt/volumes with a qgroup limit each, snapshots as read-only

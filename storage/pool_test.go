@@ -223,6 +223,21 @@ func TestCrashMidCreate(t *testing.T) {
 			if err := p.writeRecord("vol", "ghost", record{State: stateCreating, Limits: l}); err != nil {
 				t.Fatal(err)
 			}
+			if driver == Btrfs {
+				// A snapshot cut short the same way.
+				if _, err := p.Create(ctx, "src", l); err != nil {
+					t.Fatal(err)
+				}
+				if err := p.writeRecord("snap", "halfsnap", record{State: stateCreating, Limits: l, From: "src"}); err != nil {
+					t.Fatal(err)
+				}
+				if err := p.drv.snapshot(ctx, "src", "halfsnap"); err != nil {
+					t.Fatal(err)
+				}
+				if err := p.Delete(ctx, "src"); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if err := p.Close(); err != nil {
 				t.Fatal(err)
 			}
@@ -231,9 +246,9 @@ func TestCrashMidCreate(t *testing.T) {
 				t.Fatalf("Open after the crash: %v", err)
 			}
 			t.Cleanup(func() { q.Destroy(ctx) })
-			vols, _, err := q.drv.list()
-			if err != nil || len(vols) != 0 {
-				t.Errorf("driver volumes after Open: %v, %v; want none", vols, err)
+			vols, snaps, err := q.drv.list()
+			if err != nil || len(vols) != 0 || len(snaps) != 0 {
+				t.Errorf("driver volumes and snapshots after Open: %v %v, %v; want none", vols, snaps, err)
 			}
 			ents, _ := os.ReadDir(filepath.Join(q.dir, "records"))
 			if len(ents) != 0 {

@@ -258,6 +258,13 @@ func TestBadInput(t *testing.T) {
 	if _, err := Open(ctx, Config{Dir: p.dir, Driver: Ext4}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("Open of a btrfs pool as ext4: %v, want ErrInvalid", err)
 	}
+	small := filepath.Join(t.TempDir(), "small")
+	if _, err := Open(ctx, Config{Dir: small, Driver: Btrfs, Size: 64 * mib}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Open of a 64 MiB btrfs pool: %v, want ErrInvalid", err)
+	}
+	if _, err := os.Lstat(small); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused pool's directory: %v, want absent", err)
+	}
 	if _, err := Open(ctx, Config{Dir: "relative", Driver: Dir}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("Open of a relative directory: %v, want ErrInvalid", err)
 	}

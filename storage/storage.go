@@ -175,6 +175,9 @@ func Open(ctx context.Context, cfg Config) (*Pool, error) {
 	var drv driver
 	switch cfg.Driver {
 	case Btrfs:
+		if cfg.Size < btrfsMinSize {
+			return nil, fmt.Errorf("%w: a btrfs pool needs at least %d bytes (asked for %d)", ErrInvalid, int64(btrfsMinSize), cfg.Size)
+		}
 		drv = &btrfsDriver{dir: dir, size: cfg.Size}
 	case Ext4:
 		drv = &ext4Driver{dir: dir}
