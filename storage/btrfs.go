@@ -78,6 +78,9 @@ func (d *btrfsDriver) open(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := d.growPool(ctx); err != nil {
+		return fmt.Errorf("grow pool to %d bytes: %w", d.size, err)
+	}
 	// Idempotent: a no-op where quotas are on.
 	if _, err := run(ctx, "btrfs", "quota", "enable", d.mnt()); err != nil {
 		return err
@@ -257,4 +260,32 @@ func (d *btrfsDriver) destroy(ctx context.Context) error {
 		return err
 	}
 	return os.Remove(d.image())
+}
+
+// growPool extends a mounted pool whose file is smaller than the
+// configured size: the file, the loop device's capacity, then the file
+// system. A pool never shrinks: a smaller size leaves it as it is.
+func (d *btrfsDriver) growPool(ctx context.Context) error {
+	fi, err := os.Stat(d.image())
+	if err != nil {
+		return err
+	}
+	if fi.Size() >= d.size {
+		return nil
+	}
+	dev, ok, err := mountedImage(d.mnt(), d.image())
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("pool is not mounted")
+	}
+	if err := os.Truncate(d.image(), d.size); err != nil {
+		return err
+	}
+	if err := setCapacity(dev); err != nil {
+		return err
+	}
+	_, err = run(ctx, "btrfs", "filesystem", "resize", "max", d.mnt())
+	return err
 }

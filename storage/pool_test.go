@@ -280,3 +280,36 @@ func TestCrashMidCreate(t *testing.T) {
 		})
 	}
 }
+
+// TestBtrfsPoolGrows: opening a btrfs pool with a larger size grows the
+// pool file and its file system, mounted; a smaller size leaves it.
+func TestBtrfsPoolGrows(t *testing.T) {
+	ctx := context.Background()
+	p := openPool(t, Btrfs, 256*mib)
+	total := func() int64 {
+		t.Helper()
+		var st unix.Statfs_t
+		if err := unix.Statfs(filepath.Join(p.dir, "mnt"), &st); err != nil {
+			t.Fatal(err)
+		}
+		return int64(st.Blocks) * st.Bsize
+	}
+	before := total()
+	for _, tc := range []struct {
+		size    int64
+		atLeast int64
+	}{{512 * mib, before + 200*mib}, {256 * mib, before + 200*mib}} {
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+		q, err := Open(ctx, Config{Dir: p.dir, Driver: Btrfs, Size: tc.size})
+		if err != nil {
+			t.Fatalf("Open with %d bytes: %v", tc.size, err)
+		}
+		p = q
+		if got := total(); got < tc.atLeast || got > 512*mib {
+			t.Errorf("after Open with %d MiB: file system of %d bytes, want %d-%d (it was %d)", tc.size/mib, got, tc.atLeast, 512*mib, before)
+		}
+	}
+	t.Cleanup(func() { p.Destroy(ctx) })
+}

@@ -75,7 +75,9 @@ type Config struct {
 	// Driver is Btrfs, Ext4 or Dir; empty means [DefaultDriver].
 	Driver string
 	// Size is the btrfs pool file's size in bytes, made sparse
-	// (default 16 GiB); the other drivers ignore it.
+	// (default 16 GiB, at least 128 MiB). Open with a larger size than
+	// the pool has grows it, mounted; a smaller one leaves it as it is.
+	// The other drivers ignore it.
 	Size int64
 }
 
