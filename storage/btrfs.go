@@ -213,33 +213,29 @@ func (d *btrfsDriver) removeSubvolume(ctx context.Context, p string) error {
 		// `subvolume create` made it (it never does) or a stray one.
 		return os.RemoveAll(p)
 	}
-	// "ID 257 gen 10 top level 256 path a/n": top level is the parent.
-	out, err = run(ctx, "btrfs", "subvolume", "list", d.mnt())
+	rootID, err := strconv.ParseUint(root, 10, 64)
 	if err != nil {
-		return err
-	}
-	children := map[string][]string{}
-	for _, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 7 && f[0] == "ID" && f[4] == "top" && f[5] == "level" {
-			children[f[6]] = append(children[f[6]], f[1])
-		}
+		return fmt.Errorf("parse subvolume id %q: %w", root, err)
 	}
 	var order []string // post-order: children before their parent
-	var walk func(id string, depth int) error
-	walk = func(id string, depth int) error {
+	var walk func(id uint64, depth int) error
+	walk = func(id uint64, depth int) error {
 		if depth > 4096 {
 			return errors.New("subvolumes nested too deep")
 		}
-		for _, c := range children[id] {
+		children, err := nestedSubvolumes(d.mnt(), id)
+		if err != nil {
+			return err
+		}
+		for _, c := range children {
 			if err := walk(c, depth+1); err != nil {
 				return err
 			}
 		}
-		order = append(order, id)
+		order = append(order, strconv.FormatUint(id, 10))
 		return nil
 	}
-	if err := walk(root, 0); err != nil {
+	if err := walk(rootID, 0); err != nil {
 		return err
 	}
 	// -c: the deletion commits its transaction, so the cleaner starts

@@ -151,3 +151,46 @@ func TestBtrfsIoctlsAsRoot(t *testing.T) {
 		})
 	}
 }
+
+// TestDeleteIgnoresSubvolumeNames: Delete finds nested subvolumes by
+// their ids in the root tree, not by parsing `btrfs subvolume list`,
+// which prints names raw. A command not under the filter names a
+// nested subvolume so that its name adds a line claiming another
+// volume is nested in its own; deleting its volume must leave the other
+// one whole.
+func TestDeleteIgnoresSubvolumeNames(t *testing.T) {
+	ctx := context.Background()
+	p := openPool(t, Btrfs, 256*mib)
+	victim, err := p.Create(ctx, "victim", Limits{Bytes: 16 * mib})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(victim.Path, "data"), []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	evil, err := p.Create(ctx, "evil", Limits{Bytes: 16 * mib})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := func(path string) string {
+		t.Helper()
+		out, err := run(ctx, "btrfs", "inspect-internal", "rootid", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(out)
+	}
+	name := "x\nID " + id(victim.Path) + " gen 1 top level " + id(evil.Path) + " path y"
+	if _, err := run(ctx, "btrfs", "subvolume", "create", filepath.Join(evil.Path, name)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Delete(ctx, "evil"); err != nil {
+		t.Errorf("Delete of the volume with the crafted name: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(victim.Path, "data")); err != nil || string(b) != "mine" {
+		t.Errorf("the other volume after Delete: %q, %v; want it whole", b, err)
+	}
+	if _, err := p.Usage(ctx, "victim"); err != nil {
+		t.Errorf("Usage of the other volume: %v", err)
+	}
+}
