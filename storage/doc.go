@@ -55,6 +55,7 @@
 // removes every volume, unmounts and frees everything.
 //
 // The pool runs as root and never follows a path a sandbox can change:
-// it only stats and unmounts mount points it made, and deletes nested
-// btrfs subvolumes by id, not by path.
+// it only stats and unmounts mount points it made, finds nested btrfs
+// subvolumes by searching the root tree (never by parsing names, which
+// are the sandbox's) and deletes them by id, not by path.
 package storage
