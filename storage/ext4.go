@@ -151,13 +151,24 @@ func (d *ext4Driver) grow(ctx context.Context, name string, old, l Limits) (Limi
 			return Limits{}, fmt.Errorf("extend image: %w", err)
 		}
 		if err := setCapacity(dev); err != nil {
-			return Limits{}, err
+			return Limits{}, errors.Join(err, d.shrinkImage(name, dev, cur.Bytes))
 		}
 		if _, err := run(ctx, "resize2fs", dev); err != nil {
-			return Limits{}, err
+			// The file system kept its size: so does the image, whose
+			// size is what the volume reports as its limit.
+			return Limits{}, errors.Join(err, d.shrinkImage(name, dev, cur.Bytes))
 		}
 	}
 	return d.held(name)
+}
+
+// shrinkImage puts the image of a grow that failed back to size, which
+// the file system on it never left.
+func (d *ext4Driver) shrinkImage(name, dev string, size int64) error {
+	if err := os.Truncate(d.image(name), size); err != nil {
+		return fmt.Errorf("restore image size: %w", err)
+	}
+	return setCapacity(dev)
 }
 
 func (d *ext4Driver) usage(ctx context.Context, name string) (Usage, error) {
