@@ -43,6 +43,9 @@ func (d *btrfsDriver) check(l Limits) error {
 }
 
 func (d *btrfsDriver) open(ctx context.Context) error {
+	if err := sharePoolDir(d.dir); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(d.mnt(), 0o700); err != nil {
 		return err
 	}
@@ -255,7 +258,10 @@ func (d *btrfsDriver) destroy(ctx context.Context) error {
 	if err := unmount(d.mnt()); err != nil {
 		return err
 	}
-	return os.Remove(d.image())
+	if err := os.Remove(d.image()); err != nil {
+		return err
+	}
+	return unsharePoolDir(d.dir)
 }
 
 // growPool extends a mounted pool whose file is smaller than the

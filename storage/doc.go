@@ -36,7 +36,12 @@
 // Loop devices are attached with LOOP_CTL_GET_FREE and LOOP_CONFIGURE
 // with LO_FLAGS_AUTOCLEAR and mounted with mount(2), so a device is
 // freed by the kernel when its mount goes (or at once when the mount
-// fails): no device outlives its mount, whoever crashes. The file system
+// fails): no device outlives its mount, whoever crashes. The pool's
+// directory is made a shared mount (bound on itself), so that unmounting
+// a volume also unmounts the copies that mount namespaces made since
+// (every sandboxed spawn makes one, as slave) took of it; otherwise each
+// copy would hold the file system and its loop device until its
+// namespace ended. The file system
 // tools (mkfs.btrfs, mkfs.ext4, resize2fs, btrfs) are run as programs:
 // they are the file systems' own, maintained with the kernel code, and
 // no Go library makes or resizes them.

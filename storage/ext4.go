@@ -41,6 +41,9 @@ func (d *ext4Driver) check(l Limits) error {
 }
 
 func (d *ext4Driver) open(ctx context.Context) error {
+	if err := sharePoolDir(d.dir); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(d.images(), 0o700); err != nil {
 		return err
 	}
@@ -205,7 +208,7 @@ func (d *ext4Driver) remove(ctx context.Context, name string) error {
 }
 
 func (d *ext4Driver) removeSnapshot(ctx context.Context, snap string) error { return nil }
-func (d *ext4Driver) destroy(ctx context.Context) error                     { return nil }
+func (d *ext4Driver) destroy(ctx context.Context) error                     { return unsharePoolDir(d.dir) }
 
 // haveCap reports whether the calling thread has capability c effective.
 func haveCap(c int) bool {

@@ -156,6 +156,52 @@ func unmount(point string) error {
 	}
 }
 
+// sharePoolDir makes the pool's directory a shared mount (a bind of
+// itself, unless something is mounted there already), so that the
+// mounts made under it, and above all their unmounts, propagate to the
+// copies other mount namespaces took. Without it, every mount namespace
+// made while a volume is mounted (a sandbox's command: the shim's helper
+// makes one per spawn, as slave) keeps a private copy of the volume's
+// mount after Delete unmounts it, and with it the file system and its
+// loop device, until that namespace ends. bindMarker records that the
+// bind is the pool's own, for Destroy to undo.
+func sharePoolDir(dir string) error {
+	_, mounted, err := mountAt(dir)
+	if err != nil {
+		return err
+	}
+	if !mounted {
+		if err := writeFileSync(filepath.Join(dir, bindMarker), nil); err != nil {
+			return fmt.Errorf("write bind marker: %w", err)
+		}
+		if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s on itself: %w", dir, err)
+		}
+	}
+	if err := unix.Mount("", dir, "", unix.MS_SHARED, ""); err != nil {
+		return fmt.Errorf("make %s a shared mount: %w", dir, err)
+	}
+	return nil
+}
+
+// bindMarker is the file in a pool's directory that says the pool bound
+// the directory on itself.
+const bindMarker = "bind"
+
+// unsharePoolDir undoes sharePoolDir's bind, if it made one.
+func unsharePoolDir(dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, bindMarker)); err != nil {
+		return nil
+	}
+	if _, ok, err := mountAt(dir); err != nil || !ok {
+		return err
+	}
+	if err := unix.Unmount(dir, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil {
+		return fmt.Errorf("unmount %s: %w", dir, err)
+	}
+	return nil
+}
+
 // setCapacity tells loop device dev that its file grew.
 func setCapacity(dev string) error {
 	f, err := os.OpenFile(dev, os.O_RDWR|unix.O_CLOEXEC, 0)

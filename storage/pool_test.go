@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -119,7 +120,7 @@ func TestDeleteFreesAll(t *testing.T) {
 					t.Errorf("image after Delete: %v, want absent", err)
 				}
 			}
-			if n := len(loopsUnder(t, p.dir)); n != loopsBefore {
+			if n := len(loopsSettle(t, p.dir, loopsBefore)); n != loopsBefore {
 				t.Errorf("loop devices on the pool's files: %d after Delete, %d before Create", n, loopsBefore)
 			}
 			if err := p.Delete(ctx, "d"); err != nil {
@@ -161,7 +162,10 @@ func TestAdoption(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				if got := len(loopsUnder(t, dir)); got != wantLoops {
+				if n := countMounts(t, dir); n != 1 {
+					t.Errorf("mounts on the pool directory after reopening: %d, want its one shared bind", n)
+				}
+				if got := len(loopsSettle(t, dir, wantLoops)); got != wantLoops {
 					t.Errorf("loop devices after reopening: %d, want %d", got, wantLoops)
 				}
 				b, err := os.ReadFile(filepath.Join(q.Path("a"), "keep"))
@@ -186,7 +190,10 @@ func TestAdoption(t *testing.T) {
 				// What a reboot leaves: the files, no mounts, no devices.
 				unmount(v.Path)
 				unmount(filepath.Join(dir, "mnt"))
-				if n := len(loopsUnder(t, dir)); n != 0 {
+				if err := unsharePoolDir(dir); err != nil {
+					t.Fatal(err)
+				}
+				if n := len(loopsSettle(t, dir, 0)); n != 0 {
 					t.Fatalf("loop devices after unmounting everything: %d", n)
 				}
 				check(t, p, loops)
@@ -312,4 +319,20 @@ func TestBtrfsPoolGrows(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { p.Destroy(ctx) })
+}
+
+// countMounts counts the mounts at point in this mount namespace.
+func countMounts(t *testing.T, point string) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[4] == point {
+			n++
+		}
+	}
+	return n
 }

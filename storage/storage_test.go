@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentrunner/runner/internal/testcap"
 	"golang.org/x/sys/unix"
@@ -71,34 +72,42 @@ func openPool(t *testing.T, driver string, size int64) *Pool {
 				unmount(pt)
 			}
 		}
-		if l := loopsUnder(t, filepath.Dir(dir)); len(l) > 0 {
+		// The pool's own bind of its directory, if Destroy did not run.
+		unsharePoolDir(dir)
+		if l := loopsSettle(t, filepath.Dir(dir), 0); len(l) > 0 {
 			t.Errorf("loop devices left on the pool's files: %v", l)
 		}
 	})
 	return p
 }
 
-// loopsUnder lists the loop devices whose backing file is under dir
-// (autoclear frees a device when its mount goes; give the kernel a
-// moment).
+// loopsUnder lists the loop devices whose backing file is under dir.
 func loopsUnder(t *testing.T, dir string) []string {
 	t.Helper()
 	var found []string
-	for range 50 {
-		found = found[:0]
-		devs, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-		for _, f := range devs {
-			b, err := os.ReadFile(f)
-			if err == nil && strings.HasPrefix(string(b), dir+"/") {
-				found = append(found, strings.Split(f, "/")[3]+" → "+strings.TrimSpace(string(b)))
-			}
+	devs, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range devs {
+		b, err := os.ReadFile(f)
+		if err == nil && strings.HasPrefix(string(b), dir+"/") {
+			found = append(found, strings.Split(f, "/")[3]+" → "+strings.TrimSpace(string(b)))
 		}
-		if len(found) == 0 {
-			return nil
-		}
-		unix.Nanosleep(&unix.Timespec{Nsec: 20e6}, nil)
 	}
 	return found
+}
+
+// loopsSettle returns loopsUnder(dir) once it has want devices, or
+// after 2 s: autoclear frees a device when its file system goes, which
+// a lazy unmount lets happen a moment later.
+func loopsSettle(t *testing.T, dir string, want int) []string {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		found := loopsUnder(t, dir)
+		if len(found) == want || time.Now().After(deadline) {
+			return found
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // fill writes max bytes (in 1 MiB writes, then fsync) to file, and
