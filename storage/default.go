@@ -13,13 +13,19 @@ import (
 // they run with).
 var toolDirs = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
 
-func haveTool(name string) bool {
+func haveTool(name string) bool { return toolPath(name) != "" }
+
+// toolPath is the file system tool name in toolDirs, or "": the tools
+// are found there whatever PATH runnerd was started with (sbin
+// directories are often missing from a service's or a user's PATH).
+func toolPath(name string) string {
 	for _, d := range toolDirs {
-		if fi, err := os.Stat(filepath.Join(d, name)); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			return true
+		p := filepath.Join(d, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p
 		}
 	}
-	return false
+	return ""
 }
 
 // kernelHas reports whether the running kernel has file system fstype:

@@ -218,8 +218,12 @@ func setCapacity(dev string) error {
 // run runs a file system tool and returns its standard output; its
 // output is part of the error when it fails.
 func run(ctx context.Context, name string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C"}
+	path := toolPath(name)
+	if path == "" {
+		return "", fmt.Errorf("%s: not installed in %s", name, strings.Join(toolDirs, ", "))
+	}
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Env = []string{"PATH=" + strings.Join(toolDirs, ":"), "LANG=C"}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {

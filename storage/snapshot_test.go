@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/agentrunner/runner/internal/testcap"
 	"golang.org/x/sys/unix"
 )
 
@@ -285,5 +287,32 @@ func TestDefaultDriver(t *testing.T) {
 	needDriver(t, Btrfs)
 	if name, why := DefaultDriver(); name != Btrfs || why == "" {
 		t.Errorf("DefaultDriver: %q (%s), want btrfs with a reason", name, why)
+	}
+}
+
+// TestDefaultDriverFallback: without btrfs-progs the default falls back
+// to ext4 and says what btrfs lacked; without e2fsprogs too, to dir,
+// which says budgets are off.
+func TestDefaultDriverFallback(t *testing.T) {
+	if _, err := os.Stat("/dev/loop-control"); err != nil || !kernelHas("ext4") {
+		testcap.Skip(t, "loop", "the fallback to ext4 needs loop devices and ext4")
+	}
+	saved := toolDirs
+	t.Cleanup(func() { toolDirs = saved })
+	bin := t.TempDir()
+	toolDirs = []string{bin}
+	for _, tool := range []string{"mkfs.ext4", "resize2fs"} {
+		if err := os.WriteFile(filepath.Join(bin, tool), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	name, why := DefaultDriver()
+	if name != Ext4 || !strings.Contains(why, "mkfs.btrfs") || !strings.Contains(why, "btrfs-progs") {
+		t.Errorf("without btrfs-progs: %q (%s), want ext4 naming mkfs.btrfs and btrfs-progs", name, why)
+	}
+	toolDirs = []string{t.TempDir()}
+	name, why = DefaultDriver()
+	if name != Dir || !strings.Contains(why, "no disk budgets") || !strings.Contains(why, "e2fsprogs") {
+		t.Errorf("without either: %q (%s), want dir saying budgets are off and naming e2fsprogs", name, why)
 	}
 }
