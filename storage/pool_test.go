@@ -186,6 +186,23 @@ func TestAdoption(t *testing.T) {
 				p = q // the cleanup destroys the last one
 			}
 			t.Run("restart", func(t *testing.T) { check(t, p, loops) })
+			t.Run("through a symlink", func(t *testing.T) {
+				link := filepath.Join(t.TempDir(), "link")
+				if err := os.Symlink(dir, link); err != nil {
+					t.Fatal(err)
+				}
+				if err := p.Close(); err != nil {
+					t.Fatal(err)
+				}
+				q, err := Open(ctx, Config{Dir: link, Driver: driver, Size: 256 * mib})
+				if err != nil {
+					t.Fatalf("Open through a symlink: %v", err)
+				}
+				if got := q.Path("a"); got != v.Path {
+					t.Errorf("Path through a symlink: %s, want %s", got, v.Path)
+				}
+				p = q
+			})
 			t.Run("reboot", func(t *testing.T) {
 				// What a reboot leaves: the files, no mounts, no devices.
 				unmount(v.Path)

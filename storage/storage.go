@@ -173,25 +173,35 @@ func Open(ctx context.Context, cfg Config) (*Pool, error) {
 	if cfg.Size < 0 {
 		return nil, fmt.Errorf("%w: pool size %d", ErrInvalid, cfg.Size)
 	}
-	dir := filepath.Clean(cfg.Dir)
-	var drv driver
 	switch cfg.Driver {
 	case Btrfs:
 		if cfg.Size < btrfsMinSize {
 			return nil, fmt.Errorf("%w: a btrfs pool needs at least %d bytes (asked for %d)", ErrInvalid, int64(btrfsMinSize), cfg.Size)
 		}
+	case Ext4, Dir:
+	default:
+		return nil, fmt.Errorf("%w: driver %q (btrfs, ext4 or dir)", ErrInvalid, cfg.Driver)
+	}
+	dir := filepath.Clean(cfg.Dir)
+	for _, d := range []string{dir, filepath.Join(dir, "records")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("make pool directory: %w", err)
+		}
+	}
+	// The kernel names mounts and loop devices' files by their real
+	// paths; adoption compares with those.
+	dir, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil, fmt.Errorf("resolve pool directory: %w", err)
+	}
+	var drv driver
+	switch cfg.Driver {
+	case Btrfs:
 		drv = &btrfsDriver{dir: dir, size: cfg.Size}
 	case Ext4:
 		drv = &ext4Driver{dir: dir}
 	case Dir:
 		drv = &dirDriver{dir: dir}
-	default:
-		return nil, fmt.Errorf("%w: driver %q (btrfs, ext4 or dir)", ErrInvalid, cfg.Driver)
-	}
-	for _, d := range []string{dir, filepath.Join(dir, "records")} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return nil, fmt.Errorf("make pool directory: %w", err)
-		}
 	}
 	if err := claimDriver(dir, drv.name()); err != nil {
 		return nil, err
