@@ -222,8 +222,10 @@ const (
 
 // preamble refuses a foreign ABI with the default errno and answers
 // ENOSYS for a number past the table (the x32 ABI's numbers, which carry
-// bit 30, among them), then hands on to the compiler's program, which
-// loads what it needs itself.
+// bit 30, among them), answers EPERM to the btrfs subvolume ioctls
+// (deniedIoctls: a rule of the request's low 32 bits, which the
+// compiler's conditions cannot express), then hands on to the compiler's
+// program, which loads what it needs itself.
 func preamble(info *arch.Info, defErrno uint) []bpf.Instruction {
 	maxNr := 0
 	for nr := range info.SyscallNumbers {
