@@ -43,7 +43,15 @@
 //     self-attribute calls, the NUMA memory-policy calls, and kcmp,
 //     pidfd_getfd and process_madvise (which Docker gates on
 //     CAP_SYS_PTRACE);
-//   - socket(2) of the address families Docker blocks (AF_VSOCK, AF_ALG).
+//   - socket(2) of the address families Docker blocks (AF_VSOCK, AF_ALG);
+//   - beyond Docker's profile, the btrfs ioctls that create or destroy a
+//     subvolume or snapshot (BTRFS_IOC_SUBVOL_CREATE, _V2,
+//     BTRFS_IOC_SNAP_CREATE, _V2, BTRFS_IOC_SNAP_DESTROY, _V2): creating
+//     a subvolume needs only write access, and a nested subvolume has a
+//     quota group of its own outside its volume's limit, so without this
+//     a command escapes the storage pool's btrfs budget (package
+//     storage). The request is compared on its low 32 bits, as the
+//     kernel reads it.
 //
 // ptrace(2), process_vm_readv and process_vm_writev are allowed, as Docker
 // allows them on kernels from 4.8 (where a tracer can no longer step a

@@ -7,6 +7,8 @@
 //	probe [-setup-net] [-uid N] [-filter] workload     "ok name" lines; exit 1 on a failure
 //	probe [-setup-net] [-uid N] [-filter] ptrace PID   "ptrace errno"; refused as root
 //	probe [-setup-net] [-uid N] [-filter] exec ARGV... execve(ARGV) under the filter
+//	probe [-uid N] [-filter] btrfs-ioctls DIR          one "name errno" line per btrfs subvolume/snapshot ioctl
+//	probe [-uid N] [-filter] btrfs-escape DIR BYTES    a nested subvolume in DIR, BYTES written into it
 //	probe load-without-nnp                             what Load says without no_new_privs
 package main
 
@@ -99,6 +101,10 @@ func main() {
 		}
 		_, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_ATTACH, uintptr(pid), 0, 0, 0, 0)
 		fmt.Printf("ptrace %d\n", int(e))
+	case "btrfs-ioctls":
+		btrfsIoctls(args[1])
+	case "btrfs-escape":
+		btrfsEscape(args[1], args[2])
 	case "exec":
 		path, err := exec.LookPath(args[1])
 		if err != nil {
