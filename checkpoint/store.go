@@ -128,11 +128,19 @@ func OpenForReading(dir string) (*Store, error) {
 		}
 	}
 	// SpeedFastest is zstd level 1's counterpart, the figure's baseline.
-	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+	// EncodeAll and DecodeAll are safe for concurrent use, at most the
+	// codec's concurrency at once: one per core, for the capture's hashers
+	// and the restore's and import's workers.
+	n := max(parallel(), 1)
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(n))
 	if err != nil {
 		return nil, fmt.Errorf("open checkpoint store: %w", err)
 	}
-	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+	// A chunk decodes to at most chunker.MaxSize bytes: DecodeAll into a
+	// buffer of that capacity stops there (an imported frame that claims
+	// more is refused, never allocated).
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(n), zstd.WithDecodeAllCapLimit(true),
+		zstd.WithDecoderMaxMemory(chunker.MaxSize), zstd.WithDecoderMaxWindow(chunker.MaxSize))
 	if err != nil {
 		enc.Close()
 		return nil, fmt.Errorf("open checkpoint store: %w", err)
