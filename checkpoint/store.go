@@ -140,7 +140,7 @@ func OpenForReading(dir string) (*Store, error) {
 	// buffer of that capacity stops there (an imported frame that claims
 	// more is refused, never allocated).
 	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(n), zstd.WithDecodeAllCapLimit(true),
-		zstd.WithDecoderMaxMemory(chunker.MaxSize), zstd.WithDecoderMaxWindow(chunker.MaxSize))
+		zstd.WithDecoderMaxMemory(chunker.MaxSize), zstd.WithDecoderMaxWindow(maxWindow))
 	if err != nil {
 		enc.Close()
 		return nil, fmt.Errorf("open checkpoint store: %w", err)
