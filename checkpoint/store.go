@@ -28,7 +28,9 @@ var (
 	// the store (malformed ids included).
 	ErrUnknown = errors.New("no such checkpoint")
 	// ErrCorrupt is returned by Restore when a stored chunk is missing or
-	// its bytes do not hash to its name; nothing was swapped.
+	// its bytes do not hash to its name (nothing was swapped), and by
+	// Import for an archive that is damaged, truncated, of another
+	// version, over a limit or hostile (nothing was kept).
 	ErrCorrupt = errors.New("checkpoint corrupted")
 	// ErrInvalid is returned for arguments that cannot be honoured (a
 	// different number of directories than the checkpoint holds).
@@ -186,7 +188,7 @@ func (s *Store) writeIndex(ix index) error {
 	return atomicfile.SyncDir(s.dir)
 }
 
-// List returns the checkpoints, oldest first.
+// List returns the checkpoints in the order they were made or imported.
 func (s *Store) List() ([]Info, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
