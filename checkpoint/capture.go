@@ -4,10 +4,11 @@ package checkpoint
 // walks the trees in order and opens each file that changed; chunkers
 // (one per core) each cut one file into content-defined chunks; hashers
 // (one per core) hash, compress and write the chunks. Channels between the
-// stages hold at most one item per worker, so memory is bounded by
-// workers × chunker.MaxSize whatever the tree. The snapshot is the walk's
-// order and each file's chunks in file order, so it is the same whatever
-// the number of workers (TestParallelCreateSameChunks).
+// stages hold at most one item per worker, so memory is bounded by about
+// four chunk buffers (chunker.MaxSize) per worker whatever the tree. The
+// snapshot is the walk's order and each file's chunks in file order, so it
+// is the same whatever the number of workers
+// (TestParallelCreateSameChunks).
 
 import (
 	"context"
