@@ -233,6 +233,7 @@ func (c *capture) put(cj *chunkJob, z []byte) ([]byte, error) {
 	if err := writeFileNoSync(p, z); err != nil {
 		return z, fmt.Errorf("store chunk: %w", err)
 	}
+	crash("chunk")
 	c.mu.Lock()
 	c.stored += int64(len(z))
 	c.mu.Unlock()
