@@ -144,8 +144,11 @@ func (c *capture) dispatch(f *os.File, p string, ri, idx int) error {
 
 func (c *capture) chunker() {
 	buf := make([]byte, chunker.MaxSize)
+	// One Chunker per goroutine, Reset for each file: New allocates (and
+	// zeroes) a 512 KiB read buffer, 5 GiB over 10,000 files.
+	ch := chunker.New(nil, pol)
 	for j := range c.files {
-		if err := c.chunkFile(j, buf); err != nil {
+		if err := c.chunkFile(j, ch, buf); err != nil {
 			c.fail(err)
 		}
 	}
@@ -153,13 +156,13 @@ func (c *capture) chunker() {
 
 // chunkFile cuts one file into chunks, hands each to a hasher and, once
 // every one is hashed, records their ids in order.
-func (c *capture) chunkFile(j fileJob, buf []byte) error {
+func (c *capture) chunkFile(j fileJob, ch *chunker.Chunker, buf []byte) error {
 	defer j.f.Close()
 	if c.ctx.Err() != nil {
 		return nil // drained after a failure
 	}
 	var pending []*chunkJob
-	ch := chunker.New(j.f, pol)
+	ch.Reset(j.f, pol)
 	for {
 		chunk, err := ch.Next(buf)
 		if err == io.EOF {
