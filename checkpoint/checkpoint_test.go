@@ -372,6 +372,11 @@ func crashHelper(spec string) {
 		_, err = s.Create(context.Background(), []string{cs.Root}, checkpoint.Options{})
 	case "restore":
 		err = s.Restore(context.Background(), cs.ID, []string{cs.Root})
+	case "import": // Root is the archive's file
+		var f *os.File
+		if f, err = os.Open(cs.Root); err == nil {
+			_, err = s.Import(context.Background(), f)
+		}
 	}
 	if err != nil {
 		os.Exit(5)

@@ -11,6 +11,7 @@
 //	chunks/ab/abcdef...   zstd of one chunk, named by the plain bytes' hash
 //	restore.json          present only while a restore swaps directories
 //	dirty                 present only while a checkpoint is being made
+//	                      or imported
 //
 // Invariants:
 //   - A checkpoint exists exactly when index.json lists it. Its snapshot
@@ -38,10 +39,28 @@
 //     file's metadata comes from the descriptor its content is read from.
 //     Restore writes into a fresh staging directory it made, never through
 //     the old tree.
+//   - Create chunks, hashes and compresses on every core (capture.go: one
+//     walker in order, then chunkers and hashers over bounded channels),
+//     and a snapshot is the same whatever the number of workers: the walk's
+//     order, each file's chunks in file order. The freeze ends once every
+//     file is read; hashing and compressing go on after the thaw.
+//   - Export writes one checkpoint as an archive (docs/archive.md: a
+//     versioned header, the snapshot, the chunks the receiver lacks, an end
+//     record with a CRC-32C). Import takes an archive whole or not at all:
+//     every chunk's hash, the snapshot's hash and shape (checkTree: no path
+//     a restore would write outside its directory or through one of its
+//     own symlinks), the framing and the limits are checked, and a refused
+//     or killed import leaves no chunk and lists nothing (the "dirty" mark,
+//     as for Create). A length field is checked before its payload is read
+//     and a frame decodes to at most its limit, so a hostile archive costs
+//     bounded memory.
 //
 // Not safe for concurrent use across processes; one Store value
-// serializes its own methods.
+// serializes its own methods (Export and Import hold the store for as
+// long as their stream takes).
 //
 // Files: store.go (the Store, its index, Delete and gc), create.go
-// (Create and the capture walk), restore.go (Restore and its swap).
+// (Create), capture.go (the capture pipeline and walk), restore.go
+// (Restore and its swap), tree.go (the shape a tree must have), archive.go
+// (Export and Import).
 package checkpoint

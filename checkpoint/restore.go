@@ -1,7 +1,6 @@
 package checkpoint
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,8 +10,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/agentrunner/runner/internal/atomicfile"
+	"github.com/restic/chunker"
 	"golang.org/x/sys/unix"
 )
 
@@ -171,39 +172,76 @@ func exists(p string) bool {
 }
 
 // materialize writes tree under dir (which must not exist), checking every
-// chunk's hash. Directory modes and times are set last, deepest first, so
-// a read-only directory is filled before it becomes read-only.
-func (s *Store) materialize(ctx context.Context, tree []entry, dir string) error {
+// chunk's hash. Directories and symlinks are made in order by the caller's
+// goroutine, regular files written by one worker per core (each after its
+// directory exists). Directory modes and times are set last, deepest
+// first, so a read-only directory is filled before it becomes read-only.
+// The tree is checked first (checkTree): a snapshot whose paths could lead
+// a write through one of its own symlinks or out of dir is refused.
+func (s *Store) materialize(ctx context.Context, tree []entry, dir string) (err error) {
+	if err := checkTree(tree); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	n := max(parallel(), 1)
+	files := make(chan entry, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			buf := make([]byte, 0, chunker.MaxSize)
+			for e := range files {
+				if ctx.Err() != nil {
+					continue // drained after a failure
+				}
+				p := filepath.Join(dir, e.Path)
+				if err := s.writeFile(p, e, buf); err != nil {
+					cancel(err)
+				} else if err := setMeta(p, e); err != nil {
+					cancel(err)
+				}
+			}
+		})
+	}
 	var dirs []entry
-	for _, e := range tree {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		p := filepath.Join(dir, e.Path)
-		if e.Path == "." {
-			p = dir
-		} else if !filepath.IsLocal(e.Path) {
-			return fmt.Errorf("entry %q escapes the tree: %w", e.Path, ErrCorrupt)
-		}
-		switch {
-		case e.Mode.IsDir():
-			if err := os.Mkdir(p, 0o700); err != nil {
+	err = func() error {
+		defer close(files)
+		for _, e := range tree {
+			if err := ctx.Err(); err != nil {
 				return err
 			}
-			dirs = append(dirs, e)
-			continue
-		case e.Mode&fs.ModeSymlink != 0:
-			if err := os.Symlink(e.Target, p); err != nil {
-				return err
+			p := filepath.Join(dir, e.Path)
+			switch {
+			case e.Mode.IsDir():
+				if err := os.Mkdir(p, 0o700); err != nil {
+					return err
+				}
+				dirs = append(dirs, e)
+				continue
+			case e.Mode&fs.ModeSymlink != 0:
+				if err := os.Symlink(e.Target, p); err != nil {
+					return err
+				}
+			case e.Mode.IsRegular():
+				select {
+				case files <- e:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				continue
 			}
-		case e.Mode.IsRegular():
-			if err := s.writeFile(p, e); err != nil {
+			if err := setMeta(p, e); err != nil {
 				return err
 			}
 		}
-		if err := setMeta(p, e); err != nil {
-			return err
-		}
+		return nil
+	}()
+	wg.Wait()
+	if cause := context.Cause(ctx); cause != nil {
+		return cause // a worker's failure (or the caller's cancel)
+	}
+	if err != nil {
+		return err
 	}
 	for i := len(dirs) - 1; i >= 0; i-- {
 		p := filepath.Join(dir, dirs[i].Path)
@@ -214,7 +252,9 @@ func (s *Store) materialize(ctx context.Context, tree []entry, dir string) error
 	return nil
 }
 
-func (s *Store) writeFile(p string, e entry) error {
+// writeFile writes regular file e at p from its chunks; buf (capacity
+// chunker.MaxSize) is the caller's decoding buffer.
+func (s *Store) writeFile(p string, e entry, buf []byte) error {
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
@@ -222,7 +262,7 @@ func (s *Store) writeFile(p string, e entry) error {
 	defer f.Close()
 	var n int64
 	for _, id := range e.Chunks {
-		data, err := s.chunk(id)
+		data, err := s.chunk(id, buf)
 		if err != nil {
 			return fmt.Errorf("%s: %w", e.Path, err)
 		}
@@ -237,23 +277,33 @@ func (s *Store) writeFile(p string, e entry) error {
 	return f.Close()
 }
 
-// chunk reads chunk id and checks that its plain bytes hash to id.
-func (s *Store) chunk(id string) ([]byte, error) {
-	if len(id) != 2*sha256.Size {
+// chunk reads chunk id into buf (capacity chunker.MaxSize) and checks that
+// its plain bytes hash to id.
+func (s *Store) chunk(id string, buf []byte) ([]byte, error) {
+	if !chunkRE.MatchString(id) {
 		return nil, fmt.Errorf("chunk %q: %w", id, ErrCorrupt)
 	}
 	z, err := os.ReadFile(s.chunkPath(id))
 	if err != nil {
 		return nil, fmt.Errorf("chunk %s: %w: %w", id, err, ErrCorrupt)
 	}
-	data, err := s.dec.DecodeAll(z, nil)
+	data, err := s.decode(id, z, buf)
 	if err != nil {
-		return nil, fmt.Errorf("chunk %s: %w: %w", id, err, ErrCorrupt)
+		return nil, fmt.Errorf("chunk %s: %w", id, err)
+	}
+	return data, nil
+}
+
+// decode decompresses frame z into buf (capacity chunker.MaxSize: a frame
+// that decodes to more is refused) and checks the plain bytes hash to id.
+func (s *Store) decode(id string, z, buf []byte) ([]byte, error) {
+	data, err := s.dec.DecodeAll(z, buf[:0])
+	if err != nil {
+		return nil, fmt.Errorf("decompress: %w: %w", err, ErrCorrupt)
 	}
 	sum := sha256.Sum256(data)
-	want, _ := hex.DecodeString(id)
-	if !bytes.Equal(sum[:], want) {
-		return nil, fmt.Errorf("chunk %s: content does not match its hash: %w", id, ErrCorrupt)
+	if hex.EncodeToString(sum[:]) != id {
+		return nil, fmt.Errorf("content does not match its hash: %w", ErrCorrupt)
 	}
 	return data, nil
 }

@@ -28,7 +28,9 @@ var (
 	// the store (malformed ids included).
 	ErrUnknown = errors.New("no such checkpoint")
 	// ErrCorrupt is returned by Restore when a stored chunk is missing or
-	// its bytes do not hash to its name; nothing was swapped.
+	// its bytes do not hash to its name (nothing was swapped), and by
+	// Import for an archive that is damaged, truncated, of another
+	// version, over a limit or hostile (nothing was kept).
 	ErrCorrupt = errors.New("checkpoint corrupted")
 	// ErrInvalid is returned for arguments that cannot be honoured (a
 	// different number of directories than the checkpoint holds).
@@ -128,11 +130,19 @@ func OpenForReading(dir string) (*Store, error) {
 		}
 	}
 	// SpeedFastest is zstd level 1's counterpart, the figure's baseline.
-	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+	// EncodeAll and DecodeAll are safe for concurrent use, at most the
+	// codec's concurrency at once: one per core, for the capture's hashers
+	// and the restore's and import's workers.
+	n := max(parallel(), 1)
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(n))
 	if err != nil {
 		return nil, fmt.Errorf("open checkpoint store: %w", err)
 	}
-	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+	// A chunk decodes to at most chunker.MaxSize bytes: DecodeAll into a
+	// buffer of that capacity stops there (an imported frame that claims
+	// more is refused, never allocated).
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(n), zstd.WithDecodeAllCapLimit(true),
+		zstd.WithDecoderMaxMemory(chunker.MaxSize), zstd.WithDecoderMaxWindow(maxWindow))
 	if err != nil {
 		enc.Close()
 		return nil, fmt.Errorf("open checkpoint store: %w", err)
@@ -178,7 +188,7 @@ func (s *Store) writeIndex(ix index) error {
 	return atomicfile.SyncDir(s.dir)
 }
 
-// List returns the checkpoints, oldest first.
+// List returns the checkpoints in the order they were made or imported.
 func (s *Store) List() ([]Info, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
