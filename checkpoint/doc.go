@@ -62,5 +62,5 @@
 // Files: store.go (the Store, its index, Delete and gc), create.go
 // (Create), capture.go (the capture pipeline and walk), restore.go
 // (Restore and its swap), tree.go (the shape a tree must have), archive.go
-// (Export and Import).
+// (the stream's format and Export), import.go (Import and its checks).
 package checkpoint
