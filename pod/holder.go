@@ -99,7 +99,12 @@ func HolderMain(args []string) int {
 		return 1 // Create gave up on it; it kills it too
 	}
 	conn.Close()
-	closeFrom(holderFD)
+	// The caller's directories, attached or not: the holder keeps no
+	// descriptor of the host's (never a range: the runtime's own are
+	// among them).
+	for _, fd := range append(lowers, 4+p.Upper, 4+p.Workspace, 4+p.Tmp, 4+p.VarTmp) {
+		unix.Close(fd)
+	}
 	for {
 		reapAll()
 		<-chld
@@ -168,12 +173,6 @@ func reapAll() {
 			return
 		}
 	}
-}
-
-// closeFrom closes every descriptor from fd up (the caller's
-// directories, once the pod is built).
-func closeFrom(fd int) {
-	unix.CloseRange(uint(fd), ^uint(0), 0)
 }
 
 func fdPath(fd int) string { return fmt.Sprintf("/proc/self/fd/%d", fd) }

@@ -177,6 +177,9 @@ func Create(ctx context.Context, cfg Config) (*Pod, error) {
 	if v2 != nil {
 		attr.UseCgroupFD, attr.CgroupFD = true, int(v2.Fd())
 	}
+	// No stdin, stdout or stderr of the caller's (nil: /dev/null): root
+	// inside may reach the holder's descriptors through /proc/1/fd (it
+	// holds CAP_SYS_PTRACE in the holder's user namespace).
 	cmd := &exec.Cmd{Path: cfg.Holder[0], Args: cfg.Holder, Env: cfg.Env, SysProcAttr: attr,
 		ExtraFiles: append([]*os.File{child}, files...)}
 	if err := startIn(cmd, cfg.NetNS); err != nil {
