@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -266,5 +267,55 @@ func TestPodGone(t *testing.T) {
 		sessiondir.Spec{ID: "t1", Argv: []string{"true"}, Env: shimtest.TestEnv, Pod: ref})
 	if err == nil || !strings.Contains(err.Error(), "not the holder") {
 		t.Errorf("start with a wrong start time: got %v, want a refusal naming the holder", err)
+	}
+}
+
+// TestPodCgroups: the holder is placed in the sandbox's cgroup before it
+// makes its cgroup namespace, so inside the sandbox's directory is "/";
+// a session given a leaf below it runs there (the join writes the cgroup
+// v1 tasks file before it enters the pod), seen inside as "/LEAF".
+func TestPodCgroups(t *testing.T) {
+	shimtest.NeedRoot(t)
+	const hier = "/sys/fs/cgroup/pids"
+	var sfs syscall.Statfs_t
+	if err := syscall.Statfs(hier, &sfs); err != nil || sfs.Type == 0x63677270 { // CGROUP2_SUPER_MAGIC
+		t.Skip("no cgroup v1 pids hierarchy here: the v2 path (CLONE_INTO_CGROUP) is the one this host cannot show")
+	}
+	sandbox := filepath.Join(hier, fmt.Sprintf("runner-podtest-%d", os.Getpid()))
+	leaf := filepath.Join(sandbox, "s1")
+	for _, d := range []string{sandbox, leaf} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { os.Remove(leaf); os.Remove(sandbox) }) // after the pod's Destroy (cleanups run last first)
+	root := t.TempDir()
+	cfg := pod.Config{Holder: []string{"/proc/self/exe", "pod"}, Env: []string{shimtest.AsShimEnv + "=1", "GORACE=atexit_sleep_ms=0"},
+		Name: "cgroups", UIDBase: podBase + 30*pod.BlockSize, Cgroups: []string{sandbox}}
+	for _, d := range []*string{&cfg.Upper, &cfg.Workspace, &cfg.Tmp, &cfg.VarTmp} {
+		dir, err := os.MkdirTemp(root, "d")
+		if err != nil {
+			t.Fatal(err)
+		}
+		*d = dir
+	}
+	pp, err := pod.Create(shimtest.CtxT(t, 30*time.Second), cfg)
+	if err != nil {
+		t.Fatalf("pod.Create: %v", err)
+	}
+	t.Cleanup(func() { pp.Destroy(shimtest.CtxT(t, 30*time.Second)) })
+	p := &testPod{pp, cfg}
+	hc, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", p.PID()))
+	if err != nil || !strings.Contains(string(hc), ":pids:/"+filepath.Base(sandbox)+"\n") {
+		t.Errorf("the holder's cgroups seen from the host: %q (%v), want pids:/%s", hc, err, filepath.Base(sandbox))
+	}
+	dir, _ := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sh", "-c", "grep :pids: /proc/self/cgroup; grep :pids: /proc/1/cgroup"},
+		Pod: p.ref(), Cgroups: []string{leaf}})
+	if e := shimtest.WaitExit(t, dir); e.Code != 0 {
+		t.Fatalf("exit %+v", e)
+	}
+	out := shimtest.StdoutOf(t, dir)
+	if !regexp.MustCompile(`^\d+:pids:/s1\n\d+:pids:/\n$`).MatchString(out) {
+		t.Errorf("inside the pod: got %q, want the session in /s1 and the holder in / of its cgroup namespace", out)
 	}
 }
