@@ -179,10 +179,14 @@ func startInPod(cmd *exec.Cmd, spec sessiondir.Spec, p *execPlan) error {
 	uc.CloseWrite()
 	r := bufio.NewReader(io.LimitReader(uc, 4096))
 	first, rerr := r.ReadString('\n')
-	// The constructor's process has ended (or is ending): reap it.
-	cmd.Process.Wait()
 	pidStr, ok := strings.CutPrefix(first, "pod ")
 	cpid, perr := strconv.Atoi(strings.TrimSuffix(pidStr, "\n"))
+	if !ok || perr != nil || cpid <= 0 {
+		// It failed, or said nothing in time: it must not linger.
+		cmd.Process.Kill()
+	}
+	// The constructor's process has ended (or is ending): reap it.
+	cmd.Process.Wait()
 	if !ok || perr != nil || cpid <= 0 {
 		if rerr != nil && first == "" {
 			return fmt.Errorf("nsexec: the helper ended before joining the pod: %w", rerr)

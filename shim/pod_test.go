@@ -319,3 +319,34 @@ func TestPodCgroups(t *testing.T) {
 		t.Errorf("inside the pod: got %q, want the session in /s1 and the holder in / of its cgroup namespace", out)
 	}
 }
+
+// TestPodSpecValidate: what a pod has of its own is refused per spawn,
+// and a pod's user is numeric ids of its namespace.
+func TestPodSpecValidate(t *testing.T) {
+	ref := &sessiondir.PodRef{PID: 1, StartTime: 1}
+	for _, tc := range []struct {
+		name string
+		edit func(*sessiondir.Spec)
+		ok   bool
+	}{
+		{"root by default", func(*sessiondir.Spec) {}, true},
+		{"uid:gid", func(s *sessiondir.Spec) { s.User = "1000:100" }, true},
+		{"a name", func(s *sessiondir.Spec) { s.User = "root" }, false},
+		{"an id past the block", func(s *sessiondir.Spec) { s.User = "65536" }, false},
+		{"netns", func(s *sessiondir.Spec) { s.NetNS = "/run/netns/x" }, false},
+		{"binds", func(s *sessiondir.Spec) { s.Binds = []sessiondir.Bind{{Source: "/a", Target: "/b"}} }, false},
+		{"hostname", func(s *sessiondir.Spec) { s.Hostname = "x" }, false},
+		{"isolate", func(s *sessiondir.Spec) { s.Isolate, s.User = true, "1000" }, false},
+		{"cwd_root", func(s *sessiondir.Spec) { s.DirRoot, s.Dir = "/w", "/w" }, false},
+		{"no pid", func(s *sessiondir.Spec) { s.Pod = &sessiondir.PodRef{} }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := sessiondir.Spec{ID: "t1", Argv: []string{"true"}, Pod: ref}
+			tc.edit(&s)
+			err := s.Validate()
+			if tc.ok && err != nil || !tc.ok && !errors.Is(err, sessiondir.ErrInvalid) {
+				t.Errorf("got %v, want ok=%v (else ErrInvalid)", err, tc.ok)
+			}
+		})
+	}
+}
