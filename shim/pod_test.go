@@ -289,9 +289,26 @@ func TestPodCgroups(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { os.Remove(leaf); os.Remove(sandbox) }) // after the pod's Destroy (cleanups run last first)
+	// A hybrid host's unified hierarchy too, when there is one: the
+	// holder and the helper are cloned into it (CLONE_INTO_CGROUP).
+	const unified = "/sys/fs/cgroup/unified"
+	var v2, v2leaf string
+	if err := syscall.Statfs(unified, &sfs); err == nil && sfs.Type == 0x63677270 {
+		v2, v2leaf = filepath.Join(unified, filepath.Base(sandbox)), filepath.Join(unified, filepath.Base(sandbox), "s1")
+		for _, d := range []string{v2, v2leaf} {
+			if err := os.Mkdir(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(func() { os.Remove(v2leaf); os.Remove(v2) })
+	}
 	root := t.TempDir()
 	cfg := pod.Config{Holder: []string{"/proc/self/exe", "pod"}, Env: []string{shimtest.AsShimEnv + "=1", "GORACE=atexit_sleep_ms=0"},
 		Name: "cgroups", UIDBase: podBase + 30*pod.BlockSize, Cgroups: []string{sandbox}}
+	leaves := []string{leaf}
+	if v2 != "" {
+		cfg.Cgroups, leaves = append(cfg.Cgroups, v2), append(leaves, v2leaf)
+	}
 	for _, d := range []*string{&cfg.Upper, &cfg.Workspace, &cfg.Tmp, &cfg.VarTmp} {
 		dir, err := os.MkdirTemp(root, "d")
 		if err != nil {
@@ -309,13 +326,20 @@ func TestPodCgroups(t *testing.T) {
 	if err != nil || !strings.Contains(string(hc), ":pids:/"+filepath.Base(sandbox)+"\n") {
 		t.Errorf("the holder's cgroups seen from the host: %q (%v), want pids:/%s", hc, err, filepath.Base(sandbox))
 	}
-	dir, _ := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sh", "-c", "grep :pids: /proc/self/cgroup; grep :pids: /proc/1/cgroup"},
-		Pod: p.ref(), Cgroups: []string{leaf}})
+	if v2 != "" && !strings.Contains(string(hc), "\n0::/"+filepath.Base(sandbox)+"\n") {
+		t.Errorf("the holder's cgroups seen from the host: %q, want 0::/%s", hc, filepath.Base(sandbox))
+	}
+	dir, _ := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sh", "-c", "grep ':pids:\\|^0::' /proc/self/cgroup; grep ':pids:\\|^0::' /proc/1/cgroup"},
+		Pod: p.ref(), Cgroups: leaves})
 	if e := shimtest.WaitExit(t, dir); e.Code != 0 {
 		t.Fatalf("exit %+v", e)
 	}
 	out := shimtest.StdoutOf(t, dir)
-	if !regexp.MustCompile(`^\d+:pids:/s1\n\d+:pids:/\n$`).MatchString(out) {
+	want := `^\d+:pids:/s1\n\d+:pids:/\n$`
+	if v2 != "" {
+		want = `^\d+:pids:/s1\n0::/s1\n\d+:pids:/\n0::/\n$`
+	}
+	if !regexp.MustCompile(want).MatchString(out) {
 		t.Errorf("inside the pod: got %q, want the session in /s1 and the holder in / of its cgroup namespace", out)
 	}
 }
