@@ -273,7 +273,8 @@ func build(p *holderPlan, lowers []int) (string, error) {
 				return "make skeleton", err
 			}
 			lower := d
-			if j := p.Idmapped[i]; j >= 0 {
+			if i < len(p.Idmapped) && p.Idmapped[i] >= 0 {
+				j := p.Idmapped[i]
 				if j >= len(lowers) {
 					return "attach the lower layer of " + d, unix.EBADF
 				}
@@ -367,23 +368,25 @@ func target(root, rel string) (mountPoint, error) {
 	}
 	defer unix.Close(rfd)
 	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS}
-	rel = strings.TrimPrefix(rel, "/")
-	fd, err := unix.Openat2(rfd, rel, how)
-	if errors.Is(err, unix.ENOENT) {
-		// A root file system without this mount point: made, in its
-		// parent opened the same way (the upper layer gets it).
-		pfd, perr := unix.Openat2(rfd, path.Dir(rel), how)
-		if perr != nil {
-			return mountPoint{}, perr
-		}
-		err = unix.Mkdirat(pfd, path.Base(rel), 0o755)
-		unix.Close(pfd)
-		if err == nil {
-			fd, err = unix.Openat2(rfd, rel, how)
-		}
-	}
+	// One element at a time: one that is missing (a root file system
+	// without this mount point) is made, in its parent opened the same
+	// way; the upper layer gets it.
+	fd, err := unix.Dup(rfd)
 	if err != nil {
 		return mountPoint{}, err
+	}
+	for _, name := range strings.Split(strings.Trim(rel, "/"), "/") {
+		next, err := unix.Openat2(fd, name, how)
+		if errors.Is(err, unix.ENOENT) {
+			if err = unix.Mkdirat(fd, name, 0o755); err == nil || errors.Is(err, unix.EEXIST) {
+				next, err = unix.Openat2(fd, name, how)
+			}
+		}
+		unix.Close(fd)
+		if err != nil {
+			return mountPoint{}, err
+		}
+		fd = next
 	}
 	return mountPoint{fd}, nil
 }

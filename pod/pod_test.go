@@ -75,6 +75,22 @@ func create(t *testing.T, cfg Config) *Pod {
 	return p
 }
 
+// inPodArgv runs argv, an nsenter(1) command whose "-t" value is left
+// empty, in the pod.
+func inPodArgv(t *testing.T, p *Pod, argv []string) (string, error) {
+	t.Helper()
+	argv = append([]string(nil), argv...)
+	for i := range argv {
+		if argv[i] == "-t" {
+			argv[i+1] = strconv.Itoa(p.PID())
+		}
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C"}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
 // inPod runs sh -c script in the pod with nsenter(1) as uid 0 inside
 // (the shim's join is shim/pod_test.go's), and returns its output.
 func inPod(t *testing.T, p *Pod, script string) (string, error) {
