@@ -163,3 +163,36 @@ func TestCreateFailureLeavesNothing(t *testing.T) {
 		t.Errorf("wait4 after the failed Create: pid %d, %v; want ECHILD", pid, err)
 	}
 }
+
+// TestRelease: Release lets go without ending the pod; Adopt finds it
+// again and that handle's Destroy ends it.
+func TestRelease(t *testing.T) {
+	cfg := newConfig(t, "release", 15)
+	p, err := Create(ctxT(t, 30*time.Second), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release()
+	p.Release()
+	if err := syscall.Kill(p.PID(), 0); err != nil {
+		t.Fatalf("holder after Release: %v, want alive", err)
+	}
+	if err := p.Destroy(ctxT(t, 5*time.Second)); err != nil {
+		t.Errorf("Destroy after Release: %v, want nil (nothing done)", err)
+	}
+	if err := syscall.Kill(p.PID(), 0); err != nil {
+		t.Fatalf("holder after a released Pod's Destroy: %v, want alive", err)
+	}
+	a, err := Adopt(p.PID(), p.StartTime())
+	if err != nil {
+		t.Fatalf("Adopt: %v", err)
+	}
+	if err := a.Destroy(ctxT(t, 30*time.Second)); err != nil {
+		t.Fatalf("Destroy: %v", err)
+	}
+	// This test is the holder's parent: it reaps it.
+	var ws syscall.WaitStatus
+	if pid, err := syscall.Wait4(p.PID(), &ws, 0, nil); pid != p.PID() || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Errorf("reap the holder: %d %v %v, want killed by SIGKILL", pid, ws, err)
+	}
+}

@@ -71,8 +71,9 @@ type Config struct {
 	Cgroups []string
 }
 
-// Pod is a running holder. Its methods are safe for concurrent use;
-// Destroy is idempotent.
+// Pod is a running holder. Its methods are safe for concurrent use.
+// Destroy (which ends the pod) or Release (which does not) frees its
+// pidfd; both are idempotent, and the first of them is final.
 type Pod struct {
 	pid   int
 	start uint64 // start time in clock ticks since boot (/proc/PID/stat field 22)
@@ -349,6 +350,23 @@ func StartTimeOf(pid int) (uint64, error) {
 		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
 	}
 	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// Release lets go of the holder without ending it (runnerd stopping with
+// its sandboxes left running: a later Adopt finds it again). The Pod is
+// unusable after; Destroy then returns nil without doing anything. A
+// holder Create made stays this process's child: it is reaped when this
+// process exits (its new parent then does).
+func (p *Pod) Release() {
+	p.mu <- struct{}{}
+	defer func() { <-p.mu }()
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	unix.Close(p.pidfd)
+	close(p.done)
 }
 
 // Destroy ends the pod: SIGKILL to the holder, whereupon the kernel kills
