@@ -374,3 +374,17 @@ func TestPodSpecValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestPodTTY: a session with a terminal in a pod leads its own session
+// with the terminal as its controlling one (the join's first process
+// takes neither: its exit would hang the terminal up).
+func TestPodTTY(t *testing.T) {
+	p := newPod(t, "tty", 11)
+	dir, _ := shimtest.Start(t, sessiondir.Spec{Argv: []string{"sh", "-c", `test -t 0 && echo istty; set -- $(cut -d')' -f2 /proc/$$/stat); echo "sid=$(($4==$$)) tty=$(($5!=0))"; exit 3`},
+		Pod: p.ref(), TTY: true})
+	e := shimtest.WaitExit(t, dir)
+	out := strings.ReplaceAll(shimtest.StdoutOf(t, dir), "\r", "")
+	if e.Code != 3 || out != "istty\nsid=1 tty=1\n" {
+		t.Errorf("got %+v %q, want exit 3 and \"istty\\nsid=1 tty=1\\n\"", e, out)
+	}
+}
