@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/agentrunner/runner/seccomp"
 	"golang.org/x/sys/unix"
 )
 
@@ -90,6 +91,22 @@ func HolderMain(args []string) int {
 	}
 	if step, err := build(&p, lowers); err != nil {
 		fmt.Fprintf(conn, "error %s: %v\n", step, err)
+		return 1
+	}
+	// Root inside may ptrace the holder (it holds CAP_SYS_PTRACE in the
+	// holder's user namespace, and the holder's memory belongs to it):
+	// code it injects there must meet the same filter as its own, or the
+	// holder would make for it the calls the filter denies it (an
+	// unshare, a mount: TestPodHolderFiltered).
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		fmt.Fprintf(conn, "error set no_new_privs: %v\n", err)
+		return 1
+	}
+	if f, err := seccomp.Default(); err != nil {
+		fmt.Fprintf(conn, "error build the seccomp filter: %v\n", err)
+		return 1
+	} else if err := f.Load(); err != nil {
+		fmt.Fprintf(conn, "error load the seccomp filter: %v\n", err)
 		return 1
 	}
 	// Ready: from here the holder holds nothing of the host's.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/internal/testcap"
 	"github.com/agentrunner/runner/journal"
 	"github.com/agentrunner/runner/pod"
 	"github.com/agentrunner/runner/shim/internal/shimtest"
@@ -386,5 +388,28 @@ func TestPodTTY(t *testing.T) {
 	out := strings.ReplaceAll(shimtest.StdoutOf(t, dir), "\r", "")
 	if e.Code != 3 || out != "istty\nsid=1 tty=1\n" {
 		t.Errorf("got %+v %q, want exit 3 and \"istty\\nsid=1 tty=1\\n\"", e, out)
+	}
+}
+
+// TestPodHolderFiltered: root inside can ptrace the holder (its memory
+// is the pod's user namespace's); code it injects there runs under the
+// same seccomp filter as its own. The attack: gdb attached to pid 1 turns
+// the holder's thread, stopped just after a syscall instruction, into an
+// unshare(CLONE_NEWNS), which the filter denies the pod's commands.
+func TestPodHolderFiltered(t *testing.T) {
+	p := newPod(t, "ptrace", 13)
+	e, out := runIn(t, p, `grep '^NoNewPrivs:\|^Seccomp:' /proc/1/status`)
+	if want := "NoNewPrivs:\t1\nSeccomp:\t2\n"; e.Code != 0 || out != want {
+		t.Errorf("the holder's /proc/1/status: got %q, want %q", out, want)
+	}
+	if _, err := exec.LookPath("gdb"); err != nil {
+		testcap.Skip(t, "gdb", "the injection into the holder is done with gdb (.ci/run installs it)")
+	}
+	e, out = runIn(t, p, `gdb -nx -p 1 -batch -ex 'x/i $pc-2' -ex 'set $rax=272' -ex 'set $rdi=0x20000' -ex 'set $pc=$pc-2' -ex 'stepi' -ex 'p (long)$rax' 2>&1 | grep -E 'syscall|^\$1'`)
+	if !strings.Contains(out, "syscall") {
+		t.Fatalf("the holder is not stopped after a syscall instruction (%+v):\n%s", e, out)
+	}
+	if !strings.Contains(out, "$1 = -1\n") { // -EPERM
+		t.Errorf("unshare(CLONE_NEWNS) injected into the holder: got\n%s\nwant $1 = -1 (EPERM, the filter)", out)
 	}
 }
