@@ -75,13 +75,19 @@
 //     bounding set of CAP_NET_RAW alone (so a binary with that file
 //     capability, ping, can exec; no_new_privs keeps it from gaining it),
 //     so no setuid binary or file capability lifts it back up.
+//   - Pod: a command of a Pod spec starts inside the pod's namespaces,
+//     joined by the helper's C constructor before its Go runtime
+//     (package podjoin, pod.go), as the pod's user, still the shim's
+//     child; nothing is made per spawn. Without cgo it is refused, never
+//     started outside the pod. The shim's pod mode is the pod's holder
+//     (package pod).
 //
 // Files, by role: main.go is the process's entry (Main and its table of
 // modes, warm shims, detach), hooks.go what the program adds; server.go
 // the per-session server type, stage.go its staging (prepare, moveTo,
 // adopt, undo), supervise.go its supervision (start, run, pump, finish),
 // control.go its control socket; exec.go, nsexec.go and proc.go the exec
-// path; reaper.go the subreaper.
+// path, pod.go its path into a pod; reaper.go the subreaper.
 //
 // Drain window: after the child exits, the shim keeps reading until every
 // output stream reaches EOF (pipe EOF, or EIO on the PTY master once every

@@ -130,6 +130,10 @@ type execPlan struct {
 	Ahead bool `json:"ahead,omitempty"`
 	Ctty  bool `json:"ctty,omitempty"`
 
+	// Pod: the helper runs in a pod it joined before its runtime started
+	// (pod.go): podSteps, not execSteps.
+	Pod bool `json:"pod,omitempty"`
+
 	CgroupsV1  []string          `json:"cgroups_v1,omitempty"`
 	ResolvConf string            `json:"resolv_conf,omitempty"`
 	Binds      []sessiondir.Bind `json:"binds,omitempty"`
@@ -306,6 +310,14 @@ func execCommand(cmd *exec.Cmd, spec sessiondir.Spec, ahead *nsexecAhead, before
 	p, err := newExecPlan(cmd, spec)
 	if err != nil {
 		return err
+	}
+	if spec.Pod != nil {
+		// A helper started ahead runs its runtime already: it cannot
+		// join a user namespace. The caller discards it.
+		if err := before(); err != nil {
+			return err
+		}
+		return startInPod(cmd, spec, p)
 	}
 	if p.needsHelper() {
 		sent := ahead != nil && ahead.send(cmd, p)

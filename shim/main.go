@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentrunner/runner/pod"
 	"github.com/agentrunner/runner/shim/internal/proto"
 	"github.com/agentrunner/runner/shim/sessiondir"
 	"golang.org/x/sys/unix"
@@ -30,6 +31,7 @@ import (
 //	warm [--detach] --warm-fd N --warm-root ROOT [--warm-retain BYTES] [--warm-nsexec]
 //	__runner_nsexec
 //	__runner_nsexec_ahead
+//	pod
 //
 // session (what a cold start runs) supervises the session in DIR, which
 // holds spec.json. --detach re-executes the same program without it in a
@@ -49,6 +51,9 @@ import (
 // (nsexec.go) as its first act and wait for it to be up before it says
 // it is warm, so a command that needs the helper does not pay for the
 // helper's process start; a command that does not gets it killed.
+//
+// pod is a pod's holder (package pod: pod.Create starts it, with the
+// namespaces and the plan; pod.HolderMain is the whole mode).
 //
 // The two __runner_nsexec modes are the shim's own helper (nsexec.go),
 // which the shim starts from /proc/self/exe: always this same program.
@@ -82,7 +87,11 @@ var modes = []mode{
 	{proto.ModeWarm, warmMode},
 	{nsexecArg, func([]string, Hooks) int { return nsexecMain(false) }},
 	{nsexecAheadArg, func([]string, Hooks) int { return nsexecMain(true) }},
+	{modePod, func(args []string, _ Hooks) int { return pod.HolderMain(args) }},
 }
+
+// modePod is the pod holder's mode (package pod: pod.Create starts it).
+const modePod = "pod"
 
 // sessionMode is Main's session mode: [--detach] [--ready-fd N] DIR.
 func sessionMode(args []string, hooks Hooks) int {

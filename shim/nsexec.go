@@ -368,7 +368,11 @@ func nsexecMain(ahead bool) (code int) {
 	} else if err := json.NewDecoder(f).Decode(&p); err != nil {
 		return fail("nsexec: read parameters", err)
 	}
-	for _, st := range execSteps {
+	steps := execSteps
+	if p.Pod {
+		steps = podSteps
+	}
+	for _, st := range steps {
 		if st.helper == nil || !st.active(&p) || (st.early && !p.Ahead) {
 			continue
 		}

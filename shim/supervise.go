@@ -53,14 +53,16 @@ func (s *server) startWith(spec sessiondir.Spec, gate func() error, ahead *nsexe
 	}()
 
 	var cred *syscall.Credential
-	if s.spec.User != "" {
+	if s.spec.User != "" && s.spec.Pod == nil { // a pod's user is taken inside it (pod.go)
 		if cred, err = sessiondir.Credential(s.spec.User); err != nil {
 			return &proto.CommandError{Err: err}
 		}
 	}
-	path, err := lookPathAs(cred, s.spec.Argv[0], s.spec.Env, s.spec.Dir) // lookas.go: as the user, not root
-	if err != nil {
-		return fmt.Errorf("start %s: %w", s.spec.Argv[0], &proto.CommandError{Err: err})
+	path := s.spec.Argv[0] // in a pod the helper looks it up, inside (pod.go)
+	if s.spec.Pod == nil {
+		if path, err = lookPathAs(cred, s.spec.Argv[0], s.spec.Env, s.spec.Dir); err != nil { // lookas.go: as the user, not root
+			return fmt.Errorf("start %s: %w", s.spec.Argv[0], &proto.CommandError{Err: err})
+		}
 	}
 	cmd := &exec.Cmd{Path: path, Args: s.spec.Argv, Env: s.spec.Env, Dir: s.spec.Dir}
 	if cmd.Env == nil {

@@ -119,6 +119,19 @@ type Spec struct {
 	// the shim must survive the command's OOM and must not count against
 	// its pids limit. Creating and removing them is the caller's.
 	Cgroups []string `json:"cgroups,omitempty"`
+	// Pod optionally starts the command inside a pod (package pod) made
+	// by its holder PID, whose start time must still be StartTime: the
+	// nsexec helper joins the holder's user, mount, pid, ipc, uts, cgroup
+	// and network namespaces (shim/pod.go), so the command sees the pod's
+	// root, processes and host name, and runs as User inside it: "uid" or
+	// "uid:gid" of the pod's user namespace (names are the pod's /etc's,
+	// which the shim does not read), root (0:0) when empty. Dir is a path
+	// inside the pod. Nothing is made per spawn: NetNS, ResolvConf, Binds,
+	// Hostname, DirRoot and Isolate are the pod's business and refused
+	// with it; the command always runs under the seccomp filter with
+	// no_new_privs, its capabilities (root's) those of the pod's user
+	// namespace only. Cgroups still place it.
+	Pod *PodRef `json:"pod,omitempty"`
 	// RetainBytes caps each stream's journal (0 keeps everything).
 	RetainBytes int64 `json:"retain_bytes,omitempty"`
 	// JournalBudget optionally names a file (absolute, 8 bytes, made by
@@ -239,6 +252,17 @@ func (s Spec) Validate() error {
 			return err
 		}
 	}
+	if s.Pod != nil {
+		if s.Pod.PID <= 0 {
+			return fmt.Errorf("%w: pod pid %d", ErrInvalid, s.Pod.PID)
+		}
+		if s.NetNS != "" || s.ResolvConf != "" || len(s.Binds) > 0 || s.Hostname != "" || s.DirRoot != "" || s.Isolate {
+			return fmt.Errorf("%w: pod with netns, resolv_conf, binds, hostname, cwd_root or isolate (the pod has its own)", ErrInvalid)
+		}
+		if _, _, err := PodUser(s.User); err != nil {
+			return err
+		}
+	}
 	if s.RetainBytes < 0 {
 		return fmt.Errorf("%w: negative retain_bytes", ErrInvalid)
 	}
@@ -252,6 +276,36 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("%w: merge_stderr with a tty", ErrInvalid)
 	}
 	return nil
+}
+
+// PodRef names a pod's holder: its pid and start time (clock ticks since
+// boot, /proc/PID/stat field 22), which together name one process.
+type PodRef struct {
+	PID       int    `json:"pid"`
+	StartTime uint64 `json:"start_time"`
+}
+
+// PodUser parses a Spec.User for a pod: "", "uid" or "uid:gid", ids of
+// the pod's user namespace (below 65536: the ids a pod maps). Empty is
+// root; a uid alone has the gid of the same number.
+func PodUser(user string) (uid, gid uint32, err error) {
+	if user == "" {
+		return 0, 0, nil
+	}
+	u, g, hasG := strings.Cut(user, ":")
+	parse := func(s string) (uint32, bool) {
+		n, err := strconv.ParseUint(s, 10, 32)
+		return uint32(n), err == nil && n < 65536
+	}
+	ui, ok := parse(u)
+	gi := ui
+	if ok && hasG {
+		gi, ok = parse(g)
+	}
+	if !ok {
+		return 0, 0, fmt.Errorf("%w: user %q in a pod: want uid or uid:gid below 65536", ErrInvalid, user)
+	}
+	return ui, gi, nil
 }
 
 // ValidID reports whether id is a usable session id: 1-64 bytes of
@@ -538,7 +592,7 @@ func NotOurs(dir string) error {
 // (TestSpecNeedsHelperAgrees holds it): a cgroup that is not v2 counts,
 // one that cannot be read does not.
 func (spec Spec) NeedsHelper() bool {
-	if spec.ResolvConf != "" || len(spec.Binds) > 0 || spec.Hostname != "" || spec.Isolate {
+	if spec.ResolvConf != "" || len(spec.Binds) > 0 || spec.Hostname != "" || spec.Isolate || spec.Pod != nil {
 		return true
 	}
 	for _, dir := range spec.Cgroups {

@@ -1,0 +1,555 @@
+package pod
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Errors, matched with errors.Is.
+var (
+	// ErrInvalid is returned by Create for a Config it cannot hold.
+	ErrInvalid = errors.New("invalid pod config")
+	// ErrGone is returned by Adopt when pid is not the holder it names
+	// (it exited, or the pid was reused).
+	ErrGone = errors.New("pod holder gone")
+)
+
+// Config is what Create makes a pod of. The directories are the
+// caller's, made by it in directories only root can change; Create
+// opens each (never through a symlink) and hands it to the holder.
+type Config struct {
+	// Holder is the argv of the holder: the shim program and its `pod`
+	// mode (runnerd: {exe, "shim", "pod"}; runner-shim: {exe, "pod"}).
+	Holder []string
+	// Env is the holder's environment (nil: none). A test binary that
+	// is its own holder program selects that with a variable here.
+	Env []string
+	// Name is the pod's host name (the sandbox's name): 1-64 bytes of
+	// [A-Za-z0-9.-].
+	Name string
+	// UIDBase is the first id of the pod's subordinate block (Ranges):
+	// uid and gid 0..BlockSize-1 inside are UIDBase.. outside.
+	UIDBase uint32
+	// Upper holds the pod's writable layers (NAME/upper, NAME/work per
+	// overlay): what root inside writes to /usr/local, /etc, /root, /var
+	// lands there, owned by ids of the block. Workspace is bound at
+	// WorkspacePath, Tmp at /tmp and VarTmp at /var/tmp. Create gives the
+	// four directories (not their contents) to the block's root
+	// (UIDBase), Tmp and VarTmp mode 01777.
+	Upper, Workspace, Tmp, VarTmp string
+	// Rootfs optionally names a root file system directory (an unpacked
+	// image) as the root overlay's lower layer; empty: the host's
+	// SystemDirs.
+	Rootfs string
+	// SystemDirs are the host directories the root shows when Rootfs is
+	// empty (nil: DefaultSystemDirs). Absolute, clean, no ',' or ':'
+	// (overlay's option syntax); a trailing * globs the last element.
+	SystemDirs []string
+	// NetNS optionally names the network namespace file the holder (and
+	// every session that joins it) lives in; empty: the caller's.
+	NetNS string
+	// Cgroups optionally names the sandbox's cgroup directories: with
+	// cgroup v2 one unified directory, the holder is cloned into it;
+	// with v1 or hybrid one per hierarchy, Create writes the holder into
+	// each before the holder makes its cgroup namespace. The holder's
+	// cgroup namespace is rooted where it then is (with none, where the
+	// caller is).
+	Cgroups []string
+}
+
+// Pod is a running holder. Its methods are safe for concurrent use.
+// Destroy (which ends the pod) or Release (which does not) frees its
+// pidfd; both are idempotent, and the first of them is final.
+type Pod struct {
+	pid   int
+	start uint64 // start time in clock ticks since boot (/proc/PID/stat field 22)
+	pidfd int
+	// child: the holder is this process's child (Create), which Destroy
+	// reaps; an adopted one is reaped by whoever its parent now is.
+	child bool
+	done  chan struct{} // closed once Destroy finished
+	mu    chan struct{} // a one-token lock: Destroy's
+}
+
+// PID is the holder's pid (in the caller's pid namespace).
+func (p *Pod) PID() int { return p.pid }
+
+// StartTime is the holder's start time (clock ticks since boot), with
+// PID what a session's Spec names the pod by, and what Adopt checks.
+func (p *Pod) StartTime() uint64 { return p.start }
+
+// Create makes a pod and returns once its holder said ready. On any
+// error nothing of it is left (the holder is killed and reaped).
+func Create(ctx context.Context, cfg Config) (*Pod, error) {
+	dirs, err := expandDirs(cfg)
+	if err != nil {
+		return nil, err
+	}
+	uc, child, err := socketPair()
+	if err != nil {
+		return nil, err
+	}
+	defer child.Close()
+	defer uc.Close()
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	plan := holderPlan{Hostname: cfg.Name, SystemDirs: dirs, Rootfs: -1}
+	for _, d := range []struct {
+		path  string
+		idx   *int
+		chown bool
+		mode  os.FileMode
+	}{{cfg.Upper, &plan.Upper, true, 0o700}, {cfg.Workspace, &plan.Workspace, true, 0},
+		{cfg.Tmp, &plan.Tmp, true, 0o1777}, {cfg.VarTmp, &plan.VarTmp, true, 0o1777}} {
+		if d.path == "" {
+			continue
+		}
+		f, err := openDir(d.path)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, f)
+		*d.idx = len(files) - 1
+		if d.chown {
+			if err := unix.Fchownat(int(f.Fd()), "", int(cfg.UIDBase), int(cfg.UIDBase), unix.AT_EMPTY_PATH); err != nil {
+				return nil, fmt.Errorf("give %s to the pod: %w", d.path, err)
+			}
+		}
+		if d.mode != 0 {
+			// chmod through /proc/self/fd: fchmod refuses an O_PATH fd.
+			if err := os.Chmod(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), d.mode); err != nil {
+				return nil, fmt.Errorf("chmod %s: %w", d.path, err)
+			}
+		}
+	}
+	var v2 *os.File
+	var v1 []string
+	for _, dir := range cfg.Cgroups {
+		var sfs unix.Statfs_t
+		if err := unix.Statfs(dir, &sfs); err != nil {
+			return nil, fmt.Errorf("%w: cgroup %s: %v", ErrInvalid, dir, err)
+		}
+		if sfs.Type == unix.CGROUP2_SUPER_MAGIC {
+			if v2 != nil {
+				return nil, fmt.Errorf("%w: two cgroup v2 directories", ErrInvalid)
+			}
+			if v2, err = os.Open(dir); err != nil {
+				return nil, fmt.Errorf("open cgroup %s: %w", dir, err)
+			}
+			defer v2.Close()
+		} else {
+			v1 = append(v1, dir)
+		}
+	}
+	plan.CgroupNS = len(cfg.Cgroups) > 0
+
+	m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(cfg.UIDBase), Size: BlockSize}}
+	attr := &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+		UidMappings: m, GidMappings: m,
+		// setgroups stays allowed inside: the whole block is mapped by a
+		// privileged parent, so dropping a group can reveal nothing the
+		// block's root could not reach anyway (user_namespaces(7)).
+		GidMappingsEnableSetgroups: true,
+		Setsid:                     true,
+		// uid and gid 0 of the namespace (the block's first id outside),
+		// with its capabilities there: without it the holder is the
+		// host's root unmapped, the overflow uid with none.
+		Credential: &syscall.Credential{Uid: 0, Gid: 0},
+	}
+	if v2 != nil {
+		attr.UseCgroupFD, attr.CgroupFD = true, int(v2.Fd())
+	}
+	// No stdin, stdout or stderr of the caller's (nil: /dev/null): root
+	// inside may reach the holder's descriptors through /proc/1/fd (it
+	// holds CAP_SYS_PTRACE in the holder's user namespace).
+	cmd := &exec.Cmd{Path: cfg.Holder[0], Args: cfg.Holder, Env: cfg.Env, SysProcAttr: attr,
+		ExtraFiles: append([]*os.File{child}, files...)}
+	if err := startIn(cmd, cfg.NetNS); err != nil {
+		return nil, fmt.Errorf("start pod holder: %w", err)
+	}
+	child.Close()
+	p, err := own(cmd.Process.Pid, true)
+	cmd.Process.Release() // the pidfd below is the handle; Destroy reaps
+	if err != nil {
+		syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
+		var ws syscall.WaitStatus
+		syscall.Wait4(cmd.Process.Pid, &ws, 0, nil)
+		return nil, err
+	}
+	fail := func(err error) (*Pod, error) {
+		p.Destroy(context.Background())
+		return nil, err
+	}
+	for _, dir := range v1 {
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(p.pid)), 0); err != nil {
+			return fail(fmt.Errorf("place pod holder in %s: %w", dir, err))
+		}
+	}
+	lowers, err := idmapLowers(p.pid, cfg.Rootfs, &plan)
+	defer func() {
+		for _, fd := range lowers {
+			unix.Close(fd)
+		}
+	}()
+	if err != nil {
+		return fail(err)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		uc.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { uc.SetDeadline(time.Now()) })
+	defer stop()
+	b, _ := json.Marshal(plan)
+	var oob []byte
+	if len(lowers) > 0 {
+		oob = unix.UnixRights(lowers...)
+	}
+	n, _, err := uc.WriteMsgUnix(b, oob, nil)
+	if err == nil && n < len(b) {
+		_, err = uc.Write(b[n:])
+	}
+	if err != nil {
+		return fail(fmt.Errorf("send pod plan: %w", err))
+	}
+	uc.CloseWrite()
+	line, err := bufio.NewReader(uc).ReadString('\n')
+	if line != "ready\n" {
+		if ctx.Err() != nil {
+			return fail(fmt.Errorf("make pod: %w", ctx.Err()))
+		}
+		if msg, ok := strings.CutPrefix(line, "error "); ok {
+			return fail(fmt.Errorf("make pod: %s", strings.TrimSpace(msg)))
+		}
+		return fail(fmt.Errorf("make pod: holder said %q (%v)", line, err))
+	}
+	return p, nil
+}
+
+// plainDirs are the system directories a pod sees with the host's ids
+// (not idmapped): what the host's root owns there is nobody's inside,
+// which root inside can read only where others can and never change.
+// /etc holds the host's secrets (shadow, host keys, TLS keys) readable by
+// its root alone; idmapped, they would be the pod's root's to read.
+var plainDirs = map[string]bool{"/etc": true}
+
+// idmapLowers clones each of the plan's system directories but
+// plainDirs (and rootfs, when named: then it alone) as a detached,
+// read-only, nosuid, nodev mount whose ids are seen through the holder
+// pid's user namespace (mount_setattr(2) MOUNT_ATTR_IDMAP): the host's
+// root's files there are the pod's root's, so root inside can change a
+// file of /usr by the overlay's copy-up, which keeps the owner; without
+// it root inside cannot write even /usr/local. It records the index of
+// each descriptor in the plan.
+func idmapLowers(pid int, rootfs string, plan *holderPlan) (fds []int, err error) {
+	ns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open pod user namespace: %w", err)
+	}
+	defer unix.Close(ns)
+	clone := func(dir string) (int, error) {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+		if err != nil {
+			return -1, fmt.Errorf("clone %s: %w", dir, err)
+		}
+		fds = append(fds, fd)
+		attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
+			Userns_fd: uint64(ns)}
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
+			return -1, fmt.Errorf("idmap %s: %w", dir, err)
+		}
+		return len(fds) - 1, nil
+	}
+	if rootfs != "" {
+		plan.Rootfs, err = clone(rootfs)
+		return fds, err
+	}
+	plan.Idmapped = make([]int, len(plan.SystemDirs))
+	for i, d := range plan.SystemDirs {
+		plan.Idmapped[i] = -1
+		fi, err := os.Lstat(d)
+		if err != nil || !fi.IsDir() || plainDirs[d] {
+			continue // a link, or missing: the holder sees it itself
+		}
+		if plan.Idmapped[i], err = clone(d); err != nil {
+			return fds, err
+		}
+	}
+	return fds, nil
+}
+
+// Adopt finds a holder again (after a runnerd restart): pid must be
+// alive with the start time recorded at Create, else ErrGone. The
+// pidfd is opened first and the start time read after, so the Pod names
+// that process and no later one with the same pid.
+func Adopt(pid int, startTime uint64) (*Pod, error) {
+	p, err := own(pid, false)
+	if err != nil {
+		return nil, err
+	}
+	if p.start != startTime {
+		unix.Close(p.pidfd)
+		return nil, fmt.Errorf("%w: pid %d started at %d, not %d", ErrGone, pid, p.start, startTime)
+	}
+	return p, nil
+}
+
+// own opens pid's pidfd and reads its start time.
+func own(pid int, child bool) (*Pod, error) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return nil, fmt.Errorf("%w: pid %d", ErrGone, pid)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open pidfd %d: %w", pid, err)
+	}
+	unix.CloseOnExec(fd)
+	st, err := StartTimeOf(pid)
+	if err != nil {
+		unix.Close(fd)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("%w: pid %d", ErrGone, pid)
+		}
+		return nil, err
+	}
+	return &Pod{pid: pid, start: st, pidfd: fd, child: child, done: make(chan struct{}), mu: make(chan struct{}, 1)}, nil
+}
+
+// StartTimeOf reads pid's start time (clock ticks since boot, field 22
+// of /proc/PID/stat), which with the pid names one process for its life.
+func StartTimeOf(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold anything.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// Release lets go of the holder without ending it (runnerd stopping with
+// its sandboxes left running: a later Adopt finds it again). The Pod is
+// unusable after; Destroy then returns nil without doing anything. A
+// holder Create made stays this process's child: it is reaped when this
+// process exits (its new parent then does).
+func (p *Pod) Release() {
+	p.mu <- struct{}{}
+	defer func() { <-p.mu }()
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	unix.Close(p.pidfd)
+	close(p.done)
+}
+
+// Destroy ends the pod: SIGKILL to the holder, whereupon the kernel kills
+// every process of its pid namespace; it returns once the holder has
+// exited (and, Create's, is reaped), which is after every other process
+// of the namespace is gone and reaped (a command a shim started inside
+// is the shim's to reap: Destroy waits for that too). Nothing was
+// mounted outside the pod's mount namespace, so nothing is unmounted. A
+// holder already gone is success; so is a second Destroy.
+func (p *Pod) Destroy(ctx context.Context) error {
+	select {
+	case p.mu <- struct{}{}:
+		defer func() { <-p.mu }()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	if err := unix.PidfdSendSignal(p.pidfd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("kill pod holder %d: %w", p.pid, err)
+	}
+	if err := p.wait(ctx); err != nil {
+		return err
+	}
+	unix.Close(p.pidfd)
+	close(p.done)
+	return nil
+}
+
+// wait waits for the holder's exit: its pidfd turns readable when it
+// exits (an adopted holder is reaped by its parent); Create's is then
+// reaped here.
+func (p *Pod) wait(ctx context.Context) error {
+	for {
+		fds := []unix.PollFd{{Fd: int32(p.pidfd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 100)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("wait for pod holder %d: %w", p.pid, err)
+		}
+		if n > 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("wait for pod holder %d: %w", p.pid, ctx.Err())
+		}
+	}
+	if p.child {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PIDFD, p.pidfd, &info, unix.WEXITED, nil)
+		if err != nil && !errors.Is(err, unix.ECHILD) {
+			return fmt.Errorf("reap pod holder %d: %w", p.pid, err)
+		}
+	}
+	return nil
+}
+
+// expandDirs checks cfg and returns its system directories, globbed.
+func expandDirs(cfg Config) ([]string, error) {
+	if len(cfg.Holder) == 0 {
+		return nil, fmt.Errorf("%w: no holder program", ErrInvalid)
+	}
+	if !validName(cfg.Name) {
+		return nil, fmt.Errorf("%w: host name %q", ErrInvalid, cfg.Name)
+	}
+	if cfg.UIDBase == 0 || uint64(cfg.UIDBase)+BlockSize > 1<<32-1 {
+		return nil, fmt.Errorf("%w: id block at %d", ErrInvalid, cfg.UIDBase)
+	}
+	for _, d := range []string{cfg.Upper, cfg.Workspace, cfg.Tmp, cfg.VarTmp} {
+		if d == "" || !filepath.IsAbs(d) {
+			return nil, fmt.Errorf("%w: Upper, Workspace, Tmp and VarTmp must be absolute paths", ErrInvalid)
+		}
+	}
+	if cfg.Rootfs != "" {
+		if !filepath.IsAbs(cfg.Rootfs) || strings.ContainsAny(cfg.Rootfs, ",:") {
+			return nil, fmt.Errorf("%w: root file system %q", ErrInvalid, cfg.Rootfs)
+		}
+		return nil, nil
+	}
+	in := cfg.SystemDirs
+	if in == nil {
+		in = DefaultSystemDirs
+	}
+	var out []string
+	for _, d := range in {
+		if !filepath.IsAbs(d) || filepath.Clean(d) != d || d == "/" || strings.ContainsAny(d, ",:\\") {
+			return nil, fmt.Errorf("%w: system directory %q", ErrInvalid, d)
+		}
+		if !strings.HasSuffix(d, "*") {
+			out = append(out, d)
+			continue
+		}
+		m, err := filepath.Glob(d)
+		if err != nil {
+			return nil, fmt.Errorf("%w: system directory %q: %v", ErrInvalid, d, err)
+		}
+		out = append(out, m...)
+	}
+	return out, nil
+}
+
+func validName(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// openDir clones dir as a detached mount for the holder (open_tree(2),
+// OPEN_TREE_CLONE: the directory alone, not what is mounted below it),
+// never through a symlink at its last element. The clone is unmounted
+// when its last descriptor closes, unless the holder attached it.
+func openDir(dir string) (*os.File, error) {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", dir, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%w: %s is not a directory", ErrInvalid, dir)
+	}
+	return os.NewFile(uintptr(fd), dir), nil
+}
+
+// socketPair returns a connected pair: ours, and the holder's as a file
+// to pass.
+func socketPair() (*net.UnixConn, *os.File, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create socket pair: %w", err)
+	}
+	f := os.NewFile(uintptr(fds[0]), "pod")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		unix.Close(fds[1])
+		return nil, nil, fmt.Errorf("create socket pair: %w", err)
+	}
+	return c.(*net.UnixConn), os.NewFile(uintptr(fds[1]), "pod"), nil
+}
+
+// startIn starts cmd from a locked thread inside the network namespace
+// at nsPath (a child inherits its forking thread's), then restores the
+// thread or, if it cannot, lets the runtime discard it.
+func startIn(cmd *exec.Cmd, nsPath string) error {
+	if nsPath == "" {
+		return cmd.Start()
+	}
+	ns, err := os.Open(nsPath)
+	if err != nil {
+		return fmt.Errorf("open netns: %w", err)
+	}
+	defer ns.Close()
+	errc := make(chan error, 1)
+	go func() { // owned by startIn, which waits for it
+		runtime.LockOSThread()
+		orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("open current netns: %w", err)
+			return
+		}
+		defer orig.Close()
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("enter netns %s: %w", nsPath, err)
+			return
+		}
+		serr := cmd.Start()
+		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- serr // the thread stays locked: the runtime ends it
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- serr
+	}()
+	return <-errc
+}
