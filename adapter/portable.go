@@ -15,8 +15,8 @@ import (
 //   - names: Create and Get refuse a name the driver cannot accept
 //     (*InvalidError) before the driver is asked: a DNS label
 //     ([ValidName]) unless the driver is a [NameChecker].
-//   - handles: a handle without a name, or of another provider, is
-//     *InvalidError; the incarnation check is the driver's, in the same
+//   - handles: a handle without a name, with a name the driver would
+//     refuse, or of another provider, is *InvalidError; the incarnation check is the driver's, in the same
 //     step as its act (only its source of truth can say not_found).
 //   - capabilities: found once, at New, from the optional interfaces the
 //     driver implements (and declares, see [Declarer]); a call behind one
@@ -123,8 +123,10 @@ func (s *Sandboxes) checkName(name string) error {
 	return nil
 }
 
-// checkHandle refuses a handle that names no sandbox or another
-// provider's. A handle with an empty Provider is taken as this one's.
+// checkHandle refuses a handle that names no sandbox, a name the driver
+// would refuse (a handle's name goes into provider URLs and paths), or
+// another provider's sandbox. A handle with an empty Provider is taken
+// as this one's.
 func (s *Sandboxes) checkHandle(h Handle) error {
 	if h.Name == "" {
 		return &InvalidError{Detail: "zero handle"}
@@ -132,7 +134,7 @@ func (s *Sandboxes) checkHandle(h Handle) error {
 	if h.Provider != "" && h.Provider != s.name {
 		return &InvalidError{Detail: fmt.Sprintf("handle of provider %q is not a %s sandbox", h.Provider, s.name)}
 	}
-	return nil
+	return s.checkName(h.Name)
 }
 
 func checkCommand(c Command) error {
