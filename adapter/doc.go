@@ -87,7 +87,7 @@
 // the classification of an error outside the taxonomy, and (with
 // [Options.Retry]) retries of the idempotent calls. runnerd's client, the
 // fake and the hosted providers are drivers under it;
-// conformance.RunDriver runs the suite on a bare driver.
+// conformance.OverDriver runs the suite on a bare driver.
 //
 // # Errors
 //

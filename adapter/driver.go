@@ -99,6 +99,22 @@ type PublicURLer interface {
 	PublicURL(ctx context.Context, h Handle, port int) (string, error)
 }
 
+// FullDriver is a driver with every optional interface: runnerd's
+// client, the fake and the hosted core are. It is a compile-time check
+// (var _ adapter.FullDriver = (*driver)(nil)); which capabilities are
+// advertised is still the driver's [Declarer] answer.
+type FullDriver interface {
+	Driver
+	Attacher
+	Resizer
+	Terminator
+	Suspender
+	Checkpointer
+	NetworkPolicer
+	PublicURLer
+	Declarer
+}
+
 // Declarer is a driver whose capabilities are known only at run time
 // (runnerd tells its client with GET /v1/capabilities; a provider plan
 // may lack a feature its driver implements). The portable type

@@ -340,24 +340,12 @@ func (s *Sandboxes) TerminateSession(ctx context.Context, h Handle, id string, g
 
 // Suspend implements [Adapter.Suspend].
 func (s *Sandboxes) Suspend(ctx context.Context, h Handle) error {
-	if err := s.gate(CapSuspend, "suspend"); err != nil {
-		return err
-	}
-	if err := s.checkHandle(h); err != nil {
-		return err
-	}
-	return s.again(ctx, func(ctx context.Context) error { return s.susp.Suspend(ctx, h) })
+	return s.onSandbox(ctx, CapSuspend, "suspend", h, func(ctx context.Context) error { return s.susp.Suspend(ctx, h) })
 }
 
 // Resume implements [Adapter.Resume].
 func (s *Sandboxes) Resume(ctx context.Context, h Handle) error {
-	if err := s.gate(CapSuspend, "resume"); err != nil {
-		return err
-	}
-	if err := s.checkHandle(h); err != nil {
-		return err
-	}
-	return s.again(ctx, func(ctx context.Context) error { return s.susp.Resume(ctx, h) })
+	return s.onSandbox(ctx, CapSuspend, "resume", h, func(ctx context.Context) error { return s.susp.Resume(ctx, h) })
 }
 
 // Checkpoint implements [Adapter.Checkpoint]. It is never retried (each
@@ -386,13 +374,20 @@ func (s *Sandboxes) Restore(ctx context.Context, h Handle, id string) error {
 
 // SetNetworkPolicy implements [Adapter.SetNetworkPolicy].
 func (s *Sandboxes) SetNetworkPolicy(ctx context.Context, h Handle, p NetworkPolicy) error {
-	if err := s.gate(CapNetworkPolicy, "set network policy"); err != nil {
+	return s.onSandbox(ctx, CapNetworkPolicy, "set network policy", h,
+		func(ctx context.Context) error { return s.net.SetNetworkPolicy(ctx, h, p) })
+}
+
+// onSandbox gates c, checks h, and makes the idempotent call under the
+// retry policy.
+func (s *Sandboxes) onSandbox(ctx context.Context, c Capability, what string, h Handle, call func(context.Context) error) error {
+	if err := s.gate(c, what); err != nil {
 		return err
 	}
 	if err := s.checkHandle(h); err != nil {
 		return err
 	}
-	return s.again(ctx, func(ctx context.Context) error { return s.net.SetNetworkPolicy(ctx, h, p) })
+	return s.again(ctx, call)
 }
 
 // PublicURL implements [Adapter.PublicURL].

@@ -3,6 +3,7 @@ package adapter_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -58,29 +59,28 @@ func (m *model) reached() map[string]int {
 func (m *model) Provider() string { return "model" }
 
 func (m *model) Create(_ context.Context, name string, _ adapter.CreateOptions) (adapter.Handle, error) {
-	if err := m.call("Create"); err != nil {
-		return adapter.Handle{}, err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	id, ok := m.sandboxes[name]
-	if !ok {
-		m.seq++
-		id = "id-" + string(rune('0'+m.seq))
-		m.sandboxes[name] = id
-	}
-	return adapter.Handle{Provider: "model", Name: name, ID: id}, nil
+	return m.find("Create", name, true)
 }
 
 func (m *model) Get(_ context.Context, name string) (adapter.Handle, error) {
-	if err := m.call("Get"); err != nil {
+	return m.find("Get", name, false)
+}
+
+// find returns the sandbox named name, made when create is set.
+func (m *model) find(method, name string, create bool) (adapter.Handle, error) {
+	if err := m.call(method); err != nil {
 		return adapter.Handle{}, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	id, ok := m.sandboxes[name]
-	if !ok {
+	switch {
+	case !ok && !create:
 		return adapter.Handle{}, adapter.ErrNotFound
+	case !ok:
+		m.seq++
+		id = fmt.Sprintf("id-%d", m.seq)
+		m.sandboxes[name] = id
 	}
 	return adapter.Handle{Provider: "model", Name: name, ID: id}, nil
 }

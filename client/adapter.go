@@ -84,15 +84,8 @@ type driver struct {
 }
 
 var (
-	_ adapter.Adapter        = (*Adapter)(nil)
-	_ adapter.Declarer       = (*driver)(nil)
-	_ adapter.Attacher       = (*driver)(nil)
-	_ adapter.Resizer        = (*driver)(nil)
-	_ adapter.Terminator     = (*driver)(nil)
-	_ adapter.Suspender      = (*driver)(nil)
-	_ adapter.Checkpointer   = (*driver)(nil)
-	_ adapter.NetworkPolicer = (*driver)(nil)
-	_ adapter.PublicURLer    = (*driver)(nil)
+	_ adapter.Adapter    = (*Adapter)(nil)
+	_ adapter.FullDriver = (*driver)(nil)
 )
 
 // NewAdapter returns the adapter for the one daemon c speaks to. It asks

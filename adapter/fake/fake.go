@@ -57,16 +57,8 @@ type sandbox struct {
 }
 
 var (
-	_ adapter.Adapter        = (*Adapter)(nil)
-	_ adapter.Driver         = (*driver)(nil)
-	_ adapter.Declarer       = (*driver)(nil)
-	_ adapter.Attacher       = (*driver)(nil)
-	_ adapter.Resizer        = (*driver)(nil)
-	_ adapter.Terminator     = (*driver)(nil)
-	_ adapter.Suspender      = (*driver)(nil)
-	_ adapter.Checkpointer   = (*driver)(nil)
-	_ adapter.NetworkPolicer = (*driver)(nil)
-	_ adapter.PublicURLer    = (*driver)(nil)
+	_ adapter.Adapter    = (*Adapter)(nil)
+	_ adapter.FullDriver = (*driver)(nil)
 )
 
 // Option configures [New].

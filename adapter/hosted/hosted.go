@@ -156,10 +156,7 @@ type core struct {
 
 var (
 	_ adapter.Adapter    = (*Adapter)(nil)
-	_ adapter.Declarer   = (*core)(nil)
-	_ adapter.Attacher   = (*core)(nil)
-	_ adapter.Resizer    = (*core)(nil)
-	_ adapter.Terminator = (*core)(nil)
+	_ adapter.FullDriver = (*core)(nil)
 )
 
 // entry is one incarnation's cached session transport.
