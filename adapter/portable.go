@@ -123,11 +123,12 @@ func (s *Sandboxes) checkName(name string) error {
 	return nil
 }
 
-// checkHandle refuses a handle that names no sandbox, a name the driver
+// CheckHandle refuses a handle that names no sandbox, a name the driver
 // would refuse (a handle's name goes into provider URLs and paths), or
 // another provider's sandbox. A handle with an empty Provider is taken
-// as this one's.
-func (s *Sandboxes) checkHandle(h Handle) error {
+// as this one's. Every Adapter method runs it; a provider's own exported
+// extensions outside the Adapter interface run it too.
+func (s *Sandboxes) CheckHandle(h Handle) error {
 	if h.Name == "" {
 		return &InvalidError{Detail: "zero handle"}
 	}
@@ -214,7 +215,7 @@ func (s *Sandboxes) List(ctx context.Context, opts ListOptions) (Page, error) {
 
 // Destroy implements [Adapter.Destroy].
 func (s *Sandboxes) Destroy(ctx context.Context, h Handle) error {
-	if err := s.checkHandle(h); err != nil {
+	if err := s.CheckHandle(h); err != nil {
 		return err
 	}
 	return s.again(ctx, func(ctx context.Context) error { return s.d.Destroy(ctx, h) })
@@ -225,7 +226,7 @@ func (s *Sandboxes) Exec(ctx context.Context, h Handle, c Command) (Result, erro
 	if err := checkCommand(c); err != nil {
 		return Result{}, err
 	}
-	if err := s.checkHandle(h); err != nil {
+	if err := s.CheckHandle(h); err != nil {
 		return Result{}, err
 	}
 	r, err := s.d.Exec(ctx, h, c)
@@ -245,7 +246,7 @@ func (s *Sandboxes) Spawn(ctx context.Context, h Handle, c Command, opts SpawnOp
 			return nil, err
 		}
 	}
-	if err := s.checkHandle(h); err != nil {
+	if err := s.CheckHandle(h); err != nil {
 		return nil, err
 	}
 	var st Stream
@@ -267,7 +268,7 @@ func (s *Sandboxes) Attach(ctx context.Context, h Handle, id string, from Cursor
 	if from.Stdout < 0 || from.Stderr < 0 {
 		return nil, &InvalidError{Detail: "negative cursor"}
 	}
-	if err := s.checkHandle(h); err != nil {
+	if err := s.CheckHandle(h); err != nil {
 		return nil, err
 	}
 	var st Stream
@@ -280,7 +281,7 @@ func (s *Sandboxes) Attach(ctx context.Context, h Handle, id string, from Cursor
 
 // Sessions implements [Adapter.Sessions].
 func (s *Sandboxes) Sessions(ctx context.Context, h Handle) ([]SessionInfo, error) {
-	if err := s.checkHandle(h); err != nil {
+	if err := s.CheckHandle(h); err != nil {
 		return nil, err
 	}
 	var ss []SessionInfo
@@ -294,7 +295,7 @@ func (s *Sandboxes) Sessions(ctx context.Context, h Handle) ([]SessionInfo, erro
 // WriteStdin implements [Adapter.WriteStdin]. It is never retried (a
 // transient failure proves nothing about the bytes).
 func (s *Sandboxes) WriteStdin(ctx context.Context, h Handle, id string, p []byte) error {
-	if err := s.checkHandle(h); err != nil {
+	if err := s.CheckHandle(h); err != nil {
 		return err
 	}
 	return s.classify(s.d.WriteStdin(ctx, h, id, p))
@@ -302,7 +303,7 @@ func (s *Sandboxes) WriteStdin(ctx context.Context, h Handle, id string, p []byt
 
 // CloseStdin implements [Adapter.CloseStdin]. It is never retried.
 func (s *Sandboxes) CloseStdin(ctx context.Context, h Handle, id string) error {
-	if err := s.checkHandle(h); err != nil {
+	if err := s.CheckHandle(h); err != nil {
 		return err
 	}
 	return s.classify(s.d.CloseStdin(ctx, h, id))
@@ -316,7 +317,7 @@ func (s *Sandboxes) Resize(ctx context.Context, h Handle, id string, size TTYSiz
 	if err := checkSize(size); err != nil {
 		return err
 	}
-	if err := s.checkHandle(h); err != nil {
+	if err := s.CheckHandle(h); err != nil {
 		return err
 	}
 	return s.classify(s.rsz.Resize(ctx, h, id, size))
@@ -331,7 +332,7 @@ func (s *Sandboxes) TerminateSession(ctx context.Context, h Handle, id string, g
 	if err := CheckGrace(grace); err != nil {
 		return Exit{}, err
 	}
-	if err := s.checkHandle(h); err != nil {
+	if err := s.CheckHandle(h); err != nil {
 		return Exit{}, err
 	}
 	e, err := s.term.TerminateSession(ctx, h, id, grace)
@@ -354,7 +355,7 @@ func (s *Sandboxes) Checkpoint(ctx context.Context, h Handle) (string, error) {
 	if err := s.gate(CapCheckpoint, "checkpoint"); err != nil {
 		return "", err
 	}
-	if err := s.checkHandle(h); err != nil {
+	if err := s.CheckHandle(h); err != nil {
 		return "", err
 	}
 	id, err := s.ckpt.Checkpoint(ctx, h)
@@ -366,7 +367,7 @@ func (s *Sandboxes) Restore(ctx context.Context, h Handle, id string) error {
 	if err := s.gate(CapCheckpoint, "restore"); err != nil {
 		return err
 	}
-	if err := s.checkHandle(h); err != nil {
+	if err := s.CheckHandle(h); err != nil {
 		return err
 	}
 	return s.classify(s.ckpt.Restore(ctx, h, id))
@@ -384,7 +385,7 @@ func (s *Sandboxes) onSandbox(ctx context.Context, c Capability, what string, h 
 	if err := s.gate(c, what); err != nil {
 		return err
 	}
-	if err := s.checkHandle(h); err != nil {
+	if err := s.CheckHandle(h); err != nil {
 		return err
 	}
 	return s.again(ctx, call)
@@ -398,7 +399,7 @@ func (s *Sandboxes) PublicURL(ctx context.Context, h Handle, port int) (string, 
 	if port < 1 || port > 65535 {
 		return "", &InvalidError{Detail: fmt.Sprintf("port %d outside 1-65535", port)}
 	}
-	if err := s.checkHandle(h); err != nil {
+	if err := s.CheckHandle(h); err != nil {
 		return "", err
 	}
 	var u string

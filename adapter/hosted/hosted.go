@@ -219,9 +219,14 @@ func (a *Adapter) Renew(ctx context.Context, h adapter.Handle, t *Transport) err
 }
 
 // Guest returns h's session transport: the cached one for this
-// incarnation, or one the driver opens. A handle without an id is
+// incarnation, or one the driver opens. It is outside the Adapter
+// interface, so it checks h as the portable type does: a handle without
+// a name or id, with a bad name or of another provider is
 // *adapter.InvalidError, and so is every call after Close.
 func (a *Adapter) Guest(ctx context.Context, h adapter.Handle) (*guest.Guest, error) {
+	if err := a.CheckHandle(h); err != nil {
+		return nil, err
+	}
 	return a.c.Guest(ctx, h)
 }
 
