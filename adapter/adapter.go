@@ -13,8 +13,9 @@ import (
 //
 // Optional operations (see [Capability]) are methods of this one interface:
 // an adapter that does not advertise a capability returns ErrNotSupported
-// from every call behind it, and never pretends. Embed [Unsupported] to get
-// those refusals for free.
+// from every call behind it, and never pretends. Providers do not implement
+// it directly: they write a [Driver], and [New] returns the portable
+// [Sandboxes], which implements it and makes those refusals.
 //
 // Every method may also return *UnavailableError or *RateLimitedError
 // (transient), *DeniedError, *ProviderError, or a context error when ctx
@@ -321,43 +322,4 @@ type SessionInfo struct {
 	// Stdout and Stderr are the bytes recorded so far per stream.
 	Stdout, Stderr int64
 	Started        time.Time
-}
-
-// Unsupported refuses every optional operation with ErrNotSupported. Embed
-// it in an adapter and override the operations it advertises.
-type Unsupported struct{}
-
-// Attach returns ErrNotSupported.
-func (Unsupported) Attach(context.Context, Handle, string, Cursor) (Stream, error) {
-	return nil, ErrNotSupported
-}
-
-// Resize returns ErrNotSupported.
-func (Unsupported) Resize(context.Context, Handle, string, TTYSize) error { return ErrNotSupported }
-
-// TerminateSession returns ErrNotSupported.
-func (Unsupported) TerminateSession(context.Context, Handle, string, time.Duration) (Exit, error) {
-	return Exit{}, ErrNotSupported
-}
-
-// Suspend returns ErrNotSupported.
-func (Unsupported) Suspend(context.Context, Handle) error { return ErrNotSupported }
-
-// Resume returns ErrNotSupported.
-func (Unsupported) Resume(context.Context, Handle) error { return ErrNotSupported }
-
-// Checkpoint returns ErrNotSupported.
-func (Unsupported) Checkpoint(context.Context, Handle) (string, error) { return "", ErrNotSupported }
-
-// Restore returns ErrNotSupported.
-func (Unsupported) Restore(context.Context, Handle, string) error { return ErrNotSupported }
-
-// SetNetworkPolicy returns ErrNotSupported.
-func (Unsupported) SetNetworkPolicy(context.Context, Handle, NetworkPolicy) error {
-	return ErrNotSupported
-}
-
-// PublicURL returns ErrNotSupported.
-func (Unsupported) PublicURL(context.Context, Handle, int) (string, error) {
-	return "", ErrNotSupported
 }

@@ -66,13 +66,28 @@
 //
 // [Adapter.Capabilities] returns the optional features an adapter delivers
 // ([CapSuspend], [CapNetworkPolicy], [CapCheckpoint], [CapAttach], [CapTTY],
-// [CapPublicURL], [CapTerminateSession]). Optional operations are methods of
-// the one [Adapter] interface rather than separate interfaces, so that the
-// refusal is an answer: every call behind a capability that is not
-// advertised returns ErrNotSupported (embed [Unsupported]), and a
-// capability that is advertised does what it says. A host shapes its
-// lifecycle to the set: a backend that cannot park gets destroy-on-idle, not
-// a fake park.
+// [CapPublicURL], [CapTerminateSession]). Callers see every optional
+// operation as a method of the one [Adapter] interface, so that the refusal
+// is an answer: every call behind a capability that is not advertised
+// returns ErrNotSupported, and a capability that is advertised does what it
+// says. A host shapes its lifecycle to the set: a backend that cannot park
+// gets destroy-on-idle, not a fake park.
+//
+// # Drivers and the portable type
+//
+// A provider does not implement [Adapter] itself: it writes a [Driver] (the
+// core every provider has) and, for each optional feature it delivers, one
+// small interface ([Attacher], [Resizer], [Terminator], [Suspender],
+// [Checkpointer], [NetworkPolicer], [PublicURLer]), and [New] wraps it in
+// the portable [Sandboxes], as go-cloud's blob.Bucket wraps driver.Bucket.
+// New finds the optional interfaces once; a capability is advertised only
+// when the driver implements its interface (and, for a [Declarer] whose set
+// is known at run time, declares it). Sandboxes does once what every
+// provider would repeat: names, handles, capability gates, option checks,
+// the classification of an error outside the taxonomy, and (with
+// [Options.Retry]) retries of the idempotent calls. runnerd's client, the
+// fake and the hosted providers are drivers under it;
+// conformance.OverDriver runs the suite on a bare driver.
 //
 // # Errors
 //

@@ -57,35 +57,48 @@ type runner struct {
 	c    *Client
 }
 
-// Adapter is the runner adapter: adapter.Adapter over one runnerd
-// ([NewAdapter]) or a pool of them ([NewPool]). It is safe for concurrent
-// use. Close releases the clients it made; Streams it returned are owned by
-// their callers, who must Close them.
+// Adapter is the runner adapter: the portable adapter.Sandboxes over one
+// runnerd ([NewAdapter]) or a pool of them ([NewPool]). It is safe for
+// concurrent use. Close releases the clients it made; Streams it returned
+// are owned by their callers, who must Close them.
 type Adapter struct {
+	*adapter.Sandboxes
+	d *driver
+}
+
+// driver is the runner's adapter.Driver: it routes each call to the
+// runnerd holding the sandbox and scopes it to the handle's incarnation.
+// It implements every optional interface; the capabilities it declares
+// are those the daemon(s) advertise at GET /v1/capabilities, so the
+// portable type refuses the others before a request is made.
+type driver struct {
 	runners []*runner
 	byName  map[string]*runner // pool mode only
 	pool    bool
-	owned   bool // Close closes the clients
-	caps    adapter.Capabilities
+	owned   bool                 // Close closes the clients
+	caps    adapter.Capabilities // declared: what every runner advertised
 	buffer  int
 	window  time.Duration // ReattachWindow
 
 	closeOnce sync.Once
 }
 
-var _ adapter.Adapter = (*Adapter)(nil)
+var (
+	_ adapter.Adapter    = (*Adapter)(nil)
+	_ adapter.FullDriver = (*driver)(nil)
+)
 
 // NewAdapter returns the adapter for the one daemon c speaks to. It asks
 // the daemon for its capabilities now (they are stable for the adapter's
 // life), so it fails with *adapter.UnavailableError when the daemon does
 // not answer. The caller keeps owning c.
 func NewAdapter(ctx context.Context, c *Client, opts AdapterOptions) (*Adapter, error) {
-	a := newAdapter(opts)
+	a := newDriver(opts)
 	a.runners = []*runner{{c: c}}
 	if err := a.loadCaps(ctx); err != nil {
 		return nil, err
 	}
-	return a, nil
+	return a.portable(), nil
 }
 
 var runnerName = regexp.MustCompile(`^[a-z0-9]{1,20}$`)
@@ -98,7 +111,7 @@ func NewPool(ctx context.Context, endpoints []Endpoint, opts AdapterOptions) (*A
 	if len(endpoints) == 0 {
 		return nil, errors.New("client: a pool needs at least one endpoint")
 	}
-	a := newAdapter(opts)
+	a := newDriver(opts)
 	a.pool, a.owned = true, true
 	a.byName = map[string]*runner{}
 	for _, ep := range endpoints {
@@ -123,19 +136,23 @@ func NewPool(ctx context.Context, endpoints []Endpoint, opts AdapterOptions) (*A
 		a.Close()
 		return nil, err
 	}
-	return a, nil
+	return a.portable(), nil
 }
 
-func newAdapter(opts AdapterOptions) *Adapter {
+func newDriver(opts AdapterOptions) *driver {
 	b := opts.Buffer
 	if b <= 0 {
 		b = 64
 	}
-	return &Adapter{buffer: b, window: opts.ReattachWindow}
+	return &driver{buffer: b, window: opts.ReattachWindow}
+}
+
+func (a *driver) portable() *Adapter {
+	return &Adapter{Sandboxes: adapter.New(a, adapter.Options{}), d: a}
 }
 
 // loadCaps sets caps to what every runner advertises.
-func (a *Adapter) loadCaps(ctx context.Context) error {
+func (a *driver) loadCaps(ctx context.Context) error {
 	count := map[adapter.Capability]int{}
 	for _, r := range a.runners {
 		cs, err := r.c.Capabilities(ctx)
@@ -162,7 +179,9 @@ func (r *runner) String() string {
 }
 
 // String describes the adapter without secrets.
-func (a *Adapter) String() string {
+func (a *Adapter) String() string { return a.d.String() }
+
+func (a *driver) String() string {
 	names := make([]string, len(a.runners))
 	for i, r := range a.runners {
 		names[i] = r.String()
@@ -174,7 +193,10 @@ func (a *Adapter) String() string {
 func (a *Adapter) Format(f fmt.State, verb rune) { _, _ = io.WriteString(f, a.String()) }
 
 // Close releases the clients the adapter made (NewPool). It is idempotent.
-func (a *Adapter) Close() error {
+func (a *Adapter) Close() error { return a.d.Close() }
+
+// Close is Adapter.Close.
+func (a *driver) Close() error {
 	a.closeOnce.Do(func() {
 		if a.owned {
 			for _, r := range a.runners {
@@ -186,10 +208,10 @@ func (a *Adapter) Close() error {
 }
 
 // Provider returns "runner".
-func (a *Adapter) Provider() string { return Provider }
+func (a *driver) Provider() string { return Provider }
 
-// Capabilities returns what the daemon(s) advertised at construction.
-func (a *Adapter) Capabilities() adapter.Capabilities { return slices.Clone(a.caps) }
+// Capabilities declares what the daemon(s) advertised at construction.
+func (a *driver) Capabilities() adapter.Capabilities { return slices.Clone(a.caps) }
 
 // NewName mints a sandbox name routed to runner ("" for a single-runner
 // adapter): "<runner>-<prefix>-<8 hex>", or "<prefix>-<8 hex>" without a
@@ -209,7 +231,7 @@ func NewName(runner, prefix string) string {
 }
 
 // route returns the runner that holds sandbox name.
-func (a *Adapter) route(name string) (*runner, error) {
+func (a *driver) route(name string) (*runner, error) {
 	if !a.pool {
 		return a.runners[0], nil
 	}
@@ -220,21 +242,18 @@ func (a *Adapter) route(name string) (*runner, error) {
 	return nil, &adapter.InvalidError{Detail: fmt.Sprintf("sandbox name %q carries no route of this pool (want <runner>-<rest>)", name)}
 }
 
-func (a *Adapter) handle(sb wire.Sandbox) adapter.Handle {
+func (a *driver) handle(sb wire.Sandbox) adapter.Handle {
 	return adapter.Handle{Provider: Provider, Name: sb.Name, ID: sb.Incarnation}
 }
 
-// Create implements adapter.Adapter.
-func (a *Adapter) Create(ctx context.Context, name string, opts adapter.CreateOptions) (adapter.Handle, error) {
+// Create implements adapter.Driver.
+func (a *driver) Create(ctx context.Context, name string, opts adapter.CreateOptions) (adapter.Handle, error) {
 	r, err := a.route(name)
 	if err != nil {
 		return adapter.Handle{}, err
 	}
 	req := wire.CreateSandbox{Name: name}
 	if opts.NetworkPolicy != nil {
-		if !a.caps.Has(adapter.CapNetworkPolicy) {
-			return adapter.Handle{}, fmt.Errorf("create %s with a network policy: %w", name, adapter.ErrNotSupported)
-		}
 		req.Network = &wire.Network{Allow: append([]string{}, opts.NetworkPolicy.Allow...)}
 	}
 	sb, err := r.c.CreateSandbox(ctx, req)
@@ -244,8 +263,8 @@ func (a *Adapter) Create(ctx context.Context, name string, opts adapter.CreateOp
 	return a.handle(sb), nil
 }
 
-// Get implements adapter.Adapter.
-func (a *Adapter) Get(ctx context.Context, name string) (adapter.Handle, error) {
+// Get implements adapter.Driver.
+func (a *driver) Get(ctx context.Context, name string) (adapter.Handle, error) {
 	r, err := a.route(name)
 	if err != nil {
 		return adapter.Handle{}, err
@@ -257,19 +276,14 @@ func (a *Adapter) Get(ctx context.Context, name string) (adapter.Handle, error) 
 	return a.handle(sb), nil
 }
 
-// check resolves h to its runner and returns ctx scoped to h's
-// incarnation (WithIncarnation): runnerd checks it on every call, in the
-// same step as the call's act, so a handle of a destroyed incarnation is
-// adapter.ErrNotFound (and its Destroy a no-op) even when a new sandbox of
-// the same name exists, with no read-then-act window. A handle with an
-// empty ID names no incarnation. It makes no request.
-func (a *Adapter) check(ctx context.Context, h adapter.Handle) (*runner, context.Context, error) {
-	if h.Name == "" {
-		return nil, ctx, &adapter.InvalidError{Detail: "zero handle"}
-	}
-	if h.Provider != "" && h.Provider != Provider {
-		return nil, ctx, &adapter.InvalidError{Detail: fmt.Sprintf("handle of provider %q", h.Provider)}
-	}
+// check resolves h (which the portable type checked) to its runner and
+// returns ctx scoped to h's incarnation (WithIncarnation): runnerd checks
+// it on every call, in the same step as the call's act, so a handle of a
+// destroyed incarnation is adapter.ErrNotFound (and its Destroy a no-op)
+// even when a new sandbox of the same name exists, with no read-then-act
+// window. A handle with an empty ID names no incarnation. It makes no
+// request.
+func (a *driver) check(ctx context.Context, h adapter.Handle) (*runner, context.Context, error) {
 	if on, ok := h.Private.Value().(listedOn); ok && a.pool {
 		// A handle from a listing addresses the runner that listed it,
 		// whatever its name says (a sandbox created there directly).
@@ -288,9 +302,9 @@ func (a *Adapter) check(ctx context.Context, h adapter.Handle) (*runner, context
 // returned it.
 type listedOn string
 
-// List implements adapter.Adapter. Page tokens are the adapter's own
+// List implements adapter.Driver. Page tokens are the adapter's own
 // ("r1." + base64 of the runner index and that runner's token).
-func (a *Adapter) List(ctx context.Context, opts adapter.ListOptions) (adapter.Page, error) {
+func (a *driver) List(ctx context.Context, opts adapter.ListOptions) (adapter.Page, error) {
 	idx, tok, err := decodePageToken(opts.PageToken, len(a.runners))
 	if err != nil {
 		return adapter.Page{}, err
@@ -298,9 +312,6 @@ func (a *Adapter) List(ctx context.Context, opts adapter.ListOptions) (adapter.P
 	size := opts.PageSize
 	if size > wire.MaxListLimit {
 		size = wire.MaxListLimit
-	}
-	if size < 0 {
-		return adapter.Page{}, &adapter.InvalidError{Detail: "negative page size"}
 	}
 	r := a.runners[idx]
 	l, err := r.c.ListSandboxes(ctx, size, tok)
@@ -359,9 +370,9 @@ func decodePageToken(s string, n int) (int, string, error) {
 	return idx, tok, nil
 }
 
-// Destroy implements adapter.Adapter: absent (or a replaced incarnation)
+// Destroy implements adapter.Driver: absent (or a replaced incarnation)
 // is success and touches nothing.
-func (a *Adapter) Destroy(ctx context.Context, h adapter.Handle) error {
+func (a *driver) Destroy(ctx context.Context, h adapter.Handle) error {
 	r, ctx, err := a.check(ctx, h)
 	if err != nil {
 		return err
@@ -374,11 +385,8 @@ func (a *Adapter) Destroy(ctx context.Context, h adapter.Handle) error {
 	return nil
 }
 
-// Suspend implements adapter.Adapter.
-func (a *Adapter) Suspend(ctx context.Context, h adapter.Handle) error {
-	if !a.caps.Has(adapter.CapSuspend) {
-		return adapter.ErrNotSupported
-	}
+// Suspend implements adapter.Driver.
+func (a *driver) Suspend(ctx context.Context, h adapter.Handle) error {
 	r, ctx, err := a.check(ctx, h)
 	if err != nil {
 		return err
@@ -387,11 +395,8 @@ func (a *Adapter) Suspend(ctx context.Context, h adapter.Handle) error {
 	return err
 }
 
-// Resume implements adapter.Adapter.
-func (a *Adapter) Resume(ctx context.Context, h adapter.Handle) error {
-	if !a.caps.Has(adapter.CapSuspend) {
-		return adapter.ErrNotSupported
-	}
+// Resume implements adapter.Driver.
+func (a *driver) Resume(ctx context.Context, h adapter.Handle) error {
 	r, ctx, err := a.check(ctx, h)
 	if err != nil {
 		return err
@@ -400,11 +405,8 @@ func (a *Adapter) Resume(ctx context.Context, h adapter.Handle) error {
 	return err
 }
 
-// SetNetworkPolicy implements adapter.Adapter.
-func (a *Adapter) SetNetworkPolicy(ctx context.Context, h adapter.Handle, p adapter.NetworkPolicy) error {
-	if !a.caps.Has(adapter.CapNetworkPolicy) {
-		return adapter.ErrNotSupported
-	}
+// SetNetworkPolicy implements adapter.Driver.
+func (a *driver) SetNetworkPolicy(ctx context.Context, h adapter.Handle, p adapter.NetworkPolicy) error {
 	r, ctx, err := a.check(ctx, h)
 	if err != nil {
 		return err
@@ -413,14 +415,8 @@ func (a *Adapter) SetNetworkPolicy(ctx context.Context, h adapter.Handle, p adap
 	return err
 }
 
-// PublicURL implements adapter.Adapter.
-func (a *Adapter) PublicURL(ctx context.Context, h adapter.Handle, port int) (string, error) {
-	if !a.caps.Has(adapter.CapPublicURL) {
-		return "", adapter.ErrNotSupported
-	}
-	if port < 1 || port > 65535 {
-		return "", &adapter.InvalidError{Detail: fmt.Sprintf("port %d outside 1-65535", port)}
-	}
+// PublicURL implements adapter.Driver.
+func (a *driver) PublicURL(ctx context.Context, h adapter.Handle, port int) (string, error) {
 	r, ctx, err := a.check(ctx, h)
 	if err != nil {
 		return "", err

@@ -16,12 +16,7 @@ import (
 	"github.com/agentrunner/runner/wire"
 )
 
-func argv(c adapter.Command) ([]string, error) {
-	if c.Path == "" {
-		return nil, &adapter.InvalidError{Detail: "command has no program"}
-	}
-	return append([]string{c.Path}, c.Args...), nil
-}
+func argv(c adapter.Command) []string { return append([]string{c.Path}, c.Args...) }
 
 func newID(prefix string) string {
 	var b [8]byte
@@ -29,19 +24,15 @@ func newID(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-// Exec implements adapter.Adapter over POST .../exec. The session is named
+// Exec implements adapter.Driver over POST .../exec. The session is named
 // by the adapter, so when ctx ends first the command is terminated.
-func (a *Adapter) Exec(ctx context.Context, h adapter.Handle, c adapter.Command) (adapter.Result, error) {
-	av, err := argv(c)
-	if err != nil {
-		return adapter.Result{}, err
-	}
+func (a *driver) Exec(ctx context.Context, h adapter.Handle, c adapter.Command) (adapter.Result, error) {
 	r, ctx, err := a.check(ctx, h)
 	if err != nil {
 		return adapter.Result{}, err
 	}
 	id := newID("exec-")
-	res, err := r.c.Exec(ctx, h.Name, wire.Exec{ID: id, Argv: av, Env: c.Env, Cwd: c.Dir})
+	res, err := r.c.Exec(ctx, h.Name, wire.Exec{ID: id, Argv: argv(c), Env: c.Env, Cwd: c.Dir})
 	if err != nil {
 		if ctx.Err() != nil {
 			// Stop the command where we can; best effort, bounded.
@@ -58,24 +49,14 @@ func (a *Adapter) Exec(ctx context.Context, h adapter.Handle, c adapter.Command)
 	return adapter.Result{Stdout: res.Stdout, Stderr: res.Stderr, Exit: ex}, nil
 }
 
-// Spawn implements adapter.Adapter: it returns once the daemon acknowledged
+// Spawn implements adapter.Driver: it returns once the daemon acknowledged
 // that the command runs, with a Stream attached from byte zero.
-func (a *Adapter) Spawn(ctx context.Context, h adapter.Handle, c adapter.Command, opts adapter.SpawnOptions) (adapter.Stream, error) {
-	av, err := argv(c)
-	if err != nil {
-		return nil, err
-	}
-	req := wire.CreateSession{ID: opts.SessionID, Argv: av, Env: c.Env, Cwd: c.Dir}
+func (a *driver) Spawn(ctx context.Context, h adapter.Handle, c adapter.Command, opts adapter.SpawnOptions) (adapter.Stream, error) {
+	req := wire.CreateSession{ID: opts.SessionID, Argv: argv(c), Env: c.Env, Cwd: c.Dir}
 	if req.ID == "" {
 		req.ID = newID("s-")
 	}
 	if opts.TTY != nil {
-		if !a.caps.Has(adapter.CapTTY) {
-			return nil, fmt.Errorf("spawn with a TTY: %w", adapter.ErrNotSupported)
-		}
-		if opts.TTY.Rows == 0 || opts.TTY.Cols == 0 {
-			return nil, &adapter.InvalidError{Detail: "zero TTY size"}
-		}
 		req.TTY, req.Rows, req.Cols = true, int(opts.TTY.Rows), int(opts.TTY.Cols)
 	}
 	r, ctx, err := a.check(ctx, h)
@@ -93,14 +74,8 @@ func (a *Adapter) Spawn(ctx context.Context, h adapter.Handle, c adapter.Command
 	return st, nil
 }
 
-// Attach implements adapter.Adapter.
-func (a *Adapter) Attach(ctx context.Context, h adapter.Handle, id string, from adapter.Cursor) (adapter.Stream, error) {
-	if !a.caps.Has(adapter.CapAttach) {
-		return nil, adapter.ErrNotSupported
-	}
-	if from.Stdout < 0 || from.Stderr < 0 {
-		return nil, &adapter.InvalidError{Detail: "negative cursor"}
-	}
+// Attach implements adapter.Driver.
+func (a *driver) Attach(ctx context.Context, h adapter.Handle, id string, from adapter.Cursor) (adapter.Stream, error) {
 	r, ctx, err := a.check(ctx, h)
 	if err != nil {
 		return nil, err
@@ -108,7 +83,7 @@ func (a *Adapter) Attach(ctx context.Context, h adapter.Handle, id string, from 
 	return a.attach(ctx, r, h, id, from, 0)
 }
 
-func (a *Adapter) attach(ctx context.Context, r *runner, h adapter.Handle, id string, from adapter.Cursor, buffer int) (adapter.Stream, error) {
+func (a *driver) attach(ctx context.Context, r *runner, h adapter.Handle, id string, from adapter.Cursor, buffer int) (adapter.Stream, error) {
 	fr, err := r.c.Attach(ctx, h.Name, id, Cursors{Stdout: from.Stdout, Stderr: from.Stderr})
 	if err != nil {
 		return nil, err
@@ -126,8 +101,8 @@ func (a *Adapter) attach(ctx context.Context, r *runner, h adapter.Handle, id st
 	return stream.New(id, fr, from, dial, stream.Options{Provider: Provider, Buffer: buffer, ReattachWindow: a.window}), nil
 }
 
-// Sessions implements adapter.Adapter, in start order.
-func (a *Adapter) Sessions(ctx context.Context, h adapter.Handle) ([]adapter.SessionInfo, error) {
+// Sessions implements adapter.Driver, in start order.
+func (a *driver) Sessions(ctx context.Context, h adapter.Handle) ([]adapter.SessionInfo, error) {
 	r, ctx, err := a.check(ctx, h)
 	if err != nil {
 		return nil, err
@@ -160,9 +135,9 @@ func (a *Adapter) Sessions(ctx context.Context, h adapter.Handle) ([]adapter.Ses
 	return out, nil
 }
 
-// WriteStdin implements adapter.Adapter. runnerd checks the handle's
+// WriteStdin implements adapter.Driver. runnerd checks the handle's
 // incarnation in the same request (no extra round trip on this hot path).
-func (a *Adapter) WriteStdin(ctx context.Context, h adapter.Handle, id string, p []byte) error {
+func (a *driver) WriteStdin(ctx context.Context, h adapter.Handle, id string, p []byte) error {
 	r, ctx, err := a.check(ctx, h)
 	if err != nil {
 		return err
@@ -170,8 +145,8 @@ func (a *Adapter) WriteStdin(ctx context.Context, h adapter.Handle, id string, p
 	return r.c.WriteStdin(ctx, h.Name, id, p)
 }
 
-// CloseStdin implements adapter.Adapter.
-func (a *Adapter) CloseStdin(ctx context.Context, h adapter.Handle, id string) error {
+// CloseStdin implements adapter.Driver.
+func (a *driver) CloseStdin(ctx context.Context, h adapter.Handle, id string) error {
 	r, ctx, err := a.check(ctx, h)
 	if err != nil {
 		return err
@@ -179,14 +154,8 @@ func (a *Adapter) CloseStdin(ctx context.Context, h adapter.Handle, id string) e
 	return r.c.CloseStdin(ctx, h.Name, id)
 }
 
-// Resize implements adapter.Adapter.
-func (a *Adapter) Resize(ctx context.Context, h adapter.Handle, id string, size adapter.TTYSize) error {
-	if !a.caps.Has(adapter.CapTTY) {
-		return adapter.ErrNotSupported
-	}
-	if size.Rows == 0 || size.Cols == 0 {
-		return &adapter.InvalidError{Detail: "zero TTY size"}
-	}
+// Resize implements adapter.Driver.
+func (a *driver) Resize(ctx context.Context, h adapter.Handle, id string, size adapter.TTYSize) error {
 	r, ctx, err := a.check(ctx, h)
 	if err != nil {
 		return err
@@ -194,14 +163,8 @@ func (a *Adapter) Resize(ctx context.Context, h adapter.Handle, id string, size 
 	return r.c.Resize(ctx, h.Name, id, int(size.Rows), int(size.Cols))
 }
 
-// TerminateSession implements adapter.Adapter.
-func (a *Adapter) TerminateSession(ctx context.Context, h adapter.Handle, id string, grace time.Duration) (adapter.Exit, error) {
-	if !a.caps.Has(adapter.CapTerminateSession) {
-		return adapter.Exit{}, adapter.ErrNotSupported
-	}
-	if err := adapter.CheckGrace(grace); err != nil {
-		return adapter.Exit{}, err
-	}
+// TerminateSession implements adapter.Driver.
+func (a *driver) TerminateSession(ctx context.Context, h adapter.Handle, id string, grace time.Duration) (adapter.Exit, error) {
 	r, ctx, err := a.check(ctx, h)
 	if err != nil {
 		return adapter.Exit{}, err

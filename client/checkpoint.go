@@ -57,11 +57,8 @@ func (c *Client) DeleteSandboxKeepCheckpoints(ctx context.Context, name string) 
 		query: url.Values{wire.QueryKeepCheckpoints: {"true"}}, extra: stopWait}, nil)
 }
 
-// Checkpoint implements adapter.Adapter.
-func (a *Adapter) Checkpoint(ctx context.Context, h adapter.Handle) (string, error) {
-	if !a.caps.Has(adapter.CapCheckpoint) {
-		return "", adapter.ErrNotSupported
-	}
+// Checkpoint implements adapter.Driver.
+func (a *driver) Checkpoint(ctx context.Context, h adapter.Handle) (string, error) {
 	r, ctx, err := a.check(ctx, h)
 	if err != nil {
 		return "", err
@@ -70,13 +67,10 @@ func (a *Adapter) Checkpoint(ctx context.Context, h adapter.Handle) (string, err
 	return ck.ID, err
 }
 
-// Restore implements adapter.Adapter: an unknown id is
+// Restore implements adapter.Driver: an unknown id is
 // *adapter.InvalidError, a corrupted checkpoint
 // *adapter.RestoreFailedError with the disk unchanged.
-func (a *Adapter) Restore(ctx context.Context, h adapter.Handle, id string) error {
-	if !a.caps.Has(adapter.CapCheckpoint) {
-		return adapter.ErrNotSupported
-	}
+func (a *driver) Restore(ctx context.Context, h adapter.Handle, id string) error {
 	r, ctx, err := a.check(ctx, h)
 	if err != nil {
 		return err

@@ -74,7 +74,10 @@ type Adapter struct {
 	perCallSessions bool
 }
 
-var _ adapter.Adapter = (*Adapter)(nil)
+var (
+	_ adapter.Adapter   = (*Adapter)(nil)
+	_ adapter.Suspender = driver{}
+)
 
 // driver is the Daytona half of hosted.Adapter: named sandboxes, toolbox
 // sessions.
@@ -249,7 +252,7 @@ func (d driver) List(ctx context.Context, opts adapter.ListOptions) (adapter.Pag
 	}
 	out := adapter.Page{NextPageToken: p.NextCursor}
 	for _, sb := range p.Items {
-		if hosted.ValidName(sb.Name) && !gone(sb.State) {
+		if adapter.ValidName(sb.Name) && !gone(sb.State) {
 			out.Handles = append(out.Handles, handle(sb))
 		}
 	}
@@ -295,9 +298,15 @@ func (d driver) Open(ctx context.Context, h adapter.Handle) (*hosted.Transport, 
 	return t, nil
 }
 
-// Suspend stops the sandbox (Daytona keeps its disk; its processes end)
+// Suspend makes the driver an adapter.Suspender (CapSuspend).
+func (d driver) Suspend(ctx context.Context, h adapter.Handle) error { return d.a.suspend(ctx, h) }
+
+// Resume is Suspend's other half.
+func (d driver) Resume(ctx context.Context, h adapter.Handle) error { return d.a.resume(ctx, h) }
+
+// suspend stops the sandbox (Daytona keeps its disk; its processes end)
 // and waits until it is stopped. A stopped sandbox is left as it is.
-func (a *Adapter) Suspend(ctx context.Context, h adapter.Handle) error {
+func (a *Adapter) suspend(ctx context.Context, h adapter.Handle) error {
 	sb, err := a.sandbox(ctx, h)
 	if err != nil {
 		return fmt.Errorf("suspend %s: %w", h.Name, err)
@@ -323,9 +332,9 @@ func (a *Adapter) Suspend(ctx context.Context, h adapter.Handle) error {
 	return nil
 }
 
-// Resume starts a stopped sandbox with the disk it had and waits until it
+// resume starts a stopped sandbox with the disk it had and waits until it
 // is started. A started sandbox is left as it is.
-func (a *Adapter) Resume(ctx context.Context, h adapter.Handle) error {
+func (a *Adapter) resume(ctx context.Context, h adapter.Handle) error {
 	sb, err := a.sandbox(ctx, h)
 	if err != nil {
 		return fmt.Errorf("resume %s: %w", h.Name, err)
@@ -351,8 +360,8 @@ func (a *Adapter) Resume(ctx context.Context, h adapter.Handle) error {
 
 // sandbox GETs h's sandbox and checks it is this incarnation of h.Name.
 func (a *Adapter) sandbox(ctx context.Context, h adapter.Handle) (Sandbox, error) {
-	if h.ID == "" || h.Provider != provider {
-		return Sandbox{}, &adapter.InvalidError{Detail: fmt.Sprintf("handle %v is not a daytona sandbox", h)}
+	if h.ID == "" {
+		return Sandbox{}, &adapter.InvalidError{Detail: fmt.Sprintf("handle %v names no daytona sandbox id", h)}
 	}
 	sb, err := a.cfg.Client.Get(ctx, h.ID)
 	if err != nil {

@@ -242,7 +242,7 @@ func (d driver) List(ctx context.Context, opts adapter.ListOptions) (adapter.Pag
 	}
 	out := adapter.Page{NextPageToken: p.NextToken}
 	for _, sb := range p.Sandboxes {
-		if hosted.ValidName(sb.Metadata[NameKey]) {
+		if adapter.ValidName(sb.Metadata[NameKey]) {
 			out.Handles = append(out.Handles, handle(sb))
 		}
 	}

@@ -1,7 +1,9 @@
 // Package fake is the reference implementation of the adapter contract: a
-// real, in-memory [adapter.Adapter] with every capability, which passes the
-// conformance suite in full. Read it before writing an adapter; use it to
-// drive a provisioning path without a network.
+// real, in-memory adapter.Driver with every optional interface, under the
+// portable adapter.Sandboxes ([Adapter]), which passes the conformance
+// suite in full, as an adapter and as a bare driver. Read it before
+// writing a driver; use it to drive a provisioning path without a
+// network.
 //
 // It is real in the ways that matter to a caller. Sandboxes are named and
 // have incarnation ids, an in-memory filesystem that survives suspend and

@@ -14,9 +14,19 @@ import (
 	"github.com/agentrunner/runner/adapter"
 )
 
-// Adapter is the in-memory adapter. Create one with [New]; it is safe for
-// concurrent use, and whoever creates it must Close it.
+// Adapter is the in-memory adapter: the portable adapter.Sandboxes over
+// the fake's driver, plus the fault hooks. Create one with [New]; it is
+// safe for concurrent use, and whoever creates it must Close it.
 type Adapter struct {
+	*adapter.Sandboxes
+	d *driver
+}
+
+// driver is the in-memory model behind Adapter: adapter.Driver with every
+// optional interface, its capabilities declared by [WithCapabilities].
+// The portable type checks names, handles, options and capabilities
+// before any call reaches it.
+type driver struct {
 	provider string
 	caps     adapter.Capabilities
 	pageSize int
@@ -46,30 +56,33 @@ type sandbox struct {
 	urls        map[int]string
 }
 
-var _ adapter.Adapter = (*Adapter)(nil)
+var (
+	_ adapter.Adapter    = (*Adapter)(nil)
+	_ adapter.FullDriver = (*driver)(nil)
+)
 
 // Option configures [New].
-type Option func(*Adapter)
+type Option func(*driver)
 
 // WithProvider sets the provider name (default "fake").
-func WithProvider(name string) Option { return func(a *Adapter) { a.provider = name } }
+func WithProvider(name string) Option { return func(a *driver) { a.provider = name } }
 
 // WithCapabilities sets the advertised capabilities (default: all). The
 // calls behind a capability left out return adapter.ErrNotSupported.
 func WithCapabilities(caps ...adapter.Capability) Option {
-	return func(a *Adapter) { a.caps = slices.Clone(caps) }
+	return func(a *driver) { a.caps = slices.Clone(caps) }
 }
 
 // WithPageSize sets the page size List uses when the caller sets none
 // (default 100).
-func WithPageSize(n int) Option { return func(a *Adapter) { a.pageSize = n } }
+func WithPageSize(n int) Option { return func(a *driver) { a.pageSize = n } }
 
 // WithBuffer sets the default frame channel capacity (default 64).
-func WithBuffer(n int) Option { return func(a *Adapter) { a.buffer = n } }
+func WithBuffer(n int) Option { return func(a *driver) { a.buffer = n } }
 
 // New returns an empty Adapter.
 func New(opts ...Option) *Adapter {
-	a := &Adapter{
+	a := &driver{
 		provider:  "fake",
 		caps:      adapter.AllCapabilities(),
 		pageSize:  100,
@@ -80,14 +93,33 @@ func New(opts ...Option) *Adapter {
 		o(a)
 	}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
-	return a
+	return &Adapter{Sandboxes: adapter.New(a, adapter.Options{}), d: a}
 }
 
 // Close kills every command (their streams end with adapter.ErrLost),
 // stops every reader and waits for all goroutines. A consumer that is not
 // reading may see its channel closed without a terminal frame. Calls after
 // Close return *adapter.UnavailableError. Close is idempotent.
-func (a *Adapter) Close() error {
+func (a *Adapter) Close() error { return a.d.Close() }
+
+// Outage starts an induced control-plane outage: until restore is called,
+// every call returns *adapter.UnavailableError (running commands go on).
+// Outages nest; restore is idempotent.
+func (a *Adapter) Outage() (restore func()) { return a.d.Outage() }
+
+// InterruptNextList makes the next List call fail as a listing cut
+// mid-response does: *adapter.UnavailableError, and no page.
+func (a *Adapter) InterruptNextList() { a.d.InterruptNextList() }
+
+// CorruptCheckpoint damages checkpoint id, so that restoring it fails
+// with *adapter.RestoreFailedError and leaves the files as they are: the
+// conformance suite's Subject.CorruptCheckpoint hook.
+func (a *Adapter) CorruptCheckpoint(h adapter.Handle, id string) error {
+	return a.d.CorruptCheckpoint(h, id)
+}
+
+// Close is Adapter.Close.
+func (a *driver) Close() error {
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
@@ -106,10 +138,8 @@ func (a *Adapter) Close() error {
 	return nil
 }
 
-// Outage starts an induced control-plane outage: until restore is called,
-// every call returns *adapter.UnavailableError (running commands go on).
-// Outages nest; restore is idempotent.
-func (a *Adapter) Outage() (restore func()) {
+// Outage is Adapter.Outage.
+func (a *driver) Outage() (restore func()) {
 	a.mu.Lock()
 	a.outage++
 	a.mu.Unlock()
@@ -123,22 +153,21 @@ func (a *Adapter) Outage() (restore func()) {
 	}
 }
 
-// InterruptNextList makes the next List call fail as a listing cut
-// mid-response does: *adapter.UnavailableError, and no page.
-func (a *Adapter) InterruptNextList() {
+// InterruptNextList is Adapter.InterruptNextList.
+func (a *driver) InterruptNextList() {
 	a.mu.Lock()
 	a.interruptList = true
 	a.mu.Unlock()
 }
 
 // Provider returns the provider name.
-func (a *Adapter) Provider() string { return a.provider }
+func (a *driver) Provider() string { return a.provider }
 
 // Capabilities returns the advertised set.
-func (a *Adapter) Capabilities() adapter.Capabilities { return slices.Clone(a.caps) }
+func (a *driver) Capabilities() adapter.Capabilities { return slices.Clone(a.caps) }
 
 // lock takes a.mu and checks the call may proceed; on error a.mu is not held.
-func (a *Adapter) lock(ctx context.Context) error {
+func (a *driver) lock(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -155,7 +184,7 @@ func (a *Adapter) lock(ctx context.Context) error {
 }
 
 // lockSandbox is lock plus the lookup of h's incarnation.
-func (a *Adapter) lockSandbox(ctx context.Context, h adapter.Handle) (*sandbox, error) {
+func (a *driver) lockSandbox(ctx context.Context, h adapter.Handle) (*sandbox, error) {
 	if err := a.lock(ctx); err != nil {
 		return nil, err
 	}
@@ -168,7 +197,7 @@ func (a *Adapter) lockSandbox(ctx context.Context, h adapter.Handle) (*sandbox, 
 }
 
 // lockSession is lockSandbox plus the lookup of session id in it.
-func (a *Adapter) lockSession(ctx context.Context, h adapter.Handle, id string) (*session, error) {
+func (a *driver) lockSession(ctx context.Context, h adapter.Handle, id string) (*session, error) {
 	sb, err := a.lockSandbox(ctx, h)
 	if err != nil {
 		return nil, err
@@ -181,46 +210,17 @@ func (a *Adapter) lockSession(ctx context.Context, h adapter.Handle, id string) 
 	return s, nil
 }
 
-func (a *Adapter) requires(c adapter.Capability) error {
-	if !a.caps.Has(c) {
-		return fmt.Errorf("%s: %w", c, adapter.ErrNotSupported)
-	}
-	return nil
-}
-
-func (a *Adapter) handle(sb *sandbox) adapter.Handle {
+func (a *driver) handle(sb *sandbox) adapter.Handle {
 	return adapter.Handle{Provider: a.provider, Name: sb.name, ID: sb.id, Private: adapter.NewPrivate(privateData{Token: "fake-token-" + sb.id})}
 }
 
-func (a *Adapter) next(prefix string) string {
+func (a *driver) next(prefix string) string {
 	a.seq++
 	return prefix + strconv.FormatUint(a.seq, 10)
 }
 
-// validName accepts a DNS label: 1-63 of [a-z0-9-], not starting or ending
-// with '-'.
-func validName(name string) bool {
-	if len(name) == 0 || len(name) > 63 || name[0] == '-' || name[len(name)-1] == '-' {
-		return false
-	}
-	for _, c := range []byte(name) {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
 // Create returns the sandbox named name, creating it when absent.
-func (a *Adapter) Create(ctx context.Context, name string, opts adapter.CreateOptions) (adapter.Handle, error) {
-	if !validName(name) {
-		return adapter.Handle{}, &adapter.InvalidError{Detail: fmt.Sprintf("sandbox name %q is not a DNS label", name)}
-	}
-	if opts.NetworkPolicy != nil {
-		if err := a.requires(adapter.CapNetworkPolicy); err != nil {
-			return adapter.Handle{}, err
-		}
-	}
+func (a *driver) Create(ctx context.Context, name string, opts adapter.CreateOptions) (adapter.Handle, error) {
 	if err := a.lock(ctx); err != nil {
 		return adapter.Handle{}, err
 	}
@@ -244,7 +244,7 @@ func (a *Adapter) Create(ctx context.Context, name string, opts adapter.CreateOp
 }
 
 // Get returns the sandbox named name, or adapter.ErrNotFound.
-func (a *Adapter) Get(ctx context.Context, name string) (adapter.Handle, error) {
+func (a *driver) Get(ctx context.Context, name string) (adapter.Handle, error) {
 	if err := a.lock(ctx); err != nil {
 		return adapter.Handle{}, err
 	}
@@ -258,10 +258,7 @@ func (a *Adapter) Get(ctx context.Context, name string) (adapter.Handle, error) 
 
 // List pages through the sandboxes in name order. The page token is the
 // last name of the previous page.
-func (a *Adapter) List(ctx context.Context, opts adapter.ListOptions) (adapter.Page, error) {
-	if opts.PageSize < 0 {
-		return adapter.Page{}, &adapter.InvalidError{Detail: "negative page size"}
-	}
+func (a *driver) List(ctx context.Context, opts adapter.ListOptions) (adapter.Page, error) {
 	after := ""
 	if opts.PageToken != "" {
 		b, err := hex.DecodeString(opts.PageToken)
@@ -300,7 +297,7 @@ func (a *Adapter) List(ctx context.Context, opts adapter.ListOptions) (adapter.P
 // Destroy kills the sandbox's commands (their streams end with
 // adapter.ErrLost) and forgets it. Absent, or another incarnation, is
 // success.
-func (a *Adapter) Destroy(ctx context.Context, h adapter.Handle) error {
+func (a *driver) Destroy(ctx context.Context, h adapter.Handle) error {
 	if err := a.lock(ctx); err != nil {
 		return err
 	}
@@ -339,7 +336,7 @@ func waitAll(ctx context.Context, dones []chan struct{}) error {
 }
 
 // Exec runs c and waits for its exit.
-func (a *Adapter) Exec(ctx context.Context, h adapter.Handle, c adapter.Command) (adapter.Result, error) {
+func (a *driver) Exec(ctx context.Context, h adapter.Handle, c adapter.Command) (adapter.Result, error) {
 	sb, err := a.lockSandbox(ctx, h)
 	if err != nil {
 		return adapter.Result{}, err
@@ -367,15 +364,7 @@ func (a *Adapter) Exec(ctx context.Context, h adapter.Handle, c adapter.Command)
 }
 
 // Spawn starts c as a session and returns a Stream from byte zero.
-func (a *Adapter) Spawn(ctx context.Context, h adapter.Handle, c adapter.Command, opts adapter.SpawnOptions) (adapter.Stream, error) {
-	if opts.TTY != nil {
-		if err := a.requires(adapter.CapTTY); err != nil {
-			return nil, err
-		}
-		if opts.TTY.Rows == 0 || opts.TTY.Cols == 0 {
-			return nil, &adapter.InvalidError{Detail: "zero tty size"}
-		}
-	}
+func (a *driver) Spawn(ctx context.Context, h adapter.Handle, c adapter.Command, opts adapter.SpawnOptions) (adapter.Stream, error) {
 	sb, err := a.lockSandbox(ctx, h)
 	if err != nil {
 		return nil, err
@@ -395,12 +384,9 @@ func (a *Adapter) Spawn(ctx context.Context, h adapter.Handle, c adapter.Command
 }
 
 // start registers and starts a process; a.mu is held.
-func (a *Adapter) start(sb *sandbox, c adapter.Command, id string, tty *adapter.TTYSize, hidden bool) (*session, error) {
+func (a *driver) start(sb *sandbox, c adapter.Command, id string, tty *adapter.TTYSize, hidden bool) (*session, error) {
 	if sb.suspended {
 		return nil, &adapter.InvalidError{Detail: "sandbox " + sb.name + " is suspended"}
-	}
-	if c.Path == "" {
-		return nil, &adapter.InvalidError{Detail: "empty command"}
 	}
 	if id == "" {
 		id = a.next("s-")
@@ -420,16 +406,13 @@ func (a *Adapter) start(sb *sandbox, c adapter.Command, id string, tty *adapter.
 }
 
 // Attach follows session id from the cursor.
-func (a *Adapter) Attach(ctx context.Context, h adapter.Handle, id string, from adapter.Cursor) (adapter.Stream, error) {
-	if err := a.requires(adapter.CapAttach); err != nil {
-		return nil, err
-	}
+func (a *driver) Attach(ctx context.Context, h adapter.Handle, id string, from adapter.Cursor) (adapter.Stream, error) {
 	s, err := a.lockSession(ctx, h, id)
 	if err != nil {
 		return nil, err
 	}
 	defer a.mu.Unlock()
-	if from.Stdout < 0 || from.Stderr < 0 || from.Stdout > int64(len(s.out[0])) || from.Stderr > int64(len(s.out[1])) {
+	if from.Stdout > int64(len(s.out[0])) || from.Stderr > int64(len(s.out[1])) {
 		return nil, &adapter.InvalidError{Detail: fmt.Sprintf("cursor %+v beyond the end (%d, %d)", from, len(s.out[0]), len(s.out[1]))}
 	}
 	return a.follow(s, from, 0), nil
@@ -444,7 +427,7 @@ func (sb *sandbox) session(id string) (*session, error) {
 }
 
 // Sessions lists the sandbox's sessions in start order.
-func (a *Adapter) Sessions(ctx context.Context, h adapter.Handle) ([]adapter.SessionInfo, error) {
+func (a *driver) Sessions(ctx context.Context, h adapter.Handle) ([]adapter.SessionInfo, error) {
 	sb, err := a.lockSandbox(ctx, h)
 	if err != nil {
 		return nil, err
@@ -458,7 +441,7 @@ func (a *Adapter) Sessions(ctx context.Context, h adapter.Handle) ([]adapter.Ses
 }
 
 // WriteStdin appends p to the session's stdin.
-func (a *Adapter) WriteStdin(ctx context.Context, h adapter.Handle, id string, p []byte) error {
+func (a *driver) WriteStdin(ctx context.Context, h adapter.Handle, id string, p []byte) error {
 	s, err := a.lockSession(ctx, h, id)
 	if err != nil {
 		return err
@@ -476,7 +459,7 @@ func (a *Adapter) WriteStdin(ctx context.Context, h adapter.Handle, id string, p
 }
 
 // CloseStdin sends EOF once.
-func (a *Adapter) CloseStdin(ctx context.Context, h adapter.Handle, id string) error {
+func (a *driver) CloseStdin(ctx context.Context, h adapter.Handle, id string) error {
 	s, err := a.lockSession(ctx, h, id)
 	if err != nil {
 		return err
@@ -491,10 +474,7 @@ func (a *Adapter) CloseStdin(ctx context.Context, h adapter.Handle, id string) e
 }
 
 // Resize sets a TTY session's size.
-func (a *Adapter) Resize(ctx context.Context, h adapter.Handle, id string, size adapter.TTYSize) error {
-	if err := a.requires(adapter.CapTTY); err != nil {
-		return err
-	}
+func (a *driver) Resize(ctx context.Context, h adapter.Handle, id string, size adapter.TTYSize) error {
 	s, err := a.lockSession(ctx, h, id)
 	if err != nil {
 		return err
@@ -503,8 +483,6 @@ func (a *Adapter) Resize(ctx context.Context, h adapter.Handle, id string, size 
 	switch {
 	case s.tty == nil:
 		return &adapter.InvalidError{Detail: "session " + id + " has no tty"}
-	case size.Rows == 0 || size.Cols == 0:
-		return &adapter.InvalidError{Detail: "zero tty size"}
 	case s.ended():
 		return fmt.Errorf("resize %s: %w", id, adapter.ErrCommandExited)
 	}
@@ -514,13 +492,7 @@ func (a *Adapter) Resize(ctx context.Context, h adapter.Handle, id string, size 
 
 // TerminateSession sends SIGTERM, then SIGKILL after grace, and returns the
 // recorded exit.
-func (a *Adapter) TerminateSession(ctx context.Context, h adapter.Handle, id string, grace time.Duration) (adapter.Exit, error) {
-	if err := a.requires(adapter.CapTerminateSession); err != nil {
-		return adapter.Exit{}, err
-	}
-	if err := adapter.CheckGrace(grace); err != nil {
-		return adapter.Exit{}, err
-	}
+func (a *driver) TerminateSession(ctx context.Context, h adapter.Handle, id string, grace time.Duration) (adapter.Exit, error) {
 	s, err := a.lockSession(ctx, h, id)
 	if err != nil {
 		return adapter.Exit{}, err

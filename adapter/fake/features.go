@@ -8,7 +8,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"slices"
 
 	"github.com/agentrunner/runner/adapter"
@@ -16,10 +15,7 @@ import (
 
 // Suspend kills the sandbox's commands (ReasonTerminated, SIGKILL) and
 // parks it with its files.
-func (a *Adapter) Suspend(ctx context.Context, h adapter.Handle) error {
-	if err := a.requires(adapter.CapSuspend); err != nil {
-		return err
-	}
+func (a *driver) Suspend(ctx context.Context, h adapter.Handle) error {
 	sb, err := a.lockSandbox(ctx, h)
 	if err != nil {
 		return err
@@ -31,10 +27,7 @@ func (a *Adapter) Suspend(ctx context.Context, h adapter.Handle) error {
 }
 
 // Resume unparks the sandbox with the same files.
-func (a *Adapter) Resume(ctx context.Context, h adapter.Handle) error {
-	if err := a.requires(adapter.CapSuspend); err != nil {
-		return err
-	}
+func (a *driver) Resume(ctx context.Context, h adapter.Handle) error {
 	sb, err := a.lockSandbox(ctx, h)
 	if err != nil {
 		return err
@@ -45,10 +38,7 @@ func (a *Adapter) Resume(ctx context.Context, h adapter.Handle) error {
 }
 
 // Checkpoint copies the sandbox's files.
-func (a *Adapter) Checkpoint(ctx context.Context, h adapter.Handle) (string, error) {
-	if err := a.requires(adapter.CapCheckpoint); err != nil {
-		return "", err
-	}
+func (a *driver) Checkpoint(ctx context.Context, h adapter.Handle) (string, error) {
 	sb, err := a.lockSandbox(ctx, h)
 	if err != nil {
 		return "", err
@@ -60,10 +50,7 @@ func (a *Adapter) Checkpoint(ctx context.Context, h adapter.Handle) (string, err
 }
 
 // Restore replaces the sandbox's files with a checkpoint's.
-func (a *Adapter) Restore(ctx context.Context, h adapter.Handle, id string) error {
-	if err := a.requires(adapter.CapCheckpoint); err != nil {
-		return err
-	}
+func (a *driver) Restore(ctx context.Context, h adapter.Handle, id string) error {
 	sb, err := a.lockSandbox(ctx, h)
 	if err != nil {
 		return err
@@ -80,10 +67,8 @@ func (a *Adapter) Restore(ctx context.Context, h adapter.Handle, id string) erro
 	return nil
 }
 
-// CorruptCheckpoint damages checkpoint id, so that restoring it fails
-// with *adapter.RestoreFailedError and leaves the files as they are: the
-// conformance suite's Subject.CorruptCheckpoint hook.
-func (a *Adapter) CorruptCheckpoint(h adapter.Handle, id string) error {
+// CorruptCheckpoint is Adapter.CorruptCheckpoint.
+func (a *driver) CorruptCheckpoint(h adapter.Handle, id string) error {
 	sb, err := a.lockSandbox(context.Background(), h)
 	if err != nil {
 		return err
@@ -106,10 +91,7 @@ func cloneFiles(m map[string][]byte) map[string][]byte {
 
 // SetNetworkPolicy replaces the egress allowlist, which the probe builtin
 // obeys.
-func (a *Adapter) SetNetworkPolicy(ctx context.Context, h adapter.Handle, p adapter.NetworkPolicy) error {
-	if err := a.requires(adapter.CapNetworkPolicy); err != nil {
-		return err
-	}
+func (a *driver) SetNetworkPolicy(ctx context.Context, h adapter.Handle, p adapter.NetworkPolicy) error {
 	sb, err := a.lockSandbox(ctx, h)
 	if err != nil {
 		return err
@@ -121,13 +103,7 @@ func (a *Adapter) SetNetworkPolicy(ctx context.Context, h adapter.Handle, p adap
 
 // PublicURL returns an unguessable https URL for port, the same one on
 // every call for one sandbox and port. Nothing serves it.
-func (a *Adapter) PublicURL(ctx context.Context, h adapter.Handle, port int) (string, error) {
-	if err := a.requires(adapter.CapPublicURL); err != nil {
-		return "", err
-	}
-	if port < 1 || port > 65535 {
-		return "", &adapter.InvalidError{Detail: fmt.Sprintf("port %d outside 1-65535", port)}
-	}
+func (a *driver) PublicURL(ctx context.Context, h adapter.Handle, port int) (string, error) {
 	sb, err := a.lockSandbox(ctx, h)
 	if err != nil {
 		return "", err

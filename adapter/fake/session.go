@@ -15,7 +15,7 @@ const (
 // maxFrame caps the bytes of one data frame.
 const maxFrame = 32 << 10
 
-// session is one command's state. Every field is guarded by Adapter.mu.
+// session is one command's state. Every field is guarded by driver.mu.
 type session struct {
 	id      string
 	cmd     adapter.Command
@@ -111,7 +111,7 @@ func (s *session) info() adapter.SessionInfo {
 }
 
 // follow starts a reader that streams s from the cursor; a.mu is held.
-func (a *Adapter) follow(s *session, from adapter.Cursor, buffer int) adapter.Stream {
+func (a *driver) follow(s *session, from adapter.Cursor, buffer int) adapter.Stream {
 	if buffer <= 0 {
 		buffer = a.buffer
 	}
@@ -128,7 +128,7 @@ var streams = [2]adapter.StreamName{adapter.Stdout, adapter.Stderr}
 
 // read sends what the journal holds past pos, waits for more, and ends with
 // the one terminal frame once the journal is complete.
-func (a *Adapter) read(s *session, f *adapter.Feed, pos [2]int64) {
+func (a *driver) read(s *session, f *adapter.Feed, pos [2]int64) {
 	for {
 		a.mu.Lock()
 		var frames []adapter.Frame

@@ -11,9 +11,9 @@ import (
 )
 
 // proc is the goroutine that plays one command. It touches sandbox and
-// session state only under Adapter.mu.
+// session state only under driver.mu.
 type proc struct {
-	a        *Adapter
+	a        *driver
 	sb       *sandbox
 	s        *session
 	trapTERM bool

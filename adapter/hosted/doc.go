@@ -1,16 +1,13 @@
-// Package hosted is the portable hosted adapter: adapter.Adapter written
-// once for every provider whose sandboxes run runner-shim (E2B, Daytona,
-// Sprites), over a small per-provider [Driver], in the manner of
-// go-cloud's blob.Bucket over driver.Bucket.
+// Package hosted is the hosted core: the adapter.Driver every provider
+// whose sandboxes run runner-shim (E2B, Daytona, Sprites) shares, over a
+// small per-provider [Driver]. [New] wraps it in the portable
+// adapter.Sandboxes, which checks names, handles, options and capabilities
+// before any call reaches the core.
 //
-// What the portable [Adapter] does, so that no provider writes it again:
+// What the core does, so that no provider writes it again:
 //
-//   - argument and handle checks: sandbox names are DNS labels
-//     ([ValidName]); a handle of another provider, or without an id, is
-//     *adapter.InvalidError; a closed adapter refuses every call.
-//   - capability gating: a call behind a capability the driver does not
-//     advertise (tty, attach, terminate_session, a network policy at
-//     create) is adapter.ErrNotSupported before the driver is asked.
+//   - the incarnation check hosted addressing needs: a handle without an
+//     id is *adapter.InvalidError, and a closed adapter refuses every call.
 //   - create: creates of one name in this process are serialized; a
 //     sandbox the driver made or adopted gets its transport and
 //     runner-shim verified (or installed) before Create returns, and one
@@ -25,9 +22,11 @@
 // A driver supplies only what differs: its sandbox lifecycle (create or
 // adopt by name, get, list, destroy), how a sandbox is opened for calls
 // (its guest.Executor, install and readiness), and its error table. The
-// optional calls a provider can honestly deliver (Suspend and Resume,
-// Checkpoint and Restore, PublicURL) are methods of the provider's own
-// adapter type, which embeds *Adapter and advertises them.
+// optional calls a provider can honestly deliver are methods of its
+// driver: New finds adapter.Suspender, adapter.Checkpointer,
+// adapter.NetworkPolicer and adapter.PublicURLer on it once, and the
+// capability behind each is advertised only when the driver both
+// implements and declares it.
 //
 // Invariants: hosted imports only the standard library, adapter,
 // adapter/guest, adapter/stream and wire (deps_test.go). It never

@@ -121,14 +121,30 @@ type Config struct {
 	ReattachWindow time.Duration
 }
 
-// Adapter is adapter.Adapter over a Driver. It is safe for concurrent
-// use; the owner must call Close. A provider's adapter type embeds it and
-// adds the optional calls it delivers.
+// Adapter is the portable adapter.Sandboxes over a hosted provider's
+// Driver (through the hosted core, which runs the session half in the
+// guest). It is safe for concurrent use; the owner must call Close. A
+// provider's adapter type embeds it; the provider's optional calls are
+// found on its Driver (see [New]).
 type Adapter struct {
-	adapter.Unsupported
+	*adapter.Sandboxes
+	c *core
+}
+
+// core is the adapter.Driver every hosted provider shares: the driver's
+// lifecycle, runner-shim verified at create, and the session half in a
+// cached guest per incarnation. The portable type has checked names,
+// handles' names and providers, options and capabilities before a call
+// reaches it.
+type core struct {
 	cfg  Config
 	d    Driver
-	caps adapter.Capabilities
+	caps adapter.Capabilities // declared: the driver's, less the features it does not implement
+
+	susp adapter.Suspender      // nil: the driver has no suspend
+	ckpt adapter.Checkpointer   // nil: no checkpoints
+	net  adapter.NetworkPolicer // nil: no network policy
+	url  adapter.PublicURLer    // nil: no public URL
 
 	createMu sync.Mutex // guards creating
 	creating map[string]*sync.Mutex
@@ -138,7 +154,10 @@ type Adapter struct {
 	closed bool
 }
 
-var _ adapter.Adapter = (*Adapter)(nil)
+var (
+	_ adapter.Adapter    = (*Adapter)(nil)
+	_ adapter.FullDriver = (*core)(nil)
+)
 
 // entry is one incarnation's cached session transport.
 type entry struct {
@@ -154,36 +173,65 @@ func (e *entry) close() {
 	}
 }
 
-// New returns the portable adapter over d.
+// New returns the portable adapter over d. The optional calls are found
+// once, here, on d: a driver that is an adapter.Suspender,
+// adapter.Checkpointer, adapter.NetworkPolicer or adapter.PublicURLer
+// gets that capability when it also declares it in Capabilities (attach,
+// tty and terminate_session are runner-shim's, delivered by every
+// guest, and advertised when declared).
 func New(d Driver, cfg Config) (*Adapter, error) {
 	if d == nil || cfg.Version == "" {
 		return nil, &adapter.InvalidError{Detail: "hosted: a Driver and Config.Version are required"}
 	}
-	return &Adapter{cfg: cfg, d: d, caps: d.Capabilities(),
-		creating: map[string]*sync.Mutex{}, guests: map[string]*entry{}}, nil
-}
-
-// ValidName reports whether name is a DNS label, the names the contract
-// promises (and every hosted provider accepts).
-func ValidName(name string) bool {
-	if len(name) == 0 || len(name) > 63 || name[0] == '-' || name[len(name)-1] == '-' {
-		return false
+	c := &core{cfg: cfg, d: d, creating: map[string]*sync.Mutex{}, guests: map[string]*entry{}}
+	c.susp, _ = d.(adapter.Suspender)
+	c.ckpt, _ = d.(adapter.Checkpointer)
+	c.net, _ = d.(adapter.NetworkPolicer)
+	c.url, _ = d.(adapter.PublicURLer)
+	missing := map[adapter.Capability]bool{
+		adapter.CapSuspend:       c.susp == nil,
+		adapter.CapCheckpoint:    c.ckpt == nil,
+		adapter.CapNetworkPolicy: c.net == nil,
+		adapter.CapPublicURL:     c.url == nil,
 	}
-	for _, c := range []byte(name) {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-			return false
+	for _, cp := range d.Capabilities() {
+		if !missing[cp] {
+			c.caps = append(c.caps, cp)
 		}
 	}
-	return true
-}
-
-func invalidName(name string) error {
-	return &adapter.InvalidError{Detail: fmt.Sprintf("sandbox name %q is not a DNS label", name)}
+	return &Adapter{Sandboxes: adapter.New(c, adapter.Options{}), c: c}, nil
 }
 
 // Close stops every attach this adapter runs and closes every cached
 // transport (sessions and sandboxes keep running). It is idempotent.
-func (a *Adapter) Close() error {
+func (a *Adapter) Close() error { return a.c.Close() }
+
+// Forget closes and drops the cached transport of sandbox id, if any:
+// its next use opens it again (the driver calls it when a sandbox is
+// gone, stopped or restored).
+func (a *Adapter) Forget(id string) { a.c.Forget(id) }
+
+// Renew replaces h's transport with t and verifies runner-shim through
+// it once the sandbox takes calls (a restored disk may hold another
+// runner-shim, or none).
+func (a *Adapter) Renew(ctx context.Context, h adapter.Handle, t *Transport) error {
+	return a.c.Renew(ctx, h, t)
+}
+
+// Guest returns h's session transport: the cached one for this
+// incarnation, or one the driver opens. It is outside the Adapter
+// interface, so it checks h as the portable type does: a handle without
+// a name or id, with a bad name or of another provider is
+// *adapter.InvalidError, and so is every call after Close.
+func (a *Adapter) Guest(ctx context.Context, h adapter.Handle) (*guest.Guest, error) {
+	if err := a.CheckHandle(h); err != nil {
+		return nil, err
+	}
+	return a.c.Guest(ctx, h)
+}
+
+// Close is Adapter.Close.
+func (a *core) Close() error {
 	a.mu.Lock()
 	a.closed = true
 	gs := a.guests
@@ -196,32 +244,17 @@ func (a *Adapter) Close() error {
 }
 
 // Provider returns the driver's name.
-func (a *Adapter) Provider() string { return a.d.Provider() }
+func (a *core) Provider() string { return a.d.Provider() }
 
-// Capabilities returns the driver's capabilities.
-func (a *Adapter) Capabilities() adapter.Capabilities { return a.caps }
-
-// gate refuses a call behind a capability the driver does not advertise.
-func (a *Adapter) gate(c adapter.Capability, what string) error {
-	if a.caps.Has(c) {
-		return nil
-	}
-	return fmt.Errorf("%s: %w", what, adapter.ErrNotSupported)
-}
+// Capabilities declares the driver's, less the optional features it does
+// not implement.
+func (a *core) Capabilities() adapter.Capabilities { return a.caps }
 
 // Create returns the sandbox named name, made or adopted by the driver,
 // with runner-shim verified in it (installed first when the transport
 // says so). Concurrent creates of one name in this process are
 // serialized.
-func (a *Adapter) Create(ctx context.Context, name string, opts adapter.CreateOptions) (adapter.Handle, error) {
-	if !ValidName(name) {
-		return adapter.Handle{}, invalidName(name)
-	}
-	if opts.NetworkPolicy != nil {
-		if err := a.gate(adapter.CapNetworkPolicy, "create "+name+" with a network policy"); err != nil {
-			return adapter.Handle{}, err
-		}
-	}
+func (a *core) Create(ctx context.Context, name string, opts adapter.CreateOptions) (adapter.Handle, error) {
 	a.createMu.Lock()
 	mu, ok := a.creating[name]
 	if !ok {
@@ -264,10 +297,7 @@ func (a *Adapter) Create(ctx context.Context, name string, opts adapter.CreateOp
 }
 
 // Get returns the sandbox named name, as the driver finds it.
-func (a *Adapter) Get(ctx context.Context, name string) (adapter.Handle, error) {
-	if !ValidName(name) {
-		return adapter.Handle{}, invalidName(name)
-	}
+func (a *core) Get(ctx context.Context, name string) (adapter.Handle, error) {
 	h, err := a.d.Get(ctx, name)
 	if err != nil {
 		return adapter.Handle{}, fmt.Errorf("get %s: %w", name, err)
@@ -276,7 +306,7 @@ func (a *Adapter) Get(ctx context.Context, name string) (adapter.Handle, error) 
 }
 
 // List returns one page of the driver's sandboxes.
-func (a *Adapter) List(ctx context.Context, opts adapter.ListOptions) (adapter.Page, error) {
+func (a *core) List(ctx context.Context, opts adapter.ListOptions) (adapter.Page, error) {
 	p, err := a.d.List(ctx, opts)
 	if err != nil {
 		return adapter.Page{}, fmt.Errorf("list sandboxes: %w", err)
@@ -285,7 +315,7 @@ func (a *Adapter) List(ctx context.Context, opts adapter.ListOptions) (adapter.P
 }
 
 // Destroy forgets h's transport and has the driver remove the sandbox.
-func (a *Adapter) Destroy(ctx context.Context, h adapter.Handle) error {
+func (a *core) Destroy(ctx context.Context, h adapter.Handle) error {
 	if h.ID == "" {
 		return &adapter.InvalidError{Detail: "destroy: a handle without an id"}
 	}
@@ -296,10 +326,8 @@ func (a *Adapter) Destroy(ctx context.Context, h adapter.Handle) error {
 	return nil
 }
 
-// Forget closes and drops the cached transport of sandbox id, if any:
-// its next use opens it again (the driver calls it when a sandbox is
-// gone, stopped or restored).
-func (a *Adapter) Forget(id string) {
+// Forget is Adapter.Forget.
+func (a *core) Forget(id string) {
 	a.mu.Lock()
 	e := a.guests[id]
 	delete(a.guests, id)
@@ -309,10 +337,8 @@ func (a *Adapter) Forget(id string) {
 	}
 }
 
-// Renew replaces h's transport with t and verifies runner-shim through
-// it once the sandbox takes calls (a restored disk may hold another
-// runner-shim, or none).
-func (a *Adapter) Renew(ctx context.Context, h adapter.Handle, t *Transport) error {
+// Renew is Adapter.Renew.
+func (a *core) Renew(ctx context.Context, h adapter.Handle, t *Transport) error {
 	a.Forget(h.ID)
 	e, err := a.register(ctx, h, t)
 	if err != nil {
@@ -321,10 +347,8 @@ func (a *Adapter) Renew(ctx context.Context, h adapter.Handle, t *Transport) err
 	return t.ready(ctx, e.g.Verify)
 }
 
-// Guest returns h's session transport: the cached one for this
-// incarnation, or one the driver opens. A handle of another provider or
-// without an id is *adapter.InvalidError.
-func (a *Adapter) Guest(ctx context.Context, h adapter.Handle) (*guest.Guest, error) {
+// Guest is Adapter.Guest.
+func (a *core) Guest(ctx context.Context, h adapter.Handle) (*guest.Guest, error) {
 	e, err := a.entry(ctx, h)
 	if err != nil {
 		return nil, err
@@ -332,9 +356,10 @@ func (a *Adapter) Guest(ctx context.Context, h adapter.Handle) (*guest.Guest, er
 	return e.g, nil
 }
 
-func (a *Adapter) entry(ctx context.Context, h adapter.Handle) (*entry, error) {
-	if h.ID == "" || h.Provider != a.d.Provider() {
-		return nil, &adapter.InvalidError{Detail: fmt.Sprintf("handle %v is not a %s sandbox", h, a.d.Provider())}
+func (a *core) entry(ctx context.Context, h adapter.Handle) (*entry, error) {
+	if h.ID == "" {
+		// Hosted sandboxes are addressed by incarnation.
+		return nil, &adapter.InvalidError{Detail: fmt.Sprintf("handle %v names no %s incarnation", h, a.d.Provider())}
 	}
 	a.mu.Lock()
 	closed := a.closed
@@ -365,7 +390,7 @@ func (a *Adapter) entry(ctx context.Context, h adapter.Handle) (*entry, error) {
 
 // register makes the Guest over t and caches it, unless another call
 // cached one for h first (that one wins; t is dropped unused).
-func (a *Adapter) register(ctx context.Context, h adapter.Handle, t *Transport) (*entry, error) {
+func (a *core) register(ctx context.Context, h adapter.Handle, t *Transport) (*entry, error) {
 	g, err := guest.New(guest.Config{Provider: a.d.Provider(), Exec: t.Exec, Shim: a.cfg.Shim, Root: a.cfg.Root,
 		Version: a.cfg.Version, Install: t.Install, TextSafe: t.TextSafe, Lease: a.cfg.Lease,
 		ReattachWindow: a.cfg.ReattachWindow})

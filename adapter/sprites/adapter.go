@@ -247,7 +247,7 @@ func (d driver) List(ctx context.Context, opts adapter.ListOptions) (adapter.Pag
 	}
 	out := adapter.Page{NextPageToken: p.NextToken}
 	for _, s := range p.Sprites {
-		if !hosted.ValidName(s.Name) {
+		if !adapter.ValidName(s.Name) {
 			continue
 		}
 		id := s.ID
@@ -274,7 +274,7 @@ func (d driver) List(ctx context.Context, opts adapter.ListOptions) (adapter.Pag
 // name, so a replacement created between the GET and the DELETE would be
 // deleted: the window is one round trip.
 func (d driver) Destroy(ctx context.Context, h adapter.Handle) error {
-	if h.Provider != provider || !hosted.ValidName(h.Name) {
+	if h.Provider != provider || !adapter.ValidName(h.Name) {
 		return &adapter.InvalidError{Detail: fmt.Sprintf("handle %v is not a sprite", h)}
 	}
 	sp, err := d.a.cfg.Client.Get(ctx, h.Name)
@@ -295,7 +295,7 @@ func (d driver) Destroy(ctx context.Context, h adapter.Handle) error {
 // drive whatever took its name. The window left is the one round trip
 // between the GET and the exec.
 func (d driver) Confirm(ctx context.Context, h adapter.Handle) error {
-	if !hosted.ValidName(h.Name) {
+	if !adapter.ValidName(h.Name) {
 		return &adapter.InvalidError{Detail: fmt.Sprintf("handle %v is not a sprite", h)}
 	}
 	sp, err := d.a.cfg.Client.Get(ctx, h.Name)

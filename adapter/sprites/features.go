@@ -11,6 +11,13 @@ import (
 	"github.com/agentrunner/runner/adapter"
 )
 
+// The optional calls Sprites delivers are its driver's: the portable
+// adapter has checked the capability, the handle and the port range.
+var (
+	_ adapter.PublicURLer  = driver{}
+	_ adapter.Checkpointer = driver{}
+)
+
 // PublicPort is the one port a sprite's URL reaches
 // (https://<name>-<org>.sprites.app routes to port 8080, or to the first
 // HTTP port the sprite opens: working-with-sprites, "HTTP Access").
@@ -23,10 +30,8 @@ const PublicPort = 8080
 // long as the sprite lives (url_settings.auth = "public"); the URL is
 // derived from the sprite's and the organization's names, so it is not
 // a secret.
-func (a *Adapter) PublicURL(ctx context.Context, h adapter.Handle, port int) (string, error) {
-	if port < 1 || port > 65535 {
-		return "", &adapter.InvalidError{Detail: fmt.Sprintf("port %d is outside 1-65535", port)}
-	}
+func (d driver) PublicURL(ctx context.Context, h adapter.Handle, port int) (string, error) {
+	a := d.a
 	if port != PublicPort {
 		return "", &adapter.InvalidError{Detail: fmt.Sprintf("a sprite's URL reaches port %d only, not %d", PublicPort, port)}
 	}
@@ -55,7 +60,8 @@ func (a *Adapter) PublicURL(ctx context.Context, h adapter.Handle, port int) (st
 // names the id only in free text, so the checkpoint is given a unique
 // comment and found by it in the listing; a stream cut midway is settled
 // the same way (listed: it exists).
-func (a *Adapter) Checkpoint(ctx context.Context, h adapter.Handle) (string, error) {
+func (d driver) Checkpoint(ctx context.Context, h adapter.Handle) (string, error) {
+	a := d.a
 	if _, err := a.Guest(ctx, h); err != nil {
 		return "", err
 	}
@@ -87,7 +93,8 @@ func (a *Adapter) Checkpoint(ctx context.Context, h adapter.Handle) (string, err
 // the sprite: every session ends, and runner-shim's session root is the
 // checkpoint's (sessions started after the checkpoint are gone from it;
 // those running at the checkpoint are lost, not resumed).
-func (a *Adapter) Restore(ctx context.Context, h adapter.Handle, id string) error {
+func (d driver) Restore(ctx context.Context, h adapter.Handle, id string) error {
+	a := d.a
 	if id == "" {
 		return &adapter.InvalidError{Detail: "empty checkpoint id"}
 	}
