@@ -139,12 +139,16 @@ type execPlan struct {
 	Binds      []sessiondir.Bind `json:"binds,omitempty"`
 	Hostname   string            `json:"hostname,omitempty"`
 	Isolate    bool              `json:"isolate,omitempty"`
-	Cred       *nsexecCred       `json:"cred,omitempty"` // nil keeps the shim's own
-	Dir        string            `json:"dir,omitempty"`
-	DirRoot    string            `json:"cwd_root,omitempty"`
-	Path       string            `json:"path"` // as looked up by the shim
-	Argv       []string          `json:"argv"`
-	Env        []string          `json:"env"`
+	// Seccomp is the compiled filter (seccomp.Filter.MarshalBinary) the
+	// helper installs without compiling (Isolate, and every pod start):
+	// the shim compiled it once (filter.go).
+	Seccomp []byte      `json:"seccomp,omitempty"`
+	Cred    *nsexecCred `json:"cred,omitempty"` // nil keeps the shim's own
+	Dir     string      `json:"dir,omitempty"`
+	DirRoot string      `json:"cwd_root,omitempty"`
+	Path    string      `json:"path"` // as looked up by the shim
+	Argv    []string    `json:"argv"`
+	Env     []string    `json:"env"`
 
 	// dirFD is DirRoot opened (O_PATH) by the helper as root before the
 	// user switch, for enterDir; 0: not opened.
@@ -255,6 +259,13 @@ func newExecPlan(cmd *exec.Cmd, spec sessiondir.Spec) (*execPlan, error) {
 	if p.Isolate && (p.Cred == nil || p.Cred.UID == 0) {
 		// validate refused this; the user database may have changed since.
 		return nil, fmt.Errorf("%w: isolate: user %q runs as root", sessiondir.ErrInvalid, spec.User)
+	}
+	if p.Isolate || spec.Pod != nil {
+		prog, err := compiledFilter()
+		if err != nil {
+			return nil, fmt.Errorf("build the seccomp filter: %w", err)
+		}
+		p.Seccomp = prog
 	}
 	for _, dir := range spec.Cgroups {
 		v2, err := sessiondir.CgroupKind(dir)
@@ -553,12 +564,18 @@ func clearCaps(*execPlan) (string, error) {
 }
 
 // loadSeccomp installs the isolated command's system-call filter on the
-// helper, whose execve passes it on to the command. A filter that cannot
-// be built (an architecture it does not handle) fails the start.
-func loadSeccomp(*execPlan) (string, error) {
-	f, err := seccomp.Default()
+// helper, whose execve passes it on to the command: the program the shim
+// compiled (p.Seccomp), checked and installed as it came, never compiled
+// here. A plan without one, or with one not intact (seccomp.Decode:
+// length, version, architecture, checksum), fails the start: the command
+// never runs unfiltered, nor under a filter other than the one compiled.
+func loadSeccomp(p *execPlan) (string, error) {
+	if len(p.Seccomp) == 0 {
+		return "nsexec: the plan carries no seccomp program", seccomp.ErrCorrupt
+	}
+	f, err := seccomp.Decode(p.Seccomp)
 	if err != nil {
-		return "nsexec: build the seccomp filter", err
+		return "nsexec: check the seccomp program", err
 	}
 	return "nsexec: load the seccomp filter", f.Load()
 }
