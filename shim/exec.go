@@ -140,8 +140,8 @@ type execPlan struct {
 	Hostname   string            `json:"hostname,omitempty"`
 	Isolate    bool              `json:"isolate,omitempty"`
 	// Seccomp is the compiled filter (seccomp.Filter.MarshalBinary) the
-	// helper installs without compiling (Isolate, and every pod start):
-	// the shim compiled it once (filter.go).
+	// helper checks and installs without compiling (Isolate, and every
+	// pod start): Spec.Seccomp, or the shim's one compile (filter.go).
 	Seccomp []byte      `json:"seccomp,omitempty"`
 	Cred    *nsexecCred `json:"cred,omitempty"` // nil keeps the shim's own
 	Dir     string      `json:"dir,omitempty"`
@@ -261,7 +261,7 @@ func newExecPlan(cmd *exec.Cmd, spec sessiondir.Spec) (*execPlan, error) {
 		return nil, fmt.Errorf("%w: isolate: user %q runs as root", sessiondir.ErrInvalid, spec.User)
 	}
 	if p.Isolate || spec.Pod != nil {
-		prog, err := compiledFilter()
+		prog, err := filterFor(spec.Seccomp)
 		if err != nil {
 			return nil, fmt.Errorf("build the seccomp filter: %w", err)
 		}

@@ -3,11 +3,13 @@ package shim
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/agentrunner/runner/seccomp"
 	"github.com/agentrunner/runner/shim/internal/shimtest"
@@ -41,7 +43,15 @@ func TestFilterCompiledOnce(t *testing.T) {
 	if &plans[0].Seccomp[0] != &plans[1].Seccomp[0] {
 		t.Error("the second start's program was compiled again, not the shim's one compile")
 	}
-	p, err := newExecPlan(&exec.Cmd{Path: "/bin/true", Args: []string{"true"}, SysProcAttr: &syscall.SysProcAttr{}},
+	// A spec that brings the launcher's compile: its bytes, as they came.
+	given := bytes.Clone(want)
+	cmd := &exec.Cmd{Path: "/bin/true", Args: []string{"true"}, SysProcAttr: &syscall.SysProcAttr{
+		Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}}
+	p, err := newExecPlan(cmd, sessiondir.Spec{Argv: []string{"true"}, User: "nobody", Isolate: true, Seccomp: given})
+	if err != nil || &p.Seccomp[0] != &given[0] {
+		t.Fatalf("a spec with a program: the plan does not carry it (%v)", err)
+	}
+	p, err = newExecPlan(&exec.Cmd{Path: "/bin/true", Args: []string{"true"}, SysProcAttr: &syscall.SysProcAttr{}},
 		sessiondir.Spec{Argv: []string{"true"}})
 	if err != nil || p.Seccomp != nil {
 		t.Fatalf("a start without Isolate or Pod: program of %d bytes (%v), want none", len(p.Seccomp), err)
@@ -108,6 +118,48 @@ func TestFilterNotIntactRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSpecFilterNotIntactRefused is the same attack end to end, through
+// a shim started by launch.Pool: a spec whose program was altered (the
+// default action turned into allow) starts nothing, with the helper's
+// error; the intact one (which the pool compiled, once) runs filtered.
+func TestSpecFilterNotIntactRefused(t *testing.T) {
+	shimtest.NeedRoot(t)
+	spec := sessiondir.Spec{Argv: []string{"sh", "-c", "grep '^Seccomp:' /proc/self/status; echo ran"},
+		Env: shimtest.TestEnv, User: "nobody", Isolate: true}
+	okDir, _ := shimtest.Start(t, spec)
+	e := shimtest.WaitExit(t, okDir)
+	if out, want := shimtest.StdoutOf(t, okDir), "Seccomp:\t2\nran\n"; e.Code != 0 || out != want {
+		t.Fatalf("intact: exit %d, %q; want 0 and %q", e.Code, out, want)
+	}
+	// The pool put its one compile in the spec, byte-identical to a fresh one.
+	if have, err := sessiondir.ReadSpec(okDir); err != nil || !bytes.Equal(have.Seccomp, good(t)) {
+		t.Fatalf("spec.json's program: %d bytes (%v), want a fresh compile's %d", len(have.Seccomp), err, len(good(t)))
+	}
+	spec.ID, spec.Seccomp = "altered", bytes.Clone(good(t))
+	binary.LittleEndian.PutUint32(spec.Seccomp[len(spec.Seccomp)-sha256Len-4:], unix.SECCOMP_RET_ALLOW)
+	dir := shimtest.SessionDir(t)
+	_, err := shimtest.ColdStart(shimtest.CtxT(t, 30*time.Second), shimtest.ShimExe, dir, spec)
+	if want := "check the seccomp program: seccomp: program not intact: checksum mismatch"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("altered program: start got %v, want an error with %q", err, want)
+	}
+	if _, err := sessiondir.ReadStatus(dir); !errors.Is(err, sessiondir.ErrNoSession) {
+		t.Fatalf("altered program: a session was left: %v", err)
+	}
+}
+
+func good(t *testing.T) []byte {
+	t.Helper()
+	f, err := seccomp.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := f.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // sha256Len is the length of the program's checksum (seccomp's encoding).

@@ -247,15 +247,6 @@ func warmMain(sock *os.File, root string, retain int64, nsexec bool, hooks Hooks
 	// pool that waits for EOF (Pool.Close) knows it is.
 	unused := func() int { discard(); sock.Close(); return 0 }
 	prewarm()
-	if nsexec {
-		// The sandbox's filter, compiled now, off every start's path
-		// (filter.go); the compiler's garbage returned to the kernel, so
-		// an idle warm shim does not keep it.
-		if _, err := compiledFilter(); err != nil {
-			fmt.Fprintf(os.Stderr, "shim: %v\n", err) // every isolated start will fail with it
-		}
-		debug.FreeOSMemory()
-	}
 	if err := setTitle("runner-shim warm", "shim warm"); err != nil {
 		fmt.Fprintf(os.Stderr, "shim: %v\n", err)
 	}
