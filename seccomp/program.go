@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"runtime"
 
-	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -102,14 +101,12 @@ func Decode(b []byte) (*Filter, error) {
 	if n == 0 || n > bpfMaxInsns || uint64(len(body)) != headerLen+insnLen*uint64(n) {
 		return nil, fmt.Errorf("%w: %d instructions in %d bytes", ErrCorrupt, n, len(body)-headerLen)
 	}
+	// Only the raw program: the kernel takes it as it is (f.insts, the
+	// compiler's form, stays empty; nothing but the tests reads it).
 	f := &Filter{raw: make([]unix.SockFilter, n)}
-	raws := make([]bpf.RawInstruction, n)
 	for i := range f.raw {
 		in := body[headerLen+insnLen*i:]
 		f.raw[i] = unix.SockFilter{Code: binary.LittleEndian.Uint16(in), Jt: in[2], Jf: in[3], K: binary.LittleEndian.Uint32(in[4:])}
-		raws[i] = bpf.RawInstruction{Op: f.raw[i].Code, Jt: f.raw[i].Jt, Jf: f.raw[i].Jf, K: f.raw[i].K}
 	}
-	// For the tests' VM; the kernel gets raw.
-	f.insts, _ = bpf.Disassemble(raws)
 	return f, nil
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"testing"
 
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -68,6 +69,16 @@ func TestDecodedDecides(t *testing.T) {
 	f, err := Decode(mustEncode(t, mustDefault(t)))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The VM runs the compiler's form: rebuilt here from the raw program
+	// the kernel would get.
+	raws := make([]bpf.RawInstruction, len(f.raw))
+	for i, r := range f.raw {
+		raws[i] = bpf.RawInstruction{Op: r.Code, Jt: r.Jt, Jf: r.Jf, K: r.K}
+	}
+	var all bool
+	if f.insts, all = bpf.Disassemble(raws); !all {
+		t.Fatal("the decoded program has an instruction the VM does not know")
 	}
 	info := nativeArch[runtime.GOARCH]
 	for _, tc := range []struct {

@@ -142,7 +142,9 @@ type execPlan struct {
 	// Seccomp is the compiled filter (seccomp.Filter.MarshalBinary) the
 	// helper checks and installs without compiling (Isolate, and every
 	// pod start): Spec.Seccomp, or the shim's one compile (filter.go).
-	Seccomp []byte      `json:"seccomp,omitempty"`
+	Seccomp []byte `json:"seccomp,omitempty"`
+	// Trace: the helper measures its steps and reports them (trace.go).
+	Trace   bool        `json:"trace,omitempty"`
 	Cred    *nsexecCred `json:"cred,omitempty"` // nil keeps the shim's own
 	Dir     string      `json:"dir,omitempty"`
 	DirRoot string      `json:"cwd_root,omitempty"`
@@ -318,10 +320,13 @@ func execCommand(cmd *exec.Cmd, spec sessiondir.Spec, ahead *nsexecAhead, before
 	if before == nil {
 		before = func() error { return nil }
 	}
+	t := spanStart()
 	p, err := newExecPlan(cmd, spec)
 	if err != nil {
 		return err
 	}
+	p.Trace = tracing()
+	span("plan", t)
 	if spec.Pod != nil {
 		// A helper started ahead runs its runtime already: it cannot
 		// join a user namespace. The caller discards it.
@@ -349,12 +354,15 @@ func execCommand(cmd *exec.Cmd, spec sessiondir.Spec, ahead *nsexecAhead, before
 	// The fork-side steps redo what they are given; start from a clean
 	// SysProcAttr and directory so nothing is set twice.
 	cmd.SysProcAttr.Credential, cmd.Dir = nil, ""
+	t = spanStart()
 	f, err := forkSteps(cmd, p, false)
 	if err != nil {
 		return err
 	}
 	defer f.close()
-	return proto.AsCommandError(startIn(cmd, f.netNS))
+	err = proto.AsCommandError(startIn(cmd, f.netNS))
+	span("fork and exec (direct)", t)
+	return err
 }
 
 // forkSteps applies the plan's fork-side steps to cmd: every active one
