@@ -74,7 +74,11 @@ import (
 //     helper marks its own before the execve;
 //  10. seccomp filter (Spec.Isolate): Docker's default profile (package
 //     seccomp), last before the execve because it needs no_new_privs and
-//     denies the mount and unshare calls of the steps above;
+//     denies the mount and unshare calls of the steps above; never
+//     compiled here: the program comes compiled in the plan (Spec.Seccomp,
+//     launch.Pool's one compile; filter.go) and the helper checks it
+//     (length, version, architecture, checksum) and loads it as it came,
+//     or refuses the start;
 //  11. execve(2).
 //
 // Each step is done either at the fork (on the forking thread or by Go's

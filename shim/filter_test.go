@@ -3,13 +3,15 @@ package shim
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/agentrunner/runner/seccomp"
 	"github.com/agentrunner/runner/shim/internal/shimtest"
@@ -121,13 +123,16 @@ func TestFilterNotIntactRefused(t *testing.T) {
 }
 
 // TestSpecFilterNotIntactRefused is the same attack end to end, through
-// a shim started by launch.Pool: a spec whose program was altered (the
-// default action turned into allow) starts nothing, with the helper's
-// error; the intact one (which the pool compiled, once) runs filtered.
+// a shim: a spec.json whose program was altered (the default action
+// turned into allow) starts nothing, with the helper's error; the intact
+// one, which launch.Pool compiled once and put in the spec (replacing
+// whatever program the caller's spec had), runs filtered.
 func TestSpecFilterNotIntactRefused(t *testing.T) {
 	shimtest.NeedRoot(t)
-	spec := sessiondir.Spec{Argv: []string{"sh", "-c", "grep '^Seccomp:' /proc/self/status; echo ran"},
-		Env: shimtest.TestEnv, User: "nobody", Isolate: true}
+	altered := bytes.Clone(good(t))
+	binary.LittleEndian.PutUint32(altered[len(altered)-sha256Len-4:], unix.SECCOMP_RET_ALLOW)
+	spec := sessiondir.Spec{ID: "intact", Argv: []string{"sh", "-c", "grep '^Seccomp:' /proc/self/status; echo ran"},
+		Env: shimtest.TestEnv, User: "nobody", Isolate: true, Seccomp: altered}
 	okDir, _ := shimtest.Start(t, spec)
 	e := shimtest.WaitExit(t, okDir)
 	if out, want := shimtest.StdoutOf(t, okDir), "Seccomp:\t2\nran\n"; e.Code != 0 || out != want {
@@ -137,15 +142,24 @@ func TestSpecFilterNotIntactRefused(t *testing.T) {
 	if have, err := sessiondir.ReadSpec(okDir); err != nil || !bytes.Equal(have.Seccomp, good(t)) {
 		t.Fatalf("spec.json's program: %d bytes (%v), want a fresh compile's %d", len(have.Seccomp), err, len(good(t)))
 	}
-	spec.ID, spec.Seccomp = "altered", bytes.Clone(good(t))
-	binary.LittleEndian.PutUint32(spec.Seccomp[len(spec.Seccomp)-sha256Len-4:], unix.SECCOMP_RET_ALLOW)
+
+	// The altered program in spec.json, the shim run on it directly.
 	dir := shimtest.SessionDir(t)
-	_, err := shimtest.ColdStart(shimtest.CtxT(t, 30*time.Second), shimtest.ShimExe, dir, spec)
-	if want := "check the seccomp program: seccomp: program not intact: checksum mismatch"; err == nil || !strings.Contains(err.Error(), want) {
-		t.Fatalf("altered program: start got %v, want an error with %q", err, want)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := sessiondir.ReadStatus(dir); !errors.Is(err, sessiondir.ErrNoSession) {
-		t.Fatalf("altered program: a session was left: %v", err)
+	spec.ID = "altered"
+	b, _ := json.Marshal(spec)
+	if err := os.WriteFile(filepath.Join(dir, sessiondir.SpecFile), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(shimtest.ShimExe[0], "session", dir)
+	log, err := cmd.CombinedOutput()
+	if want := "check the seccomp program: seccomp: program not intact: checksum mismatch"; err == nil || !strings.Contains(string(log), want) {
+		t.Fatalf("altered program: shim got %v, %q; want a failure saying %q", err, log, want)
+	}
+	if _, err := os.Stat(filepath.Join(dir, sessiondir.StartedFile)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("altered program: %s: %v, want none (nothing started)", sessiondir.StartedFile, err)
 	}
 }
 

@@ -9,14 +9,18 @@ import (
 )
 
 // withFilter returns spec with Spec.Seccomp set for an Isolate or Pod
-// spec that has none: the sandbox's filter (Docker's default profile,
-// package seccomp), compiled once per process (runnerd's) and handed to
-// every shim, so that no shim compiles it on a start's path, nor keeps
-// the memory a compile leaves behind. The shim's helper checks the bytes
+// spec: the sandbox's filter (Docker's default profile, package seccomp),
+// compiled once per process (runnerd's) and handed to every shim, so that
+// no shim compiles it on a start's path, nor keeps the memory a compile
+// leaves behind. Whatever program the caller's spec carried is replaced:
+// the filter is this runnerd's (a spec kept from an older one must not
+// bring an older, weaker filter back). The shim's helper checks the bytes
 // before it installs them. A compile error (an architecture seccomp does
-// not handle) fails the start, as the shim's own compile would.
+// not handle) fails the start, as the shim's own compile would. Any other
+// spec is returned without a program.
 func withFilter(spec sessiondir.Spec) (sessiondir.Spec, error) {
-	if !(spec.Isolate || spec.Pod != nil) || len(spec.Seccomp) > 0 {
+	if !(spec.Isolate || spec.Pod != nil) {
+		spec.Seccomp = nil
 		return spec, nil
 	}
 	prog, err := compiledFilter()
