@@ -87,7 +87,9 @@
 // the per-session server type, stage.go its staging (prepare, moveTo,
 // adopt, undo), supervise.go its supervision (start, run, pump, finish),
 // control.go its control socket; exec.go, nsexec.go and proc.go the exec
-// path, pod.go its path into a pod; reaper.go the subreaper.
+// path, pod.go its path into a pod, filter.go the seccomp program it
+// carries; trace.go the start's spans (RUNNER_SHIM_TRACE); reaper.go the
+// subreaper.
 //
 // Drain window: after the child exits, the shim keeps reading until every
 // output stream reaches EOF (pipe EOF, or EIO on the PTY master once every

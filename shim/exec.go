@@ -74,7 +74,11 @@ import (
 //     helper marks its own before the execve;
 //  10. seccomp filter (Spec.Isolate): Docker's default profile (package
 //     seccomp), last before the execve because it needs no_new_privs and
-//     denies the mount and unshare calls of the steps above;
+//     denies the mount and unshare calls of the steps above; never
+//     compiled here: the program comes compiled in the plan (Spec.Seccomp,
+//     launch.Pool's one compile; filter.go) and the helper checks it
+//     (length, version, architecture, checksum) and loads it as it came,
+//     or refuses the start;
 //  11. execve(2).
 //
 // Each step is done either at the fork (on the forking thread or by Go's
@@ -139,12 +143,18 @@ type execPlan struct {
 	Binds      []sessiondir.Bind `json:"binds,omitempty"`
 	Hostname   string            `json:"hostname,omitempty"`
 	Isolate    bool              `json:"isolate,omitempty"`
-	Cred       *nsexecCred       `json:"cred,omitempty"` // nil keeps the shim's own
-	Dir        string            `json:"dir,omitempty"`
-	DirRoot    string            `json:"cwd_root,omitempty"`
-	Path       string            `json:"path"` // as looked up by the shim
-	Argv       []string          `json:"argv"`
-	Env        []string          `json:"env"`
+	// Seccomp is the compiled filter (seccomp.Filter.MarshalBinary) the
+	// helper checks and installs without compiling (Isolate, and every
+	// pod start): Spec.Seccomp, or the shim's one compile (filter.go).
+	Seccomp []byte `json:"seccomp,omitempty"`
+	// Trace: the helper measures its steps and reports them (trace.go).
+	Trace   bool        `json:"trace,omitempty"`
+	Cred    *nsexecCred `json:"cred,omitempty"` // nil keeps the shim's own
+	Dir     string      `json:"dir,omitempty"`
+	DirRoot string      `json:"cwd_root,omitempty"`
+	Path    string      `json:"path"` // as looked up by the shim
+	Argv    []string    `json:"argv"`
+	Env     []string    `json:"env"`
 
 	// dirFD is DirRoot opened (O_PATH) by the helper as root before the
 	// user switch, for enterDir; 0: not opened.
@@ -256,6 +266,13 @@ func newExecPlan(cmd *exec.Cmd, spec sessiondir.Spec) (*execPlan, error) {
 		// validate refused this; the user database may have changed since.
 		return nil, fmt.Errorf("%w: isolate: user %q runs as root", sessiondir.ErrInvalid, spec.User)
 	}
+	if p.Isolate || spec.Pod != nil {
+		prog, err := filterFor(spec.Seccomp)
+		if err != nil {
+			return nil, fmt.Errorf("build the seccomp filter: %w", err)
+		}
+		p.Seccomp = prog
+	}
 	for _, dir := range spec.Cgroups {
 		v2, err := sessiondir.CgroupKind(dir)
 		if err != nil {
@@ -307,10 +324,13 @@ func execCommand(cmd *exec.Cmd, spec sessiondir.Spec, ahead *nsexecAhead, before
 	if before == nil {
 		before = func() error { return nil }
 	}
+	t := spanStart()
 	p, err := newExecPlan(cmd, spec)
 	if err != nil {
 		return err
 	}
+	p.Trace = tracing()
+	span("plan", t)
 	if spec.Pod != nil {
 		// A helper started ahead runs its runtime already: it cannot
 		// join a user namespace. The caller discards it.
@@ -338,12 +358,15 @@ func execCommand(cmd *exec.Cmd, spec sessiondir.Spec, ahead *nsexecAhead, before
 	// The fork-side steps redo what they are given; start from a clean
 	// SysProcAttr and directory so nothing is set twice.
 	cmd.SysProcAttr.Credential, cmd.Dir = nil, ""
+	t = spanStart()
 	f, err := forkSteps(cmd, p, false)
 	if err != nil {
 		return err
 	}
 	defer f.close()
-	return proto.AsCommandError(startIn(cmd, f.netNS))
+	err = proto.AsCommandError(startIn(cmd, f.netNS))
+	span("fork and exec (direct)", t)
+	return err
 }
 
 // forkSteps applies the plan's fork-side steps to cmd: every active one
@@ -553,12 +576,18 @@ func clearCaps(*execPlan) (string, error) {
 }
 
 // loadSeccomp installs the isolated command's system-call filter on the
-// helper, whose execve passes it on to the command. A filter that cannot
-// be built (an architecture it does not handle) fails the start.
-func loadSeccomp(*execPlan) (string, error) {
-	f, err := seccomp.Default()
+// helper, whose execve passes it on to the command: the program the shim
+// compiled (p.Seccomp), checked and installed as it came, never compiled
+// here. A plan without one, or with one not intact (seccomp.Decode:
+// length, version, architecture, checksum), fails the start: the command
+// never runs unfiltered, nor under a filter other than the one compiled.
+func loadSeccomp(p *execPlan) (string, error) {
+	if len(p.Seccomp) == 0 {
+		return "nsexec: the plan carries no seccomp program", seccomp.ErrCorrupt
+	}
+	f, err := seccomp.Decode(p.Seccomp)
 	if err != nil {
-		return "nsexec: build the seccomp filter", err
+		return "nsexec: check the seccomp program", err
 	}
 	return "nsexec: load the seccomp filter", f.Load()
 }

@@ -216,6 +216,8 @@ func (h *nsexecAhead) send(cmd *exec.Cmd, p *execPlan) bool {
 	}
 	p.Ahead, p.Ctty = true, cmd.SysProcAttr != nil && cmd.SysProcAttr.Setctty
 	p.Path, p.Argv, p.Env = cmd.Path, cmd.Args, cmd.Environ()
+	t := spanStart()
+	defer span("helper ahead send plan", t)
 	js, _ := json.Marshal(p)
 	b := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(js)), uint32(len(js)))
 	b = append(b, js...)
@@ -244,6 +246,8 @@ func (h *nsexecAhead) exec(cmd *exec.Cmd) (err error, taken bool) {
 		h.discard()
 		return err, true
 	}
+	t := spanStart()
+	defer span("helper ahead go to exec ack", t)
 	h.conn.SetDeadline(time.Now().Add(nsexecTimeout))
 	werr := h.sendErr
 	if werr == nil {
@@ -285,16 +289,20 @@ func startNsexec(cmd *exec.Cmd, p *execPlan) error {
 	cmd.Dir = ""
 	cmd.SysProcAttr = &attr
 	cmd.ExtraFiles = []*os.File{child} // fd 3 = nsexecFD
+	t := spanStart()
 	f, err := forkSteps(cmd, p, true)
 	if err != nil {
 		return err
 	}
 	err = startIn(cmd, f.netNS)
 	f.close()
+	span("helper fork", t)
 	if err != nil {
 		return err
 	}
 	child.Close()
+	t = spanStart()
+	defer span("helper plan to exec ack", t)
 	fail := func(err error) error {
 		cmd.Process.Kill()
 		cmd.Wait()
@@ -318,10 +326,13 @@ func nsexecMain(ahead bool) (code int) {
 	// Never unlocked: the mount namespace belongs to this thread, and the
 	// execve must happen on it.
 	runtime.LockOSThread()
+	up := time.Now() // the runtime is up
 	unix.CloseOnExec(nsexecFD)
 	f := os.NewFile(nsexecFD, "nsexec")
 	phase := proto.PhaseSetup
+	var spans helperSpans // with p.Trace: sent before the report line
 	fail := func(step string, err error) int {
+		spans.write(f)
 		var en syscall.Errno
 		if errors.As(err, &en) {
 			fmt.Fprintf(f, "error %d %s %s\n", int(en), phase, oneLine(step))
@@ -368,6 +379,9 @@ func nsexecMain(ahead bool) (code int) {
 	} else if err := json.NewDecoder(f).Decode(&p); err != nil {
 		return fail("nsexec: read parameters", err)
 	}
+	if p.Trace {
+		spans.add("read plan", up)
+	}
 	steps := execSteps
 	if p.Pod {
 		steps = podSteps
@@ -377,7 +391,12 @@ func nsexecMain(ahead bool) (code int) {
 			continue
 		}
 		phase = st.phase
-		if what, err := st.helper(&p); err != nil {
+		t := time.Now()
+		what, err := st.helper(&p)
+		if p.Trace {
+			spans.add(st.name, t)
+		}
+		if err != nil {
 			return fail(what, err)
 		}
 	}
@@ -385,6 +404,7 @@ func nsexecMain(ahead bool) (code int) {
 		return nsexecExit
 	}
 	phase = proto.PhaseExec // from here on a failure is the command's own
+	spans.write(f)
 	if _, err := f.WriteString("exec\n"); err != nil {
 		return nsexecExit // the shim is gone or gave up: do not run the command
 	}

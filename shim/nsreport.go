@@ -54,6 +54,7 @@ func awaitReport(conn *net.UnixConn, sendErr error) (silent bool, err error) {
 // parseNsexecReport turns the helper's report into nil (the execve
 // succeeded) or the start error.
 func parseNsexecReport(rep string) error {
+	rep = takeHelperSpans(rep) // trace.go
 	rest, execd := strings.CutPrefix(rep, "exec\n")
 	if line, ok := strings.CutPrefix(rest, "error "); ok {
 		line = strings.TrimSuffix(line, "\n")

@@ -163,15 +163,18 @@ func startInPod(cmd *exec.Cmd, spec sessiondir.Spec, p *execPlan) error {
 	cmd.Dir = ""
 	cmd.SysProcAttr = attr
 	cmd.ExtraFiles = extra
+	t := spanStart()
 	f, err := forkSteps(cmd, p, true) // cgroup v2: cloned into it, and the command with it
 	if err != nil {
 		return err
 	}
 	err = cmd.Start()
 	f.close()
+	span("pod helper fork", t)
 	if err != nil {
 		return err
 	}
+	t = spanStart()
 	child.Close()
 	uc.SetDeadline(time.Now().Add(nsexecTimeout))
 	b, _ := json.Marshal(p)
@@ -179,6 +182,9 @@ func startInPod(cmd *exec.Cmd, spec sessiondir.Spec, p *execPlan) error {
 	uc.CloseWrite()
 	r := bufio.NewReader(io.LimitReader(uc, 4096))
 	first, rerr := r.ReadString('\n')
+	span("pod join (constructor: setns, ids, fork)", t)
+	t = spanStart()
+	defer span("pod helper plan to exec ack", t)
 	pidStr, ok := strings.CutPrefix(first, "pod ")
 	cpid, perr := strconv.Atoi(strings.TrimSuffix(pidStr, "\n"))
 	if !ok || perr != nil || cpid <= 0 {

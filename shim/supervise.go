@@ -34,6 +34,11 @@ func (s *server) start(spec sessiondir.Spec, gate func() error) (err error) {
 // the command needs one. A helper not used is killed (on success the
 // reaper reaps it) or, on failure, killed and reaped.
 func (s *server) startWith(spec sessiondir.Spec, gate func() error, ahead *nsexecAhead) (err error) {
+	if tracing() {
+		id := spec.ID
+		traceSession.Store(&id)
+		defer span("start (to exec ack)", time.Now())
+	}
 	defer func() {
 		if err != nil {
 			ahead.discard()
@@ -127,7 +132,10 @@ func (s *server) startWith(spec sessiondir.Spec, gate func() error, ahead *nsexe
 	// executes the command only after.
 	before := func() error {
 		if gate != nil {
-			if err := gate(); err != nil {
+			t := spanStart()
+			err := gate()
+			span("gate (runnerd's commit)", t)
+			if err != nil {
 				return &gateError{err}
 			}
 		}

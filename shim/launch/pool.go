@@ -153,6 +153,10 @@ func NewPool(exe []string, opts PoolOptions) *Pool {
 // If ctx ends before the shim reports, Start returns ctx's error; the
 // session may still start (ReadStatus tells).
 func (p *Pool) Start(ctx context.Context, dir string, spec sessiondir.Spec) (sessiondir.Status, error) {
+	spec, err := withFilter(spec) // filter.go
+	if err != nil {
+		return sessiondir.Status{}, err
+	}
 	pr, abs, err := p.prepare(dir, spec)
 	if err != nil {
 		return sessiondir.Status{}, err
@@ -180,6 +184,10 @@ type Prepared struct {
 // renaming its staging directory), so only a directory directly in Root
 // that does not exist yet.
 func (p *Pool) Prepare(dir string, spec sessiondir.Spec) (*Prepared, error) {
+	spec, err := withFilter(spec) // filter.go
+	if err != nil {
+		return nil, err
+	}
 	pr, _, err := p.prepare(dir, spec)
 	return pr, err
 }

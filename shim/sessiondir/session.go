@@ -108,6 +108,14 @@ type Spec struct {
 	// empty or resolves to uid 0 is refused with ErrInvalid. The steps run
 	// in the nsexec helper (exec.go).
 	Isolate bool `json:"isolate,omitempty"`
+	// Seccomp optionally carries the compiled system-call filter of an
+	// Isolate or Pod spec (seccomp.Filter.MarshalBinary), compiled once by
+	// the launcher (launch.Pool does, once per process) so that no shim
+	// compiles it: the nsexec helper checks it (seccomp.Decode: length,
+	// version, architecture, checksum) and installs it as it came, and
+	// refuses the start if it is not intact. Empty: the shim compiles the
+	// profile itself, once per shim process. Unused by any other spec.
+	Seccomp []byte `json:"seccomp,omitempty"`
 	// Cgroups optionally names the cgroup directories (absolute, clean,
 	// existing) the command is placed in before it executes anything:
 	// with cgroup v2 one directory of the unified hierarchy (the command
