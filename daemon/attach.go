@@ -10,6 +10,8 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/agentrunner/runner/daemon/apierr"
+	"github.com/agentrunner/runner/daemon/internal/every"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/journal"
 	"github.com/agentrunner/runner/shim/sessiondir"
@@ -60,7 +62,7 @@ func (s *server) attachReaders(w http.ResponseWriter, r *http.Request, ss regist
 	if ss.Request.TTY {
 		if c, err := parseCursor(r, "stderr"); err != nil || c != 0 {
 			closeAll()
-			return nil, errInvalid("a tty session has no stderr stream")
+			return nil, apierr.Invalid("a tty session has no stderr stream")
 		}
 	}
 	return readers, nil
@@ -93,7 +95,7 @@ func (s *server) handleAttach(w http.ResponseWriter, r *http.Request) {
 	}()
 	done, ok := s.track()
 	if !ok {
-		s.writeError(w, r, errUnavailable("runnerd is stopping"))
+		s.writeError(w, r, apierr.Unavailable("runnerd is stopping"))
 		return
 	}
 	defer done()
@@ -211,7 +213,7 @@ func discardReads(connCtx context.Context, conn *websocket.Conn) {
 // without a FIN is noticed: a ping unanswered within pingTimeout ends the
 // connection (connCancel).
 func pingUntil(ctx, connCtx context.Context, conn *websocket.Conn, connCancel context.CancelFunc) {
-	everyUntil(ctx, pingEvery, func() bool {
+	every.Until(ctx, pingEvery, func() bool {
 		pctx, pcancel := context.WithTimeout(connCtx, pingTimeout)
 		err := conn.Ping(pctx)
 		pcancel()
@@ -238,7 +240,7 @@ func (s *server) recordEnd(ss registry.Session, exit wire.Exit) {
 func (s *server) finalExit(ss registry.Session, j *journal.Journal, lost bool) (wire.Exit, error) {
 	exit, err := sessiondir.FinalExit(j, s.sessionDir(ss), lost)
 	if err != nil {
-		return wire.Exit{}, errUnavailable("%v", err)
+		return wire.Exit{}, apierr.Unavailable("%v", err)
 	}
 	s.recordEnd(ss, exit)
 	return exit, nil
@@ -249,7 +251,7 @@ func (s *server) finalExit(ss registry.Session, j *journal.Journal, lost bool) (
 func finishLost(sessionDir, detail string) (journal.Exit, error) {
 	e, err := sessiondir.FinishLost(sessionDir, detail)
 	if err != nil {
-		return journal.Exit{}, errUnavailable("%v", err)
+		return journal.Exit{}, apierr.Unavailable("%v", err)
 	}
 	return e, nil
 }

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/shim/launch"
 	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
@@ -46,12 +47,12 @@ func TestClassifyStart(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var ae *apiError
+			var ae *apierr.Error
 			if !errors.As(classifyStart(tt.err), &ae) {
-				t.Fatalf("got no apiError")
+				t.Fatalf("got no apierr.Error")
 			}
-			if ae.status != tt.wantStatus || ae.code != tt.wantCode {
-				t.Errorf("got %d %s, want %d %s", ae.status, ae.code, tt.wantStatus, tt.wantCode)
+			if ae.Status != tt.wantStatus || ae.Code != tt.wantCode {
+				t.Errorf("got %d %s, want %d %s", ae.Status, ae.Code, tt.wantStatus, tt.wantCode)
 			}
 		})
 	}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentrunner/runner/cgroup"
+	"github.com/agentrunner/runner/daemon/sandboxes"
 	"github.com/agentrunner/runner/shim/launch"
 	"github.com/agentrunner/runner/wire"
 )
@@ -446,7 +448,7 @@ func (cfg *Config) defaultIsolation() error {
 		return fmt.Errorf("config: isolate %q: want %q or %q", cfg.Isolate, IsolateAll, IsolateNone)
 	}
 	if cfg.IdentityFirst != 0 || cfg.IdentityLast != 0 { // unset: chosen by claimHost
-		if err := checkIdentityRange(cfg.IdentityFirst, cfg.IdentityLast); err != nil {
+		if err := sandboxes.CheckIdentityRange(cfg.IdentityFirst, cfg.IdentityLast); err != nil {
 			return err
 		}
 	}
@@ -463,7 +465,7 @@ func (cfg *Config) defaultLimits() error {
 	default:
 		return fmt.Errorf("config: cgroups %q: want %q or %q", cfg.Cgroups, CgroupsAuto, CgroupsOff)
 	}
-	if err := toCgroupLimits(&cfg.DefaultLimits).Validate(); err != nil {
+	if err := sandboxes.ToCgroupLimits(&cfg.DefaultLimits).Validate(); err != nil {
 		return fmt.Errorf("config: default limits: %w", err)
 	}
 	if cfg.Cgroups == CgroupsOff && cfg.DefaultLimits != (wire.Limits{}) {
@@ -492,4 +494,87 @@ func (cfg *Config) checkListeners() error {
 		return errors.New("config: both listeners disabled")
 	}
 	return nil
+}
+
+// Cgroup modes (Config.Cgroups).
+const (
+	// CgroupsAuto gives every sandbox a cgroup, and takes limits, when
+	// this host can enforce them (cgroup.Manager.Available); otherwise
+	// limits are refused with not_supported and the log says why.
+	CgroupsAuto = "auto"
+	// CgroupsOff never creates cgroups: resource_limits is not advertised
+	// and limits are refused.
+	CgroupsOff = "off"
+)
+
+// netPolicyState picks netpolicy's state directory: the configured one,
+// else DefaultNetPolicyState when it can be created, else STATE/netpolicy.
+func netPolicyState(cfg Config) string {
+	if cfg.NetPolicyState != "" {
+		return cfg.NetPolicyState
+	}
+	if err := os.MkdirAll(DefaultNetPolicyState, 0o700); err == nil {
+		return DefaultNetPolicyState
+	}
+	return filepath.Join(cfg.StateDir, "netpolicy")
+}
+
+// sandboxes is the sandboxes manager's part of cfg, which withDefaults
+// and claimHost have settled.
+func (cfg Config) sandboxes() sandboxes.Config {
+	return sandboxes.Config{
+		StateDir:           cfg.StateDir,
+		IsolateAll:         cfg.Isolate == IsolateAll,
+		IdentityFirst:      cfg.IdentityFirst,
+		IdentityLast:       cfg.IdentityLast,
+		EgressPrivate:      cfg.EgressPrivate == EgressPrivateAllow,
+		TerminateGrace:     cfg.TerminateGrace,
+		SuspendGrace:       cfg.SuspendGrace,
+		Cgroups:            cfg.Cgroups != CgroupsOff,
+		CgroupRoot:         cfg.CgroupRoot,
+		DefaultLimits:      cfg.DefaultLimits,
+		LeafSweepInterval:  leafSweepInterval,
+		NetPolicy:          cfg.NetPolicy != NetPolicyOff,
+		NetPolicyState:     cfg.NetPolicyState, // claimNet settled it (netPolicyState)
+		NetTable:           cfg.netTable,
+		NetPolicyPool:      cfg.NetPolicyPool,
+		DNSUpstream:        cfg.DNSUpstream,
+		NetPolicyHostNetNS: cfg.NetPolicyHostNetNS,
+	}
+}
+
+// leafSweepInterval is how often runnerd looks for session leaves whose
+// session has ended and which hold no process any more (a variable for
+// tests: SetLeafSweepInterval).
+var leafSweepInterval = 5 * time.Second
+
+// The shipped defaults: what runnerd's flags (--default-pids,
+// --default-memory; the session bounds are in sessions_cap.go) give when
+// an operator names none, chosen so that a host running a few dozen sandboxes (the design
+// point: 2 cores, 24 GiB, pid_max 32768) survives any one of them
+// misbehaving (docs/cgroups.md, "Default limits"). Config's zero values
+// are no bound: the defaults are runnerd's, not the library's.
+const (
+	// DefaultSandboxPids bounds a sandbox's tasks (processes and
+	// threads): a parallel build or a language server pool stays in the
+	// low hundreds, a fork bomb stops here, and 24 sandboxes at the bound
+	// together still leave a 32768 pid_max room for the host.
+	DefaultSandboxPids = 1024
+	// DefaultSandboxMemoryShare is the share of the host's memory
+	// (MemTotal) one sandbox may use: 1/8, 3 GiB on a 24 GiB host,
+	// enough for a compiler or a test suite, and a runaway takes at most
+	// an eighth of the host, its own OOM kill, never runnerd's.
+	DefaultSandboxMemoryShare = 8
+)
+
+// DefaultSandboxMemory is the shipped default memory limit: the host's
+// MemTotal divided by DefaultSandboxMemoryShare, in whole pages, at
+// least cgroup.MinMemoryBytes.
+func DefaultSandboxMemory() (int64, error) {
+	total, err := sandboxes.Meminfo("MemTotal:")
+	if err != nil {
+		return 0, err
+	}
+	page := int64(os.Getpagesize())
+	return max(total/DefaultSandboxMemoryShare/page*page, cgroup.MinMemoryBytes), nil
 }

@@ -16,13 +16,10 @@ package daemon
 
 import (
 	"context"
-	"errors"
-	"syscall"
 	"time"
 
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/shim/launch"
-	"github.com/agentrunner/runner/wire"
 )
 
 // DefaultDiskReserve is Config.DiskReserve when it is 0.
@@ -30,44 +27,6 @@ const DefaultDiskReserve = 8 << 20
 
 // reserveFile is the registry's reserve under STATE.
 const reserveFile = "registry.reserve"
-
-// noSpaceRetry is the wait a write_failed answer for a full disk asks for:
-// space comes back when something is deleted, not at a known time.
-const noSpaceRetry = 5 * time.Second
-
-// isNoSpace reports whether err is a file system out of blocks, inodes or
-// quota.
-func isNoSpace(err error) bool {
-	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
-}
-
-// errNoSpace is the answer for what could not be written because the
-// file system is full: 507 write_failed, retry_after_ms set.
-func errNoSpace(what string, err error) *apiError {
-	ae := errWriteFailed("%s: %v", what, err)
-	ae.retryAfterMS = noSpaceRetry.Milliseconds()
-	return ae
-}
-
-// errRegistryWrite is the answer for a registry commit that failed: a full
-// disk is write_failed (errNoSpace), anything else unavailable.
-func errRegistryWrite(err error) *apiError {
-	if isNoSpace(err) {
-		return errNoSpace("write registry", err)
-	}
-	return errUnavailable("write registry: %v", err)
-}
-
-// refuseDiskBudget answers a disk budget (limits disk_bytes, disk_inodes)
-// 501 not_supported: runnerd does not enforce one yet (it needs a file
-// system per sandbox; this kernel has no project quotas), and a limit
-// that is not enforced is never accepted nor reported.
-func refuseDiskBudget(l *wire.Limits) error {
-	if l != nil && (l.DiskBytes != 0 || l.DiskInodes != 0) {
-		return errNotSupported("disk_bytes and disk_inodes are not enforced by this runnerd (a disk budget needs a file system per sandbox, not built yet; docs/operations.md, \"When the disk fills\")")
-	}
-	return nil
-}
 
 // execStorageCheck is how often an exec that has not ended asks its
 // shim whether its output is waiting for space; execStuckStrikes checks
@@ -101,13 +60,4 @@ func (s *server) execStuck(ctx context.Context, ss registry.Session, strikes *in
 		return ""
 	}
 	return st.WriteError
-}
-
-// replenishReserve sets the registry's reserve aside again after
-// something freed space (a destroy, a deleted session); a failure is only
-// logged: the next release finds no reserve and says so.
-func (s *server) replenishReserve() {
-	if _, err := s.reg.ReplenishReserve(); err != nil {
-		s.log.Warn("registry reserve not set aside", "err", err)
-	}
 }

@@ -27,20 +27,33 @@
 //     deferredCommits, or a crash): whoever reads a live session brings it
 //     up to date from the shim's own files first (refresh).
 //
-// Layout: Run (run.go) is wiring: named steps that each own what they start
-// and hand back its stop; listeners.go opens and serves what runnerd listens
-// on, shimcheck.go checks the shim before anything is served. The sandbox and session handlers (sandboxes.go,
-// sessions.go, sessionlist.go, sessioncontrol.go, network.go) only decode,
-// call one lifecycle function and encode; the streaming ones (attach.go,
-// streams.go, exec.go) drive a session through the same functions. The
-// lifecycle takes a context and plain arguments: sandboxlife.go (create,
-// suspend, resume, destroy of a sandbox), spawn.go (starting a session),
-// sessionops.go (looking up, describing and reaching one), sessionlist.go
-// (listing them), sessioncontrol.go (stdin, resize, signals),
-// sessionstate.go (repairing its record from its shim), stopping.go
-// (terminate and delete), recovery.go (what runnerd repairs at start and
-// the retention janitor), commits.go (registry commits made after the
-// answer). A sandbox's network policy is network.go's; who its commands
-// run as (its identity, isolation) and the state directory's modes are
-// identity.go's.
+// Layout: daemon is the HTTP face over managers with one job each.
+// Below it, package daemon/sandboxes is the sandboxes manager (lifecycle,
+// identities, private directories, cgroups and limits, network,
+// checkpoints, the background adoption at start); daemon/apierr is the
+// error vocabulary (status and wire code) the managers return and
+// errors.go writes; daemon/registry is the source of truth under both.
+// The session side (spawn, exec, attach, readers, control) is still in
+// this package, and hands the sandboxes manager what it asks of sessions
+// (sandboxhooks.go, sandboxes.Sessions), so the import arrow runs from
+// here down, never back.
+//
+// Run (run.go) is wiring: named steps that each own what they start
+// and hand back its stop; listeners.go opens and serves what runnerd
+// listens on, shimcheck.go checks the shim before anything is served. The
+// sandbox handlers (sandboxes.go, checkpoints.go) only decode, call one
+// sandboxes.Manager method and encode; the session handlers
+// (sessions.go, sessionlist.go, sessioncontrol.go) likewise call one
+// lifecycle function; the streaming ones (attach.go, streams.go,
+// exec.go) drive a session through the same functions. The session
+// lifecycle takes a context and plain arguments: spawn.go (starting a
+// session; netns.go checks it runs in its sandbox's namespace),
+// sessionops.go (looking up, describing and reaching one),
+// sessionlist.go (listing them), sessioncontrol.go (stdin, resize,
+// signals), sessionstate.go (repairing its record from its shim),
+// stopping.go (terminate and delete), recovery.go (what runnerd repairs
+// at start and the retention janitor), commits.go (registry commits made
+// after the answer). The host claim (claim.go: identity range, cgroup
+// root, nftables table against the host's other runnerds) runs before
+// any manager exists and stays here.
 package daemon

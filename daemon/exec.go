@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/journal"
 	"github.com/agentrunner/runner/shim/launch"
@@ -74,9 +75,9 @@ func (s *server) execStdin(ctx context.Context, ss registry.Session, stdin []byt
 	}
 	s.log.Warn("exec stdin not delivered; terminating the command", "sandbox", ss.Sandbox, "session", ss.ID, "err", err)
 	if _, terr := s.terminate(context.WithoutCancel(ctx), ss, execGrace); terr != nil {
-		return errUncertain("exec stdin not delivered (%v), and the command's end is not confirmed (%v)", err, terr)
+		return apierr.Uncertain("exec stdin not delivered (%v), and the command's end is not confirmed (%v)", err, terr)
 	}
-	return errUnavailable("exec stdin not delivered, the command was terminated: %v", err)
+	return apierr.Unavailable("exec stdin not delivered, the command was terminated: %v", err)
 }
 
 // execRetryAfter is the wait a rate_limited exec answer asks for.
@@ -91,11 +92,11 @@ func (s *server) acquireExec() (release func(), err error) {
 	case s.execs <- struct{}{}:
 		return func() { <-s.execs }, nil
 	default:
-		return nil, &apiError{
-			status:       http.StatusTooManyRequests,
-			code:         wire.CodeRateLimited,
-			detail:       fmt.Sprintf("%d execs in flight (runnerd --max-execs)", cap(s.execs)),
-			retryAfterMS: execRetryAfter.Milliseconds(),
+		return nil, &apierr.Error{
+			Status:       http.StatusTooManyRequests,
+			Code:         wire.CodeRateLimited,
+			Detail:       fmt.Sprintf("%d execs in flight (runnerd --max-execs)", cap(s.execs)),
+			RetryAfterMS: execRetryAfter.Milliseconds(),
 		}
 	}
 }
@@ -114,12 +115,12 @@ func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.TimeoutMS < 0 {
-		s.writeError(w, r, errInvalid("timeout_ms must be >= 0"))
+		s.writeError(w, r, apierr.Invalid("timeout_ms must be >= 0"))
 		return
 	}
 	done, ok := s.track()
 	if !ok {
-		s.writeError(w, r, errUnavailable("runnerd is stopping"))
+		s.writeError(w, r, apierr.Unavailable("runnerd is stopping"))
 		return
 	}
 	defer done()
@@ -133,7 +134,7 @@ func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, errExecLeft):
 		// The client left or runnerd stops: the command keeps running.
 		if r.Context().Err() == nil {
-			s.writeError(w, r, errUnavailable("runnerd is stopping"))
+			s.writeError(w, r, apierr.Unavailable("runnerd is stopping"))
 		}
 	case err != nil:
 		s.writeError(w, r, err)
@@ -284,7 +285,7 @@ func (s *server) awaitExec(ctx context.Context, ss registry.Session, timeoutMS i
 				if e.Exit != nil {
 					lost = e.Exit.UnstoredBytes
 				}
-				err = errNoSpace("exec", fmt.Errorf("its output could not be stored (%s); the command was terminated (%d bytes not stored)", werr, lost))
+				err = apierr.NoSpace("exec", fmt.Errorf("its output could not be stored (%s); the command was terminated (%d bytes not stored)", werr, lost))
 			}
 			return false, err
 		case <-ctx.Done():

@@ -24,6 +24,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/internal/atomicfile"
 	"github.com/agentrunner/runner/shim/sessiondir"
@@ -113,10 +114,10 @@ func (s *server) journalCap(sb registry.Sandbox, spec *sessiondir.Spec) error {
 	}
 	path, used, err := s.ensureBudget(sb)
 	if err != nil {
-		return errUnavailable("read the sandbox's journal budget: %v", err)
+		return apierr.Unavailable("read the sandbox's journal budget: %v", err)
 	}
 	if used >= max {
-		return errConflict("%s: the journals of sandbox %q hold %d bytes of at most %d (runnerd --sandbox-journal-bytes); what ended sessions held is collected first, so its running sessions hold it: terminate one (POST /v1/sandboxes/%s/sessions/{id}/terminate)", wire.DetailJournalCap, sb.Name, used, max, sb.Name)
+		return apierr.Conflict("%s: the journals of sandbox %q hold %d bytes of at most %d (runnerd --sandbox-journal-bytes); what ended sessions held is collected first, so its running sessions hold it: terminate one (POST /v1/sandboxes/%s/sessions/{id}/terminate)", wire.DetailJournalCap, sb.Name, used, max, sb.Name)
 	}
 	if spec != nil {
 		spec.JournalBudget, spec.JournalCap = path, max

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync/atomic"
 
+	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/journal"
 )
@@ -15,7 +16,7 @@ import (
 func parseCursor(r *http.Request, key string) (int64, error) {
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		return 0, errInvalid("query: %v", err)
+		return 0, apierr.Invalid("query: %v", err)
 	}
 	v := q.Get(key)
 	if v == "" {
@@ -23,7 +24,7 @@ func parseCursor(r *http.Request, key string) (int64, error) {
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < 0 {
-		return 0, errInvalid("cursor %s=%q: want a non-negative byte offset", key, v)
+		return 0, apierr.Invalid("cursor %s=%q: want a non-negative byte offset", key, v)
 	}
 	return n, nil
 }
@@ -32,7 +33,7 @@ func parseCursor(r *http.Request, key string) (int64, error) {
 func (s *server) openJournal(ss registry.Session) (*journal.Journal, error) {
 	j, err := journal.Open(journalDir(s.sessionDir(ss)))
 	if err != nil {
-		return nil, errUnavailable("open journal: %v", err)
+		return nil, apierr.Unavailable("open journal: %v", err)
 	}
 	return j, nil
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentrunner/runner/daemon/internal/every"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
@@ -59,52 +60,6 @@ func (s *server) reconcile(ctx context.Context) error {
 	}
 	s.removeOrphans(all)
 	return nil
-}
-
-// adoptCgroups converges the cgroup of every running sandbox to its
-// record (get-or-create, so a cgroup a previous runnerd made keeps its
-// processes and a reboot's lost ones come back). It runs in the
-// background once runnerd serves (at ~1 ms a sandbox it held a restart
-// with 1,000 sandboxes for a second): each sandbox under its lock, its
-// record read again (one destroyed meanwhile is skipped, so its cgroup is
-// never made again); a spawn meanwhile makes its sandbox's cgroup if it
-// is missing. It removes nothing: a cgroup no record names is logged for
-// the operator.
-func (s *server) adoptCgroups(ctx context.Context) {
-	known := map[string]bool{}
-	err := s.eachSandbox(ctx, func(sb registry.Sandbox) {
-		known[sb.Name] = true
-		s.adoptCgroup(sb.Name)
-	})
-	if err != nil {
-		if ctx.Err() == nil {
-			s.log.Warn("adopt cgroups: read registry", "err", err)
-		}
-		return
-	}
-	names, err := s.cg.List()
-	if err != nil {
-		s.log.Warn("adopt cgroups: list", "err", err)
-		return
-	}
-	for _, n := range names {
-		if !known[n] {
-			s.log.Warn("cgroup without a sandbox kept (remove it by hand once empty)", "cgroup", n)
-		}
-	}
-}
-
-// adoptCgroup converges one sandbox's cgroup under its lock.
-func (s *server) adoptCgroup(name string) {
-	unlock := s.locks.Lock(name)
-	defer unlock()
-	sb, err := s.reg.GetSandbox(name)
-	if err != nil {
-		return // destroyed meanwhile
-	}
-	if err := s.ensureCgroup(sb); err != nil {
-		s.log.Warn("adopt cgroup", "sandbox", sb.Name, "err", err)
-	}
 }
 
 // removeOrphans runs once at start, before serving, so no spawn can be
@@ -157,28 +112,10 @@ func (s *server) removeOrphans(known []registry.Session) {
 // DELETE does; a session it cannot delete yet (its shim lives) is tried
 // again at the next tick.
 func (s *server) janitor(ctx context.Context) {
-	everyUntil(ctx, s.cfg.JanitorInterval, func() bool {
+	every.Until(ctx, s.cfg.JanitorInterval, func() bool {
 		s.collect(ctx)
 		return true
 	})
-}
-
-// everyUntil calls fn every d until ctx ends or fn returns false. The
-// daemon's periodic goroutines (janitor, sweepLeaves, an attach's pings)
-// share it; their owner stops them through ctx.
-func everyUntil(ctx context.Context, d time.Duration, fn func() bool) {
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if !fn() {
-			return
-		}
-	}
 }
 
 // collect is one janitor pass; it stops between sessions once ctx ends.

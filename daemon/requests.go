@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentrunner/runner/daemon/apierr"
+	"github.com/agentrunner/runner/daemon/sandboxes"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -121,7 +123,7 @@ func (s *server) serveLogged(w http.ResponseWriter, r *http.Request, next func(h
 	code, reason := rq.code, rq.reason
 	rq.mu.Unlock()
 	attrs := []any{"request_id", rq.id, "method", r.Method, "route", route}
-	if name := r.PathValue("name"); name != "" && validName(name) == nil {
+	if name := r.PathValue("name"); name != "" && sandboxes.ValidName(name) == nil {
 		attrs = append(attrs, "sandbox", name)
 	}
 	if id := r.PathValue("id"); id != "" && validSessionID(id) == nil {
@@ -242,7 +244,7 @@ func (s *server) metricsHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.serveLogged(w, r, func(w http.ResponseWriter, r *http.Request) {
 			if _, pattern := m.Handler(r); pattern == "" {
-				s.writeError(w, r, errNoRoute)
+				s.writeError(w, r, apierr.NoRoute)
 				return
 			}
 			m.ServeHTTP(w, r)

@@ -140,7 +140,7 @@ func startSubsystems(ctx context.Context, cfg Config, reg *registry.Registry, to
 		}
 	}()
 	s = newServer(cfg, reg)
-	if err := s.initIdentities(); err != nil {
+	if err := s.sbx.InitIdentities(); err != nil { // identities, and the state directory's modes
 		return nil, nil, err
 	}
 	s.token = token
@@ -157,7 +157,7 @@ func startSubsystems(ctx context.Context, cfg Config, reg *registry.Registry, to
 	if err := s.recoverState(ctx); err != nil {
 		return nil, nil, err
 	}
-	stops = append(stops, s.startCgroups()) // limits.go; adopts the sandboxes' cgroups in the background
+	stops = append(stops, s.sbx.StartCgroups()) // limits.go; adopts the sandboxes' cgroups in the background
 	stops = append(stops, s.startCollector(), s.startJanitor(), s.startNetwork(ctx))
 	return s, stopAll, nil
 }
@@ -228,7 +228,7 @@ func claimHostFor(cfg *Config, reg *registry.Registry) (*hostClaim, error) {
 // recoverState brings the checkpoints and sessions of the last run back
 // before any disk is used or any request is served.
 func (s *server) recoverState(ctx context.Context) error {
-	if err := s.recoverCheckpoints(); err != nil { // checkpoints.go: before any disk is used
+	if err := s.sbx.RecoverCheckpoints(); err != nil { // checkpoints.go: before any disk is used
 		return fmt.Errorf("recover checkpoints: %w", err)
 	}
 	if err := s.reconcile(ctx); err != nil {
@@ -275,11 +275,11 @@ func (s *server) goUntilStop(f func(context.Context)) (stop func()) {
 // background re-adoption, then closes the policy's resolvers: sandboxes
 // stay contained.
 func (s *server) startNetwork(ctx context.Context) (stop func()) {
-	stopAdopting := s.startNetPolicy(ctx)
-	if s.net == nil && s.ids.all {
+	stopAdopting := s.sbx.StartNetPolicy(ctx)
+	if s.sbx.NetPolicy() == nil && s.cfg.Isolate == IsolateAll {
 		s.log.Warn("network policy is not enforced here, so isolated sandboxes get no network namespace of their own: they run as their own uid on the host's network and can reach its loopback services")
 	}
-	n := s.net
+	n := s.sbx.NetPolicy()
 	return func() {
 		stopAdopting() // before Close
 		if n != nil {

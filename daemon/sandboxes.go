@@ -1,13 +1,14 @@
 package daemon
 
 import (
-	"context"
 	"encoding/base64"
 	"net/http"
 	"net/url"
 	"strconv"
 
+	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/daemon/sandboxes"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -37,7 +38,7 @@ func (s *server) handleCreateSandbox(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	sb, err := s.createSandbox(r.Context(), req)
+	sb, err := s.sbx.Create(r.Context(), req)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -46,7 +47,7 @@ func (s *server) handleCreateSandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) handleGetSandbox(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.sandbox(r.PathValue("name"))
+	sb, err := s.sbx.Get(r.PathValue("name"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -54,21 +55,21 @@ func (s *server) handleGetSandbox(w http.ResponseWriter, r *http.Request) {
 	out := toWireSandbox(sb)
 	// Usage only here: a few file reads per sandbox, which a listing of
 	// a thousand would multiply (/metrics has it for every sandbox).
-	out.Usage = s.usage(sb)
+	out.Usage = s.sbx.Usage(sb)
 	s.writeJSON(w, http.StatusOK, out)
 }
 
 func (s *server) handleListSandboxes(w http.ResponseWriter, r *http.Request) {
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		s.writeError(w, r, errInvalid("query: %v", err))
+		s.writeError(w, r, apierr.Invalid("query: %v", err))
 		return
 	}
 	limit := wire.DefaultListLimit
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > wire.MaxListLimit {
-			s.writeError(w, r, errInvalid("limit %q: want 1..%d", v, wire.MaxListLimit))
+			s.writeError(w, r, apierr.Invalid("limit %q: want 1..%d", v, wire.MaxListLimit))
 			return
 		}
 		limit = n
@@ -76,15 +77,15 @@ func (s *server) handleListSandboxes(w http.ResponseWriter, r *http.Request) {
 	var after string
 	if tok := q.Get("page_token"); tok != "" {
 		raw, err := base64.RawURLEncoding.DecodeString(tok)
-		if err != nil || validName(string(raw)) != nil {
-			s.writeError(w, r, errInvalid("malformed page_token"))
+		if err != nil || sandboxes.ValidName(string(raw)) != nil {
+			s.writeError(w, r, apierr.Invalid("malformed page_token"))
 			return
 		}
 		after = string(raw)
 	}
 	sbs, more, err := s.reg.ListSandboxes(after, limit)
 	if err != nil {
-		s.writeError(w, r, errUnavailable("read registry: %v", err))
+		s.writeError(w, r, apierr.Unavailable("read registry: %v", err))
 		return
 	}
 	out := wire.SandboxList{Sandboxes: make([]wire.Sandbox, 0, len(sbs))}
@@ -98,16 +99,16 @@ func (s *server) handleListSandboxes(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) handleDeleteSandbox(w http.ResponseWriter, r *http.Request) {
-	ctx, err := withKeepCheckpoints(r) // checkpoints.go
+	keep, err := keepCheckpoints(r) // checkpoints.go
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	s.writeNoContent(w, r, s.destroySandbox(ctx, r.PathValue("name")))
+	s.writeNoContent(w, r, s.sbx.Destroy(r.Context(), r.PathValue("name"), keep))
 }
 
 func (s *server) handleSuspend(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.suspendSandbox(r.Context(), r.PathValue("name"))
+	sb, err := s.sbx.Suspend(r.Context(), r.PathValue("name"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -116,7 +117,7 @@ func (s *server) handleSuspend(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) handleResume(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.resumeSandbox(r.Context(), r.PathValue("name"))
+	sb, err := s.sbx.Resume(r.Context(), r.PathValue("name"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -124,26 +125,37 @@ func (s *server) handleResume(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, http.StatusOK, toWireSandbox(sb))
 }
 
-// eachSandbox calls fn with every sandbox of the registry, a page at a
-// time, in name order. It stops at the first failed page (the error) or
-// when ctx ends (ctx's error), checked before each sandbox: never a
-// silently short walk.
-func (s *server) eachSandbox(ctx context.Context, fn func(registry.Sandbox)) error {
-	after := ""
-	for {
-		sbs, more, err := s.reg.ListSandboxes(after, wire.MaxListLimit)
-		if err != nil {
-			return err
-		}
-		for _, sb := range sbs {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			fn(sb)
-		}
-		if !more || len(sbs) == 0 {
-			return nil
-		}
-		after = sbs[len(sbs)-1].Name
+func (s *server) handleLimits(w http.ResponseWriter, r *http.Request) {
+	var req wire.Limits
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
 	}
+	sb, err := s.sbx.SetLimits(r.Context(), r.PathValue("name"), req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := toWireSandbox(sb)
+	out.Usage = s.sbx.Usage(sb)
+	s.writeJSON(w, http.StatusOK, out)
+}
+
+func (s *server) handleNetwork(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if err := s.sbx.CanSetNetwork(name); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var req wire.Network
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sb, err := s.sbx.SetNetwork(r.Context(), name, req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, toWireSandbox(sb))
 }

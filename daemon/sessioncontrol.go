@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/shim/launch"
 	"github.com/agentrunner/runner/shim/sessiondir"
@@ -27,7 +28,7 @@ func (s *server) handleStdin(w http.ResponseWriter, r *http.Request) {
 	if v := r.Header.Get(wire.HeaderStdinOffset); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			s.writeError(w, r, errInvalid("%s %q: want a count of bytes", wire.HeaderStdinOffset, v))
+			s.writeError(w, r, apierr.Invalid("%s %q: want a count of bytes", wire.HeaderStdinOffset, v))
 			return
 		}
 		off = n
@@ -58,7 +59,7 @@ func (s *server) handleStdin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := wait(r.Context()); err != nil {
-		s.writeError(w, r, errUnavailable("stdin write abandoned: %v", err))
+		s.writeError(w, r, apierr.Unavailable("stdin write abandoned: %v", err))
 		return
 	}
 	if off < 0 {
@@ -101,7 +102,7 @@ func (s *server) handleResize(w http.ResponseWriter, r *http.Request) {
 func parseSignal(v wire.SignalName) (unix.Signal, error) {
 	n, err := wire.ParseSignal(string(v))
 	if err != nil {
-		return 0, errInvalid("%v", err)
+		return 0, apierr.Invalid("%v", err)
 	}
 	return unix.Signal(n), nil
 }
@@ -141,7 +142,7 @@ func (s *server) stdinSession(ctx context.Context, name, id string) (registry.Se
 		ss, err = s.lookupSession(ctx, name, id)
 	}
 	if err == nil && ss.State != wire.SessionRunning && ss.State != stateStarting {
-		err = errCommandExited()
+		err = apierr.CommandExited()
 	}
 	return ss, err
 }
@@ -171,9 +172,9 @@ func (s *server) writeStdinAt(ctx context.Context, ss registry.Session, off int6
 	})
 	switch {
 	case errors.Is(err, sessiondir.ErrStdinGap):
-		return 0, errConflict("%v", err)
+		return 0, apierr.Conflict("%v", err)
 	case errors.Is(err, sessiondir.ErrNoStdinOffsets):
-		return 0, errNotSupported("%s: this session's supervisor predates stdin offsets; write without one", wire.HeaderStdinOffset)
+		return 0, apierr.NotSupported("%s: this session's supervisor predates stdin offsets; write without one", wire.HeaderStdinOffset)
 	}
 	return count, err
 }
@@ -187,7 +188,7 @@ func (s *server) closeStdin(ctx context.Context, ss registry.Session) error {
 // without one.
 func (s *server) resize(ctx context.Context, ss registry.Session, rows, cols uint16) error {
 	if !ss.Request.TTY {
-		return errInvalid("resize applies to tty sessions only")
+		return apierr.Invalid("resize applies to tty sessions only")
 	}
 	return s.controlShim(ctx, ss, func(ctx context.Context, c *launch.Client) error { return c.Resize(ctx, rows, cols) })
 }

@@ -24,7 +24,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/daemon/sandboxes"
 	"github.com/agentrunner/runner/journal"
 	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
@@ -46,7 +48,7 @@ func (s *server) handleListSessions(w http.ResponseWriter, r *http.Request) {
 // cost is O(records). An interrupted registry read is an error, never a
 // short page.
 func (s *server) listSessions(ctx context.Context, name, rawQuery string) (wire.SessionList, error) {
-	if err := validName(name); err != nil {
+	if err := sandboxes.ValidName(name); err != nil {
 		return wire.SessionList{}, err
 	}
 	limit, tok, err := parseListQuery(rawQuery)
@@ -64,15 +66,15 @@ func (s *server) listSessions(ctx context.Context, name, rawQuery string) (wire.
 	}
 	sb, list, more, err := s.reg.ListSessionsPage(name, after, limit)
 	if errors.Is(err, registry.ErrNotFound) {
-		return wire.SessionList{}, errNotFound("sandbox %q does not exist", name)
+		return wire.SessionList{}, apierr.NotFound("sandbox %q does not exist", name)
 	}
 	if err != nil {
-		return wire.SessionList{}, errUnavailable("read registry: %v", err)
+		return wire.SessionList{}, apierr.Unavailable("read registry: %v", err)
 	}
 	if after != nil && tokInc != sb.Incarnation {
 		// A position in another sandbox's (or an earlier incarnation's)
 		// listing means nothing here: skipping by it could hide sessions.
-		return wire.SessionList{}, errInvalid("page_token is from another sandbox or incarnation")
+		return wire.SessionList{}, apierr.Invalid("page_token is from another sandbox or incarnation")
 	}
 	// The file metadata of a page's sessions is read by a few workers:
 	// system calls overlap, and the answer keeps the registry's order.
@@ -246,13 +248,13 @@ const journalExitFile = "exit.json"
 func parseListQuery(rawQuery string) (int, string, error) {
 	q, err := url.ParseQuery(rawQuery)
 	if err != nil {
-		return 0, "", errInvalid("query: %v", err)
+		return 0, "", apierr.Invalid("query: %v", err)
 	}
 	limit := wire.DefaultListLimit
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > wire.MaxListLimit {
-			return 0, "", errInvalid("limit %q: want 1..%d", v, wire.MaxListLimit)
+			return 0, "", apierr.Invalid("limit %q: want 1..%d", v, wire.MaxListLimit)
 		}
 		limit = n
 	}
@@ -288,7 +290,7 @@ func decodeSessionToken(tok string) (registry.SessionCursor, string, error) {
 		err = dec.Decode(&t)
 	}
 	if err != nil || t.Incarnation == "" || validSessionID(t.ID) != nil {
-		return registry.SessionCursor{}, "", errInvalid("malformed page_token")
+		return registry.SessionCursor{}, "", apierr.Invalid("malformed page_token")
 	}
 	return registry.SessionCursor{CreatedAt: time.Unix(0, t.CreatedAt).UTC(), ID: t.ID}, t.Incarnation, nil
 }

@@ -13,7 +13,9 @@ import (
 	"errors"
 	"path/filepath"
 
+	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/daemon/sandboxes"
 	"github.com/agentrunner/runner/journal"
 	"github.com/agentrunner/runner/shim/launch"
 	"github.com/agentrunner/runner/shim/sessiondir"
@@ -99,7 +101,7 @@ func journalLengths(dir string) (map[string]int64, error) {
 // the registry says the sandbox or the session does not exist, or the
 // session belongs to another incarnation than the one ctx names (scoped).
 func (s *server) lookupSession(ctx context.Context, name, id string) (registry.Session, error) {
-	if err := validName(name); err != nil {
+	if err := sandboxes.ValidName(name); err != nil {
 		return registry.Session{}, err
 	}
 	if err := validSessionID(id); err != nil {
@@ -107,13 +109,13 @@ func (s *server) lookupSession(ctx context.Context, name, id string) (registry.S
 	}
 	ss, err := s.reg.GetSession(name, id)
 	if errors.Is(err, registry.ErrNotFound) {
-		if _, serr := s.sandbox(name); serr != nil {
+		if _, serr := s.sbx.Get(name); serr != nil {
 			return ss, serr
 		}
-		return ss, errNotFound("session %q of sandbox %q does not exist", id, name)
+		return ss, apierr.NotFound("session %q of sandbox %q does not exist", id, name)
 	}
 	if err != nil {
-		return ss, errUnavailable("read registry: %v", err)
+		return ss, apierr.Unavailable("read registry: %v", err)
 	}
 	// Session ids are scoped to an incarnation: a session recorded for
 	// another one than the caller names is not the caller's.
@@ -121,7 +123,7 @@ func (s *server) lookupSession(ctx context.Context, name, id string) (registry.S
 	if ss.Incarnation == "" {
 		return ss, nil
 	}
-	return ss, incarnationIs(ctx, name, ss.Incarnation)
+	return ss, sandboxes.IncarnationIs(ctx, name, ss.Incarnation)
 }
 
 // commitPending reports whether a deferred commit for rec's session has
@@ -153,7 +155,7 @@ func (s *server) controlShim(ctx context.Context, ss registry.Session, fn func(c
 		return err
 	}
 	if ss.State != wire.SessionRunning && ss.State != stateStarting {
-		return errCommandExited()
+		return apierr.CommandExited()
 	}
 	c, ctx, cancel, err := launch.DialFor(ctx, s.sessionDir(ss), launch.Control)
 	defer cancel()

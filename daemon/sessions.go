@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/wire"
 )
@@ -73,7 +74,7 @@ func (s *server) handleTerminate(w http.ResponseWriter, r *http.Request) {
 		req.GraceMS = 10000
 	}
 	if req.GraceMS < 1 || req.GraceMS > wire.MaxGraceMS {
-		s.writeError(w, r, errInvalid("grace_ms: want 1..%d", wire.MaxGraceMS))
+		s.writeError(w, r, apierr.Invalid("grace_ms: want 1..%d", wire.MaxGraceMS))
 		return
 	}
 	ss, err := s.session(r)
@@ -92,8 +93,8 @@ func (s *server) handleDeleteSession(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = s.removeSession(r.Context(), ss)
 	}
-	var ae *apiError
-	if err != nil && !(errors.As(err, &ae) && ae.code == wire.CodeNotFound) {
+	var ae *apierr.Error
+	if err != nil && !(errors.As(err, &ae) && ae.Code == wire.CodeNotFound) {
 		// Absent is success, like a sandbox destroy: so is a sandbox, or
 		// an incarnation, that is gone, and every session with it.
 		s.writeError(w, r, err)

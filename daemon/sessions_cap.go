@@ -57,6 +57,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
@@ -276,7 +277,7 @@ func (s *server) sessionCap(ctx context.Context, name, id string) error {
 		return nil
 	}
 	if err := s.bookOf(name); err != nil {
-		return errUnavailable("count sessions: %v", err)
+		return apierr.Unavailable("count sessions: %v", err)
 	}
 	s.prune(name, false)
 	live, ended := s.bookCounts(name)
@@ -287,9 +288,9 @@ func (s *server) sessionCap(ctx context.Context, name, id string) error {
 		if _, err := s.reg.GetSession(name, id); err == nil {
 			return nil // a re-create: answered as before
 		} else if !errors.Is(err, registry.ErrNotFound) {
-			return errUnavailable("read session: %v", err)
+			return apierr.Unavailable("read session: %v", err)
 		}
-		return errConflict("%s: sandbox %q has %d sessions running (or ended with processes left) of at most %d (runnerd --sandbox-max-sessions); wait for one to end, or terminate one (POST /v1/sandboxes/%s/sessions/{id}/terminate)", wire.DetailSessionCap, name, live, maxLive, name)
+		return apierr.Conflict("%s: sandbox %q has %d sessions running (or ended with processes left) of at most %d (runnerd --sandbox-max-sessions); wait for one to end, or terminate one (POST /v1/sandboxes/%s/sessions/{id}/terminate)", wire.DetailSessionCap, name, live, maxLive, name)
 	}
 	if maxEnded > 0 && ended > maxEnded {
 		if ended >= 2*maxEnded {

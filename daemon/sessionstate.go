@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
@@ -66,7 +67,7 @@ func (s *server) refresh(ss registry.Session) (registry.Session, error) {
 	dir := s.sessionDir(ss)
 	st, err := sessiondir.ReadStatus(dir)
 	if err != nil {
-		return ss, errUnavailable("read session status: %v", err)
+		return ss, apierr.Unavailable("read session status: %v", err)
 	}
 	var exit wire.Exit
 	switch st.State {
@@ -109,7 +110,7 @@ func (s *server) resolveStarting(ss registry.Session) (registry.Session, error) 
 			return ss, nil // destroyed meanwhile
 		}
 		if err != nil {
-			return ss, errUnavailable("record session: %v", err)
+			return ss, apierr.Unavailable("record session: %v", err)
 		}
 		return out, nil
 	}
@@ -120,7 +121,7 @@ func (s *server) resolveStarting(ss registry.Session) (registry.Session, error) 
 		return ss, nil
 	}
 	if !errors.Is(err, sessiondir.ErrNoSession) {
-		return ss, errUnavailable("read session status: %v", err)
+		return ss, apierr.Unavailable("read session status: %v", err)
 	}
 	// Either it never started, or it started and its files went with a
 	// power loss before they were durable (the record's "running" commit
@@ -185,10 +186,10 @@ func (s *server) recordExit(ss registry.Session, exit wire.Exit) (registry.Sessi
 		return ss, nil // destroyed meanwhile; the answer is still true
 	}
 	if err != nil {
-		if isNoSpace(err) {
-			return ss, errNoSpace("record exit", err) // diskfull.go
+		if apierr.IsNoSpace(err) {
+			return ss, apierr.NoSpace("record exit", err) // diskfull.go
 		}
-		return ss, errUnavailable("record exit: %v", err)
+		return ss, apierr.Unavailable("record exit: %v", err)
 	}
 	s.wakeCollector(ss.Sandbox) // sessions_cap.go
 	return out, nil

@@ -13,7 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/daemon/sandboxes"
 	"github.com/agentrunner/runner/netpolicy"
 	"github.com/agentrunner/runner/shim/launch"
 	"github.com/agentrunner/runner/shim/sessiondir"
@@ -25,14 +27,14 @@ import (
 // requests that mean the same compare equal.
 func normalize(req *wire.CreateSession) error {
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
-		return errInvalid("argv must name a command")
+		return apierr.Invalid("argv must name a command")
 	}
 	if err := noNUL(req); err != nil { // server.go
 		return err
 	}
 	for _, kv := range req.Env {
 		if i := strings.IndexByte(kv, '='); i <= 0 {
-			return errInvalid("env entry %q: want KEY=VALUE", kv)
+			return apierr.Invalid("env entry %q: want KEY=VALUE", kv)
 		}
 	}
 	if req.TTY {
@@ -43,10 +45,10 @@ func normalize(req *wire.CreateSession) error {
 			return err
 		}
 	} else if req.Rows != 0 || req.Cols != 0 {
-		return errInvalid("rows and cols apply to tty sessions only")
+		return apierr.Invalid("rows and cols apply to tty sessions only")
 	}
 	if req.TTY && req.MergeStderr {
-		return errInvalid("merge_stderr applies to pipes sessions only (a tty has one stream)")
+		return apierr.Invalid("merge_stderr applies to pipes sessions only (a tty has one stream)")
 	}
 	return nil
 }
@@ -55,7 +57,7 @@ func normalize(req *wire.CreateSession) error {
 // TIOCSWINSZ and is at least 1.
 func validTermSize(rows, cols int) error {
 	if rows < 1 || rows > 65535 || cols < 1 || cols > 65535 {
-		return errInvalid("rows and cols: want 1..65535")
+		return apierr.Invalid("rows and cols: want 1..65535")
 	}
 	return nil
 }
@@ -119,16 +121,16 @@ func (s *server) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolic
 	if nsb != nil {
 		spec.NetNS, spec.ResolvConf = nsb.NetNSPath, nsb.ResolvConfPath
 	}
-	if err := s.isolateSpec(sb, &spec); err != nil { // identity.go
+	if err := s.sbx.IsolateSpec(sb, &spec); err != nil { // identity.go
 		return sessiondir.Spec{}, err
 	}
-	if spec.Binds, err = s.privateBinds(sb); err != nil { // privatetmp.go
+	if spec.Binds, err = s.sbx.PrivateBinds(sb); err != nil { // privatetmp.go
 		return sessiondir.Spec{}, err
 	}
-	if s.ids.enabled && s.isolated(sb) {
+	if s.sbx.IdentitiesEnabled() && s.sbx.Isolated(sb) {
 		spec.Hostname = sb.Name // its own UTS namespace: the host's name is not its business
 	}
-	if spec.Cgroups, err = s.sessionCgroups(sb, ss); err != nil { // limits.go
+	if spec.Cgroups, err = s.sbx.SessionCgroups(sb, ss); err != nil { // limits.go
 		return sessiondir.Spec{}, err
 	}
 	if err := s.journalCap(sb, &spec); err != nil { // journalcap.go
@@ -158,20 +160,20 @@ func (s *server) cwdFor(sb registry.Sandbox, reqCwd string) (cwd, root string, e
 	}
 	cwd = filepath.Clean(cwd)
 	if !inDir(sb.Workspace, cwd) {
-		if s.isolated(sb) {
-			return "", "", errInvalid("cwd %q is outside the sandbox's workspace %s: an isolated sandbox's commands start in their workspace or below it", reqCwd, sb.Workspace)
+		if s.sbx.Isolated(sb) {
+			return "", "", apierr.Invalid("cwd %q is outside the sandbox's workspace %s: an isolated sandbox's commands start in their workspace or below it", reqCwd, sb.Workspace)
 		}
 		if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
-			return "", "", errInvalid("cwd %q is not a directory", reqCwd)
+			return "", "", apierr.Invalid("cwd %q is not a directory", reqCwd)
 		}
 		return cwd, "", nil
 	}
 	d, err := sessiondir.OpenDirBeneath(sb.Workspace, cwd)
 	if errors.Is(err, unix.EXDEV) {
-		return "", "", errInvalid("cwd %q resolves outside the sandbox's workspace (a symlink or .. in it leads out)", reqCwd)
+		return "", "", apierr.Invalid("cwd %q resolves outside the sandbox's workspace (a symlink or .. in it leads out)", reqCwd)
 	}
 	if err != nil {
-		return "", "", errInvalid("cwd %q is not a directory", reqCwd)
+		return "", "", apierr.Invalid("cwd %q is not a directory", reqCwd)
 	}
 	d.Close() // O_PATH|O_DIRECTORY: it is one
 	return cwd, sb.Workspace, nil
@@ -181,22 +183,6 @@ func (s *server) cwdFor(sb registry.Sandbox, reqCwd string) (cwd, root string, e
 func inDir(dir, path string) bool {
 	rel, err := filepath.Rel(dir, path)
 	return err == nil && (rel == "." || filepath.IsLocal(rel))
-}
-
-// netReady returns sb's network namespace when it needs nothing set up:
-// none (not contained), or one this runnerd has already made. ok is
-// false when netFor would have work to do.
-func (s *server) netReady(sb registry.Sandbox) (nsb *netpolicy.Sandbox, ok bool) {
-	if sb.Network == nil {
-		return nil, true
-	}
-	if s.net == nil {
-		return nil, false
-	}
-	s.netMu.Lock()
-	defer s.netMu.Unlock()
-	nsb = s.nets[netID(sb.Name, sb.Incarnation)]
-	return nsb, nsb != nil
 }
 
 // spawn starts a session in sandbox name and returns it once its command
@@ -233,7 +219,7 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 	// lock while it commits and sets up the namespace.
 	unlock := s.locks.Lock(name)
 	defer unlock()
-	live, err := s.sandbox(name)
+	live, err := s.sbx.Get(name)
 	if err != nil {
 		return ss, false, err
 	}
@@ -255,15 +241,15 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 	switch {
 	case errors.Is(err, registry.ErrExists):
 		if !sameRequest(cur.Request, req) {
-			return ss, false, errConflictFor(wire.ReasonSessionExists, "%s: session %q exists with a different request", wire.DetailConflict, req.ID)
+			return ss, false, apierr.ConflictFor(wire.ReasonSessionExists, "%s: session %q exists with a different request", wire.DetailConflict, req.ID)
 		}
 		cur, err = s.refresh(cur)
 		if err == nil && cur.State == stateStarting {
-			err = errUncertain("session %q is still starting; retry with the same id", req.ID)
+			err = apierr.Uncertain("session %q is still starting; retry with the same id", req.ID)
 		}
 		return cur, false, err
 	case err != nil:
-		return ss, false, s.registryErr(err, name) // not_found for a sandbox gone meanwhile
+		return ss, false, s.sbx.RegistryErr(err, name) // not_found for a sandbox gone meanwhile
 	}
 
 	s.bookAdd(cur) // sessions_cap.go: counted from now on
@@ -308,7 +294,7 @@ func (s *server) prepareWarm(live registry.Sandbox, ss registry.Session, opts sp
 	if s.cfg.pool == nil || live.State == wire.SandboxSuspended {
 		return nil, nil
 	}
-	nsb, ok := s.netReady(live)
+	nsb, ok := s.sbx.NetReady(live)
 	if !ok {
 		return nil, nil
 	}
@@ -328,14 +314,14 @@ func (s *server) prepareWarm(live registry.Sandbox, ss registry.Session, opts sp
 // cancelled and *pre set to nil.
 func (s *server) commitSpawn(ctx context.Context, ss registry.Session, live registry.Sandbox, pre **launch.Prepared) (sb registry.Sandbox, cur registry.Session, err error) {
 	cur, err = s.reg.CreateSession(ss, func(rec registry.Sandbox) error {
-		if err := checkIncarnation(ctx, rec); err != nil {
+		if err := sandboxes.CheckIncarnation(ctx, rec); err != nil {
 			return err
 		}
 		if rec.State == wire.SandboxSuspended {
-			return errConflictFor(wire.ReasonSandboxSuspended, "sandbox suspended")
+			return apierr.ConflictFor(wire.ReasonSandboxSuspended, "sandbox suspended")
 		}
 		if rec.Incarnation != ss.Incarnation {
-			return errUnavailable("sandbox %q was re-created during the spawn; retry", ss.Sandbox)
+			return apierr.Unavailable("sandbox %q was re-created during the spawn; retry", ss.Sandbox)
 		}
 		sb = rec
 		return nil
@@ -381,7 +367,7 @@ func (s *server) startSpawned(ctx context.Context, ss registry.Session, sb regis
 		nsb = preNet
 		st, err = pre.Start(sctx)
 	} else {
-		if nsb, err = s.netFor(sctx, sb); err != nil {
+		if nsb, err = s.sbx.NetFor(sctx, sb); err != nil {
 			return fail(err)
 		}
 		var spec sessiondir.Spec
@@ -395,7 +381,7 @@ func (s *server) startSpawned(ctx context.Context, ss registry.Session, sb regis
 		// refresh finds whatever comes up, and a retry of this id attaches
 		// to it instead of starting a second process.
 		s.log.Warn("session start uncertain", "sandbox", name, "session", ss.ID, "err", err)
-		return ss, errUncertain("the session may be starting; retry with the same id: %v", err)
+		return ss, apierr.Uncertain("the session may be starting; retry with the same id: %v", err)
 	}
 	if err != nil {
 		return fail(classifyStart(err))
@@ -408,9 +394,9 @@ func (s *server) startSpawned(ctx context.Context, ss registry.Session, sb regis
 			if kerr := s.killUnverified(sctx, s.sessionDir(ss)); kerr != nil {
 				// Not removed: the record (starting) and directory stay, so
 				// the next refresh or restart finds what still runs.
-				return ss, errUncertain("session %s is not contained (%v) and could not be stopped: %v", ss.ID, verr, kerr)
+				return ss, apierr.Uncertain("session %s is not contained (%v) and could not be stopped: %v", ss.ID, verr, kerr)
 			}
-			return fail(errUnavailable("start session in the sandbox's network namespace: %v", verr))
+			return fail(apierr.Unavailable("start session in the sandbox's network namespace: %v", verr))
 		}
 	}
 	ss.State, ss.PID = wire.SessionRunning, st.PID

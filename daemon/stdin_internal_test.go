@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/wire"
 )
@@ -53,8 +54,8 @@ func TestStdinWaitsForCommitsOfAStartingRecord(t *testing.T) {
 	}
 	close(release)
 	r := <-answered
-	var ae *apiError
-	if !errors.As(r.err, &ae) || ae.code != wire.CodeCommandExited {
+	var ae *apierr.Error
+	if !errors.As(r.err, &ae) || ae.Code != wire.CodeCommandExited {
 		t.Fatalf("stdinSession after the commits landed: got err %v, want %s", r.err, wire.CodeCommandExited)
 	}
 	if r.ss.State != wire.SessionExited || r.ss.Exit == nil || r.ss.Exit.Reason != wire.ExitExited {

@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -70,7 +71,7 @@ func (g *stdinGates) admit(key string, n int64) (wait func(ctx context.Context) 
 		if len(gate.queue) == 0 {
 			delete(g.gates, key)
 		}
-		return nil, nil, &apiError{status: http.StatusTooManyRequests, code: wire.CodeRateLimited, detail: detail, retryAfterMS: stdinRetryAfter.Milliseconds()}
+		return nil, nil, &apierr.Error{Status: http.StatusTooManyRequests, Code: wire.CodeRateLimited, Detail: detail, RetryAfterMS: stdinRetryAfter.Milliseconds()}
 	}
 	turn := make(chan struct{})
 	if len(gate.queue) == 0 {

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/shim/launch"
 	"github.com/agentrunner/runner/shim/sessiondir"
@@ -40,11 +41,11 @@ func (s *server) endSession(ctx context.Context, ss registry.Session, grace time
 	}
 	if ss.State == stateStarting {
 		// Its shim may still start the command: never report it stopped.
-		return ss, errUncertain("session %s is still starting; retry", ss.ID)
+		return ss, apierr.Uncertain("session %s is still starting; retry", ss.ID)
 	}
 	if ss.State != wire.SessionRunning {
 		if err := s.stopLingering(ctx, ss, grace); err != nil {
-			return ss, errUncertain("%v", err)
+			return ss, apierr.Uncertain("%v", err)
 		}
 		return ss, nil
 	}
@@ -52,7 +53,7 @@ func (s *server) endSession(ctx context.Context, ss registry.Session, grace time
 		if again, rerr := s.refresh(ss); rerr == nil && again.State != wire.SessionRunning {
 			return again, nil
 		}
-		return ss, errUncertain("%v", cause)
+		return ss, apierr.Uncertain("%v", cause)
 	}
 	c, tctx, cancel, err := launch.DialFor(context.WithoutCancel(ctx), s.sessionDir(ss), launch.Stop(grace))
 	defer cancel()
@@ -143,14 +144,14 @@ func (s *server) stopSessions(ctx context.Context, sessions []registry.Session, 
 		if err != nil {
 			// Every command has ended (its exit is in its journal); only
 			// the registry lags, and any read repairs it.
-			if isNoSpace(err) {
-				return errNoSpace("record exits", err)
+			if apierr.IsNoSpace(err) {
+				return apierr.NoSpace("record exits", err)
 			}
-			return errUnavailable("record exits: %v", err)
+			return apierr.Unavailable("record exits: %v", err)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return errUncertain("stop sessions: %v", err)
+		return apierr.Uncertain("stop sessions: %v", err)
 	}
 	return nil
 }
@@ -228,7 +229,7 @@ func (s *server) deleteSession(ctx context.Context, ss registry.Session) (delete
 		return false, err
 	}
 	if ss.State == wire.SessionRunning || ss.State == stateStarting {
-		return false, errConflictFor(wire.ReasonSessionRunning, "session %s is running; terminate it first", ss.ID)
+		return false, apierr.ConflictFor(wire.ReasonSessionRunning, "session %s is running; terminate it first", ss.ID)
 	}
 	dir := s.sessionDir(ss)
 	if err := shimGone(ctx, dir, ss.ID); err != nil {
@@ -244,20 +245,20 @@ func (s *server) deleteSession(ctx context.Context, ss registry.Session) (delete
 		return nil
 	})
 	if errors.Is(err, errSessionLive) {
-		return false, errConflict("session %s changed during the delete; retry", ss.ID)
+		return false, apierr.Conflict("session %s changed during the delete; retry", ss.ID)
 	}
 	if err != nil {
-		return false, errRegistryWrite(err) // diskfull.go
+		return false, apierr.RegistryWrite(err) // diskfull.go
 	}
 	s.bookDrop(ss.Sandbox, ss.ID) // sessions_cap.go
 	if deleted {
 		s.refundJournal(ss) // journalcap.go: before its files go
 	}
 	if err := os.RemoveAll(dir); err != nil {
-		return deleted, errUnavailable("remove session %s: %v", ss.ID, err)
+		return deleted, apierr.Unavailable("remove session %s: %v", ss.ID, err)
 	}
-	s.replenishReserve()
-	s.removeSessionCgroup(ctx, ss) // limits.go
+	s.sbx.ReplenishReserve()
+	s.sbx.RemoveSessionCgroup(ctx, ss) // limits.go
 	s.log.Info("session deleted", "sandbox", ss.Sandbox, "session", ss.ID)
 	return deleted, nil
 }
@@ -274,11 +275,11 @@ func shimGone(ctx context.Context, dir, id string) error {
 			return nil
 		}
 		if n, err := lingering(ctx, dir); err == nil && n != 0 {
-			return errConflictFor(wire.ReasonSessionRunning, "session %s ended but %d process(es) it started still run; terminate it first", id, n)
+			return apierr.ConflictFor(wire.ReasonSessionRunning, "session %s ended but %d process(es) it started still run; terminate it first", id, n)
 		}
 		select {
 		case <-ctx.Done():
-			return errConflictFor(wire.ReasonSessionRunning, "session %s ended but its supervisor still runs; terminate it first", id)
+			return apierr.ConflictFor(wire.ReasonSessionRunning, "session %s ended but its supervisor still runs; terminate it first", id)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -289,7 +290,7 @@ func shimGone(ctx context.Context, dir, id string) error {
 func (s *server) stopSandboxSessions(ctx context.Context, name string, grace time.Duration) ([]registry.Session, error) {
 	sessions, err := s.reg.ListSessions(name)
 	if err != nil {
-		return nil, errUnavailable("read registry: %v", err)
+		return nil, apierr.Unavailable("read registry: %v", err)
 	}
 	return sessions, s.stopSessions(ctx, sessions, grace)
 }

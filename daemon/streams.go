@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/journal"
 	"github.com/agentrunner/runner/shim/launch"
@@ -51,7 +52,7 @@ func (s *server) handleStream(w http.ResponseWriter, r *http.Request) {
 	defer rd.Close()
 	done, ok := s.track()
 	if !ok {
-		s.writeError(w, r, errUnavailable("runnerd is stopping"))
+		s.writeError(w, r, apierr.Unavailable("runnerd is stopping"))
 		return
 	}
 	defer done()
@@ -71,7 +72,7 @@ func (s *server) handleStream(w http.ResponseWriter, r *http.Request) {
 func (s *server) streamRequest(w http.ResponseWriter, r *http.Request, ss registry.Session) (stream string, cursor int64, following bool, err error) {
 	stream = r.PathValue("stream")
 	if !slices.Contains(streamsOf(ss.Request.TTY), stream) {
-		return "", 0, false, errInvalid("session %q has no stream %q", ss.ID, stream)
+		return "", 0, false, apierr.Invalid("session %q has no stream %q", ss.ID, stream)
 	}
 	sr, err := s.newSinceResolver(r, ss)
 	if err != nil {
@@ -85,7 +86,7 @@ func (s *server) streamRequest(w http.ResponseWriter, r *http.Request, ss regist
 	w.Header().Set(wire.HeaderStreamStart, strconv.FormatInt(cursor, 10))
 	follow := r.URL.Query().Get("follow")
 	if follow != "" && follow != "0" && follow != "1" && follow != "true" && follow != "false" {
-		return "", 0, false, errInvalid("follow=%q: want 0 or 1", follow)
+		return "", 0, false, apierr.Invalid("follow=%q: want 0 or 1", follow)
 	}
 	return stream, cursor, follow == "1" || follow == "true", nil
 }
@@ -164,7 +165,7 @@ func (s *server) chunkedEnd(ss registry.Session, j *journal.Journal, rd *journal
 		}
 		switch {
 		case err != nil:
-			code = classify(err).code
+			code = classify(err).Code
 		case rd.Offset() >= e.Lengths[stream]:
 			x := sessiondir.WireExit(e)
 			exit = &x
@@ -177,12 +178,12 @@ func (s *server) chunkedEnd(ss registry.Session, j *journal.Journal, rd *journal
 	case errors.Is(rerr, journal.ErrLost):
 		x, err := s.finalExit(ss, j, true) // records the exit too
 		if err != nil {
-			code = classify(err).code
+			code = classify(err).Code
 		} else {
 			exit = &x
 		}
 	default:
-		code = classify(rerr).code
+		code = classify(rerr).Code
 	}
 	return end, exit, code
 }
@@ -225,7 +226,7 @@ func (s *server) serveEnded(w http.ResponseWriter, r *http.Request, ss registry.
 	// would resume into the same hole forever.
 	if err := j.Complete(stream, rd.Offset(), final); err != nil {
 		s.log.Warn("stream replay refused: journal", "session", ss.ID, "stream", stream, "err", err)
-		s.writeError(w, r, errUnavailable("the journal of session %s is missing bytes of its ended stream %s: %v", ss.ID, stream, err))
+		s.writeError(w, r, apierr.Unavailable("the journal of session %s is missing bytes of its ended stream %s: %v", ss.ID, stream, err))
 		return true
 	}
 	x := sessiondir.WireExit(e)
@@ -299,7 +300,7 @@ func (s *server) newSinceResolver(r *http.Request, ss registry.Session) (*sinceR
 	}
 	t, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil {
-		return nil, errInvalid("%s=%q: want an RFC 3339 time: %v", wire.QuerySince, v, err)
+		return nil, apierr.Invalid("%s=%q: want an RFC 3339 time: %v", wire.QuerySince, v, err)
 	}
 	sr.since, sr.set = t, true
 	return sr, nil
@@ -313,12 +314,12 @@ func (sr *sinceResolver) cursor(ctx context.Context, r *http.Request, stream, ke
 		return cursor, err
 	}
 	if r.URL.Query().Has(key) {
-		return 0, errInvalid("%s and %s: give a cursor or a time, not both", key, wire.QuerySince)
+		return 0, apierr.Invalid("%s and %s: give a cursor or a time, not both", key, wire.QuerySince)
 	}
 	if sr.c == nil {
 		c, _, _, err := launch.DialFor(ctx, sr.s.sessionDir(sr.ss), launch.Request)
 		if err != nil {
-			return 0, errUnavailable("resolve %s: %v", wire.QuerySince, err)
+			return 0, apierr.Unavailable("resolve %s: %v", wire.QuerySince, err)
 		}
 		sr.c = c
 	}
@@ -348,7 +349,7 @@ func (s *server) handleMarks(w http.ResponseWriter, r *http.Request) {
 	}
 	stream := r.URL.Query().Get("stream")
 	if !slices.Contains(streamsOf(ss.Request.TTY), stream) {
-		s.writeError(w, r, errInvalid("session %q has no stream %q", ss.ID, stream))
+		s.writeError(w, r, apierr.Invalid("session %q has no stream %q", ss.ID, stream))
 		return
 	}
 	from, err := parseCursor(r, wire.QueryFrom)
@@ -358,7 +359,7 @@ func (s *server) handleMarks(w http.ResponseWriter, r *http.Request) {
 	}
 	c, _, _, err := launch.DialFor(r.Context(), s.sessionDir(ss), launch.Request)
 	if err != nil {
-		s.writeError(w, r, errUnavailable("read marks: %v", err))
+		s.writeError(w, r, apierr.Unavailable("read marks: %v", err))
 		return
 	}
 	defer c.Close()

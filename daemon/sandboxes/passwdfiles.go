@@ -1,4 +1,4 @@
-package daemon
+package sandboxes
 
 // The /etc/passwd and /etc/group an isolated sandbox's commands read.
 //

@@ -1,13 +1,10 @@
-package daemon
+package sandboxes
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -16,12 +13,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/netpolicy"
-	"github.com/agentrunner/runner/shim/launch"
-	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
-	"golang.org/x/sys/unix"
 )
 
 // Network containment (package netpolicy) as runnerd uses it:
@@ -41,16 +36,16 @@ import (
 //     refused while any of its sessions runs, or keeps processes that
 //     outlived its command.
 
-// errNoNetPolicy is the answer to any policy request on a host that does
+// ErrNoNetPolicy is the answer to any policy request on a host that does
 // not enforce policies.
-func errNoNetPolicy() *apiError {
-	return errNotSupported("network policy is not enforced on this host (network_policy is not advertised; see runnerd's startup log)")
+func ErrNoNetPolicy() *apierr.Error {
+	return apierr.NotSupported("network policy is not enforced on this host (network_policy is not advertised; see runnerd's startup log)")
 }
 
-// netID is the netpolicy id of a sandbox incarnation: a DNS label of at
+// NetID is the netpolicy id of a sandbox incarnation: a DNS label of at
 // most 63 bytes, different for every incarnation, so a re-created sandbox
 // never inherits its predecessor's namespace, address or rules.
-func netID(name, incarnation string) string {
+func NetID(name, incarnation string) string {
 	const maxName = 63 - 1 - 16 // "-" and a 16-hex-digit incarnation
 	if len(name) > maxName {
 		name = strings.TrimRight(name[:maxName], "-")
@@ -58,36 +53,24 @@ func netID(name, incarnation string) string {
 	return name + "-" + incarnation
 }
 
-// netPolicyState picks netpolicy's state directory: the configured one,
-// else DefaultNetPolicyState when it can be created, else STATE/netpolicy.
-func netPolicyState(cfg Config) string {
-	if cfg.NetPolicyState != "" {
-		return cfg.NetPolicyState
-	}
-	if err := os.MkdirAll(DefaultNetPolicyState, 0o700); err == nil {
-		return DefaultNetPolicyState
-	}
-	return filepath.Join(cfg.StateDir, "netpolicy")
-}
-
-// startNetPolicy enables network containment when the configuration asks
+// StartNetPolicy enables network containment when the configuration asks
 // for it and the host can enforce it, then starts the re-adoption of every
 // sandbox the registry says has a network, in the background: runnerd
 // serves at once whatever the number of sandboxes (their rules, which
 // outlive runnerd, keep enforcing meanwhile; their DNS resolvers are back
 // once adopted), and a call that needs a sandbox's network adopts that
-// one first (netFor). It never fails Run: a host that cannot enforce runs
+// one first (NetFor). It never fails Run: a host that cannot enforce runs
 // without the capability, and says why in the log. The returned stop ends
 // the re-adoption and waits for it.
-func (s *server) startNetPolicy(ctx context.Context) (stop func()) {
-	if s.cfg.NetPolicy == NetPolicyOff {
+func (s *Manager) StartNetPolicy(ctx context.Context) (stop func()) {
+	if !s.cfg.NetPolicy {
 		s.log.Info("network policy disabled (--netpolicy=off): network_policy is not advertised and policies are refused")
 		return func() {}
 	}
-	state := netPolicyState(s.cfg)
+	state := s.cfg.NetPolicyState
 	m, err := netpolicy.New(ctx, netpolicy.Config{
 		StateDir:  state,
-		Table:     s.cfg.netTable,
+		Table:     s.cfg.NetTable,
 		Pool:      s.cfg.NetPolicyPool,
 		Upstream:  s.cfg.DNSUpstream,
 		HostNetNS: s.cfg.NetPolicyHostNetNS,
@@ -106,7 +89,7 @@ func (s *server) startNetPolicy(ctx context.Context) (stop func()) {
 	if !pool.IsValid() {
 		pool = netpolicy.DefaultPool
 	}
-	s.log.Info("network policy enforced", "state", state, "table", s.cfg.netTable, "pool", pool, "host_netns", s.cfg.NetPolicyHostNetNS,
+	s.log.Info("network policy enforced", "state", state, "table", s.cfg.NetTable, "pool", pool, "host_netns", s.cfg.NetPolicyHostNetNS,
 		"egress_private", s.cfg.EgressPrivate)
 	names, err := s.containedSandboxes()
 	if err != nil {
@@ -124,9 +107,9 @@ func (s *server) startNetPolicy(ctx context.Context) (stop func()) {
 }
 
 // containedSandboxes lists the sandboxes whose record has a network.
-func (s *server) containedSandboxes() ([]string, error) {
+func (s *Manager) containedSandboxes() ([]string, error) {
 	var names []string
-	err := s.eachSandbox(context.Background(), func(sb registry.Sandbox) {
+	err := s.Each(context.Background(), func(sb registry.Sandbox) {
 		if sb.Network != nil {
 			names = append(names, sb.Name)
 		}
@@ -136,7 +119,7 @@ func (s *server) containedSandboxes() ([]string, error) {
 
 // warnUncontainable logs each sandbox with a network a runnerd that does
 // not enforce policies cannot contain.
-func (s *server) warnUncontainable() {
+func (s *Manager) warnUncontainable() {
 	names, err := s.containedSandboxes()
 	if err != nil {
 		s.log.Error("read registry", "err", err)
@@ -158,7 +141,7 @@ const adoptWorkers = 32
 // adoptWorkers at a time, each under its sandbox's lock. A sandbox a call
 // adopted first, destroyed or re-created meanwhile is skipped; one that
 // fails stays refused for spawns (which retry its setup) and is logged.
-func (s *server) adoptNets(ctx context.Context, names []string) {
+func (s *Manager) adoptNets(ctx context.Context, names []string) {
 	t0 := time.Now()
 	work := make(chan string)
 	var wg sync.WaitGroup
@@ -193,14 +176,14 @@ feed:
 
 // adoptNet re-adopts one sandbox's network under its lock; false when it
 // failed.
-func (s *server) adoptNet(ctx context.Context, name string) bool {
+func (s *Manager) adoptNet(ctx context.Context, name string) bool {
 	unlock := s.locks.Lock(name)
 	defer unlock()
 	sb, err := s.reg.GetSandbox(name)
 	if err != nil || sb.Network == nil {
 		return true // destroyed, or moved to the host network, meanwhile
 	}
-	id := netID(sb.Name, sb.Incarnation)
+	id := NetID(sb.Name, sb.Incarnation)
 	s.netMu.Lock()
 	done := s.nets[id] != nil
 	s.netMu.Unlock()
@@ -217,10 +200,10 @@ func (s *server) adoptNet(ctx context.Context, name string) bool {
 	return true
 }
 
-// collectNetStats sends the counters of the sandboxes' DNS resolvers and
+// CollectNetStats sends the counters of the sandboxes' DNS resolvers and
 // of netpolicy's admission writer (what a sandbox flooding its resolver
 // was refused), when policies are enforced.
-func (s *server) collectNetStats(ch chan<- prometheus.Metric) {
+func (s *Manager) CollectNetStats(ch chan<- prometheus.Metric) {
 	if s.net == nil {
 		return
 	}
@@ -247,29 +230,29 @@ func (s *server) collectNetStats(ch chan<- prometheus.Metric) {
 // ensureNet makes the kernel match sb's record: its namespace exists and
 // enforces sb.Network. Idempotent. The caller holds sb's lock (or runs
 // before serving). A failure leaves the sandbox denying everything.
-func (s *server) ensureNet(ctx context.Context, sb registry.Sandbox) (*netpolicy.Sandbox, error) {
+func (s *Manager) ensureNet(ctx context.Context, sb registry.Sandbox) (*netpolicy.Sandbox, error) {
 	if s.net == nil {
-		return nil, errNoNetPolicy()
+		return nil, ErrNoNetPolicy()
 	}
-	id := netID(sb.Name, sb.Incarnation)
+	id := NetID(sb.Name, sb.Incarnation)
 	s.netMu.Lock()
 	nsb := s.nets[id]
 	s.netMu.Unlock()
 	if nsb == nil {
 		var err error
 		if nsb, err = s.net.Setup(ctx, id); err != nil {
-			return nil, errUnavailable("set up network of sandbox %q: %v", sb.Name, err)
+			return nil, apierr.Unavailable("set up network of sandbox %q: %v", sb.Name, err)
 		}
 	}
 	if err := s.net.SetPolicy(ctx, id, netpolicy.Policy{Allow: sb.Network.Allow}); err != nil {
 		if errors.Is(err, netpolicy.ErrInvalidPolicy) {
 			// Only a record written by another version could hold one.
-			return nil, errInvalid("network policy of sandbox %q: %v", sb.Name, err)
+			return nil, apierr.Invalid("network policy of sandbox %q: %v", sb.Name, err)
 		}
 		// What holds afterwards is the caller's to say: an update puts
 		// the old policy back where it can (restorePolicy), a create
 		// removes the sandbox.
-		return nil, errUnavailable("apply network policy of sandbox %q: %v", sb.Name, err)
+		return nil, apierr.Unavailable("apply network policy of sandbox %q: %v", sb.Name, err)
 	}
 	s.netMu.Lock()
 	s.nets[id] = nsb
@@ -277,19 +260,19 @@ func (s *server) ensureNet(ctx context.Context, sb registry.Sandbox) (*netpolicy
 	return nsb, nil
 }
 
-// netFor returns the namespace a command of sb must run in: nil for a
+// NetFor returns the namespace a command of sb must run in: nil for a
 // sandbox on the host network. It sets the namespace up if this runnerd
 // has not yet (a failed re-adoption); it never returns nil for a
 // contained sandbox.
-func (s *server) netFor(ctx context.Context, sb registry.Sandbox) (*netpolicy.Sandbox, error) {
+func (s *Manager) NetFor(ctx context.Context, sb registry.Sandbox) (*netpolicy.Sandbox, error) {
 	if sb.Network == nil {
 		return nil, nil
 	}
 	if s.net == nil {
-		return nil, errNoNetPolicy()
+		return nil, ErrNoNetPolicy()
 	}
 	s.netMu.Lock()
-	nsb := s.nets[netID(sb.Name, sb.Incarnation)]
+	nsb := s.nets[NetID(sb.Name, sb.Incarnation)]
 	s.netMu.Unlock()
 	if nsb != nil {
 		return nsb, nil
@@ -301,8 +284,8 @@ func (s *server) netFor(ctx context.Context, sb registry.Sandbox) (*netpolicy.Sa
 	defer cancel()
 	nsb, err := s.ensureNet(actx, sb)
 	if err != nil && actx.Err() != nil && ctx.Err() == nil {
-		ae := errUnavailable("the network of sandbox %q is not set up yet (runnerd is re-adopting its sandboxes' networks after its start): try again", sb.Name)
-		ae.retryAfterMS = netAdoptRetryMS
+		ae := apierr.Unavailable("the network of sandbox %q is not set up yet (runnerd is re-adopting its sandboxes' networks after its start): try again", sb.Name)
+		ae.RetryAfterMS = netAdoptRetryMS
 		return nil, ae
 	}
 	return nsb, err
@@ -318,7 +301,7 @@ const (
 
 // teardownNet removes sb's namespace, veth, rules and resolver. The
 // caller has stopped its sessions.
-func (s *server) teardownNet(ctx context.Context, sb registry.Sandbox) error {
+func (s *Manager) teardownNet(ctx context.Context, sb registry.Sandbox) error {
 	if sb.Network == nil {
 		return nil
 	}
@@ -326,9 +309,9 @@ func (s *server) teardownNet(ctx context.Context, sb registry.Sandbox) error {
 		s.log.Warn("destroying a sandbox whose network this runnerd cannot tear down; its namespace (denying all) stays until a runnerd that enforces policies starts", "sandbox", sb.Name)
 		return nil
 	}
-	id := netID(sb.Name, sb.Incarnation)
+	id := NetID(sb.Name, sb.Incarnation)
 	if err := s.net.Teardown(ctx, id); err != nil {
-		return errUnavailable("tear down network of sandbox %q: %v", sb.Name, err)
+		return apierr.Unavailable("tear down network of sandbox %q: %v", sb.Name, err)
 	}
 	s.netMu.Lock()
 	delete(s.nets, id)
@@ -340,7 +323,7 @@ func (s *server) teardownNet(ctx context.Context, sb registry.Sandbox) error {
 // model says: a command running as host root can leave any namespace
 // (setns to /proc/1/ns/net, or write a file the host runs), so a policy
 // contains it in name only. Run contained sandboxes with a user.
-func (s *server) warnRootContained(sb registry.Sandbox) {
+func (s *Manager) warnRootContained(sb registry.Sandbox) {
 	if os.Geteuid() != 0 || sb.Identity != nil {
 		return
 	}
@@ -350,14 +333,14 @@ func (s *server) warnRootContained(sb registry.Sandbox) {
 	s.log.Warn("sandbox is contained but its commands run as root, who can leave the network namespace: create it with a non-root user for real containment", "sandbox", sb.Name)
 }
 
-// parseNetwork validates a requested policy and returns it normalized.
-func parseNetwork(n wire.Network) (*wire.Network, error) {
+// ParseNetwork validates a requested policy and returns it normalized.
+func ParseNetwork(n wire.Network) (*wire.Network, error) {
 	if n.Allow == nil {
-		return nil, errInvalid("network: allow is required (allow: [] denies all egress)")
+		return nil, apierr.Invalid("network: allow is required (allow: [] denies all egress)")
 	}
 	p, err := netpolicy.ParsePolicy(netpolicy.Policy{Allow: n.Allow})
 	if err != nil {
-		return nil, errInvalid("network: %v", err)
+		return nil, apierr.Invalid("network: %v", err)
 	}
 	return &wire.Network{Allow: p.Allow}, nil
 }
@@ -369,100 +352,30 @@ func sameNetwork(a, b *wire.Network) bool {
 	return slices.Equal(a.Allow, b.Allow)
 }
 
-// netNSCheck is the check verifyNetNS makes (a variable for tests, which
-// replace it with one that answers as the kernel does for a command that
-// has just ended).
-var netNSCheck = netpolicy.ProcessInNetNS
-
-// verifyNetNS checks that the command of a session that was to start in
-// the namespace at path runs there. A command that already ended cannot
-// be checked and is not an escape: the shim forked it from a thread it
-// had proved to be inside (shim.startIn), so its spawn is answered with
-// the session, whose exit follows. "Ended" is what the kernel says of the
-// pid (no such file: reaped, or a zombie whose namespaces are released;
-// no such process: exiting) or, when the check fails or finds the pid
-// outside (a pid the kernel already gave to another process), what the
-// session's shim says of its command (exited). Only a command that the
-// shim says runs and that is not in the namespace is an escape.
-func verifyNetNS(ctx context.Context, pid int, path, sessionDir string) error {
-	ok, err := netNSCheck(pid, path)
-	switch {
-	case err == nil && ok:
-		return nil
-	case err != nil && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH)):
-		return nil
-	}
-	if commandEnded(ctx, sessionDir) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("verify network namespace of pid %d: %w", pid, err)
-	}
-	return fmt.Errorf("pid %d is not in the sandbox's network namespace", pid)
-}
-
-// commandEnded reports whether the shim of the session at dir says its
-// command has exited; false when it cannot say.
-func commandEnded(ctx context.Context, dir string) bool {
-	c, ctx, cancel, err := launch.DialFor(context.WithoutCancel(ctx), dir, launch.Check)
-	defer cancel()
-	if err != nil {
-		st, rerr := sessiondir.ReadStatus(dir)
-		return rerr == nil && st.State == sessiondir.StateExited
-	}
-	defer c.Close()
-	st, err := c.Status(ctx)
-	return err == nil && st.State == sessiondir.StateExited
-}
-
-// killUnverified stops a session whose command could not be shown to run
-// in its sandbox's namespace, and waits for its exit record.
-func (s *server) killUnverified(ctx context.Context, dir string) error {
-	c, ctx, cancel, err := launch.DialFor(context.WithoutCancel(ctx), dir, launch.Kill)
-	defer cancel()
-	if err != nil {
+// CanSetNetwork is what a policy request checks before its body is read:
+// sandbox name exists (not_found only when the registry says so), and
+// policies are enforced here (not_supported otherwise).
+func (s *Manager) CanSetNetwork(name string) error {
+	if _, err := s.Get(name); err != nil {
 		return err
 	}
-	defer c.Close()
-	_, err = c.Terminate(ctx, time.Millisecond)
-	return err
-}
-
-func (s *server) handleNetwork(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	if _, err := s.sandbox(name); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	if s.net == nil {
-		s.writeError(w, r, errNoNetPolicy())
-		return
+		return ErrNoNetPolicy()
 	}
-	var req wire.Network
-	if err := decodeJSON(w, r, &req, false); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	policy, err := parseNetwork(req)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	sb, err := s.setNetwork(r.Context(), name, policy)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.writeJSON(w, http.StatusOK, toWireSandbox(sb))
+	return nil
 }
 
-// setNetwork sets sandbox name's network policy: the record first, then
-// the namespace (ensureNet); a namespace that cannot be set up restores
-// the policy before (restorePolicy).
-func (s *server) setNetwork(ctx context.Context, name string, policy *wire.Network) (registry.Sandbox, error) {
+// SetNetwork validates req and sets it as sandbox name's network policy:
+// the record first, then the namespace (ensureNet); a namespace that
+// cannot be set up restores the policy before (restorePolicy).
+func (s *Manager) SetNetwork(ctx context.Context, name string, req wire.Network) (registry.Sandbox, error) {
+	policy, err := ParseNetwork(req)
+	if err != nil {
+		return registry.Sandbox{}, err
+	}
 	unlock := s.locks.Lock(name)
 	defer unlock()
-	sb, err := s.scopedSandbox(ctx, name)
+	sb, err := s.Scoped(ctx, name)
 	if err != nil {
 		return sb, err
 	}
@@ -470,7 +383,7 @@ func (s *server) setNetwork(ctx context.Context, name string, policy *wire.Netwo
 		return sb, err
 	}
 	if sb.Network == nil {
-		if err := s.refuseUncontained(ctx, name); err != nil {
+		if err := s.sessions.RefuseUncontained(ctx, name); err != nil {
 			return sb, err
 		}
 	}
@@ -478,12 +391,12 @@ func (s *server) setNetwork(ctx context.Context, name string, policy *wire.Netwo
 	// (or is refused until it exists).
 	old := sb
 	sb, err = s.reg.UpdateSandbox(name, func(rec *registry.Sandbox) error {
-		rec.Isolated = rec.Isolated || s.isolating(true)
+		rec.Isolated = rec.Isolated || s.Isolating(true)
 		rec.Network = policy
 		return nil
 	})
 	if err != nil {
-		return sb, s.registryErr(err, name)
+		return sb, s.RegistryErr(err, name)
 	}
 	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
@@ -495,42 +408,13 @@ func (s *server) setNetwork(ctx context.Context, name string, policy *wire.Netwo
 	return sb, nil
 }
 
-// refuseUncontained refuses to move sandbox name from the host network
-// into a namespace while a process of it runs on the host network: it
-// would stay outside the namespace and escape the policy.
-func (s *server) refuseUncontained(ctx context.Context, name string) error {
-	n, err := s.runningSessions(name)
-	if err != nil {
-		return err
-	}
-	if n > 0 {
-		return errConflict("sandbox %q has %d running session(s) on the host network that the policy could not contain: terminate or suspend them first", name, n)
-	}
-	// So would a process that outlived its command (a background
-	// server): its shim keeps it until it ends or is terminated.
-	list, err := s.reg.ListSessions(name)
-	if err != nil {
-		return errUnavailable("read registry: %v", err)
-	}
-	for _, ss := range list {
-		n, err := lingering(ctx, s.sessionDir(ss))
-		if err != nil {
-			return errUnavailable("%v", err)
-		}
-		if n > 0 {
-			return errConflict("sandbox %q: session %s has %d process(es) on the host network that outlived its command and that the policy could not contain: terminate the session or suspend the sandbox first", name, ss.ID, n)
-		}
-	}
-	return nil
-}
-
 // restorePolicy follows a policy the kernel did not take (failed, the
 // sandbox now denies all egress): the policy old had is applied again and
 // recorded, so GET shows what the kernel holds; where there is none to
 // go back to (the sandbox was on the host network) or it cannot be
 // applied either, the record says deny-all (allow: []), which is what the
 // namespace enforces. The answer says which. The caller holds the lock.
-func (s *server) restorePolicy(ctx context.Context, old registry.Sandbox, failed error) error {
+func (s *Manager) restorePolicy(ctx context.Context, old registry.Sandbox, failed error) error {
 	holds := "it now denies all egress"
 	network := &wire.Network{Allow: []string{}}
 	if old.Network != nil {
@@ -546,34 +430,27 @@ func (s *server) restorePolicy(ctx context.Context, old registry.Sandbox, failed
 	}); err != nil {
 		s.log.Error("record the network policy in force after a failed update", "sandbox", old.Name, "err", err)
 	}
-	var ae *apiError
+	var ae *apierr.Error
 	if errors.As(failed, &ae) {
 		cp := *ae
-		cp.detail += "; " + holds
+		cp.Detail += "; " + holds
 		return &cp
 	}
-	return errUnavailable("%v; %s", failed, holds)
+	return apierr.Unavailable("%v; %s", failed, holds)
 }
 
-// runningSessions counts the sessions of a sandbox that run (or start).
-func (s *server) runningSessions(name string) (int, error) {
-	list, err := s.reg.ListSessions(name)
-	if err != nil {
-		return 0, errUnavailable("read registry: %v", err)
+// NetReady returns sb's network namespace when it needs nothing set up:
+// none (not contained), or one this runnerd has already made. ok is
+// false when NetFor would have work to do.
+func (s *Manager) NetReady(sb registry.Sandbox) (nsb *netpolicy.Sandbox, ok bool) {
+	if sb.Network == nil {
+		return nil, true
 	}
-	n := 0
-	for _, ss := range list {
-		if ss.State == stateStarting {
-			n++
-			continue
-		}
-		ss, err := s.refresh(ss)
-		if err != nil {
-			return 0, err
-		}
-		if ss.State == wire.SessionRunning {
-			n++
-		}
+	if s.net == nil {
+		return nil, false
 	}
-	return n, nil
+	s.netMu.Lock()
+	defer s.netMu.Unlock()
+	nsb = s.nets[NetID(sb.Name, sb.Incarnation)]
+	return nsb, nsb != nil
 }

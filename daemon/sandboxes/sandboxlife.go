@@ -1,4 +1,4 @@
-package daemon
+package sandboxes
 
 // The sandbox lifecycle: create, suspend, resume and destroy, each under
 // the sandbox's lock. The HTTP surface is in sandboxes.go; what happens to
@@ -16,15 +16,16 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/wire"
 )
 
-func (s *server) workspace(name string) string {
+func (s *Manager) Workspace(name string) string {
 	return filepath.Join(s.cfg.StateDir, "sandboxes", name)
 }
 
-// createSandbox creates sandbox req.Name, or returns the existing one when
+// Create creates sandbox req.Name, or returns the existing one when
 // it was created with the same user (and, when req asks for one, the same
 // network policy): a create is idempotent. The order:
 //
@@ -49,7 +50,7 @@ func (s *server) workspace(name string) string {
 //
 // A new sandbox whose steps 4-6 fail is undone (undoCreate): a failed
 // create leaves nothing, and its retry starts afresh.
-func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (_ registry.Sandbox, err error) {
+func (s *Manager) Create(ctx context.Context, req wire.CreateSandbox) (_ registry.Sandbox, err error) {
 	p, err := s.planCreate(req)
 	if err != nil {
 		return registry.Sandbox{}, err
@@ -72,7 +73,7 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (_ r
 	}, p.pool)
 	if err != nil {
 		s.undoWorkspace(ws, madeWS)
-		return sb, errRegistryWrite(err) // diskfull.go
+		return sb, apierr.RegistryWrite(err) // diskfull.go
 	}
 	if created {
 		// A new sandbox whose setup fails below is undone: a failed
@@ -84,13 +85,13 @@ func (s *server) createSandbox(ctx context.Context, req wire.CreateSandbox) (_ r
 		}()
 	}
 	if !created && req.User != "" && sb.User != req.User { // absent: whatever it is, as network
-		return sb, errConflictFor(wire.ReasonSandboxExists, "%s: sandbox %q exists with user %q", wire.DetailConflict, sb.Name, sb.User)
+		return sb, apierr.ConflictFor(wire.ReasonSandboxExists, "%s: sandbox %q exists with user %q", wire.DetailConflict, sb.Name, sb.User)
 	}
 	// A create that asks for containment never gets a sandbox contained
 	// less (or differently) than asked; one that does not ask gets the
 	// sandbox as it is.
 	if !created && p.asked && !sameNetwork(sb.Network, p.network) {
-		return sb, errConflictFor(wire.ReasonSandboxExists, "%s: sandbox %q exists with a different network policy (change it with PUT /v1/sandboxes/%s/network)", wire.DetailConflict, sb.Name, sb.Name)
+		return sb, apierr.ConflictFor(wire.ReasonSandboxExists, "%s: sandbox %q exists with a different network policy (change it with PUT /v1/sandboxes/%s/network)", wire.DetailConflict, sb.Name, sb.Name)
 	}
 	if err := s.setUpSandbox(ctx, sb, created, p, req.Limits != nil); err != nil {
 		return sb, err
@@ -122,17 +123,17 @@ type createPlan struct {
 	isolated bool
 }
 
-// planCreate is createSandbox's step 1: it validates req and settles
+// planCreate is Create's step 1: it validates req and settles
 // what the sandbox will be, making nothing.
-func (s *server) planCreate(req wire.CreateSandbox) (p createPlan, err error) {
-	if err := validName(req.Name); err != nil {
+func (s *Manager) planCreate(req wire.CreateSandbox) (p createPlan, err error) {
+	if err := ValidName(req.Name); err != nil {
 		return p, err
 	}
 	if req.Network != nil {
 		if s.net == nil {
-			return p, errNoNetPolicy()
+			return p, ErrNoNetPolicy()
 		}
-		if p.network, err = parseNetwork(*req.Network); err != nil {
+		if p.network, err = ParseNetwork(*req.Network); err != nil {
 			return p, err
 		}
 	}
@@ -146,7 +147,7 @@ func (s *server) planCreate(req wire.CreateSandbox) (p createPlan, err error) {
 	if req.User != "" {
 		u, err := user.Lookup(req.User)
 		if err != nil {
-			return p, errInvalid("user %q: %v", req.User, err)
+			return p, apierr.Invalid("user %q: %v", req.User, err)
 		}
 		p.uid, _ = strconv.Atoi(u.Uid)
 		p.gid, _ = strconv.Atoi(u.Gid)
@@ -163,29 +164,29 @@ func (s *server) planCreate(req wire.CreateSandbox) (p createPlan, err error) {
 	return p, nil
 }
 
-// makeWorkspace is createSandbox's step 3: it makes sandbox name's
+// makeWorkspace is Create's step 3: it makes sandbox name's
 // workspace, 0700, and says whether it made it (madeWS: removed again if
 // the create fails, undo.go). The caller holds the sandbox's lock.
-func (s *server) makeWorkspace(name string) (ws string, madeWS bool, err error) {
-	ws = s.workspace(name)
+func (s *Manager) makeWorkspace(name string) (ws string, madeWS bool, err error) {
+	ws = s.Workspace(name)
 	_, wsErr := os.Lstat(ws)
 	madeWS = errors.Is(wsErr, os.ErrNotExist)
 	// 0700 (and owned by the run-as user, below): the workspace is the
 	// agent's memory and may hold its credentials; no other local user,
 	// including another sandbox's run-as user, may read it.
 	if err := os.MkdirAll(ws, 0o700); err != nil {
-		return "", false, errUnavailable("create workspace: %v", err)
+		return "", false, apierr.Unavailable("create workspace: %v", err)
 	}
 	if err := os.Chmod(ws, 0o700); err != nil { // a directory left by a failed create
-		return "", false, errUnavailable("create workspace: %v", err)
+		return "", false, apierr.Unavailable("create workspace: %v", err)
 	}
 	return ws, madeWS, nil
 }
 
-// setUpSandbox is createSandbox's steps 4b-6 for the committed sandbox
+// setUpSandbox is Create's steps 4b-6 for the committed sandbox
 // sb: its cgroup, its network namespace, its workspace's owner and its
 // private directories. limitsAsked says the request named limits.
-func (s *server) setUpSandbox(ctx context.Context, sb registry.Sandbox, created bool, p createPlan, limitsAsked bool) error {
+func (s *Manager) setUpSandbox(ctx context.Context, sb registry.Sandbox, created bool, p createPlan, limitsAsked bool) error {
 	if err := s.createCgroup(sb, created, limitsAsked, p.limits); err != nil { // limits.go
 		return err
 	}
@@ -202,7 +203,7 @@ func (s *server) setUpSandbox(ctx context.Context, sb registry.Sandbox, created 
 	if err := s.ownWorkspace(sb); err != nil {
 		return err
 	}
-	if s.isolated(sb) && s.ids.enabled {
+	if s.Isolated(sb) && s.ids.enabled {
 		// Made now, so its commands need no inode for them later
 		// (privatetmp.go); undone with the sandbox if this create fails.
 		if _, err := s.ensurePrivateTmp(sb); err != nil {
@@ -212,7 +213,7 @@ func (s *server) setUpSandbox(ctx context.Context, sb registry.Sandbox, created 
 	return nil
 }
 
-// destroySandbox destroys sandbox name and everything it holds. Absent is
+// Destroy destroys sandbox name and everything it holds. Absent is
 // success (nil): also a sandbox whose incarnation is not the one ctx names
 // (scoped), which this call must not touch. The order, under the
 // sandbox's lock, each step only once the one before succeeded, so a
@@ -234,26 +235,26 @@ func (s *server) setUpSandbox(ctx context.Context, sb registry.Sandbox, created 
 //     so a crash before leaves a sandbox to destroy again, never files
 //     without a record, and no process or file of the sandbox is left
 //     when its uid can go to another.
-func (s *server) destroySandbox(ctx context.Context, name string) error {
-	if err := validName(name); err != nil {
+func (s *Manager) Destroy(ctx context.Context, name string, keepCheckpoints bool) error {
+	if err := ValidName(name); err != nil {
 		return err
 	}
 	unlock := s.locks.Lock(name)
 	defer unlock()
 	sb, err := s.reg.GetSandbox(name)
 	if errors.Is(err, registry.ErrNotFound) {
-		os.RemoveAll(s.workspace(name))
+		os.RemoveAll(s.Workspace(name))
 		return nil
 	}
 	if err != nil {
-		return errUnavailable("read registry: %v", err)
+		return apierr.Unavailable("read registry: %v", err)
 	}
-	if checkIncarnation(ctx, sb) != nil {
+	if CheckIncarnation(ctx, sb) != nil {
 		// The caller's incarnation is gone; the live sandbox is a newer
 		// one.
 		return nil
 	}
-	sessions, err := s.stopSandboxSessions(ctx, name, s.cfg.TerminateGrace)
+	sessions, err := s.sessions.StopAll(ctx, name, s.cfg.TerminateGrace)
 	if err != nil {
 		return err
 	}
@@ -267,40 +268,39 @@ func (s *server) destroySandbox(ctx context.Context, name string) error {
 		return err
 	}
 	for _, ss := range sessions {
-		if err := os.RemoveAll(s.sessionDir(ss)); err != nil {
-			return errUnavailable("remove session %s: %v", ss.ID, err)
+		if err := os.RemoveAll(s.sessions.Dir(ss)); err != nil {
+			return apierr.Unavailable("remove session %s: %v", ss.ID, err)
 		}
 	}
-	if err := os.RemoveAll(s.workspace(name)); err != nil {
-		return errUnavailable("remove workspace: %v", err)
+	if err := os.RemoveAll(s.Workspace(name)); err != nil {
+		return apierr.Unavailable("remove workspace: %v", err)
 	}
-	if err := s.removeCheckpoints(ctx, name); err != nil { // checkpoints.go
+	if err := s.removeCheckpoints(name, keepCheckpoints); err != nil { // checkpoints.go
 		return err
 	}
 	if err := s.reg.DeletePreviews(name); err != nil {
-		return errRegistryWrite(err) // diskfull.go
+		return apierr.RegistryWrite(err) // diskfull.go
 	}
 	if err := s.reg.DeleteSandbox(name); err != nil {
-		return errRegistryWrite(err)
+		return apierr.RegistryWrite(err)
 	}
-	s.removeBudgets(name) // journalcap.go
-	s.bookForget(name)    // sessions_cap.go
-	s.replenishReserve()
+	s.sessions.Forget(name) // journal budgets, session counts
+	s.ReplenishReserve()
 	s.log.Info("sandbox destroyed", "sandbox", name)
 	return nil
 }
 
-// suspendSandbox stops every process of sandbox name (stopSandboxSessions,
+// Suspend stops every process of sandbox name (stopSandboxSessions,
 // cfg.SuspendGrace), removes its cgroup, then records it suspended: no session starts until
 // it is resumed. Suspending a suspended sandbox returns it as it is.
-func (s *server) suspendSandbox(ctx context.Context, name string) (registry.Sandbox, error) {
+func (s *Manager) Suspend(ctx context.Context, name string) (registry.Sandbox, error) {
 	unlock := s.locks.Lock(name)
 	defer unlock()
-	sb, err := s.scopedSandbox(ctx, name)
+	sb, err := s.Scoped(ctx, name)
 	if err != nil || sb.State == wire.SandboxSuspended {
 		return sb, err
 	}
-	if _, err := s.stopSandboxSessions(ctx, name, s.cfg.SuspendGrace); err != nil {
+	if _, err := s.sessions.StopAll(ctx, name, s.cfg.SuspendGrace); err != nil {
 		return sb, err
 	}
 	if err := s.removeCgroup(ctx, name); err != nil { // limits.go; resume re-creates it
@@ -313,59 +313,45 @@ func (s *server) suspendSandbox(ctx context.Context, name string) (registry.Sand
 		return nil
 	})
 	if err != nil {
-		return sb, s.registryErr(err, name)
+		return sb, s.RegistryErr(err, name)
 	}
 	s.log.Info("sandbox suspended", "sandbox", name)
 	return sb, nil
 }
 
-// resumeSandbox records sandbox name running again, once its workspace is
+// Resume records sandbox name running again, once its workspace is
 // still there (restore_failed when it is not), and re-creates its cgroup
 // with the recorded limits.
-func (s *server) resumeSandbox(ctx context.Context, name string) (registry.Sandbox, error) {
-	if err := validName(name); err != nil {
+func (s *Manager) Resume(ctx context.Context, name string) (registry.Sandbox, error) {
+	if err := ValidName(name); err != nil {
 		return registry.Sandbox{}, err
 	}
 	unlock := s.locks.Lock(name)
 	defer unlock()
 	was := ""
 	sb, err := s.reg.UpdateSandbox(name, func(sb *registry.Sandbox) error {
-		if err := checkIncarnation(ctx, *sb); err != nil {
+		if err := CheckIncarnation(ctx, *sb); err != nil {
 			return err
 		}
 		was = sb.State
 		if _, err := os.Stat(sb.Workspace); err != nil {
-			return &apiError{status: http.StatusInternalServerError, code: wire.CodeRestoreFailed,
-				detail: fmt.Sprintf("workspace: %v", err)}
+			return &apierr.Error{Status: http.StatusInternalServerError, Code: wire.CodeRestoreFailed,
+				Detail: fmt.Sprintf("workspace: %v", err)}
 		}
 		sb.State = wire.SandboxRunning
 		sb.ParkedAt = nil
 		return nil
 	})
 	if err != nil {
-		return sb, s.registryErr(err, name)
+		return sb, s.RegistryErr(err, name)
 	}
 	// With its recorded limits; a failure here is repaired by the next
-	// spawn (sessionCgroups) or resume.
-	if err := s.ensureCgroup(sb); err != nil { // limits.go
+	// spawn (SessionCgroups) or resume.
+	if err := s.EnsureCgroup(sb); err != nil { // limits.go
 		return sb, err
 	}
 	if was == wire.SandboxSuspended {
 		s.log.Info("sandbox resumed", "sandbox", sb.Name, "incarnation", sb.Incarnation)
 	}
 	return sb, nil
-}
-
-// registryErr scopes a registry error about sandbox name.
-func (s *server) registryErr(err error, name string) error {
-	var ae *apiError
-	switch {
-	case errors.As(err, &ae):
-		return ae
-	case errors.Is(err, registry.ErrNotFound):
-		return errNotFound("sandbox %q does not exist", name)
-	case isNoSpace(err): // diskfull.go
-		return errNoSpace("write registry", err)
-	}
-	return errUnavailable("registry: %v", err)
 }

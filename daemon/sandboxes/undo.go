@@ -1,4 +1,4 @@
-package daemon
+package sandboxes
 
 // Undoing a create that failed half-way. A create validates everything it
 // can before it makes anything (limits against the kernel's bounds,
@@ -17,13 +17,13 @@ import (
 	"github.com/agentrunner/runner/daemon/registry"
 )
 
-// undoCreate removes what createSandbox made for the new sandbox sb
+// undoCreate removes what Create made for the new sandbox sb
 // before it failed: its cgroup, its network, its workspace (when the
-// create made it) and its record, last, as destroySandbox orders them. A
+// create made it) and its record, last, as Destroy orders them. A
 // step that fails is logged and the record stays, so the sandbox is
 // there to destroy (or re-create) rather than leaving files without a
 // record. The caller holds sb's lock.
-func (s *server) undoCreate(ctx context.Context, sb registry.Sandbox, madeWS bool) {
+func (s *Manager) undoCreate(ctx context.Context, sb registry.Sandbox, madeWS bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := s.removeCgroup(ctx, sb.Name); err != nil {
@@ -47,7 +47,7 @@ func (s *server) undoCreate(ctx context.Context, sb registry.Sandbox, madeWS boo
 
 // undoWorkspace removes a workspace this create made (made), and leaves
 // one that was there before.
-func (s *server) undoWorkspace(ws string, made bool) {
+func (s *Manager) undoWorkspace(ws string, made bool) {
 	if !made {
 		return
 	}

@@ -1,4 +1,4 @@
-package daemon
+package sandboxes
 
 // Resource limits: a cgroup per sandbox (package cgroup), created with the
 // sandbox, removed at suspend and destroy, re-created at resume and adopted
@@ -20,7 +20,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -28,70 +27,30 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/cgroup"
+	"github.com/agentrunner/runner/daemon/apierr"
+	"github.com/agentrunner/runner/daemon/internal/every"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/wire"
 )
-
-// Cgroup modes (Config.Cgroups).
-const (
-	// CgroupsAuto gives every sandbox a cgroup, and takes limits, when
-	// this host can enforce them (cgroup.Manager.Available); otherwise
-	// limits are refused with not_supported and the log says why.
-	CgroupsAuto = "auto"
-	// CgroupsOff never creates cgroups: resource_limits is not advertised
-	// and limits are refused.
-	CgroupsOff = "off"
-)
-
-// The shipped defaults: what runnerd's flags (--default-pids,
-// --default-memory; the session bounds are in sessions_cap.go) give when
-// an operator names none, chosen so that a host running a few dozen sandboxes (the design
-// point: 2 cores, 24 GiB, pid_max 32768) survives any one of them
-// misbehaving (docs/cgroups.md, "Default limits"). Config's zero values
-// are no bound: the defaults are runnerd's, not the library's.
-const (
-	// DefaultSandboxPids bounds a sandbox's tasks (processes and
-	// threads): a parallel build or a language server pool stays in the
-	// low hundreds, a fork bomb stops here, and 24 sandboxes at the bound
-	// together still leave a 32768 pid_max room for the host.
-	DefaultSandboxPids = 1024
-	// DefaultSandboxMemoryShare is the share of the host's memory
-	// (MemTotal) one sandbox may use: 1/8, 3 GiB on a 24 GiB host,
-	// enough for a compiler or a test suite, and a runaway takes at most
-	// an eighth of the host, its own OOM kill, never runnerd's.
-	DefaultSandboxMemoryShare = 8
-)
-
-// DefaultSandboxMemory is the shipped default memory limit: the host's
-// MemTotal divided by DefaultSandboxMemoryShare, in whole pages, at
-// least cgroup.MinMemoryBytes.
-func DefaultSandboxMemory() (int64, error) {
-	total, err := meminfo("MemTotal:")
-	if err != nil {
-		return 0, err
-	}
-	page := int64(os.Getpagesize())
-	return max(total/DefaultSandboxMemoryShare/page*page, cgroup.MinMemoryBytes), nil
-}
 
 // cgroupOpTimeout bounds a cgroup removal (which kills what is left and
 // waits for it) that must finish even when its client has gone away.
 const cgroupOpTimeout = 30 * time.Second
 
-func errNoLimits() *apiError {
-	return errNotSupported("resource limits are not enforced on this host (resource_limits is not advertised; see runnerd's startup log)")
+func errNoLimits() *apierr.Error {
+	return apierr.NotSupported("resource limits are not enforced on this host (resource_limits is not advertised; see runnerd's startup log)")
 }
 
-// startCgroups sets s.cg when the configuration asks for cgroups and the
+// StartCgroups sets s.cg when the configuration asks for cgroups and the
 // host can enforce limits, then adopts the running sandboxes' cgroups. It
 // never fails Run: a host that cannot runs without the capability and
 // says why in the log.
 //
-// It returns a function that stops the leaf sweep (sweepLeaves) and
+// It returns a function that stops the leaf sweep (SweepLeaves) and
 // waits for it; Run calls it before the registry closes.
-func (s *server) startCgroups() (stop func()) {
+func (s *Manager) StartCgroups() (stop func()) {
 	stop = func() {}
-	if s.cfg.Cgroups == CgroupsOff {
+	if !s.cfg.Cgroups {
 		s.log.Info("cgroups disabled (--cgroups=off): resource_limits is not advertised and limits are refused")
 		return
 	}
@@ -110,7 +69,7 @@ func (s *server) startCgroups() (stop func()) {
 	go func() {
 		defer close(done)
 		s.adoptCgroups(ctx) // recovery.go: in the background, runnerd serves
-		s.sweepLeaves(ctx)
+		s.SweepLeaves(ctx)
 	}()
 	return func() { cancel(); <-done }
 }
@@ -118,7 +77,7 @@ func (s *server) startCgroups() (stop func()) {
 // parseLimits validates a request's limits and fills its zero fields
 // from the host's defaults. nil (absent) is the defaults alone. The
 // result is nil when no limit at all applies.
-func (s *server) parseLimits(req *wire.Limits) (*wire.Limits, error) {
+func (s *Manager) parseLimits(req *wire.Limits) (*wire.Limits, error) {
 	l := s.cfg.DefaultLimits
 	if req != nil {
 		if *req != (wire.Limits{}) && s.cg == nil {
@@ -141,14 +100,14 @@ func (s *server) parseLimits(req *wire.Limits) (*wire.Limits, error) {
 		// Defaults apply only where enforced (Run warned at start).
 		return nil, nil
 	}
-	if err := toCgroupLimits(&l).Validate(); err != nil {
-		return nil, errInvalid("limits: %v", err)
+	if err := ToCgroupLimits(&l).Validate(); err != nil {
+		return nil, apierr.Invalid("limits: %v", err)
 	}
 	return &l, nil
 }
 
-// toCgroupLimits converts wire limits (nil: none) to cgroup.Limits.
-func toCgroupLimits(l *wire.Limits) cgroup.Limits {
+// ToCgroupLimits converts wire limits (nil: none) to cgroup.Limits.
+func ToCgroupLimits(l *wire.Limits) cgroup.Limits {
 	if l == nil {
 		return cgroup.Limits{}
 	}
@@ -169,53 +128,53 @@ func sameLimits(a, b *wire.Limits) bool {
 	return *a == *b
 }
 
-// ensureCgroup gets or creates the cgroup of a running sb with its
+// EnsureCgroup gets or creates the cgroup of a running sb with its
 // recorded limits; nothing for a suspended one (it has none) or without
 // cgroups. The caller holds sb's lock.
-func (s *server) ensureCgroup(sb registry.Sandbox) error {
+func (s *Manager) EnsureCgroup(sb registry.Sandbox) error {
 	if s.cg == nil || sb.State != wire.SandboxRunning {
 		return nil
 	}
-	if err := s.cg.Ensure(sb.Name, toCgroupLimits(sb.Limits)); err != nil {
+	if err := s.cg.Ensure(sb.Name, ToCgroupLimits(sb.Limits)); err != nil {
 		if errors.Is(err, cgroup.ErrInvalid) {
-			return errInvalid("limits: %v", err)
+			return apierr.Invalid("limits: %v", err)
 		}
-		return errUnavailable("create cgroup: %v", err) // ErrNotHeld among them: never reported enforced
+		return apierr.Unavailable("create cgroup: %v", err) // ErrNotHeld among them: never reported enforced
 	}
 	return nil
 }
 
-// createCgroup is createSandbox's step 4b: a re-create that asks for
+// createCgroup is Create's step 4b: a re-create that asks for
 // limits (asked) must find the same ones recorded (conflict otherwise, as
 // for a network policy; absent limits take the sandbox as it is), then
 // the cgroup is got or created with the recorded limits, for an existing
 // record too, so a retry of a create that failed here repairs it.
-func (s *server) createCgroup(sb registry.Sandbox, created, asked bool, limits *wire.Limits) error {
+func (s *Manager) createCgroup(sb registry.Sandbox, created, asked bool, limits *wire.Limits) error {
 	if !created && asked && !sameLimits(sb.Limits, limits) {
-		return errConflictFor(wire.ReasonSandboxExists, "%s: sandbox %q exists with different limits (change them with PUT /v1/sandboxes/%s/limits)", wire.DetailConflict, sb.Name, sb.Name)
+		return apierr.ConflictFor(wire.ReasonSandboxExists, "%s: sandbox %q exists with different limits (change them with PUT /v1/sandboxes/%s/limits)", wire.DetailConflict, sb.Name, sb.Name)
 	}
-	return s.ensureCgroup(sb)
+	return s.EnsureCgroup(sb)
 }
 
 // removeCgroup removes sandbox name's cgroup, killing whatever is still
 // in it (the caller has stopped its sessions: this is the backstop).
 // Absent, or no cgroups, is success. The caller holds name's lock.
-func (s *server) removeCgroup(ctx context.Context, name string) error {
+func (s *Manager) removeCgroup(ctx context.Context, name string) error {
 	if s.cg == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cgroupOpTimeout)
 	defer cancel()
 	if err := s.cg.Remove(ctx, name); err != nil {
-		return errUnavailable("remove cgroup: %v", err)
+		return apierr.Unavailable("remove cgroup: %v", err)
 	}
 	s.leaves.forget(name) // a new cgroup counts from 0, as its usage does
 	return nil
 }
 
-// removeSessionCgroup removes session ss's leaf once its record is gone.
+// RemoveSessionCgroup removes session ss's leaf once its record is gone.
 // A failure is only logged: the leaf goes with the sandbox's cgroup.
-func (s *server) removeSessionCgroup(ctx context.Context, ss registry.Session) {
+func (s *Manager) RemoveSessionCgroup(ctx context.Context, ss registry.Session) {
 	if s.cg == nil {
 		return
 	}
@@ -226,12 +185,12 @@ func (s *server) removeSessionCgroup(ctx context.Context, ss registry.Session) {
 	}
 }
 
-// sessionCgroups returns the directories session ss of sb's command is
+// SessionCgroups returns the directories session ss of sb's command is
 // placed in (sessiondir.Spec.Cgroups), creating its leaf, and the sandbox's
 // cgroup when it is missing (a retry repairs a failed create). A sandbox
 // with limits on a runnerd that cannot enforce them is refused: its
 // commands never run unbounded.
-func (s *server) sessionCgroups(sb registry.Sandbox, ss registry.Session) ([]string, error) {
+func (s *Manager) SessionCgroups(sb registry.Sandbox, ss registry.Session) ([]string, error) {
 	if s.cg == nil {
 		if sb.Limits != nil {
 			return nil, errNoLimits()
@@ -240,19 +199,19 @@ func (s *server) sessionCgroups(sb registry.Sandbox, ss registry.Session) ([]str
 	}
 	dirs, err := s.cg.SessionDirs(sb.Name, ss.ID)
 	if errors.Is(err, cgroup.ErrNotFound) {
-		if err = s.ensureCgroup(sb); err != nil {
+		if err = s.EnsureCgroup(sb); err != nil {
 			return nil, err
 		}
 		dirs, err = s.cg.SessionDirs(sb.Name, ss.ID)
 	}
 	if err != nil {
-		return nil, errUnavailable("create session cgroup: %v", err)
+		return nil, apierr.Unavailable("create session cgroup: %v", err)
 	}
 	return dirs, nil
 }
 
 // usage is sb's usage read from its cgroup; nil when it has none.
-func (s *server) usage(sb registry.Sandbox) *wire.Usage {
+func (s *Manager) Usage(sb registry.Sandbox) *wire.Usage {
 	if s.cg == nil || sb.State != wire.SandboxRunning {
 		return nil
 	}
@@ -272,12 +231,12 @@ func (s *server) usage(sb registry.Sandbox) *wire.Usage {
 	}
 }
 
-// setLimits replaces sandbox name's limits (zero fields: the host's
+// SetLimits replaces sandbox name's limits (zero fields: the host's
 // defaults): the cgroup of a running sandbox first, then the record, so
 // the record never claims a limit the kernel was not given (a failed
 // record write leaves the new limits enforced; a retry records them).
-func (s *server) setLimits(ctx context.Context, name string, req wire.Limits) (registry.Sandbox, error) {
-	if err := validName(name); err != nil {
+func (s *Manager) SetLimits(ctx context.Context, name string, req wire.Limits) (registry.Sandbox, error) {
+	if err := ValidName(name); err != nil {
 		return registry.Sandbox{}, err
 	}
 	if err := refuseDiskBudget(&req); err != nil { // diskfull.go
@@ -285,7 +244,7 @@ func (s *server) setLimits(ctx context.Context, name string, req wire.Limits) (r
 	}
 	if s.cg == nil {
 		// not_found first, as PUT .../network answers.
-		if sb, err := s.scopedSandbox(ctx, name); err != nil {
+		if sb, err := s.Scoped(ctx, name); err != nil {
 			return sb, err
 		}
 		return registry.Sandbox{}, errNoLimits()
@@ -296,33 +255,33 @@ func (s *server) setLimits(ctx context.Context, name string, req wire.Limits) (r
 	}
 	unlock := s.locks.Lock(name)
 	defer unlock()
-	sb, err := s.scopedSandbox(ctx, name)
+	sb, err := s.Scoped(ctx, name)
 	if err != nil {
 		return sb, err
 	}
 	if sb.State == wire.SandboxRunning {
-		err := s.cg.Update(name, toCgroupLimits(l))
+		err := s.cg.Update(name, ToCgroupLimits(l))
 		if errors.Is(err, cgroup.ErrNotFound) {
-			err = s.cg.Ensure(name, toCgroupLimits(l))
+			err = s.cg.Ensure(name, ToCgroupLimits(l))
 		}
 		if err != nil {
 			// The kernel may hold part of the new limits (they are
 			// written one file at a time): the old ones are written back,
 			// so the cgroup holds what the record says.
 			kept := "the old limits stay"
-			if rerr := s.cg.Ensure(name, toCgroupLimits(sb.Limits)); rerr != nil {
+			if rerr := s.cg.Ensure(name, ToCgroupLimits(sb.Limits)); rerr != nil {
 				s.log.Error("restore limits after a failed update", "sandbox", name, "err", rerr)
 				kept = "restoring the old limits failed too (" + rerr.Error() + "); a spawn or resume converges them"
 			}
 			switch {
 			case errors.Is(err, cgroup.ErrInvalid):
-				return sb, errInvalid("limits: %v; %s", err, kept)
+				return sb, apierr.Invalid("limits: %v; %s", err, kept)
 			case errors.Is(err, cgroup.ErrNotHeld):
-				return sb, errUnavailable("apply limits: %v; %s", err, kept)
+				return sb, apierr.Unavailable("apply limits: %v; %s", err, kept)
 			}
 			// Lowering memory below what the sandbox holds fails (EBUSY)
 			// once the kernel cannot reclaim.
-			return sb, errConflict("apply limits: %v; %s", err, kept)
+			return sb, apierr.Conflict("apply limits: %v; %s", err, kept)
 		}
 	}
 	sb, err = s.reg.UpdateSandbox(name, func(sb *registry.Sandbox) error {
@@ -330,31 +289,15 @@ func (s *server) setLimits(ctx context.Context, name string, req wire.Limits) (r
 		return nil
 	})
 	if err != nil {
-		return sb, s.registryErr(err, name)
+		return sb, s.RegistryErr(err, name)
 	}
 	s.log.Info("sandbox limits set", "sandbox", name, "limits", l)
 	return sb, nil
 }
 
-func (s *server) handleLimits(w http.ResponseWriter, r *http.Request) {
-	var req wire.Limits
-	if err := decodeJSON(w, r, &req, false); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	sb, err := s.setLimits(r.Context(), r.PathValue("name"), req)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	out := toWireSandbox(sb)
-	out.Usage = s.usage(sb)
-	s.writeJSON(w, http.StatusOK, out)
-}
-
-// meminfo returns the field of /proc/meminfo that starts with key (e.g.
+// Meminfo returns the field of /proc/meminfo that starts with key (e.g.
 // "MemTotal:"), in bytes.
-func meminfo(key string) (int64, error) {
+func Meminfo(key string) (int64, error) {
 	raw, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
 		return 0, err
@@ -372,11 +315,6 @@ func meminfo(key string) (int64, error) {
 	}
 	return 0, fmt.Errorf("no %s in /proc/meminfo", key)
 }
-
-// leafSweepInterval is how often runnerd looks for session leaves whose
-// session has ended and which hold no process any more (a variable for
-// tests).
-var leafSweepInterval = 5 * time.Second
 
 // releasedLeaves is what the leaf sweep keeps: under cgroup v1 an OOM kill
 // is counted only in the victim's own leaf, so the kills of the leaves it
@@ -412,11 +350,11 @@ func (r *releasedLeaves) forget(sandbox string) {
 	delete(r.kills, sandbox)
 }
 
-// sweepLeaves removes, every leafSweepInterval until ctx ends, the leaves
+// SweepLeaves removes, every Config.LeafSweepInterval until ctx ends, the leaves
 // of sessions that have ended and hold no process (releaseLeaves). Run
 // starts it when cgroups are on and waits for it.
-func (s *server) sweepLeaves(ctx context.Context) {
-	everyUntil(ctx, leafSweepInterval, func() bool {
+func (s *Manager) SweepLeaves(ctx context.Context) {
+	every.Until(ctx, s.cfg.LeafSweepInterval, func() bool {
 		names, err := s.cg.List()
 		if err != nil {
 			s.log.Warn("session leaves: list cgroups", "err", err)
@@ -438,7 +376,7 @@ func (s *server) sweepLeaves(ctx context.Context) {
 // it ends or the session is deleted. It holds the sandbox's lock, which
 // every spawn holds from before it creates its leaf to after its record
 // is committed, so a leaf being set up is never taken.
-func (s *server) releaseLeaves(name string) {
+func (s *Manager) releaseLeaves(name string) {
 	unlock := s.locks.Lock(name)
 	defer unlock()
 	leaves, err := s.cg.Sessions(name)
@@ -453,7 +391,7 @@ func (s *server) releaseLeaves(name string) {
 		case err != nil:
 			continue
 		default:
-			if ss, err = s.refresh(ss); err != nil || ss.Exit == nil {
+			if ss, err = s.sessions.Refresh(ss); err != nil || ss.Exit == nil {
 				continue // running, or not known to have ended
 			}
 		}
@@ -467,4 +405,61 @@ func (s *server) releaseLeaves(name string) {
 			s.log.Debug("session leaf released", "sandbox", name, "session", id)
 		}
 	}
+}
+
+// adoptCgroups converges the cgroup of every running sandbox to its
+// record (get-or-create, so a cgroup a previous runnerd made keeps its
+// processes and a reboot's lost ones come back). It runs in the
+// background once runnerd serves (at ~1 ms a sandbox it held a restart
+// with 1,000 sandboxes for a second): each sandbox under its lock, its
+// record read again (one destroyed meanwhile is skipped, so its cgroup is
+// never made again); a spawn meanwhile makes its sandbox's cgroup if it
+// is missing. It removes nothing: a cgroup no record names is logged for
+// the operator.
+func (s *Manager) adoptCgroups(ctx context.Context) {
+	known := map[string]bool{}
+	err := s.Each(ctx, func(sb registry.Sandbox) {
+		known[sb.Name] = true
+		s.adoptCgroup(sb.Name)
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("adopt cgroups: read registry", "err", err)
+		}
+		return
+	}
+	names, err := s.cg.List()
+	if err != nil {
+		s.log.Warn("adopt cgroups: list", "err", err)
+		return
+	}
+	for _, n := range names {
+		if !known[n] {
+			s.log.Warn("cgroup without a sandbox kept (remove it by hand once empty)", "cgroup", n)
+		}
+	}
+}
+
+// adoptCgroup converges one sandbox's cgroup under its lock.
+func (s *Manager) adoptCgroup(name string) {
+	unlock := s.locks.Lock(name)
+	defer unlock()
+	sb, err := s.reg.GetSandbox(name)
+	if err != nil {
+		return // destroyed meanwhile
+	}
+	if err := s.EnsureCgroup(sb); err != nil {
+		s.log.Warn("adopt cgroup", "sandbox", sb.Name, "err", err)
+	}
+}
+
+// refuseDiskBudget answers a disk budget (limits disk_bytes, disk_inodes)
+// 501 not_supported: runnerd does not enforce one yet (it needs a file
+// system per sandbox; this kernel has no project quotas), and a limit
+// that is not enforced is never accepted nor reported.
+func refuseDiskBudget(l *wire.Limits) error {
+	if l != nil && (l.DiskBytes != 0 || l.DiskInodes != 0) {
+		return apierr.NotSupported("disk_bytes and disk_inodes are not enforced by this runnerd (a disk budget needs a file system per sandbox, not built yet; docs/operations.md, \"When the disk fills\")")
+	}
+	return nil
 }

@@ -1,4 +1,4 @@
-package daemon
+package sandboxes
 
 // Identities and isolation: who a sandbox's commands run as, and the
 // permissions of runnerd's state that keep them out of it.
@@ -33,6 +33,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/netpolicy"
 	"github.com/agentrunner/runner/shim/sessiondir"
@@ -46,9 +47,9 @@ type identities struct {
 	pool    registry.IdentityPool
 }
 
-// checkIdentityRange refuses a range holding an id Linux gives a meaning:
+// CheckIdentityRange refuses a range holding an id Linux gives a meaning:
 // root, nobody, and the 16- and 32-bit (uid_t)-1.
-func checkIdentityRange(first, last uint32) error {
+func CheckIdentityRange(first, last uint32) error {
 	if last < first {
 		return fmt.Errorf("config: identity range %d-%d is empty", first, last)
 	}
@@ -60,14 +61,14 @@ func checkIdentityRange(first, last uint32) error {
 	return nil
 }
 
-// initIdentities fixes the isolation policy from cfg and runnerd's euid,
+// InitIdentities fixes the isolation policy from cfg and runnerd's euid,
 // and tightens the state directory's modes (tightenState).
-func (s *server) initIdentities() error {
+func (s *Manager) InitIdentities() error {
 	if err := tightenState(s.cfg.StateDir); err != nil {
 		return err
 	}
 	root := os.Geteuid() == 0
-	if s.cfg.Isolate == IsolateAll && !root {
+	if s.cfg.IsolateAll && !root {
 		return errors.New("config: --isolate all needs runnerd to run as root (each sandbox runs as its own uid)")
 	}
 	if shared := sharedTmps(s.cfg.StateDir); root && len(shared) > 0 {
@@ -76,12 +77,12 @@ func (s *server) initIdentities() error {
 	switch {
 	case !root:
 		s.log.Warn("runnerd is not root: sandboxes are not isolated from each other or from runnerd's user: they run as runnerd's uid, read its state and token, and see and signal its processes; network policies are refused (they need root). Run runnerd as root for isolation, or inside a VM that is the boundary")
-	case s.cfg.Isolate == IsolateNone:
+	case !s.cfg.IsolateAll:
 		s.log.Warn("--isolate none: a sandbox without a network policy runs as root (or its user) on the host network: it can read runnerd's token and state, see and signal every process, and write the host. Only for a VM that is itself the boundary")
 	}
 	s.ids = identities{
 		enabled: root,
-		all:     s.cfg.Isolate == IsolateAll,
+		all:     s.cfg.IsolateAll,
 		pool:    registry.IdentityPool{First: s.cfg.IdentityFirst, Last: s.cfg.IdentityLast, Taken: hostUsesID},
 	}
 	if root {
@@ -116,29 +117,29 @@ func hostUsesID(id uint32) bool {
 // policy: its own namespace, open egress (netpolicy.OpenEgress), without
 // the private networks unless --egress-private allow
 // (netpolicy.PublicEgress).
-func (s *server) openEgress() *wire.Network {
-	if s.cfg.EgressPrivate == EgressPrivateAllow {
+func (s *Manager) openEgress() *wire.Network {
+	if s.cfg.EgressPrivate {
 		return &wire.Network{Allow: netpolicy.OpenEgress().Allow}
 	}
 	return &wire.Network{Allow: netpolicy.PublicEgress().Allow}
 }
 
-// isolating says whether a sandbox created now, contained or not, is
+// Isolating says whether a sandbox created now, contained or not, is
 // isolated.
-func (s *server) isolating(contained bool) bool {
+func (s *Manager) Isolating(contained bool) bool {
 	return s.ids.enabled && (contained || s.ids.all)
 }
 
 // isolated says whether sb's commands run isolated: it was made so, or
 // this runnerd isolates what it is.
-func (s *server) isolated(sb registry.Sandbox) bool {
-	return sb.Isolated || sb.Identity != nil || s.isolating(sb.Network != nil)
+func (s *Manager) Isolated(sb registry.Sandbox) bool {
+	return sb.Isolated || sb.Identity != nil || s.Isolating(sb.Network != nil)
 }
 
 // errRootContained is the refusal of root as the user of an isolated
 // sandbox, saying how to get one.
 func errRootContained(what string) error {
-	return errInvalid("%s: its commands would run as root, who can leave any namespace and read runnerd's state, so it cannot be contained; "+
+	return apierr.Invalid("%s: its commands would run as root, who can leave any namespace and read runnerd's state, so it cannot be contained; "+
 		"for a contained sandbox omit user (runnerd runs it as a uid of its own) or name an unprivileged user", what)
 }
 
@@ -146,8 +147,8 @@ func errRootContained(what string) error {
 // says how it is isolated: pool is where its identity comes from (nil:
 // none, it runs as user or is not isolated). uid and gid are user's, or
 // -1 when user is empty.
-func (s *server) identityFor(name, userName string, uid, gid int, contained bool) (pool *registry.IdentityPool, isolated bool, err error) {
-	if !s.isolating(contained) {
+func (s *Manager) identityFor(name, userName string, uid, gid int, contained bool) (pool *registry.IdentityPool, isolated bool, err error) {
+	if !s.Isolating(contained) {
 		return nil, false, nil
 	}
 	if userName == "" {
@@ -163,25 +164,25 @@ func (s *server) identityFor(name, userName string, uid, gid int, contained bool
 // ownWorkspace gives sb's workspace to its identity, 0700. It runs on
 // every create, so a create retried after a crash between the record's
 // commit and the chown repairs it.
-func (s *server) ownWorkspace(sb registry.Sandbox) error {
+func (s *Manager) ownWorkspace(sb registry.Sandbox) error {
 	if sb.Identity == nil {
 		return nil
 	}
 	if err := os.Lchown(sb.Workspace, int(sb.Identity.UID), int(sb.Identity.GID)); err != nil {
-		return errUnavailable("give workspace to uid %d: %v", sb.Identity.UID, err)
+		return apierr.Unavailable("give workspace to uid %d: %v", sb.Identity.UID, err)
 	}
 	if err := os.Chmod(sb.Workspace, 0o700); err != nil {
-		return errUnavailable("chmod workspace: %v", err)
+		return apierr.Unavailable("chmod workspace: %v", err)
 	}
 	return nil
 }
 
-// isolateSpec makes spec run as sb's identity with sessiondir.Spec.Isolate when
+// IsolateSpec makes spec run as sb's identity with sessiondir.Spec.Isolate when
 // sb is isolated. A sandbox that is isolated but has no unprivileged user
 // (recorded before identities existed, or before --isolate all) is
 // refused rather than run as root.
-func (s *server) isolateSpec(sb registry.Sandbox, spec *sessiondir.Spec) error {
-	if !s.isolated(sb) {
+func (s *Manager) IsolateSpec(sb registry.Sandbox, spec *sessiondir.Spec) error {
+	if !s.Isolated(sb) {
 		return nil
 	}
 	if sb.Identity != nil {
@@ -197,20 +198,20 @@ func (s *server) isolateSpec(sb registry.Sandbox, spec *sessiondir.Spec) error {
 // checkContainable refuses a network policy on a sandbox whose commands
 // run as root (PUT .../network): the policy would contain them in name
 // only.
-func (s *server) checkContainable(sb registry.Sandbox) error {
+func (s *Manager) checkContainable(sb registry.Sandbox) error {
 	if !s.ids.enabled || sb.Identity != nil {
 		return nil
 	}
 	if sb.User == "" {
 		// Not errRootContained: its advice (omit user) is what this
 		// sandbox's creator already did.
-		return errInvalid("sandbox %q was created without a network policy, so its commands run as runnerd's own user (root), "+
+		return apierr.Invalid("sandbox %q was created without a network policy, so its commands run as runnerd's own user (root), "+
 			"who can leave any namespace; a policy cannot contain it afterwards: destroy it and create it with its policy "+
 			"(network in the create; runner create %s --allow HOST or --deny-all), and runnerd gives it a uid of its own", sb.Name, sb.Name)
 	}
 	u, err := user.Lookup(sb.User)
 	if err != nil {
-		return errInvalid("sandbox %q: user %q: %v", sb.Name, sb.User, err)
+		return apierr.Invalid("sandbox %q: user %q: %v", sb.Name, sb.User, err)
 	}
 	if u.Uid == "0" || u.Gid == "0" {
 		return errRootContained(fmt.Sprintf("sandbox %q: user %q is uid %s gid %s", sb.Name, sb.User, u.Uid, u.Gid))

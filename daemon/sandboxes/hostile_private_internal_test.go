@@ -1,4 +1,4 @@
-package daemon
+package sandboxes
 
 import (
 	"errors"
@@ -17,7 +17,7 @@ import (
 // to every user.
 func TestPrivateTmpNeverFollowsLinks(t *testing.T) {
 	state := t.TempDir()
-	s := &server{cfg: Config{StateDir: state}}
+	s := &Manager{cfg: Config{StateDir: state}}
 	sb := registry.Sandbox{Name: "hostile", Incarnation: "0123456789abcdef"}
 	victim := filepath.Join(t.TempDir(), "victim")
 	if err := os.Mkdir(victim, 0o700); err != nil {

@@ -1,9 +1,9 @@
-package daemon
+package sandboxes
 
 // Private /tmp, /var/tmp and /dev/shm of isolated sandboxes.
 //
 // Each isolated sandbox incarnation gets a directory of its own,
-// STATE/private/ID (ID as netID: name and incarnation), holding tmp,
+// STATE/private/ID (ID as NetID: name and incarnation), holding tmp,
 // var-tmp and shm (01777). Every command of the sandbox sees them as
 // /tmp, /var/tmp and /dev/shm (sessiondir.Spec.Binds: bind mounts in the
 // command's own mount namespace), so no sandbox sees another's or the
@@ -26,6 +26,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/shim/sessiondir"
 	"golang.org/x/sys/unix"
@@ -49,27 +50,27 @@ func privateTargets(state string) (kept []sessiondir.Bind, shared []string) {
 }
 
 // privateTmpDir is the directory holding sb's private directories.
-func (s *server) privateTmpDir(sb registry.Sandbox) string {
-	return filepath.Join(s.cfg.StateDir, "private", netID(sb.Name, sb.Incarnation))
+func (s *Manager) privateTmpDir(sb registry.Sandbox) string {
+	return filepath.Join(s.cfg.StateDir, "private", NetID(sb.Name, sb.Incarnation))
 }
 
 // ensurePrivateTmp makes sb's private directories unless they exist.
-// Idempotent; the caller holds sb's lock. createSandbox makes them, so
+// Idempotent; the caller holds sb's lock. Create makes them, so
 // a command on a full disk later needs no inode for them; a spawn makes
 // them for a sandbox created before they existed. A full disk is 507
 // write_failed with retry_after_ms (errNoSpace), like every write.
-func (s *server) ensurePrivateTmp(sb registry.Sandbox) (string, error) {
+func (s *Manager) ensurePrivateTmp(sb registry.Sandbox) (string, error) {
 	dir, err := s.makePrivateTmp(sb)
-	if err != nil && isNoSpace(err) {
-		return "", errNoSpace("create private /tmp", err)
+	if err != nil && apierr.IsNoSpace(err) {
+		return "", apierr.NoSpace("create private /tmp", err)
 	}
 	if err != nil {
-		return "", errUnavailable("create private /tmp: %v", err)
+		return "", apierr.Unavailable("create private /tmp: %v", err)
 	}
 	return dir, nil
 }
 
-func (s *server) makePrivateTmp(sb registry.Sandbox) (string, error) {
+func (s *Manager) makePrivateTmp(sb registry.Sandbox) (string, error) {
 	dir := s.privateTmpDir(sb)
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return "", err
@@ -111,18 +112,18 @@ func (s *server) makePrivateTmp(sb registry.Sandbox) (string, error) {
 
 // removePrivateTmp removes sb's private directories (absent is success).
 // It runs once no process of the sandbox is left.
-func (s *server) removePrivateTmp(sb registry.Sandbox) error {
+func (s *Manager) removePrivateTmp(sb registry.Sandbox) error {
 	if err := os.RemoveAll(s.privateTmpDir(sb)); err != nil {
-		return errUnavailable("remove private tmp of sandbox %q: %v", sb.Name, err)
+		return apierr.Unavailable("remove private tmp of sandbox %q: %v", sb.Name, err)
 	}
 	return nil
 }
 
-// privateBinds returns the binds of an isolated sandbox's command: its
+// PrivateBinds returns the binds of an isolated sandbox's command: its
 // private directories over their targets, and its copies of the user
 // database (passwdfiles.go); none for a sandbox that is not isolated.
-func (s *server) privateBinds(sb registry.Sandbox) ([]sessiondir.Bind, error) {
-	if !s.isolated(sb) || !s.ids.enabled {
+func (s *Manager) PrivateBinds(sb registry.Sandbox) ([]sessiondir.Bind, error) {
+	if !s.Isolated(sb) || !s.ids.enabled {
 		return nil, nil
 	}
 	dir, err := s.ensurePrivateTmp(sb)
