@@ -138,7 +138,13 @@ var rules = []struct {
 	// up to daemon, nor to what starts and drives shims (shim/launch):
 	// it asks the session side through sandboxes.Sessions.
 	{pkg: "daemon/sandboxes", forbidden: []string{
-		module + "/client", module + "/adapter", module + "/shim/launch", module + "/daemon/preview",
+		module + "/client", module + "/adapter", module + "/shim/launch", module + "/daemon/preview", module + "/daemon/sessions",
+	}, notPkgs: []string{module + "/daemon", module + "/shim"}},
+	// daemon/sessions is the sessions manager: below the HTTP face, above
+	// the sandboxes manager (which it asks for a spawn's identity, leaf
+	// cgroup, namespace and binds) and the registry; it never reaches up.
+	{pkg: "daemon/sessions", forbidden: []string{
+		module + "/client", module + "/adapter", module + "/daemon/preview",
 	}, notPkgs: []string{module + "/daemon", module + "/shim"}},
 	{pkg: "daemon", forbidden: []string{module + "/client", module + "/adapter"}, notPkgs: []string{module + "/shim"}},
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/daemon/sandboxes"
+	"github.com/agentrunner/runner/daemon/sessions"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -53,9 +54,9 @@ type admitSlot struct{ key string }
 
 type admitSlotKey struct{}
 
-// nameSession names the session create in flight of ctx (if admitted
+// NameSession names the session create in flight of ctx (if admitted
 // under a bound) before spawn commits its record.
-func (a *admission) nameSession(ctx context.Context, sandbox, id string) {
+func (a *admission) NameSession(ctx context.Context, sandbox, id string) {
 	slot, _ := ctx.Value(admitSlotKey{}).(*admitSlot)
 	if slot == nil {
 		return
@@ -198,7 +199,7 @@ func (s *server) liveSessions() (int, error) {
 // liveSession reports whether ss takes a session slot: its record says
 // running or starting and holds no exit.
 func liveSession(ss registry.Session) bool {
-	return ss.Exit == nil && (ss.State == wire.SessionRunning || ss.State == stateStarting)
+	return ss.Exit == nil && (ss.State == wire.SessionRunning || ss.State == sessions.StateStarting)
 }
 
 // writeExhausted answers 503 unavailable with Exhausted set (see

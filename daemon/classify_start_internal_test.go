@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/agentrunner/runner/daemon/apierr"
+	"github.com/agentrunner/runner/daemon/sessions"
 	"github.com/agentrunner/runner/shim/launch"
 	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
@@ -48,7 +49,7 @@ func TestClassifyStart(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var ae *apierr.Error
-			if !errors.As(classifyStart(tt.err), &ae) {
+			if !errors.As(sessions.ClassifyStart(tt.err), &ae) {
 				t.Fatalf("got no apierr.Error")
 			}
 			if ae.Status != tt.wantStatus || ae.Code != tt.wantCode {
@@ -82,7 +83,7 @@ func TestClassifyStartExecError(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := &server{metrics: newMetrics(""), log: slog.New(slog.DiscardHandler)}
 			rec := httptest.NewRecorder()
-			s.writeError(rec, httptest.NewRequest(http.MethodPost, "/v1/sandboxes/x/exec", nil), classifyStart(tt.err))
+			s.writeError(rec, httptest.NewRequest(http.MethodPost, "/v1/sandboxes/x/exec", nil), sessions.ClassifyStart(tt.err))
 			var body wire.ErrorBody
 			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
 				t.Fatalf("decode %q: %v", rec.Body.String(), err)

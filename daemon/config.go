@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentrunner/runner/cgroup"
 	"github.com/agentrunner/runner/daemon/sandboxes"
 	"github.com/agentrunner/runner/shim/launch"
 	"github.com/agentrunner/runner/wire"
@@ -519,62 +518,8 @@ func netPolicyState(cfg Config) string {
 	return filepath.Join(cfg.StateDir, "netpolicy")
 }
 
-// sandboxes is the sandboxes manager's part of cfg, which withDefaults
-// and claimHost have settled.
-func (cfg Config) sandboxes() sandboxes.Config {
-	return sandboxes.Config{
-		StateDir:           cfg.StateDir,
-		IsolateAll:         cfg.Isolate == IsolateAll,
-		IdentityFirst:      cfg.IdentityFirst,
-		IdentityLast:       cfg.IdentityLast,
-		EgressPrivate:      cfg.EgressPrivate == EgressPrivateAllow,
-		TerminateGrace:     cfg.TerminateGrace,
-		SuspendGrace:       cfg.SuspendGrace,
-		Cgroups:            cfg.Cgroups != CgroupsOff,
-		CgroupRoot:         cfg.CgroupRoot,
-		DefaultLimits:      cfg.DefaultLimits,
-		LeafSweepInterval:  leafSweepInterval,
-		NetPolicy:          cfg.NetPolicy != NetPolicyOff,
-		NetPolicyState:     cfg.NetPolicyState, // claimNet settled it (netPolicyState)
-		NetTable:           cfg.netTable,
-		NetPolicyPool:      cfg.NetPolicyPool,
-		DNSUpstream:        cfg.DNSUpstream,
-		NetPolicyHostNetNS: cfg.NetPolicyHostNetNS,
-	}
-}
+// DefaultDiskReserve is Config.DiskReserve when it is 0.
+const DefaultDiskReserve = 8 << 20
 
-// leafSweepInterval is how often runnerd looks for session leaves whose
-// session has ended and which hold no process any more (a variable for
-// tests: SetLeafSweepInterval).
-var leafSweepInterval = 5 * time.Second
-
-// The shipped defaults: what runnerd's flags (--default-pids,
-// --default-memory; the session bounds are in sessions_cap.go) give when
-// an operator names none, chosen so that a host running a few dozen sandboxes (the design
-// point: 2 cores, 24 GiB, pid_max 32768) survives any one of them
-// misbehaving (docs/cgroups.md, "Default limits"). Config's zero values
-// are no bound: the defaults are runnerd's, not the library's.
-const (
-	// DefaultSandboxPids bounds a sandbox's tasks (processes and
-	// threads): a parallel build or a language server pool stays in the
-	// low hundreds, a fork bomb stops here, and 24 sandboxes at the bound
-	// together still leave a 32768 pid_max room for the host.
-	DefaultSandboxPids = 1024
-	// DefaultSandboxMemoryShare is the share of the host's memory
-	// (MemTotal) one sandbox may use: 1/8, 3 GiB on a 24 GiB host,
-	// enough for a compiler or a test suite, and a runaway takes at most
-	// an eighth of the host, its own OOM kill, never runnerd's.
-	DefaultSandboxMemoryShare = 8
-)
-
-// DefaultSandboxMemory is the shipped default memory limit: the host's
-// MemTotal divided by DefaultSandboxMemoryShare, in whole pages, at
-// least cgroup.MinMemoryBytes.
-func DefaultSandboxMemory() (int64, error) {
-	total, err := sandboxes.Meminfo("MemTotal:")
-	if err != nil {
-		return 0, err
-	}
-	page := int64(os.Getpagesize())
-	return max(total/DefaultSandboxMemoryShare/page*page, cgroup.MinMemoryBytes), nil
-}
+// reserveFile is the registry's reserve under STATE.
+const reserveFile = "registry.reserve"

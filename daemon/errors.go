@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/agentrunner/runner/daemon/apierr"
@@ -117,46 +116,6 @@ func (s *server) routeOf(r *http.Request) string {
 		}
 	}
 	return "unknown"
-}
-
-// classifyStart maps a failure of launch.Pool.Start. Only a failure of the
-// caller's command itself (the shim reports phase exec: no such
-// executable, not executable, a bad cwd, an unknown run-as user) is the
-// caller's mistake (invalid); a full disk is write_failed; anything else
-// (a fork the host refused, a shim that crashed, a journal, socket or
-// namespace that could not be set up) is transient (unavailable), even
-// when its errno is ENOENT or EACCES.
-//
-// A missing executable (ENOENT) or one that cannot be run (EACCES,
-// ENOEXEC, EISDIR) also carries wire.Error.ExecError, so that a client can answer
-// as a shell does (127, 126) without reading the detail. The daemon
-// checks the working directory before the start (specFor), so ENOENT in
-// the exec phase is the executable's.
-func classifyStart(err error) error {
-	var se *launch.StartError
-	switch {
-	case errors.As(err, &se) && se.Phase == launch.PhaseExec:
-		ae := apierr.Invalid("start command: %v", err)
-		ae.ExecError = execErrorOf(se.Errno)
-		return ae
-	case errors.Is(err, sessiondir.ErrInvalid) && !errors.As(err, &se):
-		return apierr.Invalid("start command: %v", err)
-	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return apierr.NoSpace("start session", err) // diskfull.go
-	}
-	return apierr.Unavailable("start session: %v", err)
-}
-
-// execErrorOf is the wire.ExecError of an exec-phase start failure's
-// errno, or "" when it is neither a missing nor an unrunnable executable.
-func execErrorOf(errno syscall.Errno) wire.ExecError {
-	switch errno {
-	case syscall.ENOENT:
-		return wire.ExecErrorNotFound
-	case syscall.EACCES, syscall.ENOEXEC, syscall.EISDIR:
-		return wire.ExecErrorNotExecutable
-	}
-	return ""
 }
 
 // net/http answers a few requests itself, before any handler runs: a

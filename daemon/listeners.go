@@ -227,14 +227,14 @@ func (s *server) serve(ctx context.Context, ls *listeners) (err error) {
 	}
 	s.log.Info("runnerd stopping; sessions keep running")
 	sdNotify("STOPPING=1")
-	s.beginStop()
+	s.life.BeginStop()
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	if serr := srv.Shutdown(sctx); serr != nil {
 		srv.Close()
 	}
 	wg.Wait()
-	s.streams.Wait()
+	s.life.Wait()
 	return err
 }
 

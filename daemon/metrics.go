@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/daemon/sessions"
 	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
@@ -166,10 +167,10 @@ func (s *server) sessionStats(ctx context.Context) (sessionStats, error) {
 			st.bytes += total(ss.Exit.Lengths)
 			continue
 		}
-		if ss.State != wire.SessionRunning && ss.State != stateStarting {
+		if ss.State != wire.SessionRunning && ss.State != sessions.StateStarting {
 			continue
 		}
-		dir := s.sessionDir(ss)
+		dir := s.ssn.Dir(ss)
 		if ss.State == wire.SessionRunning {
 			if sh, err := sessiondir.ReadStatus(dir); err == nil && sh.State == "exited" && sh.Exit != nil {
 				st.bytes += total(sh.Exit.Lengths)
@@ -179,7 +180,7 @@ func (s *server) sessionStats(ctx context.Context) (sessionStats, error) {
 			}
 		}
 		st.running++
-		lengths, _ := journalLengths(dir)
+		lengths, _ := sessions.JournalLengths(dir)
 		st.bytes += total(lengths)
 	}
 	return st, nil
@@ -235,7 +236,7 @@ func (sc *scrape) Collect(ch chan<- prometheus.Metric) {
 	gauge("runnerd_journal_bytes", "Sum of the stream lengths of every session in the registry.", float64(st.bytes))
 	gauge("runnerd_attaches", "Attached WebSocket clients.", float64(s.metrics.attaches.Load()))
 	counter("runnerd_attaches_served_total", "WebSocket attaches served by this runnerd process.", float64(s.metrics.attachesTotal.Load()))
-	ws := s.watcher.Stats()
+	ws := s.ssn.Watcher().Stats()
 	gauge("runnerd_journal_watches", "Inotify watches held by the shared journal watcher (one per watched directory).", float64(ws.Watches))
 	gauge("runnerd_journal_followers", "Follow readers (attaches, streams, execs) woken by the shared journal watcher.", float64(ws.Readers))
 	counter("runnerd_journal_watch_overflows_total", "Inotify queue overflows the journal watcher saw (every follower was woken).", float64(ws.Overflows))
@@ -372,3 +373,16 @@ func (m *metrics) ObserveCheckpoint(d, frozen time.Duration, stored int64) {
 }
 
 func (m *metrics) ObserveRestore(d time.Duration) { m.ckpt.restored.Observe(d.Seconds()) }
+
+// SessionStarted counts a started session and its spawn's ack latency
+// (sessions.Metrics).
+func (m *metrics) SessionStarted(ack time.Duration) {
+	m.sessionsStarted.Add(1)
+	m.spawnAck.Observe(ack.Seconds())
+}
+
+// SessionCollected counts an ended session the collector deleted.
+func (m *metrics) SessionCollected() { m.sessionsCollected.Add(1) }
+
+// SessionEnded counts a session's end by its reason.
+func (m *metrics) SessionEnded(e *wire.Exit) { m.countExit(e) }

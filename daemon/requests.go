@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/sandboxes"
+	"github.com/agentrunner/runner/daemon/sessions"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -126,7 +127,7 @@ func (s *server) serveLogged(w http.ResponseWriter, r *http.Request, next func(h
 	if name := r.PathValue("name"); name != "" && sandboxes.ValidName(name) == nil {
 		attrs = append(attrs, "sandbox", name)
 	}
-	if id := r.PathValue("id"); id != "" && validSessionID(id) == nil {
+	if id := r.PathValue("id"); id != "" && sessions.ValidSessionID(id) == nil {
 		attrs = append(attrs, "session", id)
 	}
 	attrs = append(attrs, "status", status, "duration_ms", strconv.FormatFloat(float64(time.Since(rq.start).Microseconds())/1000, 'f', 3, 64))

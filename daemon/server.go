@@ -2,24 +2,22 @@ package daemon
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/agentrunner/runner/daemon/apierr"
+	"github.com/agentrunner/runner/daemon/internal/life"
 	"github.com/agentrunner/runner/daemon/preview"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/daemon/sandboxes"
+	"github.com/agentrunner/runner/daemon/sessions"
 	"github.com/agentrunner/runner/internal/keyed"
-	"github.com/agentrunner/runner/journal"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -35,95 +33,31 @@ type server struct {
 	mux     *http.ServeMux
 	preview *preview.Server    // nil without a preview listener
 	sbx     *sandboxes.Manager // the sandboxes: lifecycle, identity, cgroups, network, checkpoints
-	watcher *journal.Watcher   // wakes every follow reader (openReader); closed by Run last
-	execs   chan struct{}      // one token per exec in flight; cap is Config.MaxExecs
+	ssn     *sessions.Manager  // the sessions: spawn, exec, readers, control, bounds, the shim gateway
 	adm     admission          // creates in flight under Config.Capacity (capacity.go)
-	stdin   stdinGates         // per-session bounds of stdin writes (stdingate.go)
-	book    sessionBook        // per-sandbox session counts and the collector's queue (sessions_cap.go)
 
-	// life ends when Run begins shutting down (beginStop cancels it);
-	// stop is its Done channel. Long-lived handlers (attach, follow,
-	// exec) and the janitor end on it (untilStop). Owned by Run.
-	life    context.Context
-	endLife context.CancelFunc
-	stop    <-chan struct{}
-	// streams counts the long-lived handlers and the work run later, so
-	// Run can wait for them; Add happens only under mu while !stopping.
-	streams sync.WaitGroup
-
-	mu       sync.Mutex // guards stopping
-	stopping bool
-
-	// commits are the registry updates made after their answer; Run
-	// closes it once streams are done.
-	commits *deferredCommits
+	// life ends when Run begins shutting down and counts the long-lived
+	// handlers and the work run later, so Run can wait for them. Owned
+	// by Run.
+	life *life.Life
 }
 
 // newServer returns a server with its lifetime begun and its
 // per-server state made; Run sets the rest.
 func newServer(cfg Config, reg *registry.Registry) *server {
-	life, endLife := context.WithCancel(context.Background())
+	lt := life.New()
 	s := &server{
 		cfg:     cfg,
 		log:     cfg.Logger,
 		reg:     reg,
 		metrics: newMetrics(cfg.Version),
 		locks:   &keyed.Mutex{},
-		execs:   make(chan struct{}, cfg.MaxExecs),
-		life:    life,
-		endLife: endLife,
-		stop:    life.Done(),
-		book:    newSessionBook(),
-		commits: newDeferredCommits(reg, cfg.Logger),
+		life:    lt,
 	}
-	s.sbx = sandboxes.New(life, cfg.sandboxes(), cfg.Logger, reg, s.locks, s.metrics)
-	s.sbx.SetSessions(sandboxSessions{s})
+	s.sbx = sandboxes.New(lt.Context(), cfg.sandboxes(), cfg.Logger, reg, s.locks, s.metrics)
+	s.ssn = sessions.New(cfg.sessions(), cfg.Logger, reg, s.sbx, lt, s.metrics, &s.adm)
+	s.sbx.SetSessions(s.ssn)
 	return s
-}
-
-// track registers a long-lived handler. It returns false once Run is
-// stopping; otherwise the caller must call done when it returns.
-func (s *server) track() (done func(), ok bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopping {
-		return nil, false
-	}
-	s.streams.Add(1)
-	return s.streams.Done, true
-}
-
-// beginStop makes track refuse and wakes every tracked handler.
-func (s *server) beginStop() {
-	s.mu.Lock()
-	s.stopping = true
-	s.mu.Unlock()
-	s.endLife()
-}
-
-// untilStop returns a context that also ends when Run begins shutting
-// down. The caller must call its cancel.
-func (s *server) untilStop(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
-	unhook := context.AfterFunc(s.life, cancel)
-	return ctx, func() {
-		unhook()
-		cancel()
-	}
-}
-
-// later runs fn in a goroutine the server tracks (Run waits for it), or
-// at once when Run is stopping: work that must be done but need not be
-// waited for by the answer in hand.
-func (s *server) later(fn func()) {
-	if done, ok := s.track(); ok {
-		go func() {
-			defer done()
-			fn()
-		}()
-		return
-	}
-	fn()
 }
 
 func (s *server) routes() {
@@ -323,42 +257,6 @@ func duplicateKey(raw []byte) error {
 			}
 		}
 	}
-}
-
-// noNUL refuses a NUL byte in a command's argv, env or cwd: the kernel
-// takes them as C strings, so a NUL would cut the entry where the caller
-// did not mean it (and execve refuses it later, where it reads as a host
-// failure). It is the caller's mistake: 400 invalid.
-func noNUL(req *wire.CreateSession) error {
-	for _, field := range [][]string{req.Argv, req.Env, {req.Cwd}} {
-		for _, v := range field {
-			if strings.IndexByte(v, 0) >= 0 {
-				return apierr.Invalid("argv, env and cwd must not contain a NUL byte: %q", v)
-			}
-		}
-	}
-	return nil
-}
-
-// logEnded logs and counts a session's end, once: each caller calls it
-// where the registry record turns from running to ended.
-func (s *server) logEnded(rec registry.Session) {
-	e := rec.Exit
-	if e == nil {
-		return
-	}
-	s.metrics.countExit(e)
-	s.log.Info("session ended", "sandbox", rec.Sandbox, "session", rec.ID, "reason", e.Reason,
-		"code", e.Code, "signal", e.Signal, "terminated", e.Terminated, "oom_killed", e.OOMKilled)
-}
-
-var sessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-
-func validSessionID(id string) error {
-	if !sessionIDPattern.MatchString(id) {
-		return apierr.Invalid("session id %q: want 1-64 of [A-Za-z0-9._-], starting with a letter or digit", id)
-	}
-	return nil
 }
 
 func (s *server) handleHealth(w http.ResponseWriter, r *http.Request) {

@@ -222,7 +222,7 @@ func (s *Manager) setUpSandbox(ctx context.Context, sb registry.Sandbox, created
 //  1. read the record; absent: sweep a workspace a failed create left,
 //     and succeed;
 //  2. terminate every session and every process a session started
-//     (stopSandboxSessions, cfg.TerminateGrace): after it no process of
+//     (Sessions.StopAll, Config.TerminateGrace): after it no process of
 //     the sandbox runs;
 //  3. remove its private /tmp, /var/tmp, /dev/shm (removePrivateTmp),
 //     its cgroup (removeCgroup: kills anything left, the backstop),
@@ -290,7 +290,7 @@ func (s *Manager) Destroy(ctx context.Context, name string, keepCheckpoints bool
 	return nil
 }
 
-// Suspend stops every process of sandbox name (stopSandboxSessions,
+// Suspend stops every process of sandbox name (Sessions.StopAll,
 // cfg.SuspendGrace), removes its cgroup, then records it suspended: no session starts until
 // it is resumed. Suspending a suspended sandbox returns it as it is.
 func (s *Manager) Suspend(ctx context.Context, name string) (registry.Sandbox, error) {

@@ -1,4 +1,4 @@
-package daemon
+package sessions
 
 // Session bounds per sandbox (#34 finding 6). A sandbox's sessions cost
 // two different things, so there are two bounds:
@@ -35,9 +35,9 @@ package daemon
 // of one sandbox cannot both pass one free place. A re-create of an
 // existing id (spawn is idempotent) is never refused.
 //
-// Collection runs in one goroutine (collector, started by Run), woken for
+// Collection runs in one goroutine (Collector, started by Run), woken for
 // a sandbox when a spawn finds more ended sessions than the bound or when
-// a session's exit is recorded; it deletes through removeSession, so it
+// a session's exit is recorded; it deletes through Remove, so it
 // never deletes a session that runs, that starts, whose shim lives, or
 // whose exit is not in its journal, and it subtracts the journal's bytes
 // from the sandbox's budget as DELETE does. Should the collector fall
@@ -61,22 +61,6 @@ import (
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
-)
-
-// The shipped defaults of the two bounds (runnerd's --sandbox-max-sessions
-// and --sandbox-max-ended-sessions); docs/cgroups.md, "Default limits".
-const (
-	// DefaultSandboxSessions bounds the sessions of one sandbox whose
-	// shim may live (running, or ended with processes left): each shim
-	// costs 2-4 MiB charged to runnerd's unit, so 256 keep one sandbox's
-	// shims near 1 GiB at worst, far above what an agent runs at once.
-	DefaultSandboxSessions = 256
-	// DefaultSandboxEndedSessions bounds the ended sessions one sandbox
-	// keeps before the oldest are collected: each costs a registry record,
-	// a directory of about a dozen inodes and its journal. 1024 keeps a
-	// day or more of an agent's commands readable, and 24 sandboxes at the
-	// bound hold about 25,000 directories, which any state disk takes.
-	DefaultSandboxEndedSessions = 1024
 )
 
 // collectRetry is how soon the collector looks again at a sandbox with an
@@ -116,7 +100,7 @@ func newSessionBook() sessionBook {
 
 // bookOf makes sure sandbox name's book is built, from the registry when
 // it is not yet.
-func (s *server) bookOf(name string) error {
+func (s *Manager) bookOf(name string) error {
 	s.book.mu.Lock()
 	_, ok := s.book.boxes[name]
 	s.book.mu.Unlock()
@@ -130,7 +114,7 @@ func (s *server) bookOf(name string) error {
 	m := make(map[string]*bookEntry, len(sessions))
 	for _, ss := range sessions {
 		e := &bookEntry{key: ss.Key, created: ss.CreatedAt, exited: ss.Exit != nil}
-		e.gone = e.exited && shimExited(s.sessionDir(ss))
+		e.gone = e.exited && shimExited(s.Dir(ss))
 		m[ss.ID] = e
 	}
 	s.book.mu.Lock()
@@ -142,7 +126,7 @@ func (s *server) bookOf(name string) error {
 }
 
 // bookAdd enters a session whose record spawn has just committed.
-func (s *server) bookAdd(ss registry.Session) {
+func (s *Manager) bookAdd(ss registry.Session) {
 	s.book.mu.Lock()
 	defer s.book.mu.Unlock()
 	if m := s.book.boxes[ss.Sandbox]; m != nil {
@@ -151,7 +135,7 @@ func (s *server) bookAdd(ss registry.Session) {
 }
 
 // bookDrop forgets a session whose record is gone.
-func (s *server) bookDrop(sandbox, id string) {
+func (s *Manager) bookDrop(sandbox, id string) {
 	s.book.mu.Lock()
 	defer s.book.mu.Unlock()
 	if m := s.book.boxes[sandbox]; m != nil {
@@ -161,7 +145,7 @@ func (s *server) bookDrop(sandbox, id string) {
 
 // bookForget forgets a destroyed sandbox: a new one of its name is read
 // from the registry again.
-func (s *server) bookForget(name string) {
+func (s *Manager) bookForget(name string) {
 	s.book.mu.Lock()
 	defer s.book.mu.Unlock()
 	delete(s.book.boxes, name)
@@ -174,7 +158,7 @@ func (s *server) bookForget(name string) {
 // settles from the shim a session whose shim is gone while its record
 // still says running (refresh: lost); the spawn path does neither, so it
 // never waits for an fsync.
-func (s *server) prune(name string, settle bool) {
+func (s *Manager) prune(name string, settle bool) {
 	type look struct {
 		id       string
 		key      string
@@ -192,7 +176,7 @@ func (s *server) prune(name string, settle bool) {
 	s.book.mu.Unlock()
 	for i := range looks {
 		l := &looks[i]
-		dir := s.sessionDir(registry.Session{Key: l.key})
+		dir := s.Dir(registry.Session{Key: l.key})
 		if !l.gone {
 			l.gone = shimExited(dir)
 		}
@@ -211,7 +195,7 @@ func (s *server) prune(name string, settle bool) {
 			continue // read again next time
 		}
 		if ss.Exit == nil && settle && l.gone {
-			ss, _ = s.refresh(ss) // its shim died without telling: lost
+			ss, _ = s.Refresh(ss) // its shim died without telling: lost
 		}
 		l.exited = ss.Exit != nil
 	}
@@ -234,7 +218,7 @@ func (s *server) prune(name string, settle bool) {
 
 // bookCounts returns sandbox name's sessions whose shim may live and its
 // ended ones.
-func (s *server) bookCounts(name string) (live, ended int) {
+func (s *Manager) bookCounts(name string) (live, ended int) {
 	s.book.mu.Lock()
 	defer s.book.mu.Unlock()
 	for _, e := range s.book.boxes[name] {
@@ -271,7 +255,7 @@ func shimExited(dir string) bool {
 // (an existing id passes, as a re-create), and wakes the collector when
 // more than Config.MaxSandboxEndedSessions have ended, collecting in the
 // caller once twice as many have.
-func (s *server) sessionCap(ctx context.Context, name, id string) error {
+func (s *Manager) sessionCap(ctx context.Context, name, id string) error {
 	maxLive, maxEnded := s.cfg.MaxSandboxSessions, s.cfg.MaxSandboxEndedSessions
 	if maxLive <= 0 && maxEnded <= 0 {
 		return nil
@@ -315,12 +299,12 @@ const endingGrace = 2 * time.Second
 // whose command has ended (its journal holds the exit record) has
 // exited, then prunes the book; false when no such shim was found. The
 // caller holds name's lock.
-func (s *server) awaitEnding(ctx context.Context, name string) bool {
+func (s *Manager) awaitEnding(ctx context.Context, name string) bool {
 	s.book.mu.Lock()
 	var dirs []string
 	for _, e := range s.book.boxes[name] {
 		if !e.gone {
-			dirs = append(dirs, s.sessionDir(registry.Session{Key: e.key}))
+			dirs = append(dirs, s.Dir(registry.Session{Key: e.key}))
 		}
 	}
 	s.book.mu.Unlock()
@@ -358,7 +342,7 @@ func (s *server) awaitEnding(ctx context.Context, name string) bool {
 
 // wakeCollector asks the collector to look at sandbox name's ended
 // sessions. It never blocks.
-func (s *server) wakeCollector(name string) {
+func (s *Manager) wakeCollector(name string) {
 	if s.cfg.MaxSandboxEndedSessions <= 0 {
 		return
 	}
@@ -371,10 +355,10 @@ func (s *server) wakeCollector(name string) {
 	}
 }
 
-// collector collects ended sessions past Config.MaxSandboxEndedSessions
+// Collector collects ended sessions past Config.MaxSandboxEndedSessions
 // in the sandboxes it is woken for, until ctx ends. Run starts it and
 // waits for it before the registry closes.
-func (s *server) collector(ctx context.Context) {
+func (s *Manager) Collector(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -403,10 +387,10 @@ func (s *server) collector(ctx context.Context) {
 // collectEnded deletes the oldest ended sessions of sandbox name (in
 // listing order), if its book is built, while it holds more than
 // Config.MaxSandboxEndedSessions,
-// through removeSession, as DELETE does; one it cannot delete (its shim
+// through Remove, as DELETE does; one it cannot delete (its shim
 // still lives) is kept and the next is taken. again reports an ended
 // session whose shim still lived, worth another look soon.
-func (s *server) collectEnded(ctx context.Context, name string) (again bool) {
+func (s *Manager) collectEnded(ctx context.Context, name string) (again bool) {
 	max := s.cfg.MaxSandboxEndedSessions
 	if max <= 0 {
 		return false
@@ -418,8 +402,8 @@ func (s *server) collectEnded(ctx context.Context, name string) (again bool) {
 // (the caller holds sb's lock): it deletes sb's oldest ended sessions,
 // as collectEnded does, while its journals hold the cap. A running
 // session's journal is never taken: when they alone hold the cap, the
-// spawn is refused (journalCap).
-func (s *server) collectForJournal(ctx context.Context, sb registry.Sandbox) {
+// Spawn is refused (journalCap).
+func (s *Manager) collectForJournal(ctx context.Context, sb registry.Sandbox) {
 	max := s.cfg.SandboxJournalBytes
 	if max <= 0 {
 		return
@@ -443,7 +427,7 @@ func (s *server) collectForJournal(ctx context.Context, sb registry.Sandbox) {
 // collectOldest deletes sandbox name's oldest ended sessions while over
 // says the sandbox holds too much (given its count of ended sessions);
 // why names the bound in the log.
-func (s *server) collectOldest(ctx context.Context, name, why string, over func(ended int) bool) (again bool) {
+func (s *Manager) collectOldest(ctx context.Context, name, why string, over func(ended int) bool) (again bool) {
 	// One pass at a time: the collector's and a spawn's that found it
 	// behind take the same sessions otherwise.
 	s.book.collecting.Lock()
@@ -490,7 +474,7 @@ type collectCand struct {
 // collectable reads sandbox name's book: its ended sessions whose shim is
 // gone (cands, oldest first), those whose shim is alive (lingering: not
 // collectable yet) and how many ended in all.
-func (s *server) collectable(name string) (cands []collectCand, lingering []*bookEntry, ended int) {
+func (s *Manager) collectable(name string) (cands []collectCand, lingering []*bookEntry, ended int) {
 	s.book.mu.Lock()
 	for id, e := range s.book.boxes[name] {
 		if !e.exited {
@@ -515,7 +499,7 @@ func (s *server) collectable(name string) (cands []collectCand, lingering []*boo
 
 // collectCands deletes cands in order while over(ended) and ctx lasts,
 // and returns how many ended sessions are left.
-func (s *server) collectCands(ctx context.Context, name, why string, cands []collectCand, ended int, over func(ended int) bool) int {
+func (s *Manager) collectCands(ctx context.Context, name, why string, cands []collectCand, ended int, over func(ended int) bool) int {
 	for _, c := range cands {
 		if !over(ended) || ctx.Err() != nil {
 			break
@@ -538,7 +522,7 @@ func (s *server) collectCands(ctx context.Context, name, why string, cands []col
 		if !deleted {
 			continue // a DELETE took it meanwhile
 		}
-		s.metrics.sessionsCollected.Add(1)
+		s.metrics.SessionCollected()
 		s.log.Info("ended session collected", "sandbox", name, "session", c.id, "ended", ended, "bound", why)
 	}
 	return ended

@@ -1,4 +1,4 @@
-package daemon
+package sessions
 
 // The spawn path: from a validated request to a running command under its
 // own shim. The HTTP surface is in sessions.go and exec.go.
@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/agentrunner/runner/daemon/apierr"
@@ -29,7 +30,7 @@ func normalize(req *wire.CreateSession) error {
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
 		return apierr.Invalid("argv must name a command")
 	}
-	if err := noNUL(req); err != nil { // server.go
+	if err := noNUL(req); err != nil {
 		return err
 	}
 	for _, kv := range req.Env {
@@ -41,7 +42,7 @@ func normalize(req *wire.CreateSession) error {
 		if req.Rows == 0 && req.Cols == 0 {
 			req.Rows, req.Cols = 24, 80
 		}
-		if err := validTermSize(req.Rows, req.Cols); err != nil {
+		if err := ValidTermSize(req.Rows, req.Cols); err != nil {
 			return err
 		}
 	} else if req.Rows != 0 || req.Cols != 0 {
@@ -53,9 +54,9 @@ func normalize(req *wire.CreateSession) error {
 	return nil
 }
 
-// validTermSize checks a terminal size: each side fits the uint16 of
+// ValidTermSize checks a terminal size: each side fits the uint16 of
 // TIOCSWINSZ and is at least 1.
-func validTermSize(rows, cols int) error {
+func ValidTermSize(rows, cols int) error {
 	if rows < 1 || rows > 65535 || cols < 1 || cols > 65535 {
 		return apierr.Invalid("rows and cols: want 1..65535")
 	}
@@ -76,18 +77,18 @@ func envWith(env []string, key, value string) []string {
 	return append(env, key+"="+value)
 }
 
-// spawnOptions are what a spawn's caller inside runnerd may add to the
+// SpawnOptions are what a spawn's caller inside runnerd may add to the
 // request.
-type spawnOptions struct {
-	// stdinClosed starts the command with stdin at EOF (an exec with no
+type SpawnOptions struct {
+	// StdinClosed starts the command with stdin at EOF (an exec with no
 	// stdin): no close-stdin round trip after the start.
-	stdinClosed bool
+	StdinClosed bool
 }
 
 // specFor is what the shim of session ss in sandbox sb runs; nsb is the
 // sandbox's network namespace, if contained. A cwd that is not a directory
 // is the caller's error.
-func (s *server) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolicy.Sandbox, opts spawnOptions) (sessiondir.Spec, error) {
+func (s *Manager) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolicy.Sandbox, opts SpawnOptions) (sessiondir.Spec, error) {
 	req := ss.Request
 	cwd, cwdRoot, err := s.cwdFor(sb, req.Cwd)
 	if err != nil {
@@ -115,7 +116,7 @@ func (s *server) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolic
 		// Opt-in (--journal-retain-bytes): a reader behind the retained
 		// start is answered truncated, never silently skipped.
 		RetainBytes: s.cfg.JournalRetainBytes,
-		StdinClosed: opts.stdinClosed && !req.TTY,
+		StdinClosed: opts.StdinClosed && !req.TTY,
 		MergeStderr: req.MergeStderr,
 	}
 	if nsb != nil {
@@ -150,7 +151,7 @@ func (s *server) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolic
 // the same way at the start (as the sandbox's user, in the nsexec
 // helper), which is the check that counts: the command may change its
 // workspace in between.
-func (s *server) cwdFor(sb registry.Sandbox, reqCwd string) (cwd, root string, err error) {
+func (s *Manager) cwdFor(sb registry.Sandbox, reqCwd string) (cwd, root string, err error) {
 	cwd = sb.Workspace
 	if reqCwd != "" {
 		cwd = reqCwd
@@ -185,7 +186,7 @@ func inDir(dir, path string) bool {
 	return err == nil && (rel == "." || filepath.IsLocal(rel))
 }
 
-// spawn starts a session in sandbox name and returns it once its command
+// Spawn starts a session in sandbox name and returns it once its command
 // runs. created is false when req.ID named an existing session started by
 // the same request (which is returned as it is now). It holds the
 // sandbox's lock throughout, so a spawn never races a destroy or a
@@ -204,20 +205,20 @@ func inDir(dir, path string) bool {
 // A start that fails definitely removes the directory and the record; one
 // that may still come up leaves both (startMayRun) and answers
 // unavailable "uncertain".
-func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession, opts spawnOptions) (ss registry.Session, created bool, err error) {
+func (s *Manager) Spawn(ctx context.Context, name string, req wire.CreateSession, opts SpawnOptions) (ss registry.Session, created bool, err error) {
 	begun := time.Now()
 	if err := normalize(&req); err != nil {
 		return ss, false, err
 	}
 	if req.ID == "" {
 		req.ID = registry.NewID()
-	} else if err := validSessionID(req.ID); err != nil {
+	} else if err := ValidSessionID(req.ID); err != nil {
 		return ss, false, err
 	}
 	// Locked first: the warm path below builds the command's spec (its
 	// network namespace too) from live, and a policy change holds this
 	// lock while it commits and sets up the namespace.
-	unlock := s.locks.Lock(name)
+	unlock := s.sbx.Locks().Lock(name)
 	defer unlock()
 	live, err := s.sbx.Get(name)
 	if err != nil {
@@ -232,19 +233,19 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 		Incarnation: live.Incarnation, // stored with the record: the session routes check it
 		Key:         registry.NewID(),
 		Request:     req,
-		State:       stateStarting,
+		State:       StateStarting,
 		StartedAt:   time.Now().UTC(),
 	}
 	pre, preNet := s.prepareWarm(live, ss, opts)
-	s.adm.nameSession(ctx, name, ss.ID) // before the commit: capacity.go counts it once
+	s.adm.NameSession(ctx, name, ss.ID) // before the commit: capacity.go counts it once
 	sb, cur, err := s.commitSpawn(ctx, ss, live, &pre)
 	switch {
 	case errors.Is(err, registry.ErrExists):
 		if !sameRequest(cur.Request, req) {
 			return ss, false, apierr.ConflictFor(wire.ReasonSessionExists, "%s: session %q exists with a different request", wire.DetailConflict, req.ID)
 		}
-		cur, err = s.refresh(cur)
-		if err == nil && cur.State == stateStarting {
+		cur, err = s.Refresh(cur)
+		if err == nil && cur.State == StateStarting {
 			err = apierr.Uncertain("session %q is still starting; retry with the same id", req.ID)
 		}
 		return cur, false, err
@@ -256,9 +257,8 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 	if ss, err = s.startSpawned(ctx, ss, sb, pre, preNet, opts); err != nil {
 		return ss, false, err
 	}
-	s.metrics.sessionsStarted.Add(1)
-	s.metrics.spawnAck.Observe(time.Since(begun).Seconds())
-	s.log.Info("session started", "request_id", requestID(ctx), "sandbox", name, "session", ss.ID, "pid", ss.PID, "tty", req.TTY)
+	s.metrics.SessionStarted(time.Since(begun))
+	s.log.Info("session started", "request_id", s.cfg.RequestID(ctx), "sandbox", name, "session", ss.ID, "pid", ss.PID, "tty", req.TTY)
 	s.recordRunning(ss)
 	return ss, true, nil
 }
@@ -267,7 +267,7 @@ func (s *server) spawn(ctx context.Context, name string, req wire.CreateSession,
 // cap or journal cap has no room for it; ended sessions' journals make
 // room first (oldest first), as the ended-session bound does, running
 // ones never. A re-create of an existing id is answered as before.
-func (s *server) spawnRoom(ctx context.Context, name string, live registry.Sandbox, id string) error {
+func (s *Manager) spawnRoom(ctx context.Context, name string, live registry.Sandbox, id string) error {
 	if err := s.sessionCap(ctx, name, id); err != nil { // sessions_cap.go
 		return err
 	}
@@ -289,9 +289,9 @@ func (s *server) spawnRoom(ctx context.Context, name string, live registry.Sandb
 // durable before its command runs, and the spawn waits for the longer of
 // the two, not both. Anything this cannot settle from the sandbox as read
 // (a cwd to report, a network namespace to set up) gets nil, and the
-// spawn takes the cold path, in order.
-func (s *server) prepareWarm(live registry.Sandbox, ss registry.Session, opts spawnOptions) (*launch.Prepared, *netpolicy.Sandbox) {
-	if s.cfg.pool == nil || live.State == wire.SandboxSuspended {
+// Spawn takes the cold path, in order.
+func (s *Manager) prepareWarm(live registry.Sandbox, ss registry.Session, opts SpawnOptions) (*launch.Prepared, *netpolicy.Sandbox) {
+	if s.cfg.Pool == nil || live.State == wire.SandboxSuspended {
 		return nil, nil
 	}
 	nsb, ok := s.sbx.NetReady(live)
@@ -302,7 +302,7 @@ func (s *server) prepareWarm(live registry.Sandbox, ss registry.Session, opts sp
 	if err != nil {
 		return nil, nil
 	}
-	pre, _ := s.cfg.pool.Prepare(s.sessionDir(ss), spec)
+	pre, _ := s.cfg.Pool.Prepare(s.Dir(ss), spec)
 	if pre == nil {
 		return nil, nil
 	}
@@ -312,7 +312,7 @@ func (s *server) prepareWarm(live registry.Sandbox, ss registry.Session, opts sp
 // commitSpawn commits ss as starting and returns the sandbox as
 // committed with it. A prepared shim (*pre) that must not run is
 // cancelled and *pre set to nil.
-func (s *server) commitSpawn(ctx context.Context, ss registry.Session, live registry.Sandbox, pre **launch.Prepared) (sb registry.Sandbox, cur registry.Session, err error) {
+func (s *Manager) commitSpawn(ctx context.Context, ss registry.Session, live registry.Sandbox, pre **launch.Prepared) (sb registry.Sandbox, cur registry.Session, err error) {
 	cur, err = s.reg.CreateSession(ss, func(rec registry.Sandbox) error {
 		if err := sandboxes.CheckIncarnation(ctx, rec); err != nil {
 			return err
@@ -343,10 +343,10 @@ func (s *server) commitSpawn(ctx context.Context, ss registry.Session, live regi
 // that fails definitely removes the directory and the record; one that
 // may still come up leaves both (startMayRun) and answers unavailable
 // "uncertain".
-func (s *server) startSpawned(ctx context.Context, ss registry.Session, sb registry.Sandbox, pre *launch.Prepared, preNet *netpolicy.Sandbox, opts spawnOptions) (registry.Session, error) {
+func (s *Manager) startSpawned(ctx context.Context, ss registry.Session, sb registry.Sandbox, pre *launch.Prepared, preNet *netpolicy.Sandbox, opts SpawnOptions) (registry.Session, error) {
 	name := ss.Sandbox
 	fail := func(err error) (registry.Session, error) {
-		os.RemoveAll(s.sessionDir(ss))
+		os.RemoveAll(s.Dir(ss))
 		if derr := s.reg.DeleteSession(name, ss.ID); derr != nil {
 			s.log.Error("forget failed session", "sandbox", name, "session", ss.ID, "err", derr)
 		} else {
@@ -356,7 +356,7 @@ func (s *server) startSpawned(ctx context.Context, ss registry.Session, sb regis
 	}
 	// The shim outlives this request: a client that goes away must not
 	// cancel a start half-way. Bound it instead.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shimStartTimeout)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShimStartTimeout)
 	defer cancel()
 	var (
 		st  sessiondir.Status
@@ -374,7 +374,7 @@ func (s *server) startSpawned(ctx context.Context, ss registry.Session, sb regis
 		if spec, err = s.specFor(sb, ss, nsb, opts); err != nil {
 			return fail(err)
 		}
-		st, err = s.startShim(sctx, s.sessionDir(ss), spec)
+		st, err = s.startShim(sctx, s.Dir(ss), spec)
 	}
 	if err != nil && startMayRun(err) {
 		// Not removed: the record (starting) and directory stay, so
@@ -384,14 +384,14 @@ func (s *server) startSpawned(ctx context.Context, ss registry.Session, sb regis
 		return ss, apierr.Uncertain("the session may be starting; retry with the same id: %v", err)
 	}
 	if err != nil {
-		return fail(classifyStart(err))
+		return fail(ClassifyStart(err))
 	}
 	if nsb != nil {
 		// Advertise or refuse, never pretend: a contained sandbox's command
 		// that is not in the namespace is killed, and the spawn fails.
-		if verr := verifyNetNS(sctx, st.PID, nsb.NetNSPath, s.sessionDir(ss)); verr != nil {
+		if verr := s.verifyNetNS(sctx, st.PID, nsb.NetNSPath, s.Dir(ss)); verr != nil {
 			s.log.Error("session escaped its sandbox's network namespace; killing it", "sandbox", name, "session", ss.ID, "err", verr)
-			if kerr := s.killUnverified(sctx, s.sessionDir(ss)); kerr != nil {
+			if kerr := s.killUnverified(sctx, s.Dir(ss)); kerr != nil {
 				// Not removed: the record (starting) and directory stay, so
 				// the next refresh or restart finds what still runs.
 				return ss, apierr.Uncertain("session %s is not contained (%v) and could not be stopped: %v", ss.ID, verr, kerr)
@@ -410,16 +410,13 @@ func (s *server) startSpawned(ctx context.Context, ss registry.Session, sb regis
 // rather than before: "starting" is durable already, so the
 // acknowledgement need not wait for a second fsync. Only a record still
 // starting, of this spawn, is changed.
-func (s *server) recordRunning(ss registry.Session) {
+func (s *Manager) recordRunning(ss registry.Session) {
 	s.commits.commit(ss, "record session running", func(rec *registry.Session) {
-		if rec.State == stateStarting {
+		if rec.State == StateStarting {
 			rec.State, rec.PID, rec.StartedAt = ss.State, ss.PID, ss.StartedAt
 		}
 	})
 }
-
-// shimStartTimeout bounds a spawn's shim start (a variable for tests).
-var shimStartTimeout = 30 * time.Second
 
 // startMayRun reports whether a failed shim start may still leave a shim,
 // and so the command, running: the wait for its report ended (a context
@@ -437,6 +434,61 @@ func startMayRun(err error) bool {
 
 // startShim starts the session's shim through a warm one when the pool
 // has one idle, cold otherwise: the same readiness, errors and detachment.
-func (s *server) startShim(ctx context.Context, dir string, spec sessiondir.Spec) (sessiondir.Status, error) {
-	return s.cfg.pool.Start(ctx, dir, spec)
+func (s *Manager) startShim(ctx context.Context, dir string, spec sessiondir.Spec) (sessiondir.Status, error) {
+	return s.cfg.Pool.Start(ctx, dir, spec)
+}
+
+// ClassifyStart maps a failure of launch.Pool.Start. Only a failure of the
+// caller's command itself (the shim reports phase exec: no such
+// executable, not executable, a bad cwd, an unknown run-as user) is the
+// caller's mistake (invalid); a full disk is write_failed; anything else
+// (a fork the host refused, a shim that crashed, a journal, socket or
+// namespace that could not be set up) is transient (unavailable), even
+// when its errno is ENOENT or EACCES.
+//
+// A missing executable (ENOENT) or one that cannot be run (EACCES,
+// ENOEXEC, EISDIR) also carries wire.Error.ExecError, so that a client can answer
+// as a shell does (127, 126) without reading the detail. The daemon
+// checks the working directory before the start (specFor), so ENOENT in
+// the exec phase is the executable's.
+func ClassifyStart(err error) error {
+	var se *launch.StartError
+	switch {
+	case errors.As(err, &se) && se.Phase == launch.PhaseExec:
+		ae := apierr.Invalid("start command: %v", err)
+		ae.ExecError = execErrorOf(se.Errno)
+		return ae
+	case errors.Is(err, sessiondir.ErrInvalid) && !errors.As(err, &se):
+		return apierr.Invalid("start command: %v", err)
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return apierr.NoSpace("start session", err) // diskfull.go
+	}
+	return apierr.Unavailable("start session: %v", err)
+}
+
+// execErrorOf is the wire.ExecError of an exec-phase start failure's
+// errno, or "" when it is neither a missing nor an unrunnable executable.
+func execErrorOf(errno syscall.Errno) wire.ExecError {
+	switch errno {
+	case syscall.ENOENT:
+		return wire.ExecErrorNotFound
+	case syscall.EACCES, syscall.ENOEXEC, syscall.EISDIR:
+		return wire.ExecErrorNotExecutable
+	}
+	return ""
+}
+
+// noNUL refuses a NUL byte in a command's argv, env or cwd: the kernel
+// takes them as C strings, so a NUL would cut the entry where the caller
+// did not mean it (and execve refuses it later, where it reads as a host
+// failure). It is the caller's mistake: 400 invalid.
+func noNUL(req *wire.CreateSession) error {
+	for _, field := range [][]string{req.Argv, req.Env, {req.Cwd}} {
+		for _, v := range field {
+			if strings.IndexByte(v, 0) >= 0 {
+				return apierr.Invalid("argv, env and cwd must not contain a NUL byte: %q", v)
+			}
+		}
+	}
+	return nil
 }

@@ -1,4 +1,4 @@
-package daemon
+package sessions
 
 import (
 	"errors"
@@ -31,8 +31,8 @@ import (
 //     closed. After close a commit runs in its caller; so once close has
 //     returned no commit is in flight and the registry may be closed.
 //
-// The server owns one (server.commits); Run closes it after its tracked
-// handlers have ended. Safe for concurrent use.
+// The sessions manager owns one (Manager.commits); Close closes it after
+// the tracked handlers have ended. Safe for concurrent use.
 type deferredCommits struct {
 	reg *registry.Registry
 	log *slog.Logger

@@ -1,10 +1,7 @@
-package daemon
+package sessions
 
 import (
 	"log/slog"
-	"net/http"
-	"net/url"
-	"strconv"
 	"sync/atomic"
 
 	"github.com/agentrunner/runner/daemon/apierr"
@@ -12,36 +9,19 @@ import (
 	"github.com/agentrunner/runner/journal"
 )
 
-// parseCursor reads a byte-offset cursor from the query; absent is 0.
-func parseCursor(r *http.Request, key string) (int64, error) {
-	q, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		return 0, apierr.Invalid("query: %v", err)
-	}
-	v := q.Get(key)
-	if v == "" {
-		return 0, nil
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 {
-		return 0, apierr.Invalid("cursor %s=%q: want a non-negative byte offset", key, v)
-	}
-	return n, nil
-}
-
-// openJournal opens the session's journal for reading.
-func (s *server) openJournal(ss registry.Session) (*journal.Journal, error) {
-	j, err := journal.Open(journalDir(s.sessionDir(ss)))
+// OpenJournal opens the session's journal for reading.
+func (s *Manager) OpenJournal(ss registry.Session) (*journal.Journal, error) {
+	j, err := journal.Open(journalDir(s.Dir(ss)))
 	if err != nil {
 		return nil, apierr.Unavailable("open journal: %v", err)
 	}
 	return j, nil
 }
 
-// openReader opens one stream at cursor, woken by the server's shared
+// OpenReader opens one stream at cursor, woken by the manager's shared
 // watcher. Its cursor errors (journal.CursorError) are answered truncated
 // (416) or invalid (400) by classify.
-func (s *server) openReader(j *journal.Journal, stream string, cursor int64, follow bool) (*journal.Reader, error) {
+func (s *Manager) OpenReader(j *journal.Journal, stream string, cursor int64, follow bool) (*journal.Reader, error) {
 	return j.NewReaderWatched(s.watcher, stream, cursor, follow)
 }
 

@@ -1,4 +1,4 @@
-package daemon
+package sessions
 
 // Listing a sandbox's sessions (GET /v1/sandboxes/{name}/sessions): a page
 // of records in id order, each described from its journal's metadata alone
@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -32,22 +31,13 @@ import (
 	"github.com/agentrunner/runner/wire"
 )
 
-func (s *server) handleListSessions(w http.ResponseWriter, r *http.Request) {
-	out, err := s.listSessions(r.Context(), r.PathValue("name"), r.URL.RawQuery)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.writeJSON(w, http.StatusOK, out)
-}
-
-// listSessions is one page of the sessions of sandbox name, in start
+// List is one page of the sessions of sandbox name, in start
 // order, as query (limit, page_token) asks. It reads the registry and, for
 // a session recorded as running, stats one file (listedSession): never a
 // shim, so a shim that does not answer never stalls a listing, and the
 // cost is O(records). An interrupted registry read is an error, never a
 // short page.
-func (s *server) listSessions(ctx context.Context, name, rawQuery string) (wire.SessionList, error) {
+func (s *Manager) List(ctx context.Context, name, rawQuery string) (wire.SessionList, error) {
 	if err := sandboxes.ValidName(name); err != nil {
 		return wire.SessionList{}, err
 	}
@@ -108,16 +98,16 @@ func (s *server) listSessions(ctx context.Context, name, rawQuery string) (wire.
 // second commit while one is pending); the caller never writes the
 // registry. Files that cannot be read list the entry as recorded, with
 // status_error.
-func (s *server) listedSession(rec registry.Session, buf []byte) wire.Session {
-	out := toWireSession(rec)
+func (s *Manager) listedSession(rec registry.Session, buf []byte) wire.Session {
+	out := ToWireSession(rec)
 	if out.Exit != nil {
 		out.Lengths = out.Exit.Lengths
 		return out
 	}
-	if rec.State != wire.SessionRunning && rec.State != stateStarting {
+	if rec.State != wire.SessionRunning && rec.State != StateStarting {
 		return out
 	}
-	jdir := journalDir(s.sessionDir(rec))
+	jdir := journalDir(s.Dir(rec))
 	_, err := os.Stat(filepath.Join(jdir, journalExitFile))
 	switch {
 	case err == nil:
@@ -136,7 +126,7 @@ func (s *server) listedSession(rec registry.Session, buf []byte) wire.Session {
 // caller's directory-read buffer, reused across a listing.
 func listLengths(jdir string, tty bool, out *wire.Session, buf []byte) error {
 	lengths := make(map[string]int64, 2)
-	for _, name := range streamsOf(tty) {
+	for _, name := range StreamsOf(tty) {
 		n, err := streamLength(filepath.Join(jdir, name), buf)
 		if err != nil {
 			return err
@@ -220,7 +210,7 @@ func lastSegment(fd int, buf []byte) (int64, string, error) {
 
 // listExit sets out's state, exit and lengths from the exit record the
 // journal at jdir published, and commits it after the answer.
-func (s *server) listExit(rec registry.Session, jdir string, out *wire.Session) error {
+func (s *Manager) listExit(rec registry.Session, jdir string, out *wire.Session) error {
 	j, err := journal.Open(jdir)
 	if err != nil {
 		return err
@@ -233,7 +223,7 @@ func (s *server) listExit(rec registry.Session, jdir string, out *wire.Session) 
 	exit := sessiondir.WireExit(e)
 	out.State, out.Exit, out.Lengths = endedState(exit), &exit, exit.Lengths
 	if !s.commitPending(rec) {
-		s.recordExitLater(rec, exit)
+		s.RecordExitLater(rec, exit)
 	}
 	return nil
 }
@@ -289,7 +279,7 @@ func decodeSessionToken(tok string) (registry.SessionCursor, string, error) {
 		dec.DisallowUnknownFields()
 		err = dec.Decode(&t)
 	}
-	if err != nil || t.Incarnation == "" || validSessionID(t.ID) != nil {
+	if err != nil || t.Incarnation == "" || ValidSessionID(t.ID) != nil {
 		return registry.SessionCursor{}, "", apierr.Invalid("malformed page_token")
 	}
 	return registry.SessionCursor{CreatedAt: time.Unix(0, t.CreatedAt).UTC(), ID: t.ID}, t.Incarnation, nil

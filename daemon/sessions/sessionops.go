@@ -1,4 +1,4 @@
-package daemon
+package sessions
 
 // One session, as the HTTP surface (sessions.go, sessionlist.go,
 // sessioncontrol.go, attach.go, streams.go) finds it: looking it up, its
@@ -22,22 +22,22 @@ import (
 	"github.com/agentrunner/runner/wire"
 )
 
-func (s *server) sessionDir(ss registry.Session) string {
+func (s *Manager) Dir(ss registry.Session) string {
 	return filepath.Join(s.cfg.StateDir, "s", ss.Key)
 }
 
 func journalDir(sessionDir string) string { return filepath.Join(sessionDir, "journal") }
 
-func streamsOf(tty bool) []string {
+func StreamsOf(tty bool) []string {
 	if tty {
 		return []string{"stdout"}
 	}
 	return []string{"stdout", "stderr"}
 }
 
-func toWireSession(ss registry.Session) wire.Session {
+func ToWireSession(ss registry.Session) wire.Session {
 	st := ss.State
-	if st == stateStarting {
+	if st == StateStarting {
 		st = wire.SessionRunning
 	}
 	return wire.Session{
@@ -48,23 +48,23 @@ func toWireSession(ss registry.Session) wire.Session {
 		State:     st,
 		PID:       ss.PID,
 		StartedAt: ss.StartedAt,
-		Streams:   streamsOf(ss.Request.TTY),
+		Streams:   StreamsOf(ss.Request.TTY),
 		Exit:      ss.Exit,
 	}
 }
 
-// wireSession is toWireSession plus what only the session's files and shim
+// WireSession is ToWireSession plus what only the session's files and shim
 // know: the current length of each stream (the exit record's once it
 // ended) and, while it runs, the shim's journal write error. Both are best
 // effort: a journal or shim that does not answer leaves them out.
-func (s *server) wireSession(ctx context.Context, ss registry.Session) wire.Session {
-	out := toWireSession(ss)
+func (s *Manager) WireSession(ctx context.Context, ss registry.Session) wire.Session {
+	out := ToWireSession(ss)
 	if out.Exit != nil {
 		out.Lengths = out.Exit.Lengths
 		return out
 	}
-	dir := s.sessionDir(ss)
-	if lengths, err := journalLengths(dir); err == nil {
+	dir := s.Dir(ss)
+	if lengths, err := JournalLengths(dir); err == nil {
 		out.Lengths = lengths
 	}
 	if ss.State == wire.SessionRunning {
@@ -80,9 +80,9 @@ func (s *server) wireSession(ctx context.Context, ss registry.Session) wire.Sess
 	return out
 }
 
-// journalLengths is the end offset of each stream in the journal of the
+// JournalLengths is the end offset of each stream in the journal of the
 // session at dir; a stream whose bounds cannot be read is left out.
-func journalLengths(dir string) (map[string]int64, error) {
+func JournalLengths(dir string) (map[string]int64, error) {
 	j, err := journal.Open(journalDir(dir))
 	if err != nil {
 		return nil, err
@@ -97,14 +97,14 @@ func journalLengths(dir string) (map[string]int64, error) {
 	return lengths, nil
 }
 
-// lookupSession returns session id of sandbox name: not_found only when
+// Lookup returns session id of sandbox name: not_found only when
 // the registry says the sandbox or the session does not exist, or the
 // session belongs to another incarnation than the one ctx names (scoped).
-func (s *server) lookupSession(ctx context.Context, name, id string) (registry.Session, error) {
+func (s *Manager) Lookup(ctx context.Context, name, id string) (registry.Session, error) {
 	if err := sandboxes.ValidName(name); err != nil {
 		return registry.Session{}, err
 	}
-	if err := validSessionID(id); err != nil {
+	if err := ValidSessionID(id); err != nil {
 		return registry.Session{}, err
 	}
 	ss, err := s.reg.GetSession(name, id)
@@ -128,7 +128,7 @@ func (s *server) lookupSession(ctx context.Context, name, id string) (registry.S
 
 // commitPending reports whether a deferred commit for rec's session has
 // not landed yet.
-func (s *server) commitPending(rec registry.Session) bool {
+func (s *Manager) commitPending(rec registry.Session) bool {
 	return len(s.commits.pendingFor(rec.Sandbox, rec.ID)) > 0
 }
 
@@ -138,26 +138,26 @@ func (s *server) commitPending(rec registry.Session) bool {
 // then made its journal, so a journal that cannot be read is news; a
 // session merely starting may have none yet. Called only when the
 // journal could not be opened, so the registry read is rare.
-func (s *server) startedSince(rec registry.Session) bool {
+func (s *Manager) startedSince(rec registry.Session) bool {
 	if s.commitPending(rec) {
 		return true
 	}
 	cur, err := s.reg.GetSession(rec.Sandbox, rec.ID)
-	return err == nil && cur.Key == rec.Key && cur.State != stateStarting
+	return err == nil && cur.Key == rec.Key && cur.State != StateStarting
 }
 
 // controlShim runs fn against the shim of ss, which the caller looked up
 // (one registry read per request). A session that ended (or whose shim
 // answers that it did) is command_exited.
-func (s *server) controlShim(ctx context.Context, ss registry.Session, fn func(ctx context.Context, c *launch.Client) error) error {
-	ss, err := s.refresh(ss)
+func (s *Manager) controlShim(ctx context.Context, ss registry.Session, fn func(ctx context.Context, c *launch.Client) error) error {
+	ss, err := s.Refresh(ss)
 	if err != nil {
 		return err
 	}
-	if ss.State != wire.SessionRunning && ss.State != stateStarting {
+	if ss.State != wire.SessionRunning && ss.State != StateStarting {
 		return apierr.CommandExited()
 	}
-	c, ctx, cancel, err := launch.DialFor(ctx, s.sessionDir(ss), launch.Control)
+	c, ctx, cancel, err := launch.DialFor(ctx, s.Dir(ss), launch.Control)
 	defer cancel()
 	if err == nil {
 		err = fn(ctx, c)
@@ -165,7 +165,7 @@ func (s *server) controlShim(ctx context.Context, ss registry.Session, fn func(c
 	}
 	if err != nil && !errors.Is(err, sessiondir.ErrExited) {
 		// The shim may have gone between the status and the call.
-		if again, rerr := s.refresh(ss); rerr == nil && again.State != wire.SessionRunning {
+		if again, rerr := s.Refresh(ss); rerr == nil && again.State != wire.SessionRunning {
 			err = sessiondir.ErrExited
 		}
 	}

@@ -1,4 +1,4 @@
-package daemon
+package sessions
 
 import (
 	"context"
@@ -30,7 +30,7 @@ type capture struct {
 
 func captureStream(ctx context.Context, rd *journal.Reader) capture {
 	var c capture
-	buf := make([]byte, chunkSize)
+	buf := make([]byte, ChunkSize)
 	for {
 		n, err := rd.ReadContext(ctx, buf)
 		if n > 0 {
@@ -54,12 +54,12 @@ func captureStream(ctx context.Context, rd *journal.Reader) capture {
 // command without EOF. A retry of the same exec (created false) does not
 // send the bytes again (stdin is not idempotent: they may have arrived) but
 // closes stdin, which is idempotent, so a retry after runnerd died between
-// spawn and stdin cannot hang the command either. When the bytes or the EOF
+// Spawn and stdin cannot hang the command either. When the bytes or the EOF
 // cannot be delivered to a command that still runs, the command is
 // terminated and the exec answers unavailable: an exec whose input is
 // unknown has no trustworthy result.
-func (s *server) execStdin(ctx context.Context, ss registry.Session, stdin []byte, created bool) error {
-	c, ctx, cancel, err := launch.DialFor(context.WithoutCancel(ctx), s.sessionDir(ss), launch.Control)
+func (s *Manager) execStdin(ctx context.Context, ss registry.Session, stdin []byte, created bool) error {
+	c, ctx, cancel, err := launch.DialFor(context.WithoutCancel(ctx), s.Dir(ss), launch.Control)
 	defer cancel()
 	if err == nil {
 		if created && len(stdin) > 0 {
@@ -74,7 +74,7 @@ func (s *server) execStdin(ctx context.Context, ss registry.Session, stdin []byt
 		return nil // a command that exits before reading is not an error here
 	}
 	s.log.Warn("exec stdin not delivered; terminating the command", "sandbox", ss.Sandbox, "session", ss.ID, "err", err)
-	if _, terr := s.terminate(context.WithoutCancel(ctx), ss, execGrace); terr != nil {
+	if _, terr := s.Terminate(context.WithoutCancel(ctx), ss, execGrace); terr != nil {
 		return apierr.Uncertain("exec stdin not delivered (%v), and the command's end is not confirmed (%v)", err, terr)
 	}
 	return apierr.Unavailable("exec stdin not delivered, the command was terminated: %v", err)
@@ -83,11 +83,11 @@ func (s *server) execStdin(ctx context.Context, ss registry.Session, stdin []byt
 // execRetryAfter is the wait a rate_limited exec answer asks for.
 const execRetryAfter = time.Second
 
-// acquireExec takes one of Config.MaxExecs exec slots, or answers
+// AcquireExec takes one of Config.MaxExecs exec slots, or answers
 // rate_limited at once: an exec holds up to twice wire.MaxExecOutput plus
 // its JSON answer, so the bound is what keeps runnerd's memory bounded.
 // The slot is taken before the body is read: a refused exec costs nothing.
-func (s *server) acquireExec() (release func(), err error) {
+func (s *Manager) AcquireExec() (release func(), err error) {
 	select {
 	case s.execs <- struct{}{}:
 		return func() { <-s.execs }, nil
@@ -101,59 +101,19 @@ func (s *server) acquireExec() (release func(), err error) {
 	}
 }
 
-func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
-	begun := time.Now()
-	release, err := s.acquireExec()
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	defer release()
-	var req wire.Exec
-	if err := decodeJSON(w, r, &req, false); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if req.TimeoutMS < 0 {
-		s.writeError(w, r, apierr.Invalid("timeout_ms must be >= 0"))
-		return
-	}
-	done, ok := s.track()
-	if !ok {
-		s.writeError(w, r, apierr.Unavailable("runnerd is stopping"))
-		return
-	}
-	defer done()
-	ctx, cancel := s.untilStop(r.Context())
-	defer cancel()
-	err = s.exec(ctx, r.PathValue("name"), req, func(res wire.ExecResult) {
-		s.writeJSON(w, http.StatusOK, res)
-		s.metrics.exec.Observe(time.Since(begun).Seconds())
-	})
-	switch {
-	case errors.Is(err, errExecLeft):
-		// The client left or runnerd stops: the command keeps running.
-		if r.Context().Err() == nil {
-			s.writeError(w, r, apierr.Unavailable("runnerd is stopping"))
-		}
-	case err != nil:
-		s.writeError(w, r, err)
-	}
-}
-
-// errExecLeft is returned by exec when its ctx ends before the command
+// ErrExecLeft is returned by exec when its ctx ends before the command
 // does (the client left or runnerd stops); the command keeps running.
-var errExecLeft = errors.New("exec left before its command ended")
+var ErrExecLeft = errors.New("exec left before its command ended")
 
-// exec runs req's command in sandbox name to its end (or its timeout) and
+// Exec runs req's command in sandbox name to its end (or its timeout) and
 // calls answer with its output and exit before it lets go of the journal.
-func (s *server) exec(ctx context.Context, name string, req wire.Exec, answer func(wire.ExecResult)) error {
+func (s *Manager) Exec(ctx context.Context, name string, req wire.Exec, answer func(wire.ExecResult)) error {
 	// With no stdin to send, the command starts with stdin at EOF; a
 	// session that was there already (a retried id) is closed as before.
 	noStdin := len(req.Stdin) == 0
-	ss, created, err := s.spawn(ctx, name, wire.CreateSession{
+	ss, created, err := s.Spawn(ctx, name, wire.CreateSession{
 		ID: req.ID, Argv: req.Argv, Env: req.Env, Cwd: req.Cwd,
-	}, spawnOptions{stdinClosed: noStdin})
+	}, SpawnOptions{StdinClosed: noStdin})
 	if err != nil {
 		return err
 	}
@@ -162,7 +122,7 @@ func (s *server) exec(ctx context.Context, name string, req wire.Exec, answer fu
 			return err
 		}
 	}
-	j, err := s.openJournal(ss)
+	j, err := s.OpenJournal(ss)
 	if err != nil {
 		return err
 	}
@@ -173,7 +133,7 @@ func (s *server) exec(ctx context.Context, name string, req wire.Exec, answer fu
 	// should pay that (bench: exec round trip went from spawn + 15 ms to
 	// spawn + 1.5 ms). The closer is tracked, so Run waits for it.
 	var readers []*journal.Reader
-	defer s.later(func() {
+	defer s.life.Later(func() {
 		for _, rd := range readers {
 			rd.Close()
 		}
@@ -202,7 +162,7 @@ func (s *server) exec(ctx context.Context, name string, req wire.Exec, answer fu
 			return c.err
 		}
 	}
-	exit, err := s.finalExit(ss, j, lost)
+	exit, err := s.FinalExit(ss, j, lost)
 	if err != nil {
 		return err
 	}
@@ -222,13 +182,13 @@ func (s *server) exec(ctx context.Context, name string, req wire.Exec, answer fu
 // *readers, which the caller closes) and captures it until rctx ends or
 // the stream does; finished is closed once every capture has returned,
 // also when startCaptures fails part way.
-func (s *server) startCaptures(rctx context.Context, j *journal.Journal, readers *[]*journal.Reader) (caps []capture, finished chan struct{}, err error) {
-	streams := streamsOf(false)
+func (s *Manager) startCaptures(rctx context.Context, j *journal.Journal, readers *[]*journal.Reader) (caps []capture, finished chan struct{}, err error) {
+	streams := StreamsOf(false)
 	caps = make([]capture, len(streams))
 	var wg sync.WaitGroup
 	finished = make(chan struct{})
 	for i, stream := range streams {
-		rd, err := s.openReader(j, stream, 0, true)
+		rd, err := s.OpenReader(j, stream, 0, true)
 		if err != nil {
 			go func() { wg.Wait(); close(finished) }()
 			return nil, finished, err
@@ -247,8 +207,8 @@ func (s *server) startCaptures(rctx context.Context, j *journal.Journal, readers
 // awaitExec waits for an exec's captures to finish: at its timeout it
 // terminates the command (timedOut), on storage it cannot write it
 // terminates the command and fails with no_space, and when ctx ends it
-// fails with errExecLeft. Each way out waits for the captures.
-func (s *server) awaitExec(ctx context.Context, ss registry.Session, timeoutMS int, finished <-chan struct{}, rcancel context.CancelFunc) (timedOut bool, err error) {
+// fails with ErrExecLeft. Each way out waits for the captures.
+func (s *Manager) awaitExec(ctx context.Context, ss registry.Session, timeoutMS int, finished <-chan struct{}, rcancel context.CancelFunc) (timedOut bool, err error) {
 	var timeout <-chan time.Time
 	if timeoutMS > 0 {
 		t := time.NewTimer(time.Duration(timeoutMS) * time.Millisecond)
@@ -265,7 +225,7 @@ func (s *server) awaitExec(ctx context.Context, ss registry.Session, timeoutMS i
 		case <-finished:
 			return false, nil
 		case <-timeout:
-			if _, err := s.terminate(ctx, ss, execGrace); err != nil {
+			if _, err := s.Terminate(ctx, ss, execGrace); err != nil {
 				rcancel()
 				<-finished
 				return true, err
@@ -277,7 +237,7 @@ func (s *server) awaitExec(ctx context.Context, ss registry.Session, timeoutMS i
 			if werr == "" {
 				continue
 			}
-			e, err := s.terminate(ctx, ss, execGrace)
+			e, err := s.Terminate(ctx, ss, execGrace)
 			rcancel()
 			<-finished
 			if err == nil {
@@ -291,7 +251,7 @@ func (s *server) awaitExec(ctx context.Context, ss registry.Session, timeoutMS i
 		case <-ctx.Done():
 			rcancel()
 			<-finished
-			return false, errExecLeft
+			return false, ErrExecLeft
 		}
 	}
 }

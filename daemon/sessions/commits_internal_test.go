@@ -1,4 +1,4 @@
-package daemon
+package sessions
 
 import (
 	"io"
@@ -23,7 +23,7 @@ func newCommitsHarness(t *testing.T) (*deferredCommits, *registry.Registry, regi
 	if _, _, err := reg.CreateSandbox(registry.Sandbox{Name: "sb", State: wire.SandboxRunning, CreatedAt: time.Now().UTC(), Workspace: t.TempDir()}); err != nil {
 		t.Fatal(err)
 	}
-	ss, err := reg.CreateSession(registry.Session{Sandbox: "sb", ID: "s1", Key: registry.NewID(), State: stateStarting}, func(registry.Sandbox) error { return nil })
+	ss, err := reg.CreateSession(registry.Session{Sandbox: "sb", ID: "s1", Key: registry.NewID(), State: StateStarting}, func(registry.Sandbox) error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,8 +84,8 @@ func TestDeferredCommits(t *testing.T) {
 		old.Key = registry.NewID() // a previous spawn under the same id
 		d.commit(old, "test", running)
 		awaitLanded(d.pendingFor(ss.Sandbox, ss.ID))
-		if got := stateOf(t, reg, ss); got != stateStarting {
-			t.Errorf("state after another spawn's commit: got %q, want %q", got, stateStarting)
+		if got := stateOf(t, reg, ss); got != StateStarting {
+			t.Errorf("state after another spawn's commit: got %q, want %q", got, StateStarting)
 		}
 	})
 	t.Run("close waits for commits in flight", func(t *testing.T) {

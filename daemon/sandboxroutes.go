@@ -1,5 +1,9 @@
 package daemon
 
+// The sandbox routes: create, get, list, delete, suspend, resume,
+// network, limits and the checkpoints. Each handler decodes, calls the
+// sandboxes manager (package daemon/sandboxes) and encodes its answer.
+
 import (
 	"encoding/base64"
 	"net/http"
@@ -39,24 +43,14 @@ func (s *server) handleCreateSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb, err := s.sbx.Create(r.Context(), req)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.writeJSON(w, http.StatusOK, toWireSandbox(sb))
+	s.answerSandbox(w, r, sb, err, false)
 }
 
 func (s *server) handleGetSandbox(w http.ResponseWriter, r *http.Request) {
 	sb, err := s.sbx.Get(r.PathValue("name"))
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	out := toWireSandbox(sb)
-	// Usage only here: a few file reads per sandbox, which a listing of
-	// a thousand would multiply (/metrics has it for every sandbox).
-	out.Usage = s.sbx.Usage(sb)
-	s.writeJSON(w, http.StatusOK, out)
+	// With usage: a few file reads per sandbox, which a listing of a
+	// thousand would multiply (/metrics has it for every sandbox).
+	s.answerSandbox(w, r, sb, err, true)
 }
 
 func (s *server) handleListSandboxes(w http.ResponseWriter, r *http.Request) {
@@ -109,20 +103,12 @@ func (s *server) handleDeleteSandbox(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) handleSuspend(w http.ResponseWriter, r *http.Request) {
 	sb, err := s.sbx.Suspend(r.Context(), r.PathValue("name"))
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.writeJSON(w, http.StatusOK, toWireSandbox(sb))
+	s.answerSandbox(w, r, sb, err, false)
 }
 
 func (s *server) handleResume(w http.ResponseWriter, r *http.Request) {
 	sb, err := s.sbx.Resume(r.Context(), r.PathValue("name"))
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.writeJSON(w, http.StatusOK, toWireSandbox(sb))
+	s.answerSandbox(w, r, sb, err, false)
 }
 
 func (s *server) handleLimits(w http.ResponseWriter, r *http.Request) {
@@ -132,13 +118,9 @@ func (s *server) handleLimits(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb, err := s.sbx.SetLimits(r.Context(), r.PathValue("name"), req)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	out := toWireSandbox(sb)
-	out.Usage = s.sbx.Usage(sb)
-	s.writeJSON(w, http.StatusOK, out)
+	// With usage: a few file reads per sandbox, which a listing of a
+	// thousand would multiply (/metrics has it for every sandbox).
+	s.answerSandbox(w, r, sb, err, true)
 }
 
 func (s *server) handleNetwork(w http.ResponseWriter, r *http.Request) {
@@ -153,9 +135,77 @@ func (s *server) handleNetwork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb, err := s.sbx.SetNetwork(r.Context(), name, req)
+	s.answerSandbox(w, r, sb, err, false)
+}
+
+func (s *server) handleCreateCheckpoint(w http.ResponseWriter, r *http.Request) {
+	var req wire.CreateCheckpoint
+	if err := decodeJSON(w, r, &req, true); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if len(req.Comment) > wire.MaxCheckpointComment {
+		s.writeError(w, r, apierr.Invalid("comment longer than %d bytes", wire.MaxCheckpointComment))
+		return
+	}
+	c, err := s.sbx.CreateCheckpoint(r.Context(), r.PathValue("name"), req.Comment)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	s.writeJSON(w, http.StatusOK, toWireSandbox(sb))
+	s.writeJSON(w, http.StatusCreated, c)
+}
+
+func (s *server) handleListCheckpoints(w http.ResponseWriter, r *http.Request) {
+	out, err := s.sbx.ListCheckpoints(r.Context(), r.PathValue("name"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, out)
+}
+
+func (s *server) handleGetCheckpoint(w http.ResponseWriter, r *http.Request) {
+	c, err := s.sbx.GetCheckpoint(r.Context(), r.PathValue("name"), r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, c)
+}
+
+func (s *server) handleDeleteCheckpoint(w http.ResponseWriter, r *http.Request) {
+	s.writeNoContent(w, r, s.sbx.DeleteCheckpoint(r.Context(), r.PathValue("name"), r.PathValue("id")))
+}
+
+func (s *server) handleRestore(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.sbx.RestoreCheckpoint(r.Context(), r.PathValue("name"), r.PathValue("id"))
+	s.answerSandbox(w, r, sb, err, false)
+}
+
+// keepCheckpoints reads wire.QueryKeepCheckpoints: whether a destroy
+// keeps the sandbox's checkpoints.
+func keepCheckpoints(r *http.Request) (bool, error) {
+	switch v := r.URL.Query().Get(wire.QueryKeepCheckpoints); v {
+	case "", "0", "false":
+		return false, nil
+	case "1", "true":
+		return true, nil
+	default:
+		return false, apierr.Invalid("%s=%q: want true or false", wire.QueryKeepCheckpoints, v)
+	}
+}
+
+// answerSandbox answers a sandbox route with sb (its usage too when
+// usage), or with err.
+func (s *server) answerSandbox(w http.ResponseWriter, r *http.Request, sb registry.Sandbox, err error, usage bool) {
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := toWireSandbox(sb)
+	if usage {
+		out.Usage = s.sbx.Usage(sb)
+	}
+	s.writeJSON(w, http.StatusOK, out)
 }

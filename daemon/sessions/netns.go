@@ -1,4 +1,4 @@
-package daemon
+package sessions
 
 import (
 	"context"
@@ -7,16 +7,10 @@ import (
 	"io/fs"
 	"time"
 
-	"github.com/agentrunner/runner/netpolicy"
 	"github.com/agentrunner/runner/shim/launch"
 	"github.com/agentrunner/runner/shim/sessiondir"
 	"golang.org/x/sys/unix"
 )
-
-// netNSCheck is the check verifyNetNS makes (a variable for tests, which
-// replace it with one that answers as the kernel does for a command that
-// has just ended).
-var netNSCheck = netpolicy.ProcessInNetNS
 
 // verifyNetNS checks that the command of a session that was to start in
 // the namespace at path runs there. A command that already ended cannot
@@ -28,8 +22,8 @@ var netNSCheck = netpolicy.ProcessInNetNS
 // outside (a pid the kernel already gave to another process), what the
 // session's shim says of its command (exited). Only a command that the
 // shim says runs and that is not in the namespace is an escape.
-func verifyNetNS(ctx context.Context, pid int, path, sessionDir string) error {
-	ok, err := netNSCheck(pid, path)
+func (s *Manager) verifyNetNS(ctx context.Context, pid int, path, sessionDir string) error {
+	ok, err := s.cfg.NetNSCheck(pid, path)
 	switch {
 	case err == nil && ok:
 		return nil
@@ -61,7 +55,7 @@ func commandEnded(ctx context.Context, dir string) bool {
 
 // killUnverified stops a session whose command could not be shown to run
 // in its sandbox's namespace, and waits for its exit record.
-func (s *server) killUnverified(ctx context.Context, dir string) error {
+func (s *Manager) killUnverified(ctx context.Context, dir string) error {
 	c, ctx, cancel, err := launch.DialFor(context.WithoutCancel(ctx), dir, launch.Kill)
 	defer cancel()
 	if err != nil {

@@ -1,4 +1,4 @@
-package daemon
+package sessions
 
 // Bounded stdin. A stdin write holds its body in runnerd until the shim
 // has taken it, and a command that never reads its stdin makes that
@@ -109,4 +109,11 @@ func (g *stdinGates) admit(key string, n int64) (wait func(ctx context.Context) 
 		})
 	}
 	return wait, done, nil
+}
+
+// AdmitStdin admits a stdin write of up to n bytes to session key under
+// its bounds (stdinGates.admit): wait blocks until it is this write's
+// turn, done ends it.
+func (s *Manager) AdmitStdin(key string, n int64) (wait func(ctx context.Context) error, done func(), err error) {
+	return s.stdin.admit(key, n)
 }

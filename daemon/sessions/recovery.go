@@ -1,4 +1,4 @@
-package daemon
+package sessions
 
 // Recovery: what runnerd repairs when it starts (reconcile, removeOrphans)
 // and what it collects while it runs (the retention janitor).
@@ -18,16 +18,16 @@ import (
 	"github.com/agentrunner/runner/wire"
 )
 
-// reconcile runs once at start: every session the registry thinks is
+// Reconcile runs once at start: every session the registry thinks is
 // running (or was starting when runnerd died) is checked against its shim,
 // then the session directories no record names are removed (removeOrphans).
-func (s *server) reconcile(ctx context.Context) error {
+func (s *Manager) Reconcile(ctx context.Context) error {
 	all, err := s.reg.AllSessions()
 	if err != nil {
 		return err
 	}
 	for _, ss := range all {
-		if ss.State == stateStarting {
+		if ss.State == StateStarting {
 			// Running once its shim started the command, lost once the
 			// shim is provably gone without, starting (and resolved by a
 			// later refresh) while it may still come up.
@@ -39,19 +39,19 @@ func (s *server) reconcile(ctx context.Context) error {
 		if ss.State != wire.SessionRunning {
 			continue
 		}
-		if _, err := sessiondir.ReadStatus(s.sessionDir(ss)); errors.Is(err, sessiondir.ErrNoSession) || errors.Is(err, fs.ErrNotExist) {
+		if _, err := sessiondir.ReadStatus(s.Dir(ss)); errors.Is(err, sessiondir.ErrNoSession) || errors.Is(err, fs.ErrNotExist) {
 			// A running record is written only after the shim's files
 			// exist; files that are gone at start were lost to a power
 			// loss (none is fsynced before the ack; see journal's fsync
 			// policy), and the session with them.
-			e, ferr := finishLost(s.sessionDir(ss), "the session's files were lost (power loss?)")
+			e, ferr := FinishLost(s.Dir(ss), "the session's files were lost (power loss?)")
 			if ferr == nil {
 				s.recordExit(ss, sessiondir.WireExit(e))
 				s.log.Warn("session lost with its files", "sandbox", ss.Sandbox, "session", ss.ID)
 				continue
 			}
 		}
-		out, err := s.refresh(ss)
+		out, err := s.Refresh(ss)
 		if err != nil {
 			s.log.Warn("recover session", "sandbox", ss.Sandbox, "session", ss.ID, "err", err)
 			continue
@@ -70,7 +70,7 @@ func (s *server) reconcile(ctx context.Context) error {
 // shim is provably gone (shimMayLive, its age read from the directory's
 // mtime). One whose shim may live is logged and kept: the next start
 // tries again.
-func (s *server) removeOrphans(known []registry.Session) {
+func (s *Manager) removeOrphans(known []registry.Session) {
 	keys := make(map[string]bool, len(known))
 	for _, ss := range known {
 		keys[ss.Key] = true
@@ -91,7 +91,7 @@ func (s *server) removeOrphans(known []registry.Session) {
 			s.log.Warn("orphan session directory kept", "dir", dir, "err", err)
 			continue
 		}
-		if shimMayLive(dir, fi.ModTime()) {
+		if s.shimMayLive(dir, fi.ModTime()) {
 			// A warm shim's staging directory (this runnerd's pool has
 			// started before this scan) is no session: kept in silence.
 			if !strings.HasPrefix(e.Name(), ".warm-") {
@@ -107,11 +107,11 @@ func (s *server) removeOrphans(known []registry.Session) {
 	}
 }
 
-// janitor deletes, every cfg.JanitorInterval until ctx ends, the ended
+// Janitor deletes, every cfg.JanitorInterval until ctx ends, the ended
 // sessions whose exit is older than cfg.SessionRetention, exactly as
 // DELETE does; a session it cannot delete yet (its shim lives) is tried
 // again at the next tick.
-func (s *server) janitor(ctx context.Context) {
+func (s *Manager) Janitor(ctx context.Context) {
 	every.Until(ctx, s.cfg.JanitorInterval, func() bool {
 		s.collect(ctx)
 		return true
@@ -119,7 +119,7 @@ func (s *server) janitor(ctx context.Context) {
 }
 
 // collect is one janitor pass; it stops between sessions once ctx ends.
-func (s *server) collect(ctx context.Context) {
+func (s *Manager) collect(ctx context.Context) {
 	all, err := s.reg.AllSessions()
 	if err != nil {
 		s.log.Warn("session janitor: read registry", "err", err)
@@ -129,7 +129,7 @@ func (s *server) collect(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if ss, err = s.refresh(ss); err != nil || ss.Exit == nil {
+		if ss, err = s.Refresh(ss); err != nil || ss.Exit == nil {
 			continue
 		}
 		ended := ss.Exit.Time
@@ -139,7 +139,7 @@ func (s *server) collect(ctx context.Context) {
 		if time.Since(ended) < s.cfg.SessionRetention {
 			continue
 		}
-		if err := s.removeSession(ctx, ss); err != nil {
+		if err := s.Remove(ctx, ss); err != nil {
 			s.log.Debug("session janitor: keep session", "sandbox", ss.Sandbox, "session", ss.ID, "err", err)
 		}
 	}

@@ -1,4 +1,4 @@
-package daemon
+package sessions
 
 // A full state disk: what runnerd does so that control operations still
 // work when a sandbox (or anything else) has filled the state file system.
@@ -22,12 +22,6 @@ import (
 	"github.com/agentrunner/runner/shim/launch"
 )
 
-// DefaultDiskReserve is Config.DiskReserve when it is 0.
-const DefaultDiskReserve = 8 << 20
-
-// reserveFile is the registry's reserve under STATE.
-const reserveFile = "registry.reserve"
-
 // execStorageCheck is how often an exec that has not ended asks its
 // shim whether its output is waiting for space; execStuckStrikes checks
 // in a row that say so end it (execStuck).
@@ -44,8 +38,8 @@ const (
 // command and answers 507: its result could not be stored, and waiting
 // for space would leave the caller without an answer for as long as the
 // disk stays full.
-func (s *server) execStuck(ctx context.Context, ss registry.Session, strikes *int) string {
-	c, ctx, cancel, err := launch.DialFor(ctx, s.sessionDir(ss), launch.Query)
+func (s *Manager) execStuck(ctx context.Context, ss registry.Session, strikes *int) string {
+	c, ctx, cancel, err := launch.DialFor(ctx, s.Dir(ss), launch.Query)
 	defer cancel()
 	if err != nil {
 		return ""

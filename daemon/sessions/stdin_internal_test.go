@@ -1,4 +1,4 @@
-package daemon
+package sessions
 
 import (
 	"context"
@@ -25,16 +25,16 @@ import (
 func TestStdinWaitsForCommitsOfAStartingRecord(t *testing.T) {
 	d, reg, ss := newCommitsHarness(t)
 	defer d.close()
-	s := &server{reg: reg, commits: d, log: slog.New(slog.DiscardHandler), metrics: newMetrics("")}
+	s := &Manager{reg: reg, commits: d, log: slog.New(slog.DiscardHandler), metrics: &tallies{}}
 
 	release := make(chan struct{})
 	d.commit(ss, "gate", func(*registry.Session) { <-release })
 	spawned := ss
 	spawned.State, spawned.PID = wire.SessionRunning, 4242
 	s.recordRunning(spawned)
-	s.recordExitLater(spawned, wire.Exit{Reason: wire.ExitExited, Code: 0, Time: time.Now().UTC()})
-	if got := stateOf(t, reg, ss); got != stateStarting {
-		t.Fatalf("record before the commits landed: got %q, want %q", got, stateStarting)
+	s.RecordExitLater(spawned, wire.Exit{Reason: wire.ExitExited, Code: 0, Time: time.Now().UTC()})
+	if got := stateOf(t, reg, ss); got != StateStarting {
+		t.Fatalf("record before the commits landed: got %q, want %q", got, StateStarting)
 	}
 
 	type result struct {
@@ -43,7 +43,7 @@ func TestStdinWaitsForCommitsOfAStartingRecord(t *testing.T) {
 	}
 	answered := make(chan result, 1)
 	go func() {
-		ss, err := s.stdinSession(context.Background(), ss.Sandbox, ss.ID)
+		ss, err := s.StdinSession(context.Background(), ss.Sandbox, ss.ID)
 		answered <- result{ss, err}
 	}()
 	select {

@@ -1,4 +1,4 @@
-package daemon
+package sessions
 
 // The journal cap: the journals of one sandbox's sessions, running or
 // ended until deleted, hold at most Config.SandboxJournalBytes. The count
@@ -31,20 +31,14 @@ import (
 	"github.com/agentrunner/runner/wire"
 )
 
-// DefaultSandboxJournalBytes is runnerd's --sandbox-journal-bytes: 4 GiB
-// of output per sandbox (its sessions' journals together): days of an
-// agent's turns, and a few dozen sandboxes at their cap still fit a
-// modest state disk, which the disk-full handling protects beyond that.
-const DefaultSandboxJournalBytes = 4 << 30
-
 // budgetPath is sb's journal budget file.
-func (s *server) budgetPath(sb registry.Sandbox) string {
+func (s *Manager) budgetPath(sb registry.Sandbox) string {
 	return filepath.Join(s.cfg.StateDir, "budgets", sb.Name+"."+sb.Incarnation)
 }
 
 // journalHeld is what session ss's journal counts against its sandbox's
 // cap: the lengths of its exit record, or what its segment files hold.
-func (s *server) journalHeld(ss registry.Session) int64 {
+func (s *Manager) journalHeld(ss registry.Session) int64 {
 	var n int64
 	if ss.Exit != nil && len(ss.Exit.Lengths) > 0 {
 		for _, l := range ss.Exit.Lengths {
@@ -52,7 +46,7 @@ func (s *server) journalHeld(ss registry.Session) int64 {
 		}
 		return n
 	}
-	segs, _ := filepath.Glob(filepath.Join(journalDir(s.sessionDir(ss)), "*", "*.seg"))
+	segs, _ := filepath.Glob(filepath.Join(journalDir(s.Dir(ss)), "*", "*.seg"))
 	for _, seg := range segs {
 		if fi, err := os.Lstat(seg); err == nil && fi.Mode().IsRegular() {
 			n += fi.Size()
@@ -80,7 +74,7 @@ func withBudget(path string, fn func(used *int64)) error {
 // ensureBudget returns sb's budget file and the bytes it counts, making
 // the file when missing from what sb's journals hold now. The caller holds
 // sb's lock (every spawn and delete of its sessions does).
-func (s *server) ensureBudget(sb registry.Sandbox) (string, int64, error) {
+func (s *Manager) ensureBudget(sb registry.Sandbox) (string, int64, error) {
 	path := s.budgetPath(sb)
 	var used int64
 	err := withBudget(path, func(u *int64) { used = atomic.LoadInt64(u) })
@@ -107,7 +101,7 @@ func (s *server) ensureBudget(sb registry.Sandbox) (string, int64, error) {
 
 // journalCap refuses a spawn in sb once its journals hold the cap, and
 // otherwise gives spec the sandbox's budget. The caller holds sb's lock.
-func (s *server) journalCap(sb registry.Sandbox, spec *sessiondir.Spec) error {
+func (s *Manager) journalCap(sb registry.Sandbox, spec *sessiondir.Spec) error {
 	max := s.cfg.SandboxJournalBytes
 	if max <= 0 {
 		return nil
@@ -128,7 +122,7 @@ func (s *server) journalCap(sb registry.Sandbox, spec *sessiondir.Spec) error {
 // refundJournal subtracts ended session ss's journal from its sandbox's
 // budget, before its directory goes. A sandbox without a budget file has
 // nothing to subtract from.
-func (s *server) refundJournal(ss registry.Session) {
+func (s *Manager) refundJournal(ss registry.Session) {
 	if s.cfg.SandboxJournalBytes <= 0 {
 		return
 	}
@@ -149,7 +143,7 @@ func (s *server) refundJournal(ss registry.Session) {
 
 // removeBudgets removes the budget files of sandbox name's incarnations
 // (at destroy; a re-created sandbox starts from its own).
-func (s *server) removeBudgets(name string) {
+func (s *Manager) removeBudgets(name string) {
 	files, _ := filepath.Glob(filepath.Join(s.cfg.StateDir, "budgets", name+".*"))
 	for _, f := range files {
 		if inc := strings.TrimPrefix(filepath.Base(f), name+"."); !strings.Contains(inc, ".") {

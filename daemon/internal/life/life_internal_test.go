@@ -1,4 +1,4 @@
-package daemon
+package life
 
 import (
 	"context"
@@ -12,15 +12,15 @@ import (
 func TestUntilStop(t *testing.T) {
 	life, endLife := context.WithCancel(context.Background())
 	defer endLife()
-	s := &server{life: life, endLife: endLife, stop: life.Done()}
+	s := &Life{ctx: life, end: endLife}
 
-	ctx, cancel := s.untilStop(context.Background())
+	ctx, cancel := s.UntilStop(context.Background())
 	cancel()
 	if ctx.Err() == nil {
 		t.Fatal("after its cancel: ctx not done")
 	}
 	parent, cancelParent := context.WithCancel(context.Background())
-	ctx, cancel = s.untilStop(parent)
+	ctx, cancel = s.UntilStop(parent)
 	defer cancel()
 	cancelParent()
 	if ctx.Err() == nil {
@@ -30,15 +30,15 @@ func TestUntilStop(t *testing.T) {
 		t.Fatal("a request's context ended the server's lifetime")
 	}
 
-	ctx, cancel = s.untilStop(context.Background())
+	ctx, cancel = s.UntilStop(context.Background())
 	defer cancel()
-	s.beginStop()
+	s.BeginStop()
 	select {
 	case <-ctx.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("after beginStop: ctx not done within 5s")
 	}
-	if _, ok := s.track(); ok {
+	if _, ok := s.Track(); ok {
 		t.Error("track after beginStop: got ok, want refused")
 	}
 }

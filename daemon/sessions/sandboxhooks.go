@@ -1,23 +1,21 @@
-package daemon
+package sessions
 
 // What the sandboxes manager asks of a sandbox's sessions
-// (sandboxes.Sessions): the session side implements it and hands it to
-// the manager, so the import arrow runs from here to sandboxes only.
+// (sandboxes.Sessions): this manager implements it and is handed to the
+// sandboxes manager, so the import arrow runs from here to sandboxes only.
+// StopAll is stopping.go's, Dir sessionops.go's, Refresh sessionstate.go's.
 
 import (
 	"context"
-	"time"
 
 	"github.com/agentrunner/runner/daemon/apierr"
-	"github.com/agentrunner/runner/daemon/registry"
-	"github.com/agentrunner/runner/daemon/sandboxes"
 	"github.com/agentrunner/runner/wire"
 )
 
-// refuseUncontained refuses to move sandbox name from the host network
+// RefuseUncontained refuses to move sandbox name from the host network
 // into a namespace while a process of it runs on the host network: it
 // would stay outside the namespace and escape the policy.
-func (s *server) refuseUncontained(ctx context.Context, name string) error {
+func (s *Manager) RefuseUncontained(ctx context.Context, name string) error {
 	n, err := s.runningSessions(name)
 	if err != nil {
 		return err
@@ -32,7 +30,7 @@ func (s *server) refuseUncontained(ctx context.Context, name string) error {
 		return apierr.Unavailable("read registry: %v", err)
 	}
 	for _, ss := range list {
-		n, err := lingering(ctx, s.sessionDir(ss))
+		n, err := lingering(ctx, s.Dir(ss))
 		if err != nil {
 			return apierr.Unavailable("%v", err)
 		}
@@ -44,18 +42,18 @@ func (s *server) refuseUncontained(ctx context.Context, name string) error {
 }
 
 // runningSessions counts the sessions of a sandbox that run (or start).
-func (s *server) runningSessions(name string) (int, error) {
+func (s *Manager) runningSessions(name string) (int, error) {
 	list, err := s.reg.ListSessions(name)
 	if err != nil {
 		return 0, apierr.Unavailable("read registry: %v", err)
 	}
 	n := 0
 	for _, ss := range list {
-		if ss.State == stateStarting {
+		if ss.State == StateStarting {
 			n++
 			continue
 		}
-		ss, err := s.refresh(ss)
+		ss, err := s.Refresh(ss)
 		if err != nil {
 			return 0, err
 		}
@@ -66,26 +64,9 @@ func (s *server) runningSessions(name string) (int, error) {
 	return n, nil
 }
 
-// sandboxSessions is the session side as the sandboxes manager sees it.
-type sandboxSessions struct{ s *server }
-
-var _ sandboxes.Sessions = sandboxSessions{}
-
-func (h sandboxSessions) StopAll(ctx context.Context, name string, grace time.Duration) ([]registry.Session, error) {
-	return h.s.stopSandboxSessions(ctx, name, grace) // stopping.go
-}
-
-func (h sandboxSessions) Dir(ss registry.Session) string { return h.s.sessionDir(ss) }
-
-func (h sandboxSessions) RefuseUncontained(ctx context.Context, name string) error {
-	return h.s.refuseUncontained(ctx, name)
-}
-
-func (h sandboxSessions) Refresh(ss registry.Session) (registry.Session, error) {
-	return h.s.refresh(ss) // sessionstate.go
-}
-
-func (h sandboxSessions) Forget(name string) {
-	h.s.removeBudgets(name) // journalcap.go
-	h.s.bookForget(name)    // sessions_cap.go
+// Forget drops what the manager keeps about destroyed sandbox name: its
+// journal budget files and its session counts.
+func (s *Manager) Forget(name string) {
+	s.removeBudgets(name) // journalcap.go
+	s.bookForget(name)    // sessions_cap.go
 }

@@ -1,4 +1,4 @@
-package daemon
+package sessions
 
 // Stopping: ending sessions (terminate, the processes that outlive a
 // command) and removing ended ones. A stop that cannot be confirmed is
@@ -21,25 +21,25 @@ import (
 	"github.com/agentrunner/runner/wire"
 )
 
-// terminate stops a session (SIGTERM, SIGKILL after grace) and every
+// Terminate stops a session (SIGTERM, SIGKILL after grace) and every
 // process it started, also those that outlived an ended command, and
 // returns its exit record once it is in the journal. An outcome it cannot
 // confirm is unavailable "uncertain".
-func (s *server) terminate(ctx context.Context, ss registry.Session, grace time.Duration) (registry.Session, error) {
+func (s *Manager) Terminate(ctx context.Context, ss registry.Session, grace time.Duration) (registry.Session, error) {
 	return s.endSession(ctx, ss, grace, s.recordExit)
 }
 
 // endSession is terminate with the exit record stored by record, which
 // returns the session as recorded: recordExit for one session, a
-// collector for a stop of many (stopSessions), which stores every exit in
+// Collector for a stop of many (stopSessions), which stores every exit in
 // one registry transaction afterwards.
-func (s *server) endSession(ctx context.Context, ss registry.Session, grace time.Duration,
+func (s *Manager) endSession(ctx context.Context, ss registry.Session, grace time.Duration,
 	record func(registry.Session, wire.Exit) (registry.Session, error)) (registry.Session, error) {
-	ss, err := s.refresh(ss)
+	ss, err := s.Refresh(ss)
 	if err != nil {
 		return ss, err
 	}
-	if ss.State == stateStarting {
+	if ss.State == StateStarting {
 		// Its shim may still start the command: never report it stopped.
 		return ss, apierr.Uncertain("session %s is still starting; retry", ss.ID)
 	}
@@ -50,12 +50,12 @@ func (s *server) endSession(ctx context.Context, ss registry.Session, grace time
 		return ss, nil
 	}
 	uncertain := func(cause error) (registry.Session, error) {
-		if again, rerr := s.refresh(ss); rerr == nil && again.State != wire.SessionRunning {
+		if again, rerr := s.Refresh(ss); rerr == nil && again.State != wire.SessionRunning {
 			return again, nil
 		}
 		return ss, apierr.Uncertain("%v", cause)
 	}
-	c, tctx, cancel, err := launch.DialFor(context.WithoutCancel(ctx), s.sessionDir(ss), launch.Stop(grace))
+	c, tctx, cancel, err := launch.DialFor(context.WithoutCancel(ctx), s.Dir(ss), launch.Stop(grace))
 	defer cancel()
 	if err != nil {
 		return uncertain(err)
@@ -95,7 +95,7 @@ const stopParallelism = 64
 // The exits are stored in one registry transaction at the end, not one
 // fsync per session; each is already in its journal, so a crash before
 // that is repaired from the journal (refresh).
-func (s *server) stopSessions(ctx context.Context, sessions []registry.Session, grace time.Duration) error {
+func (s *Manager) stopSessions(ctx context.Context, sessions []registry.Session, grace time.Duration) error {
 	var mu sync.Mutex // guards exits
 	exits := map[string]wire.Exit{}
 	collect := func(ss registry.Session, exit wire.Exit) (registry.Session, error) {
@@ -137,7 +137,7 @@ func (s *server) stopSessions(ctx context.Context, sessions []registry.Session, 
 				ended := rec.Exit == nil
 				rec.State, rec.Exit = endedState(exit), &exit
 				if ended {
-					s.logEnded(*rec) // server.go
+					s.logEnded(*rec) // sessionstate.go
 				}
 			}
 		})
@@ -159,8 +159,8 @@ func (s *server) stopSessions(ctx context.Context, sessions []registry.Session, 
 // stopLingering stops the processes a session started that outlived its
 // command (a shim keeps them, as their subreaper, until they are gone or
 // terminated) and confirms that none is left: an error when it cannot.
-func (s *server) stopLingering(ctx context.Context, ss registry.Session, grace time.Duration) error {
-	dir := s.sessionDir(ss)
+func (s *Manager) stopLingering(ctx context.Context, ss registry.Session, grace time.Duration) error {
+	dir := s.Dir(ss)
 	n, err := lingering(ctx, dir)
 	if err != nil || n == 0 {
 		return err
@@ -206,39 +206,39 @@ func lingering(ctx context.Context, dir string) (int, error) {
 	return st.Descendants, nil
 }
 
-// errSessionLive is returned by removeSession's registry check when the
+// errSessionLive is returned by Remove's registry check when the
 // record changed to a live state under it.
 var errSessionLive = errors.New("session is live")
 
-// removeSession deletes an ended session: its record, then its directory
+// Remove deletes an ended session: its record, then its directory
 // (journal included). A session that runs, is starting, or whose shim
 // still lives (processes it started outlived the command) is refused with
 // 409 invalid: terminate it first. The record goes first, so a crash in
 // between leaves an unreferenced directory (removed at the next start,
 // removeOrphans), never a record without files.
-func (s *server) removeSession(ctx context.Context, ss registry.Session) error {
+func (s *Manager) Remove(ctx context.Context, ss registry.Session) error {
 	_, err := s.deleteSession(ctx, ss)
 	return err
 }
 
-// deleteSession is removeSession; deleted reports whether this call
+// deleteSession is Remove; deleted reports whether this call
 // removed the record (false: it was gone already).
-func (s *server) deleteSession(ctx context.Context, ss registry.Session) (deleted bool, err error) {
-	ss, err = s.refresh(ss)
+func (s *Manager) deleteSession(ctx context.Context, ss registry.Session) (deleted bool, err error) {
+	ss, err = s.Refresh(ss)
 	if err != nil {
 		return false, err
 	}
-	if ss.State == wire.SessionRunning || ss.State == stateStarting {
+	if ss.State == wire.SessionRunning || ss.State == StateStarting {
 		return false, apierr.ConflictFor(wire.ReasonSessionRunning, "session %s is running; terminate it first", ss.ID)
 	}
-	dir := s.sessionDir(ss)
-	if err := shimGone(ctx, dir, ss.ID); err != nil {
+	dir := s.Dir(ss)
+	if err := s.shimGone(ctx, dir, ss.ID); err != nil {
 		return false, err
 	}
 	// deleted: by this call; a concurrent delete (DELETE, the collector)
 	// refunds the journal once.
 	err = s.reg.DeleteSessionIf(ss.Sandbox, ss.ID, func(cur registry.Session) error {
-		if cur.Key != ss.Key || cur.State == wire.SessionRunning || cur.State == stateStarting {
+		if cur.Key != ss.Key || cur.State == wire.SessionRunning || cur.State == StateStarting {
 			return errSessionLive
 		}
 		deleted = true
@@ -267,11 +267,11 @@ func (s *server) deleteSession(ctx context.Context, ss registry.Session) (delete
 // (shimMayLive proves it), and 409 invalid while it lives because
 // processes the session started still run. A shim that lives with none
 // (it is exiting) is waited for briefly.
-func shimGone(ctx context.Context, dir, id string) error {
+func (s *Manager) shimGone(ctx context.Context, dir, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	for {
-		if !shimMayLive(dir, time.Time{}) {
+		if !s.shimMayLive(dir, time.Time{}) {
 			return nil
 		}
 		if n, err := lingering(ctx, dir); err == nil && n != 0 {
@@ -285,9 +285,9 @@ func shimGone(ctx context.Context, dir, id string) error {
 	}
 }
 
-// stopSandboxSessions terminates every session of sandbox name (see
+// StopAll terminates every session of sandbox name (see
 // stopSessions) and returns them.
-func (s *server) stopSandboxSessions(ctx context.Context, name string, grace time.Duration) ([]registry.Session, error) {
+func (s *Manager) StopAll(ctx context.Context, name string, grace time.Duration) ([]registry.Session, error) {
 	sessions, err := s.reg.ListSessions(name)
 	if err != nil {
 		return nil, apierr.Unavailable("read registry: %v", err)
