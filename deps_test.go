@@ -133,6 +133,22 @@ var rules = []struct {
 	{pkg: "checkpoint", forbidden: []string{
 		module + "/daemon", module + "/client", module + "/shim", module + "/netpolicy", module + "/adapter", module + "/journal", module + "/cgroup",
 	}},
+	// daemon/apierr is the error vocabulary the managers and the HTTP
+	// face share: a leaf every package under daemon may import.
+	{pkg: "daemon/apierr", stdlibOnly: true, allowed: []string{"wire"}},
+	// daemon/sandboxes is the sandboxes manager: below the HTTP face
+	// (daemon) and the session side, above the registry. It never reaches
+	// up to daemon, nor to what starts and drives shims (shim/launch):
+	// it asks the session side through sandboxes.Sessions.
+	{pkg: "daemon/sandboxes", forbidden: []string{
+		module + "/client", module + "/adapter", module + "/shim/launch", module + "/daemon/preview", module + "/daemon/sessions",
+	}, notPkgs: []string{module + "/daemon", module + "/shim"}},
+	// daemon/sessions is the sessions manager: below the HTTP face, above
+	// the sandboxes manager (which it asks for a spawn's identity, leaf
+	// cgroup, namespace and binds) and the registry; it never reaches up.
+	{pkg: "daemon/sessions", forbidden: []string{
+		module + "/client", module + "/adapter", module + "/daemon/preview",
+	}, notPkgs: []string{module + "/daemon", module + "/shim"}},
 	{pkg: "daemon", forbidden: []string{module + "/client", module + "/adapter"}, notPkgs: []string{module + "/shim"}},
 }
 

@@ -10,7 +10,10 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/agentrunner/runner/daemon/apierr"
+	"github.com/agentrunner/runner/daemon/internal/every"
 	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/daemon/sessions"
 	"github.com/agentrunner/runner/journal"
 	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
@@ -19,10 +22,9 @@ import (
 // Attach tuning. The frames come from sessiondir.EmitFrames: memory per attach
 // is one 64 KiB buffer per stream plus one frame being written, so a slow
 // client holds at most that much and its readers simply stop reading the
-// journal until it catches up. chunkSize is the read size of the plain
-// stream and exec bodies.
+// journal until it catches up. The plain stream and exec bodies are read
+// sessions.ChunkSize at a time.
 const (
-	chunkSize       = 64 << 10
 	heartbeatEvery  = 15 * time.Second
 	pingEvery       = 20 * time.Second
 	pingTimeout     = 20 * time.Second
@@ -44,13 +46,13 @@ func (s *server) attachReaders(w http.ResponseWriter, r *http.Request, ss regist
 		return nil, err
 	}
 	defer sr.Close()
-	for _, stream := range streamsOf(ss.Request.TTY) {
+	for _, stream := range sessions.StreamsOf(ss.Request.TTY) {
 		cursor, err := sr.cursor(r.Context(), r, stream, stream)
 		if err != nil {
 			closeAll()
 			return nil, err
 		}
-		rd, err := s.openReader(j, stream, cursor, true)
+		rd, err := s.ssn.OpenReader(j, stream, cursor, true)
 		if err != nil {
 			closeAll()
 			return nil, err
@@ -60,7 +62,7 @@ func (s *server) attachReaders(w http.ResponseWriter, r *http.Request, ss regist
 	if ss.Request.TTY {
 		if c, err := parseCursor(r, "stderr"); err != nil || c != 0 {
 			closeAll()
-			return nil, errInvalid("a tty session has no stderr stream")
+			return nil, apierr.Invalid("a tty session has no stderr stream")
 		}
 	}
 	return readers, nil
@@ -75,7 +77,7 @@ func (s *server) handleAttach(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	j, err := s.openJournal(ss)
+	j, err := s.ssn.OpenJournal(ss)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -91,9 +93,9 @@ func (s *server) handleAttach(w http.ResponseWriter, r *http.Request) {
 			rd.Close()
 		}
 	}()
-	done, ok := s.track()
+	done, ok := s.life.Track()
 	if !ok {
-		s.writeError(w, r, errUnavailable("runnerd is stopping"))
+		s.writeError(w, r, apierr.Unavailable("runnerd is stopping"))
 		return
 	}
 	defer done()
@@ -160,8 +162,8 @@ func (s *server) attach(conn *websocket.Conn, ss registry.Session, j *journal.Jo
 	// The frames are sessiondir.EmitFrames's, the producer runner-shim's attach
 	// uses too, so both paths end a session the same way.
 	err := sessiondir.EmitFrames(ctx, sessiondir.FrameSource{
-		Dir: s.sessionDir(ss), Journal: j, Readers: readers, Heartbeat: heartbeatEvery,
-		OnExit: func(e wire.Exit) { s.recordEnd(ss, e) },
+		Dir: s.ssn.Dir(ss), Journal: j, Readers: readers, Heartbeat: heartbeatEvery,
+		OnExit: func(e wire.Exit) { s.ssn.RecordEnd(ss, e) },
 		Log:    s.log.With("sandbox", ss.Sandbox, "session", ss.ID),
 	}, write)
 	switch {
@@ -178,7 +180,7 @@ func (s *server) attach(conn *websocket.Conn, ss registry.Session, j *journal.Jo
 // slow client cannot hold up the stop. It returns when the frames end.
 func (s *server) attachStopping(ctx, connCtx context.Context, cancel, wcancel context.CancelFunc, stopping *atomic.Bool) {
 	select {
-	case <-s.stop:
+	case <-s.life.Done():
 		stopping.Store(true)
 		cancel()
 		t := time.NewTimer(stopWriteGrace)
@@ -211,7 +213,7 @@ func discardReads(connCtx context.Context, conn *websocket.Conn) {
 // without a FIN is noticed: a ping unanswered within pingTimeout ends the
 // connection (connCancel).
 func pingUntil(ctx, connCtx context.Context, conn *websocket.Conn, connCancel context.CancelFunc) {
-	everyUntil(ctx, pingEvery, func() bool {
+	every.Until(ctx, pingEvery, func() bool {
 		pctx, pcancel := context.WithTimeout(connCtx, pingTimeout)
 		err := conn.Ping(pctx)
 		pcancel()
@@ -221,35 +223,4 @@ func pingUntil(ctx, connCtx context.Context, conn *websocket.Conn, connCancel co
 		}
 		return true
 	})
-}
-
-// recordEnd records a session's exit in the registry once a reader saw
-// its end, unless the registry already has it.
-func (s *server) recordEnd(ss registry.Session, exit wire.Exit) {
-	if ss.State == wire.SessionRunning || ss.State == stateStarting {
-		s.recordExitLater(ss, exit)
-	}
-}
-
-// finalExit returns the exit record of a session whose streams have all
-// been read to their end (sessiondir.FinalExit: lost says a reader saw the
-// writer gone without an exit record, and the journal is then finished as
-// lost) and records it in the registry.
-func (s *server) finalExit(ss registry.Session, j *journal.Journal, lost bool) (wire.Exit, error) {
-	exit, err := sessiondir.FinalExit(j, s.sessionDir(ss), lost)
-	if err != nil {
-		return wire.Exit{}, errUnavailable("%v", err)
-	}
-	s.recordEnd(ss, exit)
-	return exit, nil
-}
-
-// finishLost writes the "lost" exit record into a journal whose writer is
-// gone without one (sessiondir.FinishLost); its failures are unavailable.
-func finishLost(sessionDir, detail string) (journal.Exit, error) {
-	e, err := sessiondir.FinishLost(sessionDir, detail)
-	if err != nil {
-		return journal.Exit{}, errUnavailable("%v", err)
-	}
-	return e, nil
 }

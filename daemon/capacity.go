@@ -13,7 +13,10 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/daemon/sandboxes"
+	"github.com/agentrunner/runner/daemon/sessions"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -51,9 +54,9 @@ type admitSlot struct{ key string }
 
 type admitSlotKey struct{}
 
-// nameSession names the session create in flight of ctx (if admitted
+// NameSession names the session create in flight of ctx (if admitted
 // under a bound) before spawn commits its record.
-func (a *admission) nameSession(ctx context.Context, sandbox, id string) {
+func (a *admission) NameSession(ctx context.Context, sandbox, id string) {
 	slot, _ := ctx.Value(admitSlotKey{}).(*admitSlot)
 	if slot == nil {
 		return
@@ -77,7 +80,7 @@ func (s *server) admitSandbox(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		max := s.cfg.Capacity.MaxSandboxes
 		var req wire.CreateSandbox
-		if max <= 0 || !peekBody(r, &req) || validName(req.Name) != nil {
+		if max <= 0 || !peekBody(r, &req) || sandboxes.ValidName(req.Name) != nil {
 			h(w, r)
 			return
 		}
@@ -86,7 +89,7 @@ func (s *server) admitSandbox(h http.HandlerFunc) http.HandlerFunc {
 		sbs, _, err := s.reg.ListSandboxes("", -1) // one snapshot: every name
 		if err != nil {
 			a.mu.Unlock()
-			s.writeError(w, r, errUnavailable("count sandboxes: %v", err))
+			s.writeError(w, r, apierr.Unavailable("count sandboxes: %v", err))
 			return
 		}
 		held := make(map[string]bool, len(sbs)+len(a.sandboxes))
@@ -137,7 +140,7 @@ func (s *server) admitSession(h http.HandlerFunc) http.HandlerFunc {
 		all, err := s.reg.AllSessions() // one snapshot
 		if err != nil {
 			a.mu.Unlock()
-			s.writeError(w, r, errUnavailable("count sessions: %v", err))
+			s.writeError(w, r, apierr.Unavailable("count sessions: %v", err))
 			return
 		}
 		n, recorded := 0, make(map[string]bool, len(all))
@@ -196,7 +199,7 @@ func (s *server) liveSessions() (int, error) {
 // liveSession reports whether ss takes a session slot: its record says
 // running or starting and holds no exit.
 func liveSession(ss registry.Session) bool {
-	return ss.Exit == nil && (ss.State == wire.SessionRunning || ss.State == stateStarting)
+	return ss.Exit == nil && (ss.State == wire.SessionRunning || ss.State == sessions.StateStarting)
 }
 
 // writeExhausted answers 503 unavailable with Exhausted set (see
@@ -227,25 +230,25 @@ func (s *server) handleCapacity(w http.ResponseWriter, r *http.Request) {
 func (s *server) capacity() (wire.Capacity, error) {
 	n, err := s.reg.CountSandboxes()
 	if err != nil {
-		return wire.Capacity{}, errUnavailable("count sandboxes: %v", err)
+		return wire.Capacity{}, apierr.Unavailable("count sandboxes: %v", err)
 	}
 	live, err := s.liveSessions()
 	if err != nil {
-		return wire.Capacity{}, errUnavailable("count sessions: %v", err)
+		return wire.Capacity{}, apierr.Unavailable("count sessions: %v", err)
 	}
 	c := wire.Capacity{
 		Sandboxes:    n,
 		MaxSandboxes: s.cfg.Capacity.MaxSandboxes,
 		Sessions:     live,
 		MaxSessions:  s.cfg.Capacity.MaxSessions,
-		Cgroups:      s.cg != nil,
+		Cgroups:      s.sbx.Cgroups() != nil,
 	}
 	c.Exhausted = c.MaxSandboxes > 0 && n >= c.MaxSandboxes
 	if c.MemoryAvailableBytes, err = memAvailable(); err != nil {
-		return wire.Capacity{}, errUnavailable("read memory: %v", err)
+		return wire.Capacity{}, apierr.Unavailable("read memory: %v", err)
 	}
 	if c.PIDsFree, err = pidsFree(); err != nil {
-		return wire.Capacity{}, errUnavailable("read tasks: %v", err)
+		return wire.Capacity{}, apierr.Unavailable("read tasks: %v", err)
 	}
 	if err := s.underCgroupRoot(&c); err != nil {
 		return wire.Capacity{}, err
@@ -258,12 +261,12 @@ func (s *server) capacity() (wire.Capacity, error) {
 // where one is set, and says which figure each is.
 func (s *server) underCgroupRoot(c *wire.Capacity) error {
 	c.MemorySource, c.PIDsSource = wire.CapacityHost, wire.CapacityHost
-	if s.cg == nil {
+	if s.sbx.Cgroups() == nil {
 		return nil
 	}
-	h, err := s.cg.RootHeadroom()
+	h, err := s.sbx.Cgroups().RootHeadroom()
 	if err != nil {
-		return errUnavailable("read the sandboxes' cgroup root: %v", err)
+		return apierr.Unavailable("read the sandboxes' cgroup root: %v", err)
 	}
 	if h.MemoryLimited {
 		c.MemoryAvailableBytes, c.MemorySource = min(c.MemoryAvailableBytes, h.MemoryFree), wire.CapacityCgroup

@@ -61,6 +61,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentrunner/runner/cgroup"
+	"github.com/agentrunner/runner/daemon/sandboxes"
 	"github.com/agentrunner/runner/internal/atomicfile"
 	"github.com/agentrunner/runner/netpolicy"
 )
@@ -365,7 +366,7 @@ func defaultIdentityRange(cfg *Config, sum [32]byte, hasIdentities bool, others 
 	if b, err := os.ReadFile(saved); err == nil {
 		first, last, err := ParseIdentityRange(strings.TrimSpace(string(b)))
 		if err == nil {
-			err = checkIdentityRange(first, last)
+			err = sandboxes.CheckIdentityRange(first, last)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", saved, err)

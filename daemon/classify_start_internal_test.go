@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/agentrunner/runner/daemon/apierr"
+	"github.com/agentrunner/runner/daemon/sessions"
 	"github.com/agentrunner/runner/shim/launch"
 	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
@@ -46,12 +48,12 @@ func TestClassifyStart(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var ae *apiError
-			if !errors.As(classifyStart(tt.err), &ae) {
-				t.Fatalf("got no apiError")
+			var ae *apierr.Error
+			if !errors.As(sessions.ClassifyStart(tt.err), &ae) {
+				t.Fatalf("got no apierr.Error")
 			}
-			if ae.status != tt.wantStatus || ae.code != tt.wantCode {
-				t.Errorf("got %d %s, want %d %s", ae.status, ae.code, tt.wantStatus, tt.wantCode)
+			if ae.Status != tt.wantStatus || ae.Code != tt.wantCode {
+				t.Errorf("got %d %s, want %d %s", ae.Status, ae.Code, tt.wantStatus, tt.wantCode)
 			}
 		})
 	}
@@ -81,7 +83,7 @@ func TestClassifyStartExecError(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := &server{metrics: newMetrics(""), log: slog.New(slog.DiscardHandler)}
 			rec := httptest.NewRecorder()
-			s.writeError(rec, httptest.NewRequest(http.MethodPost, "/v1/sandboxes/x/exec", nil), classifyStart(tt.err))
+			s.writeError(rec, httptest.NewRequest(http.MethodPost, "/v1/sandboxes/x/exec", nil), sessions.ClassifyStart(tt.err))
 			var body wire.ErrorBody
 			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
 				t.Fatalf("decode %q: %v", rec.Body.String(), err)

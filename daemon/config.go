@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentrunner/runner/daemon/sandboxes"
 	"github.com/agentrunner/runner/shim/launch"
 	"github.com/agentrunner/runner/wire"
 )
@@ -446,7 +447,7 @@ func (cfg *Config) defaultIsolation() error {
 		return fmt.Errorf("config: isolate %q: want %q or %q", cfg.Isolate, IsolateAll, IsolateNone)
 	}
 	if cfg.IdentityFirst != 0 || cfg.IdentityLast != 0 { // unset: chosen by claimHost
-		if err := checkIdentityRange(cfg.IdentityFirst, cfg.IdentityLast); err != nil {
+		if err := sandboxes.CheckIdentityRange(cfg.IdentityFirst, cfg.IdentityLast); err != nil {
 			return err
 		}
 	}
@@ -463,7 +464,7 @@ func (cfg *Config) defaultLimits() error {
 	default:
 		return fmt.Errorf("config: cgroups %q: want %q or %q", cfg.Cgroups, CgroupsAuto, CgroupsOff)
 	}
-	if err := toCgroupLimits(&cfg.DefaultLimits).Validate(); err != nil {
+	if err := sandboxes.ToCgroupLimits(&cfg.DefaultLimits).Validate(); err != nil {
 		return fmt.Errorf("config: default limits: %w", err)
 	}
 	if cfg.Cgroups == CgroupsOff && cfg.DefaultLimits != (wire.Limits{}) {
@@ -493,3 +494,32 @@ func (cfg *Config) checkListeners() error {
 	}
 	return nil
 }
+
+// Cgroup modes (Config.Cgroups).
+const (
+	// CgroupsAuto gives every sandbox a cgroup, and takes limits, when
+	// this host can enforce them (cgroup.Manager.Available); otherwise
+	// limits are refused with not_supported and the log says why.
+	CgroupsAuto = "auto"
+	// CgroupsOff never creates cgroups: resource_limits is not advertised
+	// and limits are refused.
+	CgroupsOff = "off"
+)
+
+// netPolicyState picks netpolicy's state directory: the configured one,
+// else DefaultNetPolicyState when it can be created, else STATE/netpolicy.
+func netPolicyState(cfg Config) string {
+	if cfg.NetPolicyState != "" {
+		return cfg.NetPolicyState
+	}
+	if err := os.MkdirAll(DefaultNetPolicyState, 0o700); err == nil {
+		return DefaultNetPolicyState
+	}
+	return filepath.Join(cfg.StateDir, "netpolicy")
+}
+
+// DefaultDiskReserve is Config.DiskReserve when it is 0.
+const DefaultDiskReserve = 8 << 20
+
+// reserveFile is the registry's reserve under STATE.
+const reserveFile = "registry.reserve"

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 
+	"github.com/agentrunner/runner/daemon/apierr"
 	"golang.org/x/sys/unix"
 )
 
@@ -96,6 +97,6 @@ func (s *server) refuseWithoutDescriptors(w http.ResponseWriter, r *http.Request
 	if err == nil {
 		return false
 	}
-	s.writeError(w, r, errUnavailable("%v; retry later", err))
+	s.writeError(w, r, apierr.Unavailable("%v; retry later", err))
 	return true
 }

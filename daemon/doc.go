@@ -25,22 +25,30 @@
 //     token are required.
 //   - A session's record may trail its shim (a commit made after the answer,
 //     deferredCommits, or a crash): whoever reads a live session brings it
-//     up to date from the shim's own files first (refresh).
+//     up to date from the shim's own files first (sessions.Manager.Refresh).
 //
-// Layout: Run (run.go) is wiring: named steps that each own what they start
-// and hand back its stop; listeners.go opens and serves what runnerd listens
-// on, shimcheck.go checks the shim before anything is served. The sandbox and session handlers (sandboxes.go,
-// sessions.go, sessionlist.go, sessioncontrol.go, network.go) only decode,
-// call one lifecycle function and encode; the streaming ones (attach.go,
-// streams.go, exec.go) drive a session through the same functions. The
-// lifecycle takes a context and plain arguments: sandboxlife.go (create,
-// suspend, resume, destroy of a sandbox), spawn.go (starting a session),
-// sessionops.go (looking up, describing and reaching one), sessionlist.go
-// (listing them), sessioncontrol.go (stdin, resize, signals),
-// sessionstate.go (repairing its record from its shim), stopping.go
-// (terminate and delete), recovery.go (what runnerd repairs at start and
-// the retention janitor), commits.go (registry commits made after the
-// answer). A sandbox's network policy is network.go's; who its commands
-// run as (its identity, isolation) and the state directory's modes are
-// identity.go's.
+// Layout: daemon is the HTTP face over managers with one job each:
+// package daemon/sessions (spawn, exec, readers, stdin, control, bounds,
+// listings, recovery, the shim gateway) above package daemon/sandboxes
+// (lifecycle, identities, private directories, cgroups and limits,
+// network, checkpoints, the background adoption at start), both over
+// daemon/registry, the source of truth. daemon/apierr is the error
+// vocabulary (status and wire code) the managers return and errors.go
+// writes; daemon/internal/life is runnerd's lifetime (the context
+// long-lived work ends on, and the count Run waits for). The import
+// arrow runs daemon -> sessions -> sandboxes -> registry, never back:
+// the sandboxes manager asks sessions through sandboxes.Sessions.
+//
+// Run (run.go) is wiring: named steps that each own what they start
+// and hand back its stop; listeners.go opens and serves what runnerd
+// listens on, shimcheck.go checks the shim before anything is served,
+// claim.go claims the identity range, cgroup root and nftables table
+// against the host's other runnerds before any manager exists,
+// managers.go is what the managers get of Config. The handlers decode,
+// call the managers and encode: sandboxroutes.go (the sandbox routes),
+// sessionroutes.go (the session routes and exec); the streaming ones
+// (attach.go, streams.go) frame a session's journal readers for a
+// WebSocket or a chunked body.
+// capacity.go admits creates under the host's capacity, requests.go logs
+// and times every request, metrics.go exposes them.
 package daemon

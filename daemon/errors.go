@@ -12,9 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
+	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/journal"
 	"github.com/agentrunner/runner/shim/launch"
@@ -28,95 +28,13 @@ import (
 // specific status than a code's default (409 conflict, 413, 404 no route)
 // use one the table lists for that code.
 
-// apiError is an error with a decided status and wire code. Handlers build
-// them with the constructors below when they know the answer; anything
-// else is classified by classify.
-type apiError struct {
-	status       int
-	code         wire.Code
-	detail       string
-	retryAfterMS int64
-	uncertain    bool // unavailable whose outcome is unknown (errUncertain)
-	// execError refines invalid for a command that could not be started
-	// (wire.Error.ExecError); set only by classifyStart.
-	execError wire.ExecError
-	// reason says which conflict a 409 is (wire.Error.Reason).
-	reason wire.Reason
-}
-
-func (e *apiError) Error() string { return fmt.Sprintf("%s (%d): %s", e.code, e.status, e.detail) }
-
-func errInvalid(format string, args ...any) *apiError {
-	return &apiError{status: wire.CodeInvalid.Status(), code: wire.CodeInvalid, detail: fmt.Sprintf(format, args...)}
-}
-
-func errConflict(format string, args ...any) *apiError {
-	return &apiError{status: http.StatusConflict, code: wire.CodeInvalid, detail: fmt.Sprintf(format, args...)}
-}
-
-// errConflictFor is errConflict with the reason a client reads instead
-// of the detail (wire.Error.Reason).
-func errConflictFor(reason wire.Reason, format string, args ...any) *apiError {
-	ae := errConflict(format, args...)
-	ae.reason = reason
-	return ae
-}
-
-func errTooLarge(limit int64) *apiError {
-	return &apiError{status: http.StatusRequestEntityTooLarge, code: wire.CodeInvalid,
-		detail: fmt.Sprintf("body larger than %d bytes", limit)}
-}
-
-func errNotFound(format string, args ...any) *apiError {
-	return &apiError{status: wire.CodeNotFound.Status(), code: wire.CodeNotFound, detail: fmt.Sprintf(format, args...)}
-}
-
-func errNotSupported(format string, args ...any) *apiError {
-	return &apiError{status: wire.CodeNotSupported.Status(), code: wire.CodeNotSupported, detail: fmt.Sprintf(format, args...)}
-}
-
-// errUnavailable is a transient failure (retry); an outcome runnerd could
-// not confirm is errUncertain.
-func errUnavailable(format string, args ...any) *apiError {
-	return &apiError{status: wire.CodeUnavailable.Status(), code: wire.CodeUnavailable, detail: fmt.Sprintf(format, args...)}
-}
-
-// errUncertain is unavailable for a call whose outcome runnerd could not
-// confirm: the body says uncertain, and its detail keeps the
-// wire.DetailUncertain prefix that clients before the field read.
-func errUncertain(format string, args ...any) *apiError {
-	return &apiError{status: wire.CodeUnavailable.Status(), code: wire.CodeUnavailable, uncertain: true,
-		detail: wire.DetailUncertain + ": " + fmt.Sprintf(format, args...)}
-}
-
-func errCommandExited() *apiError {
-	return &apiError{status: wire.CodeCommandExited.Status(), code: wire.CodeCommandExited, detail: "the command has exited"}
-}
-
-func errTruncated(detail string) *apiError {
-	return &apiError{status: wire.CodeTruncated.Status(), code: wire.CodeTruncated, detail: detail}
-}
-
-func errWriteFailed(format string, args ...any) *apiError {
-	return &apiError{status: wire.CodeWriteFailed.Status(), code: wire.CodeWriteFailed, detail: fmt.Sprintf(format, args...)}
-}
-
-func errProvider(format string, args ...any) *apiError {
-	return &apiError{status: wire.CodeProvider.Status(), code: wire.CodeProvider, detail: fmt.Sprintf(format, args...)}
-}
-
-var (
-	errDenied  = &apiError{status: wire.CodeDenied.Status(), code: wire.CodeDenied, detail: "missing or wrong bearer token"}
-	errNoRoute = &apiError{status: http.StatusNotFound, code: wire.CodeInvalid, detail: wire.DetailNoRoute}
-)
-
-// classify turns any error into an apiError. Absence becomes not_found only
+// classify turns any error into an apierr.Error. Absence becomes not_found only
 // through errNotFound, which handlers build after the registry answered
 // registry.ErrNotFound for the exact thing addressed; a bare
 // registry.ErrNotFound reaching here is a bug and is answered unavailable,
 // never not_found.
-func classify(err error) *apiError {
-	var ae *apiError
+func classify(err error) *apierr.Error {
+	var ae *apierr.Error
 	if errors.As(err, &ae) {
 		return ae
 	}
@@ -127,62 +45,62 @@ func classify(err error) *apiError {
 		// A cursor behind the retained data or beyond the end; the code
 		// is sessiondir.JournalCode's, the one journal mapping attach frames use.
 		c := sessiondir.JournalCode(err)
-		return &apiError{status: c.Status(), code: c, detail: ce.Error()}
+		return &apierr.Error{Status: c.Status(), Code: c, Detail: ce.Error()}
 	case errors.Is(err, journal.ErrUnknownStream):
-		return errInvalid("%v", err)
+		return apierr.Invalid("%v", err)
 	case errors.Is(err, sessiondir.ErrExited):
-		return errCommandExited()
+		return apierr.CommandExited()
 	case errors.Is(err, sessiondir.ErrInvalid):
-		return errInvalid("%v", err)
-	case errors.Is(err, sessiondir.ErrWriteFailed) && isNoSpace(err):
-		return errNoSpace("session", err) // diskfull.go
+		return apierr.Invalid("%v", err)
+	case errors.Is(err, sessiondir.ErrWriteFailed) && apierr.IsNoSpace(err):
+		return apierr.NoSpace("session", err) // diskfull.go
 	case errors.Is(err, sessiondir.ErrWriteFailed):
-		return errWriteFailed("%v", err)
+		return apierr.WriteFailed("%v", err)
 	case errors.Is(err, launch.ErrFailed):
-		return errProvider("%v", err)
+		return apierr.Provider("%v", err)
 	case errors.As(err, &mbe):
-		return errTooLarge(mbe.Limit)
+		return apierr.TooLarge(mbe.Limit)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return errUnavailable("%v", err)
+		return apierr.Unavailable("%v", err)
 	case errors.Is(err, registry.ErrNotFound):
-		return errUnavailable("internal: unscoped absence: %v", err)
+		return apierr.Unavailable("internal: unscoped absence: %v", err)
 	}
-	return errUnavailable("%v", err)
+	return apierr.Unavailable("%v", err)
 }
 
 // writeError writes err as runnerd's error response and counts it.
 func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	ae := classify(err)
-	s.metrics.countError(ae.code)
+	s.metrics.countError(ae.Code)
 	if rq := requestOf(r.Context()); rq != nil {
-		rq.refused(ae.status, ae.code, ae.detail) // serveLogged logs it (requests.go)
+		rq.refused(ae.Status, ae.Code, ae.Detail) // serveLogged logs it (requests.go)
 	} else {
 		s.logUnserved(r, ae)
 	}
 	h := w.Header()
-	h.Set(wire.HeaderError, string(ae.code))
+	h.Set(wire.HeaderError, string(ae.Code))
 	h.Set("Content-Type", "application/json")
-	if ae.retryAfterMS > 0 {
-		h.Set("Retry-After", strconv.FormatInt((ae.retryAfterMS+999)/1000, 10))
+	if ae.RetryAfterMS > 0 {
+		h.Set("Retry-After", strconv.FormatInt((ae.RetryAfterMS+999)/1000, 10))
 	}
-	body, _ := json.Marshal(wire.ErrorBody{Error: wire.Error{Code: ae.code, Detail: ae.detail, RetryAfterMS: ae.retryAfterMS, Uncertain: ae.uncertain, ExecError: ae.execError, Reason: ae.reason}})
+	body, _ := json.Marshal(wire.ErrorBody{Error: wire.Error{Code: ae.Code, Detail: ae.Detail, RetryAfterMS: ae.RetryAfterMS, Uncertain: ae.Uncertain, ExecError: ae.ExecError, Reason: ae.Reason}})
 	body = append(body, '\n')
 	h.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(ae.status)
+	w.WriteHeader(ae.Status)
 	w.Write(body)
 }
 
 // logUnserved logs an error answered outside serveLogged (net/http's own
 // answers reshaped by shapedConn).
-func (s *server) logUnserved(r *http.Request, ae *apiError) {
+func (s *server) logUnserved(r *http.Request, ae *apierr.Error) {
 	switch {
-	case ae.status >= 500:
-		s.log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "code", ae.code, "err", ae.detail)
-	case ae.code == wire.CodeInvalid || ae.code == wire.CodeDenied:
+	case ae.Status >= 500:
+		s.log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "code", ae.Code, "err", ae.Detail)
+	case ae.Code == wire.CodeInvalid || ae.Code == wire.CodeDenied:
 		// A refused request: the route's template, never the path's
 		// values, the token, the body or the detail (which may quote
 		// the body, an env entry say).
-		s.log.Info("request refused", "method", r.Method, "route", s.routeOf(r), "status", ae.status, "code", ae.code)
+		s.log.Info("request refused", "method", r.Method, "route", s.routeOf(r), "status", ae.Status, "code", ae.Code)
 	}
 }
 
@@ -198,46 +116,6 @@ func (s *server) routeOf(r *http.Request) string {
 		}
 	}
 	return "unknown"
-}
-
-// classifyStart maps a failure of launch.Pool.Start. Only a failure of the
-// caller's command itself (the shim reports phase exec: no such
-// executable, not executable, a bad cwd, an unknown run-as user) is the
-// caller's mistake (invalid); a full disk is write_failed; anything else
-// (a fork the host refused, a shim that crashed, a journal, socket or
-// namespace that could not be set up) is transient (unavailable), even
-// when its errno is ENOENT or EACCES.
-//
-// A missing executable (ENOENT) or one that cannot be run (EACCES,
-// ENOEXEC, EISDIR) also carries wire.Error.ExecError, so that a client can answer
-// as a shell does (127, 126) without reading the detail. The daemon
-// checks the working directory before the start (specFor), so ENOENT in
-// the exec phase is the executable's.
-func classifyStart(err error) error {
-	var se *launch.StartError
-	switch {
-	case errors.As(err, &se) && se.Phase == launch.PhaseExec:
-		ae := errInvalid("start command: %v", err)
-		ae.execError = execErrorOf(se.Errno)
-		return ae
-	case errors.Is(err, sessiondir.ErrInvalid) && !errors.As(err, &se):
-		return errInvalid("start command: %v", err)
-	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return errNoSpace("start session", err) // diskfull.go
-	}
-	return errUnavailable("start session: %v", err)
-}
-
-// execErrorOf is the wire.ExecError of an exec-phase start failure's
-// errno, or "" when it is neither a missing nor an unrunnable executable.
-func execErrorOf(errno syscall.Errno) wire.ExecError {
-	switch errno {
-	case syscall.ENOENT:
-		return wire.ExecErrorNotFound
-	case syscall.EACCES, syscall.ENOEXEC, syscall.EISDIR:
-		return wire.ExecErrorNotExecutable
-	}
-	return ""
 }
 
 // net/http answers a few requests itself, before any handler runs: a

@@ -26,8 +26,8 @@ func (s *server) handleInfo(w http.ResponseWriter, r *http.Request) {
 		Cgroups:      "off",
 		Isolation:    "off",
 	}
-	if s.cg != nil {
-		info.Cgroups = s.cg.Mode().String()
+	if s.sbx.Cgroups() != nil {
+		info.Cgroups = s.sbx.Cgroups().Mode().String()
 		info.CgroupRoot = s.cfg.CgroupRoot
 		if info.CgroupRoot == "" {
 			info.CgroupRoot = cgroup.DefaultRoot
@@ -37,14 +37,14 @@ func (s *server) handleInfo(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	switch {
-	case s.ids.enabled && s.ids.all:
+	case s.sbx.IdentitiesEnabled() && s.cfg.Isolate == IsolateAll:
 		info.Isolation = "all"
-	case s.ids.enabled:
+	case s.sbx.IdentitiesEnabled():
 		info.Isolation = "none" // --isolate none: only sandboxes made with a policy
 	}
-	if s.net != nil {
+	if s.sbx.NetPolicy() != nil {
 		info.NetworkTable = s.cfg.netTable
-		info.NetworkPending = int(s.netPending.Load())
+		info.NetworkPending = int(s.sbx.NetsPending())
 	}
 	if p := s.cfg.pool; p != nil {
 		info.WarmShims = wire.WarmShims{Target: s.cfg.WarmShims, Idle: p.Idle()}

@@ -227,14 +227,14 @@ func (s *server) serve(ctx context.Context, ls *listeners) (err error) {
 	}
 	s.log.Info("runnerd stopping; sessions keep running")
 	sdNotify("STOPPING=1")
-	s.beginStop()
+	s.life.BeginStop()
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	if serr := srv.Shutdown(sctx); serr != nil {
 		srv.Close()
 	}
 	wg.Wait()
-	s.streams.Wait()
+	s.life.Wait()
 	return err
 }
 
@@ -244,10 +244,10 @@ func (s *server) serve(ctx context.Context, ls *listeners) (err error) {
 func (s *server) logServing(tcpAddr string) {
 	cfg := s.cfg
 	cgroups, cgroupRoot := "off", ""
-	if s.cg != nil {
-		cgroups, cgroupRoot = s.cg.Mode().String(), cfg.CgroupRoot
+	if s.sbx.Cgroups() != nil {
+		cgroups, cgroupRoot = s.sbx.Cgroups().Mode().String(), cfg.CgroupRoot
 	}
-	s.log.Info("runnerd serving", "state", cfg.StateDir, "tcp", tcpAddr, "tls", cfg.tlsEnabled(), "client_ca", cfg.TLSClientCA != "", "socket", cfg.Socket, "version", cfg.Version, "network_policy", s.net != nil,
+	s.log.Info("runnerd serving", "state", cfg.StateDir, "tcp", tcpAddr, "tls", cfg.tlsEnabled(), "client_ca", cfg.TLSClientCA != "", "socket", cfg.Socket, "version", cfg.Version, "network_policy", s.sbx.NetPolicy() != nil,
 		"cgroups", cgroups, "cgroup_root", cgroupRoot)
 }
 

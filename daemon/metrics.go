@@ -15,7 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/daemon/sessions"
 	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
@@ -165,10 +167,10 @@ func (s *server) sessionStats(ctx context.Context) (sessionStats, error) {
 			st.bytes += total(ss.Exit.Lengths)
 			continue
 		}
-		if ss.State != wire.SessionRunning && ss.State != stateStarting {
+		if ss.State != wire.SessionRunning && ss.State != sessions.StateStarting {
 			continue
 		}
-		dir := s.sessionDir(ss)
+		dir := s.ssn.Dir(ss)
 		if ss.State == wire.SessionRunning {
 			if sh, err := sessiondir.ReadStatus(dir); err == nil && sh.State == "exited" && sh.Exit != nil {
 				st.bytes += total(sh.Exit.Lengths)
@@ -178,7 +180,7 @@ func (s *server) sessionStats(ctx context.Context) (sessionStats, error) {
 			}
 		}
 		st.running++
-		lengths, _ := journalLengths(dir)
+		lengths, _ := sessions.JournalLengths(dir)
 		st.bytes += total(lengths)
 	}
 	return st, nil
@@ -188,7 +190,7 @@ func (s *server) sessionStats(ctx context.Context) (sessionStats, error) {
 // time; a failed page fails the scrape (never a short count).
 func (s *server) sandboxesByState(ctx context.Context) (map[string]int, error) {
 	n := map[string]int{}
-	if err := s.eachSandbox(ctx, func(sb registry.Sandbox) { n[sb.State]++ }); err != nil {
+	if err := s.sbx.Each(ctx, func(sb registry.Sandbox) { n[sb.State]++ }); err != nil {
 		return nil, err
 	}
 	return n, nil
@@ -234,7 +236,7 @@ func (sc *scrape) Collect(ch chan<- prometheus.Metric) {
 	gauge("runnerd_journal_bytes", "Sum of the stream lengths of every session in the registry.", float64(st.bytes))
 	gauge("runnerd_attaches", "Attached WebSocket clients.", float64(s.metrics.attaches.Load()))
 	counter("runnerd_attaches_served_total", "WebSocket attaches served by this runnerd process.", float64(s.metrics.attachesTotal.Load()))
-	ws := s.watcher.Stats()
+	ws := s.ssn.Watcher().Stats()
 	gauge("runnerd_journal_watches", "Inotify watches held by the shared journal watcher (one per watched directory).", float64(ws.Watches))
 	gauge("runnerd_journal_followers", "Follow readers (attaches, streams, execs) woken by the shared journal watcher.", float64(ws.Readers))
 	counter("runnerd_journal_watch_overflows_total", "Inotify queue overflows the journal watcher saw (every follower was woken).", float64(ws.Overflows))
@@ -249,23 +251,23 @@ func (sc *scrape) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(errDesc, prometheus.CounterValue, float64(s.metrics.errors[c].Load()), string(c))
 	}
 	s.collectSandboxUsage(sc.ctx, ch)
-	s.collectNetStats(ch) // network.go
+	s.sbx.CollectNetStats(ch) // network.go
 }
 
 func (s *server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	st, err := s.sessionStats(r.Context())
 	if err != nil {
-		s.writeError(w, r, errUnavailable("collect metrics: %v", err))
+		s.writeError(w, r, apierr.Unavailable("collect metrics: %v", err))
 		return
 	}
 	scrapeReg := prometheus.NewPedanticRegistry()
 	if err := scrapeReg.Register(&scrape{s: s, ctx: r.Context(), st: st}); err != nil {
-		s.writeError(w, r, errUnavailable("collect metrics: %v", err))
+		s.writeError(w, r, apierr.Unavailable("collect metrics: %v", err))
 		return
 	}
 	mfs, err := prometheus.Gatherers{s.metrics.static, scrapeReg}.Gather()
 	if err != nil {
-		s.writeError(w, r, errUnavailable("collect metrics: %v", err))
+		s.writeError(w, r, apierr.Unavailable("collect metrics: %v", err))
 		return
 	}
 	var b bytes.Buffer
@@ -273,7 +275,7 @@ func (s *server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	enc := expfmt.NewEncoder(&b, format)
 	for _, mf := range mfs {
 		if err := enc.Encode(mf); err != nil {
-			s.writeError(w, r, errUnavailable("encode metrics: %v", err))
+			s.writeError(w, r, apierr.Unavailable("encode metrics: %v", err))
 			return
 		}
 	}
@@ -293,7 +295,7 @@ const MaxSandboxSeries = 500
 // at most MaxSandboxSeries, so the cardinality is bounded by the cap and
 // not by whatever names clients choose. Nothing without cgroups.
 func (s *server) collectSandboxUsage(ctx context.Context, ch chan<- prometheus.Metric) {
-	if s.cg == nil {
+	if s.sbx.Cgroups() == nil {
 		return
 	}
 	type row struct {
@@ -302,7 +304,7 @@ func (s *server) collectSandboxUsage(ctx context.Context, ch chan<- prometheus.M
 	}
 	var rows []row
 	omitted := 0
-	err := s.eachSandbox(ctx, func(sb registry.Sandbox) {
+	err := s.sbx.Each(ctx, func(sb registry.Sandbox) {
 		if sb.State != wire.SandboxRunning {
 			return
 		}
@@ -310,7 +312,7 @@ func (s *server) collectSandboxUsage(ctx context.Context, ch chan<- prometheus.M
 			omitted++
 			return
 		}
-		if u := s.usage(sb); u != nil {
+		if u := s.sbx.Usage(sb); u != nil {
 			rows = append(rows, row{sb.Name, u})
 		}
 	})
@@ -340,3 +342,47 @@ func (s *server) collectSandboxUsage(ctx context.Context, ch chan<- prometheus.M
 		fmt.Sprintf("Running sandboxes left out of the per-sandbox series (past %d).", MaxSandboxSeries), nil, nil),
 		prometheus.GaugeValue, float64(omitted))
 }
+
+// checkpointMetrics are the checkpoint series of /metrics.
+type checkpointMetrics struct {
+	created, restored prometheus.Histogram
+	frozen            prometheus.Histogram
+	stored            prometheus.Counter
+}
+
+func newCheckpointMetrics(reg *prometheus.Registry) checkpointMetrics {
+	buckets := []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+	m := checkpointMetrics{
+		created: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "runnerd_checkpoint_duration_seconds",
+			Help: "Time to make a checkpoint, freeze included.", Buckets: buckets}),
+		restored: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "runnerd_restore_duration_seconds",
+			Help: "Time to restore a checkpoint (staging and swap; not the park and resume around it).", Buckets: buckets}),
+		frozen: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "runnerd_checkpoint_frozen_seconds",
+			Help: "Time a sandbox's processes were frozen for a checkpoint.", Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30}}),
+		stored: prometheus.NewCounter(prometheus.CounterOpts{Name: "runnerd_checkpoint_stored_bytes_total",
+			Help: "Bytes checkpoints added to their stores (compressed chunks not stored before, and snapshots)."}),
+	}
+	reg.MustRegister(m.created, m.restored, m.frozen, m.stored)
+	return m
+}
+
+func (m *metrics) ObserveCheckpoint(d, frozen time.Duration, stored int64) {
+	m.ckpt.created.Observe(d.Seconds())
+	m.ckpt.frozen.Observe(frozen.Seconds())
+	m.ckpt.stored.Add(float64(stored))
+}
+
+func (m *metrics) ObserveRestore(d time.Duration) { m.ckpt.restored.Observe(d.Seconds()) }
+
+// SessionStarted counts a started session and its spawn's ack latency
+// (sessions.Metrics).
+func (m *metrics) SessionStarted(ack time.Duration) {
+	m.sessionsStarted.Add(1)
+	m.spawnAck.Observe(ack.Seconds())
+}
+
+// SessionCollected counts an ended session the collector deleted.
+func (m *metrics) SessionCollected() { m.sessionsCollected.Add(1) }
+
+// SessionEnded counts a session's end by its reason.
+func (m *metrics) SessionEnded(e *wire.Exit) { m.countExit(e) }

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/preview"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/netpolicy"
@@ -48,7 +49,7 @@ func (s *server) previewLookup(ctx context.Context, token string) (preview.Targe
 	// proxy reaches its port from inside that namespace (its loopback,
 	// then its address), never at the host's loopback, where some other
 	// program may listen.
-	nsb, err := s.netFor(ctx, sb)
+	nsb, err := s.sbx.NetFor(ctx, sb)
 	if err != nil {
 		return preview.Target{}, fmt.Errorf("reach sandbox %s: %w", sb.Name, err)
 	}
@@ -81,13 +82,13 @@ func (s *server) ownPorts() map[int]bool {
 }
 
 func (s *server) handleURLs(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.scopedSandbox(r.Context(), r.PathValue("name"))
+	sb, err := s.sbx.Scoped(r.Context(), r.PathValue("name"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	if s.preview == nil {
-		s.writeError(w, r, errNotSupported("no preview listener is configured"))
+		s.writeError(w, r, apierr.NotSupported("no preview listener is configured"))
 		return
 	}
 	var req wire.URLRequest
@@ -96,11 +97,11 @@ func (s *server) handleURLs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Port < 1 || req.Port > 65535 {
-		s.writeError(w, r, errInvalid("port: want 1..65535"))
+		s.writeError(w, r, apierr.Invalid("port: want 1..65535"))
 		return
 	}
 	if sb.Network == nil && s.ownPorts()[req.Port] {
-		s.writeError(w, r, errInvalid("port %d is runnerd's own listener, not the sandbox's", req.Port))
+		s.writeError(w, r, apierr.Invalid("port %d is runnerd's own listener, not the sandbox's", req.Port))
 		return
 	}
 	// url-or-nothing: the URL works whatever address the sandbox's server
@@ -110,13 +111,13 @@ func (s *server) handleURLs(w http.ResponseWriter, r *http.Request) {
 	// way, so a client can wait for the server instead of racing it.
 	target := preview.Target{Sandbox: sb.Name, Addr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(req.Port))}
 	if sb.Network != nil {
-		nsb, err := s.netFor(r.Context(), sb)
+		nsb, err := s.sbx.NetFor(r.Context(), sb)
 		if err != nil {
 			s.writeError(w, r, err)
 			return
 		}
 		if nsb == nil {
-			s.writeError(w, r, errUnavailable("sandbox %s has no network namespace set up", sb.Name))
+			s.writeError(w, r, apierr.Unavailable("sandbox %s has no network namespace set up", sb.Name))
 			return
 		}
 		target.Addr, target.NetNS = netip.AddrPortFrom(nsb.Addr, uint16(req.Port)), nsb.NetNSPath
@@ -124,18 +125,18 @@ func (s *server) handleURLs(w http.ResponseWriter, r *http.Request) {
 	ok := false
 	if sb.State != wire.SandboxSuspended { // parked: nothing of it serves
 		if ok, err = listening(target); err != nil {
-			s.writeError(w, r, errUnavailable("look for a listener in sandbox %s: %v", sb.Name, err))
+			s.writeError(w, r, apierr.Unavailable("look for a listener in sandbox %s: %v", sb.Name, err))
 			return
 		}
 	}
 	tok, err := preview.NewToken()
 	if err != nil {
-		s.writeError(w, r, errUnavailable("mint token: %v", err))
+		s.writeError(w, r, apierr.Unavailable("mint token: %v", err))
 		return
 	}
 	p, err := s.reg.PutPreview(registry.Preview{Token: tok, Sandbox: sb.Name, Incarnation: sb.Incarnation, Port: req.Port})
 	if err != nil {
-		s.writeError(w, r, errUnavailable("write registry: %v", err))
+		s.writeError(w, r, apierr.Unavailable("write registry: %v", err))
 		return
 	}
 	s.writeJSON(w, http.StatusOK, wire.URL{URL: s.preview.URL(p.Token), Listening: &ok})

@@ -16,6 +16,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentrunner/runner/daemon/apierr"
+	"github.com/agentrunner/runner/daemon/sandboxes"
+	"github.com/agentrunner/runner/daemon/sessions"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -121,10 +124,10 @@ func (s *server) serveLogged(w http.ResponseWriter, r *http.Request, next func(h
 	code, reason := rq.code, rq.reason
 	rq.mu.Unlock()
 	attrs := []any{"request_id", rq.id, "method", r.Method, "route", route}
-	if name := r.PathValue("name"); name != "" && validName(name) == nil {
+	if name := r.PathValue("name"); name != "" && sandboxes.ValidName(name) == nil {
 		attrs = append(attrs, "sandbox", name)
 	}
-	if id := r.PathValue("id"); id != "" && validSessionID(id) == nil {
+	if id := r.PathValue("id"); id != "" && sessions.ValidSessionID(id) == nil {
 		attrs = append(attrs, "session", id)
 	}
 	attrs = append(attrs, "status", status, "duration_ms", strconv.FormatFloat(float64(time.Since(rq.start).Microseconds())/1000, 'f', 3, 64))
@@ -242,7 +245,7 @@ func (s *server) metricsHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.serveLogged(w, r, func(w http.ResponseWriter, r *http.Request) {
 			if _, pattern := m.Handler(r); pattern == "" {
-				s.writeError(w, r, errNoRoute)
+				s.writeError(w, r, apierr.NoRoute)
 				return
 			}
 			m.ServeHTTP(w, r)

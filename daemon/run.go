@@ -140,24 +140,20 @@ func startSubsystems(ctx context.Context, cfg Config, reg *registry.Registry, to
 		}
 	}()
 	s = newServer(cfg, reg)
-	if err := s.initIdentities(); err != nil {
+	stops = append(stops, s.life.End) // BeginStop ends it on a clean stop; this on an early return
+	// The sessions manager's journal watcher closes, then its deferred
+	// registry commits land, after the tracked handlers end (stops run
+	// after s.life.Wait in serve) and before the registry closes.
+	stops = append(stops, s.ssn.Close)
+	if err := s.sbx.InitIdentities(); err != nil { // identities, and the state directory's modes
 		return nil, nil, err
 	}
 	s.token = token
-	stops = append(stops, s.endLife) // beginStop ends it on a clean stop; this on an early return
-	// Deferred registry commits land before the registry closes (stops
-	// run in reverse; this one after s.streams.Wait in serve).
-	stops = append(stops, s.commits.close)
-	// One inotify instance for every follow reader: the kernel allows 128
-	// per user. Closed after the tracked handlers end (stops run after
-	// s.streams.Wait in serve).
-	s.watcher = newWatcher(cfg.Logger)
-	stops = append(stops, func() { s.watcher.Close() })
 	s.routes()
 	if err := s.recoverState(ctx); err != nil {
 		return nil, nil, err
 	}
-	stops = append(stops, s.startCgroups()) // limits.go; adopts the sandboxes' cgroups in the background
+	stops = append(stops, s.sbx.StartCgroups()) // limits.go; adopts the sandboxes' cgroups in the background
 	stops = append(stops, s.startCollector(), s.startJanitor(), s.startNetwork(ctx))
 	return s, stopAll, nil
 }
@@ -228,10 +224,10 @@ func claimHostFor(cfg *Config, reg *registry.Registry) (*hostClaim, error) {
 // recoverState brings the checkpoints and sessions of the last run back
 // before any disk is used or any request is served.
 func (s *server) recoverState(ctx context.Context) error {
-	if err := s.recoverCheckpoints(); err != nil { // checkpoints.go: before any disk is used
+	if err := s.sbx.RecoverCheckpoints(); err != nil { // checkpoints.go: before any disk is used
 		return fmt.Errorf("recover checkpoints: %w", err)
 	}
-	if err := s.reconcile(ctx); err != nil {
+	if err := s.ssn.Reconcile(ctx); err != nil {
 		return fmt.Errorf("recover sessions: %w", err)
 	}
 	return nil
@@ -244,7 +240,7 @@ func (s *server) startCollector() (stop func()) {
 	if s.cfg.MaxSandboxEndedSessions <= 0 {
 		return func() {}
 	}
-	return s.goUntilStop(s.collector)
+	return s.goUntilStop(s.ssn.Collector)
 }
 
 // startJanitor starts the retention janitor (recovery.go) when a retention
@@ -254,7 +250,7 @@ func (s *server) startJanitor() (stop func()) {
 	if s.cfg.SessionRetention <= 0 {
 		return func() {}
 	}
-	return s.goUntilStop(s.janitor)
+	return s.goUntilStop(s.ssn.Janitor)
 }
 
 // goUntilStop runs f(s.life) in a goroutine; stop ends s.life (on an
@@ -263,10 +259,10 @@ func (s *server) goUntilStop(f func(context.Context)) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		f(s.life)
+		f(s.life.Context())
 	}()
 	return func() {
-		s.endLife()
+		s.life.End()
 		<-done
 	}
 }
@@ -275,11 +271,11 @@ func (s *server) goUntilStop(f func(context.Context)) (stop func()) {
 // background re-adoption, then closes the policy's resolvers: sandboxes
 // stay contained.
 func (s *server) startNetwork(ctx context.Context) (stop func()) {
-	stopAdopting := s.startNetPolicy(ctx)
-	if s.net == nil && s.ids.all {
+	stopAdopting := s.sbx.StartNetPolicy(ctx)
+	if s.sbx.NetPolicy() == nil && s.cfg.Isolate == IsolateAll {
 		s.log.Warn("network policy is not enforced here, so isolated sandboxes get no network namespace of their own: they run as their own uid on the host's network and can reach its loopback services")
 	}
-	n := s.net
+	n := s.sbx.NetPolicy()
 	return func() {
 		stopAdopting() // before Close
 		if n != nil {

@@ -2,25 +2,22 @@ package daemon
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 
-	"github.com/agentrunner/runner/cgroup"
+	"github.com/agentrunner/runner/daemon/apierr"
+	"github.com/agentrunner/runner/daemon/internal/life"
 	"github.com/agentrunner/runner/daemon/preview"
 	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/daemon/sandboxes"
+	"github.com/agentrunner/runner/daemon/sessions"
 	"github.com/agentrunner/runner/internal/keyed"
-	"github.com/agentrunner/runner/journal"
-	"github.com/agentrunner/runner/netpolicy"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -35,103 +32,32 @@ type server struct {
 	locks   *keyed.Mutex
 	mux     *http.ServeMux
 	preview *preview.Server    // nil without a preview listener
-	net     *netpolicy.Manager // nil when network policies are not enforced
-	cg      *cgroup.Manager    // nil when resource limits are not enforced (limits.go)
-	watcher *journal.Watcher   // wakes every follow reader (openReader); closed by Run last
-	execs   chan struct{}      // one token per exec in flight; cap is Config.MaxExecs
-	ids     identities         // isolation policy (identity.go); set by Run, then read-only
+	sbx     *sandboxes.Manager // the sandboxes: lifecycle, identity, cgroups, network, checkpoints
+	ssn     *sessions.Manager  // the sessions: spawn, exec, readers, control, bounds, the shim gateway
 	adm     admission          // creates in flight under Config.Capacity (capacity.go)
-	stdin   stdinGates         // per-session bounds of stdin writes (stdingate.go)
-	leaves  releasedLeaves     // OOM kills of session leaves the sweep removed (limits.go)
-	book    sessionBook        // per-sandbox session counts and the collector's queue (sessions_cap.go)
 
-	netMu sync.Mutex                    // guards nets
-	nets  map[string]*netpolicy.Sandbox // by netID: namespaces this runnerd set up
-	// netPending counts the contained sandboxes the background
-	// re-adoption (adoptNets) has not yet reached or finished.
-	netPending atomic.Int64
-
-	// life ends when Run begins shutting down (beginStop cancels it);
-	// stop is its Done channel. Long-lived handlers (attach, follow,
-	// exec) and the janitor end on it (untilStop). Owned by Run.
-	life    context.Context
-	endLife context.CancelFunc
-	stop    <-chan struct{}
-	// streams counts the long-lived handlers and the work run later, so
-	// Run can wait for them; Add happens only under mu while !stopping.
-	streams sync.WaitGroup
-
-	mu       sync.Mutex // guards stopping
-	stopping bool
-
-	// commits are the registry updates made after their answer; Run
-	// closes it once streams are done.
-	commits *deferredCommits
+	// life ends when Run begins shutting down and counts the long-lived
+	// handlers and the work run later, so Run can wait for them. Owned
+	// by Run.
+	life *life.Life
 }
 
 // newServer returns a server with its lifetime begun and its
 // per-server state made; Run sets the rest.
 func newServer(cfg Config, reg *registry.Registry) *server {
-	life, endLife := context.WithCancel(context.Background())
-	return &server{
+	lt := life.New()
+	s := &server{
 		cfg:     cfg,
 		log:     cfg.Logger,
 		reg:     reg,
 		metrics: newMetrics(cfg.Version),
 		locks:   &keyed.Mutex{},
-		execs:   make(chan struct{}, cfg.MaxExecs),
-		life:    life,
-		endLife: endLife,
-		stop:    life.Done(),
-		nets:    map[string]*netpolicy.Sandbox{},
-		book:    newSessionBook(),
-		commits: newDeferredCommits(reg, cfg.Logger),
+		life:    lt,
 	}
-}
-
-// track registers a long-lived handler. It returns false once Run is
-// stopping; otherwise the caller must call done when it returns.
-func (s *server) track() (done func(), ok bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopping {
-		return nil, false
-	}
-	s.streams.Add(1)
-	return s.streams.Done, true
-}
-
-// beginStop makes track refuse and wakes every tracked handler.
-func (s *server) beginStop() {
-	s.mu.Lock()
-	s.stopping = true
-	s.mu.Unlock()
-	s.endLife()
-}
-
-// untilStop returns a context that also ends when Run begins shutting
-// down. The caller must call its cancel.
-func (s *server) untilStop(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
-	unhook := context.AfterFunc(s.life, cancel)
-	return ctx, func() {
-		unhook()
-		cancel()
-	}
-}
-
-// later runs fn in a goroutine the server tracks (Run waits for it), or
-// at once when Run is stopping: work that must be done but need not be
-// waited for by the answer in hand.
-func (s *server) later(fn func()) {
-	if done, ok := s.track(); ok {
-		go func() {
-			defer done()
-			fn()
-		}()
-		return
-	}
-	fn()
+	s.sbx = sandboxes.New(lt.Context(), cfg.sandboxes(), cfg.Logger, reg, s.locks, s.metrics)
+	s.ssn = sessions.New(cfg.sessions(), cfg.Logger, reg, s.sbx, lt, s.metrics, &s.adm)
+	s.sbx.SetSessions(s.ssn)
+	return s
 }
 
 func (s *server) routes() {
@@ -187,11 +113,11 @@ func (s *server) scoped(h http.HandlerFunc) http.HandlerFunc {
 			h(w, r)
 			return
 		}
-		ctx := context.WithValue(r.Context(), incarnationKey{}, inc)
+		ctx := sandboxes.WithIncarnation(r.Context(), inc)
 		r = r.WithContext(ctx)
-		if _, err := s.scopedSandbox(ctx, r.PathValue("name")); err != nil {
-			var ae *apiError
-			if r.Method == http.MethodDelete && errors.As(err, &ae) && ae.code == wire.CodeNotFound {
+		if _, err := s.sbx.Scoped(ctx, r.PathValue("name")); err != nil {
+			var ae *apierr.Error
+			if r.Method == http.MethodDelete && errors.As(err, &ae) && ae.Code == wire.CodeNotFound {
 				w.WriteHeader(http.StatusNoContent)
 				return
 			}
@@ -200,24 +126,6 @@ func (s *server) scoped(h http.HandlerFunc) http.HandlerFunc {
 		}
 		h(w, r)
 	}
-}
-
-type incarnationKey struct{}
-
-// checkIncarnation returns not_found when the request named an incarnation
-// (see scoped) other than sb's.
-func checkIncarnation(ctx context.Context, sb registry.Sandbox) error {
-	return incarnationIs(ctx, sb.Name, sb.Incarnation)
-}
-
-// incarnationIs returns not_found when the request named an incarnation
-// other than incarnation, that of sandbox name; nil when it named none.
-func incarnationIs(ctx context.Context, name, incarnation string) error {
-	want, _ := ctx.Value(incarnationKey{}).(string)
-	if want == "" || want == incarnation {
-		return nil
-	}
-	return errNotFound("sandbox %q: incarnation %s does not exist (the live one is %s)", name, want, incarnation)
 }
 
 var routeMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete}
@@ -233,7 +141,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // is reserved for the registry's definitive absence.
 func (s *server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != "/healthz" && !tokenMatches(r.Header.Get("Authorization"), s.token) {
-		s.writeError(w, r, errDenied)
+		s.writeError(w, r, apierr.Denied)
 		return
 	}
 	if _, pattern := s.mux.Handler(r); pattern == "" {
@@ -242,11 +150,11 @@ func (s *server) serveAPI(w http.ResponseWriter, r *http.Request) {
 			r2.Method = m
 			if _, p := s.mux.Handler(r2); p != "" {
 				w.Header().Set("Allow", m)
-				s.writeError(w, r, &apiError{status: http.StatusMethodNotAllowed, code: wire.CodeInvalid, detail: "method not allowed"})
+				s.writeError(w, r, &apierr.Error{Status: http.StatusMethodNotAllowed, Code: wire.CodeInvalid, Detail: "method not allowed"})
 				return
 			}
 		}
-		s.writeError(w, r, errNoRoute)
+		s.writeError(w, r, apierr.NoRoute)
 		return
 	}
 	s.mux.ServeHTTP(w, r) // sets the path values Handler does not
@@ -276,9 +184,9 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) 
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return errTooLarge(mbe.Limit)
+			return apierr.TooLarge(mbe.Limit)
 		}
-		return errInvalid("read body: %v", err)
+		return apierr.Invalid("read body: %v", err)
 	}
 	if len(raw) == 0 && allowEmpty {
 		return nil
@@ -289,10 +197,10 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) 
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return errInvalid("decode body: %v", err)
+		return apierr.Invalid("decode body: %v", err)
 	}
 	if dec.More() {
-		return errInvalid("decode body: trailing data")
+		return apierr.Invalid("decode body: trailing data")
 	}
 	return nil
 }
@@ -328,7 +236,7 @@ func duplicateKey(raw []byte) error {
 			key, _ := tok.(string)
 			folded := strings.ToLower(key)
 			if _, dup := top.keys[folded]; dup {
-				return errInvalid("decode body: duplicate key %q", key)
+				return apierr.Invalid("decode body: duplicate key %q", key)
 			}
 			top.keys[folded] = struct{}{}
 			top.wantKey = false
@@ -351,78 +259,6 @@ func duplicateKey(raw []byte) error {
 	}
 }
 
-// noNUL refuses a NUL byte in a command's argv, env or cwd: the kernel
-// takes them as C strings, so a NUL would cut the entry where the caller
-// did not mean it (and execve refuses it later, where it reads as a host
-// failure). It is the caller's mistake: 400 invalid.
-func noNUL(req *wire.CreateSession) error {
-	for _, field := range [][]string{req.Argv, req.Env, {req.Cwd}} {
-		for _, v := range field {
-			if strings.IndexByte(v, 0) >= 0 {
-				return errInvalid("argv, env and cwd must not contain a NUL byte: %q", v)
-			}
-		}
-	}
-	return nil
-}
-
-// logEnded logs and counts a session's end, once: each caller calls it
-// where the registry record turns from running to ended.
-func (s *server) logEnded(rec registry.Session) {
-	e := rec.Exit
-	if e == nil {
-		return
-	}
-	s.metrics.countExit(e)
-	s.log.Info("session ended", "sandbox", rec.Sandbox, "session", rec.ID, "reason", e.Reason,
-		"code", e.Code, "signal", e.Signal, "terminated", e.Terminated, "oom_killed", e.OOMKilled)
-}
-
-var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-
-// validName checks a sandbox name: a DNS label.
-func validName(name string) error {
-	if !dnsLabel.MatchString(name) {
-		return errInvalid("sandbox name %q is not a DNS label (1-63 of [a-z0-9-], no leading or trailing '-')", name)
-	}
-	return nil
-}
-
-var sessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-
-func validSessionID(id string) error {
-	if !sessionIDPattern.MatchString(id) {
-		return errInvalid("session id %q: want 1-64 of [A-Za-z0-9._-], starting with a letter or digit", id)
-	}
-	return nil
-}
-
-// sandbox looks up the sandbox named in the path: 400 for a bad name, 404
-// not_found only when the registry says it does not exist.
-func (s *server) sandbox(name string) (registry.Sandbox, error) {
-	if err := validName(name); err != nil {
-		return registry.Sandbox{}, err
-	}
-	sb, err := s.reg.GetSandbox(name)
-	if errors.Is(err, registry.ErrNotFound) {
-		return sb, errNotFound("sandbox %q does not exist", name)
-	}
-	if err != nil {
-		return sb, errUnavailable("read registry: %v", err)
-	}
-	return sb, nil
-}
-
-// scopedSandbox is sandbox(name), refused with not_found when the request
-// named an incarnation that is not the live sandbox's (checkIncarnation).
-func (s *server) scopedSandbox(ctx context.Context, name string) (registry.Sandbox, error) {
-	sb, err := s.sandbox(name)
-	if err == nil {
-		err = checkIncarnation(ctx, sb)
-	}
-	return sb, err
-}
-
 func (s *server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, http.StatusOK, wire.Health{Status: "ok", Version: s.cfg.Version})
 }
@@ -439,13 +275,13 @@ func (s *server) capabilities() []string {
 	if s.preview != nil {
 		caps = append(caps, wire.CapPublicURL)
 	}
-	if s.net != nil {
+	if s.sbx.NetPolicy() != nil {
 		caps = append(caps, wire.CapNetworkPolicy)
 	}
-	if s.cg != nil {
+	if s.sbx.Cgroups() != nil {
 		caps = append(caps, wire.CapResourceLimits)
 	}
-	if s.canCheckpoint() == nil { // checkpoints.go
+	if s.sbx.CanCheckpoint() == nil { // checkpoints.go
 		caps = append(caps, wire.CapCheckpoint)
 	}
 	slices.Sort(caps)

@@ -4,16 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"time"
 
+	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/daemon/sessions"
 	"github.com/agentrunner/runner/journal"
-	"github.com/agentrunner/runner/shim/launch"
 	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
@@ -37,21 +38,21 @@ func (s *server) handleStream(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	j, err := s.openJournal(ss)
+	j, err := s.ssn.OpenJournal(ss)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	defer j.Close()
-	rd, err := s.openReader(j, stream, cursor, following)
+	rd, err := s.ssn.OpenReader(j, stream, cursor, following)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	defer rd.Close()
-	done, ok := s.track()
+	done, ok := s.life.Track()
 	if !ok {
-		s.writeError(w, r, errUnavailable("runnerd is stopping"))
+		s.writeError(w, r, apierr.Unavailable("runnerd is stopping"))
 		return
 	}
 	defer done()
@@ -70,8 +71,8 @@ func (s *server) handleStream(w http.ResponseWriter, r *http.Request) {
 // meaning nothing).
 func (s *server) streamRequest(w http.ResponseWriter, r *http.Request, ss registry.Session) (stream string, cursor int64, following bool, err error) {
 	stream = r.PathValue("stream")
-	if !slices.Contains(streamsOf(ss.Request.TTY), stream) {
-		return "", 0, false, errInvalid("session %q has no stream %q", ss.ID, stream)
+	if !slices.Contains(sessions.StreamsOf(ss.Request.TTY), stream) {
+		return "", 0, false, apierr.Invalid("session %q has no stream %q", ss.ID, stream)
 	}
 	sr, err := s.newSinceResolver(r, ss)
 	if err != nil {
@@ -85,7 +86,7 @@ func (s *server) streamRequest(w http.ResponseWriter, r *http.Request, ss regist
 	w.Header().Set(wire.HeaderStreamStart, strconv.FormatInt(cursor, 10))
 	follow := r.URL.Query().Get("follow")
 	if follow != "" && follow != "0" && follow != "1" && follow != "true" && follow != "false" {
-		return "", 0, false, errInvalid("follow=%q: want 0 or 1", follow)
+		return "", 0, false, apierr.Invalid("follow=%q: want 0 or 1", follow)
 	}
 	return stream, cursor, follow == "1" || follow == "true", nil
 }
@@ -106,9 +107,9 @@ func (s *server) serveChunked(w http.ResponseWriter, r *http.Request, ss registr
 	flusher, _ := w.(http.Flusher)
 
 	ctx := r.Context()
-	stopCtx, cancel := s.untilStop(ctx)
+	stopCtx, cancel := s.life.UntilStop(ctx)
 	defer cancel()
-	buf := make([]byte, chunkSize)
+	buf := make([]byte, sessions.ChunkSize)
 	var rerr error
 	for {
 		var n int
@@ -160,29 +161,29 @@ func (s *server) chunkedEnd(ss registry.Session, j *journal.Journal, rd *journal
 			}
 			// The writer is gone without an exit record: lost, like a
 			// follow reader would find (or the record it wrote just now).
-			e, err = finishLost(s.sessionDir(ss), "session supervisor died without an exit record")
+			e, err = sessions.FinishLost(s.ssn.Dir(ss), "session supervisor died without an exit record")
 		}
 		switch {
 		case err != nil:
-			code = classify(err).code
+			code = classify(err).Code
 		case rd.Offset() >= e.Lengths[stream]:
 			x := sessiondir.WireExit(e)
 			exit = &x
 			if ss.State == wire.SessionRunning {
-				s.recordExitLater(ss, x) // as serveEnded and finalExit: not before the trailers
+				s.ssn.RecordExitLater(ss, x) // as serveEnded and finalExit: not before the trailers
 			}
 		default:
 			end = "more" // the record is known, this body stopped short of it
 		}
 	case errors.Is(rerr, journal.ErrLost):
-		x, err := s.finalExit(ss, j, true) // records the exit too
+		x, err := s.ssn.FinalExit(ss, j, true) // records the exit too
 		if err != nil {
-			code = classify(err).code
+			code = classify(err).Code
 		} else {
 			exit = &x
 		}
 	default:
-		code = classify(rerr).code
+		code = classify(rerr).Code
 	}
 	return end, exit, code
 }
@@ -225,7 +226,7 @@ func (s *server) serveEnded(w http.ResponseWriter, r *http.Request, ss registry.
 	// would resume into the same hole forever.
 	if err := j.Complete(stream, rd.Offset(), final); err != nil {
 		s.log.Warn("stream replay refused: journal", "session", ss.ID, "stream", stream, "err", err)
-		s.writeError(w, r, errUnavailable("the journal of session %s is missing bytes of its ended stream %s: %v", ss.ID, stream, err))
+		s.writeError(w, r, apierr.Unavailable("the journal of session %s is missing bytes of its ended stream %s: %v", ss.ID, stream, err))
 		return true
 	}
 	x := sessiondir.WireExit(e)
@@ -234,7 +235,7 @@ func (s *server) serveEnded(w http.ResponseWriter, r *http.Request, ss registry.
 		return false
 	}
 	if ss.State == wire.SessionRunning {
-		s.recordExitLater(ss, x)
+		s.ssn.RecordExitLater(ss, x)
 	}
 	how := streamEnd(x)
 	n := final - rd.Offset()
@@ -250,7 +251,7 @@ func (s *server) serveEnded(w http.ResponseWriter, r *http.Request, ss registry.
 	if r.Method == http.MethodHead {
 		return true
 	}
-	ctx, cancel := s.untilStop(r.Context())
+	ctx, cancel := s.life.UntilStop(r.Context())
 	defer cancel()
 	// A slice can take long to a slow client, and sendfile does not look
 	// at ctx: a stopping runnerd (or a client gone) cuts the write at once
@@ -278,28 +279,27 @@ func (s *server) serveEnded(w http.ResponseWriter, r *http.Request, ss registry.
 }
 
 // sinceResolver turns the request's since parameter (wire.QuerySince)
-// into a cursor per stream, asking the session's shim (launch.Client.OffsetAt:
-// the live writer's marks while it runs, the journal's index after), so a
-// reattach can skip history by time instead of replaying it all. One shim
-// connection serves every stream of the request; Close releases it.
+// into a cursor per stream, asking the session's shim
+// (sessions.OffsetResolver: the live writer's marks while it runs, the
+// journal's index after), so a reattach can skip history by time instead
+// of replaying it all. One shim connection serves every stream of the
+// request; Close releases it.
 type sinceResolver struct {
-	s     *server
-	ss    registry.Session
 	since time.Time
 	set   bool
-	c     *launch.Client
+	off   *sessions.OffsetResolver
 }
 
 // newSinceResolver parses since; malformed is 400 invalid.
 func (s *server) newSinceResolver(r *http.Request, ss registry.Session) (*sinceResolver, error) {
-	sr := &sinceResolver{s: s, ss: ss}
+	sr := &sinceResolver{off: s.ssn.Offsets(ss)}
 	v := r.URL.Query().Get(wire.QuerySince)
 	if v == "" {
 		return sr, nil
 	}
 	t, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil {
-		return nil, errInvalid("%s=%q: want an RFC 3339 time: %v", wire.QuerySince, v, err)
+		return nil, apierr.Invalid("%s=%q: want an RFC 3339 time: %v", wire.QuerySince, v, err)
 	}
 	sr.since, sr.set = t, true
 	return sr, nil
@@ -313,28 +313,13 @@ func (sr *sinceResolver) cursor(ctx context.Context, r *http.Request, stream, ke
 		return cursor, err
 	}
 	if r.URL.Query().Has(key) {
-		return 0, errInvalid("%s and %s: give a cursor or a time, not both", key, wire.QuerySince)
+		return 0, apierr.Invalid("%s and %s: give a cursor or a time, not both", key, wire.QuerySince)
 	}
-	if sr.c == nil {
-		c, _, _, err := launch.DialFor(ctx, sr.s.sessionDir(sr.ss), launch.Request)
-		if err != nil {
-			return 0, errUnavailable("resolve %s: %v", wire.QuerySince, err)
-		}
-		sr.c = c
-	}
-	off, err := sr.c.OffsetAt(ctx, stream, sr.since)
-	if err != nil {
-		return 0, fmt.Errorf("resolve %s: %w", wire.QuerySince, err) // classify: shim errors
-	}
-	return off, nil
+	return sr.off.OffsetAt(ctx, stream, sr.since)
 }
 
 // Close releases the shim connection, if one was made.
-func (sr *sinceResolver) Close() {
-	if sr.c != nil {
-		sr.c.Close()
-	}
-}
+func (sr *sinceResolver) Close() { sr.off.Close() }
 
 // handleMarks serves a stream's offset-time marks (wire.Marks), so a client
 // can say when a byte was written to the journal's granularity, without
@@ -347,8 +332,8 @@ func (s *server) handleMarks(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	stream := r.URL.Query().Get("stream")
-	if !slices.Contains(streamsOf(ss.Request.TTY), stream) {
-		s.writeError(w, r, errInvalid("session %q has no stream %q", ss.ID, stream))
+	if !slices.Contains(sessions.StreamsOf(ss.Request.TTY), stream) {
+		s.writeError(w, r, apierr.Invalid("session %q has no stream %q", ss.ID, stream))
 		return
 	}
 	from, err := parseCursor(r, wire.QueryFrom)
@@ -356,19 +341,27 @@ func (s *server) handleMarks(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	c, _, _, err := launch.DialFor(r.Context(), s.sessionDir(ss), launch.Request)
+	m, err := s.ssn.Marks(r.Context(), ss, stream, from)
 	if err != nil {
-		s.writeError(w, r, errUnavailable("read marks: %v", err))
+		s.writeError(w, r, err)
 		return
-	}
-	defer c.Close()
-	m, err := c.Marks(r.Context(), stream, from)
-	if err != nil {
-		s.writeError(w, r, fmt.Errorf("read marks: %w", err)) // classify: shim errors
-		return
-	}
-	if m.Marks == nil {
-		m.Marks = []wire.Mark{}
 	}
 	s.writeJSON(w, http.StatusOK, m)
+}
+
+// parseCursor reads a byte-offset cursor from the query; absent is 0.
+func parseCursor(r *http.Request, key string) (int64, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return 0, apierr.Invalid("query: %v", err)
+	}
+	v := q.Get(key)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, apierr.Invalid("cursor %s=%q: want a non-negative byte offset", key, v)
+	}
+	return n, nil
 }

@@ -1,0 +1,211 @@
+package daemon
+
+// The sandbox routes: create, get, list, delete, suspend, resume,
+// network, limits and the checkpoints. Each handler decodes, calls the
+// sandboxes manager (package daemon/sandboxes) and encodes its answer.
+
+import (
+	"encoding/base64"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/agentrunner/runner/daemon/apierr"
+	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/daemon/sandboxes"
+	"github.com/agentrunner/runner/wire"
+)
+
+func toWireSandbox(sb registry.Sandbox) wire.Sandbox {
+	w := wire.Sandbox{
+		Name:        sb.Name,
+		Incarnation: sb.Incarnation,
+		State:       sb.State,
+		CreatedAt:   sb.CreatedAt,
+		ParkedAt:    sb.ParkedAt,
+		Workspace:   sb.Workspace,
+		User:        sb.User,
+		Network:     sb.Network,
+		Isolated:    sb.Isolated || sb.Identity != nil,
+		Limits:      sb.Limits,
+	}
+	if sb.Identity != nil {
+		uid, gid := sb.Identity.UID, sb.Identity.GID
+		w.UID, w.GID = &uid, &gid
+	}
+	return w
+}
+
+func (s *server) handleCreateSandbox(w http.ResponseWriter, r *http.Request) {
+	var req wire.CreateSandbox
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sb, err := s.sbx.Create(r.Context(), req)
+	s.answerSandbox(w, r, sb, err, false)
+}
+
+func (s *server) handleGetSandbox(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.sbx.Get(r.PathValue("name"))
+	// With usage: a few file reads per sandbox, which a listing of a
+	// thousand would multiply (/metrics has it for every sandbox).
+	s.answerSandbox(w, r, sb, err, true)
+}
+
+func (s *server) handleListSandboxes(w http.ResponseWriter, r *http.Request) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		s.writeError(w, r, apierr.Invalid("query: %v", err))
+		return
+	}
+	limit := wire.DefaultListLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > wire.MaxListLimit {
+			s.writeError(w, r, apierr.Invalid("limit %q: want 1..%d", v, wire.MaxListLimit))
+			return
+		}
+		limit = n
+	}
+	var after string
+	if tok := q.Get("page_token"); tok != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(tok)
+		if err != nil || sandboxes.ValidName(string(raw)) != nil {
+			s.writeError(w, r, apierr.Invalid("malformed page_token"))
+			return
+		}
+		after = string(raw)
+	}
+	sbs, more, err := s.reg.ListSandboxes(after, limit)
+	if err != nil {
+		s.writeError(w, r, apierr.Unavailable("read registry: %v", err))
+		return
+	}
+	out := wire.SandboxList{Sandboxes: make([]wire.Sandbox, 0, len(sbs))}
+	for _, sb := range sbs {
+		out.Sandboxes = append(out.Sandboxes, toWireSandbox(sb))
+	}
+	if more && len(sbs) > 0 {
+		out.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(sbs[len(sbs)-1].Name))
+	}
+	s.writeJSON(w, http.StatusOK, out)
+}
+
+func (s *server) handleDeleteSandbox(w http.ResponseWriter, r *http.Request) {
+	keep, err := keepCheckpoints(r) // checkpoints.go
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeNoContent(w, r, s.sbx.Destroy(r.Context(), r.PathValue("name"), keep))
+}
+
+func (s *server) handleSuspend(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.sbx.Suspend(r.Context(), r.PathValue("name"))
+	s.answerSandbox(w, r, sb, err, false)
+}
+
+func (s *server) handleResume(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.sbx.Resume(r.Context(), r.PathValue("name"))
+	s.answerSandbox(w, r, sb, err, false)
+}
+
+func (s *server) handleLimits(w http.ResponseWriter, r *http.Request) {
+	var req wire.Limits
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sb, err := s.sbx.SetLimits(r.Context(), r.PathValue("name"), req)
+	// With usage: a few file reads per sandbox, which a listing of a
+	// thousand would multiply (/metrics has it for every sandbox).
+	s.answerSandbox(w, r, sb, err, true)
+}
+
+func (s *server) handleNetwork(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if err := s.sbx.CanSetNetwork(name); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var req wire.Network
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sb, err := s.sbx.SetNetwork(r.Context(), name, req)
+	s.answerSandbox(w, r, sb, err, false)
+}
+
+func (s *server) handleCreateCheckpoint(w http.ResponseWriter, r *http.Request) {
+	var req wire.CreateCheckpoint
+	if err := decodeJSON(w, r, &req, true); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if len(req.Comment) > wire.MaxCheckpointComment {
+		s.writeError(w, r, apierr.Invalid("comment longer than %d bytes", wire.MaxCheckpointComment))
+		return
+	}
+	c, err := s.sbx.CreateCheckpoint(r.Context(), r.PathValue("name"), req.Comment)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusCreated, c)
+}
+
+func (s *server) handleListCheckpoints(w http.ResponseWriter, r *http.Request) {
+	out, err := s.sbx.ListCheckpoints(r.Context(), r.PathValue("name"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, out)
+}
+
+func (s *server) handleGetCheckpoint(w http.ResponseWriter, r *http.Request) {
+	c, err := s.sbx.GetCheckpoint(r.Context(), r.PathValue("name"), r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, c)
+}
+
+func (s *server) handleDeleteCheckpoint(w http.ResponseWriter, r *http.Request) {
+	s.writeNoContent(w, r, s.sbx.DeleteCheckpoint(r.Context(), r.PathValue("name"), r.PathValue("id")))
+}
+
+func (s *server) handleRestore(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.sbx.RestoreCheckpoint(r.Context(), r.PathValue("name"), r.PathValue("id"))
+	s.answerSandbox(w, r, sb, err, false)
+}
+
+// keepCheckpoints reads wire.QueryKeepCheckpoints: whether a destroy
+// keeps the sandbox's checkpoints.
+func keepCheckpoints(r *http.Request) (bool, error) {
+	switch v := r.URL.Query().Get(wire.QueryKeepCheckpoints); v {
+	case "", "0", "false":
+		return false, nil
+	case "1", "true":
+		return true, nil
+	default:
+		return false, apierr.Invalid("%s=%q: want true or false", wire.QueryKeepCheckpoints, v)
+	}
+}
+
+// answerSandbox answers a sandbox route with sb (its usage too when
+// usage), or with err.
+func (s *server) answerSandbox(w http.ResponseWriter, r *http.Request, sb registry.Sandbox, err error, usage bool) {
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := toWireSandbox(sb)
+	if usage {
+		out.Usage = s.sbx.Usage(sb)
+	}
+	s.writeJSON(w, http.StatusOK, out)
+}
