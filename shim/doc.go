@@ -86,7 +86,7 @@
 // modes, warm shims, detach), hooks.go what the program adds; server.go
 // the per-session server type, stage.go its staging (prepare, moveTo,
 // adopt, undo), supervise.go its supervision (start, run, pump, finish),
-// control.go its control socket; exec.go, nsexec.go and proc.go the exec
+// control.go its control socket; exec.go (and execsteps.go, its steps), nsexec.go and proc.go the exec
 // path, pod.go its path into a pod, filter.go the seccomp program it
 // carries; trace.go the start's spans (RUNNER_SHIM_TRACE); reaper.go the
 // subreaper.
