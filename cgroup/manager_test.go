@@ -429,12 +429,7 @@ func TestV1RemoveKillsAndRemoves(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := m.Remove(ctx, "sb"); err != nil {
-		t.Fatalf("Remove: %v", err)
-	}
-	if ps := cmd.wait(t, 10*time.Second); signalOf(ps) != syscall.SIGKILL {
-		t.Fatalf("session process ended %v, want SIGKILL", ps)
-	}
+	removeKilling(t, ctx, m, "sb", cmd)
 	if !dead(orphan) {
 		t.Fatalf("orphan %d survived Remove", orphan)
 	}
@@ -610,12 +605,7 @@ func TestV2OnThisHost(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := m.Remove(ctx, "sb"); err != nil {
-		t.Fatalf("Remove: %v", err)
-	}
-	if ps := cmd.wait(t, 10*time.Second); signalOf(ps) != syscall.SIGKILL {
-		t.Fatalf("session process ended %v, want SIGKILL", ps)
-	}
+	removeKilling(t, ctx, m, "sb", cmd)
 	if _, err := os.Stat(dirs[0]); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("%s exists after Remove (%v)", dirs[0], err)
 	}
