@@ -1,6 +1,9 @@
 package journal
 
-import "time"
+import (
+	"testing"
+	"time"
+)
 
 // stampedWrite is one write to a journal's stdout bracketed by the clock
 // read just before and just after it: the writer reads its own clock
@@ -20,4 +23,17 @@ func writeStamped(w *Writer, off *int64, n int) stampedWrite {
 	s := stampedWrite{before, time.Now(), *off}
 	*off += int64(k)
 	return s
+}
+
+// mustReader opens a Reader of stream from cursor (following the live
+// writer when follow is set), failing t on an error; t's cleanup closes
+// it.
+func mustReader(t testing.TB, j *Journal, stream string, cursor int64, follow bool) *Reader {
+	t.Helper()
+	r, err := j.NewReader(stream, cursor, follow)
+	if err != nil {
+		t.Fatalf("NewReader(%s, %d): %v", stream, cursor, err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
 }
