@@ -164,9 +164,8 @@ func TestExecRejoinsAfterRestart(t *testing.T) {
 	// The command prints, then waits for a file the test creates only
 	// after the restart, then prints again: it outlives the restart
 	// whatever the timing.
-	cmd := exec.Command(filepath.Join(binDir, "runner"), "exec", box, "--id", "rejoin", "--",
+	cmd := d.command("exec", box, "--id", "rejoin", "--",
 		"sh", "-c", "printf 'before\\n'; printf 'err1' >&2; while [ ! -e go ]; do sleep 0.05; done; printf 'after\\n'; printf 'err2' >&2; exit 7")
-	cmd.Env = d.env()
 	var out, errOut syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Start(); err != nil {
