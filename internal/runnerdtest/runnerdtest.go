@@ -34,6 +34,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/agentrunner/runner/internal/gobuild"
 )
 
 // Main is a test package's TestMain body: it builds runnerd into a fresh
@@ -74,9 +76,7 @@ func Main(m *testing.M, prefix string, setup func(bin string) error) int {
 // Build compiles cmd/runnerd into dir and returns the binary's path.
 func Build(dir string) (string, error) {
 	bin := filepath.Join(dir, "runnerd")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/agentrunner/runner/cmd/runnerd")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
+	if err := gobuild.Build(bin, "", "github.com/agentrunner/runner/cmd/runnerd"); err != nil {
 		return "", fmt.Errorf("build runnerd: %w", err)
 	}
 	return bin, nil
