@@ -17,36 +17,25 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/internal/gobuild"
 	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
 var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
+	shimBuild gobuild.Once
+	shimDir   = sync.OnceValues(func() (string, error) { return os.MkdirTemp("", "rsbin") })
 )
 
 // shimBin builds runner-shim once per test binary, with a version stamped
 // in, so the tests run the real thing.
 func shimBin(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "rsbin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		builtBin = filepath.Join(dir, "runner-shim")
-		out, err := exec.Command("go", "build", "-ldflags", "-X github.com/agentrunner/runner/version.Version=v9.9.9-test", "-o", builtBin, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	dir, err := shimDir()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return builtBin
+	return shimBuild.Build(t, filepath.Join(dir, "runner-shim"), "v9.9.9-test", ".")
 }
 
 // cli runs runner-shim on a fresh short root.
