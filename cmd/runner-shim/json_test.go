@@ -248,12 +248,14 @@ func TestExitStatuses(t *testing.T) {
 			t.Errorf("%v: exec_error %q (%v), want %q", tc.args, e.Error.ExecError, err, tc.want)
 		}
 	}
-	for _, tc := range []struct {
+	// errCase is a command that must fail with code, and exit with status.
+	type errCase struct {
 		name   string
 		args   []string
 		code   wire.Code
 		status int
-	}{
+	}
+	for _, tc := range []errCase{
 		{"status of an unknown session", []string{"status", "nope"}, wire.CodeNotFound, wire.ShimExitNotFound},
 		{"write to an unknown session", []string{"write", "nope", "x"}, wire.CodeNotFound, wire.ShimExitNotFound},
 		{"close-stdin of an unknown session", []string{"close-stdin", "nope"}, wire.CodeNotFound, wire.ShimExitNotFound},
@@ -269,12 +271,7 @@ func TestExitStatuses(t *testing.T) {
 		wantCode(t, tc.name, a, code, tc.code, tc.status)
 	}
 	// attach: the terminal frame carries the code, the status agrees.
-	for _, tc := range []struct {
-		name   string
-		args   []string
-		code   wire.Code
-		status int
-	}{
+	for _, tc := range []errCase{
 		{"attach to an unknown session", []string{"attach", "nope"}, wire.CodeNotFound, wire.ShimExitNotFound},
 		{"attach beyond the end", []string{"attach", "--stdout", "6", "done"}, wire.CodeInvalid, wire.ShimExitInvalid},
 	} {
