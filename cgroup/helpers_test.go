@@ -2,6 +2,8 @@ package cgroup
 
 import (
 	"context"
+	"errors"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -45,5 +47,16 @@ func removeKilling(t *testing.T, ctx context.Context, m *Manager, sb string, cmd
 	}
 	if ps := cmd.wait(t, 10*time.Second); signalOf(ps) != syscall.SIGKILL {
 		t.Fatalf("session process ended %v, want SIGKILL", ps)
+	}
+}
+
+// checkGone fails t, going on, for each of dirs that still exists after
+// op removed it.
+func checkGone(t *testing.T, op string, dirs ...string) {
+	t.Helper()
+	for _, d := range dirs {
+		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s still exists after %s (%v)", d, op, err)
+		}
 	}
 }

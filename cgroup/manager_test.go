@@ -433,11 +433,7 @@ func TestV1RemoveKillsAndRemoves(t *testing.T) {
 	if !dead(orphan) {
 		t.Fatalf("orphan %d survived Remove", orphan)
 	}
-	for _, d := range append(dirs, sandboxDir(t, m, "sb", "memory")) {
-		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("%s still exists after Remove (%v)", d, err)
-		}
-	}
+	checkGone(t, "Remove", append(dirs, sandboxDir(t, m, "sb", "memory"))...)
 	if names, _ := m.List(); len(names) != 0 {
 		t.Fatalf("List after Remove = %v, want none", names)
 	}
@@ -462,11 +458,7 @@ func TestV1RemoveSession(t *testing.T) {
 	if !c2.alive() {
 		t.Fatalf("s2 died with s1: %v", c2.state)
 	}
-	for _, d := range d1 {
-		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("%s still exists (%v)", d, err)
-		}
-	}
+	checkGone(t, "RemoveSession", d1...)
 	if err := m.RemoveSession(ctx, "sb", "s1"); err != nil {
 		t.Fatalf("RemoveSession of an absent leaf = %v, want nil", err)
 	}
@@ -606,9 +598,7 @@ func TestV2OnThisHost(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	removeKilling(t, ctx, m, "sb", cmd)
-	if _, err := os.Stat(dirs[0]); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("%s exists after Remove (%v)", dirs[0], err)
-	}
+	checkGone(t, "Remove", dirs[0])
 	removeAbsent(t, ctx, m, "sb")
 }
 
