@@ -57,7 +57,9 @@ var rules = []struct {
 	{pkg: "internal/keyed", stdlibOnly: true},
 	// internal/runnerdtest starts real runnerd processes for tests; it
 	// runs the binary, never imports the daemon.
-	{pkg: "internal/runnerdtest", stdlibOnly: true, allowed: []string{"go.uber.org/goleak"}},
+	{pkg: "internal/runnerdtest", stdlibOnly: true, allowed: []string{"go.uber.org/goleak", "internal/gobuild"}},
+	// internal/gobuild builds this module's programs for tests.
+	{pkg: "internal/gobuild", stdlibOnly: true},
 	// internal/browsertest runs headless Chromium for the preview tests.
 	{pkg: "internal/browsertest", stdlibOnly: true},
 	// internal/testpki makes throwaway CAs for TLS tests.

@@ -2,7 +2,11 @@ package cgroup
 
 import (
 	"context"
+	"errors"
+	"os"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // ensure creates sandbox sb's cgroups with l (or updates them), failing
@@ -31,5 +35,28 @@ func removeAbsent(t *testing.T, ctx context.Context, m *Manager, sb string) {
 	t.Helper()
 	if err := m.Remove(ctx, sb); err != nil {
 		t.Fatalf("Remove of an absent cgroup = %v, want nil", err)
+	}
+}
+
+// removeKilling removes sandbox sb and checks that its session's process
+// cmd was ended by SIGKILL, failing t otherwise.
+func removeKilling(t *testing.T, ctx context.Context, m *Manager, sb string, cmd *proc) {
+	t.Helper()
+	if err := m.Remove(ctx, sb); err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	if ps := cmd.wait(t, 10*time.Second); signalOf(ps) != syscall.SIGKILL {
+		t.Fatalf("session process ended %v, want SIGKILL", ps)
+	}
+}
+
+// checkGone fails t, going on, for each of dirs that still exists after
+// op removed it.
+func checkGone(t *testing.T, op string, dirs ...string) {
+	t.Helper()
+	for _, d := range dirs {
+		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s still exists after %s (%v)", d, op, err)
+		}
 	}
 }

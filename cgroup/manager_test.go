@@ -429,20 +429,11 @@ func TestV1RemoveKillsAndRemoves(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := m.Remove(ctx, "sb"); err != nil {
-		t.Fatalf("Remove: %v", err)
-	}
-	if ps := cmd.wait(t, 10*time.Second); signalOf(ps) != syscall.SIGKILL {
-		t.Fatalf("session process ended %v, want SIGKILL", ps)
-	}
+	removeKilling(t, ctx, m, "sb", cmd)
 	if !dead(orphan) {
 		t.Fatalf("orphan %d survived Remove", orphan)
 	}
-	for _, d := range append(dirs, sandboxDir(t, m, "sb", "memory")) {
-		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("%s still exists after Remove (%v)", d, err)
-		}
-	}
+	checkGone(t, "Remove", append(dirs, sandboxDir(t, m, "sb", "memory"))...)
 	if names, _ := m.List(); len(names) != 0 {
 		t.Fatalf("List after Remove = %v, want none", names)
 	}
@@ -467,11 +458,7 @@ func TestV1RemoveSession(t *testing.T) {
 	if !c2.alive() {
 		t.Fatalf("s2 died with s1: %v", c2.state)
 	}
-	for _, d := range d1 {
-		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("%s still exists (%v)", d, err)
-		}
-	}
+	checkGone(t, "RemoveSession", d1...)
 	if err := m.RemoveSession(ctx, "sb", "s1"); err != nil {
 		t.Fatalf("RemoveSession of an absent leaf = %v, want nil", err)
 	}
@@ -610,15 +597,8 @@ func TestV2OnThisHost(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := m.Remove(ctx, "sb"); err != nil {
-		t.Fatalf("Remove: %v", err)
-	}
-	if ps := cmd.wait(t, 10*time.Second); signalOf(ps) != syscall.SIGKILL {
-		t.Fatalf("session process ended %v, want SIGKILL", ps)
-	}
-	if _, err := os.Stat(dirs[0]); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("%s exists after Remove (%v)", dirs[0], err)
-	}
+	removeKilling(t, ctx, m, "sb", cmd)
+	checkGone(t, "Remove", dirs[0])
 	removeAbsent(t, ctx, m, "sb")
 }
 

@@ -3,7 +3,6 @@ package cli
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -370,8 +369,7 @@ func TestAttachPipes(t *testing.T) {
 func TestExecInterrupt(t *testing.T) {
 	d := sharedDaemon(t)
 	box := d.sandbox(t, "intr-box")
-	cmd := exec.Command(filepath.Join(binDir, "runner"), "exec", box, "--", "sh", "-c", "trap 'echo got-int; exit 42' INT; echo ready; while :; do sleep 0.1; done")
-	cmd.Env = d.env()
+	cmd := d.command("exec", box, "--", "sh", "-c", "trap 'echo got-int; exit 42' INT; echo ready; while :; do sleep 0.1; done")
 	var out strings.Builder
 	cmd.Stdout = &out
 	if err := cmd.Start(); err != nil {

@@ -180,7 +180,7 @@ func startUnprivileged(t *testing.T, bin, state string, dirs []string) *unprivDa
 			_ = cmd.Process.Kill()
 			<-done
 		}
-		killShims(state)
+		runnerdtest.KillShims(state)
 	})
 	for _, dir := range dirs {
 		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0); err != nil {
@@ -202,22 +202,6 @@ func startUnprivileged(t *testing.T, bin, state string, dirs []string) *unprivDa
 	}
 	t.Fatalf("unprivileged runnerd did not serve in 20 s:\n%s", d.log.String())
 	return nil
-}
-
-// killShims kills the shims whose pid files are under state (ours: their
-// runnerd was started by this test), each with its process group.
-func killShims(state string) {
-	pids, _ := filepath.Glob(filepath.Join(state, "s", "*", "shim.pid"))
-	for _, p := range pids {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
 }
 
 // removeCgroupTrees removes each directory of dirs with its children,

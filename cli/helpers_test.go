@@ -37,8 +37,7 @@ func (d *daemon) logsUntil(t *testing.T, deadline time.Time, box, id, want, fail
 // output in the returned buffers.
 func (d *daemon) startFed(t *testing.T, r *os.File, args ...string) (cmd *exec.Cmd, out, errOut *syncBuffer) {
 	t.Helper()
-	cmd = exec.Command(filepath.Join(binDir, "runner"), args...)
-	cmd.Env = d.env()
+	cmd = d.command(args...)
 	out, errOut = new(syncBuffer), new(syncBuffer)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = r, out, errOut
 	if err := cmd.Start(); err != nil {
@@ -46,4 +45,13 @@ func (d *daemon) startFed(t *testing.T, r *os.File, args ...string) (cmd *exec.C
 	}
 	r.Close()
 	return cmd, out, errOut
+}
+
+// command returns runner with args, set to find d on its own (d.env), for
+// a test that drives the process itself: feeds it, signals it, or reads
+// its output as it comes.
+func (d *daemon) command(args ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(binDir, "runner"), args...)
+	cmd.Env = d.env()
+	return cmd
 }

@@ -7,10 +7,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/internal/gobuild"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -65,33 +65,14 @@ func TestUsageGoesToStderr(t *testing.T) {
 	}
 }
 
-var (
-	versionedOnce sync.Once
-	versionedErr  error
-)
+var versionedRunner, versionedRunnerd gobuild.Once
 
 // versionedBins builds runner and runnerd stamped with versions that
 // differ (runner-v9 and runnerd-v1 in binDir), once.
 func versionedBins(t *testing.T) (runner, runnerd string) {
 	t.Helper()
-	runner, runnerd = filepath.Join(binDir, "runner-v9"), filepath.Join(binDir, "runnerd-v1")
-	versionedOnce.Do(func() {
-		for _, b := range []struct{ out, pkg, v string }{
-			{runner, "../cmd/runner", "v9.0.0-test"},
-			{runnerd, "../cmd/runnerd", "v1.0.0-test"},
-		} {
-			cmd := exec.Command("go", "build", "-o", b.out, "-ldflags", "-X github.com/agentrunner/runner/version.Version="+b.v, b.pkg)
-			if out, err := cmd.CombinedOutput(); err != nil {
-				versionedErr = err
-				t.Logf("go build %s: %s", b.pkg, out)
-				return
-			}
-		}
-	})
-	if versionedErr != nil {
-		t.Fatalf("build versioned binaries: %v", versionedErr)
-	}
-	return runner, runnerd
+	return versionedRunner.Build(t, filepath.Join(binDir, "runner-v9"), "v9.0.0-test", "../cmd/runner"),
+		versionedRunnerd.Build(t, filepath.Join(binDir, "runnerd-v1"), "v1.0.0-test", "../cmd/runnerd")
 }
 
 // TestVersion (item 3): runner version and runner --version print the
@@ -164,9 +145,8 @@ func TestExecRejoinsAfterRestart(t *testing.T) {
 	// The command prints, then waits for a file the test creates only
 	// after the restart, then prints again: it outlives the restart
 	// whatever the timing.
-	cmd := exec.Command(filepath.Join(binDir, "runner"), "exec", box, "--id", "rejoin", "--",
+	cmd := d.command("exec", box, "--id", "rejoin", "--",
 		"sh", "-c", "printf 'before\\n'; printf 'err1' >&2; while [ ! -e go ]; do sleep 0.05; done; printf 'after\\n'; printf 'err2' >&2; exit 7")
-	cmd.Env = d.env()
 	var out, errOut syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Start(); err != nil {

@@ -70,8 +70,7 @@ func TestExecOrder(t *testing.T) {
 	box := d.sandbox(t, "order-box")
 	script := "echo 1; echo 2 >&2; echo 3; echo 4 >&2; echo 5; echo 6 >&2; exit 4"
 	for i := range 5 {
-		cmd := exec.Command(filepath.Join(binDir, "runner"), "exec", box, "--", "sh", "-c", script)
-		cmd.Env = d.env()
+		cmd := d.command("exec", box, "--", "sh", "-c", script)
 		var both bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &both, &both // os/exec gives one pipe for both
 		_ = cmd.Run()
@@ -90,8 +89,7 @@ func TestExecOrder(t *testing.T) {
 func TestExecNoCut(t *testing.T) {
 	d := sharedDaemon(t)
 	box := d.sandbox(t, "big-box")
-	cmd := exec.Command(filepath.Join(binDir, "runner"), "exec", box, "--", "sh", "-c", "head -c 20000000 /dev/zero; exit 5")
-	cmd.Env = d.env()
+	cmd := d.command("exec", box, "--", "sh", "-c", "head -c 20000000 /dev/zero; exit 5")
 	var n countWriter
 	var errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &n, &errOut
@@ -389,8 +387,7 @@ func TestDetachCodeOnPipes(t *testing.T) {
 	d := sharedDaemon(t)
 	box := d.sandbox(t, "detach-box")
 	d.ok(t, "spawn", box, "--id", "long", "--", "sh", "-c", "echo up; sleep 60")
-	cmd := exec.Command(filepath.Join(binDir, "runner"), "attach", box, "long")
-	cmd.Env = d.env()
+	cmd := d.command("attach", box, "long")
 	var out, errOut syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Start(); err != nil {

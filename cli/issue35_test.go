@@ -101,8 +101,7 @@ func TestExecBrokenPipe(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cmd := exec.Command(filepath.Join(binDir, "runner"), append([]string{"exec", box, "--id", id, "--"}, tc.argv...)...)
-			cmd.Env = d.env()
+			cmd := d.command(append([]string{"exec", box, "--id", id, "--"}, tc.argv...)...)
 			var other strings.Builder
 			if tc.stderr {
 				cmd.Stdout, cmd.Stderr = &other, w
@@ -568,8 +567,7 @@ func TestSmallHints(t *testing.T) {
 
 	d.ok(t, "spawn", box, "--id", "long", "--", "sh", "-c", "echo up; sleep 60")
 	t.Cleanup(func() { d.cli(t, nil, "terminate", box, "long", "--grace", "100ms") })
-	cmd := exec.Command(filepath.Join(binDir, "runner"), "attach", box, "long", "--detach-key", "ctrl-x")
-	cmd.Env = d.env()
+	cmd := d.command("attach", box, "long", "--detach-key", "ctrl-x")
 	var out, errBuf syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errBuf
 	if err := cmd.Start(); err != nil {

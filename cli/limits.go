@@ -60,11 +60,8 @@ func limitsCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 				return err
 			}
 			if sb, err = c.SetLimits(ctx, name, l); err != nil {
-				ce := &cliError{what: what, err: err}
-				if _, kind := codeOf(err); kind == "not_supported" {
-					ce.hint = "this runnerd does not enforce limits here (resource_limits is not in `runner caps`)"
-				}
-				return ce
+				return failHint(what, err, kindOf(err) == "not_supported",
+					"this runnerd does not enforce limits here (resource_limits is not in `runner caps`)")
 			}
 		}
 		if e.g.json {

@@ -253,11 +253,8 @@ func logsOne(ctx context.Context, e *env, c *client.Client, what, name, id, stre
 		body, err = c.StreamSince(ctx, name, id, stream, since, follow)
 	}
 	if err != nil {
-		ce := &cliError{what: what, err: err}
-		if errors.Is(err, adapter.ErrTruncated) {
-			ce.hint = "the start of this stream is no longer retained: pass a larger --cursor"
-		}
-		return ce
+		return failHint(what, err, errors.Is(err, adapter.ErrTruncated),
+			"the start of this stream is no longer retained: pass a larger --cursor")
 	}
 	defer body.Close()
 	// One stream asked for by name goes to stdout, so it can be piped.
@@ -284,11 +281,8 @@ func logsOne(ctx context.Context, e *env, c *client.Client, what, name, id, stre
 	case "lost":
 		return &exitError{code: exitLost, kind: "lost", what: what, msg: fmt.Sprintf("runner: %s: lost: the session ended without an exit record", what)}
 	case "error":
-		ce := &cliError{what: what, err: end.Err}
-		if errors.Is(end.Err, adapter.ErrTruncated) {
-			ce.hint = "retention dropped bytes before they were read: pass a larger --cursor"
-		}
-		return ce
+		return failHint(what, end.Err, errors.Is(end.Err, adapter.ErrTruncated),
+			"retention dropped bytes before they were read: pass a larger --cursor")
 	}
 	return nil
 }
@@ -301,11 +295,8 @@ func logsBoth(ctx context.Context, e *env, c *client.Client, what string, s wire
 	name, id := s.Sandbox, s.ID
 	fr, err := c.Attach(ctx, name, id, cur)
 	if err != nil {
-		ce := &cliError{what: what, err: err}
-		if errors.Is(err, adapter.ErrTruncated) {
-			ce.hint = "the start of a stream is no longer retained: pass larger cursors"
-		}
-		return ce
+		return failHint(what, err, errors.Is(err, adapter.ErrTruncated),
+			"the start of a stream is no longer retained: pass larger cursors")
 	}
 	defer fr.Close()
 	var stamps map[wire.StreamID]*stamper

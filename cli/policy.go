@@ -72,11 +72,8 @@ func policyCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 		allow := append([]string{}, pos[1:]...)
 		sb, err := c.SetNetwork(ctx, pos[0], allow)
 		if err != nil {
-			ce := &cliError{what: "policy " + pos[0], err: err}
-			if _, kind := codeOf(err); kind == "not_supported" {
-				ce.hint = "this runnerd cannot enforce egress policies on this host (network_policy is not in `runner caps`; it needs root and nftables), so it refuses rather than pretend"
-			}
-			return ce
+			return failHint("policy "+pos[0], err, kindOf(err) == "not_supported",
+				"this runnerd cannot enforce egress policies on this host (network_policy is not in `runner caps`; it needs root and nftables), so it refuses rather than pretend")
 		}
 		if e.g.json {
 			return e.printJSON(sb)

@@ -91,6 +91,22 @@ func (e *cliError) Unwrap() error { return e.err }
 // fail wraps err with what was being done.
 func fail(what string, err error) error { return &cliError{what: what, err: err} }
 
+// failHint is fail with hint, told when the error is one the hint
+// answers (a kind of err from kindOf, or an errors.Is), and only then.
+func failHint(what string, err error, when bool, hint string) error {
+	ce := &cliError{what: what, err: err}
+	if when {
+		ce.hint = hint
+	}
+	return ce
+}
+
+// kindOf is the name of err's kind, as codeOf gives it.
+func kindOf(err error) string {
+	_, kind := codeOf(err)
+	return kind
+}
+
 // usageError is a mistake in the command line.
 type usageError struct{ cmd, msg string }
 

@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -72,8 +70,7 @@ func TestAttachSinceReconnect(t *testing.T) {
 	mid := time.Now().Add(1200 * time.Millisecond)
 	d.logsUntil(t, deadline, box, id, "ab", "no b")
 
-	cmd := exec.Command(filepath.Join(binDir, "runner"), "attach", box, id, "--since", mid.Format(time.RFC3339Nano))
-	cmd.Env = d.env()
+	cmd := d.command("attach", box, id, "--since", mid.Format(time.RFC3339Nano))
 	out, errOut := &syncBuffer{}, &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, errOut
 	if err := cmd.Start(); err != nil {

@@ -61,11 +61,8 @@ func writeCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) 
 			cctx, cancel := e.callCtx(ctx)
 			defer cancel()
 			if err := c.WriteStdin(cctx, name, id, p); err != nil {
-				ce := &cliError{what: what, err: err}
-				if errors.Is(err, adapter.ErrCommandExited) {
-					ce.hint = fmt.Sprintf("the command has ended (or its stdin was closed): runner sessions %s %s", name, id)
-				}
-				return ce
+				return failHint(what, err, errors.Is(err, adapter.ErrCommandExited),
+					fmt.Sprintf("the command has ended (or its stdin was closed): runner sessions %s %s", name, id))
 			}
 			return nil
 		}
@@ -138,11 +135,8 @@ func terminateCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []stri
 		what := "terminate " + pos[0] + " " + pos[1]
 		x, err := c.Terminate(ctx, pos[0], pos[1], *grace)
 		if err != nil {
-			ce := &cliError{what: what, err: err}
-			if _, kind := codeOf(err); kind == "unavailable" {
-				ce.hint = "the end is not confirmed and the session may still run: run terminate again"
-			}
-			return ce
+			return failHint(what, err, kindOf(err) == "unavailable",
+				"the end is not confirmed and the session may still run: run terminate again")
 		}
 		if e.g.json {
 			return e.printJSON(x)

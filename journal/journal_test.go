@@ -215,11 +215,7 @@ func TestRetentionUnderReader(t *testing.T) {
 	w := mustCreate(t, dir, Options{Streams: []string{"stdout"}, SegmentBytes: 10, RetainBytes: 20})
 	w.Write("stdout", patternBytes(0, 0, 15))
 	j := mustOpen(t, dir)
-	r, err := j.NewReader("stdout", 0, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := mustReader(t, j, "stdout", 0, true)
 	buf := make([]byte, 5)
 	if n, err := r.Read(buf); n != 5 || err != nil {
 		t.Fatalf("Read: got %d, %v", n, err)
@@ -248,11 +244,7 @@ func TestFollowAndFinish(t *testing.T) {
 	}
 	results := make(chan result, 2)
 	for _, name := range []string{"stdout", "stderr"} {
-		r, err := j.NewReader(name, 0, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
+		r := mustReader(t, j, name, 0, true)
 		go func() {
 			b, err := io.ReadAll(r)
 			results <- result{name, b, err}
@@ -300,11 +292,7 @@ func TestFollowLostAndContext(t *testing.T) {
 	if _, err := j.OffsetAt("stdout", time.Now()); !errors.Is(err, ErrBusy) {
 		t.Fatalf("Journal.OffsetAt with live writer: got %v, want ErrBusy", err)
 	}
-	r, err := j.NewReader("stdout", 0, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := mustReader(t, j, "stdout", 0, true)
 	buf := make([]byte, 64)
 	if n, err := r.Read(buf); n != 5 || err != nil {
 		t.Fatalf("Read: got %d, %v", n, err)

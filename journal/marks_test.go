@@ -15,19 +15,12 @@ func TestMarks(t *testing.T) {
 	dir := t.TempDir()
 	const iv = 15 * time.Millisecond
 	w := mustCreate(t, dir, Options{Streams: []string{"stdout", "stderr"}, MarkInterval: iv, SyncInterval: 10 * time.Millisecond})
-	type wr struct {
-		before, after time.Time
-		off           int64
-	}
-	var writes []wr
+	var writes []stampedWrite
 	var off int64
 	for i := 0; i < 8; i++ {
-		before := time.Now()
-		n, _ := w.Write("stdout", patternBytes(0, off, 10))
-		writes = append(writes, wr{before, time.Now(), off})
-		off += int64(n)
+		writes = append(writes, writeStamped(w, &off, 10))
 		// A second write at once joins the mark of the first.
-		n, _ = w.Write("stdout", patternBytes(0, off, 5))
+		n, _ := w.Write("stdout", patternBytes(0, off, 5))
 		off += int64(n)
 		time.Sleep(iv + 5*time.Millisecond)
 	}

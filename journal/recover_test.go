@@ -119,26 +119,18 @@ func TestOffsetAt(t *testing.T) {
 	dir := t.TempDir()
 	const iv = 20 * time.Millisecond
 	w := mustCreate(t, dir, Options{Streams: []string{"stdout"}, MarkInterval: iv, SyncInterval: 30 * time.Millisecond})
-	// Each write is bracketed by the clock before and after it: the
-	// writer reads its own clock somewhere in between, and under -race or
-	// a busy machine that gap can be milliseconds, so the bounds below use
-	// the side of the bracket that makes them hold whatever the gap.
-	type wr struct {
-		before, after time.Time
-		off           int64
-	}
-	var writes []wr
+	// Each write is bracketed by the clock (stampedWrite); the bounds
+	// below use the side of the bracket that makes them hold whatever the
+	// gap.
+	var writes []stampedWrite
 	var off int64
 	for i := 0; i < 60; i++ {
-		before := time.Now()
-		n, _ := w.Write("stdout", patternBytes(0, off, 10))
-		writes = append(writes, wr{before, time.Now(), off})
-		off += int64(n)
+		writes = append(writes, writeStamped(w, &off, 10))
 		time.Sleep(time.Duration(i%7) * time.Millisecond)
 	}
 	// firstFrom returns the offset of the first write whose bracket side
 	// (chosen by at) is at or after t.
-	firstFrom := func(t time.Time, at func(wr) time.Time) int64 {
+	firstFrom := func(t time.Time, at func(stampedWrite) time.Time) int64 {
 		for _, x := range writes {
 			if !at(x).Before(t) {
 				return x.off
@@ -156,8 +148,8 @@ func TestOffsetAt(t *testing.T) {
 			// Never skips a byte written at/after t: a write that began
 			// at or after t is included. Includes at most MarkInterval's
 			// worth of earlier writes: nothing that ended before t-iv.
-			hi := firstFrom(tt, func(x wr) time.Time { return x.before })
-			lo := firstFrom(tt.Add(-iv), func(x wr) time.Time { return x.after })
+			hi := firstFrom(tt, func(x stampedWrite) time.Time { return x.before })
+			lo := firstFrom(tt.Add(-iv), func(x stampedWrite) time.Time { return x.after })
 			if got > hi || got < lo {
 				t.Fatalf("%s(t): got %d, want within [%d, %d]", name, got, lo, hi)
 			}

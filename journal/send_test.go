@@ -72,11 +72,7 @@ func TestSendToFinished(t *testing.T) {
 		{"from the end", size, 1, io.ErrUnexpectedEOF},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := j.NewReader("stdout", tc.cursor, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
+			r := mustReader(t, j, "stdout", tc.cursor, false)
 			var buf bytes.Buffer
 			got, err := r.SendTo(context.Background(), &buf, tc.n)
 			wantN := min(tc.n, size-tc.cursor)
@@ -123,11 +119,7 @@ func TestSendToTCPFileForm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := j.NewReader("stdout", 5, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := mustReader(t, j, "stdout", 5, false)
 	dst := &fileForm{w: c}
 	n, err := r.SendTo(context.Background(), dst, int64(len(want))-5)
 	c.Close()
@@ -150,11 +142,7 @@ func TestSendToFollow(t *testing.T) {
 	w := mustCreate(t, dir, Options{Streams: []string{"stdout"}, SegmentBytes: 100})
 	j := mustOpen(t, dir)
 	w.Write("stdout", patternBytes(0, 0, 150))
-	r, err := j.NewReader("stdout", 0, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := mustReader(t, j, "stdout", 0, true)
 	type result struct {
 		n   int64
 		err error
@@ -219,11 +207,7 @@ func TestSendToLive(t *testing.T) {
 	w := mustCreate(t, dir, Options{Streams: []string{"stdout"}, SegmentBytes: 10, RetainBytes: 20})
 	w.Write("stdout", patternBytes(0, 0, 15))
 	j := mustOpen(t, dir)
-	r, err := j.NewReader("stdout", 0, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := mustReader(t, j, "stdout", 0, false)
 	var buf bytes.Buffer
 	if n, err := r.SendTo(context.Background(), &buf, 5); n != 5 || err != nil {
 		t.Fatalf("SendTo: got %d, %v; want 5, nil", n, err)

@@ -195,10 +195,7 @@ func TestSetupIdempotentAndTeardownRemovesEverything(t *testing.T) {
 func TestReadoptAfterRestart(t *testing.T) {
 	l := newLab(t)
 	ctx := context.Background()
-	m1, err := netpolicy.New(ctx, l.cfg)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	m1 := newManager(t, l)
 	sb1, err := m1.Setup(ctx, "survivor")
 	if err != nil {
 		t.Fatalf("Setup: %v", err)
@@ -298,10 +295,7 @@ func TestRunInNetNS(t *testing.T) {
 func TestNewRemovesStale(t *testing.T) {
 	l := newLab(t)
 	ctx := context.Background()
-	m1, err := netpolicy.New(ctx, l.cfg)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	m1 := newManager(t, l)
 	before := snapshot(t, l, m1)
 	kept, err := m1.Setup(ctx, "kept")
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -234,6 +233,26 @@ func (m *Manager) begin() error {
 	return nil
 }
 
+// enter admits a call on sandbox id: a valid id, a live ctx, a Manager
+// not closed, and id's lock held, in that order. The caller runs done
+// when the call ends; it releases the lock and the admission.
+func (m *Manager) enter(ctx context.Context, id string) (done func(), err error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := m.begin(); err != nil {
+		return nil, err
+	}
+	unlock := m.ids.Lock(id)
+	return func() {
+		unlock()
+		m.inflight.Done()
+	}, nil
+}
+
 // liveOf returns the sandbox's live state, nil if it has none.
 func (m *Manager) liveOf(id string) *live {
 	m.mu.Lock()
@@ -287,31 +306,11 @@ func unsupported(what string, err error) error {
 
 // probeNetNS checks that this process may create network namespaces.
 func probeNetNS() error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		ns, err := netns.New()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		ns.Close()
-		if err := netns.Set(orig); err != nil {
-			errc <- err
-			return // stay locked: the thread dies
-		}
-		runtime.UnlockOSThread()
-		errc <- nil
-	}()
-	return <-errc
+	nsh, err := newNetNS()
+	if err != nil {
+		return err
+	}
+	return nsh.Close()
 }
 
 func systemUpstreams() []netip.AddrPort {
@@ -372,15 +371,11 @@ func (m *Manager) SetPolicy(ctx context.Context, id string, p Policy) error {
 	if err != nil {
 		return fmt.Errorf("set policy of %s: %w", id, err)
 	}
-	if err := ctx.Err(); err != nil {
+	done, err := m.enter(ctx, id)
+	if err != nil {
 		return err
 	}
-	if err := m.begin(); err != nil {
-		return err
-	}
-	defer m.inflight.Done()
-	unlock := m.ids.Lock(id)
-	defer unlock()
+	defer done()
 	l := m.liveOf(id)
 	if l == nil {
 		return fmt.Errorf("set policy of %s: %w", id, ErrUnknownSandbox)

@@ -7,7 +7,6 @@ package netpolicy
 import (
 	"encoding/binary"
 	"net/netip"
-	"slices"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -15,35 +14,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// intervalElements turns prefixes into interval-set elements, merging
-// overlapping and adjacent ranges (the kernel rejects overlaps).
+// intervalElements turns IPv4 prefixes into interval-set elements,
+// merging overlapping and adjacent ranges (the kernel rejects overlaps):
+// the ranges a policy's covers searches (mergeRanges), as the kernel
+// holds them.
 func intervalElements(prefixes []netip.Prefix) []nftables.SetElement {
-	type rng struct{ lo, hi uint64 } // hi exclusive; 1<<32 means "to the end"
-	var rs []rng
-	for _, p := range prefixes {
-		p = p.Masked()
-		lo := uint64(binary.BigEndian.Uint32(p.Addr().AsSlice()))
-		rs = append(rs, rng{lo, lo + 1<<(32-p.Bits())})
-	}
-	slices.SortFunc(rs, func(a, b rng) int {
-		switch {
-		case a.lo < b.lo:
-			return -1
-		case a.lo > b.lo:
-			return 1
-		}
-		return 0
-	})
-	var merged []rng
-	for _, r := range rs {
-		if k := len(merged); k > 0 && r.lo <= merged[k-1].hi {
-			merged[k-1].hi = max(merged[k-1].hi, r.hi)
-			continue
-		}
-		merged = append(merged, r)
-	}
 	var out []nftables.SetElement
-	for _, r := range merged {
+	for _, r := range mergeRanges(prefixes) {
 		out = append(out, nftables.SetElement{Key: binary.BigEndian.AppendUint32(nil, uint32(r.lo))})
 		if r.hi < 1<<32 {
 			out = append(out, nftables.SetElement{Key: binary.BigEndian.AppendUint32(nil, uint32(r.hi)), IntervalEnd: true})

@@ -13,10 +13,46 @@ import (
 
 // inNetNS runs fn on a goroutine locked to an OS thread that has joined
 // ns, and waits for it. Sockets created by fn belong to ns for their whole
-// life, whichever thread later uses them. If the thread cannot return to
-// its original namespace it is left locked, so the Go runtime retires it
-// instead of reusing a thread in the wrong namespace.
+// life, whichever thread later uses them.
 func inNetNS(ns netns.NsHandle, fn func() error) error {
+	return onNetNSThread(func() error {
+		if err := netns.Set(ns); err != nil {
+			return fmt.Errorf("enter netns: %w", err)
+		}
+		return nil
+	}, fn)
+}
+
+// newNetNS creates a new network namespace on a locked thread that then
+// returns to its own, and returns a handle to it that the caller closes.
+// Nothing is left inside it: creating one is all it does.
+func newNetNS() (netns.NsHandle, error) {
+	nsh := netns.None()
+	err := onNetNSThread(func() error {
+		h, err := netns.New() // unshare(CLONE_NEWNET) on this thread
+		if err != nil {
+			return fmt.Errorf("unshare netns: %w", err)
+		}
+		nsh = h
+		return nil
+	}, func() error { return nil })
+	if err != nil {
+		if nsh.IsOpen() {
+			nsh.Close()
+		}
+		return netns.None(), err
+	}
+	return nsh, nil
+}
+
+// onNetNSThread runs fn on a goroutine locked to an OS thread that join
+// has moved into another network namespace, moves the thread back to its
+// original namespace, and waits for it: the one place a thread changes
+// namespace. If join fails the thread has not moved and is released. If
+// the thread cannot return to its original namespace it is left locked,
+// so the Go runtime retires it instead of reusing a thread in the wrong
+// namespace.
+func onNetNSThread(join, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -27,9 +63,9 @@ func inNetNS(ns netns.NsHandle, fn func() error) error {
 			return
 		}
 		defer orig.Close()
-		if err := netns.Set(ns); err != nil {
+		if err := join(); err != nil {
 			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("enter netns: %w", err)
+			errc <- err
 			return
 		}
 		ferr := fn()
@@ -56,38 +92,18 @@ func createNetNS(path string) error {
 		return fmt.Errorf("create netns mount point: %w", err)
 	}
 	f.Close()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("get current netns: %w", err)
-			return
-		}
-		defer orig.Close()
-		nsh, err := netns.New() // unshare(CLONE_NEWNET) on this thread
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("unshare netns: %w", err)
-			return
-		}
-		defer nsh.Close()
-		if err := netns.Set(orig); err != nil {
-			errc <- fmt.Errorf("restore netns: %w", err)
-			return // stay locked: the thread dies
-		}
-		runtime.UnlockOSThread()
-		src := fmt.Sprintf("/proc/self/fd/%d", int(nsh))
-		if err := unix.Mount(src, path, "none", unix.MS_BIND, ""); err != nil {
-			errc <- fmt.Errorf("bind-mount netns: %w", err)
-			return
-		}
-		errc <- nil
-	}()
-	if err := <-errc; err != nil {
+	nsh, err := newNetNS()
+	if err != nil {
 		os.Remove(path)
 		return err
+	}
+	defer nsh.Close()
+	// The fd table is the process's, so /proc/self/fd names the
+	// namespace from whichever thread runs this.
+	src := fmt.Sprintf("/proc/self/fd/%d", int(nsh))
+	if err := unix.Mount(src, path, "none", unix.MS_BIND, ""); err != nil {
+		os.Remove(path)
+		return fmt.Errorf("bind-mount netns: %w", err)
 	}
 	return nil
 }

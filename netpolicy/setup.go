@@ -16,18 +16,11 @@ import (
 // persisted policy without duplicating anything. The rules are installed
 // before the veth exists, so the sandbox is never reachable unfiltered.
 func (m *Manager) Setup(ctx context.Context, id string) (*Sandbox, error) {
-	if err := checkID(id); err != nil {
+	done, err := m.enter(ctx, id)
+	if err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := m.begin(); err != nil {
-		return nil, err
-	}
-	defer m.inflight.Done()
-	unlock := m.ids.Lock(id)
-	defer unlock()
+	defer done()
 	rec, err := m.recordFor(id)
 	if err != nil {
 		return nil, err

@@ -15,18 +15,11 @@ import (
 // still inside the namespace keep it alive but have no interface left
 // beyond lo; the daemon stops them first.
 func (m *Manager) Teardown(ctx context.Context, id string) error {
-	if err := checkID(id); err != nil {
+	done, err := m.enter(ctx, id)
+	if err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := m.begin(); err != nil {
-		return err
-	}
-	defer m.inflight.Done()
-	unlock := m.ids.Lock(id)
-	defer unlock()
+	defer done()
 	n := m.namesFor(id)
 	m.mu.Lock()
 	l := m.live[id]

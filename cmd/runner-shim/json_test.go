@@ -17,36 +17,25 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/internal/gobuild"
 	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
 var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
+	shimBuild gobuild.Once
+	shimDir   = sync.OnceValues(func() (string, error) { return os.MkdirTemp("", "rsbin") })
 )
 
 // shimBin builds runner-shim once per test binary, with a version stamped
 // in, so the tests run the real thing.
 func shimBin(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "rsbin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		builtBin = filepath.Join(dir, "runner-shim")
-		out, err := exec.Command("go", "build", "-ldflags", "-X github.com/agentrunner/runner/version.Version=v9.9.9-test", "-o", builtBin, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	dir, err := shimDir()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return builtBin
+	return shimBuild.Build(t, filepath.Join(dir, "runner-shim"), "v9.9.9-test", ".")
 }
 
 // cli runs runner-shim on a fresh short root.
@@ -259,12 +248,14 @@ func TestExitStatuses(t *testing.T) {
 			t.Errorf("%v: exec_error %q (%v), want %q", tc.args, e.Error.ExecError, err, tc.want)
 		}
 	}
-	for _, tc := range []struct {
+	// errCase is a command that must fail with code, and exit with status.
+	type errCase struct {
 		name   string
 		args   []string
 		code   wire.Code
 		status int
-	}{
+	}
+	for _, tc := range []errCase{
 		{"status of an unknown session", []string{"status", "nope"}, wire.CodeNotFound, wire.ShimExitNotFound},
 		{"write to an unknown session", []string{"write", "nope", "x"}, wire.CodeNotFound, wire.ShimExitNotFound},
 		{"close-stdin of an unknown session", []string{"close-stdin", "nope"}, wire.CodeNotFound, wire.ShimExitNotFound},
@@ -280,12 +271,7 @@ func TestExitStatuses(t *testing.T) {
 		wantCode(t, tc.name, a, code, tc.code, tc.status)
 	}
 	// attach: the terminal frame carries the code, the status agrees.
-	for _, tc := range []struct {
-		name   string
-		args   []string
-		code   wire.Code
-		status int
-	}{
+	for _, tc := range []errCase{
 		{"attach to an unknown session", []string{"attach", "nope"}, wire.CodeNotFound, wire.ShimExitNotFound},
 		{"attach beyond the end", []string{"attach", "--stdout", "6", "done"}, wire.CodeInvalid, wire.ShimExitInvalid},
 	} {

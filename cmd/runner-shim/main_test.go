@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,30 +16,17 @@ import (
 // interface: spawn, write, close-stdin, attach (frames and text), status,
 // list.
 func TestCLI(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "runner-shim")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	root, err := os.MkdirTemp("", "rs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
+	c := newCLI(t)
+	root := c.root
+	// run answers stdout alone on success, stdout then stderr on a
+	// failure, so a message is found whichever stream carries it.
 	run := func(stdin string, args ...string) (string, int) {
 		t.Helper()
-		cmd := exec.Command(bin, append([]string{"--root", root}, args...)...)
-		cmd.Stdin = strings.NewReader(stdin)
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return out.String() + errb.String(), ee.ExitCode()
+		out, errOut, code := c.run(stdin, args...)
+		if code != 0 {
+			return out + errOut, code
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out.String(), 0
+		return out, 0
 	}
 
 	id, code := run("", "spawn", "--id", "c1", "--", "sh", "-c", `cat; echo bye >&2; exit 6`)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/client"
+	"github.com/agentrunner/runner/internal/gobuild"
 	"github.com/agentrunner/runner/internal/testpki"
 	"github.com/agentrunner/runner/wire"
 )
@@ -316,10 +317,9 @@ func drain(r *os.File) {
 func buildRunner(t *testing.T, version string) string {
 	t.Helper()
 	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+"/", "-ldflags", "-X github.com/agentrunner/runner/version.Version="+version,
-		"github.com/agentrunner/runner/cmd/runnerd", "github.com/agentrunner/runner/cmd/runner-shim", "github.com/agentrunner/runner/cmd/runner")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build %s: %v\n%s", version, err, out)
+	if err := gobuild.Build(dir+"/", version,
+		"github.com/agentrunner/runner/cmd/runnerd", "github.com/agentrunner/runner/cmd/runner-shim", "github.com/agentrunner/runner/cmd/runner"); err != nil {
+		t.Fatalf("build %s: %v", version, err)
 	}
 	return dir
 }

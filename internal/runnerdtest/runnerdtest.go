@@ -34,6 +34,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/agentrunner/runner/internal/gobuild"
 )
 
 // Main is a test package's TestMain body: it builds runnerd into a fresh
@@ -74,9 +76,7 @@ func Main(m *testing.M, prefix string, setup func(bin string) error) int {
 // Build compiles cmd/runnerd into dir and returns the binary's path.
 func Build(dir string) (string, error) {
 	bin := filepath.Join(dir, "runnerd")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/agentrunner/runner/cmd/runnerd")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
+	if err := gobuild.Build(bin, "", "github.com/agentrunner/runner/cmd/runnerd"); err != nil {
 		return "", fmt.Errorf("build runnerd: %w", err)
 	}
 	return bin, nil
@@ -300,21 +300,30 @@ func (d *Daemon) Stop() {
 			<-done
 		}
 	}
-	pids, _ := filepath.Glob(filepath.Join(d.State, "s", "*", "shim.pid"))
+	KillShims(d.State)
+	d.log.Close()
+	os.RemoveAll(d.State)
+}
+
+// KillShims kills, each with its process group, the shims whose pid files
+// lie under the runnerd state directory state: call it only on a state
+// directory of a runnerd the test started, once that runnerd has stopped
+// (a shim outlives its daemon by design), so that it ends only the test's
+// own processes.
+func KillShims(state string) {
+	pids, _ := filepath.Glob(filepath.Join(state, "s", "*", "shim.pid"))
 	for _, p := range pids {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			continue
 		}
 		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
-			// Our own session's shim (started by our daemon): its process
-			// group is its session; kill the group, then the shim.
+			// A session's shim leads its own process group (its
+			// session): kill the group, then the shim.
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
-	d.log.Close()
-	os.RemoveAll(d.State)
 }
 
 // LogTail returns the last 4000 bytes of the daemon's log.
