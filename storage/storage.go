@@ -309,22 +309,29 @@ func (p *Pool) lock() error {
 	return nil
 }
 
+// lockFor checks a volume's name and limits (the driver's say included)
+// before anything is touched, then takes the pool's lock: the caller
+// unlocks p.mu when it returns nil.
+func (p *Pool) lockFor(name string, l Limits) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	if err := checkLimits(l); err != nil {
+		return err
+	}
+	if err := p.drv.check(l); err != nil {
+		return err
+	}
+	return p.lock()
+}
+
 // Create returns volume name, making it with limits l if it does not
 // exist (get-or-create). An existing volume with other limits is
 // [ErrInvalid]; a limit the driver would not hold is [ErrNotSupported].
 // A Create cut short by a crash is undone by the next Open, or by the
 // next Create of the same name.
 func (p *Pool) Create(ctx context.Context, name string, l Limits) (Volume, error) {
-	if err := checkName(name); err != nil {
-		return Volume{}, err
-	}
-	if err := checkLimits(l); err != nil {
-		return Volume{}, err
-	}
-	if err := p.drv.check(l); err != nil {
-		return Volume{}, err
-	}
-	if err := p.lock(); err != nil {
+	if err := p.lockFor(name, l); err != nil {
 		return Volume{}, err
 	}
 	defer p.mu.Unlock()
@@ -370,16 +377,7 @@ func grows(a, b int64) bool { return b == 0 || (a != 0 && b >= a) }
 // one (a limit where there was none included) is [ErrInvalid]; the
 // volume is unchanged.
 func (p *Pool) Grow(ctx context.Context, name string, l Limits) (Volume, error) {
-	if err := checkName(name); err != nil {
-		return Volume{}, err
-	}
-	if err := checkLimits(l); err != nil {
-		return Volume{}, err
-	}
-	if err := p.drv.check(l); err != nil {
-		return Volume{}, err
-	}
-	if err := p.lock(); err != nil {
+	if err := p.lockFor(name, l); err != nil {
 		return Volume{}, err
 	}
 	defer p.mu.Unlock()
