@@ -19,9 +19,13 @@ import (
 
 	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/adapter/guest"
+	"github.com/agentrunner/runner/adapter/hosted/hostedtest"
 )
 
 const testVersion = "v0.0.0-guest-test"
+
+// read and readUntil read a stream as every hosted provider's tests do.
+var read, readUntil = hostedtest.Collect, hostedtest.ReadUntil
 
 var (
 	shimDir    string // holds runner-shim (testVersion) and runner-shim-old
@@ -179,51 +183,6 @@ func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// read collects a stream to its terminal frame.
-func read(t *testing.T, st adapter.Stream) (stdout, stderr []byte, end adapter.Frame) {
-	t.Helper()
-	timeout := time.After(60 * time.Second)
-	for {
-		select {
-		case f, ok := <-st.Frames():
-			if !ok {
-				t.Fatal("stream closed without a terminal frame")
-			}
-			if f.Terminal() {
-				return stdout, stderr, f
-			}
-			if f.Stream == adapter.Stderr {
-				stderr = append(stderr, f.Data...)
-			} else {
-				stdout = append(stdout, f.Data...)
-			}
-		case <-timeout:
-			t.Fatal("stream: no terminal frame in 60s")
-		}
-	}
-}
-
-// readUntil reads stdout until it holds want.
-func readUntil(t *testing.T, st adapter.Stream, want string) []byte {
-	t.Helper()
-	var out []byte
-	timeout := time.After(30 * time.Second)
-	for !bytes.Contains(out, []byte(want)) {
-		select {
-		case f, ok := <-st.Frames():
-			if !ok || f.Terminal() {
-				t.Fatalf("stream ended (%v) before %q; got %q", f, want, out)
-			}
-			if f.Stream == adapter.Stdout {
-				out = append(out, f.Data...)
-			}
-		case <-timeout:
-			t.Fatalf("no %q in 30s; got %q", want, out)
-		}
-	}
-	return out
 }
 
 func TestSpawnStdinExit(t *testing.T) {

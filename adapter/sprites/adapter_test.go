@@ -88,48 +88,8 @@ func TestConformance(t *testing.T) {
 
 var ctxT = hostedtest.Ctx
 
-// readAll collects a stream to its terminal frame.
-func readAll(t *testing.T, st adapter.Stream) (stdout, stderr []byte, end adapter.Frame) {
-	t.Helper()
-	timeout := time.After(60 * time.Second)
-	for {
-		select {
-		case f, ok := <-st.Frames():
-			if !ok {
-				t.Fatal("stream closed without a terminal frame")
-			}
-			if f.Terminal() {
-				return stdout, stderr, f
-			}
-			if f.Stream == adapter.Stderr {
-				stderr = append(stderr, f.Data...)
-			} else {
-				stdout = append(stdout, f.Data...)
-			}
-		case <-timeout:
-			t.Fatal("no terminal frame in 60s")
-		}
-	}
-}
-
-// readUntil reads stdout until it holds want.
-func readUntil(t *testing.T, st adapter.Stream, want string) []byte {
-	t.Helper()
-	var out []byte
-	timeout := time.After(30 * time.Second)
-	for !strings.Contains(string(out), want) {
-		select {
-		case f, ok := <-st.Frames():
-			if !ok || f.Terminal() {
-				t.Fatalf("stream ended (%v) before %q; got %q", f, want, out)
-			}
-			out = append(out, f.Data...)
-		case <-timeout:
-			t.Fatalf("no %q in 30s; got %q", want, out)
-		}
-	}
-	return out
-}
+// readAll and readUntil read a stream as every hosted provider's tests do.
+var readAll, readUntil = hostedtest.Collect, hostedtest.ReadUntil
 
 // TestExitFrameNeverArrives: with every exec closed without its exit
 // frame, the adapter still creates (upload, version check), runs execs
