@@ -124,11 +124,15 @@ func Start(t testing.TB) *Server {
 	etcdData := filepath.Join(s.dir, "etcd")
 	s.etcd = s.spawn("etcd", bins.Etcd, "--data-dir", etcdData,
 		"--client-url", "http://"+etcdAddr, "--peer-url", "http://127.0.0.1:2380")
-	s.waitHTTP(ctx, "etcd", "http://"+etcdAddr+"/health", "", 30*time.Second)
+	s.waitHTTP(ctx, s.etcd, "etcd", "http://"+etcdAddr+"/health", "", 30*time.Second)
 
 	s.apiArgs = []string{
 		"--etcd-servers=http://" + etcdAddr,
 		"--advertise-address=127.0.0.1", "--bind-address=127.0.0.1", "--secure-port=6443",
+		// No kubernetes Service endpoints: v1.37 refuses a loopback
+		// advertise address to its endpoint reconciler, and nothing here
+		// reaches the API server through the Service.
+		"--endpoint-reconciler-type=none",
 		"--tls-cert-file=" + serving.CertFile, "--tls-private-key-file=" + serving.KeyFile,
 		"--service-account-key-file=" + sa.KeyFile, "--service-account-signing-key-file=" + sa.KeyFile,
 		"--service-account-issuer=https://kubernetes.default.svc",
@@ -151,7 +155,7 @@ func (s *Server) startAPI(ctx context.Context) {
 	s.mu.Lock()
 	s.api = p
 	s.mu.Unlock()
-	s.waitHTTP(ctx, "kube-apiserver", s.URL+"/readyz", s.AdminToken, 2*time.Minute)
+	s.waitHTTP(ctx, p, "kube-apiserver", s.URL+"/readyz", s.AdminToken, 2*time.Minute)
 }
 
 // RestartAPIServer stops kube-apiserver (SIGTERM, by pid) and starts it
@@ -230,13 +234,21 @@ func (s *Server) stop() {
 	s.ns.Close()
 }
 
-// waitHTTP polls url from inside the netns until it answers 200.
-func (s *Server) waitHTTP(ctx context.Context, name, url, token string, limit time.Duration) {
+// waitHTTP polls url from inside the netns until it answers 200, and
+// fails the test if p exits first or limit passes.
+func (s *Server) waitHTTP(ctx context.Context, p *proc, name, url, token string, limit time.Duration) {
 	s.t.Helper()
 	c := s.httpClient()
 	deadline := time.Now().Add(limit)
 	var last string
 	for time.Now().Before(deadline) {
+		select {
+		case <-p.done:
+			last = "exited: " + p.cmd.ProcessState.String()
+			deadline = time.Now()
+			continue
+		default:
+		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
@@ -308,7 +320,7 @@ func (s *Server) gatedDial(ctx context.Context, network, addr string) (net.Conn,
 	cut := s.cut
 	s.mu.Unlock()
 	if cut {
-		return nil, fmt.Errorf("dial %s: network cut by the test", addr)
+		return nil, refused(network, addr)
 	}
 	c, err := s.ns.dial(ctx, network, addr)
 	if err != nil {
@@ -318,11 +330,19 @@ func (s *Server) gatedDial(ctx context.Context, network, addr string) (net.Conn,
 	defer s.mu.Unlock()
 	if s.cut {
 		c.Close()
-		return nil, fmt.Errorf("dial %s: network cut by the test", addr)
+		return nil, refused(network, addr)
 	}
 	gc := &gatedConn{Conn: c, s: s}
 	s.conns[gc] = struct{}{}
 	return gc, nil
+}
+
+// refused is the error a dial to a stopped API server's address meets:
+// the connection is refused. (client-go's reflector retries a watch from
+// its resource version on that error, rather than relisting.)
+func refused(network, addr string) error {
+	a, _ := net.ResolveTCPAddr(network, addr)
+	return &net.OpError{Op: "dial", Net: network, Addr: a, Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
 }
 
 type gatedConn struct {
@@ -340,8 +360,9 @@ func (c *gatedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// Cut closes every connection made through Config and fails new dials
-// until Heal: the clients' watches end and cannot restart.
+// Cut closes every connection made through Config and refuses new dials
+// (ECONNREFUSED) until Heal, as a stopped API server's address does: the
+// clients' watches end and cannot restart.
 func (s *Server) Cut() {
 	s.mu.Lock()
 	s.cut = true
