@@ -64,7 +64,7 @@ type Server struct {
 
 	mu      sync.Mutex // guards api, cut, conns
 	api     *proc
-	cut     bool                  // Cut: gated dials fail
+	cut     bool                  // Cut: gated dials are refused
 	conns   map[net.Conn]struct{} // open gated connections
 	etcd    *proc
 	etcdMu  sync.Mutex // serialises compactions
