@@ -30,6 +30,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
@@ -99,8 +100,10 @@ var _ fleet.Notifier = (*Kubernetes)(nil)
 var _ fleet.Discovery = (*Kubernetes)(nil)
 
 // New starts watching pods matching opts.Selector and nodes through cs,
-// and returns once both caches are synced (or ctx ends: then it fails).
-// The caller must Close it.
+// and returns once both caches are synced. It fails when ctx ends first,
+// or at once when the API server refuses the list or watch (401, 403:
+// the error wraps the server's, so apierrors.IsForbidden holds). The
+// caller must Close it.
 func New(ctx context.Context, cs kubernetes.Interface, opts Options) (*Kubernetes, error) {
 	if opts.Selector == "" {
 		return nil, errors.New("k8s discovery: a pod label selector is required")
@@ -135,11 +138,30 @@ func New(ctx context.Context, cs kubernetes.Interface, opts Options) (*Kubernete
 		UpdateFunc: func(any, any) { k.notify() },
 		DeleteFunc: func(any) { k.notify() },
 	}
-	if _, err := podF.Core().V1().Pods().Informer().AddEventHandler(notify); err != nil {
-		return nil, fmt.Errorf("watch pods: %w", err)
+	// A refusal (401, 403) does not end an informer: its reflector logs it
+	// and retries with backoff, and the caches never sync. Until they
+	// have, New fails on the first refusal with the server's own error,
+	// rather than waiting out ctx and reporting only a deadline.
+	refused := make(chan error, 1)
+	onWatchError := func(ctx context.Context, r *cache.Reflector, err error) {
+		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+			select {
+			case refused <- err:
+			default:
+			}
+		}
+		cache.DefaultWatchErrorHandler(ctx, r, err)
 	}
-	if _, err := nodeF.Core().V1().Nodes().Informer().AddEventHandler(notify); err != nil {
-		return nil, fmt.Errorf("watch nodes: %w", err)
+	for what, inf := range map[string]cache.SharedIndexInformer{
+		"pods":  podF.Core().V1().Pods().Informer(),
+		"nodes": nodeF.Core().V1().Nodes().Informer(),
+	} {
+		if _, err := inf.AddEventHandler(notify); err != nil {
+			return nil, fmt.Errorf("watch %s: %w", what, err)
+		}
+		if err := inf.SetWatchErrorHandlerWithContext(onWatchError); err != nil {
+			return nil, fmt.Errorf("watch %s: %w", what, err)
+		}
 	}
 	podF.Start(k.stop)
 	nodeF.Start(k.stop)
@@ -156,6 +178,10 @@ func New(ctx context.Context, cs kubernetes.Interface, opts Options) (*Kubernete
 	select {
 	case <-synced:
 		return k, nil
+	case err := <-refused:
+		k.Close()
+		<-synced
+		return nil, fmt.Errorf("list and watch pods and nodes: %w", err)
 	case <-ctx.Done():
 		k.Close()
 		<-synced
