@@ -134,6 +134,14 @@ func TestDiskBudget(t *testing.T) {
 			}
 			wantWriteRefused(t, a, "full", "big", 64*mib)
 			bAnswers(t, a, "other", "full's disk at its budget")
+			// Another sandbox passes the pool's directories (0711) to its
+			// own workspace, never into this one's.
+			if res := execIn(a, "other", "ls "+full.Workspace); res.Exit.Code == 0 || !strings.Contains(string(res.Stderr), "Permission denied") {
+				t.Fatalf("ls of full's workspace from other: exit %+v stdout %q stderr %q, want Permission denied", res.Exit, res.Stdout, res.Stderr)
+			}
+			if want := filepath.Join(volumePath(state, driver, "full"), "workspace"); full.Workspace != want {
+				t.Fatalf("workspace %s, want %s (on the volume)", full.Workspace, want)
+			}
 
 			got := a.getSandbox("full")
 			if got.Usage == nil || got.Usage.DiskBytes == nil || *got.Usage.DiskBytes < 24*mib || *got.Usage.DiskBytes > 33*mib {
@@ -295,11 +303,13 @@ func TestHostileDiskNestedSubvolume(t *testing.T) {
 	a, _ := startPooled(t, state, storage.Btrfs)
 	a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "esc", Limits: &wire.Limits{DiskBytes: 32 * mib}}, 200, nil)
 	res := execIn(a, "esc", "btrfs subvolume create sub")
+	wantExit0(t, a, "esc", "mkdir -p sub")
+	// The write first: what the attack is after (without the filter,
+	// sub is a subvolume and the 64 MiB land past the 32 MiB budget).
+	wantWriteRefused(t, a, "esc", "sub/big", 64*mib)
 	if res.Exit.Code == 0 || !strings.Contains(string(res.Stdout)+string(res.Stderr), "Operation not permitted") {
 		t.Fatalf("btrfs subvolume create in a sandbox: exit %+v stdout %q stderr %q, want it refused with \"Operation not permitted\"", res.Exit, res.Stdout, res.Stderr)
 	}
-	wantExit0(t, a, "esc", "mkdir -p sub")
-	wantWriteRefused(t, a, "esc", "sub/big", 64*mib)
 }
 
 // haveSysResource reports whether this process (and so the runnerd it
