@@ -322,3 +322,22 @@ func haveSysResource() bool {
 	}
 	return data[unix.CAP_SYS_RESOURCE/32].Effective&(1<<(uint(unix.CAP_SYS_RESOURCE)%32)) != 0
 }
+
+// TestDiskBudgetCheckpointRestore: a checkpoint of a sandbox on a volume
+// restores into it (the swap happens inside the volume's root), and the
+// budget still holds afterwards.
+func TestDiskBudgetCheckpointRestore(t *testing.T) {
+	needV1Cgroups(t)
+	state := t.TempDir()
+	a, _ := startPooled(t, state, storage.Btrfs)
+	a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "ck", Limits: &wire.Limits{DiskBytes: 32 * mib}}, 200, nil)
+	wantExit0(t, a, "ck", "echo one > f")
+	var ck wire.Checkpoint
+	a.must("POST", "/v1/sandboxes/ck/checkpoints", nil, 201, &ck)
+	wantExit0(t, a, "ck", "echo two > f; echo new > h")
+	a.must("POST", "/v1/sandboxes/ck/checkpoints/"+ck.ID+"/restore", nil, 200, nil)
+	if out := wantExit0(t, a, "ck", "cat f; test ! -e h && echo no-h"); out != "one\nno-h\n" {
+		t.Fatalf("after restore: %q, want \"one\\nno-h\\n\"", out)
+	}
+	wantWriteRefused(t, a, "ck", "big", 64*mib)
+}

@@ -161,7 +161,7 @@ func (s *Manager) planCreate(req wire.CreateSandbox) (p createPlan, err error) {
 			return p, err
 		}
 	}
-	if p.disk, err = s.planDisk(req.Limits); err != nil { // disk.go
+	if p.disk, err = s.planDisk(req.Limits); err != nil { // disk.go: invalid or not_supported before anything is made
 		return p, err
 	}
 	if p.limits, err = s.parseLimits(cgroupPart(req.Limits)); err != nil { // limits.go: not_supported or invalid before anything is made
