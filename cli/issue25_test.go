@@ -252,7 +252,7 @@ func TestCreateLimitsAndOOM(t *testing.T) {
 		{[]string{"create", "x", "--disk", "1q"}, exitUsage, "runner create: --disk \"1q\": want a size such as 10g (see runner create --help)\n"},
 		// --disk goes to runnerd as disk_bytes: its refusal, not a guess
 		// of runner's, is what the user reads.
-		{[]string{"create", "x", "--disk", "1g"}, exitNotSupported, "runner: create x: not_supported: disk_bytes and disk_inodes are not enforced by this runnerd (a disk budget needs a file system per sandbox, not built yet; docs/operations.md, \"When the disk fills\")\nrunner: hint: nothing was created; `runner caps` lists what this runnerd enforces (resource_limits for limits, network_policy for --allow/--deny-all)\n"},
+		{[]string{"create", "x", "--disk", "1g"}, exitNotSupported, "runner: create x: not_supported: disk_bytes and disk_inodes are not enforced by this runnerd: its storage driver is dir, which bounds no disk (runnerd --storage auto, btrfs or ext4 enforces them; GET /v1/info says storage_driver and disk_budgets)\nrunner: hint: nothing was created; `runner caps` lists what this runnerd enforces (resource_limits for limits, network_policy for --allow/--deny-all)\n"},
 	} {
 		if _, errOut, code := d.cli(t, nil, tc.args...); code != tc.code || errOut != tc.want {
 			t.Errorf("runner %s: exit %d stderr %q; want %d %q", strings.Join(tc.args, " "), code, errOut, tc.code, tc.want)

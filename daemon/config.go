@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentrunner/runner/daemon/sandboxes"
 	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/storage"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -282,6 +283,17 @@ type Config struct {
 	// Checked at start: a bad value fails Run.
 	DefaultLimits wire.Limits
 
+	// Storage is the storage driver of the sandboxes' disks: StorageDir
+	// (the default when empty: no disk budgets), "btrfs", "ext4" or
+	// StorageAuto (package storage; daemon/sandboxes/disk.go).
+	// StorageSize is the btrfs pool file's size (0: DefaultStorageSize)
+	// and DefaultDisk the disk_bytes of a sandbox created without one
+	// where budgets are enforced (0 with a budget driver: none on btrfs,
+	// refused on ext4, which needs a size).
+	Storage     string
+	StorageSize int64
+	DefaultDisk int64
+
 	// Version is reported by /healthz.
 	Version string
 	// Logger receives structured logs; nil means slog.Default().
@@ -470,8 +482,48 @@ func (cfg *Config) defaultLimits() error {
 	if cfg.Cgroups == CgroupsOff && cfg.DefaultLimits != (wire.Limits{}) {
 		return errors.New("config: default limits need cgroups (--cgroups=auto)")
 	}
+	if cfg.DefaultLimits.DiskBytes != 0 || cfg.DefaultLimits.DiskInodes != 0 {
+		return errors.New("config: the default disk budget is DefaultDisk (--default-disk), not a default limit")
+	}
+	switch cfg.Storage {
+	case "":
+		cfg.Storage = StorageDir
+	case StorageDir, StorageAuto, storage.Btrfs, storage.Ext4:
+	default:
+		return fmt.Errorf("config: storage %q: want %q, %q, %q or %q", cfg.Storage, StorageAuto, storage.Btrfs, storage.Ext4, StorageDir)
+	}
+	if cfg.StorageSize == 0 {
+		cfg.StorageSize = DefaultStorageSize
+	}
+	if cfg.StorageSize < 128<<20 || cfg.DefaultDisk < 0 {
+		return fmt.Errorf("config: storage size %d (want at least 128 MiB) and default disk %d (want 0 or more)", cfg.StorageSize, cfg.DefaultDisk)
+	}
 	return nil
 }
+
+// Storage drivers (Config.Storage).
+const (
+	// StorageDir keeps every sandbox's disk in a plain directory under
+	// the state directory: no disk budget (disk_bytes is refused 501).
+	// The default this release: a pool volume per sandbox changes where
+	// workspaces live and what a create costs, measured before it becomes
+	// the default (docs/operations.md, "Storage pool").
+	StorageDir = storage.Dir
+	// StorageAuto picks btrfs, else ext4, else dir, as the host has them
+	// (storage.DefaultDriver), or the driver of the state directory's
+	// existing pool; a pool it cannot open falls back to dir, logged.
+	StorageAuto = sandboxes.StorageAuto
+)
+
+// DefaultStorageSize is the btrfs pool file's size (sparse: it takes
+// what the volumes hold): every sandbox's disk together.
+const DefaultStorageSize = storage.DefaultPoolSize
+
+// DefaultDiskBytes is runnerd's --default-disk: 4 GiB, the disk budget
+// of a sandbox created without one (as the journal budget, 4 GiB): room
+// for a repository, its dependencies and a build, while a runaway writer
+// stops there instead of at the state file system's end.
+const DefaultDiskBytes = 4 << 30
 
 // checkListeners checks the preview, metrics and TLS settings and that
 // some API listener is left.

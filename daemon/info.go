@@ -46,6 +46,10 @@ func (s *server) handleInfo(w http.ResponseWriter, r *http.Request) {
 		info.NetworkTable = s.cfg.netTable
 		info.NetworkPending = int(s.sbx.NetsPending())
 	}
+	info.StorageDriver = s.sbx.StorageDriver()
+	if info.DiskBudgets = s.sbx.DiskBudgets(); info.DiskBudgets {
+		info.DefaultDiskBytes = s.cfg.DefaultDisk
+	}
 	if p := s.cfg.pool; p != nil {
 		info.WarmShims = wire.WarmShims{Target: s.cfg.WarmShims, Idle: p.Idle()}
 	}

@@ -35,6 +35,9 @@ func (cfg Config) sandboxes() sandboxes.Config {
 		NetPolicyPool:      cfg.NetPolicyPool,
 		DNSUpstream:        cfg.DNSUpstream,
 		NetPolicyHostNetNS: cfg.NetPolicyHostNetNS,
+		Storage:            cfg.Storage,
+		StorageSize:        cfg.StorageSize,
+		DefaultDisk:        cfg.DefaultDisk,
 	}
 }
 

@@ -148,6 +148,12 @@ func startSubsystems(ctx context.Context, cfg Config, reg *registry.Registry, to
 	if err := s.sbx.InitIdentities(); err != nil { // identities, and the state directory's modes
 		return nil, nil, err
 	}
+	// The pool's volumes are mounted before any session or request can
+	// use a workspace on them (disk.go).
+	if err := s.sbx.StartStorage(ctx); err != nil {
+		return nil, nil, err
+	}
+	stops = append(stops, s.sbx.CloseStorage)
 	s.token = token
 	s.routes()
 	if err := s.recoverState(ctx); err != nil {

@@ -205,7 +205,7 @@ func (s *server) answerSandbox(w http.ResponseWriter, r *http.Request, sb regist
 	}
 	out := toWireSandbox(sb)
 	if usage {
-		out.Usage = s.sbx.Usage(sb)
+		out.Usage = s.sbx.UsageWithDisk(r.Context(), sb)
 	}
 	s.writeJSON(w, http.StatusOK, out)
 }

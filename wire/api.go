@@ -134,10 +134,15 @@ type Limits struct {
 	// CPUPeriodUS (default 100000): quota 2×period is two full cores.
 	CPUQuotaUS  int64 `json:"cpu_quota_us,omitempty"`
 	CPUPeriodUS int64 `json:"cpu_period_us,omitempty"`
-	// DiskBytes and DiskInodes would cap the sandbox's workspace and
-	// journals on the state file system. runnerd does not enforce them
-	// yet: any non-zero value is refused 501 not_supported
-	// (docs/protocol.md), never stored.
+	// DiskBytes and DiskInodes cap the sandbox's disk: its workspace and
+	// private /tmp, /var/tmp and /dev/shm, on a volume of runnerd's
+	// storage pool (docs/operations.md, "Storage pool"). Enforced only
+	// where Info.DiskBudgets is true (else a non-zero value is 501
+	// not_supported); DiskInodes only on the ext4 driver (501 on btrfs).
+	// Absent at create: runnerd's --default-disk. A budget only grows: in
+	// PUT .../limits a smaller value is 400 invalid and an absent one
+	// keeps the current. As reported, what the kernel holds (ext4 makes a
+	// few more inodes than asked).
 	DiskBytes  int64 `json:"disk_bytes,omitempty"`
 	DiskInodes int64 `json:"disk_inodes,omitempty"`
 }
@@ -153,6 +158,11 @@ type Usage struct {
 	Pids    uint64 `json:"pids"`
 	// OOMKills counts the processes the kernel killed for memory.
 	OOMKills uint64 `json:"oom_kills"`
+	// DiskBytes is what the sandbox's volume holds now, and DiskInodes
+	// the inodes in use where the storage driver counts them (ext4);
+	// absent for a sandbox without a volume (no disk budget).
+	DiskBytes  *int64 `json:"disk_bytes,omitempty"`
+	DiskInodes *int64 `json:"disk_inodes,omitempty"`
 }
 
 // Sandbox describes one sandbox. Incarnation changes only when a sandbox of
@@ -423,6 +433,13 @@ type Info struct {
 	// WarmShims is the warm pool: the shims kept started ahead (Target,
 	// 0 when the pool is off) and those waiting now (Idle).
 	WarmShims WarmShims `json:"warm_shims"`
+	// StorageDriver is the storage driver of the sandboxes' disks:
+	// "btrfs", "ext4" or "dir" (empty from a runnerd older than it).
+	// DiskBudgets says disk_bytes is enforced (false on "dir"), and
+	// DefaultDiskBytes is the budget of a sandbox created without one.
+	StorageDriver    string `json:"storage_driver,omitempty"`
+	DiskBudgets      bool   `json:"disk_budgets"`
+	DefaultDiskBytes int64  `json:"default_disk_bytes,omitempty"`
 }
 
 // WarmShims is the warm shim pool's size (Info.WarmShims).

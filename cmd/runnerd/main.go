@@ -139,6 +139,12 @@ func run(args []string) int {
 	defWeight := fs.Uint64("default-cpu-weight", 0, "CPU weight (1..10000, kernel default 100) of a sandbox created without one; 0: the kernel's default")
 	defQuota := fs.Int64("default-cpu-quota-us", 0, "CPU time in microseconds per --default-cpu-period-us a sandbox created without a quota may use (200000 per 100000 is two cores); 0: none")
 	defPeriod := fs.Int64("default-cpu-period-us", 0, "accounting period of --default-cpu-quota-us (1000..1000000; 0: 100000)")
+	storageDriver := fs.String("storage", envOr("RUNNERD_STORAGE", daemon.StorageDir),
+		`storage driver of the sandboxes' disks (docs/operations.md, "Storage pool"): "dir" (the default this release: plain directories, no disk budget; disk_bytes is refused), "btrfs" (one pool file on a loop device, a subvolume and quota per sandbox; no inode budget), "ext4" (an image file and loop device per sandbox; bytes and inodes), or "auto" (btrfs, else ext4, else dir, as this host has them; a state directory's existing pool keeps its driver)`)
+	storageSize := byteSize(daemon.DefaultStorageSize)
+	fs.Var(&storageSize, "storage-size", "size of the btrfs pool file (STATE/storage/pool.img, sparse), with a K, M or G suffix (powers of 1024), at least 128M: every sandbox's disk together; a larger size grows an existing pool, a smaller one leaves it")
+	defDisk := byteSize(daemon.DefaultDiskBytes)
+	fs.Var(&defDisk, "default-disk", "disk budget (disk_bytes) of a sandbox created without one, with a K, M or G suffix (powers of 1024), where budgets are enforced (--storage btrfs, ext4, or auto finding one); 0: none on btrfs (ext4 needs one)")
 	shimBin := fs.String("shim", envOr("RUNNERD_SHIM", ""), `the per-session supervisor binary (runner-shim, run as "PATH serve"), built from the same source as this runnerd; empty: runnerd re-executes itself as "runnerd shim" (one binary, ~0.4 MiB more private memory per idle session)`)
 	diskReserve := fs.Int64("disk-reserve", daemon.DefaultDiskReserve, "bytes set aside on the state file system for the registry commits of terminate, delete, suspend and destroy on a full disk")
 	warmShims := fs.Int("warm-shims", daemon.DefaultWarmShims, "pre-started shims kept waiting for a session, so a spawn skips two process starts (~1.5 MiB private memory each while idle); 0 disables")
@@ -266,6 +272,10 @@ func run(args []string) int {
 		IdentityFirst: idFirst,
 		IdentityLast:  idLast,
 		ClaimDir:      *claimDir,
+
+		Storage:     *storageDriver,
+		StorageSize: int64(storageSize),
+		DefaultDisk: int64(defDisk),
 
 		Cgroups:    *cgroups,
 		CgroupRoot: *cgroupRoot,

@@ -2,6 +2,7 @@
 // lifecycle (create, get, list, suspend, resume, destroy), who its
 // commands run as (identities, isolation), its private directories
 // (/tmp, /var/tmp, /dev/shm) and passwd files, its cgroup and limits,
+// its disk (a volume of the storage pool, with its disk budget),
 // its network namespace and policy, its checkpoints, and the background
 // adoption of cgroups and networks when runnerd starts.
 //
@@ -31,6 +32,7 @@
 // suspend, resume, destroy) and undo.go (a failed create undone),
 // identity.go (identities and isolation), privatetmp.go and
 // passwdfiles.go (what an isolated command's mount namespace binds),
-// limits.go (cgroups, limits, the leaf sweep), network.go (netpolicy),
+// limits.go (cgroups, limits, the leaf sweep), disk.go (the storage
+// pool: a volume per sandbox, disk budgets), network.go (netpolicy),
 // checkpoints.go (checkpoint, list, restore).
 package sandboxes

@@ -192,7 +192,7 @@ func (s *Manager) RemoveSessionCgroup(ctx context.Context, ss registry.Session) 
 // commands never run unbounded.
 func (s *Manager) SessionCgroups(sb registry.Sandbox, ss registry.Session) ([]string, error) {
 	if s.cg == nil {
-		if sb.Limits != nil {
+		if l := cgroupPart(sb.Limits); l != nil && *l != (wire.Limits{}) {
 			return nil, errNoLimits()
 		}
 		return nil, nil
@@ -210,7 +210,23 @@ func (s *Manager) SessionCgroups(sb registry.Sandbox, ss registry.Session) ([]st
 	return dirs, nil
 }
 
-// usage is sb's usage read from its cgroup; nil when it has none.
+// UsageWithDisk is Usage and what sb's volume holds (disk.go), for GET
+// of one sandbox: the disk is read by the pool's driver (a btrfs(8) run
+// on btrfs), which a listing or /metrics would multiply.
+func (s *Manager) UsageWithDisk(ctx context.Context, sb registry.Sandbox) *wire.Usage {
+	u := s.Usage(sb)
+	b, i := s.diskUsage(ctx, sb)
+	if b == nil {
+		return u
+	}
+	if u == nil {
+		u = &wire.Usage{}
+	}
+	u.DiskBytes, u.DiskInodes = b, i
+	return u
+}
+
+// Usage is sb's usage read from its cgroup; nil when it has none.
 func (s *Manager) Usage(sb registry.Sandbox) *wire.Usage {
 	if s.cg == nil || sb.State != wire.SandboxRunning {
 		return nil
@@ -232,26 +248,37 @@ func (s *Manager) Usage(sb registry.Sandbox) *wire.Usage {
 }
 
 // SetLimits replaces sandbox name's limits (zero fields: the host's
-// defaults): the cgroup of a running sandbox first, then the record, so
-// the record never claims a limit the kernel was not given (a failed
-// record write leaves the new limits enforced; a retry records them).
+// defaults; for the disk budget, the sandbox's current one, which only
+// grows, disk.go): the cgroup of a running sandbox first, then the
+// volume, then the record, so the record never claims a limit the kernel
+// was not given (a failed record write leaves the new limits enforced; a
+// retry records them). Everything is checked before anything changes; a
+// volume that fails to grow puts the old cgroup limits back.
 func (s *Manager) SetLimits(ctx context.Context, name string, req wire.Limits) (registry.Sandbox, error) {
 	if err := ValidName(name); err != nil {
 		return registry.Sandbox{}, err
 	}
-	if err := refuseDiskBudget(&req); err != nil { // diskfull.go
-		return registry.Sandbox{}, err
+	diskAsked := req.DiskBytes != 0 || req.DiskInodes != 0
+	if req.DiskBytes < 0 || req.DiskInodes < 0 {
+		return registry.Sandbox{}, apierr.Invalid("limits: disk_bytes %d and disk_inodes %d must not be negative", req.DiskBytes, req.DiskInodes)
 	}
-	if s.cg == nil {
+	if diskAsked && !s.DiskBudgets() {
+		return registry.Sandbox{}, errNoDiskBudget()
+	}
+	cgReq := cgroupPart(&req)
+	if s.cg == nil && (*cgReq != (wire.Limits{}) || !diskAsked) {
 		// not_found first, as PUT .../network answers.
 		if sb, err := s.Scoped(ctx, name); err != nil {
 			return sb, err
 		}
 		return registry.Sandbox{}, errNoLimits()
 	}
-	l, err := s.parseLimits(&req)
-	if err != nil {
-		return registry.Sandbox{}, err
+	var l *wire.Limits
+	if s.cg != nil {
+		var err error
+		if l, err = s.parseLimits(cgReq); err != nil {
+			return registry.Sandbox{}, err
+		}
 	}
 	unlock := s.locks.Lock(name)
 	defer unlock()
@@ -259,40 +286,65 @@ func (s *Manager) SetLimits(ctx context.Context, name string, req wire.Limits) (
 	if err != nil {
 		return sb, err
 	}
-	if sb.State == wire.SandboxRunning {
-		err := s.cg.Update(name, ToCgroupLimits(l))
-		if errors.Is(err, cgroup.ErrNotFound) {
-			err = s.cg.Ensure(name, ToCgroupLimits(l))
+	grow, err := s.planGrow(sb, req) // disk.go: refused before anything changes
+	if err != nil {
+		return sb, err
+	}
+	cgChanged := false
+	if s.cg != nil && sb.State == wire.SandboxRunning {
+		if err := s.applyCgroupLimits(sb, l); err != nil {
+			return sb, err
 		}
-		if err != nil {
-			// The kernel may hold part of the new limits (they are
-			// written one file at a time): the old ones are written back,
-			// so the cgroup holds what the record says.
-			kept := "the old limits stay"
+		cgChanged = true
+	}
+	held, err := s.growDisk(ctx, sb, grow)
+	if err != nil {
+		if cgChanged {
 			if rerr := s.cg.Ensure(name, ToCgroupLimits(sb.Limits)); rerr != nil {
-				s.log.Error("restore limits after a failed update", "sandbox", name, "err", rerr)
-				kept = "restoring the old limits failed too (" + rerr.Error() + "); a spawn or resume converges them"
+				s.log.Error("restore limits after a failed disk grow", "sandbox", name, "err", rerr)
 			}
-			switch {
-			case errors.Is(err, cgroup.ErrInvalid):
-				return sb, apierr.Invalid("limits: %v; %s", err, kept)
-			case errors.Is(err, cgroup.ErrNotHeld):
-				return sb, apierr.Unavailable("apply limits: %v; %s", err, kept)
-			}
-			// Lowering memory below what the sandbox holds fails (EBUSY)
-			// once the kernel cannot reclaim.
-			return sb, apierr.Conflict("apply limits: %v; %s", err, kept)
 		}
+		return sb, err
 	}
 	sb, err = s.reg.UpdateSandbox(name, func(sb *registry.Sandbox) error {
-		sb.Limits = l
+		sb.Limits = diskLimits(l, held)
 		return nil
 	})
 	if err != nil {
 		return sb, s.RegistryErr(err, name)
 	}
-	s.log.Info("sandbox limits set", "sandbox", name, "limits", l)
+	s.log.Info("sandbox limits set", "sandbox", name, "limits", sb.Limits)
 	return sb, nil
+}
+
+// applyCgroupLimits writes limits l to running sb's cgroup; on a failure
+// the old ones are written back, so the cgroup holds what the record
+// says.
+func (s *Manager) applyCgroupLimits(sb registry.Sandbox, l *wire.Limits) error {
+	name := sb.Name
+	err := s.cg.Update(name, ToCgroupLimits(l))
+	if errors.Is(err, cgroup.ErrNotFound) {
+		err = s.cg.Ensure(name, ToCgroupLimits(l))
+	}
+	if err == nil {
+		return nil
+	}
+	// The kernel may hold part of the new limits (they are written one
+	// file at a time): the old ones are written back.
+	kept := "the old limits stay"
+	if rerr := s.cg.Ensure(name, ToCgroupLimits(sb.Limits)); rerr != nil {
+		s.log.Error("restore limits after a failed update", "sandbox", name, "err", rerr)
+		kept = "restoring the old limits failed too (" + rerr.Error() + "); a spawn or resume converges them"
+	}
+	switch {
+	case errors.Is(err, cgroup.ErrInvalid):
+		return apierr.Invalid("limits: %v; %s", err, kept)
+	case errors.Is(err, cgroup.ErrNotHeld):
+		return apierr.Unavailable("apply limits: %v; %s", err, kept)
+	}
+	// Lowering memory below what the sandbox holds fails (EBUSY) once
+	// the kernel cannot reclaim.
+	return apierr.Conflict("apply limits: %v; %s", err, kept)
 }
 
 // Meminfo returns the field of /proc/meminfo that starts with key (e.g.
@@ -451,15 +503,4 @@ func (s *Manager) adoptCgroup(name string) {
 	if err := s.EnsureCgroup(sb); err != nil {
 		s.log.Warn("adopt cgroup", "sandbox", sb.Name, "err", err)
 	}
-}
-
-// refuseDiskBudget answers a disk budget (limits disk_bytes, disk_inodes)
-// 501 not_supported: runnerd does not enforce one yet (it needs a file
-// system per sandbox; this kernel has no project quotas), and a limit
-// that is not enforced is never accepted nor reported.
-func refuseDiskBudget(l *wire.Limits) error {
-	if l != nil && (l.DiskBytes != 0 || l.DiskInodes != 0) {
-		return apierr.NotSupported("disk_bytes and disk_inodes are not enforced by this runnerd (a disk budget needs a file system per sandbox, not built yet; docs/operations.md, \"When the disk fills\")")
-	}
-	return nil
 }

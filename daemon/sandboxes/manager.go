@@ -12,6 +12,7 @@ import (
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/internal/keyed"
 	"github.com/agentrunner/runner/netpolicy"
+	"github.com/agentrunner/runner/storage"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -46,6 +47,15 @@ type Config struct {
 	NetPolicyPool      netip.Prefix
 	DNSUpstream        []netip.AddrPort
 	NetPolicyHostNetNS string
+
+	// Storage is the storage driver of sandboxes' disks (--storage):
+	// storage.Btrfs, storage.Ext4, storage.Dir (no budgets) or
+	// StorageAuto; StorageSize the btrfs pool file's size (0: the
+	// storage package's default); DefaultDisk the disk_bytes of a
+	// sandbox created without one, where budgets are enforced (disk.go).
+	Storage     string
+	StorageSize int64
+	DefaultDisk int64
 }
 
 // Sessions is what the sandboxes manager asks of the sessions of a
@@ -87,7 +97,7 @@ type Metrics interface {
 // Its methods take a context and typed arguments and return typed
 // results and *apierr.Error for what the contract names; none sees an
 // HTTP request. Safe for concurrent use once Start has returned; fields
-// set by Start (cg, net, ids) are read-only afterwards.
+// set by Start (cg, net, ids, pool) are read-only afterwards.
 type Manager struct {
 	cfg      Config
 	log      *slog.Logger
@@ -98,6 +108,7 @@ type Manager struct {
 
 	net    *netpolicy.Manager // nil when network policies are not enforced
 	cg     *cgroup.Manager    // nil when resource limits are not enforced (limits.go)
+	pool   *storage.Pool      // nil on the dir driver: no disk budgets (disk.go)
 	ids    identities         // isolation policy (identity.go)
 	leaves releasedLeaves     // OOM kills of session leaves the sweep removed (limits.go)
 

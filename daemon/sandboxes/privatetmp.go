@@ -14,7 +14,9 @@ package sandboxes
 // and destroy removes them once no process of the sandbox is left. A
 // tmpfs per sandbox (its pages charged to the sandbox's memory cgroup)
 // would bound them by the memory limit, at the price of a host mount per
-// sandbox that outlives a runnerd stopped with sandboxes: not done.
+// sandbox that outlives a runnerd stopped with sandboxes: not done. Where
+// the sandbox has a volume (disk.go) they live on it, VOL/private/ID, and
+// count in its disk budget.
 // One of the three that holds runnerd's state directory stays the host's
 // (its workspaces would vanish behind the private one): runnerd says so
 // at start.
@@ -49,8 +51,13 @@ func privateTargets(state string) (kept []sessiondir.Bind, shared []string) {
 	return kept, shared
 }
 
-// privateTmpDir is the directory holding sb's private directories.
+// privateTmpDir is the directory holding sb's private directories: on
+// its volume (VOL/private/ID, counted in its disk budget) when it has
+// one (disk.go), else under STATE/private.
 func (s *Manager) privateTmpDir(sb registry.Sandbox) string {
+	if s.hasVolume(sb) {
+		return filepath.Join(filepath.Dir(sb.Workspace), "private", NetID(sb.Name, sb.Incarnation))
+	}
 	return filepath.Join(s.cfg.StateDir, "private", NetID(sb.Name, sb.Incarnation))
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
+	"github.com/agentrunner/runner/storage"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -36,6 +37,8 @@ func (s *Manager) Workspace(name string) string {
 //  2. take the sandbox's lock;
 //  3. make the workspace, 0700, before the record, so a record always names
 //     a workspace that exists (a directory a failed create left is reused);
+//     with a budget driver, the sandbox's volume and the workspace in it
+//     (makeVolume, disk.go);
 //  4. commit the record with the identity of an isolated sandbox that
 //     names no user, allocated in the same transaction
 //     (registry.CreateSandboxIdentity), or find the existing one and
@@ -57,7 +60,14 @@ func (s *Manager) Create(ctx context.Context, req wire.CreateSandbox) (_ registr
 	}
 	unlock := s.locks.Lock(req.Name)
 	defer unlock()
-	ws, madeWS, err := s.makeWorkspace(req.Name)
+	var ws string
+	var madeWS, madeVol bool
+	var held storage.Limits
+	if s.DiskBudgets() {
+		ws, held, madeVol, err = s.makeVolume(ctx, req.Name, p.disk) // disk.go
+	} else {
+		ws, madeWS, err = s.makeWorkspace(req.Name)
+	}
 	if err != nil {
 		return registry.Sandbox{}, err
 	}
@@ -69,10 +79,15 @@ func (s *Manager) Create(ctx context.Context, req wire.CreateSandbox) (_ registr
 		User:      req.User,
 		Network:   p.network,
 		Isolated:  p.isolated,
-		Limits:    p.limits,
+		Limits:    diskLimits(p.limits, held),
 	}, p.pool)
 	if err != nil {
 		s.undoWorkspace(ws, madeWS)
+		if madeVol {
+			if derr := s.deleteVolume(ctx, req.Name); derr != nil {
+				s.log.Warn("undo failed create: delete volume", "sandbox", req.Name, "err", derr)
+			}
+		}
 		return sb, apierr.RegistryWrite(err) // diskfull.go
 	}
 	if created {
@@ -80,9 +95,16 @@ func (s *Manager) Create(ctx context.Context, req wire.CreateSandbox) (_ registr
 		// create leaves nothing, and a retry starts afresh (undo.go).
 		defer func() {
 			if err != nil {
-				s.undoCreate(ctx, sb, madeWS)
+				s.undoCreate(ctx, sb, madeWS, madeVol)
 			}
 		}()
+	}
+	// The limits an existing sandbox is compared with (createCgroup):
+	// its disk budget as the kernel holds it.
+	if created {
+		p.limits = sb.Limits
+	} else if s.hasVolume(sb) {
+		p.limits = diskLimits(p.limits, recordedDisk(sb, p.disk))
 	}
 	if !created && req.User != "" && sb.User != req.User { // absent: whatever it is, as network
 		return sb, apierr.ConflictFor(wire.ReasonSandboxExists, "%s: sandbox %q exists with user %q", wire.DetailConflict, sb.Name, sb.User)
@@ -121,6 +143,8 @@ type createPlan struct {
 	uid, gid int
 	pool     *registry.IdentityPool
 	isolated bool
+	// disk is the volume's limits (zero: no volume, disk.go).
+	disk storage.Limits
 }
 
 // planCreate is Create's step 1: it validates req and settles
@@ -137,10 +161,10 @@ func (s *Manager) planCreate(req wire.CreateSandbox) (p createPlan, err error) {
 			return p, err
 		}
 	}
-	if err := refuseDiskBudget(req.Limits); err != nil { // diskfull.go
+	if p.disk, err = s.planDisk(req.Limits); err != nil { // disk.go: invalid or not_supported before anything is made
 		return p, err
 	}
-	if p.limits, err = s.parseLimits(req.Limits); err != nil { // limits.go: not_supported or invalid before anything is made
+	if p.limits, err = s.parseLimits(cgroupPart(req.Limits)); err != nil { // limits.go: not_supported or invalid before anything is made
 		return p, err
 	}
 	p.uid, p.gid = -1, -1
@@ -229,7 +253,7 @@ func (s *Manager) setUpSandbox(ctx context.Context, sb registry.Sandbox, created
 //     then tear down its network namespace (teardownNet): nothing is in
 //     either;
 //  4. remove each session's directory (journal included);
-//  5. remove the workspace;
+//  5. remove the workspace (delete its volume, disk.go);
 //  6. delete its preview tokens, then its record (sessions with it, and
 //     its identity freed in the same transaction): the record goes last,
 //     so a crash before leaves a sandbox to destroy again, never files
@@ -244,7 +268,8 @@ func (s *Manager) Destroy(ctx context.Context, name string, keepCheckpoints bool
 	sb, err := s.reg.GetSandbox(name)
 	if errors.Is(err, registry.ErrNotFound) {
 		os.RemoveAll(s.Workspace(name))
-		return nil
+		// A volume a create left when it died before its record.
+		return s.deleteVolume(ctx, name)
 	}
 	if err != nil {
 		return apierr.Unavailable("read registry: %v", err)
@@ -272,7 +297,11 @@ func (s *Manager) Destroy(ctx context.Context, name string, keepCheckpoints bool
 			return apierr.Unavailable("remove session %s: %v", ss.ID, err)
 		}
 	}
-	if err := os.RemoveAll(s.Workspace(name)); err != nil {
+	if s.hasVolume(sb) {
+		if err := s.deleteVolume(ctx, name); err != nil { // disk.go: the workspace with it
+			return err
+		}
+	} else if err := os.RemoveAll(s.Workspace(name)); err != nil {
 		return apierr.Unavailable("remove workspace: %v", err)
 	}
 	if err := s.removeCheckpoints(name, keepCheckpoints); err != nil { // checkpoints.go

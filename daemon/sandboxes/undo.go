@@ -18,12 +18,12 @@ import (
 )
 
 // undoCreate removes what Create made for the new sandbox sb
-// before it failed: its cgroup, its network, its workspace (when the
-// create made it) and its record, last, as Destroy orders them. A
+// before it failed: its cgroup, its network, its workspace and volume
+// (when the create made them) and its record, last, as Destroy orders them. A
 // step that fails is logged and the record stays, so the sandbox is
 // there to destroy (or re-create) rather than leaving files without a
 // record. The caller holds sb's lock.
-func (s *Manager) undoCreate(ctx context.Context, sb registry.Sandbox, madeWS bool) {
+func (s *Manager) undoCreate(ctx context.Context, sb registry.Sandbox, madeWS, madeVol bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := s.removeCgroup(ctx, sb.Name); err != nil {
@@ -37,6 +37,13 @@ func (s *Manager) undoCreate(ctx context.Context, sb registry.Sandbox, madeWS bo
 	s.undoWorkspace(sb.Workspace, madeWS)
 	if err := s.removePrivateTmp(sb); err != nil { // no command of it ran
 		s.log.Warn("undo failed create: remove private /tmp", "sandbox", sb.Name, "err", err)
+	}
+	if madeVol {
+		// The workspace and private directories with it (disk.go).
+		if err := s.deleteVolume(ctx, sb.Name); err != nil {
+			s.log.Error("undo failed create: delete volume; the sandbox stays to be destroyed", "sandbox", sb.Name, "err", err)
+			return
+		}
 	}
 	if err := s.reg.DeleteSandbox(sb.Name); err != nil {
 		s.log.Error("undo failed create: delete record; the sandbox stays to be destroyed", "sandbox", sb.Name, "err", err)
