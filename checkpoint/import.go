@@ -152,13 +152,22 @@ func decompressSnapshot(z []byte) ([]byte, error) {
 // for Create). Importing a checkpoint the store lists already changes
 // nothing and returns it; one with the same id and other content fails
 // with ErrInvalid.
-func (s *Store) Import(ctx context.Context, r io.Reader) (info Info, err error) {
+func (s *Store) Import(ctx context.Context, r io.Reader) (Info, error) {
+	return s.importArchive(ctx, r, nil)
+}
+
+// importArchive is Import, with every entry given to owner when it is not
+// nil (ImportAs).
+func (s *Store) importArchive(ctx context.Context, r io.Reader, owner *Owner) (info Info, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ar := &arcReader{r: r}
 	sn, err := s.readSnapshotRecord(ar)
 	if err != nil {
 		return Info{}, fmt.Errorf("import checkpoint: %w", err)
+	}
+	if owner != nil {
+		owner.apply(&sn)
 	}
 	id := sn.Info.ID
 	ix, err := s.readIndex()
@@ -194,6 +203,7 @@ func (s *Store) Import(ctx context.Context, r io.Reader) (info Info, err error) 
 			if err != nil {
 				for _, p := range im.written {
 					os.Remove(p)
+					os.Remove(filepath.Dir(p)) // its shard, if this emptied it
 				}
 				os.Remove(s.path("snapshots", id+".json.tmp"))
 				os.Remove(s.path("snapshots", id+".json"))
