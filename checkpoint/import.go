@@ -174,16 +174,9 @@ func (s *Store) importArchive(ctx context.Context, r io.Reader, owner *Owner) (i
 	if err != nil {
 		return Info{}, err
 	}
-	existing := -1
-	if i := slices.IndexFunc(ix.Checkpoints, func(c Info) bool { return c.ID == id }); i >= 0 {
-		old, err := s.readSnapshot(id)
-		if err != nil {
-			return Info{}, err
-		}
-		if !sameTrees(old.Trees, sn.Trees) {
-			return Info{}, fmt.Errorf("import checkpoint %s: the store holds another checkpoint of that id: %w", id, ErrInvalid)
-		}
-		existing = i
+	existing, err := s.listed(ix, sn)
+	if err != nil {
+		return Info{}, err
 	}
 	need := map[string]bool{} // named by the snapshot; true once received
 	for _, t := range sn.Trees {
@@ -244,6 +237,24 @@ func (s *Store) importArchive(ctx context.Context, r io.Reader, owner *Owner) (i
 	crash("import-index")
 	os.Remove(s.path("dirty"))
 	return sn.Info, nil
+}
+
+// listed returns where ix lists sn's checkpoint (-1: nowhere), and
+// ErrInvalid when it lists that id with other trees.
+func (s *Store) listed(ix index, sn snapshot) (int, error) {
+	id := sn.Info.ID
+	i := slices.IndexFunc(ix.Checkpoints, func(c Info) bool { return c.ID == id })
+	if i < 0 {
+		return -1, nil
+	}
+	old, err := s.readSnapshot(id)
+	if err != nil {
+		return -1, err
+	}
+	if !sameTrees(old.Trees, sn.Trees) {
+		return -1, fmt.Errorf("import checkpoint %s: the store holds another checkpoint of that id: %w", id, ErrInvalid)
+	}
+	return i, nil
 }
 
 // sameTrees compares two snapshots' trees as an archive carries them
