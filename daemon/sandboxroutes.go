@@ -6,9 +6,11 @@ package daemon
 
 import (
 	"encoding/base64"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
@@ -228,11 +230,29 @@ func (a *archiveWriter) Write(p []byte) (int, error) {
 	return a.w.Write(p)
 }
 
+// archiveIdle bounds how long an import waits for the next bytes of its
+// body: the import holds the sandbox's lock, so a client that stops
+// sending must not keep the sandbox's spawns and destroy waiting forever.
+const archiveIdle = time.Minute
+
+// idleReader sets the connection's read deadline archiveIdle ahead before
+// each read.
+type idleReader struct {
+	r  io.Reader
+	rc *http.ResponseController
+}
+
+func (i *idleReader) Read(p []byte) (int, error) {
+	_ = i.rc.SetReadDeadline(time.Now().Add(archiveIdle)) // unsupported: unbounded, as before
+	return i.r.Read(p)
+}
+
 // handleImportCheckpoint reads an archive (the body, at most
-// MaxArchiveBody) into the sandbox's store: 201 with the checkpoint, or
-// 200 when the store held it already, identical.
+// MaxArchiveBody, archiveIdle at most between reads) into the sandbox's
+// store: 201 with the checkpoint, or 200 when the store held it already,
+// identical.
 func (s *server) handleImportCheckpoint(w http.ResponseWriter, r *http.Request) {
-	body := http.MaxBytesReader(w, r.Body, MaxArchiveBody)
+	body := &idleReader{r: http.MaxBytesReader(w, r.Body, MaxArchiveBody), rc: http.NewResponseController(w)}
 	c, created, err := s.sbx.ImportCheckpoint(r.Context(), r.PathValue("name"), body)
 	if err != nil {
 		s.writeError(w, r, err)
