@@ -152,7 +152,13 @@ func decompressSnapshot(z []byte) ([]byte, error) {
 // for Create). Importing a checkpoint the store lists already changes
 // nothing and returns it; one with the same id and other content fails
 // with ErrInvalid.
-func (s *Store) Import(ctx context.Context, r io.Reader) (info Info, err error) {
+func (s *Store) Import(ctx context.Context, r io.Reader) (Info, error) {
+	return s.importArchive(ctx, r, nil)
+}
+
+// importArchive is Import, with every entry given to owner when it is not
+// nil (ImportAs).
+func (s *Store) importArchive(ctx context.Context, r io.Reader, owner *Owner) (info Info, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ar := &arcReader{r: r}
@@ -160,21 +166,17 @@ func (s *Store) Import(ctx context.Context, r io.Reader) (info Info, err error) 
 	if err != nil {
 		return Info{}, fmt.Errorf("import checkpoint: %w", err)
 	}
+	if owner != nil {
+		owner.apply(&sn)
+	}
 	id := sn.Info.ID
 	ix, err := s.readIndex()
 	if err != nil {
 		return Info{}, err
 	}
-	existing := -1
-	if i := slices.IndexFunc(ix.Checkpoints, func(c Info) bool { return c.ID == id }); i >= 0 {
-		old, err := s.readSnapshot(id)
-		if err != nil {
-			return Info{}, err
-		}
-		if !sameTrees(old.Trees, sn.Trees) {
-			return Info{}, fmt.Errorf("import checkpoint %s: the store holds another checkpoint of that id: %w", id, ErrInvalid)
-		}
-		existing = i
+	existing, err := s.listed(ix, sn)
+	if err != nil {
+		return Info{}, err
 	}
 	need := map[string]bool{} // named by the snapshot; true once received
 	for _, t := range sn.Trees {
@@ -194,6 +196,7 @@ func (s *Store) Import(ctx context.Context, r io.Reader) (info Info, err error) 
 			if err != nil {
 				for _, p := range im.written {
 					os.Remove(p)
+					os.Remove(filepath.Dir(p)) // its shard, if this emptied it
 				}
 				os.Remove(s.path("snapshots", id+".json.tmp"))
 				os.Remove(s.path("snapshots", id+".json"))
@@ -234,6 +237,24 @@ func (s *Store) Import(ctx context.Context, r io.Reader) (info Info, err error) 
 	crash("import-index")
 	os.Remove(s.path("dirty"))
 	return sn.Info, nil
+}
+
+// listed returns where ix lists sn's checkpoint (-1: nowhere), and
+// ErrInvalid when it lists that id with other trees.
+func (s *Store) listed(ix index, sn snapshot) (int, error) {
+	id := sn.Info.ID
+	i := slices.IndexFunc(ix.Checkpoints, func(c Info) bool { return c.ID == id })
+	if i < 0 {
+		return -1, nil
+	}
+	old, err := s.readSnapshot(id)
+	if err != nil {
+		return -1, err
+	}
+	if !sameTrees(old.Trees, sn.Trees) {
+		return -1, fmt.Errorf("import checkpoint %s: the store holds another checkpoint of that id: %w", id, ErrInvalid)
+	}
+	return i, nil
 }
 
 // sameTrees compares two snapshots' trees as an archive carries them

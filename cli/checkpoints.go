@@ -17,14 +17,23 @@ import (
 
 func init() {
 	commands = append(commands,
-		&command{name: "checkpoint", args: "NAME [-m COMMENT]", min: 1, max: 1,
-			short: "checkpoint a sandbox's disk (its processes frozen meanwhile)",
+		&command{name: "checkpoint", args: "NAME [-m COMMENT] | export NAME ID [--base ID] | import NAME", min: 1, max: 3,
+			short: "checkpoint a sandbox's disk (its processes frozen meanwhile); export, import",
 			long: `Prints the checkpoint's id. The sandbox's processes are frozen while its disk
 is read and continue after; sessions lose no output. Storage is deduplicated:
 a second checkpoint after a small change stores little.
 --json prints the checkpoint object.
-Example:
-  id=$(runner checkpoint web-1 -m "before the migration")`,
+
+runner checkpoint export NAME ID writes checkpoint ID of sandbox NAME to stdout
+as an archive (never to a terminal); --base ID2 leaves out what checkpoint ID2
+holds, for a receiver that imported ID2 already (one without it refuses the
+archive). runner checkpoint import NAME reads an archive from stdin into
+sandbox NAME's checkpoints and prints the checkpoint's id (--json: the object);
+every file of it then belongs to NAME's user, setuid bits cleared. A
+corrupted or truncated archive fails restore_failed with nothing kept.
+Examples:
+  id=$(runner checkpoint web-1 -m "before the migration")
+  runner checkpoint export web-1 "$id" | ssh host2 runner checkpoint import web-1`,
 			setup: checkpointCmd},
 		&command{name: "checkpoints", args: "NAME", min: 1, max: 1,
 			short: "list a sandbox's checkpoints, oldest first",
@@ -77,7 +86,20 @@ func (e *env) progress(what string) (stop func()) {
 
 func checkpointCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
 	comment := fs.String("m", "", "a comment stored with the checkpoint")
+	base := fs.String("base", "", "export: leave out what this checkpoint (held by the receiver) holds")
 	return func(ctx context.Context, e *env, pos, _ []string) error {
+		// By the count of arguments: a sandbox may be named export or
+		// import, and "runner checkpoint export" checkpoints it.
+		switch {
+		case len(pos) == 3 && pos[0] == "export":
+			return exportCheckpoint(ctx, e, pos[1], pos[2], *base)
+		case len(pos) == 2 && pos[0] == "import":
+			return importCheckpoint(ctx, e, pos[1])
+		case len(pos) != 1:
+			return usagef("checkpoint", "want NAME, export NAME ID, or import NAME; got %q", pos)
+		case *base != "":
+			return usagef("checkpoint", "--base is for checkpoint export")
+		}
 		c, err := e.client()
 		if err != nil {
 			return err
@@ -129,4 +151,41 @@ func restoreCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string
 		fmt.Fprintf(e.io.out, "%s restored from %s, %s\n", sb.Name, pos[1], sb.State)
 		return nil
 	}
+}
+
+// exportCheckpoint writes checkpoint id of sandbox name to stdout as an
+// archive.
+func exportCheckpoint(ctx context.Context, e *env, name, id, base string) error {
+	if term.IsTerminal(int(e.io.out.Fd())) {
+		return usagef("checkpoint", "stdout is a terminal: redirect the archive to a file or a pipe")
+	}
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+	defer e.progress("exporting " + id + " of " + name)()
+	if _, err := c.ExportCheckpoint(ctx, name, id, e.io.out, base); err != nil {
+		return fail("checkpoint export "+name, err)
+	}
+	return nil
+}
+
+// importCheckpoint reads an archive from stdin into sandbox name's
+// checkpoints and prints the checkpoint's id.
+func importCheckpoint(ctx context.Context, e *env, name string) error {
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+	stop := e.progress("importing into " + name)
+	ck, _, err := c.ImportCheckpoint(ctx, name, e.io.in)
+	stop()
+	if err != nil {
+		return fail("checkpoint import "+name, err)
+	}
+	if e.g.json {
+		return e.printJSON(ck)
+	}
+	fmt.Fprintln(e.io.out, ck.ID)
+	return nil
 }

@@ -6,9 +6,11 @@ package daemon
 
 import (
 	"encoding/base64"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
@@ -181,6 +183,86 @@ func (s *server) handleDeleteCheckpoint(w http.ResponseWriter, r *http.Request) 
 func (s *server) handleRestore(w http.ResponseWriter, r *http.Request) {
 	sb, err := s.sbx.RestoreCheckpoint(r.Context(), r.PathValue("name"), r.PathValue("id"))
 	s.answerSandbox(w, r, sb, err, false)
+}
+
+// MaxArchiveBody bounds the body of POST
+// /v1/sandboxes/{name}/checkpoints/import (docs/protocol.md): 64 GiB, far
+// above any sandbox disk budget, so a peer that streams forever is cut
+// (413 invalid, nothing kept) instead of filling the state directory.
+const MaxArchiveBody = 64 << 30
+
+// handleExportCheckpoint streams checkpoint id as an archive. The status
+// and Content-Type go out with the first byte (archiveWriter), so a
+// refusal before it (unknown sandbox, id or base) is an ordinary error
+// answer; a failure after it aborts the connection, which leaves the
+// receiver an archive without its end record, refused by every importer.
+func (s *server) handleExportCheckpoint(w http.ResponseWriter, r *http.Request) {
+	aw := &archiveWriter{w: w}
+	_, err := s.sbx.ExportCheckpoint(r.Context(), r.PathValue("name"), r.PathValue("id"),
+		r.URL.Query().Get(wire.QueryArchiveBase), aw)
+	switch {
+	case err == nil && !aw.started:
+		aw.start() // cannot happen (an archive has a header), but answer whole
+	case err != nil && !aw.started:
+		s.writeError(w, r, err)
+	case err != nil:
+		s.log.Warn("checkpoint export cut", "sandbox", r.PathValue("name"), "checkpoint", r.PathValue("id"), "err", err)
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// archiveWriter sends the 200 header with the first bytes of an archive.
+type archiveWriter struct {
+	w       http.ResponseWriter
+	started bool
+}
+
+func (a *archiveWriter) start() {
+	a.started = true
+	a.w.Header().Set("Content-Type", wire.ContentTypeCheckpointArchive)
+	a.w.WriteHeader(http.StatusOK)
+}
+
+func (a *archiveWriter) Write(p []byte) (int, error) {
+	if !a.started {
+		a.start()
+	}
+	return a.w.Write(p)
+}
+
+// archiveIdle bounds how long an import waits for the next bytes of its
+// body: the import holds the sandbox's lock, so a client that stops
+// sending must not keep the sandbox's spawns and destroy waiting forever.
+const archiveIdle = time.Minute
+
+// idleReader sets the connection's read deadline archiveIdle ahead before
+// each read.
+type idleReader struct {
+	r  io.Reader
+	rc *http.ResponseController
+}
+
+func (i *idleReader) Read(p []byte) (int, error) {
+	_ = i.rc.SetReadDeadline(time.Now().Add(archiveIdle)) // unsupported: unbounded, as before
+	return i.r.Read(p)
+}
+
+// handleImportCheckpoint reads an archive (the body, at most
+// MaxArchiveBody, archiveIdle at most between reads) into the sandbox's
+// store: 201 with the checkpoint, or 200 when the store held it already,
+// identical.
+func (s *server) handleImportCheckpoint(w http.ResponseWriter, r *http.Request) {
+	body := &idleReader{r: http.MaxBytesReader(w, r.Body, MaxArchiveBody), rc: http.NewResponseController(w)}
+	c, created, err := s.sbx.ImportCheckpoint(r.Context(), r.PathValue("name"), body)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	s.writeJSON(w, status, c)
 }
 
 // keepCheckpoints reads wire.QueryKeepCheckpoints: whether a destroy

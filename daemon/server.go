@@ -82,6 +82,8 @@ func (s *server) routes() {
 	m.HandleFunc("GET /v1/sandboxes/{name}/checkpoints/{id}", s.scoped(s.handleGetCheckpoint))
 	m.HandleFunc("DELETE /v1/sandboxes/{name}/checkpoints/{id}", s.scoped(s.handleDeleteCheckpoint))
 	m.HandleFunc("POST /v1/sandboxes/{name}/checkpoints/{id}/restore", s.scoped(s.handleRestore))
+	m.HandleFunc("GET /v1/sandboxes/{name}/checkpoints/{id}/archive", s.scoped(s.handleExportCheckpoint))
+	m.HandleFunc("POST /v1/sandboxes/{name}/checkpoints/import", s.scoped(s.handleImportCheckpoint))
 
 	m.HandleFunc("POST /v1/sandboxes/{name}/sessions", s.scoped(s.admitSession(s.handleCreateSession)))
 	m.HandleFunc("GET /v1/sandboxes/{name}/sessions", s.scoped(s.handleListSessions))

@@ -43,3 +43,15 @@ type Checkpoint struct {
 type Checkpoints struct {
 	Checkpoints []Checkpoint `json:"checkpoints"`
 }
+
+// QueryArchiveBase on GET /v1/sandboxes/{name}/checkpoints/{id}/archive
+// names a checkpoint of the same sandbox that the receiver already holds
+// (it imported it earlier): the archive then leaves out every chunk that
+// checkpoint names. A receiver without them refuses the import
+// (restore_failed).
+const QueryArchiveBase = "base"
+
+// ContentTypeCheckpointArchive is the media type of a checkpoint archive
+// (docs/archive.md), answered by the export route and sent to the import
+// route.
+const ContentTypeCheckpointArchive = "application/vnd.runner.checkpoint-archive"

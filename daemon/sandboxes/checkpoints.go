@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/agentrunner/runner/cgroup"
@@ -319,4 +322,97 @@ func (s *Manager) DeleteCheckpoint(ctx context.Context, name, id string) error {
 		err = nil
 	}
 	return CheckpointErr(err, id)
+}
+
+// ExportCheckpoint writes checkpoint id of sandbox name to w as an archive
+// (docs/archive.md) and returns the bytes written. base, when not empty,
+// is a checkpoint of the same sandbox the receiver already holds: the
+// archive then leaves out every chunk base names (an incremental export,
+// which the receiver refuses, restore_failed, unless it does hold them).
+// It reads without the sandbox's lock, as list and get do, so a slow
+// reader never holds up the sandbox; a checkpoint deleted while it
+// streams ends the archive without its end record, which every importer
+// refuses. Nothing is written before id and base are known to exist.
+func (s *Manager) ExportCheckpoint(ctx context.Context, name, id, base string, w io.Writer) (int64, error) {
+	st, err := s.readCheckpoints(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	defer st.Close()
+	var have func(string) bool
+	if base != "" {
+		if have, err = st.Chunks(base); err != nil {
+			return 0, CheckpointErr(err, base)
+		}
+	}
+	n, err := st.Export(ctx, id, w, have)
+	if err != nil {
+		return n, CheckpointErr(err, id)
+	}
+	s.log.Info("checkpoint exported", "sandbox", name, "checkpoint", id, "base", base, "bytes", n)
+	return n, nil
+}
+
+// ImportCheckpoint reads one archive from r into sandbox name's store,
+// under its lock, and returns the checkpoint and whether it is new (false:
+// the store listed it already, identical, and nothing changed). Every
+// owner in it becomes the sandbox's (importOwner) and setuid bits are
+// cleared (checkpoint.Owner says why). A corrupted, truncated or hostile
+// archive is restore_failed with nothing kept.
+func (s *Manager) ImportCheckpoint(ctx context.Context, name string, r io.Reader) (wire.Checkpoint, bool, error) {
+	if err := s.CanCheckpoint(); err != nil {
+		return wire.Checkpoint{}, false, err
+	}
+	unlock := s.locks.Lock(name)
+	defer unlock()
+	sb, err := s.Scoped(ctx, name)
+	if err != nil {
+		return wire.Checkpoint{}, false, err
+	}
+	owner, err := importOwner(sb)
+	if err != nil {
+		return wire.Checkpoint{}, false, err
+	}
+	st, err := s.openCheckpoints(name)
+	if err != nil {
+		return wire.Checkpoint{}, false, err
+	}
+	defer st.Close()
+	before, err := st.List()
+	if err != nil {
+		return wire.Checkpoint{}, false, CheckpointErr(err, "")
+	}
+	info, err := st.ImportAs(ctx, r, owner)
+	if err != nil {
+		return wire.Checkpoint{}, false, importErr(err)
+	}
+	created := !slices.ContainsFunc(before, func(c checkpoint.Info) bool { return c.ID == info.ID })
+	if created {
+		s.log.Info("checkpoint imported", "sandbox", name, "checkpoint", info.ID, "size", info.Size, "stored", info.Stored)
+	}
+	return ToWireCheckpoint(name, info), created, nil
+}
+
+// importOwner is who owns what a restore of an imported checkpoint
+// writes: the sandbox's identity, or else its workspace's owner (the user
+// its commands run as).
+func importOwner(sb registry.Sandbox) (checkpoint.Owner, error) {
+	if sb.Identity != nil {
+		return checkpoint.Owner{UID: int(sb.Identity.UID), GID: int(sb.Identity.GID)}, nil
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(sb.Workspace, &st); err != nil {
+		return checkpoint.Owner{}, apierr.Unavailable("stat workspace: %v", err)
+	}
+	return checkpoint.Owner{UID: int(st.Uid), GID: int(st.Gid)}, nil
+}
+
+// importErr maps an import's error: a body over the route's limit
+// (http.MaxBytesReader) is 413 invalid; an archive that ends early is
+// restore_failed (checkpoint.ErrCorrupt) as any other malformed one.
+func importErr(err error) error {
+	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+		return apierr.TooLarge(mbe.Limit)
+	}
+	return CheckpointErr(err, "")
 }
