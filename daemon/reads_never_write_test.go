@@ -1,7 +1,9 @@
 package daemon_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +14,8 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -106,9 +110,30 @@ func TestReadsNeverWrite(t *testing.T) {
 	// The record was written by the manager before any read: a runnerd
 	// killed now leaves it in the registry.
 	p.kill(syscall.SIGKILL)
-	if rec := recordedSession(t, state, "box", "quick"); rec.State != wire.SessionExited || rec.Exit == nil || rec.Exit.Code != 7 {
+	rec := recordedSession(t, state, "box", "quick")
+	if rec.State != wire.SessionExited || rec.Exit == nil || rec.Exit.Code != 7 {
 		t.Fatalf("record with no reader: %s exit %+v, want exited code 7", rec.State, rec.Exit)
 	}
+	// It is the shim's own exit record, byte for byte.
+	j, err := journal.Open(filepath.Join(state, "s", rec.Key, "journal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	e, ok, err := j.Exit()
+	if err != nil || !ok {
+		t.Fatalf("journal exit record: %v, %v", ok, err)
+	}
+	want, _ := json.Marshal(sessiondir.WireExit(e))
+	got, _ := json.Marshal(rec.Exit)
+	if !bytes.Equal(got, want) {
+		t.Errorf("recorded exit %s, want the shim's %s", got, want)
+	}
+	// A restarted runnerd answers it as recorded, and its reads write nothing.
+	a2, _ := startProcess(t, state)
+	size, mtime = regStat(t, state)
+	readAll(t, a2, "quick", 7)
+	checkNoWrite(t, state, size, mtime, "the reads after a restart")
 }
 
 // A session whose shim dies without an exit record (SIGKILL): the manager
