@@ -16,7 +16,6 @@ import (
 	"github.com/agentrunner/runner/daemon/sessions"
 	"github.com/agentrunner/runner/journal"
 	"github.com/agentrunner/runner/shim/sessiondir"
-	"github.com/agentrunner/runner/wire"
 )
 
 // Attach tuning. The frames come from sessiondir.EmitFrames: memory per attach
@@ -163,8 +162,7 @@ func (s *server) attach(conn *websocket.Conn, ss registry.Session, j *journal.Jo
 	// uses too, so both paths end a session the same way.
 	err := sessiondir.EmitFrames(ctx, sessiondir.FrameSource{
 		Dir: s.ssn.Dir(ss), Journal: j, Readers: readers, Heartbeat: heartbeatEvery,
-		OnExit: func(e wire.Exit) { s.ssn.RecordEnd(ss, e) },
-		Log:    s.log.With("sandbox", ss.Sandbox, "session", ss.ID),
+		Log: s.log.With("sandbox", ss.Sandbox, "session", ss.ID),
 	}, write)
 	switch {
 	case err == nil:

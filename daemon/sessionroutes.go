@@ -50,7 +50,7 @@ func (s *server) handleCreateSession(w http.ResponseWriter, r *http.Request) {
 func (s *server) handleGetSession(w http.ResponseWriter, r *http.Request) {
 	ss, err := s.session(r)
 	if err == nil {
-		ss, err = s.ssn.Refresh(ss)
+		ss, err = s.ssn.Status(ss) // a read: answers from the shim's files, never writes
 	}
 	if err != nil {
 		s.writeError(w, r, err)

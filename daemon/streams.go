@@ -161,22 +161,19 @@ func (s *server) chunkedEnd(ss registry.Session, j *journal.Journal, rd *journal
 			}
 			// The writer is gone without an exit record: lost, like a
 			// follow reader would find (or the record it wrote just now).
-			e, err = sessions.FinishLost(s.ssn.Dir(ss), "session supervisor died without an exit record")
+			e, err = sessions.FinishLost(s.ssn.Dir(ss), sessiondir.LostDetail)
 		}
 		switch {
 		case err != nil:
 			code = classify(err).Code
 		case rd.Offset() >= e.Lengths[stream]:
 			x := sessiondir.WireExit(e)
-			exit = &x
-			if ss.State == wire.SessionRunning {
-				s.ssn.RecordExitLater(ss, x) // as serveEnded and finalExit: not before the trailers
-			}
+			exit = &x // the session's exit watch records it, never a reader
 		default:
 			end = "more" // the record is known, this body stopped short of it
 		}
 	case errors.Is(rerr, journal.ErrLost):
-		x, err := s.ssn.FinalExit(ss, j, true) // records the exit too
+		x, err := s.ssn.FinalExit(ss, j, true)
 		if err != nil {
 			code = classify(err).Code
 		} else {
@@ -233,9 +230,6 @@ func (s *server) serveEnded(w http.ResponseWriter, r *http.Request, ss registry.
 	exit, err := json.Marshal(x)
 	if err != nil {
 		return false
-	}
-	if ss.State == wire.SessionRunning {
-		s.ssn.RecordExitLater(ss, x)
 	}
 	how := streamEnd(x)
 	n := final - rd.Offset()

@@ -33,6 +33,7 @@ type WatcherOptions struct {
 type WatcherStats struct {
 	Watches     int    // inotify watches held: one per watched directory
 	Readers     int    // Readers currently woken by the Watcher
+	DirWatches  int    // DirWatches currently woken by the Watcher (no Readers)
 	Overflows   uint64 // IN_Q_OVERFLOW events seen (every Reader was woken)
 	Fallbacks   uint64 // Readers that fell back to polling
 	Unavailable error  // why the Watcher has no inotify instance; nil when it has one
@@ -68,9 +69,10 @@ type Watcher struct {
 	done chan struct{}
 	once sync.Once
 
-	mu      sync.Mutex // guards watches, subs, closed and every subscription's watches
+	mu      sync.Mutex // guards watches, subs, dirSubs, closed and every subscription's watches
 	watches map[int32]*watch
-	subs    map[*subscription]struct{}
+	subs    map[*subscription]struct{} // the follow Readers' (Stats.Readers)
+	dirSubs map[*subscription]struct{} // the DirWatches' (Stats.DirWatches)
 	closed  bool
 
 	addWatch func(fd int, path string, mask uint32) (int, error) // unix.InotifyAddWatch; tests inject failures
@@ -117,6 +119,7 @@ func newWatcher(opts WatcherOptions, initFn func(int) (int, error)) *Watcher {
 		done:     make(chan struct{}),
 		watches:  map[int32]*watch{},
 		subs:     map[*subscription]struct{}{},
+		dirSubs:  map[*subscription]struct{}{},
 	}
 	fd, err := initFn(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
@@ -137,6 +140,7 @@ func (w *Watcher) Stats() WatcherStats {
 	return WatcherStats{
 		Watches:     len(w.watches),
 		Readers:     len(w.subs),
+		DirWatches:  len(w.dirSubs),
 		Overflows:   w.overflows.Load(),
 		Fallbacks:   w.fallbacks.Load(),
 		Unavailable: w.err,
@@ -162,11 +166,13 @@ func (w *Watcher) Close() error {
 
 // loseAll makes every subscribed Reader poll. Called with mu held.
 func (w *Watcher) loseAll() {
-	for s := range w.subs {
-		s.lost.Store(true)
-		s.wake()
+	for _, subs := range []map[*subscription]struct{}{w.subs, w.dirSubs} {
+		for s := range subs {
+			s.lost.Store(true)
+			s.wake()
+		}
+		clear(subs)
 	}
-	clear(w.subs)
 	clear(w.watches)
 }
 
@@ -242,6 +248,7 @@ func (w *Watcher) unsubscribe(s *subscription) {
 
 func (w *Watcher) dropLocked(s *subscription) {
 	delete(w.subs, s)
+	delete(w.dirSubs, s)
 	for _, wt := range s.watches {
 		delete(wt.subs, s)
 		// A watch no longer in the map was dropped by the kernel
@@ -313,9 +320,11 @@ func (w *Watcher) event(wd int32, mask uint32) {
 		// Events were dropped: nobody knows what changed, so everyone
 		// re-checks the files and the journal directory.
 		w.overflows.Add(1)
-		for s := range w.subs {
-			s.journal.Store(true)
-			s.wake()
+		for _, subs := range []map[*subscription]struct{}{w.subs, w.dirSubs} {
+			for s := range subs {
+				s.journal.Store(true)
+				s.wake()
+			}
 		}
 		return
 	}
@@ -345,4 +354,67 @@ func (w *Watcher) event(wd int32, mask uint32) {
 func pollable(err error) bool {
 	return errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) ||
 		errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.ENOMEM)
+}
+
+// DirWatch wakes its owner when a journal directory changes: exit.json
+// renamed in, index.db closed by a dying writer, a file created or
+// removed. It shares its Watcher's inotify instance and the directory's
+// watch with the follow Readers of that journal, but is no Reader: Stats
+// counts it under DirWatches, not Readers. runnerd's sessions manager
+// holds one per running session to record its exit once.
+//
+// A wake-up may be spurious, never missed once WatchDir has returned: the
+// owner re-checks the files after each. When Lost reports true (the
+// kernel refused or dropped the watch, or the Watcher closed), no more
+// wake-ups come and the owner must poll. Close is idempotent; the owner
+// must call it.
+type DirWatch struct {
+	w *Watcher
+	s *subscription
+}
+
+// WatchDir watches the journal directory dir. When the kernel refuses a
+// watch or an instance, it returns a DirWatch that is Lost from the start
+// (OnPoll is told), so the owner polls; an error is returned only for dir
+// itself (missing, not a directory) or a closed Watcher (ErrClosed).
+func (w *Watcher) WatchDir(dir string) (*DirWatch, error) {
+	s := &subscription{c: make(chan struct{}, 1)}
+	d := &DirWatch{w: w, s: s}
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil, ErrClosed
+	}
+	pollDir, why := "", w.err
+	if why == nil {
+		if err := w.add(s, dir, journalEvents, true); err != nil {
+			w.dropLocked(s)
+			if !pollable(err) {
+				w.mu.Unlock()
+				return nil, err
+			}
+			pollDir, why = dir, err
+		} else {
+			w.dirSubs[s] = struct{}{}
+		}
+	}
+	w.mu.Unlock()
+	if why != nil {
+		s.lost.Store(true)
+		w.fellBack(pollDir, why) // outside mu, as a Reader's: OnPoll may read Stats
+	}
+	return d, nil
+}
+
+// C is the DirWatch's wake-up channel (1-buffered).
+func (d *DirWatch) C() <-chan struct{} { return d.s.c }
+
+// Lost reports whether the DirWatch no longer wakes its owner, which must
+// then poll.
+func (d *DirWatch) Lost() bool { return d.s.lost.Load() }
+
+// Close removes the DirWatch, and the directory's watch if it was the
+// last to use it.
+func (d *DirWatch) Close() {
+	d.w.unsubscribe(d.s)
 }

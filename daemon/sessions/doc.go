@@ -4,7 +4,8 @@
 // (stdingate.go, sessioncontrol.go), terminate and delete (stopping.go),
 // the per-sandbox bounds and the collector (sessions_cap.go, journal
 // budgets in journalcap.go), listings (sessionlist.go), the records'
-// repair from their shims (sessionstate.go, commits.go), what runnerd
+// repair from their shims (sessionstate.go, commits.go), exit recording
+// (exitwatch.go), what runnerd
 // repairs at start and the retention janitor (recovery.go), and the shim
 // gateway (gateway.go): one way to start a shim (Config.Pool) and one way
 // to reach it (launch.DialFor with a launch.Budget).
@@ -17,8 +18,13 @@
 //   - Output has one path: readers read the session journal at each
 //     client's own pace, never holding more than one bounded buffer each.
 //   - A session's record may trail its shim (a commit made after the
-//     answer, deferredCommits, or a crash): whoever reads a live session
-//     brings it up to date from the shim's own files first (Refresh).
+//     answer, deferredCommits, or a crash). Reads never write: the
+//     manager records each exit once (an exit watch per session whose
+//     shim may run, exitwatch.go, started at spawn and at adoption by
+//     Reconcile); a reader answers from the shim's own files when the
+//     record lags (Status). The manager's own flows (terminate, delete,
+//     control, the janitor, recovery) bring a record up to date first
+//     (Refresh).
 //   - A spawn holds its sandbox's lock (sandboxes.Manager.Locks) from
 //     before its leaf cgroup is made to after its record is committed, so
 //     it never races a destroy, a suspend or the leaf sweep.

@@ -166,6 +166,11 @@ func (s *Manager) Exec(ctx context.Context, name string, req wire.Exec, answer f
 	if err != nil {
 		return err
 	}
+	// Exec owns its session from spawn to result (no reader): its exit is
+	// committed before the answer is written, as a pending commit, so a
+	// stdin write that follows the result waits for it (StdinSession); the
+	// exit watch then finds it recorded and writes nothing.
+	s.RecordExitLater(ss, exit)
 	answer(wire.ExecResult{
 		Session:         ss.ID,
 		Stdout:          nonNil(caps[0].data),

@@ -90,6 +90,9 @@ type Manager struct {
 	// commits are the registry updates made after their answer; Close
 	// closes it once the tracked work is done.
 	commits *deferredCommits
+	// exits are the exit watches: the manager records each session's
+	// exit once, readers never do (exitwatch.go). Close ends them.
+	exits exitWatches
 }
 
 var _ sandboxes.Sessions = (*Manager)(nil)
@@ -113,10 +116,12 @@ func New(cfg Config, log *slog.Logger, reg *registry.Registry, sbx *sandboxes.Ma
 	}
 }
 
-// Close closes the journal watcher, then lands the deferred registry
-// commits. Call it once the tracked work is done (the handlers that
-// follow a journal have ended), before the registry closes.
+// Close ends the exit watches, closes the journal watcher, then lands the
+// deferred registry commits. Call it once the tracked work is done (the
+// handlers that follow a journal have ended), before the registry closes.
+// Exits that happen after it are recorded at the next start (Reconcile).
 func (s *Manager) Close() {
+	s.exits.close()
 	s.watcher.Close()
 	s.commits.close()
 }

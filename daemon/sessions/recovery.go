@@ -18,9 +18,13 @@ import (
 	"github.com/agentrunner/runner/wire"
 )
 
-// Reconcile runs once at start: every session the registry thinks is
-// running (or was starting when runnerd died) is checked against its shim,
-// then the session directories no record names are removed (removeOrphans).
+// Reconcile runs once at start, before serving: every session the
+// registry thinks is running (or was starting when runnerd died) is
+// checked against its shim, so an exit that happened while runnerd was
+// down is recorded here, by the manager, not by a first reader; each one
+// still running (or starting) is adopted with an exit watch
+// (exitwatch.go). Then the session directories no record names are
+// removed (removeOrphans).
 func (s *Manager) Reconcile(ctx context.Context) error {
 	all, err := s.reg.AllSessions()
 	if err != nil {
@@ -33,7 +37,11 @@ func (s *Manager) Reconcile(ctx context.Context) error {
 			// later refresh) while it may still come up.
 			if ss, err = s.resolveStarting(ss); err != nil {
 				s.log.Warn("recover session", "sandbox", ss.Sandbox, "session", ss.ID, "err", err)
+				s.watchExit(ss)
 				continue
+			}
+			if ss.State == StateStarting {
+				s.watchExit(ss) // it may still come up
 			}
 		}
 		if ss.State != wire.SessionRunning {
@@ -54,9 +62,13 @@ func (s *Manager) Reconcile(ctx context.Context) error {
 		out, err := s.Refresh(ss)
 		if err != nil {
 			s.log.Warn("recover session", "sandbox", ss.Sandbox, "session", ss.ID, "err", err)
+			s.watchExit(ss) // retried by its watch
 			continue
 		}
 		s.log.Info("session found", "sandbox", ss.Sandbox, "session", ss.ID, "state", out.State)
+		if out.State == wire.SessionRunning {
+			s.watchExit(out)
+		}
 	}
 	s.removeOrphans(all)
 	return nil

@@ -94,9 +94,8 @@ func (s *Manager) List(ctx context.Context, name, rawQuery string) (wire.Session
 // listing costs the registry read plus a constant number of metadata
 // reads per session, and a shim that does not answer costs nothing. When
 // exit.json is there (the session ended and its record lags) its exit is
-// read and listed, and committed after the answer, once per session (no
-// second commit while one is pending); the caller never writes the
-// registry. Files that cannot be read list the entry as recorded, with
+// read and listed; a listing never writes the registry (the session's
+// exit watch records it, exitwatch.go). Files that cannot be read list the entry as recorded, with
 // status_error.
 func (s *Manager) listedSession(rec registry.Session, buf []byte) wire.Session {
 	out := ToWireSession(rec)
@@ -111,7 +110,7 @@ func (s *Manager) listedSession(rec registry.Session, buf []byte) wire.Session {
 	_, err := os.Stat(filepath.Join(jdir, journalExitFile))
 	switch {
 	case err == nil:
-		err = s.listExit(rec, jdir, &out)
+		err = listExit(jdir, &out)
 	case errors.Is(err, fs.ErrNotExist):
 		err = listLengths(jdir, rec.Request.TTY, &out, buf)
 	}
@@ -209,8 +208,8 @@ func lastSegment(fd int, buf []byte) (int64, string, error) {
 }
 
 // listExit sets out's state, exit and lengths from the exit record the
-// journal at jdir published, and commits it after the answer.
-func (s *Manager) listExit(rec registry.Session, jdir string, out *wire.Session) error {
+// journal at jdir published.
+func listExit(jdir string, out *wire.Session) error {
 	j, err := journal.Open(jdir)
 	if err != nil {
 		return err
@@ -222,9 +221,6 @@ func (s *Manager) listExit(rec registry.Session, jdir string, out *wire.Session)
 	}
 	exit := sessiondir.WireExit(e)
 	out.State, out.Exit, out.Lengths = endedState(exit), &exit, exit.Lengths
-	if !s.commitPending(rec) {
-		s.RecordExitLater(rec, exit)
-	}
 	return nil
 }
 

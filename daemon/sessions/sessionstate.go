@@ -1,8 +1,10 @@
 package sessions
 
-// Session state repair: a session's record is brought up to date from its
-// shim's own files (refresh), so every reader agrees with the shim and the
-// journal whatever runnerd missed (a crash, a commit not landed yet).
+// Session state: the manager brings a session's record up to date from its
+// shim's own files (Refresh, the exit watches of exitwatch.go, Reconcile);
+// a reader answers from those files when the record lags (Status), and
+// never writes, so every reader agrees with the shim and the journal
+// whatever runnerd missed (a crash, a commit not landed yet).
 
 import (
 	"errors"
@@ -35,10 +37,11 @@ func endedState(exit wire.Exit) string {
 	return wire.SessionExited
 }
 
-// RecordExitLater records exit, already in the session's journal, after
-// the answer that reports it (attach's terminal frame, exec's result, a
-// stream's end), so that no answer waits for the registry's fsync. Only a
-// record of the same spawn that has not ended is changed.
+// RecordExitLater records exit, already in the session's journal, in a
+// commit of its own, so that no answer waits for the registry's fsync.
+// Only a record of the same spawn that has not ended is changed. For the
+// manager's own flows: readers never call it (the exit watches record
+// exits, exitwatch.go).
 func (s *Manager) RecordExitLater(ss registry.Session, exit wire.Exit) {
 	state := endedState(exit)
 	s.commits.commit(ss, "record session exit", func(rec *registry.Session) {
@@ -48,6 +51,46 @@ func (s *Manager) RecordExitLater(ss registry.Session, exit wire.Exit) {
 		}
 	})
 	s.wakeCollector(ss.Sandbox) // sessions_cap.go; it waits for this commit
+}
+
+// Status returns ss as its shim's own files say it is now, for a reader
+// (GET session): it never writes the registry. A record that lags an exit
+// the journal holds is answered with that exit, the same record the exit
+// watch commits; a shim gone without an exit record is settled by the
+// exit watch (the journal finished as lost, the exit recorded), which
+// Status waits for, a bounded while.
+func (s *Manager) Status(ss registry.Session) (registry.Session, error) {
+	if ss.State == StateStarting {
+		ss = s.commits.settled(ss)
+	}
+	dir := s.Dir(ss)
+	if ss.State == StateStarting {
+		st, err := sessiondir.ReadStatus(dir)
+		if err != nil {
+			return ss, nil // not started yet, as far as its files say
+		}
+		ss.State, ss.PID = wire.SessionRunning, st.PID
+		if !st.StartedAt.IsZero() {
+			ss.StartedAt = st.StartedAt.UTC()
+		}
+	}
+	if ss.State != wire.SessionRunning {
+		return ss, nil
+	}
+	st, err := sessiondir.ReadStatus(dir)
+	if err != nil {
+		return ss, apierr.Unavailable("read session status: %v", err)
+	}
+	switch st.State {
+	case sessiondir.StateExited:
+		if st.Exit != nil {
+			exit := sessiondir.WireExit(*st.Exit)
+			ss.State, ss.Exit = endedState(exit), &exit
+		}
+	case sessiondir.StateLost:
+		ss = s.awaitExitRecorded(ss) // exitwatch.go
+	}
+	return ss, nil
 }
 
 // Refresh brings a running session's record up to date with its shim's
@@ -79,7 +122,7 @@ func (s *Manager) Refresh(ss registry.Session) (registry.Session, error) {
 		}
 		exit = sessiondir.WireExit(*st.Exit)
 	case "lost":
-		e, err := FinishLost(dir, "session supervisor died without an exit record")
+		e, err := FinishLost(dir, sessiondir.LostDetail)
 		if err != nil {
 			return ss, err
 		}
@@ -171,10 +214,18 @@ func (s *Manager) shimMayLive(dir string, since time.Time) bool {
 	return false
 }
 
-// recordExit stores a session's exit record.
+// recordExit stores a session's exit record, if the record is still ss's
+// spawn (same key).
 func (s *Manager) recordExit(ss registry.Session, exit wire.Exit) (registry.Session, error) {
 	state := endedState(exit)
+	other := false
 	out, err := s.reg.UpdateSession(ss.Sandbox, ss.ID, func(rec *registry.Session) error {
+		if other = rec.Key != ss.Key; other {
+			return nil // deleted and re-created meanwhile: not this session
+		}
+		if rec.PID == 0 {
+			rec.PID = ss.PID // its running commit may not have landed
+		}
 		ended := rec.Exit == nil
 		rec.State = state
 		rec.Exit = &exit
@@ -183,7 +234,7 @@ func (s *Manager) recordExit(ss registry.Session, exit wire.Exit) (registry.Sess
 		}
 		return nil
 	})
-	if errors.Is(err, registry.ErrNotFound) {
+	if errors.Is(err, registry.ErrNotFound) || (err == nil && other) {
 		ss.State, ss.Exit = state, &exit
 		return ss, nil // destroyed meanwhile; the answer is still true
 	}
@@ -218,24 +269,17 @@ func ValidSessionID(id string) error {
 	return nil
 }
 
-// RecordEnd records a session's exit in the registry once a reader saw
-// its end, unless the registry already has it.
-func (s *Manager) RecordEnd(ss registry.Session, exit wire.Exit) {
-	if ss.State == wire.SessionRunning || ss.State == StateStarting {
-		s.RecordExitLater(ss, exit)
-	}
-}
-
 // FinalExit returns the exit record of a session whose streams have all
 // been read to their end (sessiondir.FinalExit: lost says a reader saw the
 // writer gone without an exit record, and the journal is then finished as
-// lost) and records it in the registry.
+// lost, which FinishLost makes idempotent). It writes no registry record:
+// the session's exit watch does (exitwatch.go), or exec, which owns its
+// session up to its result.
 func (s *Manager) FinalExit(ss registry.Session, j *journal.Journal, lost bool) (wire.Exit, error) {
 	exit, err := sessiondir.FinalExit(j, s.Dir(ss), lost)
 	if err != nil {
 		return wire.Exit{}, apierr.Unavailable("%v", err)
 	}
-	s.RecordEnd(ss, exit)
 	return exit, nil
 }
 

@@ -260,6 +260,7 @@ func (s *Manager) Spawn(ctx context.Context, name string, req wire.CreateSession
 	s.metrics.SessionStarted(time.Since(begun))
 	s.log.Info("session started", "request_id", s.cfg.RequestID(ctx), "sandbox", name, "session", ss.ID, "pid", ss.PID, "tty", req.TTY)
 	s.recordRunning(ss)
+	s.watchExit(ss) // exitwatch.go: the manager records its exit, once
 	return ss, true, nil
 }
 
@@ -381,6 +382,7 @@ func (s *Manager) startSpawned(ctx context.Context, ss registry.Session, sb regi
 		// refresh finds whatever comes up, and a retry of this id attaches
 		// to it instead of starting a second process.
 		s.log.Warn("session start uncertain", "sandbox", name, "session", ss.ID, "err", err)
+		s.watchExit(ss) // settles it: running once its shim reports, else lost
 		return ss, apierr.Uncertain("the session may be starting; retry with the same id: %v", err)
 	}
 	if err != nil {
@@ -394,6 +396,7 @@ func (s *Manager) startSpawned(ctx context.Context, ss registry.Session, sb regi
 			if kerr := s.killUnverified(sctx, s.Dir(ss)); kerr != nil {
 				// Not removed: the record (starting) and directory stay, so
 				// the next refresh or restart finds what still runs.
+				s.watchExit(ss)
 				return ss, apierr.Uncertain("session %s is not contained (%v) and could not be stopped: %v", ss.ID, verr, kerr)
 			}
 			return fail(apierr.Unavailable("start session in the sandbox's network namespace: %v", verr))
