@@ -10,12 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/agentrunner/runner/internal/netnsstart"
 	"golang.org/x/sys/unix"
 )
 
@@ -183,7 +183,7 @@ func Create(ctx context.Context, cfg Config) (*Pod, error) {
 	// holds CAP_SYS_PTRACE in the holder's user namespace).
 	cmd := &exec.Cmd{Path: cfg.Holder[0], Args: cfg.Holder, Env: cfg.Env, SysProcAttr: attr,
 		ExtraFiles: append([]*os.File{child}, files...)}
-	if err := startIn(cmd, cfg.NetNS); err != nil {
+	if err := netnsstart.Start(cmd, cfg.NetNS); err != nil {
 		return nil, fmt.Errorf("start pod holder: %w", err)
 	}
 	child.Close()
@@ -514,42 +514,4 @@ func socketPair() (*net.UnixConn, *os.File, error) {
 		return nil, nil, fmt.Errorf("create socket pair: %w", err)
 	}
 	return c.(*net.UnixConn), os.NewFile(uintptr(fds[1]), "pod"), nil
-}
-
-// startIn starts cmd from a locked thread inside the network namespace
-// at nsPath (a child inherits its forking thread's), then restores the
-// thread or, if it cannot, lets the runtime discard it.
-func startIn(cmd *exec.Cmd, nsPath string) error {
-	if nsPath == "" {
-		return cmd.Start()
-	}
-	ns, err := os.Open(nsPath)
-	if err != nil {
-		return fmt.Errorf("open netns: %w", err)
-	}
-	defer ns.Close()
-	errc := make(chan error, 1)
-	go func() { // owned by startIn, which waits for it
-		runtime.LockOSThread()
-		orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("open current netns: %w", err)
-			return
-		}
-		defer orig.Close()
-		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("enter netns %s: %w", nsPath, err)
-			return
-		}
-		serr := cmd.Start()
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- serr // the thread stays locked: the runtime ends it
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- serr
-	}()
-	return <-errc
 }

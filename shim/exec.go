@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/agentrunner/runner/internal/netnsstart"
 	"github.com/agentrunner/runner/shim/internal/proto"
 	"github.com/agentrunner/runner/shim/sessiondir"
 	"golang.org/x/sys/unix"
@@ -23,7 +24,7 @@ import (
 //     directory (CLONE_INTO_CGROUP, SysProcAttr.CgroupFD), so not one
 //     instruction of it runs, nor one page is charged, outside it;
 //  2. network namespace: the child is forked from a locked thread that
-//     setns(2)'d into Spec.NetNS (proc.go: startIn);
+//     setns(2)'d into Spec.NetNS (internal/netnsstart);
 //  3. cgroups v1: the helper moves its locked thread (the one that
 //     execs) into each v1 directory ("0" to tasks: joinCgroups says why
 //     not cgroup.procs) as its first act, before it runs anything else of
@@ -362,7 +363,7 @@ func execCommand(cmd *exec.Cmd, spec sessiondir.Spec, ahead *nsexecAhead, before
 		return err
 	}
 	defer f.close()
-	err = proto.AsCommandError(startIn(cmd, f.netNS))
+	err = proto.AsCommandError(netnsstart.Start(cmd, f.netNS))
 	span("fork and exec (direct)", t)
 	return err
 }

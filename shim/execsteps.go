@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/agentrunner/runner/internal/netnsstart"
 	"github.com/agentrunner/runner/seccomp"
 	"github.com/agentrunner/runner/shim/internal/proto"
 	"github.com/agentrunner/runner/shim/sessiondir"
@@ -65,7 +66,7 @@ func joinCgroups(dirs []string) (string, error) {
 
 // enterNetNS is the network namespace step of a helper started ahead: the
 // calling thread (locked, the one that execs) enters p.NetNS, proven as
-// startIn proves it before a fork.
+// netnsstart.Start proves it before a fork.
 func enterNetNS(p *execPlan) (string, error) {
 	ns, err := os.Open(p.NetNS)
 	if err != nil {
@@ -75,7 +76,7 @@ func enterNetNS(p *execPlan) (string, error) {
 	if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
 		return "nsexec: enter netns " + p.NetNS, err
 	}
-	if err := sameNetNS(ns, unix.Gettid()); err != nil {
+	if err := netnsstart.Same(ns, unix.Gettid()); err != nil {
 		return "nsexec: enter netns " + p.NetNS, err
 	}
 	return "", nil

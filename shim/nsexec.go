@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentrunner/runner/internal/netnsstart"
 	"github.com/agentrunner/runner/shim/internal/proto"
 	"golang.org/x/sys/unix"
 )
@@ -294,7 +295,7 @@ func startNsexec(cmd *exec.Cmd, p *execPlan) error {
 	if err != nil {
 		return err
 	}
-	err = startIn(cmd, f.netNS)
+	err = netnsstart.Start(cmd, f.netNS)
 	f.close()
 	span("helper fork", t)
 	if err != nil {

@@ -4,9 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 
@@ -163,71 +161,6 @@ func executable(p string) error {
 	}
 	if fi.Mode()&0o111 == 0 {
 		return syscall.EACCES
-	}
-	return nil
-}
-
-// startIn starts cmd, inside the network namespace at nsPath when it is not
-// empty. Namespaces are per thread and a forked child inherits its forking
-// thread's, so the start happens on a locked OS thread that is switched
-// into the namespace and back.
-func startIn(cmd *exec.Cmd, nsPath string) error {
-	if nsPath == "" {
-		return cmd.Start()
-	}
-	ns, err := os.Open(nsPath)
-	if err != nil {
-		return fmt.Errorf("open netns: %w", err)
-	}
-	defer ns.Close()
-	errc := make(chan error, 1)
-	// This goroutine is owned by startIn, which waits for it below.
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("open current netns: %w", err)
-			return
-		}
-		defer orig.Close()
-		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("enter netns %s: %w", nsPath, err)
-			return
-		}
-		// Prove the thread is in the namespace before forking from it: the
-		// child inherits the thread's namespace, so this check, unlike one
-		// of the child's pid afterwards, cannot race a command that exits
-		// at once.
-		serr := sameNetNS(ns, unix.Gettid())
-		if serr == nil {
-			serr = cmd.Start()
-		}
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			// Leave the thread locked: the runtime ends it with this
-			// goroutine, so no other goroutine ever runs in the netns.
-			errc <- serr
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- serr
-	}()
-	return <-errc
-}
-
-// sameNetNS reports an error unless thread tid is in the network namespace
-// that ns (an open namespace file) names: same device and inode.
-func sameNetNS(ns *os.File, tid int) error {
-	var want, got unix.Stat_t
-	if err := unix.Fstat(int(ns.Fd()), &want); err != nil {
-		return fmt.Errorf("stat netns: %w", err)
-	}
-	if err := unix.Stat(fmt.Sprintf("/proc/self/task/%d/ns/net", tid), &got); err != nil {
-		return fmt.Errorf("stat thread netns: %w", err)
-	}
-	if want.Dev != got.Dev || want.Ino != got.Ino {
-		return fmt.Errorf("enter netns: the thread is not in the namespace after setns")
 	}
 	return nil
 }
