@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -212,19 +213,45 @@ func volumePath(state, driver, name string) string {
 	return filepath.Join(state, "storage", "volumes", name)
 }
 
-// freeBytes is the free space of the pool: the btrfs file system's, or
-// for ext4 (a file per volume) the state file system's.
+// freeBytes is the pool's free space as a number that grows when the pool
+// gives space back: for btrfs the pool file system's free space; for
+// ext4 (an image file per volume on the state's file system, which every
+// other test on the host writes to as well) minus what the pool's own
+// files hold on that file system, so the figure moves only with the pool.
 func freeBytes(t *testing.T, pool, driver string) int64 {
 	t.Helper()
-	dir := pool
 	if driver == storage.Btrfs {
-		dir = filepath.Join(pool, "mnt")
+		var st unix.Statfs_t
+		if err := unix.Statfs(filepath.Join(pool, "mnt"), &st); err != nil {
+			t.Fatal(err)
+		}
+		return int64(st.Bavail) * st.Bsize
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
+	var root unix.Stat_t
+	if err := unix.Stat(pool, &root); err != nil {
 		t.Fatal(err)
 	}
-	return int64(st.Bavail) * st.Bsize
+	var held int64
+	err := filepath.WalkDir(pool, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		if st.Dev != root.Dev { // a mounted volume: its files are not the pool's
+			return filepath.SkipDir
+		}
+		if d.Type().IsRegular() {
+			held += st.Blocks * 512
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return -held
 }
 
 // TestDiskBudgetRestart: a runnerd killed with SIGKILL and started again
