@@ -43,6 +43,22 @@ type Executor interface {
 	Exec(ctx context.Context, argv []string, stdin io.Reader, stdout io.Writer, lifetime time.Duration) (status int, err error)
 }
 
+// ReadStdin reads an Executor's stdin whole, for a provider that sends
+// it in one piece, refusing more than max bytes with
+// *adapter.InvalidError before any of it is sent: a stdin cut at the
+// provider's bound would reach the command short, or half of a write
+// would land while the call failed.
+func ReadStdin(stdin io.Reader, max int) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(stdin, int64(max)+1))
+	if err != nil {
+		return nil, &adapter.InvalidError{Detail: "read stdin: " + err.Error()}
+	}
+	if len(b) > max {
+		return nil, &adapter.InvalidError{Detail: fmt.Sprintf("stdin over %d bytes", max)}
+	}
+	return b, nil
+}
+
 // ErrNoStatus is wrapped by an Executor's error when the process ended
 // but the provider did not report its exit status (Sprites closes some
 // execs with a normal closure and no exit frame). stdout then holds what

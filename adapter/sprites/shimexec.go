@@ -58,12 +58,9 @@ func (x *shimExec) Exec(ctx context.Context, argv []string, stdin io.Reader, std
 	argv, stdin = dataOffArgv(argv, stdin)
 	var in []byte
 	if stdin != nil {
-		b, err := io.ReadAll(io.LimitReader(stdin, maxCallStdin+1))
+		b, err := guest.ReadStdin(stdin, maxCallStdin)
 		if err != nil {
-			return 0, &adapter.InvalidError{Detail: "read stdin: " + err.Error()}
-		}
-		if len(b) > maxCallStdin {
-			return 0, &adapter.InvalidError{Detail: fmt.Sprintf("stdin of one call exceeds %d bytes", maxCallStdin)}
+			return 0, err
 		}
 		in = b
 	}
