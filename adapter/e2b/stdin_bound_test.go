@@ -17,10 +17,7 @@ func TestWriteStdinOverTheBoundRefused(t *testing.T) {
 	_, c := standIn(t)
 	ctx := ctxT(t)
 	a := newAdapter(t, c, nil)
-	h, err := a.Create(ctx, "stdin-bound", adapter.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := hostedtest.Create(t, ctx, a, "stdin-bound")
 	st, err := a.Spawn(ctx, h, adapter.Shell("wc -c"), adapter.SpawnOptions{SessionID: "count"})
 	if err != nil {
 		t.Fatal(err)
