@@ -22,9 +22,7 @@ func TestInstallWithoutSystemd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds three binaries")
 	}
-	if os.Geteuid() != 0 {
-		testcap.Skip(t, "root", "the test hides systemd in a mount namespace of its own")
-	}
+	testcap.Root(t, "the test hides systemd in a mount namespace of its own")
 	dir := t.TempDir()
 	bindir := filepath.Join(dir, "bin")
 	script := `set -e

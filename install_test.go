@@ -68,9 +68,7 @@ func TestInstallFromForeignCheckout(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds three binaries")
 	}
-	if os.Geteuid() != 0 {
-		testcap.Skip(t, "root", "the checkout is chowned to another user and installed from as root")
-	}
+	testcap.Root(t, "the checkout is chowned to another user and installed from as root")
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("needs git")
 	}

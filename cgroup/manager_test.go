@@ -28,9 +28,7 @@ import (
 // test process's own cgroups, removed with everything in it at cleanup.
 func newTestManager(t *testing.T, mode Mode) *Manager {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		testcap.Skip(t, "root", "cgroup tests create cgroups")
-	}
+	testcap.Root(t, "cgroup tests create cgroups")
 	switch mode {
 	case ModeV1:
 		if cgroups.Mode() == cgroups.Unified {

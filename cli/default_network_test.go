@@ -51,9 +51,7 @@ func TestNetworkText(t *testing.T) {
 // list the kernel holds; a policy that differs by one CIDR is shown as
 // the list it is.
 func TestDefaultNetworkShown(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testcap.Skip(t, "root", "a contained sandbox needs a root runnerd")
-	}
+	testcap.Root(t, "a contained sandbox needs a root runnerd")
 	lab := netlab.New(t)
 	lab.EgressPrivate = "default"
 	netState := t.TempDir()

@@ -37,9 +37,7 @@ const unprivUID = 48_731
 // top of each v1 hierarchy runnerd uses; both runnerds are placed in it
 // before they run any code of their own.
 func TestUnprivilegedAfterRootRunnerd(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testcap.Skip(t, "root", "the test runs a root runnerd and a runnerd as another uid")
-	}
+	testcap.Root(t, "the test runs a root runnerd and a runnerd as another uid")
 	if cgroups.Mode() != cgroups.Legacy && cgroups.Mode() != cgroups.Hybrid {
 		t.Skip("SKIP: the test places runnerds in v1 hierarchies; this host has none (under v2 the unprivileged runnerd cannot write the root's cgroup.subtree_control and says so)")
 	}

@@ -179,9 +179,7 @@ func TestExecInteractiveTmux(t *testing.T) {
 // known and removed at the end).
 func limitsDaemon(t *testing.T, extra ...string) *daemon {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		testcap.Skip(t, "root", "resource limits need root to write cgroups")
-	}
+	testcap.Root(t, "resource limits need root to write cgroups")
 	root := fmt.Sprintf("/runner-cli-test-%d", os.Getpid())
 	d, err := startDaemonArgs(filepath.Join(binDir, "runnerd"), t.TempDir(), append([]string{"--netpolicy", "off", "--cgroup-root", root}, extra...)...)
 	if err != nil {

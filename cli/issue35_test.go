@@ -26,9 +26,7 @@ import (
 // a test whose failure fills a disk fills only that.
 func tmpfsDaemon(t *testing.T, size string) *daemon {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		testcap.Skip(t, "root", "mounts a sized tmpfs for the journals")
-	}
+	testcap.Root(t, "mounts a sized tmpfs for the journals")
 	dir := filepath.Join(t.TempDir(), "state")
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -342,9 +340,7 @@ func TestPolicyShow(t *testing.T) {
 // whether runnerd runs.
 func TestNonRootHint(t *testing.T) {
 	d := sharedDaemon(t)
-	if os.Geteuid() != 0 {
-		testcap.Skip(t, "root", "runs runner as another user against a root runnerd")
-	}
+	testcap.Root(t, "runs runner as another user against a root runnerd")
 	dir, err := os.MkdirTemp("", "runner-nonroot-")
 	if err != nil {
 		t.Fatal(err)

@@ -120,9 +120,7 @@ func tourShape(line, state string) string {
 }
 
 func TestReadmeTour(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testcap.Skip(t, "root", "the README's tour runs a root runnerd (isolation, containment, limits)")
-	}
+	testcap.Root(t, "the README's tour runs a root runnerd (isolation, containment, limits)")
 	cmds := readTour(t)
 	if len(cmds) < 10 {
 		t.Fatalf("README.md's tour has %d commands; the parser lost it", len(cmds))

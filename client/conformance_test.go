@@ -46,7 +46,6 @@ func conformanceAdapter(t conformance.T, url, token string) *client.Adapter {
 // listing mid-body in a proxy in front of the daemon.
 func TestConformance(t *testing.T) {
 	d := startDaemon(t)
-	t.Cleanup(d.stop)
 	p := startProxy(t, d.url())
 	t.Cleanup(p.close)
 	conformance.Run(t, conformance.Harness{
@@ -72,7 +71,6 @@ func TestConformance(t *testing.T) {
 // from its cursor once the daemon is back, byte-exactly.
 func TestConformanceKillRestart(t *testing.T) {
 	d := startDaemon(t)
-	t.Cleanup(d.stop)
 	for _, tc := range conformance.Tests() {
 		if tc.Name != "Get/OutageIsNeverNotFound" && tc.Name != "Get/NotFoundAfterDestroy" {
 			continue
@@ -115,7 +113,6 @@ func TestConformanceNetworkPolicy(t *testing.T) {
 	// suite's create-then-set-policy needs: a policy on a sandbox whose
 	// commands run as root is refused.
 	d := startDaemon(t, lab.RunnerdArgs(netState)...)
-	t.Cleanup(d.stop)
 	fx := conformance.ShellFixtures()
 	fx.Probe = func(host string) adapter.Command {
 		argv := netlab.ProbeArgv(host)

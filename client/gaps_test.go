@@ -49,7 +49,6 @@ func newClient(t *testing.T, d *daemon, endpoint string) *client.Client {
 // the signal endpoint is signaled.
 func TestTerminatedAcrossRestarts(t *testing.T) {
 	d := startDaemon(t)
-	t.Cleanup(d.stop)
 	ctx := context.Background()
 	c, a := newAdapter(t, d, d.url())
 	h, err := a.Create(ctx, "durable", adapter.CreateOptions{})
@@ -168,7 +167,6 @@ func startHookProxy(t *testing.T, upstream string) *hookProxy {
 // the replacement happens while the Destroy is in flight.
 func TestDestroyStaleHandle(t *testing.T) {
 	d := startDaemon(t)
-	t.Cleanup(d.stop)
 	ctx := context.Background()
 	direct, _ := newAdapter(t, d, d.url())
 	p := startHookProxy(t, d.url())
@@ -244,7 +242,6 @@ func TestDestroyStaleHandle(t *testing.T) {
 // bytes recorded so far per stream.
 func TestSessionInfoLiveLengths(t *testing.T) {
 	d := startDaemon(t)
-	t.Cleanup(d.stop)
 	ctx := context.Background()
 	_, a := newAdapter(t, d, d.url())
 	h, err := a.Create(ctx, "lengths", adapter.CreateOptions{})
@@ -282,7 +279,6 @@ func TestSessionInfoLiveLengths(t *testing.T) {
 // returns an error instead of guessing 127.0.0.1:7323.
 func TestDiscoverListenFile(t *testing.T) {
 	d := startDaemon(t)
-	t.Cleanup(d.stop)
 	for _, k := range []string{client.EnvURL, client.EnvToken, client.EnvListen, "STATE_DIRECTORY", "XDG_STATE_HOME"} {
 		t.Setenv(k, "")
 	}

@@ -35,10 +35,12 @@ type daemon struct {
 
 // startDaemon starts a runnerd on a fresh state directory and loopback
 // port, with network containment off unless flags say otherwise
-// (runnerdtest.Start).
+// (runnerdtest.Start), and stops it when tb ends (a test's own earlier
+// stop makes that a no-op).
 func startDaemon(tb testing.TB, flags ...string) *daemon {
 	tb.Helper()
 	d := runnerdtest.Start(tb, runnerdBin, flags...)
+	tb.Cleanup(d.Stop)
 	return &daemon{Daemon: d, state: d.State, addr: d.Addr, token: d.Token}
 }
 

@@ -16,7 +16,6 @@ import (
 // is refused before any request.
 func TestMarks(t *testing.T) {
 	d := startDaemon(t)
-	t.Cleanup(d.stop)
 	ctx := context.Background()
 	c := newClient(t, d, d.url())
 	if _, err := c.CreateSandbox(ctx, wire.CreateSandbox{Name: "marks"}); err != nil {

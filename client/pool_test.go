@@ -20,8 +20,6 @@ import (
 // spans both.
 func TestPool(t *testing.T) {
 	d1, d2 := startDaemon(t), startDaemon(t)
-	t.Cleanup(d1.stop)
-	t.Cleanup(d2.stop)
 	ctx := context.Background()
 	pool, err := client.NewPool(ctx, []client.Endpoint{
 		{Name: "r1", URL: d1.url(), Token: d1.token},
@@ -141,8 +139,6 @@ func TestPoolConformance(t *testing.T) {
 		t.Skip("the pool conformance run takes a minute")
 	}
 	d1, d2 := startDaemon(t), startDaemon(t)
-	t.Cleanup(d1.stop)
-	t.Cleanup(d2.stop)
 	p1 := startProxy(t, d1.url())
 	t.Cleanup(p1.close)
 	var mu sync.Mutex

@@ -18,7 +18,6 @@ import (
 // runnerd's delay, and runs once the first is done.
 func TestExecRateLimited(t *testing.T) {
 	d := startDaemon(t, "--netpolicy", "off", "--max-execs", "1")
-	t.Cleanup(d.stop)
 	ctx := context.Background()
 	c := newClient(t, d, d.url())
 	sb, err := c.CreateSandbox(ctx, wire.CreateSandbox{Name: "limited"})

@@ -48,7 +48,6 @@ func readUntil(t *testing.T, st adapter.Stream, cur *adapter.Cursor, got *bytes.
 // ReattachWindow rides through the restart on its own.
 func TestRejoinAcrossDaemonKill(t *testing.T) {
 	d := startDaemon(t)
-	t.Cleanup(d.stop)
 	ctx := context.Background()
 	c := newClient(t, d, d.url())
 	plain, err := client.NewAdapter(ctx, c, client.AdapterOptions{})
@@ -131,7 +130,6 @@ func TestRejoinAcrossDaemonKill(t *testing.T) {
 // reports ReasonSignaled with Code -1 and the signal's name.
 func TestTerminatedReason(t *testing.T) {
 	d := startDaemon(t)
-	t.Cleanup(d.stop)
 	ctx := context.Background()
 	c := newClient(t, d, d.url())
 	a, err := client.NewAdapter(ctx, c, client.AdapterOptions{})

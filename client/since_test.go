@@ -20,7 +20,6 @@ import (
 // it never saw a byte of is still asked by time.
 func TestSince(t *testing.T) {
 	d := startDaemon(t)
-	t.Cleanup(d.stop)
 	ctx := context.Background()
 	c := newClient(t, d, d.url())
 	if _, err := c.CreateSandbox(ctx, wire.CreateSandbox{Name: "since"}); err != nil {

@@ -17,7 +17,6 @@ import (
 // each byte once.
 func TestWriteStdinAt(t *testing.T) {
 	d := startDaemon(t)
-	t.Cleanup(d.stop)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c, a := newAdapter(t, d, d.url())

@@ -425,12 +425,8 @@ func (cfg *Config) defaultTuning() error {
 // defaultIsolation fills and checks network policy, private egress,
 // isolation and the identity range.
 func (cfg *Config) defaultIsolation() error {
-	switch cfg.NetPolicy {
-	case "":
-		cfg.NetPolicy = NetPolicyAuto
-	case NetPolicyAuto, NetPolicyOff:
-	default:
-		return fmt.Errorf("config: netpolicy %q: want %q or %q", cfg.NetPolicy, NetPolicyAuto, NetPolicyOff)
+	if err := oneOf("netpolicy", &cfg.NetPolicy, NetPolicyAuto, NetPolicyAuto, NetPolicyOff); err != nil {
+		return err
 	}
 	if cfg.NetPolicyState != "" {
 		abs, err := filepath.Abs(cfg.NetPolicyState)
@@ -439,12 +435,8 @@ func (cfg *Config) defaultIsolation() error {
 		}
 		cfg.NetPolicyState = abs
 	}
-	switch cfg.EgressPrivate {
-	case "":
-		cfg.EgressPrivate = EgressPrivateDeny
-	case EgressPrivateDeny, EgressPrivateAllow:
-	default:
-		return fmt.Errorf("config: egress private %q: want %q or %q", cfg.EgressPrivate, EgressPrivateAllow, EgressPrivateDeny)
+	if err := oneOf("egress private", &cfg.EgressPrivate, EgressPrivateDeny, EgressPrivateAllow, EgressPrivateDeny); err != nil {
+		return err
 	}
 	switch cfg.Isolate {
 	case "":
@@ -466,15 +458,27 @@ func (cfg *Config) defaultIsolation() error {
 	return nil
 }
 
+// oneOf sets an empty *v to def and refuses any value not in want,
+// naming the setting and every value it takes.
+func oneOf(name string, v *string, def string, want ...string) error {
+	if *v == "" {
+		*v = def
+	}
+	q := make([]string, len(want))
+	for i, w := range want {
+		if *v == w {
+			return nil
+		}
+		q[i] = strconv.Quote(w)
+	}
+	return fmt.Errorf("config: %s %q: want %s or %s", name, *v, strings.Join(q[:len(q)-1], ", "), q[len(q)-1])
+}
+
 // defaultLimits fills the cgroups mode and checks the default limits
 // against it.
 func (cfg *Config) defaultLimits() error {
-	switch cfg.Cgroups {
-	case "":
-		cfg.Cgroups = CgroupsAuto
-	case CgroupsAuto, CgroupsOff:
-	default:
-		return fmt.Errorf("config: cgroups %q: want %q or %q", cfg.Cgroups, CgroupsAuto, CgroupsOff)
+	if err := oneOf("cgroups", &cfg.Cgroups, CgroupsAuto, CgroupsAuto, CgroupsOff); err != nil {
+		return err
 	}
 	if err := sandboxes.ToCgroupLimits(&cfg.DefaultLimits).Validate(); err != nil {
 		return fmt.Errorf("config: default limits: %w", err)
@@ -485,12 +489,8 @@ func (cfg *Config) defaultLimits() error {
 	if cfg.DefaultLimits.DiskBytes != 0 || cfg.DefaultLimits.DiskInodes != 0 {
 		return errors.New("config: the default disk budget is DefaultDisk (--default-disk), not a default limit")
 	}
-	switch cfg.Storage {
-	case "":
-		cfg.Storage = StorageDir
-	case StorageDir, StorageAuto, storage.Btrfs, storage.Ext4:
-	default:
-		return fmt.Errorf("config: storage %q: want %q, %q, %q or %q", cfg.Storage, StorageAuto, storage.Btrfs, storage.Ext4, StorageDir)
+	if err := oneOf("storage", &cfg.Storage, StorageDir, StorageAuto, storage.Btrfs, storage.Ext4, StorageDir); err != nil {
+		return err
 	}
 	if cfg.StorageSize == 0 {
 		cfg.StorageSize = DefaultStorageSize

@@ -180,9 +180,7 @@ func TestLiveLengths(t *testing.T) {
 // of waiting out its deadline. Once there is space the record appears,
 // terminated.
 func TestWriteFailed(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testcap.Skip(t, "root", "mounts a tmpfs to fill a journal's filesystem")
-	}
+	testcap.Root(t, "mounts a tmpfs to fill a journal's filesystem")
 	state := t.TempDir()
 	sdir := filepath.Join(state, "s")
 	if err := os.MkdirAll(sdir, 0o700); err != nil {

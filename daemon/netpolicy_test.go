@@ -14,8 +14,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/vishvananda/netlink"
-
 	"github.com/agentrunner/runner/daemon"
 	"github.com/agentrunner/runner/netpolicy/netlab"
 	"github.com/agentrunner/runner/wire"
@@ -122,17 +120,8 @@ func (a *api) putNetwork(sandbox string, allow ...string) wire.Sandbox {
 // rnLinks lists the sandbox veths (host ends) in the world's host ns.
 func rnLinks(t *testing.T, lab *netlab.Lab) []string {
 	t.Helper()
-	h, err := netlink.NewHandleAt(lab.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	links, err := h.LinkList()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []string
-	for _, l := range links {
+	for _, l := range lab.HostLinks(t) {
 		// Every table's veth prefix starts with "r" (netpolicy.IfPrefix);
 		// none of the lab's own links does.
 		if strings.HasPrefix(l.Attrs().Name, "r") {

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -27,9 +26,7 @@ import (
 // preview listener's address.
 func previewNetDaemon(t *testing.T) (*api, string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		testcap.Skip(t, "root", "an isolated sandbox's network namespace needs a root runnerd")
-	}
+	testcap.Root(t, "an isolated sandbox's network namespace needs a root runnerd")
 	lab := netlab.New(t)
 	netState := netStateDir(t)
 	previewAddr := freeLoopback(t)

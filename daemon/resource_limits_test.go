@@ -110,9 +110,7 @@ func cgroupRootDirs(root string) []string {
 // root, or a host without the v1 controllers these tests read files of).
 func needV1Cgroups(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		testcap.Skip(t, "root", "resource limits need root to write cgroups")
-	}
+	testcap.Root(t, "resource limits need root to write cgroups")
 	h := cgroupHierarchies()
 	for _, c := range []string{"memory", "pids", "cpu"} {
 		if _, ok := h[c]; !ok {

@@ -1,7 +1,6 @@
 package daemon_test
 
 import (
-	"os"
 	"testing"
 
 	"github.com/agentrunner/runner/daemon"
@@ -14,9 +13,7 @@ import (
 // capabilities over a kernel attack surface. The control, an uncontained
 // sandbox of a runnerd under --isolate none, has no filter and gets in.
 func TestIsolatedCommandSeccomp(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testcap.Skip(t, "root", "contained sandboxes need a root runnerd")
-	}
+	testcap.Root(t, "contained sandboxes need a root runnerd")
 	script := "grep '^Seccomp:' /proc/self/status; unshare -U -r true 2>&1; echo rc=$?"
 
 	plain := startDaemonCfg(t, daemon.Config{StateDir: passableTempDir(t), Token: testToken, NetPolicy: daemon.NetPolicyOff,

@@ -21,9 +21,7 @@ import (
 // writes. The stored bytes stay readable, the exit record names them,
 // and the reserve is gone afterwards (an ended journal holds none).
 func TestFinishFullDisk(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testcap.Skip(t, "root", "mounts a sized tmpfs to fill a journal's file system")
-	}
+	testcap.Root(t, "mounts a sized tmpfs to fill a journal's file system")
 	for _, tt := range []struct{ name, opts string }{
 		{"blocks", "size=2m"},
 		{"inodes", "size=64m,nr_inodes=64"},

@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/google/nftables"
-	"github.com/vishvananda/netlink"
 
 	"github.com/agentrunner/runner/netpolicy"
 	"github.com/agentrunner/runner/netpolicy/netlab"
@@ -102,16 +101,7 @@ func snapshot(t *testing.T, l *lab, m *netpolicy.Manager) kernelState {
 			ks.dispatch += len(elems)
 		}
 	}
-	h, err := netlink.NewHandleAt(l.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	links, err := h.LinkList()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, li := range links {
+	for _, li := range l.HostLinks(t) {
 		// The index changes if a link is re-created: re-adoption must not.
 		ks.links = append(ks.links, fmt.Sprintf("%s#%d", li.Attrs().Name, li.Attrs().Index))
 	}

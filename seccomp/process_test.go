@@ -117,9 +117,7 @@ var gated = map[string]unix.Errno{
 // kernel's. Root is the strongest caller: nothing but the filter stands
 // between it and these calls.
 func TestGatedCallsAsRoot(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testcap.Skip(t, "root", "the gated calls must be tried with every capability")
-	}
+	testcap.Root(t, "the gated calls must be tried with every capability")
 	out, stderr, code := runProbe(t, "attacks")
 	if code != 0 {
 		t.Fatalf("unfiltered probe: exit %d: %s", code, stderr)
@@ -149,9 +147,7 @@ func TestGatedCallsAsRoot(t *testing.T) {
 // enter a new user namespace (`unshare -U -r`, which works for the same
 // user without the filter) nor trace a process that is not its child.
 func TestIsolatedCommand(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testcap.Skip(t, "root", "the probe switches to an unprivileged user")
-	}
+	testcap.Root(t, "the probe switches to an unprivileged user")
 	const nobody = "65534"
 	_, stderr, code := runProbe(t, "-uid", nobody, "exec", "unshare", "-U", "-r", "true")
 	if code != 0 {
@@ -179,9 +175,7 @@ func TestIsolatedCommand(t *testing.T) {
 // files and sockets; a shell's file operations; python3 and git where the
 // host has them.
 func TestWorkloadUnderFilter(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testcap.Skip(t, "root", "the workload runs in a network namespace the test creates")
-	}
+	testcap.Root(t, "the workload runs in a network namespace the test creates")
 	unshare, err := exec.LookPath("unshare")
 	if err != nil {
 		testcap.Skip(t, "util-linux", "no unshare(1) to make the network namespace")

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -29,15 +28,7 @@ import (
 // shim's answer, which then still arrives.
 func abandonWrite(t *testing.T, dir string, p []byte, half bool, sent func()) (st byte, body []byte) {
 	t.Helper()
-	sock, err := sessiondir.SocketPath(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := net.Dial("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := nc.(*net.UnixConn)
+	c := shimtest.DialRaw(t, dir)
 	defer c.Close()
 	if _, err := proto.WriteMsg(c, nil, proto.OpWrite, p); err != nil {
 		t.Fatalf("send stdin write: %v", err)
@@ -52,7 +43,7 @@ func abandonWrite(t *testing.T, dir string, p []byte, half bool, sent func()) (s
 	// Only a bound for a shim that never answers (the defect this tests).
 	c.SetReadDeadline(time.Now().Add(20 * time.Second))
 	var hdr [proto.CtlHdrLen]byte
-	st, body, err = proto.ReadMsg(c, &hdr, nil)
+	st, body, err := proto.ReadMsg(c, &hdr, nil)
 	if err != nil {
 		t.Fatalf("answer to an abandoned stdin write: %v (the shim still holds it)", err)
 	}

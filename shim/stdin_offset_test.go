@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"net"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -81,14 +80,7 @@ func TestStdinOffsetResendAfterAbandon(t *testing.T) {
 			a := pattern(proto.MaxStdinAtChunk)
 			// The caller goes once the shim has put part of a into the
 			// pipe (nobody reads it).
-			sock, err := sessiondir.SocketPath(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			nc, err := net.Dial("unix", sock)
-			if err != nil {
-				t.Fatal(err)
-			}
+			nc := shimtest.DialRaw(t, dir)
 			body := binary.BigEndian.AppendUint64(nil, uint64(len(head)))
 			if _, err := proto.WriteMsg(nc, nil, proto.OpWriteAt, append(body, a...)); err != nil {
 				t.Fatal(err)
@@ -97,6 +89,7 @@ func TestStdinOffsetResendAfterAbandon(t *testing.T) {
 			nc.Close()
 			// The abandoned write has stopped once the count settles.
 			var n int64
+			var err error
 			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 				if n, err = c.StdinCount(shimtest.CtxT(t, 10*time.Second)); err != nil {
 					t.Fatal(err)

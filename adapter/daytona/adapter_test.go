@@ -79,10 +79,7 @@ func TestBinarySurvives(t *testing.T) {
 	srv, c := standIn(t)
 	ctx := ctxT(t)
 	a := newAdapter(t, c, nil)
-	h, err := a.Create(ctx, "binary", adapter.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := hostedtest.Create(t, ctx, a, "binary")
 	home, _ := srv.Home(h.ID)
 	if err := os.WriteFile(filepath.Join(home, "blob"), []byte(mangled), 0o644); err != nil {
 		t.Fatal(err)
@@ -116,10 +113,7 @@ func TestHostileArgv(t *testing.T) {
 	srv, c := standIn(t)
 	ctx := ctxT(t)
 	a := newAdapter(t, c, nil)
-	h, err := a.Create(ctx, "hostile", adapter.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := hostedtest.Create(t, ctx, a, "hostile")
 	words := []string{`it's`, `"quoted"`, "two\nlines", "$(touch pwned1)", "`touch pwned2`", `'; touch pwned3; '`, `\'`, "-n", "", " spaced "}
 	r, err := a.Exec(ctx, h, adapter.Command{Path: "printf", Args: append([]string{`[%s]`}, words...)})
 	if err != nil {
@@ -199,10 +193,7 @@ func TestSuspendedRefusesSessions(t *testing.T) {
 	srv, c := standIn(t)
 	ctx := ctxT(t)
 	a := newAdapter(t, c, nil)
-	h, err := a.Create(ctx, "parked", adapter.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := hostedtest.Create(t, ctx, a, "parked")
 	if _, err := a.Exec(ctx, h, adapter.Shell("echo kept > f")); err != nil {
 		t.Fatal(err)
 	}

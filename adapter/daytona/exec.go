@@ -249,12 +249,9 @@ func (x *sessionExec) Exec(ctx context.Context, argv []string, stdin io.Reader, 
 	dir := x.a.cfg.IODir
 	scriptPath, stdinPath := dir+"/"+n+".sh", ""
 	if stdin != nil {
-		b, err := io.ReadAll(io.LimitReader(stdin, maxStdin+1))
+		b, err := guest.ReadStdin(stdin, maxStdin)
 		if err != nil {
-			return 0, &adapter.InvalidError{Detail: "read stdin: " + err.Error()}
-		}
-		if len(b) > maxStdin {
-			return 0, &adapter.InvalidError{Detail: fmt.Sprintf("stdin over %d bytes", maxStdin)}
+			return 0, err
 		}
 		stdinPath = dir + "/" + n + ".in"
 		if err := x.tb.Upload(ctx, stdinPath, b); err != nil {

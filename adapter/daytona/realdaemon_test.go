@@ -45,9 +45,7 @@ func realDaemon(t *testing.T) (proxyURL, home string) {
 	if bin == "" {
 		t.Skip(daemonEnv + " is not set: no real daemon to check against")
 	}
-	if os.Geteuid() != 0 {
-		testcap.Skip(t, "root", "the real daemon runs in a network namespace of its own")
-	}
+	testcap.Root(t, "the real daemon runs in a network namespace of its own")
 	if _, err := exec.LookPath("ip"); err != nil {
 		testcap.Skip(t, "iproute2", "ip brings the namespace's loopback up")
 	}

@@ -298,6 +298,10 @@ type envdExec struct {
 	envd atomic.Pointer[Envd] // replaced when a connect answers a token
 }
 
+// maxStdin bounds an Exec's stdin, read whole before the process starts
+// and sent in 1 MiB SendInput calls.
+const maxStdin = 64 << 20
+
 // execShell runs argv through sh so that a missing program is status
 // 127 and one that cannot run 126, as guest.Executor says, rather than a
 // start error envd words differently by version.
@@ -312,6 +316,14 @@ func (x *envdExec) Exec(ctx context.Context, argv []string, stdin io.Reader, std
 	// sandbox's time to live running while any is in flight.
 	defer x.a.leases.acquire(ctx, x.id)()
 	withStdin := stdin != nil
+	var in []byte
+	if withStdin {
+		b, err := guest.ReadStdin(stdin, maxStdin)
+		if err != nil {
+			return 0, err
+		}
+		in = b
+	}
 	req := StartRequest{Process: ProcessConfig{Cmd: "/bin/sh", Args: append([]string{"-c", execShell}, argv...)},
 		Stdin: &withStdin, Lifetime: lifetime}
 	st, err := x.envd.Load().Start(ctx, req)
@@ -331,13 +343,9 @@ func (x *envdExec) Exec(ctx context.Context, argv []string, stdin io.Reader, std
 	}
 	defer st.Close()
 	if withStdin {
-		b, err := io.ReadAll(io.LimitReader(stdin, 64<<20))
-		if err != nil {
-			return 0, &adapter.InvalidError{Detail: "read stdin: " + err.Error()}
-		}
 		sel := Selector{PID: st.PID()}
 		envd := x.envd.Load()
-		for len(b) > 0 {
+		for b := in; len(b) > 0; {
 			n := min(len(b), 1<<20)
 			if err := envd.SendInput(ctx, sel, b[:n], false); err != nil {
 				return 0, x.confirm(ctx, err)

@@ -37,9 +37,7 @@ func TestRealEnvd(t *testing.T) {
 		t.Skip("RUNNER_TEST_ENVD=/path/to/envd runs the stand-in's fidelity checks against a real envd 0.6.13")
 	}
 	if os.Getenv(realEnvdChild) == "" {
-		if os.Geteuid() != 0 {
-			testcap.Skip(t, "root", "a real envd runs in network and mount namespaces the test makes")
-		}
+		testcap.Root(t, "a real envd runs in network and mount namespaces the test makes")
 		cmd := exec.CommandContext(t.Context(), "unshare", "--net", "--mount", "--propagation", "private",
 			os.Args[0], "-test.run=^TestRealEnvd$", "-test.v", "-test.count=1")
 		cmd.Env = append(os.Environ(), realEnvdChild+"=1")

@@ -13,6 +13,7 @@ import (
 	"github.com/agentrunner/runner/adapter/e2b"
 	"github.com/agentrunner/runner/adapter/e2b/e2btest"
 	"github.com/agentrunner/runner/adapter/hosted"
+	"github.com/agentrunner/runner/adapter/hosted/hostedtest"
 	"github.com/agentrunner/runner/internal/logsink"
 )
 
@@ -89,10 +90,7 @@ func TestLeftAlonePastTheTimeToLive(t *testing.T) {
 	srv, c := standInWith(t, e2btest.Options{DefaultTimeout: shortTTL})
 	ctx := ctxT(t)
 	a := documented(t, c)
-	h, err := a.Create(ctx, "left-alone", adapter.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := hostedtest.Create(t, ctx, a, "left-alone")
 	cmd, want := counter(40, 7) // 4 s of output: it spans the pause
 	st, err := a.Spawn(ctx, h, cmd, adapter.SpawnOptions{SessionID: "long"})
 	if err != nil {
@@ -133,10 +131,7 @@ func TestAttachLongerThanTheTimeToLive(t *testing.T) {
 	srv, c := standInWith(t, e2btest.Options{DefaultTimeout: shortTTL})
 	ctx := ctxT(t)
 	a := documented(t, c)
-	h, err := a.Create(ctx, "streaming", adapter.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := hostedtest.Create(t, ctx, a, "streaming")
 	cmd, want := counter(2*int(shortTTL/(100*time.Millisecond))+10, 3)
 	st, err := a.Spawn(ctx, h, cmd, adapter.SpawnOptions{})
 	if err != nil {
@@ -162,10 +157,7 @@ func TestPausedIsNeverNotFound(t *testing.T) {
 	srv, c := standIn(t)
 	ctx := ctxT(t)
 	a := newAdapter(t, c, nil)
-	h, err := a.Create(ctx, "paused", adapter.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := hostedtest.Create(t, ctx, a, "paused")
 	for i, drv := range []*e2b.Adapter{a, newAdapter(t, c, nil)} {
 		if err := c.Pause(ctx, h.ID); err != nil {
 			t.Fatal(err)
@@ -195,10 +187,7 @@ func TestCreateAsksSecureAndAutoPause(t *testing.T) {
 	srv, c := standInWith(t, e2btest.Options{DefaultTimeout: shortTTL})
 	ctx := ctxT(t)
 	a := newAdapter(t, c, nil)
-	h, err := a.Create(ctx, "secure", adapter.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := hostedtest.Create(t, ctx, a, "secure")
 	sb, err := c.Get(ctx, h.ID)
 	if err != nil || sb.EnvdAccessToken.IsZero() {
 		t.Fatalf("GET = %v, %v; want an envd access token (secure: true)", sb, err)
@@ -225,10 +214,7 @@ func TestLeaseLogsNoSecret(t *testing.T) {
 	a := newAdapter(t, c, func(cfg *e2b.AdapterConfig) {
 		cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
-	h, err := a.Create(ctx, "logged", adapter.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := hostedtest.Create(t, ctx, a, "logged")
 	st, err := a.Spawn(ctx, h, adapter.Shell("sleep 2; echo done"), adapter.SpawnOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -43,6 +43,22 @@ type Executor interface {
 	Exec(ctx context.Context, argv []string, stdin io.Reader, stdout io.Writer, lifetime time.Duration) (status int, err error)
 }
 
+// ReadStdin reads an Executor's stdin whole, for a provider that sends
+// it in one piece, refusing more than max bytes with
+// *adapter.InvalidError before any of it is sent: a stdin cut at the
+// provider's bound would reach the command short, or half of a write
+// would land while the call failed.
+func ReadStdin(stdin io.Reader, max int) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(stdin, int64(max)+1))
+	if err != nil {
+		return nil, &adapter.InvalidError{Detail: "read stdin: " + err.Error()}
+	}
+	if len(b) > max {
+		return nil, &adapter.InvalidError{Detail: fmt.Sprintf("stdin over %d bytes", max)}
+	}
+	return b, nil
+}
+
 // ErrNoStatus is wrapped by an Executor's error when the process ended
 // but the provider did not report its exit status (Sprites closes some
 // execs with a normal closure and no exit frame). stdout then holds what
@@ -169,13 +185,12 @@ var errShimMissing = errors.New("runner-shim is not installed in the guest")
 // no JSON answer is errShimMissing (127) or a *ProviderError.
 func (g *Guest) run(ctx context.Context, root string, lifetime time.Duration, stdin io.Reader, args ...string) (answer, int, error) {
 	argv := append([]string{g.cfg.Shim, "--root", root, "--json"}, args...)
-	var out limitedBuffer
-	out.max = maxAnswer
+	out := CappedBuffer{Max: maxAnswer}
 	status, err := g.cfg.Exec.Exec(ctx, argv, stdin, &out, lifetime)
 	if err != nil && !errors.Is(err, ErrNoStatus) {
 		return answer{}, status, err
 	}
-	line := bytes.TrimSpace(out.b.Bytes())
+	line := bytes.TrimSpace(out.Bytes())
 	if i := bytes.LastIndexByte(line, '\n'); i >= 0 {
 		line = line[i+1:]
 	}
@@ -189,7 +204,7 @@ func (g *Guest) run(ctx context.Context, root string, lifetime time.Duration, st
 			return answer{}, status, errShimMissing
 		}
 		return answer{}, status, &adapter.ProviderError{Provider: g.cfg.Provider,
-			Detail: fmt.Sprintf("runner-shim %s: exit status %d without an answer (%q)", args[0], status, truncate(out.b.String(), 200))}
+			Detail: fmt.Sprintf("runner-shim %s: exit status %d without an answer (%q)", args[0], status, truncate(string(out.Bytes()), 200))}
 	}
 	return a, status, nil
 }
@@ -545,19 +560,27 @@ func base64Lines(p []byte) io.Reader {
 	return &b
 }
 
-// limitedBuffer keeps the first max bytes written to it and drops the
-// rest (a hostile guest cannot make the adapter hold more).
-type limitedBuffer struct {
+// CappedBuffer keeps the first Max bytes written to it and drops the
+// rest, taking every write whole, so a hostile guest cannot make the
+// adapter hold more of a runner-shim answer than Max. An Executor's
+// stdout goes into one.
+type CappedBuffer struct {
+	Max int
 	b   bytes.Buffer
-	max int
 }
 
-func (l *limitedBuffer) Write(p []byte) (int, error) {
-	if room := l.max - l.b.Len(); room > 0 {
-		l.b.Write(p[:min(len(p), room)])
+func (c *CappedBuffer) Write(p []byte) (int, error) {
+	if room := c.Max - c.b.Len(); room > 0 {
+		c.b.Write(p[:min(len(p), room)])
 	}
 	return len(p), nil
 }
+
+// Bytes returns what was kept.
+func (c *CappedBuffer) Bytes() []byte { return c.b.Bytes() }
+
+// Len is len(c.Bytes()).
+func (c *CappedBuffer) Len() int { return c.b.Len() }
 
 func truncate(s string, n int) string {
 	if len(s) <= n {

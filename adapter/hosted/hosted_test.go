@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentrunner/runner/adapter"
 	"github.com/agentrunner/runner/adapter/hosted"
+	"github.com/agentrunner/runner/adapter/hosted/hostedtest"
 )
 
 const version = "v0.0.0-hosted-test"
@@ -204,10 +205,7 @@ func TestGuestCache(t *testing.T) {
 	d := newDriver(adapter.CapAttach)
 	a := newAdapter(t, d)
 	ctx := context.Background()
-	h, err := a.Create(ctx, "box", adapter.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := hostedtest.Create(t, ctx, a, "box")
 	g1, err := a.Guest(ctx, h)
 	if err != nil {
 		t.Fatal(err)

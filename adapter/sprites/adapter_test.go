@@ -152,10 +152,7 @@ func TestLostAnswers(t *testing.T) {
 	srv, c := standIn(t, spritestest.Options{})
 	ctx := ctxT(t)
 	a := newAdapter(t, c, nil)
-	h, err := a.Create(ctx, "lost-answers", adapter.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := hostedtest.Create(t, ctx, a, "lost-answers")
 	srv.CutExecs("spawn", 1)
 	st, err := a.Spawn(ctx, h, adapter.Shell("echo ready; cat"), adapter.SpawnOptions{})
 	if err != nil {
@@ -207,10 +204,7 @@ func TestUploadAndVerify(t *testing.T) {
 	srv, c := standIn(t, spritestest.Options{})
 	ctx := ctxT(t)
 	a := newAdapter(t, c, nil)
-	h, err := a.Create(ctx, "fresh", adapter.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := hostedtest.Create(t, ctx, a, "fresh")
 	dir, _ := srv.Dir("fresh")
 	if fi, err := os.Stat(filepath.Join(dir, sprites.DefaultShimPath)); err != nil || fi.Mode().Perm() != 0o755 {
 		t.Fatalf("uploaded runner-shim: %v %v, want mode 0755", fi, err)
@@ -220,7 +214,7 @@ func TestUploadAndVerify(t *testing.T) {
 	}
 
 	old := newAdapter(t, c, func(cfg *sprites.AdapterConfig) { cfg.ShimBinary = binary(shims.Old) })
-	_, err = old.Create(ctx, "old-shim", adapter.CreateOptions{})
+	_, err := old.Create(ctx, "old-shim", adapter.CreateOptions{})
 	var pe *adapter.ProviderError
 	if !errors.As(err, &pe) || !strings.Contains(pe.Detail, "v0.0.0-old") || !strings.Contains(pe.Detail, shimVersion) {
 		t.Fatalf("Create with a runner-shim of another version = %v, want a provider error naming both", err)
@@ -278,10 +272,7 @@ func TestStdinNeverInURL(t *testing.T) {
 	srv, c := standIn(t, spritestest.Options{})
 	ctx := ctxT(t)
 	a := newAdapter(t, c, nil)
-	h, err := a.Create(ctx, "stdin-url", adapter.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := hostedtest.Create(t, ctx, a, "stdin-url")
 	st, err := a.Spawn(ctx, h, adapter.Shell("echo ready; cat"), adapter.SpawnOptions{SessionID: "s"})
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/adapter/hosted/hostedtest"
 	"github.com/agentrunner/runner/adapter/sprites"
 	"github.com/agentrunner/runner/adapter/sprites/spritestest"
 )
@@ -33,10 +34,7 @@ func TestNoCloseStall(t *testing.T) {
 		t.Fatalf("run: %q exit %d, %v in %v; want hi, 0, well under the 5 s hold", r.Stdout, r.ExitCode, err, d)
 	}
 	a := newAdapter(t, c, nil)
-	h, err := a.Create(ctx, "stall-shim", adapter.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := hostedtest.Create(t, ctx, a, "stall-shim")
 	start = time.Now()
 	for range 3 {
 		if _, err := a.Sessions(ctx, h); err != nil {
@@ -66,10 +64,7 @@ func TestTextExitIsNotTheEnd(t *testing.T) {
 		}
 	}
 	a := newAdapter(t, c, nil)
-	h, err := a.Create(ctx, "text-exit-shim", adapter.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := hostedtest.Create(t, ctx, a, "text-exit-shim")
 	res, err := a.Exec(ctx, h, adapter.Shell("printf out; exit 4"))
 	if err != nil || string(res.Stdout) != "out" || res.Exit.Code != 4 {
 		t.Errorf("exec: %q %v, %v; want out, exit 4", res.Stdout, res.Exit, err)
@@ -84,10 +79,7 @@ func TestLostOutput(t *testing.T) {
 	srv, c := standIn(t, spritestest.Options{DropExit: spritestest.DropExitRandom, LoseOutput: true, Seed: 31, CloseHold: -1})
 	a := newAdapter(t, c, nil)
 	ctx := ctxT(t)
-	h, err := a.Create(ctx, "lossy", adapter.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := hostedtest.Create(t, ctx, a, "lossy")
 	for i := range 12 {
 		res, err := a.Exec(ctx, h, adapter.Shell("echo out; echo err >&2; exit 5"))
 		if err != nil || string(res.Stdout) != "out\n" || string(res.Stderr) != "err\n" || res.Exit.Code != 5 {
@@ -152,10 +144,7 @@ func TestSessionAcrossIdleness(t *testing.T) {
 	srv, c := standIn(t, spritestest.Options{IdleAfter: 700 * time.Millisecond, ColdAfter: 700 * time.Millisecond, CloseHold: -1})
 	a := newAdapter(t, c, nil)
 	ctx := ctxT(t)
-	h, err := a.Create(ctx, "idle", adapter.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := hostedtest.Create(t, ctx, a, "idle")
 	st, err := a.Spawn(ctx, h, adapter.Shell(`for i in 1 2 3 4 5 6 7 8; do echo "tick $i"; sleep 0.5; done; exit 9`), adapter.SpawnOptions{SessionID: "long"})
 	if err != nil {
 		t.Fatal(err)
@@ -209,10 +198,7 @@ func TestLargeListSurvivesReplayCap(t *testing.T) {
 	_, c := standIn(t, spritestest.Options{ReplayFast: true, CloseHold: -1})
 	a := newAdapter(t, c, nil)
 	ctx := ctxT(t)
-	h, err := a.Create(ctx, "many", adapter.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := hostedtest.Create(t, ctx, a, "many")
 	pad := strings.Repeat("x", 3000)
 	const n = 30 // ~3 KiB of argv each: ~96 KiB of listing
 	for i := range n {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/adapter/hosted/hostedtest"
 	"github.com/agentrunner/runner/adapter/sprites"
 	"github.com/agentrunner/runner/adapter/sprites/spritestest"
 	"github.com/coder/websocket"
@@ -26,10 +26,7 @@ func BenchmarkShimCall(b *testing.B) {
 	srv, c := standIn(b, spritestest.Options{CloseHold: 5 * time.Second})
 	a := newAdapter(b, c, nil)
 	ctx := context.Background()
-	h, err := a.Create(ctx, "bench", adapter.CreateOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	h := hostedtest.Create(b, ctx, a, "bench")
 	b.Run("after", func(b *testing.B) {
 		for b.Loop() {
 			if _, err := a.Sessions(ctx, h); err != nil {

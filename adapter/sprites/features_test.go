@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/adapter"
+	"github.com/agentrunner/runner/adapter/hosted/hostedtest"
 	"github.com/agentrunner/runner/adapter/sprites"
 	"github.com/agentrunner/runner/adapter/sprites/spritestest"
 )
@@ -22,10 +23,7 @@ func TestCheckpointRestore(t *testing.T) {
 	// The session killed by the restore is given up after this window.
 	a := newAdapter(t, c, func(cfg *sprites.AdapterConfig) { cfg.ReattachWindow = 3 * time.Second })
 	ctx := ctxT(t)
-	h, err := a.Create(ctx, "ckpt", adapter.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := hostedtest.Create(t, ctx, a, "ckpt")
 	data := make([]byte, 200<<10)
 	_, _ = rand.Read(data)
 	const bin, txt = "/home/sprite/data.bin", "/home/sprite/notes.txt"
@@ -84,10 +82,7 @@ func TestPublicURL(t *testing.T) {
 	srv, c := standIn(t, spritestest.Options{CloseHold: -1})
 	a := newAdapter(t, c, nil)
 	ctx := ctxT(t)
-	h, err := a.Create(ctx, "web", adapter.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := hostedtest.Create(t, ctx, a, "web")
 	if srv.URLAuth("web") != "sprite" {
 		t.Fatalf("a new sprite's URL auth is %q, want sprite", srv.URLAuth("web"))
 	}

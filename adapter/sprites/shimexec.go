@@ -58,12 +58,9 @@ func (x *shimExec) Exec(ctx context.Context, argv []string, stdin io.Reader, std
 	argv, stdin = dataOffArgv(argv, stdin)
 	var in []byte
 	if stdin != nil {
-		b, err := io.ReadAll(io.LimitReader(stdin, maxCallStdin+1))
+		b, err := guest.ReadStdin(stdin, maxCallStdin)
 		if err != nil {
-			return 0, &adapter.InvalidError{Detail: "read stdin: " + err.Error()}
-		}
-		if len(b) > maxCallStdin {
-			return 0, &adapter.InvalidError{Detail: fmt.Sprintf("stdin of one call exceeds %d bytes", maxCallStdin)}
+			return 0, err
 		}
 		in = b
 	}
@@ -120,9 +117,9 @@ func (x *shimExec) Exec(ctx context.Context, argv []string, stdin io.Reader, std
 // none) and the status and error Exec returns.
 func (x *shimExec) call(ctx context.Context, argv []string, in []byte, withStdin bool, call string) ([]byte, int, error) {
 	for attempt := 1; ; attempt++ {
-		out := &capped{max: maxCallAnswer}
+		out := &guest.CappedBuffer{Max: maxCallAnswer}
 		status, err := x.run(ctx, argv, in, withStdin, out)
-		ans := answerOf(out.b.Bytes())
+		ans := answerOf(out.Bytes())
 		noExit := errors.Is(err, ErrNoExit)
 		switch {
 		case err != nil && !noExit:
@@ -140,7 +137,7 @@ func (x *shimExec) call(ctx context.Context, argv []string, in []byte, withStdin
 			// the code and message (how Sprites ends the exec of a missing
 			// program is not documented; a shell says 127).
 			return nil, missingShim, nil
-		case err == nil && status == 127 && out.b.Len() == 0:
+		case err == nil && status == 127 && out.Len() == 0:
 			// No runner-shim at the path (a shell's status): adapter/guest
 			// calls it vanished.
 			return nil, status, nil
@@ -149,7 +146,7 @@ func (x *shimExec) call(ctx context.Context, argv []string, in []byte, withStdin
 			// answer lost its output (sprites-py #16, a replay cut at
 			// 64 KiB): as unknown as a missing exit frame.
 			err = fail("runner-shim "+call, 0, &adapter.UnavailableError{
-				Detail: fmt.Sprintf("exit status %d came without runner-shim's answer (%d bytes of output)", status, out.b.Len()), Uncertain: true}).WithCause(ErrNoExit)
+				Detail: fmt.Sprintf("exit status %d came without runner-shim's answer (%d bytes of output)", status, out.Len()), Uncertain: true}).WithCause(ErrNoExit)
 		}
 		if !idempotentCalls[call] || attempt == maxCallAttempts || ctx.Err() != nil {
 			if call == "version" && noExit && ctx.Err() == nil {
@@ -333,17 +330,4 @@ func (c *counting) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
 	return n, err
-}
-
-// capped keeps the first max bytes written to it and drops the rest.
-type capped struct {
-	b   bytes.Buffer
-	max int
-}
-
-func (c *capped) Write(p []byte) (int, error) {
-	if room := c.max - c.b.Len(); room > 0 {
-		c.b.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
 }

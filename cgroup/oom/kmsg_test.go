@@ -13,9 +13,7 @@ import (
 // count: only the kernel's own facility names a victim. Records logged
 // before the log was opened are not read.
 func TestKernelLogIgnoresForgedRecords(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testcap.Skip(t, "root", "writing to /dev/kmsg needs root")
-	}
+	testcap.Root(t, "writing to /dev/kmsg needs root")
 	w, err := os.OpenFile("/dev/kmsg", os.O_WRONLY, 0)
 	if err != nil {
 		testcap.Skip(t, "kmsg", fmt.Sprintf("open /dev/kmsg for writing: %v", err))

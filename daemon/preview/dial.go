@@ -64,18 +64,9 @@ func dialTarget(ctx context.Context, t Target) (net.Conn, error) {
 	addrs := t.Addrs()
 	if t.NetNS == "" {
 		d := net.Dialer{KeepAlive: 30 * time.Second}
-		var refused error
-		for _, a := range addrs {
-			c, err := d.DialContext(ctx, "tcp", a.String())
-			if err == nil {
-				return c, nil
-			}
-			if !absent(err) {
-				return nil, err
-			}
-			refused = firstRefusal(refused, err)
-		}
-		return nil, notListening(refused, t)
+		return firstListening(t, addrs, func(_ int, a netip.AddrPort) (net.Conn, error) {
+			return d.DialContext(ctx, "tcp", a.String())
+		})
 	}
 
 	fds, err := socketsIn(t.NetNS, addrs)
@@ -89,18 +80,30 @@ func dialTarget(ctx context.Context, t Target) (net.Conn, error) {
 			}
 		}
 	}()
-	var refused error
-	for i, a := range addrs {
+	return firstListening(t, addrs, func(i int, a netip.AddrPort) (net.Conn, error) {
 		fd := fds[i]
 		if fd < 0 {
-			continue // no such family in the namespace (IPv6 disabled)
+			return nil, nil // no such family in the namespace (IPv6 disabled)
 		}
 		fds[i] = -1 // connect owns it now
-		c, err := connect(ctx, fd, a)
-		if err == nil {
+		return connect(ctx, fd, a)
+	})
+}
+
+// firstListening calls dial for each of addrs in turn and returns the
+// first connection. An address that is absent moves on to the next, and
+// so does one dial skips (nil, nil); any other error ends the walk. When
+// none connects, the error is notListening's.
+func firstListening(t Target, addrs []netip.AddrPort, dial func(i int, a netip.AddrPort) (net.Conn, error)) (net.Conn, error) {
+	var refused error
+	for i, a := range addrs {
+		c, err := dial(i, a)
+		switch {
+		case err == nil && c != nil:
 			return c, nil
-		}
-		if !absent(err) {
+		case err == nil:
+			continue
+		case !absent(err):
 			return nil, err
 		}
 		refused = firstRefusal(refused, err)

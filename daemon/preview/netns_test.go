@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/testcap"
+	"github.com/agentrunner/runner/netpolicy"
 	"github.com/agentrunner/runner/wire"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -70,30 +71,11 @@ func newSandboxNS(t *testing.T) *sandboxNS {
 func (s *sandboxNS) serve(t *testing.T, network, addr string, h http.Handler) uint16 {
 	t.Helper()
 	var l net.Listener
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(s.h); err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
+	err := netpolicy.RunInNetNS(s.path, func() (err error) {
 		l, err = net.Listen(network, addr)
-		if rerr := netns.Set(orig); rerr != nil {
-			errc <- rerr // stay locked: the thread dies
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- err
-	}()
-	if err := <-errc; err != nil {
+		return err
+	})
+	if err != nil {
 		t.Fatalf("listen on %s in the namespace: %v", addr, err)
 	}
 	ts := httptest.NewUnstartedServer(h)

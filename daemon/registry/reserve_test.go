@@ -22,9 +22,7 @@ import (
 // system to the last byte with another file.
 func fullRegistry(t *testing.T, withReserve bool) (*registry.Registry, string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		testcap.Skip(t, "root", "mounts a sized tmpfs to fill the registry's file system")
-	}
+	testcap.Root(t, "mounts a sized tmpfs to fill the registry's file system")
 	dir := t.TempDir()
 	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=4m,mode=0700"); err != nil {
 		t.Fatalf("mount tmpfs: %v", err)

@@ -36,6 +36,15 @@ func Skip(t testing.TB, capability, why string) {
 	t.Skipf("SKIPPED, NOT VERIFIED HERE: needs %s: %s", capability, why)
 }
 
+// Root is Skip for "root" unless the test runs as root (euid 0); why
+// says what the test needs root for.
+func Root(t testing.TB, why string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Skip(t, "root", why)
+	}
+}
+
 // Absent skips t because the running kernel was built without feature
 // (say, CONFIG_QUOTA), which no package a host can install brings back:
 // unlike Skip it skips under CI=true too, since failing there would only

@@ -187,6 +187,21 @@ func Build(t testing.TB) *Lab {
 	return l
 }
 
+// HostLinks lists the links in the namespace that plays the host.
+func (l *Lab) HostLinks(t testing.TB) []netlink.Link {
+	t.Helper()
+	h, err := netlink.NewHandleAt(l.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return links
+}
+
 // RunnerdArgs are the runnerd flags that make it enforce policies inside
 // the lab, with its containment state in netState (a directory of the
 // test's; unmount what is left in netState/netns at cleanup with

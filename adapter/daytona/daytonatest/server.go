@@ -407,7 +407,10 @@ func (s *Server) dto(sb *sandbox) map[string]any {
 	}
 }
 
-func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+// withPath calls f with the sandbox the request's {id} (an id or a
+// name) names, under s.mu; one the stand-in does not hold is the API's
+// 404.
+func (s *Server) withPath(w http.ResponseWriter, r *http.Request, f func(*sandbox)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sb, ok := s.find(r.PathValue("id"))
@@ -415,71 +418,59 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		notFound(w, r.PathValue("id"))
 		return
 	}
-	writeJSON(w, http.StatusOK, s.dto(sb))
+	f(sb)
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	s.withPath(w, r, func(sb *sandbox) { writeJSON(w, http.StatusOK, s.dto(sb)) })
 }
 
 func (s *Server) proxyURL(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.find(r.PathValue("id")); !ok {
-		notFound(w, r.PathValue("id"))
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"url": s.ToolboxProxyURL()})
+	s.withPath(w, r, func(*sandbox) {
+		writeJSON(w, http.StatusOK, map[string]string{"url": s.ToolboxProxyURL()})
+	})
 }
 
 func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sb, ok := s.find(r.PathValue("id"))
-	if !ok {
-		notFound(w, r.PathValue("id"))
-		return
-	}
-	if sb.state == "destroying" {
-		// Deleting twice is accepted, as the API does for a sandbox
-		// already on its way out.
+	s.withPath(w, r, func(sb *sandbox) {
+		if sb.state == "destroying" {
+			// Deleting twice is accepted, as the API does for a sandbox
+			// already on its way out.
+			writeJSON(w, http.StatusOK, s.dto(sb))
+			return
+		}
+		sb.killSessions()
+		sb.state, sb.next, sb.due = "destroying", "destroyed", time.Now().Add(s.opts.DeleteDelay)
+		_ = os.RemoveAll(sb.dir)
 		writeJSON(w, http.StatusOK, s.dto(sb))
-		return
-	}
-	sb.killSessions()
-	sb.state, sb.next, sb.due = "destroying", "destroyed", time.Now().Add(s.opts.DeleteDelay)
-	_ = os.RemoveAll(sb.dir)
-	writeJSON(w, http.StatusOK, s.dto(sb))
+	})
 }
 
 func (s *Server) stop(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sb, ok := s.find(r.PathValue("id"))
-	switch {
-	case !ok:
-		notFound(w, r.PathValue("id"))
-	case sb.state != "started":
-		apiError(w, http.StatusBadRequest, "Sandbox is not started")
-	default:
+	s.withPath(w, r, func(sb *sandbox) {
+		if sb.state != "started" {
+			apiError(w, http.StatusBadRequest, "Sandbox is not started")
+			return
+		}
 		// Stopping ends every process; the disk (sb.dir) stays.
 		sb.killSessions()
 		sb.state, sb.next, sb.due = "stopping", "stopped", time.Now().Add(s.opts.StopDelay)
 		writeJSON(w, http.StatusOK, s.dto(sb))
-	}
+	})
 }
 
 func (s *Server) start(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sb, ok := s.find(r.PathValue("id"))
-	switch {
-	case !ok:
-		notFound(w, r.PathValue("id"))
-	case sb.state == "started":
+	s.withPath(w, r, func(sb *sandbox) {
+		switch sb.state {
+		case "started":
+		case "stopped":
+			sb.state, sb.next, sb.due = "starting", "started", time.Now().Add(s.opts.StartDelay)
+		default:
+			apiError(w, http.StatusBadRequest, "Sandbox is not stopped")
+			return
+		}
 		writeJSON(w, http.StatusOK, s.dto(sb))
-	case sb.state != "stopped":
-		apiError(w, http.StatusBadRequest, "Sandbox is not stopped")
-	default:
-		sb.state, sb.next, sb.due = "starting", "started", time.Now().Add(s.opts.StartDelay)
-		writeJSON(w, http.StatusOK, s.dto(sb))
-	}
+	})
 }
 
 // list serves GET /sandbox in creation order. The cursor is the sequence

@@ -109,19 +109,28 @@ func (s *Server) with(sandboxID string, f func(*sandbox)) bool {
 	return ok
 }
 
-func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
+// withPath calls f with the sandbox the request's {id} names, under
+// s.mu; an id the stand-in does not hold is the API's 404.
+func (s *Server) withPath(w http.ResponseWriter, r *http.Request, f func(*sandbox)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sb, ok := s.sandboxes[r.PathValue("id")]
-	switch {
-	case !ok:
+	if !ok {
 		notFound(w, r.PathValue("id"))
-	case sb.state == "paused":
-		apiError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is already paused", sb.id))
-	default:
+		return
+	}
+	f(sb)
+}
+
+func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
+	s.withPath(w, r, func(sb *sandbox) {
+		if sb.state == "paused" {
+			apiError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is already paused", sb.id))
+			return
+		}
 		s.pauseLocked(sb)
 		w.WriteHeader(http.StatusNoContent)
-	}
+	})
 }
 
 // wake resumes a paused sandbox with a time to live of timeout seconds;
@@ -146,38 +155,29 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 	if req.Timeout != nil {
 		timeout = *req.Timeout
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sb, ok := s.sandboxes[r.PathValue("id")]
-	switch {
-	case !ok:
-		notFound(w, r.PathValue("id"))
-	case sb.state == "running":
-		apiError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is already running", sb.id))
-	default:
+	s.withPath(w, r, func(sb *sandbox) {
+		if sb.state == "running" {
+			apiError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is already running", sb.id))
+			return
+		}
 		sb.wake(timeout)
 		standin.WriteJSON(w, http.StatusCreated, sb.created())
-	}
+	})
 }
 
 // setTimeout sets a running sandbox's time to live to timeout seconds
 // from now (shorter or longer); a paused sandbox is 404, as the
 // orchestrator that answers it holds only running ones.
 func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
-	timeout, ok := decodeTimeout(w, r)
-	if !ok {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sb, ok := s.sandboxes[r.PathValue("id")]
-	if !ok || sb.state != "running" {
-		notFound(w, r.PathValue("id"))
-		return
-	}
-	sb.timeout = timeout
-	sb.endAt = time.Now().Add(time.Duration(timeout) * time.Second)
-	w.WriteHeader(http.StatusNoContent)
+	s.withTimeout(w, r, func(sb *sandbox, timeout int32) {
+		if sb.state != "running" {
+			notFound(w, sb.id)
+			return
+		}
+		sb.timeout = timeout
+		sb.endAt = time.Now().Add(time.Duration(timeout) * time.Second)
+		w.WriteHeader(http.StatusNoContent)
+	})
 }
 
 // Timeout returns the time to live last set for a sandbox, in seconds
@@ -188,37 +188,30 @@ func (s *Server) Timeout(sandboxID string) (timeout int32, ok bool) {
 }
 
 func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
-	timeout, ok := decodeTimeout(w, r)
-	if !ok {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sb, ok := s.sandboxes[r.PathValue("id")]
-	switch {
-	case !ok:
-		notFound(w, r.PathValue("id"))
-	case sb.state == "running":
+	s.withTimeout(w, r, func(sb *sandbox, timeout int32) {
+		if sb.state != "running" {
+			sb.wake(timeout)
+			standin.WriteJSON(w, http.StatusCreated, sb.created())
+			return
+		}
 		// Connect only extends the time to live.
 		if end := time.Now().Add(time.Duration(timeout) * time.Second); end.After(sb.endAt) {
 			sb.timeout, sb.endAt = timeout, end
 		}
 		standin.WriteJSON(w, http.StatusOK, sb.created())
-	default:
-		sb.wake(timeout)
-		standin.WriteJSON(w, http.StatusCreated, sb.created())
-	}
+	})
 }
 
-// decodeTimeout reads the {"timeout": seconds} body of the timeout and
-// connect calls, answering 400 (and false) when it is missing or negative.
-func decodeTimeout(w http.ResponseWriter, r *http.Request) (int32, bool) {
+// withTimeout reads the {"timeout": seconds} body of the timeout and
+// connect calls, answering 400 when it is missing or negative, and then
+// calls f as withPath does.
+func (s *Server) withTimeout(w http.ResponseWriter, r *http.Request, f func(sb *sandbox, timeout int32)) {
 	var req struct {
 		Timeout *int32 `json:"timeout"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Timeout == nil || *req.Timeout < 0 {
 		apiError(w, http.StatusBadRequest, "timeout is required")
-		return 0, false
+		return
 	}
-	return *req.Timeout, true
+	s.withPath(w, r, func(sb *sandbox) { f(sb, *req.Timeout) })
 }

@@ -336,18 +336,13 @@ func (sb *sandbox) listed() map[string]any {
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sb, ok := s.sandboxes[r.PathValue("id")]
-	if !ok {
-		notFound(w, r.PathValue("id"))
-		return
-	}
-	m := sb.listed()
-	if sb.token != "" {
-		m["envdAccessToken"] = sb.token
-	}
-	standin.WriteJSON(w, http.StatusOK, m)
+	s.withPath(w, r, func(sb *sandbox) {
+		m := sb.listed()
+		if sb.token != "" {
+			m["envdAccessToken"] = sb.token
+		}
+		standin.WriteJSON(w, http.StatusOK, m)
+	})
 }
 
 func (s *Server) delete(w http.ResponseWriter, r *http.Request) {

@@ -89,6 +89,17 @@ func Open[C any, A interface{ Close() error }](t testing.TB, cfg C, mod func(*C)
 	return a
 }
 
+// Create creates the sandbox name on a with default options, failing t
+// when it cannot.
+func Create(t testing.TB, ctx context.Context, a adapter.Adapter, name string) adapter.Handle {
+	t.Helper()
+	h, err := a.Create(ctx, name, adapter.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create %s: %v", name, err)
+	}
+	return h
+}
+
 // Check fails t if err is not nil.
 func Check(t testing.TB, err error) {
 	t.Helper()

@@ -25,13 +25,25 @@ func spritePath(sp *sprite, workingDir, p string) string {
 	return filepath.Join(sp.dir, filepath.Clean("/"+p))
 }
 
-func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (*sprite, bool) {
+// withPath calls f with the sprite the request's {name} names, under
+// s.mu, and reports whether it exists; one the stand-in does not hold is
+// the API's 404.
+func (s *Server) withPath(w http.ResponseWriter, r *http.Request, f func(*sprite)) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sp, ok := s.sprites[r.PathValue("name")]
 	if !ok {
 		spriteNotFound(w)
+		return false
 	}
+	f(sp)
+	return true
+}
+
+// lookup is withPath for the calls that go on without s.mu.
+func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (*sprite, bool) {
+	var sp *sprite
+	ok := s.withPath(w, r, func(p *sprite) { sp = p })
 	return sp, ok
 }
 

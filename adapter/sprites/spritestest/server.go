@@ -452,14 +452,7 @@ func (s *Server) view(sp *sprite) map[string]any {
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sp, ok := s.sprites[r.PathValue("name")]
-	if !ok {
-		spriteNotFound(w)
-		return
-	}
-	standin.WriteJSON(w, http.StatusOK, s.view(sp))
+	s.withPath(w, r, func(sp *sprite) { standin.WriteJSON(w, http.StatusOK, s.view(sp)) })
 }
 
 // update serves PUT /v1/sprites/{name}: url_settings.auth ("sprite" or
@@ -475,16 +468,11 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusBadRequest, "invalid_request", "url_settings.auth must be sprite or public")
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sp, ok := s.sprites[r.PathValue("name")]
-	if !ok {
-		spriteNotFound(w)
-		return
-	}
-	sp.auth = req.URLSettings.Auth
-	sp.updated = time.Now().UTC()
-	standin.WriteJSON(w, http.StatusOK, s.view(sp))
+	s.withPath(w, r, func(sp *sprite) {
+		sp.auth = req.URLSettings.Auth
+		sp.updated = time.Now().UTC()
+		standin.WriteJSON(w, http.StatusOK, s.view(sp))
+	})
 }
 
 // URLAuth returns a sprite's url_settings.auth ("" for no such sprite).

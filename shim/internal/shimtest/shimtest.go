@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -82,6 +83,22 @@ func WaitGone(t *testing.T, pid int) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Errorf("shim %d still alive", pid)
+}
+
+// DialRaw opens a bare control connection to the shim of the session in
+// dir, for tests that speak the protocol by hand (and leave it as a
+// caller would); the caller closes it.
+func DialRaw(t *testing.T, dir string) *net.UnixConn {
+	t.Helper()
+	sock, err := sessiondir.SocketPath(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func Dial(t *testing.T, dir string) *launch.Client {
