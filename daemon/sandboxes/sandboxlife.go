@@ -58,8 +58,17 @@ func (s *Manager) Create(ctx context.Context, req wire.CreateSandbox) (_ registr
 	if err != nil {
 		return registry.Sandbox{}, err
 	}
+	fk, err := s.prepareFork(ctx, req) // fork.go: nil unless req.From
+	if err != nil {
+		return registry.Sandbox{}, err
+	}
+	defer fk.finish(ctx)
 	unlock := s.locks.Lock(req.Name)
 	defer unlock()
+	if err := fk.begin(); err != nil {
+		return registry.Sandbox{}, err
+	}
+	defer func() { fk.end(err) }()
 	var ws string
 	var madeWS, madeVol bool
 	var held storage.Limits
@@ -114,6 +123,9 @@ func (s *Manager) Create(ctx context.Context, req wire.CreateSandbox) (_ registr
 	// sandbox as it is.
 	if !created && p.asked && !sameNetwork(sb.Network, p.network) {
 		return sb, apierr.ConflictFor(wire.ReasonSandboxExists, "%s: sandbox %q exists with a different network policy (change it with PUT /v1/sandboxes/%s/network)", wire.DetailConflict, sb.Name, sb.Name)
+	}
+	if err := fk.fill(ctx, sb, created, p); err != nil { // fork.go: the checkpoint's files
+		return sb, err
 	}
 	if err := s.setUpSandbox(ctx, sb, created, p, req.Limits != nil); err != nil {
 		return sb, err
