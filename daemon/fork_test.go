@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/storage"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -247,4 +248,39 @@ func containsStr(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestForkOnPool: on a btrfs storage pool a fork gets a volume of its
+// own with the request's budget (never the source's), its files inside
+// it; a checkpoint larger than that budget fails write_failed and leaves
+// no volume, record, staging or intent.
+func TestForkOnPool(t *testing.T) {
+	needV1Cgroups(t)
+	state := t.TempDir()
+	a, _ := startPooled(t, state, storage.Btrfs)
+	a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "src", Limits: &wire.Limits{DiskBytes: 48 * mib}}, 200, nil)
+	wantExit0(t, a, "src", "head -c 20971520 /dev/urandom > big; echo small > s")
+	var ck wire.Checkpoint
+	a.must("POST", "/v1/sandboxes/src/checkpoints", nil, 201, &ck)
+
+	var b wire.Sandbox
+	req := forkReq("b", "src", ck.ID)
+	req.Limits = &wire.Limits{DiskBytes: 40 * mib}
+	a.must("POST", "/v1/sandboxes", req, 200, &b)
+	if b.Limits == nil || b.Limits.DiskBytes != 40*mib || b.Workspace != filepath.Join(volumePath(state, storage.Btrfs, "b"), "workspace") {
+		t.Fatalf("fork = %+v, want its own volume with disk_bytes %d", b, 40*mib)
+	}
+	if got, want := wantExit0(t, a, "b", "sha256sum big; cat s"), wantExit0(t, a, "src", "sha256sum big; cat s"); got != want {
+		t.Errorf("the fork holds %q, the source %q", got, want)
+	}
+	// Its budget is its own: 40 MiB less the 20 MiB it holds.
+	wantWriteRefused(t, a, "b", "more", 24*mib)
+
+	small := forkReq("c", "src", ck.ID)
+	small.Limits = &wire.Limits{DiskBytes: 16 * mib}
+	a.wantError(a.do("POST", "/v1/sandboxes", small), 507, wire.CodeWriteFailed)
+	noTrace(t, a, state, "c")
+	if _, err := os.Lstat(volumePath(state, storage.Btrfs, "c")); !os.IsNotExist(err) {
+		t.Errorf("a failed fork left its volume: %v", err)
+	}
 }
