@@ -151,24 +151,7 @@ func (s *Manager) CreateCheckpoint(ctx context.Context, name, comment string) (w
 	defer st.Close()
 	opt := checkpoint.Options{Comment: comment}
 	if sb.State == wire.SandboxRunning {
-		opt.Freeze = func(ctx context.Context) (func() error, error) {
-			// The freeze is bounded on its own: a sandbox whose processes
-			// cannot all be stopped (one stuck in uninterruptible sleep)
-			// must not hold the sandbox's lock for the client's whole
-			// timeout.
-			fctx, cancel := context.WithTimeout(ctx, freezeTimeout)
-			defer cancel()
-			thaw, err := s.cg.Freeze(fctx, name)
-			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-				return nil, apierr.Unavailable("the sandbox's processes did not all stop within %v; nothing was captured, try again", freezeTimeout)
-			}
-			if errors.Is(err, cgroup.ErrNotFound) {
-				// No cgroup: no process of the sandbox runs (every command
-				// is placed in it before it runs), so nothing to freeze.
-				return func() error { return nil }, nil
-			}
-			return thaw, err
-		}
+		opt.Freeze = s.freezer(name)
 	}
 	start := time.Now()
 	info, err := st.Create(ctx, s.SandboxDisk(sb), opt)
@@ -179,6 +162,29 @@ func (s *Manager) CreateCheckpoint(ctx context.Context, name, comment string) (w
 	s.log.Info("checkpoint created", "sandbox", name, "checkpoint", info.ID, "size", info.Size,
 		"stored", info.Stored, "frozen", info.Frozen)
 	return ToWireCheckpoint(name, info), nil
+}
+
+// freezer freezes the processes of sandbox name (running; the caller
+// holds its lock) and returns the thaw.
+func (s *Manager) freezer(name string) func(ctx context.Context) (func() error, error) {
+	return func(ctx context.Context) (func() error, error) {
+		// The freeze is bounded on its own: a sandbox whose processes
+		// cannot all be stopped (one stuck in uninterruptible sleep)
+		// must not hold the sandbox's lock for the client's whole
+		// timeout.
+		fctx, cancel := context.WithTimeout(ctx, freezeTimeout)
+		defer cancel()
+		thaw, err := s.cg.Freeze(fctx, name)
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return nil, apierr.Unavailable("the sandbox's processes did not all stop within %v; nothing was captured, try again", freezeTimeout)
+		}
+		if errors.Is(err, cgroup.ErrNotFound) {
+			// No cgroup: no process of the sandbox runs (every command
+			// is placed in it before it runs), so nothing to freeze.
+			return func() error { return nil }, nil
+		}
+		return thaw, err
+	}
 }
 
 // RestoreCheckpoint replaces sandbox name's disk with checkpoint id. A

@@ -63,6 +63,9 @@ type fork struct {
 	// made says the fork took checkpoint id itself (From.Checkpoint
 	// empty): finish deletes it again.
 	made bool
+	// snap, for a fork by clone (forkclone.go), is the pool snapshot of
+	// the source it took in place of a checkpoint; finish deletes it.
+	snap string
 	// in is the intent as last written; marked says begin wrote it.
 	in     forkIntent
 	marked bool
@@ -75,8 +78,10 @@ type forkIntent struct {
 	// Incarnation is the new sandbox's, once its record is committed.
 	Incarnation string `json:"incarnation,omitempty"`
 	Source      string `json:"source"`
-	Checkpoint  string `json:"checkpoint"`
-	Made        bool   `json:"made"`
+	Checkpoint  string `json:"checkpoint,omitempty"`
+	Made        bool   `json:"made,omitempty"`
+	// Snap is the pool snapshot of a fork by clone.
+	Snap string `json:"snap,omitempty"`
 }
 
 const (
@@ -116,13 +121,21 @@ func (s *Manager) prepareFork(ctx context.Context, req wire.CreateSandbox) (*for
 		return nil, apierr.Invalid("from.sandbox %q is the new sandbox's own name: a sandbox cannot be forked into itself", req.Name)
 	}
 	sctx := WithIncarnation(ctx, from.Incarnation)
-	if _, err := s.Scoped(sctx, from.Sandbox); err != nil {
+	src, err := s.Scoped(sctx, from.Sandbox)
+	if err != nil {
 		return nil, err
 	}
 	if err := s.refuseExisting(req.Name); err != nil {
 		return nil, err
 	}
 	f := &fork{m: s, name: req.Name, src: from.Sandbox, id: from.Checkpoint}
+	if f.id == "" && s.clonesFrom(src) { // forkclone.go
+		f.snap = newForkSnap()
+		if err := s.snapshotSource(sctx, from.Sandbox, f.snap); err != nil {
+			return nil, err
+		}
+		return f, nil
+	}
 	if f.id == "" {
 		ck, err := s.CreateCheckpoint(sctx, from.Sandbox, "fork to "+req.Name)
 		if err != nil {
@@ -187,7 +200,7 @@ func (f *fork) begin() error {
 // write records the intent in phase with the new sandbox's incarnation,
 // durable before it returns.
 func (f *fork) write(phase, inc string) error {
-	in := forkIntent{Phase: phase, Incarnation: inc, Source: f.src, Checkpoint: f.id, Made: f.made}
+	in := forkIntent{Phase: phase, Incarnation: inc, Source: f.src, Checkpoint: f.id, Made: f.made, Snap: f.snap}
 	b, err := json.Marshal(in)
 	if err != nil {
 		return apierr.Unavailable("record fork: %v", err)
@@ -222,6 +235,16 @@ func (f *fork) fill(ctx context.Context, sb registry.Sandbox, created bool, p cr
 	owner, err := forkOwner(sb, p)
 	if err != nil {
 		return err
+	}
+	if f.clones() {
+		if err := fillClone(sb.Workspace, owner.UID, owner.GID); err != nil { // forkclone.go
+			return apierr.Unavailable("fork: give the clone to the new sandbox: %v", err)
+		}
+		if err := f.write(phaseDone, sb.Incarnation); err != nil {
+			return err
+		}
+		f.m.log.Info("sandbox forked", "sandbox", sb.Name, "from", f.src, "snapshot", f.snap, "owner", owner)
+		return nil
 	}
 	disk := f.m.SandboxDisk(sb)
 	staged := make([]string, len(disk))
@@ -298,6 +321,15 @@ func (f *fork) finish(ctx context.Context) {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
+	if f.snap != "" {
+		sctx, cancel := context.WithTimeout(ctx, storageOpTimeout)
+		err := f.m.pool.DeleteSnapshot(sctx, f.snap)
+		cancel()
+		if err != nil {
+			f.m.log.Warn("fork: delete the snapshot it took of its source; the next start does", "snapshot", f.snap, "err", err)
+			return
+		}
+	}
 	if f.made {
 		if err := f.m.DeleteCheckpoint(ctx, f.src, f.id); err != nil && !isNotFound(err) {
 			f.m.log.Warn("fork: delete the checkpoint it took of its source; the next start retries", "sandbox", f.src, "checkpoint", f.id, "err", err)
@@ -327,8 +359,9 @@ func (s *Manager) RecoverForks(ctx context.Context) {
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
 			s.log.Error("recover forks: list intents", "err", err)
+			return
 		}
-		return
+		ents = nil
 	}
 	for _, e := range ents {
 		name, ok := strings.CutSuffix(e.Name(), ".json")
@@ -340,6 +373,7 @@ func (s *Manager) RecoverForks(ctx context.Context) {
 			s.log.Error("recover fork: kept for the next start", "sandbox", name, "err", err)
 		}
 	}
+	s.sweepForkSnapshots(ctx) // forkclone.go
 }
 
 func (s *Manager) recoverFork(ctx context.Context, name string) error {
@@ -356,6 +390,11 @@ func (s *Manager) recoverFork(ctx context.Context, name string) error {
 			return err
 		}
 		s.log.Warn("half-made fork removed (runnerd died during it)", "sandbox", name, "from", in.Source)
+	}
+	if in.Snap != "" && s.pool != nil {
+		if err := s.pool.DeleteSnapshot(ctx, in.Snap); err != nil {
+			return fmt.Errorf("delete the source's snapshot %s: %w", in.Snap, err)
+		}
 	}
 	if in.Made {
 		if err := s.deleteCheckpointAtStart(in.Source, in.Checkpoint); err != nil {

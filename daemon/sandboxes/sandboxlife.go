@@ -72,7 +72,9 @@ func (s *Manager) Create(ctx context.Context, req wire.CreateSandbox) (_ registr
 	var ws string
 	var madeWS, madeVol bool
 	var held storage.Limits
-	if s.DiskBudgets() {
+	if fk.clones() {
+		ws, held, madeVol, err = fk.cloneVolume(ctx, p.disk) // forkclone.go
+	} else if s.DiskBudgets() {
 		ws, held, madeVol, err = s.makeVolume(ctx, req.Name, p.disk) // disk.go
 	} else {
 		ws, madeWS, err = s.makeWorkspace(req.Name)
