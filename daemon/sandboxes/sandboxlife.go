@@ -52,7 +52,9 @@ func (s *Manager) Workspace(name string) string {
 //     its run-as user.
 //
 // A new sandbox whose steps 4-6 fail is undone (undoCreate): a failed
-// create leaves nothing, and its retry starts afresh.
+// create leaves nothing, and its retry starts afresh. With req.From the
+// create is a fork (fork.go: the source's checkpoint or snapshot taken
+// before step 2, the new workspace filled between steps 4 and 5).
 func (s *Manager) Create(ctx context.Context, req wire.CreateSandbox) (_ registry.Sandbox, err error) {
 	p, err := s.planCreate(req)
 	if err != nil {
