@@ -142,3 +142,33 @@ func (d *btrfsDriver) removeStaging(ctx context.Context) error {
 	}
 	return nil
 }
+
+// SnapshotOf returns the volume snapshot snap was taken of, or
+// [ErrNotFound] when the pool holds no ready snapshot snap.
+func (p *Pool) SnapshotOf(snap string) (string, error) {
+	if err := checkName(snap); err != nil {
+		return "", err
+	}
+	if err := p.lock(); err != nil {
+		return "", err
+	}
+	defer p.mu.Unlock()
+	r, err := p.readReady("snap", snap)
+	if err != nil {
+		return "", err
+	}
+	return r.From, nil
+}
+
+// SnapshotPath is where snapshot snap's tree is (read-only, in a
+// directory only root reaches), where the driver has snapshots.
+func (p *Pool) SnapshotPath(snap string) (string, error) {
+	if err := checkName(snap); err != nil {
+		return "", err
+	}
+	d, ok := p.drv.(*btrfsDriver)
+	if !ok {
+		return "", fmt.Errorf("%w: the %s driver has no snapshots", ErrNotSupported, p.drv.name())
+	}
+	return filepath.Join(d.snaps(), snap), nil
+}

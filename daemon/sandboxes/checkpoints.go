@@ -154,7 +154,12 @@ func (s *Manager) CreateCheckpoint(ctx context.Context, name, comment string) (w
 		opt.Freeze = s.freezer(name)
 	}
 	start := time.Now()
-	info, err := st.Create(ctx, s.SandboxDisk(sb), opt)
+	var info checkpoint.Info
+	if s.clonesFrom(sb) {
+		info, err = s.snapshotCheckpoint(ctx, sb, st, comment) // snapcheckpoint.go: a pool snapshot, its tree captured unfrozen
+	} else {
+		info, err = st.Create(ctx, s.SandboxDisk(sb), opt)
+	}
 	if err != nil {
 		return wire.Checkpoint{}, CheckpointErr(err, "")
 	}
@@ -257,6 +262,7 @@ func (s *Manager) removeCheckpoints(name string, keep bool) error {
 	if keep {
 		return nil
 	}
+	s.dropSnapshots(context.Background(), name) // snapcheckpoint.go
 	if err := os.RemoveAll(s.checkpointDir(name)); err != nil {
 		return apierr.Unavailable("remove checkpoints: %v", err)
 	}
@@ -326,6 +332,9 @@ func (s *Manager) DeleteCheckpoint(ctx context.Context, name, id string) error {
 	err = st.Delete(id)
 	if errors.Is(err, checkpoint.ErrUnknown) {
 		err = nil
+	}
+	if err == nil {
+		s.dropSnapshot(ctx, name, id) // snapcheckpoint.go
 	}
 	return CheckpointErr(err, id)
 }

@@ -63,9 +63,11 @@ type fork struct {
 	// made says the fork took checkpoint id itself (From.Checkpoint
 	// empty): finish deletes it again.
 	made bool
-	// snap, for a fork by clone (forkclone.go), is the pool snapshot of
-	// the source it took in place of a checkpoint; finish deletes it.
-	snap string
+	// snap, for a fork by clone (forkclone.go), is the pool snapshot it
+	// clones: one it took of the source in place of a checkpoint (finish
+	// deletes it), or the named checkpoint's own (borrowed: kept).
+	snap     string
+	borrowed bool
 	// in is the intent as last written; marked says begin wrote it.
 	in     forkIntent
 	marked bool
@@ -153,6 +155,9 @@ func (s *Manager) prepareFork(ctx context.Context, req wire.CreateSandbox) (*for
 	if err != nil {
 		return nil, f.err(err)
 	}
+	if s.clonesFrom(src) && s.ownSnapshot(src.Name, f.id) { // snapcheckpoint.go
+		f.snap, f.borrowed = f.id, true
+	}
 	return f, nil
 }
 
@@ -200,7 +205,10 @@ func (f *fork) begin() error {
 // write records the intent in phase with the new sandbox's incarnation,
 // durable before it returns.
 func (f *fork) write(phase, inc string) error {
-	in := forkIntent{Phase: phase, Incarnation: inc, Source: f.src, Checkpoint: f.id, Made: f.made, Snap: f.snap}
+	in := forkIntent{Phase: phase, Incarnation: inc, Source: f.src, Checkpoint: f.id, Made: f.made}
+	if !f.borrowed {
+		in.Snap = f.snap
+	}
 	b, err := json.Marshal(in)
 	if err != nil {
 		return apierr.Unavailable("record fork: %v", err)
@@ -321,7 +329,7 @@ func (f *fork) finish(ctx context.Context) {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
-	if f.snap != "" {
+	if f.snap != "" && !f.borrowed {
 		sctx, cancel := context.WithTimeout(ctx, storageOpTimeout)
 		err := f.m.pool.DeleteSnapshot(sctx, f.snap)
 		cancel()

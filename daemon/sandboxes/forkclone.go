@@ -53,7 +53,7 @@ func (s *Manager) clonesFrom(src registry.Sandbox) bool {
 func (f *fork) clones() bool { return f != nil && f.snap != "" }
 
 // snapshotSource takes pool snapshot snap of sandbox name's volume, under
-// its lock: freeze (running), syncfs, snapshot, thaw.
+// its lock (snapshotVolume).
 func (s *Manager) snapshotSource(ctx context.Context, name, snap string) error {
 	unlock := s.locks.Lock(name)
 	defer unlock()
@@ -64,18 +64,31 @@ func (s *Manager) snapshotSource(ctx context.Context, name, snap string) error {
 	if !s.clonesFrom(sb) {
 		return apierr.Unavailable("sandbox %q has no volume of a btrfs pool to snapshot", name)
 	}
+	frozen, err := s.snapshotVolume(ctx, sb, snap)
+	if err != nil {
+		return err
+	}
+	s.log.Info("fork: source snapshotted", "sandbox", name, "snapshot", snap, "frozen", frozen)
+	return nil
+}
+
+// snapshotVolume takes pool snapshot snap of sb's volume: freeze (when
+// running), syncfs, snapshot, thaw; it returns how long sb was frozen.
+// The caller holds sb's lock. A failure leaves no snapshot.
+func (s *Manager) snapshotVolume(ctx context.Context, sb registry.Sandbox, snap string) (time.Duration, error) {
 	var thaw func() error
+	var err error
 	if sb.State == wire.SandboxRunning {
-		if thaw, err = s.freezer(name)(ctx); err != nil {
-			return err
+		if thaw, err = s.freezer(sb.Name)(ctx); err != nil {
+			return 0, err
 		}
 	}
 	start := time.Now()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storageOpTimeout)
 	defer cancel()
-	err = syncfsAt(s.pool.Path(name))
+	err = syncfsAt(s.pool.Path(sb.Name))
 	if err == nil {
-		err = s.pool.Snapshot(sctx, name, snap)
+		err = s.pool.Snapshot(sctx, sb.Name, snap)
 	}
 	frozen := time.Since(start)
 	if thaw != nil {
@@ -85,12 +98,11 @@ func (s *Manager) snapshotSource(ctx context.Context, name, snap string) error {
 	}
 	if err != nil {
 		if derr := s.pool.DeleteSnapshot(sctx, snap); derr != nil {
-			s.log.Warn("fork: delete a failed snapshot; the next start does", "snapshot", snap, "err", derr)
+			s.log.Warn("delete a failed snapshot; the next start does", "snapshot", snap, "err", derr)
 		}
-		return storageErr(err, "snapshot the source's volume")
+		return frozen, storageErr(err, "snapshot the volume")
 	}
-	s.log.Info("fork: source snapshotted", "sandbox", name, "snapshot", snap, "frozen", frozen)
-	return nil
+	return frozen, nil
 }
 
 func syncfsAt(dir string) error {
@@ -122,6 +134,9 @@ func (f *fork) cloneVolume(ctx context.Context, l storage.Limits) (ws string, he
 		return "", held, false, storageErr(err, "delete a stale volume")
 	}
 	vol, err := s.pool.CloneAs(ctx, f.snap, f.name, l, pruneClone)
+	if errors.Is(err, storage.ErrNotFound) && f.borrowed {
+		return "", held, false, apierr.NotFound("checkpoint %q of sandbox %q does not exist (deleted during the fork)", f.id, f.src)
+	}
 	if err != nil {
 		return "", held, false, storageErr(err, fmt.Sprintf("fork %s: clone the source's volume", f.name))
 	}
@@ -192,8 +207,9 @@ func fillClone(ws string, uid, gid int) error {
 	})
 }
 
-// sweepForkSnapshots deletes every pool snapshot a fork took: at start,
-// once the intents are handled, none belongs to a fork in progress.
+// sweepForkSnapshots deletes every pool snapshot a fork took (at start,
+// once the intents are handled, none belongs to a fork in progress) and
+// every checkpoint's snapshot its sandbox's store does not list.
 func (s *Manager) sweepForkSnapshots(ctx context.Context) {
 	if s.pool == nil {
 		return
@@ -204,9 +220,14 @@ func (s *Manager) sweepForkSnapshots(ctx context.Context) {
 		return
 	}
 	for _, snap := range snaps {
-		if strings.HasPrefix(snap, forkSnapPrefix) {
+		drop := strings.HasPrefix(snap, forkSnapPrefix)
+		if strings.HasPrefix(snap, "ck-") { // snapcheckpoint.go: a checkpoint's, unless no store lists it
+			from, err := s.pool.SnapshotOf(snap)
+			drop = err == nil && !s.listedCheckpoint(from, snap)
+		}
+		if drop {
 			if err := s.pool.DeleteSnapshot(ctx, snap); err != nil {
-				s.log.Error("recover forks: delete a fork's snapshot", "snapshot", snap, "err", err)
+				s.log.Error("recover: delete a snapshot nothing uses", "snapshot", snap, "err", err)
 			}
 		}
 	}
