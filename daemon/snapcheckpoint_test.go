@@ -2,12 +2,14 @@ package daemon_test
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/agentrunner/runner/storage"
 	"github.com/agentrunner/runner/wire"
@@ -131,5 +133,50 @@ func TestCheckpointSnapshot(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(state, "checkpoints", "b")); !os.IsNotExist(err) {
 		t.Errorf("the sweep made a checkpoint store for b: %v", err)
+	}
+}
+
+// TestKillRunnerdDuringSnapshotCheckpoint SIGKILLs a real runnerd on a
+// btrfs pool while a checkpoint's tree is being captured from its
+// snapshot: after a restart no checkpoint is listed and no snapshot is
+// left, and the next checkpoint works.
+func TestKillRunnerdDuringSnapshotCheckpoint(t *testing.T) {
+	needV1Cgroups(t)
+	state := t.TempDir()
+	a, p := startPooled(t, state, storage.Btrfs)
+	a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "kill", Limits: &wire.Limits{DiskBytes: 96 * mib}}, 200, nil)
+	wantExit0(t, a, "kill", "for i in $(seq 24); do head -c 1048576 /dev/urandom > f$i; done")
+	store := filepath.Join(state, "checkpoints", "kill")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		req, _ := http.NewRequest("POST", a.base+"/v1/sandboxes/kill/checkpoints", nil)
+		req.Header.Set("Authorization", "Bearer "+a.token)
+		if resp, err := a.hc.Do(req); err == nil {
+			resp.Body.Close()
+			t.Errorf("the checkpoint answered %d before the kill", resp.StatusCode)
+		}
+	}()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		if m, _ := filepath.Glob(filepath.Join(store, "chunks", "*", "*")); len(m) > 0 && len(snapshotsOf(state)) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the capture never began")
+		}
+	}
+	p.kill(syscall.SIGKILL)
+	<-done
+	a, _ = startPooled(t, state, storage.Btrfs)
+	if got := a.checkpointIDs("kill"); len(got) != 0 {
+		t.Errorf("after kill -9 during a checkpoint, list = %v, want none", got)
+	}
+	if got := snapshotsOf(state); len(got) != 0 {
+		t.Errorf("after kill -9 during a checkpoint, pool snapshots %v, want none", got)
+	}
+	var ck wire.Checkpoint
+	a.must("POST", "/v1/sandboxes/kill/checkpoints", nil, 201, &ck)
+	if got := snapshotsOf(state); len(got) != 1 || got[0] != ck.ID {
+		t.Errorf("pool snapshots %v, want [%s]", got, ck.ID)
 	}
 }
