@@ -85,10 +85,19 @@ func TestCheckpointSnapshot(t *testing.T) {
 		t.Errorf("the fork:\n%s\nwant the checkpoint's:\n%s", got, before)
 	}
 
-	// Restore, export and import as on every driver.
+	// Restore clones the files' blocks from the snapshot (the restored
+	// big shares them; it was rewritten after the checkpoint, so only a
+	// clone can); export and import as on every driver.
+	wantExit0(t, a, "src", "head -c 3145728 /dev/urandom > big")
+	if shared(t, filepath.Join(src.Workspace, "big")) {
+		t.Fatalf("a rewritten file shares its blocks before the restore")
+	}
 	a.must("POST", "/v1/sandboxes/src/checkpoints/"+ck.ID+"/restore", nil, 200, nil)
 	if got := digest(t, src.Workspace); got != before {
 		t.Errorf("after restore:\n%s\nwant\n%s", got, before)
+	}
+	if !shared(t, filepath.Join(src.Workspace, "big")) {
+		t.Errorf("the restored big shares no block with the snapshot: copied, not cloned")
 	}
 	arc := a.export("src", ck.ID, "")
 	a.createSandbox("other")
@@ -179,4 +188,16 @@ func TestKillRunnerdDuringSnapshotCheckpoint(t *testing.T) {
 	if got := snapshotsOf(state); len(got) != 1 || got[0] != ck.ID {
 		t.Errorf("pool snapshots %v, want [%s]", got, ck.ID)
 	}
+}
+
+// shared says file has an extent shared with another file (filefrag's
+// "shared" flag: a reflink or a snapshot's block).
+func shared(t *testing.T, file string) bool {
+	t.Helper()
+	exec.Command("sync").Run()
+	out, err := exec.Command("filefrag", "-v", file).CombinedOutput()
+	if err != nil {
+		t.Fatalf("filefrag: %v: %s", err, out)
+	}
+	return strings.Contains(string(out), "shared")
 }

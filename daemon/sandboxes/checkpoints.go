@@ -236,7 +236,7 @@ func (s *Manager) RestoreCheckpoint(ctx context.Context, name, id string) (regis
 			return err
 		}
 		defer st.Close()
-		return st.Restore(ctx, id, s.SandboxDisk(sb))
+		return s.restoreStore(ctx, st, sb, id) // snapcheckpoint.go
 	}()
 	if err != nil {
 		// A failed restore swapped nothing (checkpoint.Store.Restore):

@@ -8,7 +8,9 @@ package sandboxes
 // checkpoint is an ordinary one of its store (list, get, delete, restore,
 // export, import, usage as on every driver); the pool snapshot, named by
 // the checkpoint's id, is kept beside it so that a fork of the checkpoint
-// is a clone of it (forkclone.go) rather than a copy. Deleting the
+// is a clone of it (forkclone.go) rather than a copy, and a restore
+// clones its files' blocks from it (checkpoint.Store.RestoreFrom) rather
+// than decoding them. Deleting the
 // checkpoint, or destroying the sandbox without keep_checkpoints, deletes
 // the snapshot; a snapshot no store lists (a crash between the snapshot
 // and the index, or between the index and the snapshot's delete) is
@@ -55,6 +57,22 @@ func (s *Manager) snapshotCheckpoint(ctx context.Context, sb registry.Sandbox, s
 		return checkpoint.Info{}, err
 	}
 	return info, nil
+}
+
+// restoreStore restores checkpoint id of st into sb's disk: with its
+// files cloned from the checkpoint's pool snapshot when sb has one
+// (blocks shared, nothing copied), else from its chunks. Either way the
+// store's staged swap makes it all or nothing across a crash. The caller
+// holds sb's lock, sb suspended.
+func (s *Manager) restoreStore(ctx context.Context, st *checkpoint.Store, sb registry.Sandbox, id string) error {
+	if s.clonesFrom(sb) && s.ownSnapshot(sb.Name, id) {
+		if root, err := s.pool.SnapshotPath(id); err == nil {
+			if trees, err := s.snapshotTrees(sb, root); err == nil {
+				return st.RestoreFrom(ctx, id, s.SandboxDisk(sb), trees)
+			}
+		}
+	}
+	return st.Restore(ctx, id, s.SandboxDisk(sb))
 }
 
 // snapshotTrees is SandboxDisk(sb) in the snapshot of its volume at root.
