@@ -25,7 +25,8 @@ func (c *Client) ForkSandbox(ctx context.Context, req wire.CreateSandbox, from w
 }
 
 // Fork implements adapter.Forker. The fork is made on src's runner: a
-// name that routes to another runner of a pool is invalid.
+// name that routes to another runner of a pool is invalid (and a pool
+// does not advertise fork, loadCaps).
 func (a *driver) Fork(ctx context.Context, src adapter.Handle, checkpoint, name string, opts adapter.CreateOptions) (adapter.Handle, error) {
 	r, _, err := a.check(ctx, src)
 	if err != nil {
