@@ -172,11 +172,14 @@ const (
 	CapPublicURL Capability = "public_url"
 	// CapTerminateSession: TerminateSession.
 	CapTerminateSession Capability = "terminate_session"
+	// CapFork: Sandboxes.Fork makes a sandbox from another's checkpoint
+	// ([Forker]).
+	CapFork Capability = "fork"
 )
 
 // AllCapabilities lists every capability, in a fixed order.
 func AllCapabilities() []Capability {
-	return []Capability{CapSuspend, CapNetworkPolicy, CapCheckpoint, CapAttach, CapTTY, CapPublicURL, CapTerminateSession}
+	return []Capability{CapSuspend, CapNetworkPolicy, CapCheckpoint, CapAttach, CapTTY, CapPublicURL, CapTerminateSession, CapFork}
 }
 
 // Capabilities is the set an adapter advertises.

@@ -78,8 +78,12 @@
 // A provider does not implement [Adapter] itself: it writes a [Driver] (the
 // core every provider has) and, for each optional feature it delivers, one
 // small interface ([Attacher], [Resizer], [Terminator], [Suspender],
-// [Checkpointer], [NetworkPolicer], [PublicURLer]), and [New] wraps it in
-// the portable [Sandboxes], as go-cloud's blob.Bucket wraps driver.Bucket.
+// [Checkpointer], [NetworkPolicer], [PublicURLer], [Forker]), and [New]
+// wraps it in the portable [Sandboxes], as go-cloud's blob.Bucket wraps
+// driver.Bucket. Fork is a method of Sandboxes only, not of [Adapter]
+// (whose other implementations, the hosted providers' and the fleet, do
+// not fork): a caller reaches it through *Sandboxes or an interface of
+// its own, as the conformance suite does.
 // New finds the optional interfaces once; a capability is advertised only
 // when the driver implements its interface (and, for a [Declarer] whose set
 // is known at run time, declares it). Sandboxes does once what every

@@ -146,6 +146,7 @@ var capabilityOf = []struct {
 	{CapTTY, func(d Driver) bool { _, ok := d.(Resizer); return ok }},
 	{CapPublicURL, func(d Driver) bool { _, ok := d.(PublicURLer); return ok }},
 	{CapTerminateSession, func(d Driver) bool { _, ok := d.(Terminator); return ok }},
+	{CapFork, func(d Driver) bool { _, ok := d.(Forker); return ok }},
 }
 
 // ValidName reports whether name is a DNS label (1-63 of [a-z0-9-], not

@@ -50,6 +50,7 @@ type Sandboxes struct {
 	ckpt  Checkpointer
 	net   NetworkPolicer
 	url   PublicURLer
+	fork  Forker
 }
 
 var _ Adapter = (*Sandboxes)(nil)
@@ -73,6 +74,7 @@ func New(d Driver, opts Options) *Sandboxes {
 	s.ckpt, _ = d.(Checkpointer)
 	s.net, _ = d.(NetworkPolicer)
 	s.url, _ = d.(PublicURLer)
+	s.fork, _ = d.(Forker)
 	var declared Capabilities
 	dec, dynamic := d.(Declarer)
 	if dynamic {

@@ -129,6 +129,9 @@ func (f full) Checkpoint(context.Context, adapter.Handle) (string, error) {
 	return "", f.call("Checkpoint")
 }
 func (f full) Restore(context.Context, adapter.Handle, string) error { return f.call("Restore") }
+func (f full) Fork(context.Context, adapter.Handle, string, string, adapter.CreateOptions) (adapter.Handle, error) {
+	return adapter.Handle{}, f.call("Fork")
+}
 func (f full) SetNetworkPolicy(context.Context, adapter.Handle, adapter.NetworkPolicy) error {
 	return f.call("SetNetworkPolicy")
 }

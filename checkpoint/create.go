@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -22,6 +23,15 @@ type Options struct {
 	// before walking the trees and the thaw it returns once every file's
 	// content is captured (and always, on failure).
 	Freeze func(ctx context.Context) (thaw func() error, err error)
+	// ID, when set, is the new checkpoint's id (ck- and 16 lowercase
+	// hex digits; one the store lists is ErrInvalid): a caller that made
+	// something under that name first (a pool snapshot of the disk)
+	// names the checkpoint after it. Empty: a random one.
+	ID string
+	// Frozen is recorded as the checkpoint's freeze when the trees were
+	// frozen elsewhere (they are a snapshot taken under a freeze) and
+	// Freeze is nil.
+	Frozen time.Duration
 }
 
 // Create captures the trees rooted at roots (the sandbox's disk, in a
@@ -32,11 +42,17 @@ func (s *Store) Create(ctx context.Context, roots []string, opt Options) (info I
 	defer s.mu.Unlock()
 	var rnd [8]byte
 	rand.Read(rnd[:])
-	info = Info{ID: "ck-" + hex.EncodeToString(rnd[:]), Comment: opt.Comment, Created: time.Now().UTC()}
+	info = Info{ID: "ck-" + hex.EncodeToString(rnd[:]), Comment: opt.Comment, Created: time.Now().UTC(), Frozen: opt.Frozen}
+	if opt.ID != "" {
+		info.ID = opt.ID
+	}
 
 	ix, err := s.readIndex()
 	if err != nil {
 		return Info{}, err
+	}
+	if !idRE.MatchString(info.ID) || slices.ContainsFunc(ix.Checkpoints, func(c Info) bool { return c.ID == info.ID }) {
+		return Info{}, fmt.Errorf("checkpoint id %q is malformed or taken: %w", info.ID, ErrInvalid)
 	}
 	var prev map[[2]string]entry // (root index, path) of the newest checkpoint
 	if n := len(ix.Checkpoints); n > 0 {

@@ -62,5 +62,9 @@
 // Files: store.go (the Store, its index, Delete and gc), create.go
 // (Create), capture.go (the capture pipeline and walk), restore.go
 // (Restore and its swap), tree.go (the shape a tree must have), archive.go
-// (the stream's format and Export), import.go (Import and its checks).
+// (the stream's format and Export), import.go (Import and its checks),
+// materialize.go (Materialize: a checkpoint written into new directories
+// with its owners remapped, what a fork of a sandbox starts from),
+// restorefrom.go (RestoreFrom: Restore with the files cloned from a
+// snapshot of the tree).
 package checkpoint

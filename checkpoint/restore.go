@@ -38,6 +38,10 @@ type swapDirs struct {
 // unchanged) when a chunk is missing or does not match its hash. The
 // caller keeps the sandbox's processes off the directories meanwhile.
 func (s *Store) Restore(ctx context.Context, id string, roots []string) error {
+	return s.restore(ctx, id, roots, nil)
+}
+
+func (s *Store) restore(ctx context.Context, id string, roots, from []string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, err := s.get(id); err != nil {
@@ -47,7 +51,7 @@ func (s *Store) Restore(ctx context.Context, id string, roots []string) error {
 	if err != nil {
 		return err
 	}
-	if len(sn.Trees) != len(roots) {
+	if len(sn.Trees) != len(roots) || (from != nil && len(from) != len(roots)) {
 		return fmt.Errorf("restore %s: %d directories, the checkpoint holds %d: %w", id, len(roots), len(sn.Trees), ErrInvalid)
 	}
 	sw := swap{Phase: "stage"}
@@ -67,7 +71,11 @@ func (s *Store) Restore(ctx context.Context, id string, roots []string) error {
 	}
 	crash("staging")
 	for i, d := range sw.Dirs {
-		if err = s.materialize(ctx, sn.Trees[i], d.Staged); err != nil {
+		src := ""
+		if from != nil {
+			src = from[i]
+		}
+		if err = s.materializeFrom(ctx, sn.Trees[i], d.Staged, src); err != nil {
 			break
 		}
 		if err = syncfs(d.Staged); err != nil {
@@ -178,7 +186,13 @@ func exists(p string) bool {
 // first, so a read-only directory is filled before it becomes read-only.
 // The tree is checked first (checkTree): a snapshot whose paths could lead
 // a write through one of its own symlinks or out of dir is refused.
-func (s *Store) materialize(ctx context.Context, tree []entry, dir string) (err error) {
+func (s *Store) materialize(ctx context.Context, tree []entry, dir string) error {
+	return s.materializeFrom(ctx, tree, dir, "")
+}
+
+// materializeFrom is materialize with each regular file cloned from the
+// same path under from (cloneFile) when from is not empty.
+func (s *Store) materializeFrom(ctx context.Context, tree []entry, dir, from string) (err error) {
 	if err := checkTree(tree); err != nil {
 		return err
 	}
@@ -195,7 +209,7 @@ func (s *Store) materialize(ctx context.Context, tree []entry, dir string) (err 
 					continue // drained after a failure
 				}
 				p := filepath.Join(dir, e.Path)
-				if err := s.writeFile(p, e, buf); err != nil {
+				if err := s.placeFile(p, e, buf, from); err != nil {
 					cancel(err)
 				} else if err := setMeta(p, e); err != nil {
 					cancel(err)

@@ -79,7 +79,7 @@ Run "runner COMMAND --help" for a command's flags and examples.
 `
 
 var groups = [][]string{
-	{"create", "ls", "get", "rm", "suspend", "resume", "policy", "limits", "url", "checkpoint", "checkpoints", "restore"},
+	{"create", "ls", "get", "rm", "suspend", "resume", "policy", "limits", "url", "checkpoint", "checkpoints", "restore", "fork"},
 	{"exec", "run", "spawn", "ps", "sessions", "attach", "logs", "write", "close-stdin", "signal", "terminate", "rm-session"},
 	{"info", "caps", "version", "completion"},
 }

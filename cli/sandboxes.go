@@ -66,19 +66,21 @@ with -f it is not an error (exit 0), as rm -f.
 	)
 }
 
-func createCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+// createFlags registers the flags of a new sandbox's options (user,
+// limits, disk, egress) on fs, for create and fork; the function it
+// returns builds the request for name from them.
+func createFlags(fs *flag.FlagSet, verb string) func(name string) (wire.CreateSandbox, error) {
 	user := fs.String("user", "", "run the sandbox's commands as this host user")
 	lf := registerLimitFlags(fs)
 	disk := fs.String("disk", "", "disk budget: 10g (b, k, m, g; powers of 1024); runnerd refuses it while it cannot enforce one")
 	var allow stringList
 	fs.Var(&allow, "allow", "allow egress to HOST only (repeatable): a name, *.suffix, an IPv4 address or CIDR")
 	denyAll := fs.Bool("deny-all", false, "deny all egress (DNS and raw IPs too)")
-	return func(ctx context.Context, e *env, pos, _ []string) error {
-		name := pos[0]
+	return func(name string) (wire.CreateSandbox, error) {
 		req := wire.CreateSandbox{Name: name, User: *user}
 		var lim wire.Limits
-		if err := lf.apply("create", lf.given(), &lim); err != nil {
-			return err
+		if err := lf.apply(verb, lf.given(), &lim); err != nil {
+			return req, err
 		}
 		if *disk != "" {
 			// Sent as disk_bytes, so runnerd (the one that knows whether it
@@ -86,7 +88,7 @@ func createCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 			// nothing is created.
 			n, err := units.RAMInBytes(*disk)
 			if err != nil || n <= 0 {
-				return usagef("create", "--disk %q: want a size such as 10g", *disk)
+				return req, usagef(verb, "--disk %q: want a size such as 10g", *disk)
 			}
 			lim.DiskBytes = n
 		}
@@ -95,11 +97,23 @@ func createCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string)
 		}
 		switch {
 		case *denyAll && len(allow) > 0:
-			return usagef("create", "--deny-all and --allow exclude each other")
+			return req, usagef(verb, "--deny-all and --allow exclude each other")
 		case *denyAll:
 			req.Network = &wire.Network{Allow: []string{}}
 		case len(allow) > 0:
 			req.Network = &wire.Network{Allow: allow}
+		}
+		return req, nil
+	}
+}
+
+func createCmd(fs *flag.FlagSet) func(context.Context, *env, []string, []string) error {
+	request := createFlags(fs, "create")
+	return func(ctx context.Context, e *env, pos, _ []string) error {
+		name := pos[0]
+		req, err := request(name)
+		if err != nil {
+			return err
 		}
 		c, err := e.client()
 		if err != nil {

@@ -164,7 +164,10 @@ func (a *driver) loadCaps(ctx context.Context) error {
 		}
 	}
 	for _, c := range adapter.AllCapabilities() {
-		if count[c] == len(a.runners) {
+		// A pool does not fork: the new name routes by its prefix, which
+		// may name another runner than the source's (Fork refuses that),
+		// so the promise would not hold for every name.
+		if count[c] == len(a.runners) && !(a.pool && c == adapter.CapFork) {
 			a.caps = append(a.caps, c)
 		}
 	}

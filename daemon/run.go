@@ -233,6 +233,7 @@ func (s *server) recoverState(ctx context.Context) error {
 	if err := s.sbx.RecoverCheckpoints(); err != nil { // checkpoints.go: before any disk is used
 		return fmt.Errorf("recover checkpoints: %w", err)
 	}
+	s.sbx.RecoverForks(ctx) // fork.go: a half-made fork is removed before any request
 	if err := s.ssn.Reconcile(ctx); err != nil {
 		return fmt.Errorf("recover sessions: %w", err)
 	}

@@ -63,7 +63,7 @@ func TestAuthAndRoutes(t *testing.T) {
 	if hostHasLimits() { // cgroups are on by default (resource_limits_test.go)
 		want = []string{"attach", "resource_limits", "suspend", "terminate_session", "tty"}
 		if _, err := os.Stat("/sys/fs/cgroup/freezer"); err == nil { // and with the freezer, checkpoints
-			want = []string{"attach", "checkpoint", "resource_limits", "suspend", "terminate_session", "tty"}
+			want = []string{"attach", "checkpoint", "fork", "resource_limits", "suspend", "terminate_session", "tty"}
 		}
 	}
 	if !slices.Equal(caps.Capabilities, want) {

@@ -284,7 +284,7 @@ func (s *server) capabilities() []string {
 		caps = append(caps, wire.CapResourceLimits)
 	}
 	if s.sbx.CanCheckpoint() == nil { // checkpoints.go
-		caps = append(caps, wire.CapCheckpoint)
+		caps = append(caps, wire.CapCheckpoint, wire.CapFork)
 	}
 	slices.Sort(caps)
 	return caps

@@ -91,7 +91,10 @@ func (d *btrfsDriver) open(ctx context.Context) error {
 	if err := os.MkdirAll(d.vols(), 0o711); err != nil {
 		return err
 	}
-	return os.MkdirAll(d.snaps(), 0o700)
+	if err := os.MkdirAll(d.snaps(), 0o700); err != nil {
+		return err
+	}
+	return d.removeStaging(ctx) // cloneas.go
 }
 
 func listNames(dir string) ([]string, error) {
@@ -154,7 +157,12 @@ func (d *btrfsDriver) grow(ctx context.Context, name string, old, l Limits) (Lim
 // usage reads the volume's qgroup: bytes referenced, synced first so
 // that what was written is counted.
 func (d *btrfsDriver) usage(ctx context.Context, name string) (Usage, error) {
-	out, err := run(ctx, "btrfs", "qgroup", "show", "--raw", "--sync", "-f", d.path(name))
+	return d.usageAt(ctx, d.path(name))
+}
+
+// usageAt is usage of the subvolume at p.
+func (d *btrfsDriver) usageAt(ctx context.Context, p string) (Usage, error) {
+	out, err := run(ctx, "btrfs", "qgroup", "show", "--raw", "--sync", "-f", p)
 	if err != nil {
 		return Usage{}, err
 	}

@@ -115,6 +115,11 @@ type CreateSandbox struct {
 	// Absent: the host's defaults for a new sandbox; an existing sandbox
 	// is returned as it is. A zero field is the host's default for it.
 	Limits *Limits `json:"limits,omitempty"`
+	// From, when set, forks the new sandbox from a checkpoint of another
+	// (capability fork, wire/fork.go): its workspace starts as that
+	// checkpoint's files, given to the new sandbox; its user, network
+	// and limits are this request's. A name that exists is a conflict.
+	From *ForkFrom `json:"from,omitempty"`
 }
 
 // Limits bound one sandbox's resources, all its sessions together. A zero

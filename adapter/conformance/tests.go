@@ -34,6 +34,7 @@ func Tests() []Test {
 		{"Capability/public_url", testPublicURL},
 		{"Capability/tty", testTTY},
 		{"Capability/checkpoint", testCheckpoint},
+		{"Capability/fork", testFork}, // tests_fork.go
 	}
 }
 

@@ -164,7 +164,9 @@ func New(ctx context.Context, d Discovery, opts Options) (*Pool, error) {
 		return nil, &adapter.UnavailableError{Detail: "fleet: discovery lists no runner that answers"}
 	}
 	for _, c := range adapter.AllCapabilities() {
-		if count[c] == n {
+		// The pool has no Fork (a fork must stay on its source's runner,
+		// which routing by name does not promise): never advertised.
+		if count[c] == n && c != adapter.CapFork {
 			p.caps = append(p.caps, c)
 		}
 	}

@@ -151,27 +151,15 @@ func (s *Manager) CreateCheckpoint(ctx context.Context, name, comment string) (w
 	defer st.Close()
 	opt := checkpoint.Options{Comment: comment}
 	if sb.State == wire.SandboxRunning {
-		opt.Freeze = func(ctx context.Context) (func() error, error) {
-			// The freeze is bounded on its own: a sandbox whose processes
-			// cannot all be stopped (one stuck in uninterruptible sleep)
-			// must not hold the sandbox's lock for the client's whole
-			// timeout.
-			fctx, cancel := context.WithTimeout(ctx, freezeTimeout)
-			defer cancel()
-			thaw, err := s.cg.Freeze(fctx, name)
-			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-				return nil, apierr.Unavailable("the sandbox's processes did not all stop within %v; nothing was captured, try again", freezeTimeout)
-			}
-			if errors.Is(err, cgroup.ErrNotFound) {
-				// No cgroup: no process of the sandbox runs (every command
-				// is placed in it before it runs), so nothing to freeze.
-				return func() error { return nil }, nil
-			}
-			return thaw, err
-		}
+		opt.Freeze = s.freezer(name)
 	}
 	start := time.Now()
-	info, err := st.Create(ctx, s.SandboxDisk(sb), opt)
+	var info checkpoint.Info
+	if s.clonesFrom(sb) {
+		info, err = s.snapshotCheckpoint(ctx, sb, st, comment) // snapcheckpoint.go: a pool snapshot, its tree captured unfrozen
+	} else {
+		info, err = st.Create(ctx, s.SandboxDisk(sb), opt)
+	}
 	if err != nil {
 		return wire.Checkpoint{}, CheckpointErr(err, "")
 	}
@@ -179,6 +167,29 @@ func (s *Manager) CreateCheckpoint(ctx context.Context, name, comment string) (w
 	s.log.Info("checkpoint created", "sandbox", name, "checkpoint", info.ID, "size", info.Size,
 		"stored", info.Stored, "frozen", info.Frozen)
 	return ToWireCheckpoint(name, info), nil
+}
+
+// freezer freezes the processes of sandbox name (running; the caller
+// holds its lock) and returns the thaw.
+func (s *Manager) freezer(name string) func(ctx context.Context) (func() error, error) {
+	return func(ctx context.Context) (func() error, error) {
+		// The freeze is bounded on its own: a sandbox whose processes
+		// cannot all be stopped (one stuck in uninterruptible sleep)
+		// must not hold the sandbox's lock for the client's whole
+		// timeout.
+		fctx, cancel := context.WithTimeout(ctx, freezeTimeout)
+		defer cancel()
+		thaw, err := s.cg.Freeze(fctx, name)
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return nil, apierr.Unavailable("the sandbox's processes did not all stop within %v; nothing was captured, try again", freezeTimeout)
+		}
+		if errors.Is(err, cgroup.ErrNotFound) {
+			// No cgroup: no process of the sandbox runs (every command
+			// is placed in it before it runs), so nothing to freeze.
+			return func() error { return nil }, nil
+		}
+		return thaw, err
+	}
 }
 
 // RestoreCheckpoint replaces sandbox name's disk with checkpoint id. A
@@ -225,7 +236,7 @@ func (s *Manager) RestoreCheckpoint(ctx context.Context, name, id string) (regis
 			return err
 		}
 		defer st.Close()
-		return st.Restore(ctx, id, s.SandboxDisk(sb))
+		return s.restoreStore(ctx, st, sb, id) // snapcheckpoint.go
 	}()
 	if err != nil {
 		// A failed restore swapped nothing (checkpoint.Store.Restore):
@@ -251,6 +262,7 @@ func (s *Manager) removeCheckpoints(name string, keep bool) error {
 	if keep {
 		return nil
 	}
+	s.dropSnapshots(context.Background(), name) // snapcheckpoint.go
 	if err := os.RemoveAll(s.checkpointDir(name)); err != nil {
 		return apierr.Unavailable("remove checkpoints: %v", err)
 	}
@@ -320,6 +332,9 @@ func (s *Manager) DeleteCheckpoint(ctx context.Context, name, id string) error {
 	err = st.Delete(id)
 	if errors.Is(err, checkpoint.ErrUnknown) {
 		err = nil
+	}
+	if err == nil {
+		s.dropSnapshot(ctx, name, id) // snapcheckpoint.go
 	}
 	return CheckpointErr(err, id)
 }

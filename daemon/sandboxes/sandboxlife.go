@@ -52,18 +52,31 @@ func (s *Manager) Workspace(name string) string {
 //     its run-as user.
 //
 // A new sandbox whose steps 4-6 fail is undone (undoCreate): a failed
-// create leaves nothing, and its retry starts afresh.
+// create leaves nothing, and its retry starts afresh. With req.From the
+// create is a fork (fork.go: the source's checkpoint or snapshot taken
+// before step 2, the new workspace filled between steps 4 and 5).
 func (s *Manager) Create(ctx context.Context, req wire.CreateSandbox) (_ registry.Sandbox, err error) {
 	p, err := s.planCreate(req)
 	if err != nil {
 		return registry.Sandbox{}, err
 	}
+	fk, err := s.prepareFork(ctx, req) // fork.go: nil unless req.From
+	if err != nil {
+		return registry.Sandbox{}, err
+	}
+	defer fk.finish(ctx)
 	unlock := s.locks.Lock(req.Name)
 	defer unlock()
+	if err := fk.begin(); err != nil {
+		return registry.Sandbox{}, err
+	}
+	defer func() { fk.end(err) }()
 	var ws string
 	var madeWS, madeVol bool
 	var held storage.Limits
-	if s.DiskBudgets() {
+	if fk.clones() {
+		ws, held, madeVol, err = fk.cloneVolume(ctx, p.disk) // forkclone.go
+	} else if s.DiskBudgets() {
 		ws, held, madeVol, err = s.makeVolume(ctx, req.Name, p.disk) // disk.go
 	} else {
 		ws, madeWS, err = s.makeWorkspace(req.Name)
@@ -114,6 +127,9 @@ func (s *Manager) Create(ctx context.Context, req wire.CreateSandbox) (_ registr
 	// sandbox as it is.
 	if !created && p.asked && !sameNetwork(sb.Network, p.network) {
 		return sb, apierr.ConflictFor(wire.ReasonSandboxExists, "%s: sandbox %q exists with a different network policy (change it with PUT /v1/sandboxes/%s/network)", wire.DetailConflict, sb.Name, sb.Name)
+	}
+	if err := fk.fill(ctx, sb, created, p); err != nil { // fork.go: the checkpoint's files
+		return sb, err
 	}
 	if err := s.setUpSandbox(ctx, sb, created, p, req.Limits != nil); err != nil {
 		return sb, err
