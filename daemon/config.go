@@ -87,6 +87,13 @@ const (
 	IsolateNone = "none"
 	// IsolateContained is the former name of IsolateNone, still accepted.
 	IsolateContained = "contained"
+	// IsolatePod is IsolateAll with each sandbox a pod (package pod;
+	// docs/isolation.md, "The pod"): made once at create, root inside a
+	// user namespace of its own mapped to a block of 65,536 unprivileged
+	// ids outside, its own processes (pid namespace), files (an overlay
+	// root over the host's system directories), IPC and host name. It
+	// needs root, user namespaces and a runnerd built with cgo.
+	IsolatePod = "pod"
 )
 
 // DefaultIdentityFirst and DefaultIdentityLast bound the uids (and gids)
@@ -455,8 +462,12 @@ func (cfg *Config) defaultIsolation() error {
 	case IsolateContained:
 		cfg.Isolate = IsolateNone
 	case IsolateNone, IsolateAll:
+	case IsolatePod:
+		if os.Geteuid() != 0 {
+			return fmt.Errorf("config: isolate %q needs runnerd to run as root (it maps each pod to ids of its own)", cfg.Isolate)
+		}
 	default:
-		return fmt.Errorf("config: isolate %q: want %q or %q", cfg.Isolate, IsolateAll, IsolateNone)
+		return fmt.Errorf("config: isolate %q: want %q, %q or %q", cfg.Isolate, IsolatePod, IsolateAll, IsolateNone)
 	}
 	if cfg.IdentityFirst != 0 || cfg.IdentityLast != 0 { // unset: chosen by claimHost
 		if err := sandboxes.CheckIdentityRange(cfg.IdentityFirst, cfg.IdentityLast); err != nil {

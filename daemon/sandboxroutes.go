@@ -15,6 +15,7 @@ import (
 	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/daemon/sandboxes"
+	"github.com/agentrunner/runner/pod"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -34,6 +35,9 @@ func toWireSandbox(sb registry.Sandbox) wire.Sandbox {
 	if sb.Identity != nil {
 		uid, gid := sb.Identity.UID, sb.Identity.GID
 		w.UID, w.GID = &uid, &gid
+	}
+	if sandboxes.InPod(sb) {
+		w.Pod, w.Workspace, w.HostWorkspace = true, pod.WorkspacePath, sb.Workspace
 	}
 	return w
 }

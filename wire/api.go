@@ -173,9 +173,19 @@ type Sandbox struct {
 	State       string     `json:"state"`
 	CreatedAt   time.Time  `json:"created_at"`
 	ParkedAt    *time.Time `json:"parked_at,omitempty"`
-	Workspace   string     `json:"workspace"`
-	User        string     `json:"user,omitempty"`
-	Network     *Network   `json:"network,omitempty"`
+	// Workspace is the workspace's path as the sandbox's commands see it
+	// (and take it as cwd): "/workspace" in a pod, the host's path
+	// otherwise.
+	Workspace string `json:"workspace"`
+	// HostWorkspace is the workspace's path on runnerd's host, for the
+	// operator, where it differs from Workspace (a pod).
+	HostWorkspace string `json:"host_workspace,omitempty"`
+	// Pod says the sandbox is a pod (--isolate pod): its own user, pid,
+	// mount, ipc and uts namespaces, root inside; UID and GID are then
+	// the first ids of its block of 65,536 (its root outside).
+	Pod     bool     `json:"pod,omitempty"`
+	User    string   `json:"user,omitempty"`
+	Network *Network `json:"network,omitempty"`
 	// Isolated says the sandbox's commands run as an unprivileged user
 	// with no way back to privilege (no_new_privs, no capabilities).
 	Isolated bool `json:"isolated,omitempty"`
@@ -418,9 +428,10 @@ type Info struct {
 	// move never waits for an RCU grace period (docs/operations.md).
 	CgroupFavorDynMods *bool `json:"cgroup_favordynmods,omitempty"`
 	// Isolation is which sandboxes run as an unprivileged identity of
-	// their own: "all" (every sandbox: --isolate all, a root runnerd's
-	// default), "none" (--isolate none: only those with a network policy), or
-	// "off" (runnerd is not root: none).
+	// their own: "pod" (every sandbox is a pod: --isolate pod), "all"
+	// (every sandbox: --isolate all, a root runnerd's default), "none"
+	// (--isolate none: only those with a network policy), or "off"
+	// (runnerd is not root: none).
 	Isolation string `json:"isolation"`
 	// NetworkTable is the nftables table (family inet) that holds this
 	// runnerd's network policy rules, its own among the runnerds of the

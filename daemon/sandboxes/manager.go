@@ -24,6 +24,12 @@ type Config struct {
 	// a contained one is (--isolate none).
 	IsolateAll                  bool
 	IdentityFirst, IdentityLast uint32
+	// Pods makes every sandbox a pod (--isolate pod, pods.go): then the
+	// identity range is the pods' subordinate range, handed out in blocks
+	// of pod.BlockSize. PodHolder is the holder's argv (the shim program
+	// and its pod mode).
+	Pods      bool
+	PodHolder []string
 	// EgressPrivate puts the private networks in an isolated sandbox's
 	// open egress (--egress-private allow).
 	EgressPrivate bool
@@ -111,6 +117,7 @@ type Manager struct {
 	pool   *storage.Pool      // nil on the dir driver: no disk budgets (disk.go)
 	ids    identities         // isolation policy (identity.go)
 	leaves releasedLeaves     // OOM kills of session leaves the sweep removed (limits.go)
+	pods   pods               // the holders this runnerd made or adopted (pods.go)
 
 	netMu sync.Mutex                    // guards nets
 	nets  map[string]*netpolicy.Sandbox // by NetID: namespaces this runnerd set up

@@ -1,0 +1,236 @@
+package daemon_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentrunner/runner/internal/testcap"
+	"github.com/agentrunner/runner/netpolicy/netlab"
+	"github.com/agentrunner/runner/wire"
+)
+
+// startPods starts runnerd as its own process with every sandbox a pod
+// (--isolate pod), contained in lab, and returns it with its state
+// directory. Its pods are ended at cleanup (killPods) whatever the test
+// did to runnerd.
+func startPods(t *testing.T, lab *netlab.Lab, args ...string) (*api, *proc, string, string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testcap.Skip(t, "root", "a pod maps a block of ids and mounts its root")
+	}
+	state := passableTempDir(t)
+	t.Cleanup(func() { killPods(t, state) })
+	netState := netStateDir(t)
+	a, p := startRunnerdProc(t, lab, state, netState, append([]string{"--isolate", "pod"}, args...)...)
+	return a, p, state, netState
+}
+
+// killPods kills the holders STATE/pods names (each checked by its start
+// time: only a holder this test's runnerd made), which ends each pod's
+// processes with it: a runnerd a test killed leaves its pods running, as
+// it leaves its shims.
+func killPods(t *testing.T, state string) {
+	files, _ := filepath.Glob(filepath.Join(state, "pods", "*"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		var pid int
+		var start uint64
+		if _, err := fmt.Sscanf(string(b), "%d %d", &pid, &start); err != nil || pid <= 1 {
+			continue
+		}
+		if st, err := startTimeOf(pid); err == nil && st == start {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// startTimeOf is field 22 of /proc/PID/stat.
+func startTimeOf(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// statusField returns field key of /proc/PID/status ("Uid:" ...).
+func statusField(t *testing.T, pid int, key string) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, key); ok {
+			return strings.Join(strings.Fields(v), " ")
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", key, pid)
+	return ""
+}
+
+// TestPodSandbox: under --isolate pod a sandbox created with no options is
+// a pod: root inside and its block's first id outside, its own processes,
+// root, host name and IPC; what root installs persists across park,
+// resume and a runnerd kill -9, in it alone, and destroy leaves nothing.
+func TestPodSandbox(t *testing.T) {
+	lab := netlab.New(t)
+	t0 := t
+	a, p, state, netState := startPods(t, lab)
+	run := a.subtests(t)
+	var one, two wire.Sandbox
+	a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "one"}, 200, &one)
+	a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "two"}, 200, &two)
+	if !one.Pod || one.Workspace != "/workspace" || one.HostWorkspace == "" || one.UID == nil || *one.UID == 0 ||
+		two.UID == nil || *two.UID-*one.UID == 0 || (*two.UID-*one.UID)%65536 != 0 {
+		t.Fatalf("pod sandboxes: %+v %+v: want pods with blocks of their own", one, two)
+	}
+	base := *one.UID
+
+	run("root inside, its block outside", func(t *testing.T) {
+		if got := a.run("one", "id", "-u"); got != "0" {
+			t.Errorf("id -u = %q, want 0", got)
+		}
+		s := a.spawn("one", wire.CreateSession{Argv: []string{"sleep", "60"}})
+		if got, want := statusField(t, s.PID, "Uid:"), fmt.Sprintf("%d %d %d %d", base, base, base, base); got != want {
+			t.Errorf("the command seen from the host: Uid %q, want %q", got, want)
+		}
+		if got := statusField(t, s.PID, "CapEff:"); got != "000001ffffffffff" && got != "000003ffffffffff" && !strings.HasPrefix(got, "0000") {
+			t.Errorf("CapEff %q", got)
+		}
+		a.do("POST", "/v1/sandboxes/one/sessions/"+s.ID+"/signal", `{"signal":"KILL"}`)
+	})
+	run("its own processes", func(t *testing.T) {
+		s := a.spawn("two", wire.CreateSession{Argv: []string{"sleep", "60"}})
+		defer a.do("POST", "/v1/sandboxes/two/sessions/"+s.ID+"/signal", `{"signal":"KILL"}`)
+		ps := a.run("one", "ps", "-e", "-o", "pid=,comm=")
+		var pids, comms []string
+		for _, line := range strings.Split(ps, "\n") {
+			if f := strings.Fields(line); len(f) == 2 {
+				pids, comms = append(pids, f[0]), append(comms, f[1])
+			}
+		}
+		// The holder (pid 1, the shim program in its pod mode) and ps
+		// itself: nothing of the host, of runnerd, of the shims, or of
+		// the other pod's sleep.
+		if len(comms) != 2 || pids[0] != "1" || comms[1] != "ps" || slices.Contains(comms, "sleep") {
+			t.Errorf("ps -e in a pod lists %q, want the holder (pid 1) and ps", ps)
+		}
+		if got := a.run("one", "sh", "-c", "tr '\\0' ' ' < /proc/1/cmdline"); !strings.HasSuffix(got, " pod") {
+			t.Errorf("pid 1 in a pod: %q, want the holder", got)
+		}
+	})
+	run("its own root and host name", func(t *testing.T) {
+		ls := strings.Fields(a.run("one", "ls", "-A", "/"))
+		for _, name := range ls {
+			switch name {
+			case "bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "opt", "proc", "root", "run", "sbin", "srv", "sys", "tmp", "usr", "var", "workspace", "home", "mnt", "media":
+			default:
+				t.Errorf("ls / in a pod shows %q (all: %q)", name, ls)
+			}
+		}
+		if got := a.run("one", "sh", "-c", "ls -A /root /home 2>/dev/null | grep -v ':$' | grep -c . || true"); got != "0" {
+			t.Errorf("/root or /home of the host visible: %s entries", got)
+		}
+		if got := a.run("one", "hostname"); got != "one" {
+			t.Errorf("hostname = %q, want one", got)
+		}
+		for _, p := range []string{state, filepath.Join(state, "token"), "/work", "/run/runnerd"} {
+			res := a.exec("one", wire.Exec{Argv: []string{"test", "-e", p}})
+			if res.Exit.Code != 1 {
+				t.Errorf("test -e %s in a pod: exit %+v, want 1 (absent)", p, res.Exit)
+			}
+		}
+	})
+	run("root installs, in its pod alone", func(t *testing.T) {
+		a.run("one", "sh", "-c", "mkdir -p /usr/local/share/podtest && echo installed > /usr/local/share/podtest/x && echo ws > /workspace/f && mkdir -p /workspace/sub")
+		if _, err := os.Stat("/usr/local/share/podtest"); err == nil {
+			t.Fatal("a file root wrote to /usr/local in a pod is on the host")
+		}
+		res := a.exec("two", wire.Exec{Argv: []string{"cat", "/usr/local/share/podtest/x"}})
+		if res.Exit.Code == 0 {
+			t.Errorf("pod two reads pod one's /usr/local: %q", res.Stdout)
+		}
+		fi, err := os.Stat(filepath.Join(one.HostWorkspace, "f"))
+		if err != nil || fi.Sys().(*syscall.Stat_t).Uid != base {
+			t.Errorf("workspace file on the host: %v %v, want owned by %d", fi, err, base)
+		}
+		if got := a.run("one", "sh", "-c", "cat /workspace/f; echo $HOME"); got != "ws\n/workspace" {
+			t.Errorf("workspace and HOME inside: %q", got)
+		}
+		res = a.exec("one", wire.Exec{Argv: []string{"pwd"}, Cwd: "sub"})
+		if string(res.Stdout) != "/workspace/sub\n" {
+			t.Errorf("pwd with cwd sub: %q %+v", res.Stdout, res.Exit)
+		}
+		res = a.exec("one", wire.Exec{Argv: []string{"pwd"}, Cwd: filepath.Join(one.HostWorkspace, "sub")})
+		if string(res.Stdout) != "/workspace/sub\n" {
+			t.Errorf("pwd with cwd the host path of sub: %q %+v", res.Stdout, res.Exit)
+		}
+		a.wantError(a.do("POST", "/v1/sandboxes/one/exec", wire.Exec{Argv: []string{"pwd"}, Cwd: "../.."}), 400, wire.CodeInvalid)
+	})
+	run("IPC of its own", func(t *testing.T) {
+		id := a.run("one", "ipcmk", "-M", "4096")
+		if !strings.Contains(id, "Shared memory id") {
+			t.Fatalf("ipcmk: %q", id)
+		}
+		if got := a.run("two", "sh", "-c", "ipcs -m | grep -c '^0x' || true"); got != "0" {
+			t.Errorf("pod two sees %s shared memory segments (pod one made one)", got)
+		}
+	})
+	run("park, resume, kill -9", func(t *testing.T) {
+		a.must("POST", "/v1/sandboxes/one/suspend", nil, 200, nil)
+		a.must("POST", "/v1/sandboxes/one/resume", nil, 200, nil)
+		if got := a.run("one", "cat", "/usr/local/share/podtest/x"); got != "installed" {
+			t.Errorf("after park and resume: %q", got)
+		}
+		live := a.spawn("one", wire.CreateSession{Argv: []string{"sh", "-c", "sleep 2; echo survived"}})
+		p.kill(syscall.SIGKILL)
+		a2, _ := startRunnerdProc(t0, lab, state, netState, "--isolate", "pod")
+		a2.t = t
+		if got := a2.run("one", "cat", "/usr/local/share/podtest/x"); got != "installed" {
+			t.Errorf("after runnerd kill -9: %q", got)
+		}
+		if s := a2.waitEnded("one", live.ID); s.Exit == nil || s.Exit.Code != 0 {
+			t.Errorf("session across the kill -9: %+v", s)
+		}
+		*a = *a2
+	})
+	run("destroy leaves nothing", func(t *testing.T) {
+		b, err := os.ReadFile(filepath.Join(state, "pods", "one"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pid int
+		fmt.Sscanf(string(b), "%d", &pid)
+		a.must("DELETE", "/v1/sandboxes/one", nil, 204, nil)
+		if err := syscall.Kill(pid, 0); err == nil {
+			deadline := time.Now().Add(5 * time.Second)
+			for syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if syscall.Kill(pid, 0) == nil {
+				t.Errorf("holder %d still runs after destroy", pid)
+			}
+		}
+		for _, p := range []string{filepath.Join(state, "pods", "one"), one.HostWorkspace} {
+			if _, err := os.Lstat(p); !os.IsNotExist(err) {
+				t.Errorf("%s after destroy: %v", p, err)
+			}
+		}
+		if got := a.run("two", "id", "-u"); got != "0" {
+			t.Errorf("pod two after one's destroy: id -u %q", got)
+		}
+	})
+}
