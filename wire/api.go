@@ -247,7 +247,17 @@ type Exit struct {
 	// up so that the session could end, and named in Detail. Lengths are
 	// what was stored.
 	UnstoredBytes int64 `json:"unstored_bytes,omitempty"`
+	// Cause names why output went unstored: ExitCauseDiskBudget (the
+	// sandbox's journal budget: --sandbox-journal-bytes) or
+	// ExitCauseDiskFull (the file system refused it); absent otherwise.
+	Cause string `json:"cause,omitempty"`
 }
+
+// Exit causes (Exit.Cause).
+const (
+	ExitCauseDiskBudget = "disk_budget"
+	ExitCauseDiskFull   = "disk_full"
+)
 
 // CreateSession is the body of POST /v1/sandboxes/{name}/sessions.
 type CreateSession struct {
