@@ -15,7 +15,6 @@ import (
 	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/daemon/sandboxes"
-	"github.com/agentrunner/runner/pod"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -37,7 +36,7 @@ func toWireSandbox(sb registry.Sandbox) wire.Sandbox {
 		w.UID, w.GID = &uid, &gid
 	}
 	if sandboxes.InPod(sb) {
-		w.Pod, w.Workspace, w.HostWorkspace = true, pod.WorkspacePath, sb.Workspace
+		w.Pod, w.Workspace, w.HostWorkspace = true, sandboxes.PodWorkspace, sb.Workspace
 	}
 	return w
 }

@@ -79,6 +79,9 @@ func (t *pods) take(name string) *pod.Pod {
 	return p
 }
 
+// PodWorkspace is where a pod's commands see its workspace.
+const PodWorkspace = pod.WorkspacePath
+
 // InPod says sb's commands run in its pod.
 func InPod(sb registry.Sandbox) bool { return sb.Pod != nil }
 

@@ -18,7 +18,6 @@ import (
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/daemon/sandboxes"
 	"github.com/agentrunner/runner/netpolicy"
-	"github.com/agentrunner/runner/pod"
 	"github.com/agentrunner/runner/shim/launch"
 	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
@@ -174,7 +173,7 @@ func (s *Manager) podSpec(sb registry.Sandbox, pref *sessiondir.PodRef, reqCwd s
 }
 
 // podWorkspace is where a pod's commands see its workspace (pod.WorkspacePath).
-const podWorkspace = pod.WorkspacePath
+const podWorkspace = sandboxes.PodWorkspace
 
 // podCwd is a spawn's cwd as sandbox sb's pod sees it: the workspace by
 // default, a relative cwd below it, an absolute one as the pod sees it
