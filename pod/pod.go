@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/netnsstart"
+	"github.com/agentrunner/runner/seccomp"
 	"golang.org/x/sys/unix"
 )
 
@@ -69,6 +70,38 @@ type Config struct {
 	// cgroup namespace is rooted where it then is (with none, where the
 	// caller is).
 	Cgroups []string
+	// ResolvConf optionally names a host file bound read-only at
+	// /etc/resolv.conf in the pod (runnerd: the sandbox's resolver file
+	// when it is contained, the host's /etc/resolv.conf otherwise). It is
+	// root's path and is followed if it is a symlink (the host's
+	// /etc/resolv.conf commonly links into /run); empty: the pod's /etc
+	// shows the host's file, changeable by root inside in its upper layer.
+	ResolvConf string
+	// Binds are host paths bound into the pod (an operator's binds: into
+	// every sandbox or one), read-only unless Writable.
+	Binds []Bind
+	// Seccomp optionally holds the filter the holder loads on itself once
+	// the pod is built (seccomp.Filter.MarshalBinary: runnerd's launcher
+	// compiles it once); nil: the holder compiles seccomp.Default itself.
+	// Bytes that do not decode fail the Create: the holder never runs
+	// unfiltered.
+	Seccomp []byte
+}
+
+// Bind is a host path bound into a pod. Source is opened by Create as
+// root, never through a symlink at its last element, and handed to the
+// holder as a detached mount of that file or directory alone (what is
+// mounted below a directory is not carried); Target is an absolute,
+// clean path inside the pod, its mount point made inside the pod's root
+// (never outside it: no symlink is followed), and may not be /, nor lie
+// in /proc, /dev, /tmp, /var/tmp or the workspace (the pod's own mounts).
+// A bind is nosuid and nodev, and read-only unless Writable: the kernel
+// holds that (MOUNT_ATTR_RDONLY on the mount, set by Create before the
+// holder gets it), and the pod's seccomp filter refuses every mount call
+// that could change it.
+type Bind struct {
+	Source, Target string
+	Writable       bool
 }
 
 // Pod is a running holder. Its methods are safe for concurrent use.
@@ -140,6 +173,20 @@ func Create(ctx context.Context, cfg Config) (*Pod, error) {
 			}
 		}
 	}
+	binds := cfg.Binds
+	if cfg.ResolvConf != "" {
+		binds = append(binds[:len(binds):len(binds)], Bind{Source: cfg.ResolvConf, Target: "/etc/resolv.conf"})
+	}
+	for i, b := range binds {
+		follow := cfg.ResolvConf != "" && i == len(binds)-1
+		f, dir, err := openBind(b, follow)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, f)
+		plan.Binds = append(plan.Binds, planBind{FD: len(files) - 1, Target: b.Target, Dir: dir})
+	}
+	plan.Seccomp = cfg.Seccomp
 	var v2 *os.File
 	var v1 []string
 	for _, dir := range cfg.Cgroups {
@@ -244,15 +291,61 @@ func Create(ctx context.Context, cfg Config) (*Pod, error) {
 	return p, nil
 }
 
-// plainDirs are the system directories a pod sees with the host's ids
-// (not idmapped): what the host's root owns there is nobody's inside,
-// which root inside can read only where others can and never change.
-// /etc holds the host's secrets (shadow, host keys, TLS keys) readable by
-// its root alone; idmapped, they would be the pod's root's to read.
-var plainDirs = map[string]bool{"/etc": true}
+// masked reports whether the system directory dir is shown through a
+// mask (holder.go, maskLayer): every one but the host's code (/usr,
+// /bin, /sbin, /lib*), which is world-readable by convention and too big
+// to walk at each start. The others (/etc, the /var parts, what an
+// operator lists) hold the host's secrets (shadow, host keys, TLS keys,
+// debconf's passwords) readable by its root alone; idmapped, they would
+// be the pod's root's to read, so what the pod's ids could not read
+// without the idmap is hidden.
+func masked(dir string) bool {
+	for _, code := range []string{"/usr", "/bin", "/sbin"} {
+		if dir == code || strings.HasPrefix(dir, code+"/") {
+			return false
+		}
+	}
+	return !strings.HasPrefix(dir, "/lib")
+}
 
-// idmapLowers clones each of the plan's system directories but
-// plainDirs (and rootfs, when named: then it alone) as a detached,
+// openBind clones b's source as a detached mount of that file or
+// directory alone (open_tree(2) OPEN_TREE_CLONE: not what is mounted
+// below it), as root and, unless follow, never through a symlink at its
+// last element, and sets it nosuid, nodev and (unless b.Writable)
+// read-only, recursively: the kernel holds the read-only flag from here,
+// before the holder (or anything in the pod) ever has the mount. It
+// returns whether it is a directory.
+func openBind(b Bind, follow bool) (*os.File, bool, error) {
+	flags := unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC
+	if !follow {
+		flags |= unix.AT_SYMLINK_NOFOLLOW
+	}
+	fd, err := unix.OpenTree(unix.AT_FDCWD, b.Source, uint(flags))
+	if err != nil {
+		return nil, false, fmt.Errorf("open bind source %s: %w", b.Source, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, false, fmt.Errorf("stat bind source %s: %w", b.Source, err)
+	}
+	if t := st.Mode & unix.S_IFMT; t != unix.S_IFDIR && t != unix.S_IFREG {
+		unix.Close(fd)
+		return nil, false, fmt.Errorf("%w: bind source %s is not a directory or a regular file", ErrInvalid, b.Source)
+	}
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if !b.Writable {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
+		unix.Close(fd)
+		return nil, false, fmt.Errorf("set bind %s read-only: %w", b.Source, err)
+	}
+	return os.NewFile(uintptr(fd), b.Source), st.Mode&unix.S_IFMT == unix.S_IFDIR, nil
+}
+
+// idmapLowers clones each of the plan's system directories (or rootfs,
+// when named: then it alone) as a detached,
 // read-only, nosuid, nodev mount whose ids are seen through the holder
 // pid's user namespace (mount_setattr(2) MOUNT_ATTR_IDMAP): the host's
 // root's files there are the pod's root's, so root inside can change a
@@ -283,10 +376,12 @@ func idmapLowers(pid int, rootfs string, plan *holderPlan) (fds []int, err error
 		return fds, err
 	}
 	plan.Idmapped = make([]int, len(plan.SystemDirs))
+	plan.Masked = make([]bool, len(plan.SystemDirs))
 	for i, d := range plan.SystemDirs {
 		plan.Idmapped[i] = -1
+		plan.Masked[i] = masked(d)
 		fi, err := os.Lstat(d)
-		if err != nil || !fi.IsDir() || plainDirs[d] {
+		if err != nil || !fi.IsDir() {
 			continue // a link, or missing: the holder sees it itself
 		}
 		if plan.Idmapped[i], err = clone(d); err != nil {
@@ -442,6 +537,17 @@ func expandDirs(cfg Config) ([]string, error) {
 			return nil, fmt.Errorf("%w: Upper, Workspace, Tmp and VarTmp must be absolute paths", ErrInvalid)
 		}
 	}
+	if cfg.ResolvConf != "" && !filepath.IsAbs(cfg.ResolvConf) {
+		return nil, fmt.Errorf("%w: resolv.conf %q is not an absolute path", ErrInvalid, cfg.ResolvConf)
+	}
+	if cfg.Seccomp != nil {
+		if _, err := seccomp.Decode(cfg.Seccomp); err != nil {
+			return nil, fmt.Errorf("%w: seccomp program: %v", ErrInvalid, err)
+		}
+	}
+	if err := checkBinds(cfg); err != nil {
+		return nil, err
+	}
 	if cfg.Rootfs != "" {
 		if !filepath.IsAbs(cfg.Rootfs) || strings.ContainsAny(cfg.Rootfs, ",:") {
 			return nil, fmt.Errorf("%w: root file system %q", ErrInvalid, cfg.Rootfs)
@@ -468,6 +574,51 @@ func expandDirs(cfg Config) ([]string, error) {
 		out = append(out, m...)
 	}
 	return out, nil
+}
+
+// reservedTargets are the pod's own mounts, which no bind may cover or
+// lie in: the kernel's views (/proc, /dev) and the sandbox's storage
+// (/tmp, /var/tmp, the workspace), where a mount point would be made in
+// a directory the sandbox writes.
+var reservedTargets = []string{"/proc", "/dev", "/tmp", "/var/tmp", WorkspacePath}
+
+// checkBinds checks cfg's binds (and its resolv.conf's): absolute
+// sources; absolute, clean targets other than / and outside
+// reservedTargets, no two the same or one inside another (its mount
+// point would be made in the other's source, a host directory).
+func checkBinds(cfg Config) error {
+	targets := []string{}
+	if cfg.ResolvConf != "" {
+		targets = append(targets, "/etc/resolv.conf")
+	}
+	for _, b := range cfg.Binds {
+		if !filepath.IsAbs(b.Source) {
+			return fmt.Errorf("%w: bind source %q is not an absolute path", ErrInvalid, b.Source)
+		}
+		t := b.Target
+		if !filepath.IsAbs(t) || filepath.Clean(t) != t || t == "/" || strings.ContainsRune(t, 0) {
+			return fmt.Errorf("%w: bind target %q is not an absolute, clean path other than /", ErrInvalid, t)
+		}
+		for _, r := range reservedTargets {
+			if within(t, r) {
+				return fmt.Errorf("%w: bind target %q is in the pod's own %s", ErrInvalid, t, r)
+			}
+		}
+		targets = append(targets, t)
+	}
+	for i, a := range targets {
+		for _, b := range targets[i+1:] {
+			if within(a, b) || within(b, a) {
+				return fmt.Errorf("%w: bind targets %q and %q overlap", ErrInvalid, a, b)
+			}
+		}
+	}
+	return nil
+}
+
+// within reports whether path p is dir or lies below it.
+func within(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, dir+"/")
 }
 
 func validName(s string) bool {
