@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentrunner/runner/internal/testcap"
 )
 
 // debName is the package the apt tests build and install.
@@ -23,7 +25,7 @@ func buildDeb(t *testing.T) string {
 	t.Helper()
 	for _, tool := range []string{"dpkg-deb", "apt-get", "add-shell"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("no %s: not a Debian host (the pod's apt story is Debian's)", tool)
+			testcap.Skip(t, tool, "the pod's apt test builds and installs a .deb (a Debian host has dpkg, apt and debianutils)")
 		}
 	}
 	dir := t.TempDir()
@@ -190,7 +192,7 @@ func TestPodEtcMask(t *testing.T) {
 		secrets = append(secrets, f)
 	}
 	if len(secrets) == 0 {
-		t.Skip("none of the host's usual secrets are here to hide")
+		testcap.Skip(t, "/etc/shadow", "the mask test hides the host's usual secrets, and none is here")
 	}
 	cfg := newConfig(t, "mask", 23)
 	p := create(t, cfg)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/internal/testcap"
 	"github.com/agentrunner/runner/journal"
 	"github.com/agentrunner/runner/pod"
 	"github.com/agentrunner/runner/shim/internal/shimtest"
@@ -70,7 +71,7 @@ umount /opt/data 2>/dev/null; echo umount $?; echo x > /opt/data/f; cat /opt/dat
 func TestPodAptSession(t *testing.T) {
 	for _, tool := range []string{"dpkg-deb", "apt-get", "add-shell"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("no %s: not a Debian host", tool)
+			testcap.Skip(t, tool, "the pod's apt test builds and installs a .deb (a Debian host has dpkg, apt and debianutils)")
 		}
 	}
 	const name = "runner-podtest-session"
