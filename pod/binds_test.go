@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -42,6 +43,29 @@ func newBindSources(t *testing.T) bindSources {
 	return s
 }
 
+// threadMountsMentioning returns the lines of every thread's mount table
+// (a thread may have a mount namespace of its own) that name dir.
+func threadMountsMentioning(t *testing.T, dir string) []string {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/mountinfo")
+		if err != nil {
+			continue // the thread ended
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, dir) {
+				out = append(out, task.Name()+": "+l)
+			}
+		}
+	}
+	return out
+}
+
 func (s bindSources) apply(cfg *Config) {
 	cfg.Binds = []Bind{{Source: s.roDir, Target: "/opt/data"}, {Source: s.roFile, Target: "/etc/operator.conf"},
 		{Source: s.rwDir, Target: "/mnt/rw", Writable: true}}
@@ -50,8 +74,9 @@ func (s bindSources) apply(cfg *Config) {
 
 // TestPodBinds: an operator's binds and the resolver file are in the
 // pod; a read-only one refuses every write from root inside (with every
-// capability of its user namespace) with EROFS, though the host's files
-// are writable by anybody; a writable one takes writes, which land on
+// capability of its user namespace, and no seccomp filter: nsenter)
+// with EROFS, though the host's files are writable by anybody, and
+// cannot be remounted read-write (the kernel locked the flag: EPERM); a writable one takes writes, which land on
 // the host with the block's ids. Nothing of them stays mounted on the
 // host, and the sources are as they were.
 func TestPodBinds(t *testing.T) {
@@ -59,15 +84,24 @@ func TestPodBinds(t *testing.T) {
 	cfg := newConfig(t, "binds", 24)
 	s.apply(&cfg)
 	p := create(t, cfg)
+	// The staging namespace the holder was forked from is gone: no
+	// thread of this process (the forking one went back) holds the
+	// sources mounted.
+	for _, src := range []string{s.roDir, s.roFile, s.rwDir} {
+		if m := threadMountsMentioning(t, src); len(m) != 0 {
+			t.Errorf("a thread's mount table names %s while the pod runs: %q", src, m)
+		}
+	}
 	out, err := inPod(t, p, `cat /opt/data/f /etc/operator.conf /etc/resolv.conf
+for m in /opt/data /etc/operator.conf /etc/resolv.conf; do mount -o remount,bind,rw $m 2>/dev/null; echo remount $?; done
 echo x > /opt/data/f; echo x > /opt/data/new; echo x > /etc/operator.conf; echo x > /etc/resolv.conf; rm -f /opt/data/f
 echo written > /mnt/rw/new && cat /mnt/rw/new
 grep -c binds /etc/hosts`)
-	want := "data\nsetting=1\nnameserver 192.0.2.53\n" +
-		"/bin/sh: 2: cannot create /opt/data/f: Read-only file system\n" +
-		"/bin/sh: 2: cannot create /opt/data/new: Read-only file system\n" +
-		"/bin/sh: 2: cannot create /etc/operator.conf: Read-only file system\n" +
-		"/bin/sh: 2: cannot create /etc/resolv.conf: Read-only file system\n" +
+	want := "data\nsetting=1\nnameserver 192.0.2.53\nremount 32\nremount 32\nremount 32\n" +
+		"/bin/sh: 3: cannot create /opt/data/f: Read-only file system\n" +
+		"/bin/sh: 3: cannot create /opt/data/new: Read-only file system\n" +
+		"/bin/sh: 3: cannot create /etc/operator.conf: Read-only file system\n" +
+		"/bin/sh: 3: cannot create /etc/resolv.conf: Read-only file system\n" +
 		"rm: cannot remove '/opt/data/f': Read-only file system\n" +
 		"written\n1\n"
 	if out != want {

@@ -66,8 +66,8 @@ type holderPlan struct {
 	// Masked: per system directory, whether its overlay gets a mask
 	// layer (maskLayer).
 	Masked []bool `json:"masked,omitempty"`
-	// Binds: the binds, their sources among the directories' descriptors
-	// (fd 4+FD), set up (read-only, nosuid, nodev) by Create.
+	// Binds: the binds, their sources at bindStage/Stage when the holder
+	// starts (stageBinds), set up (read-only, nosuid, nodev) by Create.
 	Binds []planBind `json:"binds,omitempty"`
 	// Seccomp: the filter the holder loads (seccomp.Filter.MarshalBinary);
 	// empty: it compiles seccomp.Default.
@@ -85,7 +85,7 @@ type holderPlan struct {
 
 // planBind is one bind of the plan.
 type planBind struct {
-	FD     int    `json:"fd"`
+	Stage  int    `json:"stage"`
 	Target string `json:"target"`
 	Dir    bool   `json:"dir"`
 }
@@ -147,9 +147,6 @@ func HolderMain(args []string) int {
 	// among them).
 	for _, fd := range append(lowers, 4+p.Upper, 4+p.Workspace, 4+p.Tmp, 4+p.VarTmp) {
 		unix.Close(fd)
-	}
-	for _, b := range p.Binds {
-		unix.Close(4 + b.FD)
 	}
 	for {
 		reapAll()
@@ -249,6 +246,17 @@ func build(p *holderPlan, lowers []int) (string, error) {
 	// what is meant).
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return "make mounts private", err
+	}
+	// The binds' sources, before the staging tmpfs covers bindStage:
+	// clones of the locked copies (bindInto).
+	bindFDs := make([]int, len(p.Binds))
+	for i, b := range p.Binds {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, bindStage+"/"+strconv.Itoa(b.Stage), unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+		if err != nil {
+			return "take bind " + b.Target, err
+		}
+		defer unix.Close(fd)
+		bindFDs[i] = fd
 	}
 	// The staging area, as bubblewrap does: a tmpfs of the holder's own
 	// over /tmp (the host's /tmp is not touched: this is the holder's
@@ -378,8 +386,8 @@ func build(p *holderPlan, lowers []int) (string, error) {
 	if err := podHosts(newRoot, up, p.Hostname); err != nil {
 		return "write /etc/hosts", err
 	}
-	for _, b := range p.Binds {
-		if err := bindInto(newRoot, b); err != nil {
+	for i, b := range p.Binds {
+		if err := bindInto(newRoot, b, bindFDs[i]); err != nil {
 			return "bind " + b.Target, err
 		}
 	}

@@ -177,14 +177,20 @@ func Create(ctx context.Context, cfg Config) (*Pod, error) {
 	if cfg.ResolvConf != "" {
 		binds = append(binds[:len(binds):len(binds)], Bind{Source: cfg.ResolvConf, Target: "/etc/resolv.conf"})
 	}
+	var staged []stagedBind
+	defer func() {
+		for _, b := range staged {
+			b.f.Close()
+		}
+	}()
 	for i, b := range binds {
 		follow := cfg.ResolvConf != "" && i == len(binds)-1
 		f, dir, err := openBind(b, follow)
 		if err != nil {
 			return nil, err
 		}
-		files = append(files, f)
-		plan.Binds = append(plan.Binds, planBind{FD: len(files) - 1, Target: b.Target, Dir: dir})
+		staged = append(staged, stagedBind{f, dir})
+		plan.Binds = append(plan.Binds, planBind{Stage: i, Target: b.Target, Dir: dir})
 	}
 	plan.Seccomp = cfg.Seccomp
 	var v2 *os.File
@@ -230,7 +236,11 @@ func Create(ctx context.Context, cfg Config) (*Pod, error) {
 	// holds CAP_SYS_PTRACE in the holder's user namespace).
 	cmd := &exec.Cmd{Path: cfg.Holder[0], Args: cfg.Holder, Env: cfg.Env, SysProcAttr: attr,
 		ExtraFiles: append([]*os.File{child}, files...)}
-	if err := netnsstart.Start(cmd, cfg.NetNS); err != nil {
+	start := netnsstart.Start
+	if len(staged) > 0 {
+		start = func(cmd *exec.Cmd, ns string) error { return netnsstart.StartWith(cmd, ns, stageBinds(staged)) }
+	}
+	if err := start(cmd, cfg.NetNS); err != nil {
 		return nil, fmt.Errorf("start pod holder: %w", err)
 	}
 	child.Close()
@@ -306,6 +316,80 @@ func masked(dir string) bool {
 		}
 	}
 	return !strings.HasPrefix(dir, "/lib")
+}
+
+// bindStage is where the holder finds the binds' sources when it starts:
+// BINDSTAGE/N is bind N of the plan, mounted there in the mount namespace
+// the holder's is copied from (stageBinds).
+const bindStage = "/tmp"
+
+// stagedBind is a bind's source as openBind made it.
+type stagedBind struct {
+	f   *os.File
+	dir bool
+}
+
+// stageBinds returns what runs on the thread the holder is forked from,
+// before the fork: it gives the thread a mount namespace of its own (a
+// copy of the caller's, made private so nothing mounted in it reaches
+// the host's), mounts a tmpfs at bindStage (0755: the holder, no one's
+// id outside, passes it) and attaches each bind's source at
+// bindStage/N. The holder's mount namespace, cloned from the thread's
+// into the pod's user namespace, gets copies of those mounts whose flags
+// the kernel locks there (a mount namespace copied into a less privileged
+// user namespace: MNT_LOCK_READONLY, _NOSUID, _NODEV): a bind the holder
+// makes of one keeps them, so root inside cannot make a read-only bind
+// writable even with every capability of its user namespace (EPERM),
+// the seccomp filter aside. After the fork the thread goes back to its
+// first mount namespace, and the staging one ends with the last of its
+// users (netnsstart.StartWith).
+func stageBinds(binds []stagedBind) func() (func() error, error) {
+	return func() (func() error, error) {
+		orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/mnt", unix.Gettid()))
+		if err != nil {
+			return nil, fmt.Errorf("open mount namespace: %w", err)
+		}
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			orig.Close()
+			return nil, fmt.Errorf("unshare staging mount namespace: %w", err)
+		}
+		// Back to the first namespace after the fork: the staging one,
+		// and the host's mounts it copied, are then the holder's copy's
+		// alone (a copy held by a parked thread would keep busy every file
+		// system mounted now, a sandbox's volume too).
+		undo := func() error {
+			defer orig.Close()
+			if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNS); err != nil {
+				return fmt.Errorf("leave staging mount namespace: %w", err)
+			}
+			return nil
+		}
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			return undo, fmt.Errorf("make staging mounts private: %w", err)
+		}
+		if err := unix.Mount("tmpfs", bindStage, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+			return undo, fmt.Errorf("mount bind staging tmpfs: %w", err)
+		}
+		for i, b := range binds {
+			p := bindStage + "/" + strconv.Itoa(i)
+			var err error
+			if b.dir {
+				err = unix.Mkdir(p, 0o755)
+			} else {
+				var fd int
+				if fd, err = unix.Open(p, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644); err == nil {
+					unix.Close(fd)
+				}
+			}
+			if err != nil {
+				return undo, fmt.Errorf("make bind staging %s: %w", p, err)
+			}
+			if err := unix.MoveMount(int(b.f.Fd()), "", unix.AT_FDCWD, p, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+				return undo, fmt.Errorf("stage bind %s: %w", b.f.Name(), err)
+			}
+		}
+		return undo, nil
+	}
 }
 
 // openBind clones b's source as a detached mount of that file or

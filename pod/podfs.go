@@ -166,14 +166,14 @@ func openBeneath(root, rel string) (int, error) {
 	return fd, err
 }
 
-// bindInto attaches the bind's detached mount (fd 4+b.FD, made by
-// Create: read-only unless writable, nosuid, nodev) at its target in the
-// new root. The mount point is made inside the root and never through a
+// bindInto attaches the bind's detached mount (fd, the holder's clone of
+// what Create staged: read-only unless writable, nosuid, nodev, those
+// flags locked) at its target in the new root. The mount point is made inside the root and never through a
 // symlink (target): a missing directory or file is made (in the pod's
 // upper layer, or a tmpfs of the pod's); a symlink where a file is
 // expected (the host's /etc/resolv.conf commonly is one) is replaced by
 // an empty file, in the pod's own layer.
-func bindInto(root string, b planBind) error {
+func bindInto(root string, b planBind, fd int) error {
 	t := b.Target
 	if !path.IsAbs(t) || path.Clean(t) != t || t == "/" || strings.Contains(t, "\x00") {
 		return fmt.Errorf("bad target %q", t)
@@ -189,7 +189,7 @@ func bindInto(root string, b planBind) error {
 		return fmt.Errorf("make mount point: %w", err)
 	}
 	defer mp.close()
-	if err := unix.MoveMount(4+b.FD, "", mp.fd, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+	if err := unix.MoveMount(fd, "", mp.fd, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
 		return fmt.Errorf("attach: %w", err)
 	}
 	return nil
