@@ -33,16 +33,21 @@ func maskLayer(dir, lower, mask string) error {
 	if err := os.Mkdir(mask, 0o755); err != nil {
 		return err
 	}
-	return maskWalk(dir, lower, mask, "")
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", dir, err)
+	}
+	return maskWalk(fd, dir, lower, mask, "")
 }
 
-// maskWalk masks what lies below rel (relative to dir, lower and mask);
-// mask/rel is made only when something below it is hidden.
-func maskWalk(dir, lower, mask, rel string) error {
-	ents, err := os.ReadDir(path.Join(dir, rel))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil // gone since it was listed: nothing to hide
-	}
+// maskWalk masks what lies below rel (relative to dir, lower and mask),
+// whose directory dfd is open (and closed here); mask/rel is made only
+// when something below it is hidden. The checks are relative to dfd:
+// one name looked up each, not a path.
+func maskWalk(dfd int, dir, lower, mask, rel string) error {
+	f := os.NewFile(uintptr(dfd), path.Join(dir, rel))
+	defer f.Close()
+	ents, err := f.ReadDir(-1)
 	if err != nil {
 		return fmt.Errorf("list %s: %w", path.Join(dir, rel), err)
 	}
@@ -55,10 +60,17 @@ func maskWalk(dir, lower, mask, rel string) error {
 		case fs.ModeDir:
 			need |= unix.X_OK
 		}
-		err := unix.Faccessat(unix.AT_FDCWD, path.Join(dir, r), need, unix.AT_SYMLINK_NOFOLLOW)
+		err := unix.Faccessat(dfd, e.Name(), need, unix.AT_SYMLINK_NOFOLLOW)
 		switch {
 		case err == nil && e.IsDir():
-			if err := maskWalk(dir, lower, mask, r); err != nil {
+			sub, err := unix.Openat(dfd, e.Name(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if errors.Is(err, unix.ENOENT) {
+				continue // gone since it was listed: nothing to hide
+			}
+			if err != nil {
+				return fmt.Errorf("open %s: %w", path.Join(dir, r), err)
+			}
+			if err := maskWalk(sub, dir, lower, mask, r); err != nil {
 				return err
 			}
 		case err == nil, errors.Is(err, unix.ENOENT):
