@@ -97,8 +97,10 @@ type Config struct {
 // in /proc, /dev, /tmp, /var/tmp or the workspace (the pod's own mounts).
 // A bind is nosuid and nodev, and read-only unless Writable: the kernel
 // holds that (MOUNT_ATTR_RDONLY on the mount, set by Create before the
-// holder gets it), and the pod's seccomp filter refuses every mount call
-// that could change it.
+// holder gets it, and locked in the pod: stageBinds), and the pod's
+// seccomp filter refuses every mount call besides. Its files keep the
+// host's ids (no idmap): a writable bind is writable where the host's
+// permissions let the block's ids write.
 type Bind struct {
 	Source, Target string
 	Writable       bool
