@@ -19,8 +19,9 @@ const debName = "runner-podtest"
 
 // buildDeb builds a tiny .deb with dpkg-deb: a file under
 // /usr/local/share, a shell under /usr/local/bin, and a postinst that
-// edits /etc as postinsts do (add-shell rewrites /etc/shells; a new
-// /etc file) with a postrm that undoes it, and returns its path.
+// edits /etc as postinsts do (add-shell rewrites /etc/shells, a line is
+// appended to it in place, a new /etc file) with a postrm that undoes
+// it, and returns its path.
 func buildDeb(t *testing.T) string {
 	t.Helper()
 	for _, tool := range []string{"dpkg-deb", "apt-get", "add-shell"} {
@@ -32,10 +33,10 @@ func buildDeb(t *testing.T) string {
 	files := map[string]string{
 		"DEBIAN/control": "Package: " + debName + "\nVersion: 1.0\nArchitecture: all\nMaintainer: runner tests <t@example.invalid>\n" +
 			"Description: a package the pod tests install\n",
-		"DEBIAN/postinst": "#!/bin/sh\nset -e\nif [ \"$1\" = configure ]; then\n  add-shell /usr/local/bin/" + debName +
-			"-sh\n  echo configured > /etc/" + debName + ".conf\nfi\n",
+		"DEBIAN/postinst": "#!/bin/sh\nset -e\nif [ \"$1\" = configure ]; then\n  echo '# added by " + debName + "' >> /etc/shells\n" +
+			"  add-shell /usr/local/bin/" + debName + "-sh\n  echo configured > /etc/" + debName + ".conf\nfi\n",
 		"DEBIAN/postrm": "#!/bin/sh\nset -e\nif [ \"$1\" = remove ] || [ \"$1\" = purge ]; then\n  remove-shell /usr/local/bin/" + debName +
-			"-sh\n  rm -f /etc/" + debName + ".conf\nfi\n",
+			"-sh\n  sed -i '/# added by " + debName + "/d' /etc/shells\n  rm -f /etc/" + debName + ".conf\nfi\n",
 		"usr/local/share/" + debName + "/hello": "hello from a package\n",
 		"usr/local/bin/" + debName + "-sh":      "#!/bin/sh\nexec /bin/sh \"$@\"\n",
 	}
@@ -77,11 +78,12 @@ func placeDeb(t *testing.T, deb string, cfg Config) {
 const installedCheck = `dpkg-query -W -f='${Status}\n' ` + debName + ` 2>&1 | sed 's/^dpkg-query: no packages found.*/not installed/'
 cat /usr/local/share/` + debName + `/hello 2>&1 | sed 's/.*No such file.*/no file/'
 grep -c /usr/local/bin/` + debName + `-sh /etc/shells
+grep -c '^# added by ` + debName + `$' /etc/shells
 cat /etc/` + debName + `.conf 2>/dev/null || echo no conf
 `
 
-const installedOut = "install ok installed\nhello from a package\n1\nconfigured\n"
-const absentOut = "not installed\nno file\n0\nno conf\n"
+const installedOut = "install ok installed\nhello from a package\n1\n1\nconfigured\n"
+const absentOut = "not installed\nno file\n0\n0\nno conf\n"
 
 // TestPodAptInstall: root inside installs a .deb placed in the
 // workspace with apt-get, offline: exit 0, dpkg says installed, its

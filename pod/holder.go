@@ -541,7 +541,10 @@ func mountSpecial(p *holderPlan, root string, staged map[int]string) (string, er
 		}
 	}
 	// A devpts instance of the pod's own: its ptys are not the host's.
-	if err := mountAt(root, "/dev/pts", "devpts", "devpts", nsd|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+	// Not nodev: its ptmx is the device a pty is opened through (with
+	// nodev every posix_openpt fails EACCES: no script, tmux, expect);
+	// it holds nothing but the pod's own ptys.
+	if err := mountAt(root, "/dev/pts", "devpts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
 		return "mount /dev/pts", err
 	}
 	// A fresh /run (the host's holds its daemons' sockets and state):

@@ -105,3 +105,13 @@ dpkg-query -W -f='${Status}\n' `+name+`; cat /usr/local/share/`+name+`/doc; grep
 		t.Errorf("the host's /usr/local/share/%s: %v, want absent", name, err)
 	}
 }
+
+// TestPodSessionPTY: a command in a pod (under the filter) can make a
+// pseudo-terminal of the pod's own devpts (script, tmux, expect).
+func TestPodSessionPTY(t *testing.T) {
+	p := newPodWith(t, "pty", 42, func(*pod.Config) {})
+	e, out := runIn(t, p, `script -qc tty /dev/null </dev/null | tr -d '\r'`)
+	if want := "/dev/pts/0\n"; e.Code != 0 || out != want {
+		t.Errorf("got %+v %q, want %q", e, out, want)
+	}
+}
