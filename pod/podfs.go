@@ -126,7 +126,7 @@ const hostsFile = "127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-local
 // (an earlier start's, maybe edited by root inside: it is kept).
 func podHosts(root, up, name string) error {
 	for _, own := range []string{"etc/upper/hosts", "root/upper/etc/hosts"} {
-		if _, err := openBeneath(up, own); !errors.Is(err, unix.ENOENT) {
+		if err := existsBeneath(up, own); !errors.Is(err, unix.ENOENT) {
 			return nil // there, or not ours to judge (a link): left as it is
 		}
 	}
@@ -162,12 +162,12 @@ func podHosts(root, up, name string) error {
 	return err
 }
 
-// openBeneath opens rel beneath root (O_PATH) without following any
-// symlink, or fails (ENOENT: it is not there).
-func openBeneath(root, rel string) (int, error) {
+// existsBeneath looks rel up beneath root without following any
+// symlink: nil when it is there, ENOENT when it is not.
+func existsBeneath(root, rel string) error {
 	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return -1, err
+		return err
 	}
 	defer unix.Close(rfd)
 	fd, err := unix.Openat2(rfd, rel, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC,
@@ -175,7 +175,7 @@ func openBeneath(root, rel string) (int, error) {
 	if err == nil {
 		unix.Close(fd)
 	}
-	return fd, err
+	return err
 }
 
 // bindInto attaches the bind's detached mount (fd, the holder's clone of
