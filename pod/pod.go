@@ -323,7 +323,11 @@ func masked(dir string) bool {
 // bindStage is where the holder finds the binds' sources when it starts:
 // BINDSTAGE/N is bind N of the plan, mounted there in the mount namespace
 // the holder's is copied from (stageBinds).
-const bindStage = "/tmp"
+// Not /tmp, nor any directory a program lives in: the tmpfs covers it
+// in the staging namespace the holder's program is executed from (a
+// runnerd under /tmp, as tests run it, would not be found). An empty
+// directory of the host's, made once.
+const bindStage = "/run/runnerd-pod-binds"
 
 // stagedBind is a bind's source as openBind made it.
 type stagedBind struct {
@@ -368,6 +372,9 @@ func stageBinds(binds []stagedBind) func() (func() error, error) {
 		}
 		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 			return undo, fmt.Errorf("make staging mounts private: %w", err)
+		}
+		if err := os.MkdirAll(bindStage, 0o755); err != nil {
+			return undo, fmt.Errorf("make bind staging directory: %w", err)
 		}
 		if err := unix.Mount("tmpfs", bindStage, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
 			return undo, fmt.Errorf("mount bind staging tmpfs: %w", err)
