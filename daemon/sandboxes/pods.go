@@ -35,7 +35,9 @@ import (
 	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/internal/atomicfile"
+	"github.com/agentrunner/runner/netpolicy"
 	"github.com/agentrunner/runner/pod"
+	"github.com/agentrunner/runner/seccomp"
 	"github.com/agentrunner/runner/shim/sessiondir"
 	"golang.org/x/sys/unix"
 )
@@ -125,9 +127,13 @@ func (s *Manager) ensurePod(ctx context.Context, sb registry.Sandbox) (*pod.Pod,
 	if sb.Pod == nil || sb.Identity == nil {
 		return nil, apierr.Unavailable("sandbox %q has no pod", sb.Name)
 	}
-	netns, err := s.podNetNS(ctx, sb)
+	nsb, err := s.podNet(ctx, sb)
 	if err != nil {
 		return nil, err
+	}
+	netns := ""
+	if nsb != nil {
+		netns = nsb.NetNSPath
 	}
 	if p := s.pods.get(sb.Name); p != nil {
 		if p.PID() == sb.Pod.PID && p.StartTime() == sb.Pod.StartTime && alive(p) && inNetNS(p.PID(), netns) {
@@ -156,20 +162,16 @@ func (s *Manager) ensurePod(ctx context.Context, sb registry.Sandbox) (*pod.Pod,
 			s.log.Warn("pod holder gone; making the pod again", "sandbox", sb.Name, "pid", sb.Pod.PID)
 		}
 	}
-	return s.makePod(ctx, sb, netns)
+	return s.makePod(ctx, sb, nsb)
 }
 
-// podNetNS is the network namespace file sb's pod lives in ("" for the
-// host's: a runnerd without network policies).
-func (s *Manager) podNetNS(ctx context.Context, sb registry.Sandbox) (string, error) {
+// podNet is the network namespace sb's pod lives in (nil: the host's, a
+// runnerd without network policies).
+func (s *Manager) podNet(ctx context.Context, sb registry.Sandbox) (*netpolicy.Sandbox, error) {
 	if sb.Network == nil || s.net == nil {
-		return "", nil
+		return nil, nil
 	}
-	nsb, err := s.NetFor(ctx, sb)
-	if err != nil || nsb == nil {
-		return "", err
-	}
-	return nsb.NetNSPath, nil
+	return s.NetFor(ctx, sb)
 }
 
 // inNetNS says process pid is in the network namespace file netns
@@ -184,6 +186,17 @@ func inNetNS(pid int, netns string) bool {
 	}
 	return a.Dev == b.Dev && a.Ino == b.Ino
 }
+
+// compiledFilter is the sandbox filter (package seccomp's default
+// profile) compiled once per runnerd, which every holder loads as it is
+// (pod.Config.Seccomp): no pod start compiles it.
+var compiledFilter = sync.OnceValues(func() ([]byte, error) {
+	f, err := seccomp.Default()
+	if err != nil {
+		return nil, err
+	}
+	return f.MarshalBinary()
+})
 
 // current is sb as its record now says (a holder recorded since sb was
 // read), or sb when the record cannot be read.
@@ -202,8 +215,8 @@ func alive(p *pod.Pod) bool {
 
 // makePod makes sb's pod and records its holder; a pod whose record
 // cannot be written is ended again. The caller holds sb's lock.
-func (s *Manager) makePod(ctx context.Context, sb registry.Sandbox, netns string) (*pod.Pod, error) {
-	cfg, err := s.podConfig(sb, netns)
+func (s *Manager) makePod(ctx context.Context, sb registry.Sandbox, nsb *netpolicy.Sandbox) (*pod.Pod, error) {
+	cfg, err := s.podConfig(sb, nsb)
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +241,7 @@ func (s *Manager) makePod(ctx context.Context, sb registry.Sandbox, netns string
 }
 
 // podConfig is what sb's pod is made of (see the file comment).
-func (s *Manager) podConfig(sb registry.Sandbox, netns string) (pod.Config, error) {
+func (s *Manager) podConfig(sb registry.Sandbox, nsb *netpolicy.Sandbox) (pod.Config, error) {
 	priv, err := s.ensurePrivateTmp(sb)
 	if err != nil {
 		return pod.Config{}, err
@@ -245,7 +258,14 @@ func (s *Manager) podConfig(sb registry.Sandbox, netns string) (pod.Config, erro
 		Workspace: sb.Workspace,
 		Tmp:       filepath.Join(priv, "tmp"),
 		VarTmp:    filepath.Join(priv, "var-tmp"),
-		NetNS:     netns,
+		// The host's resolver, or the sandbox's own when contained.
+		ResolvConf: "/etc/resolv.conf",
+	}
+	if nsb != nil {
+		cfg.NetNS, cfg.ResolvConf = nsb.NetNSPath, nsb.ResolvConfPath
+	}
+	if cfg.Seccomp, err = compiledFilter(); err != nil {
+		return pod.Config{}, apierr.Unavailable("build the seccomp filter: %v", err)
 	}
 	if s.cg != nil {
 		if err := s.EnsureCgroup(sb); err != nil {
@@ -355,11 +375,14 @@ func podUser(name string) (string, error) {
 	return fmt.Sprintf("%d:%d", uid, gid), nil
 }
 
-// PodSpec makes spec run in sb's pod p: as the sandbox's user inside,
-// joining the pod rather than making anything (sessiondir.Spec.Pod). Dir
-// is translated by the caller (PodCwd).
-func (s *Manager) PodSpec(sb registry.Sandbox, p *sessiondir.PodRef, spec *sessiondir.Spec) error {
-	u, err := podUser(sb.User)
+// PodSpec makes spec run in sb's pod p as user inside (empty: the
+// sandbox's user), joining the pod rather than making anything
+// (sessiondir.Spec.Pod). Dir is the caller's.
+func (s *Manager) PodSpec(sb registry.Sandbox, p *sessiondir.PodRef, user string, spec *sessiondir.Spec) error {
+	if user == "" {
+		user = sb.User
+	}
+	u, err := podUser(user)
 	if err != nil {
 		return err
 	}
