@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -112,6 +113,17 @@ func TestPodSandbox(t *testing.T) {
 		}
 		a.do("POST", "/v1/sandboxes/one/sessions/"+s.ID+"/signal", `{"signal":"KILL"}`)
 	})
+	run("a session's user", func(t *testing.T) {
+		for _, c := range []struct{ user, want string }{{"nobody", "65534 65534"}, {"1000", "1000 1000"}, {"1000:5", "1000 5"}, {"", "0 0"}} {
+			res := a.exec("one", wire.Exec{Argv: []string{"sh", "-c", "echo $(id -u) $(id -g)"}, User: c.user})
+			if got := strings.TrimSpace(string(res.Stdout)); got != c.want || res.Exit.Code != 0 {
+				t.Errorf("user %q: %q %+v, want %q", c.user, got, res.Exit, c.want)
+			}
+		}
+		for _, bad := range []string{"65536", "no-such-user-x", "1:2:3"} {
+			a.wantError(a.do("POST", "/v1/sandboxes/one/exec", wire.Exec{Argv: []string{"true"}, User: bad}), 400, wire.CodeInvalid)
+		}
+	})
 	run("its own processes", func(t *testing.T) {
 		s := a.spawn("two", wire.CreateSession{Argv: []string{"sleep", "60"}})
 		defer a.do("POST", "/v1/sandboxes/two/sessions/"+s.ID+"/signal", `{"signal":"KILL"}`)
@@ -144,6 +156,9 @@ func TestPodSandbox(t *testing.T) {
 		if got := a.run("one", "sh", "-c", "ls -A /root /home 2>/dev/null | grep -v ':$' | grep -c . || true"); got != "0" {
 			t.Errorf("/root or /home of the host visible: %s entries", got)
 		}
+		if got := a.run("one", "sh", "-c", "grep ^nameserver /etc/resolv.conf"); !strings.HasPrefix(got, "nameserver 10.") {
+			t.Errorf("resolv.conf in a contained pod: %q, want its own resolver", got)
+		}
 		if got := a.run("one", "hostname"); got != "one" {
 			t.Errorf("hostname = %q, want one", got)
 		}
@@ -154,15 +169,28 @@ func TestPodSandbox(t *testing.T) {
 			}
 		}
 	})
-	run("root installs, in its pod alone", func(t *testing.T) {
-		a.run("one", "sh", "-c", "mkdir -p /usr/local/share/podtest && echo installed > /usr/local/share/podtest/x && echo ws > /workspace/f && mkdir -p /workspace/sub")
-		if _, err := os.Stat("/usr/local/share/podtest"); err == nil {
-			t.Fatal("a file root wrote to /usr/local in a pod is on the host")
+	run("apt-get install, in its pod alone", func(t *testing.T) {
+		deb := buildPodDeb(t)
+		if err := os.WriteFile(filepath.Join(one.HostWorkspace, "podtest.deb"), deb, 0o644); err != nil {
+			t.Fatal(err)
 		}
-		res := a.exec("two", wire.Exec{Argv: []string{"cat", "/usr/local/share/podtest/x"}})
-		if res.Exit.Code == 0 {
-			t.Errorf("pod two reads pod one's /usr/local: %q", res.Stdout)
+		res := a.exec("one", wire.Exec{Argv: []string{"apt-get", "install", "-y", "/workspace/podtest.deb"}, TimeoutMS: 120000,
+			Env: []string{"DEBIAN_FRONTEND=noninteractive"}})
+		if res.Exit.Code != 0 {
+			t.Fatalf("apt-get install in a pod: %+v\n%s\n%s", res.Exit, res.Stdout, res.Stderr)
 		}
+		if got := a.run("one", "sh", "-c", podDebCheck); got != "install ok installed\ninstalled\nconfigured" {
+			t.Errorf("after apt-get install: %q", got)
+		}
+		for _, p := range []string{"/usr/share/podtest", "/etc/podtest.conf"} {
+			if _, err := os.Stat(p); err == nil {
+				t.Fatalf("%s, installed in a pod, is on the host", p)
+			}
+		}
+		if got := a.run("two", "sh", "-c", podDebCheck+" 2>&1 || true"); strings.Contains(got, "installed\n") {
+			t.Errorf("pod two sees pod one's package: %q", got)
+		}
+		a.run("one", "sh", "-c", "echo ws > /workspace/f && mkdir -p /workspace/sub")
 		fi, err := os.Stat(filepath.Join(one.HostWorkspace, "f"))
 		if err != nil || fi.Sys().(*syscall.Stat_t).Uid != base {
 			t.Errorf("workspace file on the host: %v %v, want owned by %d", fi, err, base)
@@ -192,15 +220,15 @@ func TestPodSandbox(t *testing.T) {
 	run("park, resume, kill -9", func(t *testing.T) {
 		a.must("POST", "/v1/sandboxes/one/suspend", nil, 200, nil)
 		a.must("POST", "/v1/sandboxes/one/resume", nil, 200, nil)
-		if got := a.run("one", "cat", "/usr/local/share/podtest/x"); got != "installed" {
-			t.Errorf("after park and resume: %q", got)
+		if got := a.run("one", "sh", "-c", podDebCheck); got != "install ok installed\ninstalled\nconfigured" {
+			t.Errorf("the package after park and resume: %q", got)
 		}
 		live := a.spawn("one", wire.CreateSession{Argv: []string{"sh", "-c", "sleep 2; echo survived"}})
 		p.kill(syscall.SIGKILL)
 		a2, _ := startRunnerdProc(t0, lab, state, netState, "--isolate", "pod")
 		a2.t = t
-		if got := a2.run("one", "cat", "/usr/local/share/podtest/x"); got != "installed" {
-			t.Errorf("after runnerd kill -9: %q", got)
+		if got := a2.run("one", "sh", "-c", podDebCheck); got != "install ok installed\ninstalled\nconfigured" {
+			t.Errorf("the package after runnerd kill -9: %q", got)
 		}
 		if s := a2.waitEnded("one", live.ID); s.Exit == nil || s.Exit.Code != 0 {
 			t.Errorf("session across the kill -9: %+v", s)
@@ -233,4 +261,47 @@ func TestPodSandbox(t *testing.T) {
 			t.Errorf("pod two after one's destroy: id -u %q", got)
 		}
 	})
+}
+
+// podDebCheck prints what of the test package a pod has: dpkg's status,
+// its file, its postinst's edit of /etc.
+const podDebCheck = `dpkg-query -W -f='${Status}\n' podtest; cat /usr/share/podtest/hello; cat /etc/podtest.conf`
+
+// buildPodDeb builds a tiny .deb with dpkg-deb: a file under /usr/share
+// and a postinst that writes /etc, as postinsts do.
+func buildPodDeb(t *testing.T) []byte {
+	t.Helper()
+	for _, tool := range []string{"dpkg-deb", "apt-get"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			testcap.Skip(t, tool, "the pod test installs a .deb (a Debian host has dpkg and apt)")
+		}
+	}
+	dir := t.TempDir()
+	files := map[string]string{
+		"DEBIAN/control":          "Package: podtest\nVersion: 1.0\nArchitecture: all\nMaintainer: runner tests <t@example.invalid>\nDescription: a package a pod installs\n",
+		"DEBIAN/postinst":         "#!/bin/sh\nset -e\n[ \"$1\" = configure ] && echo configured > /etc/podtest.conf\nexit 0\n",
+		"usr/share/podtest/hello": "installed\n",
+	}
+	for name, body := range files {
+		p := filepath.Join(dir, "pkg", name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		mode := os.FileMode(0o644)
+		if name == "DEBIAN/postinst" {
+			mode = 0o755
+		}
+		if err := os.WriteFile(p, []byte(body), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deb := filepath.Join(dir, "podtest.deb")
+	if out, err := exec.Command("dpkg-deb", "--root-owner-group", "--build", filepath.Join(dir, "pkg"), deb).CombinedOutput(); err != nil {
+		t.Fatalf("dpkg-deb --build: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(deb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

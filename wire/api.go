@@ -276,6 +276,12 @@ type CreateSession struct {
 	// cannot say which of two writes came first; one pipe can. Not with
 	// TTY (a terminal has one stream already).
 	MergeStderr bool `json:"merge_stderr,omitempty"`
+	// User is who the command runs as inside a pod sandbox: a user name
+	// of the pod as made (the host's user database) or "uid[:gid]" below
+	// 65536; empty: the sandbox's user (root by default). Refused
+	// (invalid) for a sandbox that is not a pod, whose commands run as its
+	// identity.
+	User string `json:"user,omitempty"`
 }
 
 // Session describes one session. Lengths is the length in bytes of each
@@ -356,6 +362,8 @@ type Exec struct {
 	Cwd       string   `json:"cwd,omitempty"`
 	Stdin     []byte   `json:"stdin,omitempty"`
 	TimeoutMS int      `json:"timeout_ms,omitempty"`
+	// User is as CreateSession's.
+	User string `json:"user,omitempty"`
 }
 
 // ExecResult is the answer of an exec. Stdout and Stderr are base64 in JSON

@@ -64,7 +64,7 @@ func ValidTermSize(rows, cols int) error {
 }
 
 func sameRequest(a, b wire.CreateSession) bool {
-	return slices.Equal(a.Argv, b.Argv) && slices.Equal(a.Env, b.Env) && a.Cwd == b.Cwd &&
+	return slices.Equal(a.Argv, b.Argv) && slices.Equal(a.Env, b.Env) && a.Cwd == b.Cwd && a.User == b.User &&
 		a.TTY == b.TTY && a.Rows == b.Rows && a.Cols == b.Cols && a.MergeStderr == b.MergeStderr
 }
 
@@ -119,9 +119,12 @@ func (s *Manager) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpoli
 		MergeStderr: req.MergeStderr,
 	}
 	var err error
-	if sandboxes.InPod(sb) {
-		err = s.podSpec(sb, pref, req.Cwd, &spec)
-	} else {
+	switch {
+	case sandboxes.InPod(sb):
+		err = s.podSpec(sb, pref, req, &spec)
+	case req.User != "":
+		err = apierr.Invalid("user %q: a session's user applies to a pod sandbox (runnerd --isolate pod); this sandbox's commands run as its identity", req.User)
+	default:
 		err = s.hostSpec(sb, nsb, req.Cwd, &spec)
 	}
 	if err != nil {
@@ -161,15 +164,15 @@ func (s *Manager) hostSpec(sb registry.Sandbox, nsb *netpolicy.Sandbox, reqCwd s
 // podSpec is specFor's part for a sandbox that is a pod: the command
 // joins pod (nothing is made at this start), as the sandbox's user
 // inside, in the cwd as the pod sees it (podCwd).
-func (s *Manager) podSpec(sb registry.Sandbox, pref *sessiondir.PodRef, reqCwd string, spec *sessiondir.Spec) error {
+func (s *Manager) podSpec(sb registry.Sandbox, pref *sessiondir.PodRef, req wire.CreateSession, spec *sessiondir.Spec) error {
 	if pref == nil {
 		return apierr.Unavailable("sandbox %q: its pod is not running", sb.Name)
 	}
 	var err error
-	if spec.Dir, err = podCwd(sb, reqCwd); err != nil {
+	if spec.Dir, err = podCwd(sb, req.Cwd); err != nil {
 		return err
 	}
-	return s.sbx.PodSpec(sb, pref, spec) // pods.go
+	return s.sbx.PodSpec(sb, pref, req.User, spec) // pods.go
 }
 
 // podWorkspace is where a pod's commands see its workspace (pod.WorkspacePath).
