@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/daemon/sandboxes"
+	"github.com/agentrunner/runner/shim/podjoin"
 	"github.com/agentrunner/runner/shim/launch"
 	"github.com/agentrunner/runner/storage"
 	"github.com/agentrunner/runner/wire"
@@ -466,6 +467,9 @@ func (cfg *Config) defaultIsolation() error {
 		if os.Geteuid() != 0 {
 			return fmt.Errorf("config: isolate %q needs runnerd to run as root (it maps each pod to ids of its own)", cfg.Isolate)
 		}
+		if why := podsUnavailable(); why != "" {
+			return fmt.Errorf("config: isolate %q: %s", cfg.Isolate, why)
+		}
 	default:
 		return fmt.Errorf("config: isolate %q: want %q, %q or %q", cfg.Isolate, IsolatePod, IsolateAll, IsolateNone)
 	}
@@ -475,6 +479,21 @@ func (cfg *Config) defaultIsolation() error {
 		}
 	}
 	return nil
+}
+
+// podsUnavailable says why this runnerd cannot make pods ("" when it can).
+func podsUnavailable() string {
+	if !podjoin.Supported {
+		return "runnerd was built without cgo (CGO_ENABLED=0): a session cannot join a pod"
+	}
+	b, err := os.ReadFile("/proc/sys/user/max_user_namespaces")
+	if err != nil {
+		return fmt.Sprintf("user namespaces: %v", err)
+	}
+	if strings.TrimSpace(string(b)) == "0" {
+		return "user namespaces are off (user.max_user_namespaces = 0)"
+	}
+	return ""
 }
 
 // defaultLimits fills the cgroups mode and checks the default limits

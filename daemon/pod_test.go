@@ -124,6 +124,13 @@ func TestPodSandbox(t *testing.T) {
 			a.wantError(a.do("POST", "/v1/sandboxes/one/exec", wire.Exec{Argv: []string{"true"}, User: bad}), 400, wire.CodeInvalid)
 		}
 	})
+	run("a terminal of its own devpts", func(t *testing.T) {
+		s := a.spawn("one", wire.CreateSession{Argv: []string{"sh", "-c", "tty; stty size"}, TTY: true, Rows: 40, Cols: 120})
+		got := a.attach(t.Context(), "one", s.ID, "", nil)
+		if out := strings.ReplaceAll(string(got.streams["stdout"]), "\r", ""); !strings.HasPrefix(out, "/dev/pts/") || !strings.HasSuffix(out, "\n40 120\n") {
+			t.Errorf("tty; stty size in a pod: %q, want /dev/pts/N and 40 120", out)
+		}
+	})
 	run("its own processes", func(t *testing.T) {
 		s := a.spawn("two", wire.CreateSession{Argv: []string{"sleep", "60"}})
 		defer a.do("POST", "/v1/sandboxes/two/sessions/"+s.ID+"/signal", `{"signal":"KILL"}`)

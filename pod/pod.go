@@ -236,7 +236,16 @@ func Create(ctx context.Context, cfg Config) (*Pod, error) {
 	// No stdin, stdout or stderr of the caller's (nil: /dev/null): root
 	// inside may reach the holder's descriptors through /proc/1/fd (it
 	// holds CAP_SYS_PTRACE in the holder's user namespace).
-	cmd := &exec.Cmd{Path: cfg.Holder[0], Args: cfg.Holder, Env: cfg.Env, SysProcAttr: attr,
+	// The holder's program is opened here, as the caller, and executed
+	// through its descriptor: the child executes it as the block's root,
+	// who may not pass the directories above it (a runnerd in a 0700
+	// directory, as tests build it). The descriptor is close-on-exec.
+	prog, err := os.OpenFile(cfg.Holder[0], unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open pod holder program: %w", err)
+	}
+	defer prog.Close()
+	cmd := &exec.Cmd{Path: fmt.Sprintf("/proc/self/fd/%d", prog.Fd()), Args: cfg.Holder, Env: cfg.Env, SysProcAttr: attr,
 		ExtraFiles: append([]*os.File{child}, files...)}
 	start := netnsstart.Start
 	if len(staged) > 0 {

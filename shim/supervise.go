@@ -82,7 +82,7 @@ func (s *server) startWith(spec sessiondir.Spec, gate func() error, ahead *nsexe
 		if cols == 0 {
 			cols = 80
 		}
-		master, slave, err := openPTY(rows, cols)
+		master, slave, err := openPTY(rows, cols, s.spec.Pod)
 		if err != nil {
 			return err
 		}

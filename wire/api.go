@@ -200,6 +200,15 @@ type Sandbox struct {
 	Usage  *Usage  `json:"usage,omitempty"`
 }
 
+// WorkspaceOnHost is the workspace's path on runnerd's host: HostWorkspace
+// for a pod, Workspace otherwise.
+func (s Sandbox) WorkspaceOnHost() string {
+	if s.HostWorkspace != "" {
+		return s.HostWorkspace
+	}
+	return s.Workspace
+}
+
 // SandboxList is one page of GET /v1/sandboxes. An empty NextPageToken means
 // the listing is complete.
 type SandboxList struct {
