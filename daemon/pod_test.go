@@ -224,6 +224,57 @@ func TestPodSandbox(t *testing.T) {
 			t.Errorf("pod two sees %s shared memory segments (pod one made one)", got)
 		}
 	})
+	run("a holder nobody recorded is ended", func(t *testing.T) {
+		// A runnerd killed between a holder's start and its record leaves
+		// a holder in the sandbox's _pod leaf that no record names. Played
+		// here by a process put in that leaf, and the recorded holder
+		// killed: the next spawn makes the pod again, and the leftover
+		// goes first.
+		b, err := os.ReadFile(filepath.Join(state, "pods", "two"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var holder int
+		fmt.Sscanf(string(b), "%d", &holder)
+		leaf := ""
+		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", holder))
+		for _, line := range strings.Split(string(cg), "\n") {
+			if f := strings.SplitN(line, ":", 3); len(f) == 3 && f[1] == "pids" {
+				leaf = "/sys/fs/cgroup/pids" + f[2]
+			}
+		}
+		if !strings.HasSuffix(leaf, "/two/_pod") {
+			t.Skipf("no pids hierarchy leaf for the holder (%q)", cg)
+		}
+		stray := exec.Command("sleep", "300")
+		if err := stray.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- stray.Wait() }()
+		defer stray.Process.Kill()
+		if err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(strconv.Itoa(stray.Process.Pid)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		syscall.Kill(holder, syscall.SIGKILL)
+		// Dead once it is a zombie (runnerd, its parent, reaps it when
+		// it ends the pod) or gone.
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", holder))
+			if i := strings.LastIndexByte(string(b), ')'); err != nil || (i > 0 && b[i+2] == 'Z') {
+				break
+			}
+		}
+		if got := a.run("two", "id", "-u"); got != "0" {
+			t.Errorf("pod two made again: id -u %q", got)
+		}
+		select {
+		case err := <-done:
+			t.Logf("the unrecorded process in _pod ended: %v", err)
+		case <-time.After(5 * time.Second):
+			t.Errorf("a process left in two's _pod leaf still runs after the pod was made again")
+		}
+	})
 	run("park, resume, kill -9", func(t *testing.T) {
 		a.must("POST", "/v1/sandboxes/one/suspend", nil, 200, nil)
 		a.must("POST", "/v1/sandboxes/one/resume", nil, 200, nil)

@@ -104,7 +104,7 @@ func (s *Manager) upperDir(sb registry.Sandbox) string {
 // otherwise (PodFor does the work).
 func (s *Manager) PodReady(sb registry.Sandbox) *sessiondir.PodRef {
 	p := s.pods.get(sb.Name)
-	if p == nil || sb.Pod == nil || sb.Pod.PID != p.PID() || sb.Pod.StartTime != p.StartTime() {
+	if p == nil || sb.Pod == nil || sb.Pod.PID != p.PID() || sb.Pod.StartTime != p.StartTime() || !alive(p) {
 		return nil
 	}
 	return &sessiondir.PodRef{PID: p.PID(), StartTime: p.StartTime()}
@@ -207,16 +207,31 @@ func (s *Manager) current(sb registry.Sandbox) registry.Sandbox {
 	return sb
 }
 
-// alive says p's holder still runs (its start time still names it).
+// alive says p's holder still runs: its start time still names it, and
+// it is not a zombie (a holder this runnerd made stays one until Destroy
+// reaps it). One read of /proc/PID/stat: the warm spawn path asks too.
 func alive(p *pod.Pod) bool {
-	st, err := pod.StartTimeOf(p.PID())
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.PID()))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return false
+	}
+	f := strings.Fields(s[i+1:]) // state is f[0], start time f[19] (field 22)
+	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
+		return false
+	}
+	st, err := strconv.ParseUint(f[19], 10, 64)
 	return err == nil && st == p.StartTime()
 }
 
 // makePod makes sb's pod and records its holder; a pod whose record
 // cannot be written is ended again. The caller holds sb's lock.
 func (s *Manager) makePod(ctx context.Context, sb registry.Sandbox, nsb *netpolicy.Sandbox) (*pod.Pod, error) {
-	cfg, err := s.podConfig(sb, nsb)
+	cfg, err := s.podConfig(ctx, sb, nsb)
 	if err != nil {
 		return nil, err
 	}
@@ -241,7 +256,7 @@ func (s *Manager) makePod(ctx context.Context, sb registry.Sandbox, nsb *netpoli
 }
 
 // podConfig is what sb's pod is made of (see the file comment).
-func (s *Manager) podConfig(sb registry.Sandbox, nsb *netpolicy.Sandbox) (pod.Config, error) {
+func (s *Manager) podConfig(ctx context.Context, sb registry.Sandbox, nsb *netpolicy.Sandbox) (pod.Config, error) {
 	priv, err := s.ensurePrivateTmp(sb)
 	if err != nil {
 		return pod.Config{}, err
@@ -270,6 +285,13 @@ func (s *Manager) podConfig(sb registry.Sandbox, nsb *netpolicy.Sandbox) (pod.Co
 	if s.cg != nil {
 		if err := s.EnsureCgroup(sb); err != nil {
 			return pod.Config{}, err
+		}
+		// A holder is only ever in this leaf: one still there while a
+		// new pod is made is one a runnerd killed between the holder's
+		// start and its record made and never recorded. It goes, with
+		// its pod, before the new one is made.
+		if err := s.cg.RemoveSession(ctx, sb.Name, podLeaf); err != nil {
+			return pod.Config{}, apierr.Unavailable("end an unrecorded pod of sandbox %q: %v", sb.Name, err)
 		}
 		if cfg.Cgroups, err = s.cg.SessionDirs(sb.Name, podLeaf); err != nil {
 			return pod.Config{}, apierr.Unavailable("make the pod's cgroup: %v", err)
