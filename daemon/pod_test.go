@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentrunner/runner/internal/testcap"
 	"github.com/agentrunner/runner/netpolicy/netlab"
+	"github.com/agentrunner/runner/storage"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -362,4 +363,27 @@ func buildPodDeb(t *testing.T) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestPodDiskBudget: a pod's writable root (what root installs) is on its
+// volume with its workspace: a write past disk_bytes to /usr/local fails
+// inside while another pod's exec answers, and a workspace file counts
+// in the same budget.
+func TestPodDiskBudget(t *testing.T) {
+	state := passableTempDir(t)
+	t.Cleanup(func() { killPods(t, state) })
+	a, _ := startPooled(t, state, storage.Btrfs, "--isolate", "pod")
+	a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "full", Limits: &wire.Limits{DiskBytes: 32 * mib}}, 200, nil)
+	if sb := a.createSandbox("other"); !sb.Pod {
+		t.Fatalf("other is not a pod: %+v", sb)
+	}
+	wantWriteRefused(t, a, "full", "/usr/local/big", 48*mib)
+	bAnswers(t, a, "other", "full's root at its budget")
+	wantExit0(t, a, "full", "rm /usr/local/big")
+	wantExit0(t, a, "full", "head -c 20000000 /dev/zero > /workspace/w")
+	wantWriteRefused(t, a, "full", "/usr/local/big", 16*mib)
+	got := a.getSandbox("full")
+	if got.Usage == nil || got.Usage.DiskBytes == nil || *got.Usage.DiskBytes < 24*mib {
+		t.Fatalf("GET full: usage %+v, want the workspace and the root counted together", got.Usage)
+	}
 }
