@@ -23,6 +23,7 @@ func (cfg Config) sandboxes() sandboxes.Config {
 		IsolateAll:         cfg.Isolate == IsolateAll || cfg.Isolate == IsolatePod,
 		Pods:               cfg.Isolate == IsolatePod,
 		PodHolder:          append(slices.Clone(cfg.ShimCommand), "pod"), // the shim program's pod mode
+		PodBinds:           cfg.PodBinds,
 		IdentityFirst:      cfg.IdentityFirst,
 		IdentityLast:       cfg.IdentityLast,
 		EgressPrivate:      cfg.EgressPrivate == EgressPrivateAllow,

@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/daemon"
 	"github.com/agentrunner/runner/internal/testcap"
 	"github.com/agentrunner/runner/netpolicy/netlab"
+	"github.com/agentrunner/runner/pod"
 	"github.com/agentrunner/runner/storage"
 	"github.com/agentrunner/runner/wire"
 )
@@ -90,7 +93,12 @@ func statusField(t *testing.T, pid int, key string) string {
 func TestPodSandbox(t *testing.T) {
 	lab := netlab.New(t)
 	t0 := t
-	a, p, state, netState := startPods(t, lab)
+	shared := t.TempDir() // an operator's directory, bound into every pod
+	if err := os.WriteFile(filepath.Join(shared, "tool.conf"), []byte("from the operator\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(shared, 0o755)
+	a, p, state, netState := startPods(t, lab, "--bind", shared+":/opt/operator")
 	run := a.subtests(t)
 	var one, two wire.Sandbox
 	a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "one"}, 200, &one)
@@ -113,6 +121,18 @@ func TestPodSandbox(t *testing.T) {
 			t.Errorf("CapEff %q", got)
 		}
 		a.do("POST", "/v1/sandboxes/one/sessions/"+s.ID+"/signal", `{"signal":"KILL"}`)
+	})
+	run("an operator's bind, read-only", func(t *testing.T) {
+		if got := a.run("two", "cat", "/opt/operator/tool.conf"); got != "from the operator" {
+			t.Errorf("the bind inside: %q", got)
+		}
+		res := a.exec("two", wire.Exec{Argv: []string{"sh", "-c", "echo x > /opt/operator/tool.conf"}})
+		if res.Exit.Code == 0 || !strings.Contains(string(res.Stderr), "Read-only file system") {
+			t.Errorf("root writing the read-only bind: %+v %q, want Read-only file system", res.Exit, res.Stderr)
+		}
+		if b, _ := os.ReadFile(filepath.Join(shared, "tool.conf")); string(b) != "from the operator\n" {
+			t.Errorf("the host's file after the write: %q", b)
+		}
 	})
 	run("a session's user", func(t *testing.T) {
 		for _, c := range []struct{ user, want string }{{"nobody", "65534 65534"}, {"1000", "1000 1000"}, {"1000:5", "1000 5"}, {"", "0 0"}} {
@@ -284,7 +304,7 @@ func TestPodSandbox(t *testing.T) {
 		}
 		live := a.spawn("one", wire.CreateSession{Argv: []string{"sh", "-c", "sleep 2; echo survived"}})
 		p.kill(syscall.SIGKILL)
-		a2, _ := startRunnerdProc(t0, lab, state, netState, "--isolate", "pod")
+		a2, _ := startRunnerdProc(t0, lab, state, netState, "--isolate", "pod", "--bind", shared+":/opt/operator")
 		a2.t = t
 		if got := a2.run("one", "sh", "-c", podDebCheck); got != "install ok installed\ninstalled\nconfigured" {
 			t.Errorf("the package after runnerd kill -9: %q", got)
@@ -385,5 +405,44 @@ func TestPodDiskBudget(t *testing.T) {
 	got := a.getSandbox("full")
 	if got.Usage == nil || got.Usage.DiskBytes == nil || *got.Usage.DiskBytes < 24*mib {
 		t.Fatalf("GET full: usage %+v, want the workspace and the root counted together", got.Usage)
+	}
+}
+
+// TestPodBindConfig: an operator's bind is refused at start, before
+// anything is made, when it is malformed, names a target the pod owns,
+// a source that does not exist, or comes without pods.
+func TestPodBindConfig(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testcap.Skip(t, "root", "--isolate pod needs root")
+	}
+	for _, s := range []string{"/a", "/a:/b:rx", "a:b:c:d"} {
+		if _, err := daemon.ParseBind(s); err == nil {
+			t.Errorf("ParseBind(%q): no error", s)
+		}
+	}
+	if b, err := daemon.ParseBind("/srv/x:/opt/x:rw"); err != nil || !b.Writable || b.Source != "/srv/x" || b.Target != "/opt/x" {
+		t.Errorf("ParseBind rw: %+v %v", b, err)
+	}
+	src := t.TempDir()
+	for _, c := range []struct {
+		isolate, bind, want string
+	}{
+		{daemon.IsolatePod, src + ":/workspace/x", "in the pod's own /workspace"},
+		{daemon.IsolatePod, src + ":relative", "not an absolute, clean path"},
+		{daemon.IsolatePod, "/no/such/dir:/opt/x", "no such file or directory"},
+		{daemon.IsolateAll, src + ":/opt/x", "--bind applies to pods"},
+	} {
+		b, err := daemon.ParseBind(c.bind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		state := t.TempDir()
+		cfg := daemon.Config{StateDir: state, Token: testToken, NetPolicy: daemon.NetPolicyOff, Isolate: c.isolate, PodBinds: []pod.Bind{b}}
+		if err := daemon.Run(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--isolate %s --bind %s: %v, want %q", c.isolate, c.bind, err, c.want)
+		}
+		if entries, _ := os.ReadDir(state); len(entries) != 0 {
+			t.Errorf("a refused configuration left %d entries in its state directory", len(entries))
+		}
 	}
 }

@@ -718,6 +718,12 @@ func checkBinds(cfg Config) error {
 	return nil
 }
 
+// CheckBinds checks binds as Create will (ErrInvalid), before anything is
+// made: for an operator's configuration, checked at start.
+func CheckBinds(binds []Bind) error {
+	return checkBinds(Config{Binds: binds, ResolvConf: "/etc/resolv.conf"})
+}
+
 // within reports whether path p is dir or lies below it.
 func within(p, dir string) bool {
 	return p == dir || strings.HasPrefix(p, dir+"/")

@@ -12,6 +12,7 @@ import (
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/internal/keyed"
 	"github.com/agentrunner/runner/netpolicy"
+	"github.com/agentrunner/runner/pod"
 	"github.com/agentrunner/runner/storage"
 	"github.com/agentrunner/runner/wire"
 )
@@ -30,6 +31,8 @@ type Config struct {
 	// and its pod mode).
 	Pods      bool
 	PodHolder []string
+	// PodBinds are the operator's host paths bound into every pod.
+	PodBinds []pod.Bind
 	// EgressPrivate puts the private networks in an isolated sandbox's
 	// open egress (--egress-private allow).
 	EgressPrivate bool

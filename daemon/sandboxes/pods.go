@@ -275,6 +275,7 @@ func (s *Manager) podConfig(ctx context.Context, sb registry.Sandbox, nsb *netpo
 		VarTmp:    filepath.Join(priv, "var-tmp"),
 		// The host's resolver, or the sandbox's own when contained.
 		ResolvConf: "/etc/resolv.conf",
+		Binds:      s.cfg.PodBinds,
 	}
 	if nsb != nil {
 		cfg.NetNS, cfg.ResolvConf = nsb.NetNSPath, nsb.ResolvConfPath
