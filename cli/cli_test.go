@@ -97,7 +97,10 @@ func TestExec(t *testing.T) {
 			}
 			if tt.name == "env and cwd" {
 				lines := strings.Split(out, "\n")
-				if lines[0] != "1two" || !strings.HasSuffix(lines[1], "/"+box) {
+				// The workspace as the sandbox's commands see it
+				// (runner get's workspace): /workspace in a pod.
+				ws := decode[wire.Sandbox](t, d.ok(t, "get", box, "--json")).Workspace
+				if lines[0] != "1two" || lines[1] != ws || ws == "" {
 					t.Errorf("stdout %q: want 1two and the workspace", out)
 				}
 				return

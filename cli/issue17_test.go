@@ -184,7 +184,7 @@ func TestExecRejoinsAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(d2.stop)
-	if err := os.WriteFile(filepath.Join(sb.Workspace, "go"), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(sb.WorkspaceOnHost(), "go"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -436,7 +436,7 @@ func TestTail(t *testing.T) {
 		done <- result{string(o), code}
 	}()
 	time.Sleep(500 * time.Millisecond) // logs has computed its cursor
-	if err := os.WriteFile(filepath.Join(sb.Workspace, "go"), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(sb.WorkspaceOnHost(), "go"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if r := <-done; r.out != "3\n4\nXY" || r.code != 0 {

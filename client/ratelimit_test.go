@@ -32,14 +32,14 @@ func TestExecRateLimited(t *testing.T) {
 		held <- err
 	}()
 	release := func() {
-		if err := os.WriteFile(filepath.Join(sb.Workspace, "release"), nil, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(sb.WorkspaceOnHost(), "release"), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		if err := <-held; err != nil {
 			t.Errorf("held exec: %v", err)
 		}
 	}
-	ostest.WaitFile(t, filepath.Join(sb.Workspace, "started"), 20*time.Second, release, "the held exec never started")
+	ostest.WaitFile(t, filepath.Join(sb.WorkspaceOnHost(), "started"), 20*time.Second, release, "the held exec never started")
 
 	_, err = c.Exec(ctx, sb.Name, wire.Exec{Argv: []string{"true"}})
 	var rl *adapter.RateLimitedError

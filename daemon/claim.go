@@ -79,6 +79,18 @@ const (
 // identityRangeFile is where a derived identity range is saved.
 const identityRangeFile = "identity-range"
 
+// Under --isolate pod the identity range is the pods' subordinate range:
+// a slot of podSlotBlocks blocks of 65,536 ids (a pod maps one block),
+// in the same unused part of the uid space, saved in subidRangeFile (a
+// state directory that ran uid identities keeps its identity-range file
+// for them). 256 pods a runnerd; 15 such slots a host.
+const (
+	podSlotBlocks  = 256
+	podSlotSize    = podSlotBlocks * identitySlotSize
+	podSlots       = (0x7FFE0000 - identitySlotFirst) / podSlotSize
+	subidRangeFile = "subid-range"
+)
+
 // claim is the content of a claim file.
 type claim struct {
 	StateDir      string `json:"state_dir"`
@@ -363,6 +375,11 @@ func netTable(state string, sum [32]byte, ns string, others []claim) (string, er
 // is saved.
 func defaultIdentityRange(cfg *Config, sum [32]byte, hasIdentities bool, others []claim) error {
 	saved := filepath.Join(cfg.StateDir, identityRangeFile)
+	slotSize, slots := uint32(identitySlotSize), uint32(identitySlots)
+	if cfg.Isolate == IsolatePod {
+		saved, slotSize, slots = filepath.Join(cfg.StateDir, subidRangeFile), podSlotSize, podSlots
+		hasIdentities = false // the legacy slot 0 is for uid identities
+	}
 	if b, err := os.ReadFile(saved); err == nil {
 		first, last, err := ParseIdentityRange(strings.TrimSpace(string(b)))
 		if err == nil {
@@ -377,15 +394,15 @@ func defaultIdentityRange(cfg *Config, sum [32]byte, hasIdentities bool, others 
 		return err
 	}
 	slot := func(k uint32) (uint32, uint32) {
-		first := identitySlotFirst + k*identitySlotSize
-		return first, first + identitySlotSize - 1
+		first := identitySlotFirst + k*slotSize
+		return first, first + slotSize - 1
 	}
 	first, last := slot(0)
 	if !hasIdentities {
-		start := binary.BigEndian.Uint32(sum[:4]) % identitySlots
+		start := binary.BigEndian.Uint32(sum[:4]) % slots
 		found := false
-		for i := uint32(0); i < identitySlots && !found; i++ {
-			first, last = slot((start + i) % identitySlots)
+		for i := uint32(0); i < slots && !found; i++ {
+			first, last = slot((start + i) % slots)
 			found = true
 			for _, o := range others {
 				if o.IdentityFirst <= last && first <= o.IdentityLast {

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/daemon/sandboxes"
+	"github.com/agentrunner/runner/pod"
 	"github.com/agentrunner/runner/shim/launch"
+	"github.com/agentrunner/runner/shim/podjoin"
 	"github.com/agentrunner/runner/storage"
 	"github.com/agentrunner/runner/wire"
 )
@@ -87,6 +89,13 @@ const (
 	IsolateNone = "none"
 	// IsolateContained is the former name of IsolateNone, still accepted.
 	IsolateContained = "contained"
+	// IsolatePod is IsolateAll with each sandbox a pod (package pod;
+	// docs/isolation.md, "The pod"): made once at create, root inside a
+	// user namespace of its own mapped to a block of 65,536 unprivileged
+	// ids outside, its own processes (pid namespace), files (an overlay
+	// root over the host's system directories), IPC and host name. It
+	// needs root, user namespaces and a runnerd built with cgo.
+	IsolatePod = "pod"
 )
 
 // DefaultIdentityFirst and DefaultIdentityLast bound the uids (and gids)
@@ -111,6 +120,20 @@ const (
 )
 
 // ParseIdentityRange parses "FIRST-LAST" (inclusive uids).
+// ParseBind parses an operator's bind (--bind): SOURCE:TARGET or
+// SOURCE:TARGET:rw, a host path bound at TARGET in every pod, read-only
+// unless rw.
+func ParseBind(s string) (pod.Bind, error) {
+	parts := strings.Split(s, ":")
+	switch {
+	case len(parts) == 2:
+		return pod.Bind{Source: parts[0], Target: parts[1]}, nil
+	case len(parts) == 3 && (parts[2] == "rw" || parts[2] == "ro"):
+		return pod.Bind{Source: parts[0], Target: parts[1], Writable: parts[2] == "rw"}, nil
+	}
+	return pod.Bind{}, fmt.Errorf("bind %q: want SOURCE:TARGET[:ro|rw]", s)
+}
+
 func ParseIdentityRange(s string) (first, last uint32, err error) {
 	a, b, ok := strings.Cut(s, "-")
 	f, err1 := strconv.ParseUint(strings.TrimSpace(a), 10, 32)
@@ -260,6 +283,9 @@ type Config struct {
 	// IsolateNone); empty means IsolateAll when runnerd runs as root, else
 	// IsolateNone.
 	Isolate string
+	// PodBinds are host paths bound into every pod (--bind), read-only
+	// unless Writable; only with IsolatePod.
+	PodBinds []pod.Bind
 	// IdentityFirst and IdentityLast bound the uids given to isolated
 	// sandboxes (gid = uid); both 0 means a range of 65,536 ids chosen for
 	// the state directory and saved in it (claim.go), which no other live
@@ -447,8 +473,26 @@ func (cfg *Config) defaultIsolation() error {
 	case IsolateContained:
 		cfg.Isolate = IsolateNone
 	case IsolateNone, IsolateAll:
+		if len(cfg.PodBinds) > 0 {
+			return fmt.Errorf("config: --bind applies to pods (--isolate pod)")
+		}
+	case IsolatePod:
+		if os.Geteuid() != 0 {
+			return fmt.Errorf("config: isolate %q needs runnerd to run as root (it maps each pod to ids of its own)", cfg.Isolate)
+		}
+		if why := podsUnavailable(); why != "" {
+			return fmt.Errorf("config: isolate %q: %s", cfg.Isolate, why)
+		}
+		if err := pod.CheckBinds(cfg.PodBinds); err != nil {
+			return fmt.Errorf("config: --bind: %w", err)
+		}
+		for _, b := range cfg.PodBinds {
+			if _, err := os.Lstat(b.Source); err != nil {
+				return fmt.Errorf("config: --bind %s: %w", b.Source, err)
+			}
+		}
 	default:
-		return fmt.Errorf("config: isolate %q: want %q or %q", cfg.Isolate, IsolateAll, IsolateNone)
+		return fmt.Errorf("config: isolate %q: want %q, %q or %q", cfg.Isolate, IsolatePod, IsolateAll, IsolateNone)
 	}
 	if cfg.IdentityFirst != 0 || cfg.IdentityLast != 0 { // unset: chosen by claimHost
 		if err := sandboxes.CheckIdentityRange(cfg.IdentityFirst, cfg.IdentityLast); err != nil {
@@ -472,6 +516,21 @@ func oneOf(name string, v *string, def string, want ...string) error {
 		q[i] = strconv.Quote(w)
 	}
 	return fmt.Errorf("config: %s %q: want %s or %s", name, *v, strings.Join(q[:len(q)-1], ", "), q[len(q)-1])
+}
+
+// podsUnavailable says why this runnerd cannot make pods ("" when it can).
+func podsUnavailable() string {
+	if !podjoin.Supported {
+		return "runnerd was built without cgo (CGO_ENABLED=0): a session cannot join a pod"
+	}
+	b, err := os.ReadFile("/proc/sys/user/max_user_namespaces")
+	if err != nil {
+		return fmt.Sprintf("user namespaces: %v", err)
+	}
+	if strings.TrimSpace(string(b)) == "0" {
+		return "user namespaces are off (user.max_user_namespaces = 0)"
+	}
+	return ""
 }
 
 // defaultLimits fills the cgroups mode and checks the default limits

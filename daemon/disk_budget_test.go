@@ -48,7 +48,7 @@ func needPool(t *testing.T, driver string) {
 // 256 MiB btrfs pool and a 64 MiB default disk. The pool is destroyed
 // (volumes unmounted, loop devices freed) after every runnerd the test
 // starts on state has stopped: the cleanup is registered before them.
-func startPooled(t *testing.T, state, driver string) (*api, *proc) {
+func startPooled(t *testing.T, state, driver string, args ...string) (*api, *proc) {
 	t.Helper()
 	needPool(t, driver)
 	if _, err := os.Stat(filepath.Join(state, "storage")); err != nil {
@@ -63,7 +63,7 @@ func startPooled(t *testing.T, state, driver string) (*api, *proc) {
 			}
 		})
 	}
-	return startProcess(t, state, "--storage", driver, "--storage-size", "256M", "--default-disk", "64M")
+	return startProcess(t, state, append([]string{"--storage", driver, "--storage-size", "256M", "--default-disk", "64M"}, args...)...)
 }
 
 // execIn runs sh -c script in sandbox sb.

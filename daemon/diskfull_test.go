@@ -148,6 +148,9 @@ func TestDiskFullFlood(t *testing.T) {
 	if !exit.Terminated || n < 20<<20 || n >= 100000000 {
 		t.Fatalf("flooder's exit: got %+v, want terminated with over 20 MiB stored", exit)
 	}
+	if exit.UnstoredBytes > 0 && exit.Cause != wire.ExitCauseDiskFull {
+		t.Errorf("exit cause %q with %d unstored bytes on a full disk, want %s", exit.Cause, exit.UnstoredBytes, wire.ExitCauseDiskFull)
+	}
 	if exit.UnstoredBytes > 0 && !strings.Contains(exit.Detail, fmt.Sprintf("%d bytes of output were not stored", exit.UnstoredBytes)) {
 		t.Errorf("exit detail %q does not name the %d unstored bytes", exit.Detail, exit.UnstoredBytes)
 	}

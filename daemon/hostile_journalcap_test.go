@@ -45,8 +45,8 @@ func TestHostileJournalCap(t *testing.T) {
 		total += int64(len(out))
 		if strings.Contains(e.Detail, "journal cap") {
 			capped++
-			if !e.Terminated || e.UnstoredBytes == 0 {
-				t.Fatalf("session %s ended by the cap: exit %+v, want terminated with unstored bytes", id, e)
+			if !e.Terminated || e.UnstoredBytes == 0 || e.Cause != wire.ExitCauseDiskBudget {
+				t.Fatalf("session %s ended by the cap: exit %+v, want terminated with unstored bytes, cause %s", id, e, wire.ExitCauseDiskBudget)
 			}
 		}
 		t.Logf("session %s: %d bytes stored, exit %+v", id, len(out), e)

@@ -37,6 +37,8 @@ func (s *server) handleInfo(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	switch {
+	case s.sbx.IdentitiesEnabled() && s.cfg.Isolate == IsolatePod:
+		info.Isolation = "pod"
 	case s.sbx.IdentitiesEnabled() && s.cfg.Isolate == IsolateAll:
 		info.Isolation = "all"
 	case s.sbx.IdentitiesEnabled():

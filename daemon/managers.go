@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"os"
+	"slices"
 	"time"
 
 	"github.com/agentrunner/runner/cgroup"
@@ -19,7 +20,10 @@ import (
 func (cfg Config) sandboxes() sandboxes.Config {
 	return sandboxes.Config{
 		StateDir:           cfg.StateDir,
-		IsolateAll:         cfg.Isolate == IsolateAll,
+		IsolateAll:         cfg.Isolate == IsolateAll || cfg.Isolate == IsolatePod,
+		Pods:               cfg.Isolate == IsolatePod,
+		PodHolder:          append(slices.Clone(cfg.ShimCommand), "pod"), // the shim program's pod mode
+		PodBinds:           cfg.PodBinds,
 		IdentityFirst:      cfg.IdentityFirst,
 		IdentityLast:       cfg.IdentityLast,
 		EgressPrivate:      cfg.EgressPrivate == EgressPrivateAllow,

@@ -153,7 +153,7 @@ func startSubsystems(ctx context.Context, cfg Config, reg *registry.Registry, to
 	if err := s.sbx.StartStorage(ctx); err != nil {
 		return nil, nil, err
 	}
-	stops = append(stops, s.sbx.CloseStorage)
+	stops = append(stops, s.sbx.CloseStorage, s.sbx.ReleasePods) // pods keep running, as sessions do
 	s.token = token
 	s.routes()
 	if err := s.recoverState(ctx); err != nil {

@@ -35,6 +35,9 @@ func toWireSandbox(sb registry.Sandbox) wire.Sandbox {
 		uid, gid := sb.Identity.UID, sb.Identity.GID
 		w.UID, w.GID = &uid, &gid
 	}
+	if sandboxes.InPod(sb) {
+		w.Pod, w.Workspace, w.HostWorkspace = true, sandboxes.PodWorkspace, sb.Workspace
+	}
 	return w
 }
 

@@ -63,9 +63,32 @@ if [ "$print_version" = 1 ]; then
   echo "$version"
   exit 0
 fi
+# runnerd and runner-shim join a sandbox's pod through a C constructor
+# (package shim/podjoin): built without cgo they refuse every pod start
+# (ENOTSUP), so they are built with it, which needs a C compiler and the C
+# library's headers (Debian: gcc libc6-dev). The netgo and osusergo tags
+# keep the pure-Go resolver and user lookups a CGO_ENABLED=0 build has, so
+# the constructor is the only C in them. CGO_ENABLED=0 from the caller
+# builds them without (no pods). The client, runner, needs no C.
+cgo=${CGO_ENABLED:-1}
+if [ "$cgo" != 0 ]; then
+  cgo=1
+  cc=${CC:-gcc}
+  if ! printf '#define _GNU_SOURCE\n#include <sched.h>\n#include <unistd.h>\nint main(void) { return setns(0, CLONE_NEWNS); }\n' |
+    "$cc" -x c -o "$build/cc-check" - >/dev/null 2>&1; then
+    echo "install.sh: runnerd and runner-shim need cgo to start pods, and '$cc' cannot build C here." >&2
+    echo "Install a C compiler and the C library's headers (Debian: apt-get install gcc libc6-dev)," >&2
+    echo "or build them without pods: CGO_ENABLED=0 $0" >&2
+    exit 1
+  fi
+else
+  echo "install.sh: CGO_ENABLED=0: runnerd and runner-shim are built without the pod join; every pod start fails (ENOTSUP)" >&2
+fi
+ldflags="-X github.com/agentrunner/runner/version.Version=$version"
+(cd "$src" && CGO_ENABLED=$cgo go build -buildvcs=false -trimpath -tags netgo,osusergo \
+  -ldflags "$ldflags" -o "$build/" ./cmd/runnerd ./cmd/runner-shim)
 (cd "$src" && CGO_ENABLED=0 go build -buildvcs=false -trimpath \
-  -ldflags "-X github.com/agentrunner/runner/version.Version=$version" \
-  -o "$build/" ./cmd/runnerd ./cmd/runner ./cmd/runner-shim)
+  -ldflags "$ldflags" -o "$build/" ./cmd/runner)
 
 install -d -m 0755 "$destdir$bindir" "$destdir$unitdir" "$destdir$docdir"
 for b in runnerd runner runner-shim; do

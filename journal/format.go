@@ -144,7 +144,18 @@ type Exit struct {
 	// was stored, all readable. 0 in every other case: output is never
 	// dropped otherwise.
 	UnstoredBytes int64 `json:"unstored_bytes,omitempty"`
+	// Cause names, for a program, why output went unstored: CauseDiskBudget
+	// (the sandbox's journal budget, which its writer enforces) or
+	// CauseDiskFull (the file system refused: full, or a disk budget the
+	// kernel enforces). Empty otherwise.
+	Cause string `json:"cause,omitempty"`
 }
+
+// Exit causes (Exit.Cause).
+const (
+	CauseDiskBudget = "disk_budget"
+	CauseDiskFull   = "disk_full"
+)
 
 func segName(off int64) string { return fmt.Sprintf("%020d%s", off, segSuffix) }
 

@@ -10,9 +10,13 @@
 // cloned straight into the sandbox's cgroup. The holder is uid 0 of its
 // user namespace, pid 1 of its pid namespace: it builds the pod's root
 // once (an overlay whose lower layers are the host's system directories,
-// read-only, or an operator-named root file system, and whose upper layer
-// is the caller's directory), pivots into it, says ready, and from then
-// on only reaps orphans. It holds no descriptor of the host's once ready
+// read-only, idmapped and, but for the host's code, masked so that what
+// the host keeps from everybody but its root is absent; or an
+// operator-named root file system; and whose upper layer is the caller's
+// directory), binds the operator's paths and the resolver file into it
+// (read-only flags locked by the kernel), pivots into it, says ready, and
+// from then on only reaps orphans. Root inside can install packages
+// (apt-get, dpkg): what it changes lands in the upper layer. It holds no descriptor of the host's once ready
 // and has no capability outside its user namespace.
 //
 // The caller (runnerd) is the holder's parent and reaps it in Destroy;

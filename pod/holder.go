@@ -43,7 +43,17 @@ const (
 // lower layer of an overlay at the same path; one that is a symlink
 // (merged /usr: /bin -> usr/bin) is the same symlink; a missing one is
 // left out. /lib* means every /lib, /lib32, /lib64, /libx32 there is.
-var DefaultSystemDirs = []string{"/usr", "/bin", "/sbin", "/lib*", "/etc"}
+// The /var parts are what dpkg and apt keep (what is installed, the
+// package lists and archives, debconf's answers): root inside installs
+// packages against the host's, its changes landing in its upper layer.
+// The rest of /var is the pod's own (the root overlay's upper layer):
+// the host's /var/lib (runnerd's state may be there), /var/log (the
+// host's logs) and /var/cache are not shown. Every one but /usr, /bin,
+// /sbin and /lib* is masked (what the pod's ids could not read without
+// the idmap is not there: /etc/shadow, private keys, debconf's
+// passwords.dat).
+var DefaultSystemDirs = []string{"/usr", "/bin", "/sbin", "/lib*", "/etc",
+	"/var/lib/dpkg", "/var/lib/apt", "/var/cache/apt", "/var/cache/debconf"}
 
 // holderPlan is what the holder builds, sent by Create as JSON.
 type holderPlan struct {
@@ -53,6 +63,15 @@ type holderPlan struct {
 	// Idmapped: per system directory, the index among the descriptors
 	// sent with the plan of its idmapped clone, or -1 (used as it is).
 	Idmapped []int `json:"idmapped,omitempty"`
+	// Masked: per system directory, whether its overlay gets a mask
+	// layer (maskLayer).
+	Masked []bool `json:"masked,omitempty"`
+	// Binds: the binds, their sources at bindStage/Stage when the holder
+	// starts (stageBinds), set up (read-only, nosuid, nodev) by Create.
+	Binds []planBind `json:"binds,omitempty"`
+	// Seccomp: the filter the holder loads (seccomp.Filter.MarshalBinary);
+	// empty: it compiles seccomp.Default.
+	Seccomp []byte `json:"seccomp,omitempty"`
 	// Rootfs: the index among the descriptors sent with the plan of an
 	// operator-named root file system directory's idmapped clone (-1:
 	// none; SystemDirs then).
@@ -62,6 +81,13 @@ type holderPlan struct {
 	Tmp       int  `json:"tmp"`
 	VarTmp    int  `json:"var_tmp"`
 	CgroupNS  bool `json:"cgroup_ns"`
+}
+
+// planBind is one bind of the plan.
+type planBind struct {
+	Stage  int    `json:"stage"`
+	Target string `json:"target"`
+	Dir    bool   `json:"dir"`
 }
 
 // HolderMain is the holder's entry point, the shim program's `pod` mode
@@ -102,7 +128,7 @@ func HolderMain(args []string) int {
 		fmt.Fprintf(conn, "error set no_new_privs: %v\n", err)
 		return 1
 	}
-	if f, err := seccomp.Default(); err != nil {
+	if f, err := holderFilter(p.Seccomp); err != nil {
 		fmt.Fprintf(conn, "error build the seccomp filter: %v\n", err)
 		return 1
 	} else if err := f.Load(); err != nil {
@@ -126,6 +152,15 @@ func HolderMain(args []string) int {
 		reapAll()
 		<-chld
 	}
+}
+
+// holderFilter is the filter the plan carries, decoded (Create checked
+// it), or Default compiled when it carries none.
+func holderFilter(b []byte) (*seccomp.Filter, error) {
+	if len(b) > 0 {
+		return seccomp.Decode(b)
+	}
+	return seccomp.Default()
 }
 
 // ignoreSignals ignores every signal but SIGKILL, SIGSTOP (which cannot
@@ -212,6 +247,17 @@ func build(p *holderPlan, lowers []int) (string, error) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return "make mounts private", err
 	}
+	// The binds' sources, before the staging tmpfs covers bindStage:
+	// clones of the locked copies (bindInto).
+	bindFDs := make([]int, len(p.Binds))
+	for i, b := range p.Binds {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, bindStage+"/"+strconv.Itoa(b.Stage), unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+		if err != nil {
+			return "take bind " + b.Target, err
+		}
+		defer unix.Close(fd)
+		bindFDs[i] = fd
+	}
 	// The staging area, as bubblewrap does: a tmpfs of the holder's own
 	// over /tmp (the host's /tmp is not touched: this is the holder's
 	// mount namespace), holding the root's mount point and the skeleton
@@ -256,7 +302,7 @@ func build(p *holderPlan, lowers []int) (string, error) {
 		// The skeleton: every mount point, and the system directories'
 		// symlinks. Empty directories: what lands in them is the upper
 		// layer's (persistent) or a mount's.
-		for _, d := range []string{"proc", "dev", "tmp", "var", "var/tmp", "run", "run/lock", "root", "home", "mnt", "opt", "srv", WorkspacePath[1:]} {
+		for _, d := range []string{"proc", "dev", "tmp", "var", "var/tmp", "var/lib", "var/cache", "var/log", "var/log/apt", "run", "root", "home", "mnt", "opt", "srv", WorkspacePath[1:]} {
 			if err := os.MkdirAll(path.Join(skel, d), 0o755); err != nil {
 				return "make skeleton", err
 			}
@@ -306,6 +352,16 @@ func build(p *holderPlan, lowers []int) (string, error) {
 				if err := unix.MoveMount(lowers[j], "", unix.AT_FDCWD, lower, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 					return "attach the lower layer of " + d, err
 				}
+				if i < len(p.Masked) && p.Masked[i] {
+					if unix.Faccessat(unix.AT_FDCWD, d, unix.R_OK|unix.X_OK, 0) != nil {
+						continue // not the pod's to read at all: left out
+					}
+					mask := "/tmp/mask" + strconv.Itoa(i)
+					if err := maskLayer(d, lower, mask); err != nil {
+						return "mask " + d, err
+					}
+					lower = mask + ":" + lower
+				}
 			}
 			dirs, lowerOf = append(dirs, d), append(lowerOf, lower)
 		}
@@ -326,6 +382,14 @@ func build(p *holderPlan, lowers []int) (string, error) {
 	}
 	if step, err := mountSpecial(p, newRoot, staged); err != nil {
 		return step, err
+	}
+	if err := podHosts(newRoot, up, p.Hostname); err != nil {
+		return "write /etc/hosts", err
+	}
+	for i, b := range p.Binds {
+		if err := bindInto(newRoot, b, bindFDs[i]); err != nil {
+			return "bind " + b.Target, err
+		}
 	}
 	// pivot_root(".", "."), then detach the old root stacked under the
 	// new one: no directory is needed for it, and the host's tree is gone
@@ -477,8 +541,16 @@ func mountSpecial(p *holderPlan, root string, staged map[int]string) (string, er
 		}
 	}
 	// A devpts instance of the pod's own: its ptys are not the host's.
-	if err := mountAt(root, "/dev/pts", "devpts", "devpts", nsd|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+	// Not nodev: its ptmx is the device a pty is opened through (with
+	// nodev every posix_openpt fails EACCES: no script, tmux, expect);
+	// it holds nothing but the pod's own ptys.
+	if err := mountAt(root, "/dev/pts", "devpts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
 		return "mount /dev/pts", err
+	}
+	// A fresh /run (the host's holds its daemons' sockets and state):
+	// memory, counted in the sandbox's cgroup as /dev/shm is.
+	if err := mountAt(root, "/run", "tmpfs", "tmpfs", nsd, "mode=0755"); err != nil {
+		return "mount /run", err
 	}
 	for _, d := range []string{"/dev/shm", "/run/lock"} {
 		if err := mountAt(root, d, "tmpfs", "tmpfs", nsd, "mode=1777"); err != nil {

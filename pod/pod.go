@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentrunner/runner/internal/netnsstart"
+	"github.com/agentrunner/runner/seccomp"
 	"golang.org/x/sys/unix"
 )
 
@@ -69,6 +70,40 @@ type Config struct {
 	// cgroup namespace is rooted where it then is (with none, where the
 	// caller is).
 	Cgroups []string
+	// ResolvConf optionally names a host file bound read-only at
+	// /etc/resolv.conf in the pod (runnerd: the sandbox's resolver file
+	// when it is contained, the host's /etc/resolv.conf otherwise). It is
+	// root's path and is followed if it is a symlink (the host's
+	// /etc/resolv.conf commonly links into /run); empty: the pod's /etc
+	// shows the host's file, changeable by root inside in its upper layer.
+	ResolvConf string
+	// Binds are host paths bound into the pod (an operator's binds: into
+	// every sandbox or one), read-only unless Writable.
+	Binds []Bind
+	// Seccomp optionally holds the filter the holder loads on itself once
+	// the pod is built (seccomp.Filter.MarshalBinary: runnerd's launcher
+	// compiles it once); nil: the holder compiles seccomp.Default itself.
+	// Bytes that do not decode fail the Create: the holder never runs
+	// unfiltered.
+	Seccomp []byte
+}
+
+// Bind is a host path bound into a pod. Source is opened by Create as
+// root, never through a symlink at its last element, and handed to the
+// holder as a detached mount of that file or directory alone (what is
+// mounted below a directory is not carried); Target is an absolute,
+// clean path inside the pod, its mount point made inside the pod's root
+// (never outside it: no symlink is followed), and may not be /, nor lie
+// in /proc, /dev, /tmp, /var/tmp or the workspace (the pod's own mounts).
+// A bind is nosuid and nodev, and read-only unless Writable: the kernel
+// holds that (MOUNT_ATTR_RDONLY on the mount, set by Create before the
+// holder gets it, and locked in the pod: stageBinds), and the pod's
+// seccomp filter refuses every mount call besides. Its files keep the
+// host's ids (no idmap): a writable bind is writable where the host's
+// permissions let the block's ids write.
+type Bind struct {
+	Source, Target string
+	Writable       bool
 }
 
 // Pod is a running holder. Its methods are safe for concurrent use.
@@ -140,6 +175,26 @@ func Create(ctx context.Context, cfg Config) (*Pod, error) {
 			}
 		}
 	}
+	binds := cfg.Binds
+	if cfg.ResolvConf != "" {
+		binds = append(binds[:len(binds):len(binds)], Bind{Source: cfg.ResolvConf, Target: "/etc/resolv.conf"})
+	}
+	var staged []stagedBind
+	defer func() {
+		for _, b := range staged {
+			b.f.Close()
+		}
+	}()
+	for i, b := range binds {
+		follow := cfg.ResolvConf != "" && i == len(binds)-1
+		f, dir, err := openBind(b, follow)
+		if err != nil {
+			return nil, err
+		}
+		staged = append(staged, stagedBind{f, dir})
+		plan.Binds = append(plan.Binds, planBind{Stage: i, Target: b.Target, Dir: dir})
+	}
+	plan.Seccomp = cfg.Seccomp
 	var v2 *os.File
 	var v1 []string
 	for _, dir := range cfg.Cgroups {
@@ -181,9 +236,22 @@ func Create(ctx context.Context, cfg Config) (*Pod, error) {
 	// No stdin, stdout or stderr of the caller's (nil: /dev/null): root
 	// inside may reach the holder's descriptors through /proc/1/fd (it
 	// holds CAP_SYS_PTRACE in the holder's user namespace).
-	cmd := &exec.Cmd{Path: cfg.Holder[0], Args: cfg.Holder, Env: cfg.Env, SysProcAttr: attr,
+	// The holder's program is opened here, as the caller, and executed
+	// through its descriptor: the child executes it as the block's root,
+	// who may not pass the directories above it (a runnerd in a 0700
+	// directory, as tests build it). The descriptor is close-on-exec.
+	prog, err := os.OpenFile(cfg.Holder[0], unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open pod holder program: %w", err)
+	}
+	defer prog.Close()
+	cmd := &exec.Cmd{Path: fmt.Sprintf("/proc/self/fd/%d", prog.Fd()), Args: cfg.Holder, Env: cfg.Env, SysProcAttr: attr,
 		ExtraFiles: append([]*os.File{child}, files...)}
-	if err := netnsstart.Start(cmd, cfg.NetNS); err != nil {
+	start := netnsstart.Start
+	if len(staged) > 0 {
+		start = func(cmd *exec.Cmd, ns string) error { return netnsstart.StartWith(cmd, ns, stageBinds(staged)) }
+	}
+	if err := start(cmd, cfg.NetNS); err != nil {
 		return nil, fmt.Errorf("start pod holder: %w", err)
 	}
 	child.Close()
@@ -244,15 +312,142 @@ func Create(ctx context.Context, cfg Config) (*Pod, error) {
 	return p, nil
 }
 
-// plainDirs are the system directories a pod sees with the host's ids
-// (not idmapped): what the host's root owns there is nobody's inside,
-// which root inside can read only where others can and never change.
-// /etc holds the host's secrets (shadow, host keys, TLS keys) readable by
-// its root alone; idmapped, they would be the pod's root's to read.
-var plainDirs = map[string]bool{"/etc": true}
+// masked reports whether the system directory dir is shown through a
+// mask (holder.go, maskLayer): every one but the host's code (/usr,
+// /bin, /sbin, /lib*), which is world-readable by convention and too big
+// to walk at each start. The others (/etc, the /var parts, what an
+// operator lists) hold the host's secrets (shadow, host keys, TLS keys,
+// debconf's passwords) readable by its root alone; idmapped, they would
+// be the pod's root's to read, so what the pod's ids could not read
+// without the idmap is hidden.
+func masked(dir string) bool {
+	for _, code := range []string{"/usr", "/bin", "/sbin"} {
+		if dir == code || strings.HasPrefix(dir, code+"/") {
+			return false
+		}
+	}
+	return !strings.HasPrefix(dir, "/lib")
+}
 
-// idmapLowers clones each of the plan's system directories but
-// plainDirs (and rootfs, when named: then it alone) as a detached,
+// bindStage is where the holder finds the binds' sources when it starts:
+// BINDSTAGE/N is bind N of the plan, mounted there in the mount namespace
+// the holder's is copied from (stageBinds).
+// Not /tmp, nor any directory a program lives in: the tmpfs covers it
+// in the staging namespace the holder's program is executed from (a
+// runnerd under /tmp, as tests run it, would not be found). An empty
+// directory of the host's, made once.
+const bindStage = "/run/runnerd-pod-binds"
+
+// stagedBind is a bind's source as openBind made it.
+type stagedBind struct {
+	f   *os.File
+	dir bool
+}
+
+// stageBinds returns what runs on the thread the holder is forked from,
+// before the fork: it gives the thread a mount namespace of its own (a
+// copy of the caller's, made private so nothing mounted in it reaches
+// the host's), mounts a tmpfs at bindStage (0755: the holder, no one's
+// id outside, passes it) and attaches each bind's source at
+// bindStage/N. The holder's mount namespace, cloned from the thread's
+// into the pod's user namespace, gets copies of those mounts whose flags
+// the kernel locks there (a mount namespace copied into a less privileged
+// user namespace: MNT_LOCK_READONLY, _NOSUID, _NODEV): a bind the holder
+// makes of one keeps them, so root inside cannot make a read-only bind
+// writable even with every capability of its user namespace (EPERM),
+// the seccomp filter aside. After the fork the thread goes back to its
+// first mount namespace, and the staging one ends with the last of its
+// users (netnsstart.StartWith).
+func stageBinds(binds []stagedBind) func() (func() error, error) {
+	return func() (func() error, error) {
+		orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/mnt", unix.Gettid()))
+		if err != nil {
+			return nil, fmt.Errorf("open mount namespace: %w", err)
+		}
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			orig.Close()
+			return nil, fmt.Errorf("unshare staging mount namespace: %w", err)
+		}
+		// Back to the first namespace after the fork: the staging one,
+		// and the host's mounts it copied, are then the holder's copy's
+		// alone (a copy held by a parked thread would keep busy every file
+		// system mounted now, a sandbox's volume too).
+		undo := func() error {
+			defer orig.Close()
+			if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNS); err != nil {
+				return fmt.Errorf("leave staging mount namespace: %w", err)
+			}
+			return nil
+		}
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			return undo, fmt.Errorf("make staging mounts private: %w", err)
+		}
+		if err := os.MkdirAll(bindStage, 0o755); err != nil {
+			return undo, fmt.Errorf("make bind staging directory: %w", err)
+		}
+		if err := unix.Mount("tmpfs", bindStage, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+			return undo, fmt.Errorf("mount bind staging tmpfs: %w", err)
+		}
+		for i, b := range binds {
+			p := bindStage + "/" + strconv.Itoa(i)
+			var err error
+			if b.dir {
+				err = unix.Mkdir(p, 0o755)
+			} else {
+				var fd int
+				if fd, err = unix.Open(p, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644); err == nil {
+					unix.Close(fd)
+				}
+			}
+			if err != nil {
+				return undo, fmt.Errorf("make bind staging %s: %w", p, err)
+			}
+			if err := unix.MoveMount(int(b.f.Fd()), "", unix.AT_FDCWD, p, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+				return undo, fmt.Errorf("stage bind %s: %w", b.f.Name(), err)
+			}
+		}
+		return undo, nil
+	}
+}
+
+// openBind clones b's source as a detached mount of that file or
+// directory alone (open_tree(2) OPEN_TREE_CLONE: not what is mounted
+// below it), as root and, unless follow, never through a symlink at its
+// last element, and sets it nosuid, nodev and (unless b.Writable)
+// read-only, recursively: the kernel holds the read-only flag from here,
+// before the holder (or anything in the pod) ever has the mount. It
+// returns whether it is a directory.
+func openBind(b Bind, follow bool) (*os.File, bool, error) {
+	flags := unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC
+	if !follow {
+		flags |= unix.AT_SYMLINK_NOFOLLOW
+	}
+	fd, err := unix.OpenTree(unix.AT_FDCWD, b.Source, uint(flags))
+	if err != nil {
+		return nil, false, fmt.Errorf("open bind source %s: %w", b.Source, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, false, fmt.Errorf("stat bind source %s: %w", b.Source, err)
+	}
+	if t := st.Mode & unix.S_IFMT; t != unix.S_IFDIR && t != unix.S_IFREG {
+		unix.Close(fd)
+		return nil, false, fmt.Errorf("%w: bind source %s is not a directory or a regular file", ErrInvalid, b.Source)
+	}
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if !b.Writable {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
+		unix.Close(fd)
+		return nil, false, fmt.Errorf("set bind %s read-only: %w", b.Source, err)
+	}
+	return os.NewFile(uintptr(fd), b.Source), st.Mode&unix.S_IFMT == unix.S_IFDIR, nil
+}
+
+// idmapLowers clones each of the plan's system directories (or rootfs,
+// when named: then it alone) as a detached,
 // read-only, nosuid, nodev mount whose ids are seen through the holder
 // pid's user namespace (mount_setattr(2) MOUNT_ATTR_IDMAP): the host's
 // root's files there are the pod's root's, so root inside can change a
@@ -283,10 +478,12 @@ func idmapLowers(pid int, rootfs string, plan *holderPlan) (fds []int, err error
 		return fds, err
 	}
 	plan.Idmapped = make([]int, len(plan.SystemDirs))
+	plan.Masked = make([]bool, len(plan.SystemDirs))
 	for i, d := range plan.SystemDirs {
 		plan.Idmapped[i] = -1
+		plan.Masked[i] = masked(d)
 		fi, err := os.Lstat(d)
-		if err != nil || !fi.IsDir() || plainDirs[d] {
+		if err != nil || !fi.IsDir() {
 			continue // a link, or missing: the holder sees it itself
 		}
 		if plan.Idmapped[i], err = clone(d); err != nil {
@@ -442,6 +639,17 @@ func expandDirs(cfg Config) ([]string, error) {
 			return nil, fmt.Errorf("%w: Upper, Workspace, Tmp and VarTmp must be absolute paths", ErrInvalid)
 		}
 	}
+	if cfg.ResolvConf != "" && !filepath.IsAbs(cfg.ResolvConf) {
+		return nil, fmt.Errorf("%w: resolv.conf %q is not an absolute path", ErrInvalid, cfg.ResolvConf)
+	}
+	if cfg.Seccomp != nil {
+		if _, err := seccomp.Decode(cfg.Seccomp); err != nil {
+			return nil, fmt.Errorf("%w: seccomp program: %v", ErrInvalid, err)
+		}
+	}
+	if err := checkBinds(cfg); err != nil {
+		return nil, err
+	}
 	if cfg.Rootfs != "" {
 		if !filepath.IsAbs(cfg.Rootfs) || strings.ContainsAny(cfg.Rootfs, ",:") {
 			return nil, fmt.Errorf("%w: root file system %q", ErrInvalid, cfg.Rootfs)
@@ -468,6 +676,57 @@ func expandDirs(cfg Config) ([]string, error) {
 		out = append(out, m...)
 	}
 	return out, nil
+}
+
+// reservedTargets are the pod's own mounts, which no bind may cover or
+// lie in: the kernel's views (/proc, /dev) and the sandbox's storage
+// (/tmp, /var/tmp, the workspace), where a mount point would be made in
+// a directory the sandbox writes.
+var reservedTargets = []string{"/proc", "/dev", "/tmp", "/var/tmp", WorkspacePath}
+
+// checkBinds checks cfg's binds (and its resolv.conf's): absolute
+// sources; absolute, clean targets other than / and outside
+// reservedTargets, no two the same or one inside another (its mount
+// point would be made in the other's source, a host directory).
+func checkBinds(cfg Config) error {
+	targets := []string{}
+	if cfg.ResolvConf != "" {
+		targets = append(targets, "/etc/resolv.conf")
+	}
+	for _, b := range cfg.Binds {
+		if !filepath.IsAbs(b.Source) {
+			return fmt.Errorf("%w: bind source %q is not an absolute path", ErrInvalid, b.Source)
+		}
+		t := b.Target
+		if !filepath.IsAbs(t) || filepath.Clean(t) != t || t == "/" || strings.ContainsRune(t, 0) {
+			return fmt.Errorf("%w: bind target %q is not an absolute, clean path other than /", ErrInvalid, t)
+		}
+		for _, r := range reservedTargets {
+			if within(t, r) {
+				return fmt.Errorf("%w: bind target %q is in the pod's own %s", ErrInvalid, t, r)
+			}
+		}
+		targets = append(targets, t)
+	}
+	for i, a := range targets {
+		for _, b := range targets[i+1:] {
+			if within(a, b) || within(b, a) {
+				return fmt.Errorf("%w: bind targets %q and %q overlap", ErrInvalid, a, b)
+			}
+		}
+	}
+	return nil
+}
+
+// CheckBinds checks binds as Create will (ErrInvalid), before anything is
+// made: for an operator's configuration, checked at start.
+func CheckBinds(binds []Bind) error {
+	return checkBinds(Config{Binds: binds, ResolvConf: "/etc/resolv.conf"})
+}
+
+// within reports whether path p is dir or lies below it.
+func within(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, dir+"/")
 }
 
 func validName(s string) bool {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 
+	podpkg "github.com/agentrunner/runner/pod"
 	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
@@ -25,8 +26,21 @@ import (
 // child only, which takes it as its controlling terminal at the fork
 // (SysProcAttr Setsid and Setctty, as the library's own Start sets them;
 // the start itself is the exec path's, not the library's).
-func openPTY(rows, cols uint16) (master, slave *os.File, err error) {
-	m, s, err := pty.Open()
+//
+// A session in a pod (pod not nil) gets its terminal from the pod's own
+// devpts instance, as runc's console does, so that the command finds it
+// at /dev/pts/N inside (ttyname, tty(1), tmux, ssh): the master is
+// opened through the holder's root, /proc/PID/root/dev/pts/ptmx, never
+// following a link (openat2 RESOLVE_NO_SYMLINKS) and checked to be a
+// devpts ptmx, the holder checked by its start time around the open;
+// the slave comes from the master (TIOCGPTPEER), with no path lookup.
+func openPTY(rows, cols uint16, pod *sessiondir.PodRef) (master, slave *os.File, err error) {
+	var m, s *os.File
+	if pod != nil {
+		m, s, err = openPodPTY(pod)
+	} else {
+		m, s, err = pty.Open()
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("open pty: %w", err)
 	}
@@ -46,6 +60,61 @@ func openPTY(rows, cols uint16) (master, slave *os.File, err error) {
 		return nil, nil, fmt.Errorf("make pty master non-blocking: %w", err)
 	}
 	return os.NewFile(uintptr(fd), "/dev/ptmx"), s, nil
+}
+
+// openPodPTY opens a pty pair of the devpts instance of pod's holder.
+func openPodPTY(pod *sessiondir.PodRef) (master, slave *os.File, err error) {
+	root, err := unix.Open(fmt.Sprintf("/proc/%d/root", pod.PID), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open the pod's root: %w", err)
+	}
+	defer unix.Close(root)
+	if err := podStillThere(pod); err != nil {
+		return nil, nil, err
+	}
+	fd, err := unix.Openat2(root, "dev/pts/ptmx", &unix.OpenHow{
+		Flags:   unix.O_RDWR | unix.O_NOCTTY | unix.O_NONBLOCK | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_BENEATH,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("open the pod's /dev/pts/ptmx: %w", err)
+	}
+	m := os.NewFile(uintptr(fd), "/dev/pts/ptmx")
+	var sfs unix.Statfs_t
+	var st unix.Stat_t
+	if err := unix.Fstatfs(fd, &sfs); err != nil || sfs.Type != unix.DEVPTS_SUPER_MAGIC ||
+		unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR || unix.Major(st.Rdev) != 5 || unix.Minor(st.Rdev) != 2 {
+		m.Close()
+		return nil, nil, fmt.Errorf("the pod's /dev/pts/ptmx is not a devpts ptmx")
+	}
+	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil {
+		m.Close()
+		return nil, nil, fmt.Errorf("unlock pty: %w", err)
+	}
+	if err := unix.SetNonblock(fd, false); err != nil {
+		m.Close()
+		return nil, nil, err
+	}
+	r, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TIOCGPTPEER, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC)
+	if errno != 0 {
+		m.Close()
+		return nil, nil, fmt.Errorf("open pty slave: %w", errno)
+	}
+	if err := podStillThere(pod); err != nil {
+		m.Close()
+		unix.Close(int(r))
+		return nil, nil, err
+	}
+	return m, os.NewFile(r, "/dev/pts/slave"), nil
+}
+
+// podStillThere says the holder pod names still runs: its pid is not
+// another process's.
+func podStillThere(pod *sessiondir.PodRef) error {
+	if st, err := podpkg.StartTimeOf(pod.PID); err != nil || st != pod.StartTime {
+		return fmt.Errorf("pod %d: %w", pod.PID, syscall.ESRCH)
+	}
+	return nil
 }
 
 // resizePTY sets the terminal size of master's pair, which also sends

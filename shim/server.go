@@ -105,6 +105,7 @@ type server struct {
 	// error that cost them. Both go into the exit record.
 	unstored    int64
 	unstoredErr string
+	unstoredCap bool // the journal budget refused it (ErrJournalCap)
 	conns       map[*net.UnixConn]struct{}
 
 	pumps    sync.WaitGroup // output pumps

@@ -82,7 +82,7 @@ func (s *server) startWith(spec sessiondir.Spec, gate func() error, ahead *nsexe
 		if cols == 0 {
 			cols = 80
 		}
-		master, slave, err := openPTY(rows, cols)
+		master, slave, err := openPTY(rows, cols, s.spec.Pod)
 		if err != nil {
 			return err
 		}
@@ -424,6 +424,7 @@ func (s *server) writeJournal(stream string, p []byte) {
 			s.mu.Lock()
 			s.unstored += int64(len(p))
 			s.unstoredErr = err.Error()
+			s.unstoredCap = s.unstoredCap || errors.Is(err, ErrJournalCap)
 			s.writeErr = "" // not waiting any more: the exit record is next
 			s.mu.Unlock()
 			return
@@ -498,6 +499,10 @@ func (s *server) finish(rec journal.Exit) {
 	s.mu.Lock()
 	if s.unstored > 0 {
 		rec.UnstoredBytes = s.unstored
+		rec.Cause = journal.CauseDiskFull
+		if s.unstoredCap {
+			rec.Cause = journal.CauseDiskBudget
+		}
 		d := fmt.Sprintf("%d bytes of output were not stored after the command ended: %s", s.unstored, s.unstoredErr)
 		if rec.Detail != "" {
 			d = rec.Detail + "; " + d

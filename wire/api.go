@@ -178,9 +178,19 @@ type Sandbox struct {
 	State       string     `json:"state"`
 	CreatedAt   time.Time  `json:"created_at"`
 	ParkedAt    *time.Time `json:"parked_at,omitempty"`
-	Workspace   string     `json:"workspace"`
-	User        string     `json:"user,omitempty"`
-	Network     *Network   `json:"network,omitempty"`
+	// Workspace is the workspace's path as the sandbox's commands see it
+	// (and take it as cwd): "/workspace" in a pod, the host's path
+	// otherwise.
+	Workspace string `json:"workspace"`
+	// HostWorkspace is the workspace's path on runnerd's host, for the
+	// operator, where it differs from Workspace (a pod).
+	HostWorkspace string `json:"host_workspace,omitempty"`
+	// Pod says the sandbox is a pod (--isolate pod): its own user, pid,
+	// mount, ipc and uts namespaces, root inside; UID and GID are then
+	// the first ids of its block of 65,536 (its root outside).
+	Pod     bool     `json:"pod,omitempty"`
+	User    string   `json:"user,omitempty"`
+	Network *Network `json:"network,omitempty"`
 	// Isolated says the sandbox's commands run as an unprivileged user
 	// with no way back to privilege (no_new_privs, no capabilities).
 	Isolated bool `json:"isolated,omitempty"`
@@ -193,6 +203,15 @@ type Sandbox struct {
 	// only in the answer for one sandbox, where it has a cgroup.
 	Limits *Limits `json:"limits,omitempty"`
 	Usage  *Usage  `json:"usage,omitempty"`
+}
+
+// WorkspaceOnHost is the workspace's path on runnerd's host: HostWorkspace
+// for a pod, Workspace otherwise.
+func (s Sandbox) WorkspaceOnHost() string {
+	if s.HostWorkspace != "" {
+		return s.HostWorkspace
+	}
+	return s.Workspace
 }
 
 // SandboxList is one page of GET /v1/sandboxes. An empty NextPageToken means
@@ -242,7 +261,17 @@ type Exit struct {
 	// up so that the session could end, and named in Detail. Lengths are
 	// what was stored.
 	UnstoredBytes int64 `json:"unstored_bytes,omitempty"`
+	// Cause names why output went unstored: ExitCauseDiskBudget (the
+	// sandbox's journal budget: --sandbox-journal-bytes) or
+	// ExitCauseDiskFull (the file system refused it); absent otherwise.
+	Cause string `json:"cause,omitempty"`
 }
+
+// Exit causes (Exit.Cause).
+const (
+	ExitCauseDiskBudget = "disk_budget"
+	ExitCauseDiskFull   = "disk_full"
+)
 
 // CreateSession is the body of POST /v1/sandboxes/{name}/sessions.
 type CreateSession struct {
@@ -261,6 +290,12 @@ type CreateSession struct {
 	// cannot say which of two writes came first; one pipe can. Not with
 	// TTY (a terminal has one stream already).
 	MergeStderr bool `json:"merge_stderr,omitempty"`
+	// User is who the command runs as inside a pod sandbox: a user name
+	// of the pod as made (the host's user database) or "uid[:gid]" below
+	// 65536; empty: the sandbox's user (root by default). Refused
+	// (invalid) for a sandbox that is not a pod, whose commands run as its
+	// identity.
+	User string `json:"user,omitempty"`
 }
 
 // Session describes one session. Lengths is the length in bytes of each
@@ -341,6 +376,8 @@ type Exec struct {
 	Cwd       string   `json:"cwd,omitempty"`
 	Stdin     []byte   `json:"stdin,omitempty"`
 	TimeoutMS int      `json:"timeout_ms,omitempty"`
+	// User is as CreateSession's.
+	User string `json:"user,omitempty"`
 }
 
 // ExecResult is the answer of an exec. Stdout and Stderr are base64 in JSON
@@ -423,9 +460,10 @@ type Info struct {
 	// move never waits for an RCU grace period (docs/operations.md).
 	CgroupFavorDynMods *bool `json:"cgroup_favordynmods,omitempty"`
 	// Isolation is which sandboxes run as an unprivileged identity of
-	// their own: "all" (every sandbox: --isolate all, a root runnerd's
-	// default), "none" (--isolate none: only those with a network policy), or
-	// "off" (runnerd is not root: none).
+	// their own: "pod" (every sandbox is a pod: --isolate pod), "all"
+	// (every sandbox: --isolate all, a root runnerd's default), "none"
+	// (--isolate none: only those with a network policy), or "off"
+	// (runnerd is not root: none).
 	Isolation string `json:"isolation"`
 	// NetworkTable is the nftables table (family inet) that holds this
 	// runnerd's network policy rules, its own among the runnerds of the

@@ -20,6 +20,7 @@ import (
 	"syscall"
 
 	"github.com/agentrunner/runner/daemon"
+	"github.com/agentrunner/runner/pod"
 	"github.com/agentrunner/runner/shim"
 	"github.com/agentrunner/runner/version"
 	"github.com/agentrunner/runner/wire"
@@ -113,6 +114,8 @@ func run(args []string) int {
 	netState := fs.String("netpolicy-state", envOr(daemon.EnvNetPolicyState, ""),
 		"network containment's state directory (default "+daemon.DefaultNetPolicyState+", or STATE/netpolicy if /run is not writable)")
 	netPool := fs.String("netpolicy-pool", "", "IPv4 pool for contained sandboxes, one /30 each (default 10.213.0.0/16); must not overlap a network the host uses")
+	var binds podBinds
+	fs.Var(&binds, "bind", "SOURCE:TARGET[:ro|rw]: a host path bound at TARGET in every pod (--isolate pod), read-only unless rw (the kernel holds it); repeatable")
 	var upstreams addrPorts
 	fs.Var(&upstreams, "dns-upstream", "DNS server (IP or IP:port) the sandboxes' resolvers forward allowed names to; repeatable (default: the nameservers of /etc/resolv.conf)")
 	egressPrivate := fs.String("egress-private", envOr("RUNNERD_EGRESS_PRIVATE", daemon.EgressPrivateDeny),
@@ -269,6 +272,7 @@ func run(args []string) int {
 		NetPolicyHostNetNS: *hostNetNS,
 
 		Isolate:       *isolate,
+		PodBinds:      binds,
 		IdentityFirst: idFirst,
 		IdentityLast:  idLast,
 		ClaimDir:      *claimDir,
@@ -310,6 +314,26 @@ func run(args []string) int {
 
 // addrPorts is a repeatable flag of DNS servers: "IP" (port 53) or
 // "IP:port".
+// podBinds is --bind, repeatable.
+type podBinds []pod.Bind
+
+func (b *podBinds) String() string {
+	var parts []string
+	for _, x := range *b {
+		parts = append(parts, x.Source+":"+x.Target)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (b *podBinds) Set(v string) error {
+	x, err := daemon.ParseBind(v)
+	if err != nil {
+		return err
+	}
+	*b = append(*b, x)
+	return nil
+}
+
 type addrPorts []netip.AddrPort
 
 func (a *addrPorts) String() string {

@@ -44,6 +44,10 @@ type IdentityPool struct {
 	// already uses, e.g. one that resolves through NSS; it is skipped. It
 	// is called inside the registry's write transaction, so keep it fast.
 	Taken func(id uint32) bool
+	// Step, when above 1, hands out blocks: only First, First+Step, ...
+	// are allocated (a pod's subordinate block of Step ids, held by its
+	// first id); Last is the last id of the last block.
+	Step uint32
 }
 
 // allocIdentity takes the first free uid of pool at or after the cursor,
@@ -62,9 +66,14 @@ func allocIdentity(tx *bolt.Tx, pool IdentityPool, name string) (Identity, error
 			start = n
 		}
 	}
-	size := uint64(pool.Last) - uint64(pool.First) + 1
+	step := uint64(max(pool.Step, 1))
+	size := (uint64(pool.Last) - uint64(pool.First) + 1) / step
+	if size == 0 {
+		return Identity{}, fmt.Errorf("allocate identity: pool %d-%d holds no block of %d", pool.First, pool.Last, step)
+	}
+	first := (uint64(start-pool.First) / step) % size // a cursor inside a block starts at its block
 	for i := uint64(0); i < size; i++ {
-		uid := uint32(uint64(pool.First) + (uint64(start-pool.First)+i)%size)
+		uid := uint32(uint64(pool.First) + ((first+i)%size)*step)
 		key := uidKey(uid)
 		if b.Get(key) != nil {
 			continue
@@ -75,8 +84,8 @@ func allocIdentity(tx *bolt.Tx, pool IdentityPool, name string) (Identity, error
 		if err := b.Put(key, []byte(name)); err != nil {
 			return Identity{}, err
 		}
-		next := uid + 1
-		if uid == pool.Last {
+		next := uint32(uint64(uid) + step)
+		if uint64(uid)+step > uint64(pool.Last) {
 			next = pool.First
 		}
 		if err := b.Put(keyNextID, uidKey(next)); err != nil {

@@ -73,6 +73,18 @@ type Sandbox struct {
 	// Limits are the sandbox's resource limits (the host's defaults
 	// filled in); nil: none. The cgroup is converged to them.
 	Limits *wire.Limits `json:"limits,omitempty"`
+	// Pod says the sandbox lives in a pod (package pod): its commands
+	// join the pod's namespaces, its Identity is the first id of its
+	// subordinate block (uid 0 inside), and Pod names the running holder
+	// (zero while none runs: suspended, or not made again yet).
+	Pod *Pod `json:"pod,omitempty"`
+}
+
+// Pod is a pod sandbox's holder: its pid and start time (clock ticks
+// since boot), which together name one process; zero when none runs.
+type Pod struct {
+	PID       int    `json:"pid,omitempty"`
+	StartTime uint64 `json:"start_time,omitempty"`
 }
 
 // Session is the registry's record of one session.

@@ -36,6 +36,7 @@ import (
 	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/netpolicy"
+	"github.com/agentrunner/runner/pod"
 	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
@@ -85,7 +86,19 @@ func (s *Manager) InitIdentities() error {
 		all:     s.cfg.IsolateAll,
 		pool:    registry.IdentityPool{First: s.cfg.IdentityFirst, Last: s.cfg.IdentityLast, Taken: hostUsesID},
 	}
-	if root {
+	if s.cfg.Pods {
+		if !root {
+			return errors.New("config: --isolate pod needs runnerd to run as root (it maps each pod to ids of its own)")
+		}
+		// A pod maps a block; its first id is the record's identity.
+		s.ids.pool.Step = pod.BlockSize
+		if uint64(s.cfg.IdentityLast)-uint64(s.cfg.IdentityFirst)+1 < pod.BlockSize {
+			return fmt.Errorf("config: --isolate pod: identity range %d-%d holds no block of %d ids", s.cfg.IdentityFirst, s.cfg.IdentityLast, pod.BlockSize)
+		}
+		s.log.Info("sandboxes are pods", "subid_first", s.cfg.IdentityFirst, "subid_last", s.cfg.IdentityLast,
+			"pods", (uint64(s.cfg.IdentityLast)-uint64(s.cfg.IdentityFirst)+1)/pod.BlockSize)
+	}
+	if root && !s.cfg.Pods {
 		// An isolated command starts in its workspace whatever the
 		// directories above it allow (the shim opens it as root before the
 		// user switch), but reaches it by its absolute path only if every
@@ -168,8 +181,18 @@ func (s *Manager) ownWorkspace(sb registry.Sandbox) error {
 	if sb.Identity == nil {
 		return nil
 	}
-	if err := os.Lchown(sb.Workspace, int(sb.Identity.UID), int(sb.Identity.GID)); err != nil {
-		return apierr.Unavailable("give workspace to uid %d: %v", sb.Identity.UID, err)
+	uid, gid := sb.Identity.UID, sb.Identity.GID
+	if InPod(sb) {
+		// Its user inside, mapped: the block's first id is root inside.
+		u, err := podUser(sb.User)
+		if err != nil {
+			return err
+		}
+		in, ig, _ := sessiondir.PodUser(u)
+		uid, gid = uid+in, gid+ig
+	}
+	if err := os.Lchown(sb.Workspace, int(uid), int(gid)); err != nil {
+		return apierr.Unavailable("give workspace to uid %d: %v", uid, err)
 	}
 	if err := os.Chmod(sb.Workspace, 0o700); err != nil {
 		return apierr.Unavailable("chmod workspace: %v", err)

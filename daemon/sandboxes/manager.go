@@ -12,6 +12,7 @@ import (
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/internal/keyed"
 	"github.com/agentrunner/runner/netpolicy"
+	"github.com/agentrunner/runner/pod"
 	"github.com/agentrunner/runner/storage"
 	"github.com/agentrunner/runner/wire"
 )
@@ -24,6 +25,14 @@ type Config struct {
 	// a contained one is (--isolate none).
 	IsolateAll                  bool
 	IdentityFirst, IdentityLast uint32
+	// Pods makes every sandbox a pod (--isolate pod, pods.go): then the
+	// identity range is the pods' subordinate range, handed out in blocks
+	// of pod.BlockSize. PodHolder is the holder's argv (the shim program
+	// and its pod mode).
+	Pods      bool
+	PodHolder []string
+	// PodBinds are the operator's host paths bound into every pod.
+	PodBinds []pod.Bind
 	// EgressPrivate puts the private networks in an isolated sandbox's
 	// open egress (--egress-private allow).
 	EgressPrivate bool
@@ -111,6 +120,7 @@ type Manager struct {
 	pool   *storage.Pool      // nil on the dir driver: no disk budgets (disk.go)
 	ids    identities         // isolation policy (identity.go)
 	leaves releasedLeaves     // OOM kills of session leaves the sweep removed (limits.go)
+	pods   pods               // the holders this runnerd made or adopted (pods.go)
 
 	netMu sync.Mutex                    // guards nets
 	nets  map[string]*netpolicy.Sandbox // by NetID: namespaces this runnerd set up

@@ -93,6 +93,7 @@ func (s *Manager) Create(ctx context.Context, req wire.CreateSandbox) (_ registr
 		Network:   p.network,
 		Isolated:  p.isolated,
 		Limits:    diskLimits(p.limits, held),
+		Pod:       p.pod,
 	}, p.pool)
 	if err != nil {
 		s.undoWorkspace(ws, madeWS)
@@ -161,6 +162,9 @@ type createPlan struct {
 	isolated bool
 	// disk is the volume's limits (zero: no volume, disk.go).
 	disk storage.Limits
+	// pod is the record's Pod of a sandbox that is a pod (pods.go; no
+	// holder yet), nil otherwise.
+	pod *registry.Pod
 }
 
 // planCreate is Create's step 1: it validates req and settles
@@ -184,7 +188,15 @@ func (s *Manager) planCreate(req wire.CreateSandbox) (p createPlan, err error) {
 		return p, err
 	}
 	p.uid, p.gid = -1, -1
-	if req.User != "" {
+	if s.cfg.Pods && s.ids.enabled {
+		// Every sandbox is a pod; user names its user inside, root by
+		// default (an unprivileged id of its block outside).
+		if _, err := podUser(req.User); err != nil {
+			return p, err
+		}
+		pool := s.ids.pool
+		p.pool, p.isolated, p.pod = &pool, true, &registry.Pod{}
+	} else if req.User != "" {
 		u, err := user.Lookup(req.User)
 		if err != nil {
 			return p, apierr.Invalid("user %q: %v", req.User, err)
@@ -192,8 +204,10 @@ func (s *Manager) planCreate(req wire.CreateSandbox) (p createPlan, err error) {
 		p.uid, _ = strconv.Atoi(u.Uid)
 		p.gid, _ = strconv.Atoi(u.Gid)
 	}
-	if p.pool, p.isolated, err = s.identityFor(req.Name, req.User, p.uid, p.gid, p.network != nil); err != nil {
-		return p, err
+	if p.pod == nil {
+		if p.pool, p.isolated, err = s.identityFor(req.Name, req.User, p.uid, p.gid, p.network != nil); err != nil {
+			return p, err
+		}
 	}
 	p.asked = p.network != nil
 	if !p.asked && p.isolated && s.net != nil {
@@ -250,6 +264,13 @@ func (s *Manager) setUpSandbox(ctx context.Context, sb registry.Sandbox, created
 			return err
 		}
 	}
+	if InPod(sb) && sb.State == wire.SandboxRunning {
+		// Made once, here: its sessions join it (pods.go). A re-create
+		// adopts the one its record names.
+		if _, err := s.ensurePod(ctx, s.current(sb)); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -297,6 +318,9 @@ func (s *Manager) Destroy(ctx context.Context, name string, keepCheckpoints bool
 	}
 	sessions, err := s.sessions.StopAll(ctx, name, s.cfg.TerminateGrace)
 	if err != nil {
+		return err
+	}
+	if err := s.endPod(ctx, sb, true); err != nil { // pods.go: every process of the pod with it
 		return err
 	}
 	if err := s.removePrivateTmp(sb); err != nil { // privatetmp.go
@@ -348,6 +372,9 @@ func (s *Manager) Suspend(ctx context.Context, name string) (registry.Sandbox, e
 	if _, err := s.sessions.StopAll(ctx, name, s.cfg.SuspendGrace); err != nil {
 		return sb, err
 	}
+	if err := s.endPod(ctx, sb, false); err != nil { // pods.go; resume makes it again
+		return sb, err
+	}
 	if err := s.removeCgroup(ctx, name); err != nil { // limits.go; resume re-creates it
 		return sb, err
 	}
@@ -394,6 +421,13 @@ func (s *Manager) Resume(ctx context.Context, name string) (registry.Sandbox, er
 	// spawn (SessionCgroups) or resume.
 	if err := s.EnsureCgroup(sb); err != nil { // limits.go
 		return sb, err
+	}
+	if InPod(sb) {
+		// Made again (its upper layers and workspace kept what it
+		// installed); a failure here is repaired by the next spawn.
+		if _, err := s.ensurePod(ctx, sb); err != nil {
+			return sb, err
+		}
 	}
 	if was == wire.SandboxSuspended {
 		s.log.Info("sandbox resumed", "sandbox", sb.Name, "incarnation", sb.Incarnation)

@@ -26,6 +26,10 @@ import (
 func (s *Manager) undoCreate(ctx context.Context, sb registry.Sandbox, madeWS, madeVol bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
+	if err := s.endPod(ctx, s.current(sb), true); err != nil { // pods.go: before its cgroup, which it sits in
+		s.log.Error("undo failed create: end pod; the sandbox stays to be destroyed", "sandbox", sb.Name, "err", err)
+		return
+	}
 	if err := s.removeCgroup(ctx, sb.Name); err != nil {
 		s.log.Error("undo failed create: remove cgroup; the sandbox stays to be destroyed", "sandbox", sb.Name, "err", err)
 		return

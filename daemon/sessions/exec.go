@@ -112,7 +112,7 @@ func (s *Manager) Exec(ctx context.Context, name string, req wire.Exec, answer f
 	// session that was there already (a retried id) is closed as before.
 	noStdin := len(req.Stdin) == 0
 	ss, created, err := s.Spawn(ctx, name, wire.CreateSession{
-		ID: req.ID, Argv: req.Argv, Env: req.Env, Cwd: req.Cwd,
+		ID: req.ID, Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, User: req.User,
 	}, SpawnOptions{StdinClosed: noStdin})
 	if err != nil {
 		return err

@@ -64,7 +64,7 @@ func ValidTermSize(rows, cols int) error {
 }
 
 func sameRequest(a, b wire.CreateSession) bool {
-	return slices.Equal(a.Argv, b.Argv) && slices.Equal(a.Env, b.Env) && a.Cwd == b.Cwd &&
+	return slices.Equal(a.Argv, b.Argv) && slices.Equal(a.Env, b.Env) && a.Cwd == b.Cwd && a.User == b.User &&
 		a.TTY == b.TTY && a.Rows == b.Rows && a.Cols == b.Cols && a.MergeStderr == b.MergeStderr
 }
 
@@ -86,16 +86,17 @@ type SpawnOptions struct {
 }
 
 // specFor is what the shim of session ss in sandbox sb runs; nsb is the
-// sandbox's network namespace, if contained. A cwd that is not a directory
-// is the caller's error.
-func (s *Manager) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolicy.Sandbox, opts SpawnOptions) (sessiondir.Spec, error) {
+// sandbox's network namespace, if contained, and pod its pod, if it is
+// one (sandboxes.PodFor). A cwd that is not a directory is the caller's
+// error.
+func (s *Manager) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpolicy.Sandbox, pref *sessiondir.PodRef, opts SpawnOptions) (sessiondir.Spec, error) {
 	req := ss.Request
-	cwd, cwdRoot, err := s.cwdFor(sb, req.Cwd)
-	if err != nil {
-		return sessiondir.Spec{}, err
+	home := sb.Workspace
+	if sandboxes.InPod(sb) {
+		home = podWorkspace
 	}
 	env := envWith(slices.Clone(req.Env), "PATH", sessiondir.DefaultPath)
-	env = envWith(env, "HOME", sb.Workspace)
+	env = envWith(env, "HOME", home)
 	if lang := defaultLang(); lang != "" { // locale.go
 		env = envWith(env, "LANG", lang)
 	}
@@ -107,8 +108,6 @@ func (s *Manager) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpoli
 		Sandbox: sb.Name,
 		Argv:    req.Argv,
 		Env:     env,
-		Dir:     cwd,
-		DirRoot: cwdRoot,
 		User:    sb.User,
 		TTY:     req.TTY,
 		Rows:    uint16(req.Rows),
@@ -119,17 +118,17 @@ func (s *Manager) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpoli
 		StdinClosed: opts.StdinClosed && !req.TTY,
 		MergeStderr: req.MergeStderr,
 	}
-	if nsb != nil {
-		spec.NetNS, spec.ResolvConf = nsb.NetNSPath, nsb.ResolvConfPath
+	var err error
+	switch {
+	case sandboxes.InPod(sb):
+		err = s.podSpec(sb, pref, req, &spec)
+	case req.User != "":
+		err = apierr.Invalid("user %q: a session's user applies to a pod sandbox (runnerd --isolate pod); this sandbox's commands run as its identity", req.User)
+	default:
+		err = s.hostSpec(sb, nsb, req.Cwd, &spec)
 	}
-	if err := s.sbx.IsolateSpec(sb, &spec); err != nil { // identity.go
+	if err != nil {
 		return sessiondir.Spec{}, err
-	}
-	if spec.Binds, err = s.sbx.PrivateBinds(sb); err != nil { // privatetmp.go
-		return sessiondir.Spec{}, err
-	}
-	if s.sbx.IdentitiesEnabled() && s.sbx.Isolated(sb) {
-		spec.Hostname = sb.Name // its own UTS namespace: the host's name is not its business
 	}
 	if spec.Cgroups, err = s.sbx.SessionCgroups(sb, ss); err != nil { // limits.go
 		return sessiondir.Spec{}, err
@@ -138,6 +137,82 @@ func (s *Manager) specFor(sb registry.Sandbox, ss registry.Session, nsb *netpoli
 		return sessiondir.Spec{}, err
 	}
 	return spec, nil
+}
+
+// hostSpec is specFor's part for a sandbox that is not a pod: what the
+// shim's helper makes at this start (namespaces, binds, the user switch).
+func (s *Manager) hostSpec(sb registry.Sandbox, nsb *netpolicy.Sandbox, reqCwd string, spec *sessiondir.Spec) error {
+	var err error
+	if spec.Dir, spec.DirRoot, err = s.cwdFor(sb, reqCwd); err != nil {
+		return err
+	}
+	if nsb != nil {
+		spec.NetNS, spec.ResolvConf = nsb.NetNSPath, nsb.ResolvConfPath
+	}
+	if err := s.sbx.IsolateSpec(sb, spec); err != nil { // identity.go
+		return err
+	}
+	if spec.Binds, err = s.sbx.PrivateBinds(sb); err != nil { // privatetmp.go
+		return err
+	}
+	if s.sbx.IdentitiesEnabled() && s.sbx.Isolated(sb) {
+		spec.Hostname = sb.Name // its own UTS namespace: the host's name is not its business
+	}
+	return nil
+}
+
+// podSpec is specFor's part for a sandbox that is a pod: the command
+// joins pod (nothing is made at this start), as the sandbox's user
+// inside, in the cwd as the pod sees it (podCwd).
+func (s *Manager) podSpec(sb registry.Sandbox, pref *sessiondir.PodRef, req wire.CreateSession, spec *sessiondir.Spec) error {
+	if pref == nil {
+		return apierr.Unavailable("sandbox %q: its pod is not running", sb.Name)
+	}
+	var err error
+	if spec.Dir, err = podCwd(sb, req.Cwd); err != nil {
+		return err
+	}
+	return s.sbx.PodSpec(sb, pref, req.User, spec) // pods.go
+}
+
+// podWorkspace is where a pod's commands see its workspace (pod.WorkspacePath).
+const podWorkspace = sandboxes.PodWorkspace
+
+// podCwd is a spawn's cwd as sandbox sb's pod sees it: the workspace by
+// default, a relative cwd below it, an absolute one as the pod sees it
+// (a path below the workspace's host path is translated, for clients
+// that name it). A cwd in the workspace is checked beneath it from the
+// host for an early, clear error (as cwdFor does); any other is the
+// pod's own, which the join's chdir inside the pod checks as the
+// session's user (the host never opens it: the sandbox can change it).
+func podCwd(sb registry.Sandbox, reqCwd string) (string, error) {
+	if reqCwd == "" {
+		return podWorkspace, nil
+	}
+	cwd := reqCwd
+	if !filepath.IsAbs(cwd) {
+		if cwd = filepath.Join(sb.Workspace, cwd); !inDir(sb.Workspace, cwd) {
+			return "", apierr.Invalid("cwd %q leads out of the sandbox's workspace", reqCwd)
+		}
+	}
+	cwd = filepath.Clean(cwd)
+	if inDir(podWorkspace, cwd) && !inDir(sb.Workspace, cwd) {
+		rel, _ := filepath.Rel(podWorkspace, cwd)
+		cwd = filepath.Join(sb.Workspace, rel)
+	}
+	if !inDir(sb.Workspace, cwd) {
+		return cwd, nil
+	}
+	d, err := sessiondir.OpenDirBeneath(sb.Workspace, cwd)
+	if errors.Is(err, unix.EXDEV) {
+		return "", apierr.Invalid("cwd %q resolves outside the sandbox's workspace (a symlink or .. in it leads out)", reqCwd)
+	}
+	if err != nil {
+		return "", apierr.Invalid("cwd %q is not a directory", reqCwd)
+	}
+	d.Close()
+	rel, _ := filepath.Rel(sb.Workspace, cwd)
+	return filepath.Join(podWorkspace, rel), nil
 }
 
 // cwdFor resolves a spawn's cwd in sandbox sb: the directory, and the
@@ -299,7 +374,13 @@ func (s *Manager) prepareWarm(live registry.Sandbox, ss registry.Session, opts S
 	if !ok {
 		return nil, nil
 	}
-	spec, err := s.specFor(live, ss, nsb, opts)
+	var pref *sessiondir.PodRef
+	if sandboxes.InPod(live) {
+		if pref = s.sbx.PodReady(live); pref == nil {
+			return nil, nil
+		}
+	}
+	spec, err := s.specFor(live, ss, nsb, pref, opts)
 	if err != nil {
 		return nil, nil
 	}
@@ -371,8 +452,14 @@ func (s *Manager) startSpawned(ctx context.Context, ss registry.Session, sb regi
 		if nsb, err = s.sbx.NetFor(sctx, sb); err != nil {
 			return fail(err)
 		}
+		var pref *sessiondir.PodRef
+		if sandboxes.InPod(sb) {
+			if pref, err = s.sbx.PodFor(sctx, sb); err != nil { // pods.go: adopted or made again
+				return fail(err)
+			}
+		}
 		var spec sessiondir.Spec
-		if spec, err = s.specFor(sb, ss, nsb, opts); err != nil {
+		if spec, err = s.specFor(sb, ss, nsb, pref, opts); err != nil {
 			return fail(err)
 		}
 		st, err = s.startShim(sctx, s.Dir(ss), spec)

@@ -78,3 +78,56 @@ func Same(ns *os.File, tid int) error {
 	}
 	return nil
 }
+
+// StartWith is Start with prep run on the starting thread, after it
+// entered the namespace (when nsPath is not empty) and before the fork,
+// and the undo it returns run after the fork. prep may change what is the
+// thread's alone and the child inherits (the pod holder is forked from a
+// thread that unshared its mount namespace and mounted the holder's bind
+// sources in it; undo puts the thread back in its first one), so the
+// thread is never given back to the runtime: it ends with its goroutine
+// (the main thread cannot end: the runtime parks it for good), back in
+// the namespaces it had, so that it holds none of the child's alive.
+func StartWith(cmd *exec.Cmd, nsPath string, prep func() (undo func() error, err error)) error {
+	var ns *os.File
+	if nsPath != "" {
+		var err error
+		if ns, err = os.Open(nsPath); err != nil {
+			return fmt.Errorf("open netns: %w", err)
+		}
+		defer ns.Close()
+	}
+	errc := make(chan error, 1)
+	// This goroutine is owned by StartWith, which waits for it below.
+	go func() {
+		runtime.LockOSThread() // never unlocked: see above
+		if ns != nil {
+			orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+			if err != nil {
+				errc <- fmt.Errorf("open current netns: %w", err)
+				return
+			}
+			defer orig.Close()
+			if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+				errc <- fmt.Errorf("enter netns %s: %w", nsPath, err)
+				return
+			}
+			defer unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET)
+			if err := Same(ns, unix.Gettid()); err != nil {
+				errc <- err
+				return
+			}
+		}
+		undo, err := prep()
+		if err == nil {
+			err = cmd.Start()
+		}
+		if undo != nil {
+			if uerr := undo(); err == nil && uerr != nil {
+				err = uerr
+			}
+		}
+		errc <- err
+	}()
+	return <-errc
+}

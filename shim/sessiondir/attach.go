@@ -429,5 +429,5 @@ func JournalCode(err error) wire.Code {
 // WireExit converts a journal exit record to its wire form (the same JSON
 // shape).
 func WireExit(e journal.Exit) wire.Exit {
-	return wire.Exit{Reason: e.Reason, Code: e.Code, Signal: e.Signal, Detail: e.Detail, Lengths: e.Lengths, Time: e.Time, Terminated: e.Terminated, OOMKilled: e.OOMKilled, UnstoredBytes: e.UnstoredBytes}
+	return wire.Exit{Reason: e.Reason, Code: e.Code, Signal: e.Signal, Detail: e.Detail, Lengths: e.Lengths, Time: e.Time, Terminated: e.Terminated, OOMKilled: e.OOMKilled, UnstoredBytes: e.UnstoredBytes, Cause: e.Cause}
 }
