@@ -4,9 +4,10 @@
 // the sandbox's name names.
 //
 // Invariants:
-//   - Sandboxes never move. A sandbox name carries its runner
-//     ("<runner>-<rest>", client.NewName), so a name keeps its route
-//     whatever discovery says later.
+//   - A sandbox name carries its runner ("<runner>-<rest>",
+//     client.NewName), so a name keeps its route whatever discovery says
+//     later. Only a move (package client/fleet/move) changes it, and
+//     records the new route (SetRoute, moved.go).
 //   - Absence stays definitive. A runner that discovery no longer lists
 //     (down, NotReady, deleted) makes its sandboxes' calls
 //     *adapter.UnavailableError, never adapter.ErrNotFound: only the runner
@@ -24,7 +25,8 @@
 //
 // Files: fleet.go (the types, New and Close), discovery.go (refreshing
 // the set of runners), placement.go (picking a runner for a new sandbox),
-// routing.go (the adapter.Adapter methods, each sent to its runner).
+// routing.go (the adapter.Adapter methods, each sent to its runner),
+// moved.go (routes of moved sandboxes, the runners a move talks to).
 package fleet
 
 import (
@@ -120,6 +122,8 @@ type Pool struct {
 	mu      sync.Mutex // guards members, caps and the members' fields
 	members map[string]*member
 	caps    adapter.Capabilities // fixed at New
+	moved   map[string]string    // sandbox name -> runner it moved to (moved.go)
+	moving  map[string]bool      // sandboxes a move is archiving (moved.go)
 
 	stop      chan struct{}
 	done      chan struct{}

@@ -33,11 +33,12 @@ type listedOn string
 // route returns the adapter of the runner that holds name, or of the
 // runner h was listed on.
 func (p *Pool) route(name string, priv adapter.Private) (*client.Adapter, error) {
-	runner, _, ok := strings.Cut(name, "-")
+	p.mu.Lock()
+	runner, ok := p.runnerOfLocked(name) // moved.go
 	if on, isListed := priv.Value().(listedOn); isListed {
 		runner, ok = string(on), true
 	}
-	p.mu.Lock()
+	moving := p.moving[name]
 	m := p.members[runner]
 	var ad *client.Adapter
 	listed := false
@@ -50,6 +51,8 @@ func (p *Pool) route(name string, priv adapter.Private) (*client.Adapter, error)
 		// A runner this pool never saw: the name routes nowhere. It is
 		// invalid, never not_found (absence is the runner's to say).
 		return nil, &adapter.InvalidError{Detail: fmt.Sprintf("sandbox name %q carries no route of this fleet (want <runner>-<rest>)", name)}
+	case moving:
+		return nil, &adapter.UnavailableError{Detail: fmt.Sprintf("sandbox %s is being moved", name)}
 	case !listed:
 		return nil, &adapter.UnavailableError{Detail: fmt.Sprintf("runner %s of sandbox %s is not listed by discovery now", runner, name)}
 	case ad == nil:
@@ -72,8 +75,8 @@ func (p *Pool) Create(ctx context.Context, name string, opts adapter.CreateOptio
 	if _, err := p.route(name, adapter.Private{}); err != nil {
 		return adapter.Handle{}, err
 	}
-	runner, _, _ := strings.Cut(name, "-")
 	p.mu.Lock()
+	runner, _ := p.runnerOfLocked(name)
 	m := p.members[runner]
 	m.inflight++
 	p.mu.Unlock()
