@@ -174,11 +174,25 @@ func (m *Mover) Move(ctx context.Context, name, to string) (string, error) {
 		return "", fmt.Errorf("move %s: %w", name, err)
 	}
 	defer done()
+	// A target that has the name already is refused before the source is
+	// touched (restore checks again, under the same lease).
+	if _, err := dst.GetSandbox(ctx, name); err == nil {
+		return "", &adapter.InvalidError{Detail: fmt.Sprintf("move: runner %s holds a sandbox %s already", to, name)}
+	} else if !errors.Is(err, adapter.ErrNotFound) {
+		return "", fmt.Errorf("move %s: look on %s: %w", name, to, err)
+	}
 	start := time.Now()
 	man, err := m.archive(ctx, src, from, name)
 	if err != nil {
+		m.removeArchive(ctx, name)
 		return "", fmt.Errorf("move %s from %s: %w", name, from, err)
 	}
+	moved := false
+	defer func() {
+		if !moved || !m.opts.KeepArchive {
+			m.removeArchive(ctx, name)
+		}
+	}()
 	m.log.Info("move: archived", "sandbox", name, "from", from, "checkpoint_bytes", man.CheckpointBytes, "sessions_bytes", man.SessionsBytes, "took", time.Since(start))
 	if err := m.restore(ctx, dst, man); err != nil {
 		if errors.Is(err, errTargetHolds) {
@@ -199,17 +213,11 @@ func (m *Mover) Move(ctx context.Context, name, to string) (string, error) {
 		return "", fmt.Errorf("move %s: record route: %w", name, err)
 	}
 	m.pool.SetRoute(name, to)
+	moved = true // the target holds it: the archive is a copy now
 	if err := src.DeleteSandbox(ctx, name); err != nil {
 		// The route names the target; Drain of the source removes the
 		// copy left there (its route names another runner).
 		return to, fmt.Errorf("move %s: moved to %s, but removing the copy on %s failed: %w", name, to, from, err)
-	}
-	if !m.opts.KeepArchive {
-		for _, obj := range []string{"manifest.json", "checkpoint", "sessions.tar"} {
-			if err := m.store.remove(ctx, m.objKey(name, obj)); err != nil {
-				m.log.Warn("move: remove archive object", "sandbox", name, "object", obj, "err", err)
-			}
-		}
 	}
 	m.log.Info("move: done", "sandbox", name, "from", from, "to", to, "took", time.Since(start))
 	return to, nil
@@ -328,6 +336,16 @@ func (m *Mover) restore(ctx context.Context, dst *client.Client, man Manifest) e
 		return fmt.Errorf("import sessions: %w", err)
 	}
 	return nil
+}
+
+// removeArchive removes the archive objects of name (a failed move's, or
+// a finished one's unless Options.KeepArchive); failures are logged.
+func (m *Mover) removeArchive(ctx context.Context, name string) {
+	for _, obj := range []string{"manifest.json", "checkpoint", "sessions.tar"} {
+		if err := m.store.remove(context.WithoutCancel(ctx), m.objKey(name, obj)); err != nil {
+			m.log.Warn("move: remove archive object", "sandbox", name, "object", obj, "err", err)
+		}
+	}
 }
 
 // errTargetHolds is restore's refusal of a target that has the name.

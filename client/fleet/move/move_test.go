@@ -241,6 +241,36 @@ func TestMove(t *testing.T) {
 		}
 	})
 
+	t.Run("target holds the name", func(t *testing.T) {
+		// A sandbox of the same name on the target is not the move's to
+		// overwrite or remove: refused, both left as they were.
+		const twin = "ra-twin"
+		if _, err := ca.CreateSandbox(ctx, wire.CreateSandbox{Name: twin}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cb.CreateSandbox(ctx, wire.CreateSandbox{Name: twin}); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := cb.Exec(ctx, twin, wire.Exec{Argv: []string{"sh", "-c", "echo mine > own.txt"}}); err != nil || res.Exit.Code != 0 {
+			t.Fatalf("write on the target's twin: %v %+v", err, res.Exit)
+		}
+		if _, err := mv.Move(ctx, twin, "rb"); !errors.Is(err, adapter.ErrInvalid) {
+			t.Fatalf("Move onto a runner holding the name: got %v, want invalid", err)
+		}
+		res, err := cb.Exec(ctx, twin, wire.Exec{Argv: []string{"cat", "own.txt"}})
+		if err != nil || string(res.Stdout) != "mine\n" {
+			t.Fatalf("the target's twin after the refused move: %q %v, want its own file", res.Stdout, err)
+		}
+		if sb, err := ca.GetSandbox(ctx, twin); err != nil || sb.State != wire.SandboxRunning {
+			t.Fatalf("the source's twin after the refused move: %+v %v, want untouched (running)", sb, err)
+		}
+		for _, c := range []*client.Client{ca, cb} {
+			if err := c.DeleteSandbox(ctx, twin); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+
 	before, _ := os.ReadDir(filepath.Join(ra.state, "s"))
 	ownDirs := len(before) - len(box.sessions)
 	start := time.Now()
