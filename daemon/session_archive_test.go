@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -73,6 +74,9 @@ func TestSessionArchive(t *testing.T) {
 		b.must("GET", "/v1/sandboxes/mv/sessions/"+want.ID, nil, 200, &s)
 		if s.State != want.State || s.Exit == nil || s.Exit.Reason != want.Exit.Reason || s.Exit.Code != want.Exit.Code || s.Exit.Signal != want.Exit.Signal || s.TTY != want.TTY {
 			t.Fatalf("session %s on B: got %+v exit %+v, want %+v exit %+v", want.ID, s, s.Exit, want, want.Exit)
+		}
+		if !s.Exit.Time.Equal(want.Exit.Time) || !maps.Equal(s.Exit.Lengths, want.Exit.Lengths) || !s.StartedAt.Equal(want.StartedAt) {
+			t.Fatalf("session %s on B: exit %+v started %s, want exit %+v started %s", want.ID, s.Exit, s.StartedAt, want.Exit, want.StartedAt)
 		}
 		for _, st := range []string{"stdout", "stderr"} {
 			if want.TTY && st == "stderr" {

@@ -31,6 +31,7 @@ import (
 	"github.com/agentrunner/runner/daemon/apierr"
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/journal"
+	"github.com/agentrunner/runner/shim/sessiondir"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -420,8 +421,8 @@ func writeEntry(staging, rel string, r io.Reader, size int64) error {
 }
 
 // checkImported opens the journal written for im: it must read, have
-// ended with exactly the manifest's exit, and carry the streams of the
-// session's request.
+// ended as the manifest says (reason, code, signal), and carry the streams
+// of the session's request, whole. The record takes the journal's exit.
 func checkImported(im *imported) error {
 	if im.files == 0 {
 		return apierr.Invalid("session archive: no journal for session %q", im.a.ID)
@@ -439,6 +440,10 @@ func checkImported(im *imported) error {
 	if e.Reason != want.Reason || e.Code != want.Code || e.Signal != want.Signal {
 		return apierr.Invalid("session archive: session %q's record says %s %d/%d, its journal %s %d/%d", im.a.ID, want.Reason, want.Code, want.Signal, e.Reason, e.Code, e.Signal)
 	}
+	// The record's exit is the journal's own (the truth a reader of this
+	// runnerd compares against), never the manifest's other fields.
+	we := sessiondir.WireExit(e)
+	im.a.Exit, im.a.State = &we, endedState(we)
 	if got, wantS := slices.Sorted(slices.Values(j.Streams())), slices.Sorted(slices.Values(StreamsOf(im.a.Request.TTY))); !slices.Equal(got, wantS) {
 		return apierr.Invalid("session archive: session %q's journal has streams %v, its request %v", im.a.ID, got, wantS)
 	}
