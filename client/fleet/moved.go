@@ -18,7 +18,8 @@ import (
 
 // SetRoute routes sandbox name to runner from now on (a record of a
 // finished move). A route to the runner the name names is the default and
-// is dropped.
+// is dropped. runner "" records a sandbox archived in a bucket, on no
+// runner: its calls answer *adapter.UnavailableError until it is restored.
 func (p *Pool) SetRoute(name, runner string) {
 	own, _, _ := strings.Cut(name, "-")
 	p.mu.Lock()
@@ -34,8 +35,8 @@ func (p *Pool) SetRoute(name, runner string) {
 }
 
 // RunnerOf returns the runner that holds sandbox name: the route a move
-// recorded, else the runner its name names. ok is false for a name that
-// carries no route.
+// recorded ("" for an archived sandbox), else the runner its name names.
+// ok is false for a name that carries no route.
 func (p *Pool) RunnerOf(name string) (runner string, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -47,6 +47,8 @@ func (p *Pool) route(name string, priv adapter.Private) (*client.Adapter, error)
 	}
 	p.mu.Unlock()
 	switch {
+	case ok && runner == "":
+		return nil, &adapter.UnavailableError{Detail: fmt.Sprintf("sandbox %s is archived in the fleet's bucket, on no runner: restore it to one", name)}
 	case !ok || m == nil:
 		// A runner this pool never saw: the name routes nowhere. It is
 		// invalid, never not_found (absence is the runner's to say).

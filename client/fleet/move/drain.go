@@ -93,8 +93,16 @@ func (m *Mover) Drain(ctx context.Context, runner string) (DrainReport, error) {
 	return rep, nil
 }
 
-// holds checks that runner holds sandbox name.
+// holds checks that runner holds sandbox name ("": that the bucket holds
+// its archive).
 func (m *Mover) holds(ctx context.Context, runner, name string) error {
+	if runner == "" {
+		var man Manifest
+		if _, err := m.store.getJSON(ctx, m.objKey(name, "manifest.json"), &man); err != nil {
+			return fmt.Errorf("check the archive the route names: %w", err)
+		}
+		return nil
+	}
 	c, err := m.pool.Client(runner)
 	if err != nil {
 		return fmt.Errorf("check the copy on %s, which the route names: %w", runner, err)

@@ -26,8 +26,14 @@
 //   - Credentials never print (Credentials' String/Format) and never reach
 //     an error or a log line.
 //
+// Archive and Restore split a move in two: the sandbox is archived (parked,
+// in the bucket, removed from its runner; its route names no runner and
+// the pool answers it unavailable) and later restored on any runner of
+// the fleet, under the same lease and route rules.
+//
 // Files: bucket.go (the Store: credentials, objects, error mapping),
-// lease.go (the lease), move.go (Mover and Move), drain.go (Drain, routes).
+// lease.go (the lease), move.go (Mover and Move), archive.go (Archive,
+// Restore), drain.go (Drain, routes).
 package move
 
 import (
@@ -108,7 +114,8 @@ type Manifest struct {
 	Archived        time.Time          `json:"archived"`
 }
 
-// Route records where a moved sandbox lives: PREFIX/routes/NAME.
+// Route records where a moved sandbox lives: PREFIX/routes/NAME. Runner
+// "" says it is archived, on no runner (Archive, Restore).
 type Route struct {
 	Sandbox string    `json:"sandbox"`
 	Runner  string    `json:"runner"`
@@ -132,6 +139,9 @@ func (m *Mover) Move(ctx context.Context, name, to string) (string, error) {
 	from, ok := m.pool.RunnerOf(name)
 	if !ok {
 		return "", &adapter.InvalidError{Detail: fmt.Sprintf("move: sandbox name %q carries no route of this fleet", name)}
+	}
+	if from == "" {
+		return "", &adapter.InvalidError{Detail: fmt.Sprintf("move: sandbox %s is archived, on no runner: Restore it", name)}
 	}
 	if to == "" {
 		var err error
@@ -361,7 +371,7 @@ func (m *Mover) syncRoute(ctx context.Context, name string) error {
 		return nil
 	case err != nil:
 		return fmt.Errorf("read route: %w", err)
-	case r.Sandbox != name || r.Runner == "":
+	case r.Sandbox != name:
 		return &adapter.InvalidError{Detail: fmt.Sprintf("move: the route of %s names %q on %q", name, r.Sandbox, r.Runner)}
 	}
 	m.pool.SetRoute(name, r.Runner)

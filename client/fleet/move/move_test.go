@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -138,7 +139,7 @@ func checkArrived(t *testing.T, ctx context.Context, c *client.Client, box parke
 	if _, err := c.Resume(ctx, box.name); err != nil {
 		t.Fatalf("resume %s on the target: %v", box.name, err)
 	}
-	res, err := c.Exec(ctx, box.name, wire.Exec{ID: "check", Argv: []string{"cat", "data.bin"}})
+	res, err := c.Exec(ctx, box.name, wire.Exec{Argv: []string{"cat", "data.bin"}})
 	if err != nil || res.Exit.Code != 0 {
 		t.Fatalf("read the file on the target: %v %+v", err, res.Exit)
 	}
@@ -306,6 +307,44 @@ func TestMove(t *testing.T) {
 	if keys := st.Keys(ctx, t); len(keys) != 1 || keys[0] != "routes/"+box.name {
 		t.Fatalf("bucket after the move: %v, want only the route", keys)
 	}
+
+	t.Run("archive and restore", func(t *testing.T) {
+		// Parked and archived: on no runner, only in the bucket.
+		if _, err := cb.Suspend(ctx, box.name); err != nil {
+			t.Fatal(err)
+		}
+		if err := mv.Archive(ctx, box.name); err != nil {
+			t.Fatalf("Archive: %v", err)
+		}
+		if _, err := cb.GetSandbox(ctx, box.name); !errors.Is(err, adapter.ErrNotFound) {
+			t.Fatalf("%s on rb after Archive: got %v, want not_found", box.name, err)
+		}
+		if _, err := pool.Get(ctx, box.name); !errors.Is(err, adapter.ErrUnavailable) {
+			t.Fatalf("pool.Get of an archived sandbox: got %v, want unavailable (never not_found)", err)
+		}
+		if _, err := mv.Move(ctx, box.name, "ra"); !errors.Is(err, adapter.ErrInvalid) {
+			t.Fatalf("Move of an archived sandbox: got %v, want invalid", err)
+		}
+		want := []string{"routes/" + box.name, "sandboxes/" + box.name + "/checkpoint", "sandboxes/" + box.name + "/manifest.json", "sandboxes/" + box.name + "/sessions.tar"}
+		if keys := st.Keys(ctx, t); !slices.Equal(keys, want) {
+			t.Fatalf("bucket after Archive: %v, want %v", keys, want)
+		}
+		// Any runner of the fleet restores it: here the one it was made on.
+		to, err := mv.Restore(ctx, box.name, "ra")
+		if err != nil || to != "ra" {
+			t.Fatalf("Restore: %q, %v", to, err)
+		}
+		checkArrived(t, ctx, ca, box)
+		if r, _ := pool.RunnerOf(box.name); r != "ra" {
+			t.Fatalf("the pool routes %s to %q after Restore, want ra", box.name, r)
+		}
+		if _, err := mv.Restore(ctx, box.name, "rb"); !errors.Is(err, adapter.ErrInvalid) {
+			t.Fatalf("Restore of a sandbox on a runner: got %v, want invalid", err)
+		}
+		if keys := st.Keys(ctx, t); len(keys) != 1 || keys[0] != "routes/"+box.name {
+			t.Fatalf("bucket after Restore: %v, want only the route", keys)
+		}
+	})
 	if _, err := ca.Terminate(ctx, busy, run.ID, 0); err != nil {
 		t.Fatal(err)
 	}
