@@ -93,6 +93,11 @@ type Options struct {
 	Refresh time.Duration
 	// Logger receives refresh failures; nil discards them.
 	Logger *slog.Logger
+	// Routes, when set, is where moved sandboxes' routes are recorded
+	// (package client/fleet/move's Store): a runner's not_found for a
+	// name is checked against it before it is returned, and a destroy
+	// reads it first (moved.go).
+	Routes RouteSource
 }
 
 // member is one runner the pool has seen. Its fields are guarded by

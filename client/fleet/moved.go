@@ -9,6 +9,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -104,4 +105,49 @@ func (p *Pool) Pick(_ context.Context, skip ...string) (string, error) {
 	m.placed++ // the move's create counts until the next report
 	p.mu.Unlock()
 	return m.name, nil
+}
+
+// RouteSource is where the routes of moved sandboxes are recorded, read
+// when a runner answers not_found (another process may have moved the
+// sandbox) and before a destroy. Route returns the runner that holds name
+// ("" when it is archived on no runner), ok false when no move recorded
+// one.
+type RouteSource interface {
+	Route(ctx context.Context, name string) (runner string, ok bool, err error)
+}
+
+// syncRoute sets name's route from Options.Routes, when set. Failing to
+// read it is unavailable: the pool cannot say where the sandbox is.
+func (p *Pool) syncRoute(ctx context.Context, name string) error {
+	if p.opts.Routes == nil {
+		return nil
+	}
+	r, ok, err := p.opts.Routes.Route(ctx, name)
+	if err != nil {
+		return &adapter.UnavailableError{Detail: fmt.Sprintf("read the route of sandbox %s: %v", name, err)}
+	}
+	if ok {
+		p.SetRoute(name, r)
+	}
+	return nil
+}
+
+// settle checks a runner's not_found for name against Options.Routes:
+// only the runner that holds a sandbox can say it is gone. When the route
+// names another runner (a move this pool did not make), the pool routes
+// there from now on and answers unavailable, so the caller's retry
+// reaches it; when the route cannot be read, unavailable too. Any other
+// error, and not_found confirmed by the route, pass as they are.
+func (p *Pool) settle(ctx context.Context, name string, err error) error {
+	if err == nil || p.opts.Routes == nil || !errors.Is(err, adapter.ErrNotFound) {
+		return err
+	}
+	before, _ := p.RunnerOf(name)
+	if serr := p.syncRoute(ctx, name); serr != nil {
+		return serr
+	}
+	if now, _ := p.RunnerOf(name); now != before {
+		return &adapter.UnavailableError{Detail: fmt.Sprintf("sandbox %s moved from %s to %q; retry", name, before, now)}
+	}
+	return err
 }

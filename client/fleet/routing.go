@@ -91,7 +91,8 @@ func (p *Pool) Get(ctx context.Context, name string) (adapter.Handle, error) {
 	if err != nil {
 		return adapter.Handle{}, err
 	}
-	return ad.Get(ctx, name)
+	h, err := ad.Get(ctx, name)
+	return h, p.settle(ctx, name, err) // moved.go
 }
 
 // List implements adapter.Adapter: every runner the pool has seen, in
@@ -139,6 +140,11 @@ func (p *Pool) List(ctx context.Context, opts adapter.ListOptions) (adapter.Page
 
 // Destroy implements adapter.Adapter.
 func (p *Pool) Destroy(ctx context.Context, h adapter.Handle) error {
+	// A destroy of an absent sandbox succeeds: the route is read first,
+	// so a moved sandbox's destroy never ends at its old runner.
+	if err := p.syncRoute(ctx, h.Name); err != nil { // moved.go
+		return err
+	}
 	ad, err := p.routeH(h)
 	if err != nil {
 		return err
@@ -152,7 +158,8 @@ func (p *Pool) Exec(ctx context.Context, h adapter.Handle, c adapter.Command) (a
 	if err != nil {
 		return adapter.Result{}, err
 	}
-	return ad.Exec(ctx, h, c)
+	res, err := ad.Exec(ctx, h, c)
+	return res, p.settle(ctx, h.Name, err)
 }
 
 // Spawn implements adapter.Adapter.
@@ -161,7 +168,8 @@ func (p *Pool) Spawn(ctx context.Context, h adapter.Handle, c adapter.Command, o
 	if err != nil {
 		return nil, err
 	}
-	return ad.Spawn(ctx, h, c, opts)
+	st, err := ad.Spawn(ctx, h, c, opts)
+	return st, p.settle(ctx, h.Name, err)
 }
 
 // Attach implements adapter.Adapter.
@@ -170,7 +178,8 @@ func (p *Pool) Attach(ctx context.Context, h adapter.Handle, id string, from ada
 	if err != nil {
 		return nil, err
 	}
-	return ad.Attach(ctx, h, id, from)
+	st, err := ad.Attach(ctx, h, id, from)
+	return st, p.settle(ctx, h.Name, err)
 }
 
 // Sessions implements adapter.Adapter.
@@ -179,7 +188,8 @@ func (p *Pool) Sessions(ctx context.Context, h adapter.Handle) ([]adapter.Sessio
 	if err != nil {
 		return nil, err
 	}
-	return ad.Sessions(ctx, h)
+	ss, err := ad.Sessions(ctx, h)
+	return ss, p.settle(ctx, h.Name, err)
 }
 
 // WriteStdin implements adapter.Adapter.
@@ -188,7 +198,7 @@ func (p *Pool) WriteStdin(ctx context.Context, h adapter.Handle, id string, b []
 	if err != nil {
 		return err
 	}
-	return ad.WriteStdin(ctx, h, id, b)
+	return p.settle(ctx, h.Name, ad.WriteStdin(ctx, h, id, b))
 }
 
 // CloseStdin implements adapter.Adapter.
@@ -197,7 +207,7 @@ func (p *Pool) CloseStdin(ctx context.Context, h adapter.Handle, id string) erro
 	if err != nil {
 		return err
 	}
-	return ad.CloseStdin(ctx, h, id)
+	return p.settle(ctx, h.Name, ad.CloseStdin(ctx, h, id))
 }
 
 // Resize implements adapter.Adapter.
@@ -206,7 +216,7 @@ func (p *Pool) Resize(ctx context.Context, h adapter.Handle, id string, size ada
 	if err != nil {
 		return err
 	}
-	return ad.Resize(ctx, h, id, size)
+	return p.settle(ctx, h.Name, ad.Resize(ctx, h, id, size))
 }
 
 // TerminateSession implements adapter.Adapter.
@@ -215,7 +225,8 @@ func (p *Pool) TerminateSession(ctx context.Context, h adapter.Handle, id string
 	if err != nil {
 		return adapter.Exit{}, err
 	}
-	return ad.TerminateSession(ctx, h, id, grace)
+	ex, err := ad.TerminateSession(ctx, h, id, grace)
+	return ex, p.settle(ctx, h.Name, err)
 }
 
 // Suspend implements adapter.Adapter.
@@ -224,7 +235,7 @@ func (p *Pool) Suspend(ctx context.Context, h adapter.Handle) error {
 	if err != nil {
 		return err
 	}
-	return ad.Suspend(ctx, h)
+	return p.settle(ctx, h.Name, ad.Suspend(ctx, h))
 }
 
 // Resume implements adapter.Adapter.
@@ -233,7 +244,7 @@ func (p *Pool) Resume(ctx context.Context, h adapter.Handle) error {
 	if err != nil {
 		return err
 	}
-	return ad.Resume(ctx, h)
+	return p.settle(ctx, h.Name, ad.Resume(ctx, h))
 }
 
 // Checkpoint implements adapter.Adapter: runnerd does not checkpoint.
@@ -252,7 +263,7 @@ func (p *Pool) SetNetworkPolicy(ctx context.Context, h adapter.Handle, np adapte
 	if err != nil {
 		return err
 	}
-	return ad.SetNetworkPolicy(ctx, h, np)
+	return p.settle(ctx, h.Name, ad.SetNetworkPolicy(ctx, h, np))
 }
 
 // PublicURL implements adapter.Adapter.
@@ -261,5 +272,6 @@ func (p *Pool) PublicURL(ctx context.Context, h adapter.Handle, port int) (strin
 	if err != nil {
 		return "", err
 	}
-	return ad.PublicURL(ctx, h, port)
+	u, err := ad.PublicURL(ctx, h, port)
+	return u, p.settle(ctx, h.Name, err)
 }

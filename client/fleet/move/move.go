@@ -364,19 +364,34 @@ var errTargetHolds = errors.New("target holds the sandbox's name")
 // syncRoute sets the pool's route of name from the bucket's record, when
 // there is one.
 func (m *Mover) syncRoute(ctx context.Context, name string) error {
-	var r Route
-	_, err := m.store.getJSON(ctx, m.store.key("routes", name), &r)
-	switch {
-	case errors.Is(err, errNoObject):
-		return nil
-	case err != nil:
-		return fmt.Errorf("read route: %w", err)
-	case r.Sandbox != name:
-		return &adapter.InvalidError{Detail: fmt.Sprintf("move: the route of %s names %q on %q", name, r.Sandbox, r.Runner)}
+	r, ok, err := m.store.Route(ctx, name)
+	if err != nil {
+		return err
 	}
-	m.pool.SetRoute(name, r.Runner)
+	if ok {
+		m.pool.SetRoute(name, r)
+	}
 	return nil
 }
+
+// Route returns the runner the bucket's route record of sandbox name
+// names ("" while it is archived), ok false when no move recorded one. A
+// Store is the pool's fleet.RouteSource (fleet.Options.Routes).
+func (s *Store) Route(ctx context.Context, name string) (string, bool, error) {
+	var r Route
+	_, err := s.getJSON(ctx, s.key("routes", name), &r)
+	switch {
+	case errors.Is(err, errNoObject):
+		return "", false, nil
+	case err != nil:
+		return "", false, fmt.Errorf("read route: %w", err)
+	case r.Sandbox != name:
+		return "", false, &adapter.InvalidError{Detail: fmt.Sprintf("move: the route of %s names %q", name, r.Sandbox)}
+	}
+	return r.Runner, true, nil
+}
+
+var _ fleet.RouteSource = (*Store)(nil)
 
 // download streams key, which must hold size bytes, into imp.
 func (m *Mover) download(ctx context.Context, key string, size int64, imp func(io.Reader) error) error {

@@ -307,6 +307,23 @@ func TestMove(t *testing.T) {
 	if keys := st.Keys(ctx, t); len(keys) != 1 || keys[0] != "routes/"+box.name {
 		t.Fatalf("bucket after the move: %v, want only the route", keys)
 	}
+	// A control plane that never loaded the routes: ra's not_found is
+	// checked against the bucket's route (unavailable, retry), and the
+	// retry reaches rb; never not_found for a sandbox that lives.
+	pool3, err := fleet.New(ctx, fleet.Static{{Name: "ra", URL: ra.url(), Token: token}, {Name: "rb", URL: rb.url(), Token: token}}, fleet.Options{Refresh: -1, Routes: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool3.Close()
+	if _, err := pool3.Get(ctx, box.name); !errors.Is(err, adapter.ErrUnavailable) {
+		t.Fatalf("a stale pool's first Get(%s): got %v, want unavailable (moved; retry)", box.name, err)
+	}
+	if _, err := pool3.Get(ctx, box.name); err != nil {
+		t.Fatalf("a stale pool's retry of Get(%s): %v", box.name, err)
+	}
+	if _, err := pool3.Get(ctx, "ra-nosuch"); !errors.Is(err, adapter.ErrNotFound) {
+		t.Fatalf("Get of a sandbox no route names: got %v, want not_found", err)
+	}
 
 	t.Run("archive and restore", func(t *testing.T) {
 		// Parked and archived: on no runner, only in the bucket.
@@ -321,6 +338,16 @@ func TestMove(t *testing.T) {
 		}
 		if _, err := pool.Get(ctx, box.name); !errors.Is(err, adapter.ErrUnavailable) {
 			t.Fatalf("pool.Get of an archived sandbox: got %v, want unavailable (never not_found)", err)
+		}
+		// A pool that never heard of the archive: its destroy reads the
+		// route first and never "succeeds" at a runner that lacks it.
+		fresh, err := fleet.New(ctx, fleet.Static{{Name: "ra", URL: ra.url(), Token: token}, {Name: "rb", URL: rb.url(), Token: token}}, fleet.Options{Refresh: -1, Routes: st})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fresh.Close()
+		if err := fresh.Destroy(ctx, adapter.Handle{Name: box.name}); !errors.Is(err, adapter.ErrUnavailable) {
+			t.Fatalf("a fresh pool's Destroy of an archived sandbox: got %v, want unavailable", err)
 		}
 		if _, err := mv.Move(ctx, box.name, "ra"); !errors.Is(err, adapter.ErrInvalid) {
 			t.Fatalf("Move of an archived sandbox: got %v, want invalid", err)
