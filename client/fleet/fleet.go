@@ -11,7 +11,9 @@
 //   - Absence stays definitive. A runner that discovery no longer lists
 //     (down, NotReady, deleted) makes its sandboxes' calls
 //     *adapter.UnavailableError, never adapter.ErrNotFound: only the runner
-//     itself can say a sandbox is gone.
+//     itself can say a sandbox is gone. With Options.Routes, a runner's
+//     not_found is checked against the recorded routes of moved sandboxes
+//     first (moved.go).
 //   - Placement is power of two choices over the runners discovery lists,
 //     by each one's reported free capacity (GET /v1/capacity) less the
 //     placements this pool has in flight or made since that report. A

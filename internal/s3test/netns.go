@@ -11,6 +11,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// This file is client/fleet/k8s/apiservertest's netns.go: a test helper
+// of another package's, unexported there, kept in step by hand.
+
 // netns is a network namespace of the test's own, held by an open file
 // (no name under /var/run/netns: nothing outside the test finds it). Its
 // only interface is loopback, brought up.
