@@ -230,8 +230,21 @@ func (s *Store) get(ctx context.Context, key string) (*minio.Object, minio.Objec
 // maxJSON bounds a manifest, route or lease object read into memory.
 const maxJSON = 1 << 20
 
-// getJSON reads key's JSON into v and returns its ETag.
+// getJSON reads key's JSON into v and returns its ETag. The client reads
+// an object's body conditional on the ETag its first answer gave, so an
+// object rewritten in between (a lease taken over) is precondition
+// failed: read again.
 func (s *Store) getJSON(ctx context.Context, key string, v any) (string, error) {
+	for attempt := 0; ; attempt++ {
+		etag, err := s.getJSONOnce(ctx, key, v)
+		if errors.Is(err, errPrecondition) && attempt < 8 {
+			continue
+		}
+		return etag, err
+	}
+}
+
+func (s *Store) getJSONOnce(ctx context.Context, key string, v any) (string, error) {
 	obj, info, err := s.get(ctx, key)
 	if err != nil {
 		return "", err

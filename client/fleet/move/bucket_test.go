@@ -169,4 +169,30 @@ func TestLeaseOneMover(t *testing.T) {
 	if err := st.Release(ctx, newer); err != nil {
 		t.Fatal(err)
 	}
+
+	// Eight movers find the same lease expired at once: the takeover is
+	// conditional on its ETag (If-Match), so exactly one wins.
+	if _, err := st.Acquire(ctx, move.Lease{Sandbox: "ra-race", Holder: "dead"}, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	for i := range n {
+		wg.Go(func() {
+			leases[i], errs[i] = st.Acquire(ctx, move.Lease{Sandbox: "ra-race", Holder: fmt.Sprintf("taker-%d", i)}, time.Hour)
+		})
+	}
+	wg.Wait()
+	won := 0
+	for i, err := range errs {
+		var held *move.LeaseHeldError
+		switch {
+		case err == nil:
+			won++
+		case !errors.As(err, &held):
+			t.Fatalf("taker %d: got %v, want *LeaseHeldError", i, err)
+		}
+	}
+	if won != 1 {
+		t.Fatalf("%d movers took over the expired lease, want 1 (errors %v)", won, errs)
+	}
 }
