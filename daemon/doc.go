@@ -46,7 +46,8 @@
 // against the host's other runnerds before any manager exists,
 // managers.go is what the managers get of Config. The handlers decode,
 // call the managers and encode: sandboxroutes.go (the sandbox routes),
-// sessionroutes.go (the session routes and exec); the streaming ones
+// sessionroutes.go (the session routes and exec), sessionarchive.go (a
+// sandbox's ended sessions out and in, for a move); the streaming ones
 // (attach.go, streams.go) frame a session's journal readers for a
 // WebSocket or a chunked body.
 // capacity.go admits creates under the host's capacity, requests.go logs

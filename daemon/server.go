@@ -84,6 +84,8 @@ func (s *server) routes() {
 	m.HandleFunc("POST /v1/sandboxes/{name}/checkpoints/{id}/restore", s.scoped(s.handleRestore))
 	m.HandleFunc("GET /v1/sandboxes/{name}/checkpoints/{id}/archive", s.scoped(s.handleExportCheckpoint))
 	m.HandleFunc("POST /v1/sandboxes/{name}/checkpoints/import", s.scoped(s.handleImportCheckpoint))
+	m.HandleFunc("GET /v1/sandboxes/{name}/session-archive", s.scoped(s.handleExportSessions))  // sessionarchive.go
+	m.HandleFunc("POST /v1/sandboxes/{name}/session-archive", s.scoped(s.handleImportSessions)) // sessionarchive.go
 
 	m.HandleFunc("POST /v1/sandboxes/{name}/sessions", s.scoped(s.admitSession(s.handleCreateSession)))
 	m.HandleFunc("GET /v1/sandboxes/{name}/sessions", s.scoped(s.handleListSessions))

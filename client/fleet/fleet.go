@@ -4,13 +4,16 @@
 // the sandbox's name names.
 //
 // Invariants:
-//   - Sandboxes never move. A sandbox name carries its runner
-//     ("<runner>-<rest>", client.NewName), so a name keeps its route
-//     whatever discovery says later.
+//   - A sandbox name carries its runner ("<runner>-<rest>",
+//     client.NewName), so a name keeps its route whatever discovery says
+//     later. Only a move (package client/fleet/move) changes it, and
+//     records the new route (SetRoute, moved.go).
 //   - Absence stays definitive. A runner that discovery no longer lists
 //     (down, NotReady, deleted) makes its sandboxes' calls
 //     *adapter.UnavailableError, never adapter.ErrNotFound: only the runner
-//     itself can say a sandbox is gone.
+//     itself can say a sandbox is gone. With Options.Routes, a runner's
+//     not_found is checked against the recorded routes of moved sandboxes
+//     first (moved.go).
 //   - Placement is power of two choices over the runners discovery lists,
 //     by each one's reported free capacity (GET /v1/capacity) less the
 //     placements this pool has in flight or made since that report. A
@@ -24,7 +27,8 @@
 //
 // Files: fleet.go (the types, New and Close), discovery.go (refreshing
 // the set of runners), placement.go (picking a runner for a new sandbox),
-// routing.go (the adapter.Adapter methods, each sent to its runner).
+// routing.go (the adapter.Adapter methods, each sent to its runner),
+// moved.go (routes of moved sandboxes, the runners a move talks to).
 package fleet
 
 import (
@@ -91,6 +95,11 @@ type Options struct {
 	Refresh time.Duration
 	// Logger receives refresh failures; nil discards them.
 	Logger *slog.Logger
+	// Routes, when set, is where moved sandboxes' routes are recorded
+	// (package client/fleet/move's Store): a runner's not_found for a
+	// name is checked against it before it is returned, and a destroy
+	// reads it first (moved.go).
+	Routes RouteSource
 }
 
 // member is one runner the pool has seen. Its fields are guarded by
@@ -120,6 +129,8 @@ type Pool struct {
 	mu      sync.Mutex // guards members, caps and the members' fields
 	members map[string]*member
 	caps    adapter.Capabilities // fixed at New
+	moved   map[string]string    // sandbox name -> runner it moved to (moved.go)
+	moving  map[string]bool      // sandboxes a move is archiving (moved.go)
 
 	stop      chan struct{}
 	done      chan struct{}

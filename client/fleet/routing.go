@@ -33,11 +33,12 @@ type listedOn string
 // route returns the adapter of the runner that holds name, or of the
 // runner h was listed on.
 func (p *Pool) route(name string, priv adapter.Private) (*client.Adapter, error) {
-	runner, _, ok := strings.Cut(name, "-")
+	p.mu.Lock()
+	runner, ok := p.runnerOfLocked(name) // moved.go
 	if on, isListed := priv.Value().(listedOn); isListed {
 		runner, ok = string(on), true
 	}
-	p.mu.Lock()
+	moving := p.moving[name]
 	m := p.members[runner]
 	var ad *client.Adapter
 	listed := false
@@ -46,10 +47,14 @@ func (p *Pool) route(name string, priv adapter.Private) (*client.Adapter, error)
 	}
 	p.mu.Unlock()
 	switch {
+	case ok && runner == "":
+		return nil, &adapter.UnavailableError{Detail: fmt.Sprintf("sandbox %s is archived in the fleet's bucket, on no runner: restore it to one", name)}
 	case !ok || m == nil:
 		// A runner this pool never saw: the name routes nowhere. It is
 		// invalid, never not_found (absence is the runner's to say).
 		return nil, &adapter.InvalidError{Detail: fmt.Sprintf("sandbox name %q carries no route of this fleet (want <runner>-<rest>)", name)}
+	case moving:
+		return nil, &adapter.UnavailableError{Detail: fmt.Sprintf("sandbox %s is being moved", name)}
 	case !listed:
 		return nil, &adapter.UnavailableError{Detail: fmt.Sprintf("runner %s of sandbox %s is not listed by discovery now", runner, name)}
 	case ad == nil:
@@ -72,8 +77,8 @@ func (p *Pool) Create(ctx context.Context, name string, opts adapter.CreateOptio
 	if _, err := p.route(name, adapter.Private{}); err != nil {
 		return adapter.Handle{}, err
 	}
-	runner, _, _ := strings.Cut(name, "-")
 	p.mu.Lock()
+	runner, _ := p.runnerOfLocked(name)
 	m := p.members[runner]
 	m.inflight++
 	p.mu.Unlock()
@@ -86,7 +91,8 @@ func (p *Pool) Get(ctx context.Context, name string) (adapter.Handle, error) {
 	if err != nil {
 		return adapter.Handle{}, err
 	}
-	return ad.Get(ctx, name)
+	h, err := ad.Get(ctx, name)
+	return h, p.settle(ctx, name, err) // moved.go
 }
 
 // List implements adapter.Adapter: every runner the pool has seen, in
@@ -134,6 +140,11 @@ func (p *Pool) List(ctx context.Context, opts adapter.ListOptions) (adapter.Page
 
 // Destroy implements adapter.Adapter.
 func (p *Pool) Destroy(ctx context.Context, h adapter.Handle) error {
+	// A destroy of an absent sandbox succeeds: the route is read first,
+	// so a moved sandbox's destroy never ends at its old runner.
+	if err := p.syncRoute(ctx, h.Name); err != nil { // moved.go
+		return err
+	}
 	ad, err := p.routeH(h)
 	if err != nil {
 		return err
@@ -147,7 +158,8 @@ func (p *Pool) Exec(ctx context.Context, h adapter.Handle, c adapter.Command) (a
 	if err != nil {
 		return adapter.Result{}, err
 	}
-	return ad.Exec(ctx, h, c)
+	res, err := ad.Exec(ctx, h, c)
+	return res, p.settle(ctx, h.Name, err)
 }
 
 // Spawn implements adapter.Adapter.
@@ -156,7 +168,8 @@ func (p *Pool) Spawn(ctx context.Context, h adapter.Handle, c adapter.Command, o
 	if err != nil {
 		return nil, err
 	}
-	return ad.Spawn(ctx, h, c, opts)
+	st, err := ad.Spawn(ctx, h, c, opts)
+	return st, p.settle(ctx, h.Name, err)
 }
 
 // Attach implements adapter.Adapter.
@@ -165,7 +178,8 @@ func (p *Pool) Attach(ctx context.Context, h adapter.Handle, id string, from ada
 	if err != nil {
 		return nil, err
 	}
-	return ad.Attach(ctx, h, id, from)
+	st, err := ad.Attach(ctx, h, id, from)
+	return st, p.settle(ctx, h.Name, err)
 }
 
 // Sessions implements adapter.Adapter.
@@ -174,7 +188,8 @@ func (p *Pool) Sessions(ctx context.Context, h adapter.Handle) ([]adapter.Sessio
 	if err != nil {
 		return nil, err
 	}
-	return ad.Sessions(ctx, h)
+	ss, err := ad.Sessions(ctx, h)
+	return ss, p.settle(ctx, h.Name, err)
 }
 
 // WriteStdin implements adapter.Adapter.
@@ -183,7 +198,7 @@ func (p *Pool) WriteStdin(ctx context.Context, h adapter.Handle, id string, b []
 	if err != nil {
 		return err
 	}
-	return ad.WriteStdin(ctx, h, id, b)
+	return p.settle(ctx, h.Name, ad.WriteStdin(ctx, h, id, b))
 }
 
 // CloseStdin implements adapter.Adapter.
@@ -192,7 +207,7 @@ func (p *Pool) CloseStdin(ctx context.Context, h adapter.Handle, id string) erro
 	if err != nil {
 		return err
 	}
-	return ad.CloseStdin(ctx, h, id)
+	return p.settle(ctx, h.Name, ad.CloseStdin(ctx, h, id))
 }
 
 // Resize implements adapter.Adapter.
@@ -201,7 +216,7 @@ func (p *Pool) Resize(ctx context.Context, h adapter.Handle, id string, size ada
 	if err != nil {
 		return err
 	}
-	return ad.Resize(ctx, h, id, size)
+	return p.settle(ctx, h.Name, ad.Resize(ctx, h, id, size))
 }
 
 // TerminateSession implements adapter.Adapter.
@@ -210,7 +225,8 @@ func (p *Pool) TerminateSession(ctx context.Context, h adapter.Handle, id string
 	if err != nil {
 		return adapter.Exit{}, err
 	}
-	return ad.TerminateSession(ctx, h, id, grace)
+	ex, err := ad.TerminateSession(ctx, h, id, grace)
+	return ex, p.settle(ctx, h.Name, err)
 }
 
 // Suspend implements adapter.Adapter.
@@ -219,7 +235,7 @@ func (p *Pool) Suspend(ctx context.Context, h adapter.Handle) error {
 	if err != nil {
 		return err
 	}
-	return ad.Suspend(ctx, h)
+	return p.settle(ctx, h.Name, ad.Suspend(ctx, h))
 }
 
 // Resume implements adapter.Adapter.
@@ -228,7 +244,7 @@ func (p *Pool) Resume(ctx context.Context, h adapter.Handle) error {
 	if err != nil {
 		return err
 	}
-	return ad.Resume(ctx, h)
+	return p.settle(ctx, h.Name, ad.Resume(ctx, h))
 }
 
 // Checkpoint implements adapter.Adapter: runnerd does not checkpoint.
@@ -247,7 +263,7 @@ func (p *Pool) SetNetworkPolicy(ctx context.Context, h adapter.Handle, np adapte
 	if err != nil {
 		return err
 	}
-	return ad.SetNetworkPolicy(ctx, h, np)
+	return p.settle(ctx, h.Name, ad.SetNetworkPolicy(ctx, h, np))
 }
 
 // PublicURL implements adapter.Adapter.
@@ -256,5 +272,6 @@ func (p *Pool) PublicURL(ctx context.Context, h adapter.Handle, port int) (strin
 	if err != nil {
 		return "", err
 	}
-	return ad.PublicURL(ctx, h, port)
+	u, err := ad.PublicURL(ctx, h, port)
+	return u, p.settle(ctx, h.Name, err)
 }

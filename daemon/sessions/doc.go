@@ -3,7 +3,8 @@
 // journals and their readers (journals.go), stdin gates and control
 // (stdingate.go, sessioncontrol.go), terminate and delete (stopping.go),
 // the per-sandbox bounds and the collector (sessions_cap.go, journal
-// budgets in journalcap.go), listings (sessionlist.go), the records'
+// budgets in journalcap.go), listings (sessionlist.go), session
+// archives that move a sandbox's ended sessions (archive.go), the records'
 // repair from their shims (sessionstate.go, commits.go), exit recording
 // (exitwatch.go), what runnerd
 // repairs at start and the retention janitor (recovery.go), and the shim
