@@ -81,7 +81,7 @@ func buildAttack(t *testing.T) string {
 
 // testIdentityRange is a small range of this test process's own, so that
 // runnerds of concurrent test runs on the host never hand out the same
-// uid: first is 0x70100000 + (pid mod 4096) * 64.
+// uid: first is 0x7F100000 + (pid mod 4096) * 64.
 func testIdentityRange(n uint32) (first, last uint32) {
 	// Above the slots pods claim (0x70000000 + k·16 Mi, k < 15): a pod
 	// runnerd of another test package, running at the same time, takes a
