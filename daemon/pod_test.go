@@ -152,6 +152,20 @@ func TestPodSandbox(t *testing.T) {
 			t.Errorf("tty; stty size in a pod: %q, want /dev/pts/N and 40 120", out)
 		}
 	})
+	run("terminate stops a session's leftovers", func(t *testing.T) {
+		// The shell exits at once; its background sleep is reparented to
+		// the pod's init (the holder), not to the session's shim: the
+		// shim finds it by the session's cgroup leaf.
+		s := a.spawn("one", wire.CreateSession{Argv: []string{"sh", "-c", "sleep 300 >/dev/null 2>&1 & echo started"}})
+		a.waitEnded("one", s.ID)
+		if got := a.run("one", "sh", "-c", "ps -eo comm= | grep -c '^sleep$' || true"); got != "1" {
+			t.Fatalf("the leftover sleep before terminate: %s running, want 1", got)
+		}
+		a.must("POST", "/v1/sandboxes/one/sessions/"+s.ID+"/terminate", `{"grace_ms":200}`, 200, nil)
+		if got := a.run("one", "sh", "-c", "ps -eo comm= | grep -c '^sleep$' || true"); got != "0" {
+			t.Errorf("the leftover sleep after terminate: %s running, want 0", got)
+		}
+	})
 	run("its own processes", func(t *testing.T) {
 		s := a.spawn("two", wire.CreateSession{Argv: []string{"sleep", "60"}})
 		defer a.do("POST", "/v1/sandboxes/two/sessions/"+s.ID+"/signal", `{"signal":"KILL"}`)

@@ -86,6 +86,62 @@ func (r *reaper) loop() {
 	}
 }
 
+// tree is what the session started that still lives: the processes
+// below the shim (me), and in a pod those of the session's cgroup leaf
+// too. A pod's orphans are reparented to the pod's init, its holder, not
+// to the shim (a subreaper's reach ends at a pid namespace it is not
+// in), so a backgrounded job whose shell exited is found by its leaf,
+// which it cannot leave (the sandbox's filter and user namespace keep it
+// from writing a cgroup's procs outside its own namespace's root).
+func (s *server) tree(me int) ([]proc, error) {
+	ps, err := descendants(me)
+	if err != nil {
+		return ps, err
+	}
+	return s.withLeaf(ps), nil
+}
+
+// lingerInLeaf keeps a pod session's shim (its status, its terminate)
+// while the session's leaf holds a process the pod's init adopted: the
+// shim lingers for them as it does for its own descendants.
+func (s *server) lingerInLeaf() {
+	for len(s.withLeaf(nil)) > 0 {
+		time.Sleep(leafLingerPoll)
+	}
+}
+
+// leafLingerPoll is how often a lingering pod session's leaf is read.
+const leafLingerPoll = 250 * time.Millisecond
+
+// withLeaf adds to ps the live processes of a pod session's cgroup leaf
+// (none outside a pod or without cgroups).
+func (s *server) withLeaf(ps []proc) []proc {
+	if s.spec.Pod == nil || len(s.spec.Cgroups) == 0 {
+		return ps
+	}
+	seen := map[int]bool{}
+	for _, p := range ps {
+		seen[p.pid] = true
+	}
+	for _, dir := range s.spec.Cgroups {
+		b, err := os.ReadFile(dir + "/cgroup.procs")
+		if err != nil {
+			continue // a hierarchy gone: the others still list it
+		}
+		for _, f := range bytes.Fields(b) {
+			pid, err := strconv.Atoi(string(f))
+			if err != nil || pid <= 1 || seen[pid] {
+				continue
+			}
+			if _, p, state, ok := readStat(pid); ok && state != 'Z' {
+				seen[pid] = true
+				ps = append(ps, p)
+			}
+		}
+	}
+	return ps
+}
+
 // proc is one process found below the shim.
 type proc struct {
 	pid, pgid int
@@ -215,10 +271,12 @@ func (s *server) killTree(grace time.Duration, signalled int) int {
 	for {
 		select {
 		case <-s.reap.allDone:
-			return 0 // nothing below the shim
+			if s.spec.Pod == nil {
+				return 0 // nothing below the shim
+			}
 		default:
 		}
-		ps, err := descendants(me)
+		ps, err := s.tree(me)
 		if err == nil && len(ps) == 0 {
 			return 0
 		}
@@ -244,10 +302,10 @@ func (s *server) killTree(grace time.Duration, signalled int) int {
 	}
 }
 
-// signalTree sends sig to the process group of every process below the
-// shim, once each, except group skip (0: none).
-func signalTree(sig syscall.Signal, skip int) {
-	ps, _ := descendants(os.Getpid())
+// signalTree sends sig to the process group of every process of the
+// session (tree), once each, except group skip (0: none).
+func (s *server) signalTree(sig syscall.Signal, skip int) {
+	ps, _ := s.tree(os.Getpid())
 	seen := map[int]bool{skip: true}
 	for _, p := range ps {
 		if !seen[p.pgid] {
@@ -260,7 +318,7 @@ func signalTree(sig syscall.Signal, skip int) {
 // countDescendants returns the number of live processes below the shim
 // other than the command itself (-1 if /proc cannot be read).
 func (s *server) countDescendants() int {
-	ps, err := descendants(os.Getpid())
+	ps, err := s.tree(os.Getpid())
 	if err != nil {
 		return -1
 	}

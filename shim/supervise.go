@@ -224,7 +224,7 @@ func (s *server) run() {
 						s.signalGroup(syscall.SIGTERM)
 						skip = s.pid // the command leads its own group
 					}
-					signalTree(syscall.SIGTERM, skip)
+					s.signalTree(syscall.SIGTERM, skip)
 				}
 			case <-s.reap.allDone:
 				return
@@ -266,6 +266,7 @@ func (s *server) run() {
 	// reaper, answers status (with the count) and terminate (which kills
 	// them) until the last one is gone.
 	<-s.reap.allDone
+	s.lingerInLeaf()
 	signal.Stop(sigs)
 	<-fwdDone
 	s.shutdown()
