@@ -1,0 +1,48 @@
+package daemon_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/agentrunner/runner/wire"
+)
+
+// tool returns the path at which sandbox's commands run the test binary
+// bin (built next to runnerd, under the test's /tmp). A pod sees none of
+// the host's /tmp (docs/isolation.md, "The pod"), so for a pod bin is
+// copied into the sandbox's workspace on the host, mode 0755, owned by
+// the sandbox's root, and run as /workspace/NAME; any other sandbox runs
+// it where it is.
+func (a *api) tool(sandbox, bin string) string {
+	a.t.Helper()
+	var sb wire.Sandbox
+	a.must("GET", "/v1/sandboxes/"+sandbox, nil, 200, &sb)
+	return podTool(a.t, sb, bin)
+}
+
+// podTool is tool for a sandbox already read.
+func podTool(t *testing.T, sb wire.Sandbox, bin string) string {
+	t.Helper()
+	if !sb.Pod {
+		return bin
+	}
+	raw, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := filepath.Base(bin)
+	dst := filepath.Join(sb.WorkspaceOnHost(), name)
+	if err := os.WriteFile(dst, raw, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dst, 0o755); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	if sb.UID != nil && sb.GID != nil {
+		if err := os.Lchown(dst, int(*sb.UID), int(*sb.GID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return filepath.Join(sb.Workspace, name)
+}
