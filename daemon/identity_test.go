@@ -19,7 +19,6 @@ import (
 	"github.com/agentrunner/runner/daemon/registry"
 	"github.com/agentrunner/runner/internal/testcap"
 	"github.com/agentrunner/runner/netpolicy/netlab"
-	"github.com/agentrunner/runner/shim/podjoin"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -272,10 +271,7 @@ func TestIsolateDefault(t *testing.T) {
 	}
 	attack := buildAttack(t)
 	t.Run("default", func(t *testing.T) {
-		want := daemon.IsolatePod
-		if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); !podjoin.Supported || err != nil || strings.TrimSpace(string(b)) == "0" {
-			want = daemon.IsolateAll
-		}
+		want := rootDefaultIsolation()
 		state := filepath.Join(passableTempDir(t), "home", ".local", "state", "runnerd")
 		a := startDaemonCfg(t, daemon.Config{StateDir: state, Token: testToken, NetPolicy: daemon.NetPolicyOff})
 		var info wire.Info

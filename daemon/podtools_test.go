@@ -3,8 +3,11 @@ package daemon_test
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/agentrunner/runner/daemon"
+	"github.com/agentrunner/runner/shim/podjoin"
 	"github.com/agentrunner/runner/wire"
 )
 
@@ -45,4 +48,16 @@ func podTool(t *testing.T, sb wire.Sandbox, bin string) string {
 		}
 	}
 	return filepath.Join(sb.Workspace, name)
+}
+
+// rootDefaultIsolation is the isolation a root runnerd told nothing runs
+// (daemon.Config.Isolate empty): pods where they can be made (user
+// namespaces on, runnerd built with cgo, as this test binary is or not),
+// else uid isolation.
+func rootDefaultIsolation() string {
+	b, err := os.ReadFile("/proc/sys/user/max_user_namespaces")
+	if !podjoin.Supported || err != nil || strings.TrimSpace(string(b)) == "0" {
+		return daemon.IsolateAll
+	}
+	return daemon.IsolatePod
 }
