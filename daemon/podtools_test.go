@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/agentrunner/runner/daemon"
@@ -60,4 +61,26 @@ func rootDefaultIsolation() string {
 		return daemon.IsolateAll
 	}
 	return daemon.IsolatePod
+}
+
+// stateCgroupRoots holds the cgroup root of each state directory a test
+// started a runnerd process on (stateCgroupRoot).
+var stateCgroupRoots sync.Map // state directory -> cgroup root
+
+// stateCgroupRoot is the test cgroup root for runnerds on state: the same
+// for every runnerd of one test on one state directory, as a real
+// runnerd's is across restarts. A pod's holder and the sessions it forks
+// live in the sandbox's cgroup under the root the pod was made in; a
+// restarted runnerd under another root adopts the holder but freezes,
+// limits and kills an empty cgroup (a restore then waited for a holder
+// frozen under the old root: "end the pod ...: wait for ...").
+func stateCgroupRoot(t *testing.T, state string) string {
+	t.Helper()
+	if root, ok := stateCgroupRoots.Load(state); ok {
+		return root.(string)
+	}
+	root := testCgroupRoot(t)
+	stateCgroupRoots.Store(state, root)
+	t.Cleanup(func() { stateCgroupRoots.Delete(state) })
+	return root
 }
