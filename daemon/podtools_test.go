@@ -1,8 +1,11 @@
 package daemon_test
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -83,4 +86,24 @@ func stateCgroupRoot(t *testing.T, state string) string {
 	stateCgroupRoots.Store(state, root)
 	t.Cleanup(func() { stateCgroupRoots.Delete(state) })
 	return root
+}
+
+// holderTasks is how many tasks a pod's holder has in the sandbox's pids
+// cgroup dir (its leaf _pod: the holder process and its threads, counted
+// against the sandbox's pids.max and in its usage like any of its tasks);
+// 0 for a sandbox that is not a pod (no such leaf).
+func holderTasks(t *testing.T, sandboxPidsDir string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(sandboxPidsDir, "_pod", "pids.current"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
