@@ -204,7 +204,15 @@ func TestTerminateSignal(t *testing.T) {
 	}
 
 	// A shell that ignores TERM is killed after the grace.
-	id = strings.TrimSpace(d.ok(t, "spawn", box, "--", "sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"))
+	// It says when the trap is set: spawn answers once sh runs, which may
+	// be before it has read its script (slower in a pod, whose root is an
+	// overlay), and a TERM before the trap ends it with SIGTERM.
+	id = strings.TrimSpace(d.ok(t, "spawn", box, "--", "sh", "-c", "trap '' TERM; echo trapped; while :; do sleep 0.1; done"))
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(d.ok(t, "logs", box, id), "trapped"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the TERM-ignoring shell never said its trap is set")
+		}
+	}
 	start := time.Now()
 	if got := d.ok(t, "terminate", box, id, "--grace", "300ms"); !strings.Contains(got, "SIGKILL") {
 		t.Errorf("terminate of a TERM-ignoring shell: got %q, want SIGKILL", got)

@@ -147,7 +147,7 @@ func sandboxOwner(t *testing.T, sb wire.Sandbox) [2]uint32 {
 		return [2]uint32{*sb.UID, *sb.GID}
 	}
 	var st syscall.Stat_t
-	if err := syscall.Lstat(sb.Workspace, &st); err != nil {
+	if err := syscall.Lstat(sb.WorkspaceOnHost(), &st); err != nil {
 		t.Fatal(err)
 	}
 	return [2]uint32{st.Uid, st.Gid}
@@ -189,8 +189,8 @@ for i in $(seq 1 20); do head -c 200000 /dev/urandom > src/f$i; done`)
 		t.Errorf("second import answered %+v, want %+v", again, got)
 	}
 	b.must("POST", "/v1/sandboxes/mover/checkpoints/"+ck1.ID+"/restore", nil, 200, nil)
-	wantTree, _ := treeOf(t, sbA.Workspace)
-	gotTree, owners := treeOf(t, sbB.Workspace)
+	wantTree, _ := treeOf(t, sbA.WorkspaceOnHost())
+	gotTree, owners := treeOf(t, sbB.WorkspaceOnHost())
 	if gotTree != wantTree {
 		t.Errorf("B's restored tree:\n%s\nwant A's:\n%s", gotTree, wantTree)
 	}
@@ -220,8 +220,8 @@ for i in $(seq 1 20); do head -c 200000 /dev/urandom > src/f$i; done`)
 	}
 	b.importArchive("mover", inc, 201)
 	b.must("POST", "/v1/sandboxes/mover/checkpoints/"+ck2.ID+"/restore", nil, 200, nil)
-	wantTree, _ = treeOf(t, sbA.Workspace)
-	if gotTree, _ = treeOf(t, sbB.Workspace); gotTree != wantTree {
+	wantTree, _ = treeOf(t, sbA.WorkspaceOnHost())
+	if gotTree, _ = treeOf(t, sbB.WorkspaceOnHost()); gotTree != wantTree {
 		t.Errorf("B after the incremental restore:\n%s\nwant:\n%s", gotTree, wantTree)
 	}
 
@@ -353,7 +353,7 @@ func TestHostileArchiveOwners(t *testing.T) {
 	b.importArchive("victim", arc.Bytes(), 201)
 	b.must("POST", "/v1/sandboxes/victim/checkpoints/"+info.ID+"/restore", nil, 200, nil)
 	own := sandboxOwner(t, sb)
-	_, owners := treeOf(t, sb.Workspace)
+	_, owners := treeOf(t, sb.WorkspaceOnHost())
 	for p, o := range owners {
 		if o != own {
 			t.Errorf("restored %s owned by %v, want the sandbox's %v", p, o, own)
@@ -361,7 +361,7 @@ func TestHostileArchiveOwners(t *testing.T) {
 	}
 	for rel, want := range map[string]fs.FileMode{"rootshell": 0o755, "groupie": 0o755, "other": 0o644,
 		"shared": fs.ModeDir | 0o775 | fs.ModeSetgid} {
-		fi, err := os.Lstat(filepath.Join(sb.Workspace, rel))
+		fi, err := os.Lstat(filepath.Join(sb.WorkspaceOnHost(), rel))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -120,7 +120,7 @@ func TestCheckpointAPI(t *testing.T) {
 	}
 
 	// Destroy removes checkpoints, unless asked to keep them.
-	store := filepath.Join(filepath.Dir(filepath.Dir(sb.Workspace)), "checkpoints", "ck")
+	store := filepath.Join(filepath.Dir(filepath.Dir(sb.WorkspaceOnHost())), "checkpoints", "ck")
 	a.must("POST", "/v1/sandboxes/ck/checkpoints", nil, 201, &ck)
 	a.must("DELETE", "/v1/sandboxes/ck?keep_checkpoints=true", nil, 204, nil)
 	if _, err := os.Stat(filepath.Join(store, "index.json")); err != nil {
@@ -178,7 +178,7 @@ func TestCheckpointDiskFull(t *testing.T) {
 	t.Cleanup(func() { syscall.Unmount(store, syscall.MNT_DETACH) })
 	a := checkpointDaemon(t, state)
 	sb := a.createSandbox("full")
-	randomFile(t, filepath.Join(sb.Workspace, "big"), 1, 3<<20)
+	randomFile(t, filepath.Join(sb.WorkspaceOnHost(), "big"), 1, 3<<20)
 	r := a.do("POST", "/v1/sandboxes/full/checkpoints", nil)
 	a.wantError(r, 507, wire.CodeWriteFailed)
 	var list wire.Checkpoints
@@ -208,7 +208,7 @@ func TestKillRunnerdDuringCheckpointAndRestore(t *testing.T) {
 	a, p := startProcess(t, state)
 	sb := a.createSandbox("kill")
 	for i := range 24 {
-		randomFile(t, filepath.Join(sb.Workspace, fmt.Sprint("f", i)), byte(i), 1<<20)
+		randomFile(t, filepath.Join(sb.WorkspaceOnHost(), fmt.Sprint("f", i)), byte(i), 1<<20)
 	}
 	store := filepath.Join(state, "checkpoints", "kill")
 	killWhen := func(cond func() bool, call func()) {
@@ -247,18 +247,18 @@ func TestKillRunnerdDuringCheckpointAndRestore(t *testing.T) {
 		t.Fatalf("after kill -9 during a checkpoint, list = %+v, want none", list)
 	}
 
-	old := digest(t, sb.Workspace)
+	old := digest(t, sb.WorkspaceOnHost())
 	var ck wire.Checkpoint
 	a.must("POST", "/v1/sandboxes/kill/checkpoints", nil, 201, &ck)
 	for i := range 24 {
-		randomFile(t, filepath.Join(sb.Workspace, fmt.Sprint("f", i)), byte(100+i), 1<<20)
+		randomFile(t, filepath.Join(sb.WorkspaceOnHost(), fmt.Sprint("f", i)), byte(100+i), 1<<20)
 	}
-	changed := digest(t, sb.Workspace)
-	staged := filepath.Join(filepath.Dir(sb.Workspace), ".restore-kill")
+	changed := digest(t, sb.WorkspaceOnHost())
+	staged := filepath.Join(filepath.Dir(sb.WorkspaceOnHost()), ".restore-kill")
 	killWhen(func() bool { _, err := os.Stat(staged); return err == nil },
 		post(a, "/v1/sandboxes/kill/checkpoints/"+ck.ID+"/restore"))
 	a, p = startProcess(t, state)
-	switch got := digest(t, sb.Workspace); got {
+	switch got := digest(t, sb.WorkspaceOnHost()); got {
 	case old:
 		t.Log("recovered to the checkpoint")
 	case changed:
@@ -266,7 +266,7 @@ func TestKillRunnerdDuringCheckpointAndRestore(t *testing.T) {
 	default:
 		t.Fatalf("after kill -9 during a restore the workspace is a mix:\n%s", got)
 	}
-	for _, leftover := range []string{staged, filepath.Join(filepath.Dir(sb.Workspace), ".old-kill"), filepath.Join(store, "restore.json")} {
+	for _, leftover := range []string{staged, filepath.Join(filepath.Dir(sb.WorkspaceOnHost()), ".old-kill"), filepath.Join(store, "restore.json")} {
 		if _, err := os.Stat(leftover); !os.IsNotExist(err) {
 			t.Errorf("recovery left %s: %v", leftover, err)
 		}
@@ -282,11 +282,11 @@ func TestCheckpointIsOneInstant(t *testing.T) {
 	a := checkpointDaemon(t, t.TempDir())
 	sb := a.createSandbox("instant")
 	for i := range 8 {
-		randomFile(t, filepath.Join(sb.Workspace, fmt.Sprint("m", i)), byte(i), 1<<20)
+		randomFile(t, filepath.Join(sb.WorkspaceOnHost(), fmt.Sprint("m", i)), byte(i), 1<<20)
 	}
 	s := a.spawn("instant", wire.CreateSession{Argv: []string{"sh", "-c", `i=0; while :; do i=$((i+1)); echo $i > a.t; mv a.t a; echo $i > z.t; mv z.t z; done`}})
 	for {
-		if b, _ := os.ReadFile(filepath.Join(sb.Workspace, "z")); len(b) > 0 {
+		if b, _ := os.ReadFile(filepath.Join(sb.WorkspaceOnHost(), "z")); len(b) > 0 {
 			break
 		}
 		time.Sleep(time.Millisecond)
@@ -296,7 +296,7 @@ func TestCheckpointIsOneInstant(t *testing.T) {
 	a.must("POST", "/v1/sandboxes/instant/checkpoints/"+ck.ID+"/restore", nil, 200, nil)
 	a.waitEnded("instant", s.ID)
 	read := func(name string) int {
-		b, err := os.ReadFile(filepath.Join(sb.Workspace, name))
+		b, err := os.ReadFile(filepath.Join(sb.WorkspaceOnHost(), name))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -71,14 +71,15 @@ const (
 	EgressPrivateAllow = "allow"
 )
 
-// Isolation modes (Config.Isolate). The default (empty) is IsolateAll
-// when runnerd runs as root and IsolateNone otherwise.
+// Isolation modes (Config.Isolate). The default (empty) is IsolatePod
+// when runnerd runs as root and can make pods (else IsolateAll), and
+// IsolateNone when it is not root.
 const (
 	// IsolateAll isolates every sandbox: its commands run as a uid of its
 	// own with no way back to privilege, and (where network policies are
 	// enforced) in a network namespace of its own, whose egress is open
 	// but never to the host unless a policy narrows it. It needs runnerd
-	// to run as root. The default as root.
+	// to run as root. The default as root where pods cannot be made.
 	IsolateAll = "all"
 	// IsolateNone opts out, for a VM that is itself the boundary: a
 	// sandbox without a network policy runs as its user or as runnerd's
@@ -94,7 +95,8 @@ const (
 	// user namespace of its own mapped to a block of 65,536 unprivileged
 	// ids outside, its own processes (pid namespace), files (an overlay
 	// root over the host's system directories), IPC and host name. It
-	// needs root, user namespaces and a runnerd built with cgo.
+	// needs root, user namespaces and a runnerd built with cgo. The
+	// default as root where it has them.
 	IsolatePod = "pod"
 )
 
@@ -279,13 +281,17 @@ type Config struct {
 	// runnerd's own. For tests, so they never modify the real host.
 	NetPolicyHostNetNS string
 
-	// Isolate is IsolateAll or IsolateNone (IsolateContained is read as
-	// IsolateNone); empty means IsolateAll when runnerd runs as root, else
+	// Isolate is IsolatePod, IsolateAll or IsolateNone (IsolateContained
+	// is read as IsolateNone); empty means IsolatePod when runnerd runs as
+	// root and can make pods, IsolateAll when it is root and cannot, else
 	// IsolateNone.
 	Isolate string
 	// PodBinds are host paths bound into every pod (--bind), read-only
 	// unless Writable; only with IsolatePod.
 	PodBinds []pod.Bind
+	// podsOff says why an empty Isolate became IsolateAll as root (pods
+	// unavailable here); Run logs it.
+	podsOff string
 	// IdentityFirst and IdentityLast bound the uids given to isolated
 	// sandboxes (gid = uid); both 0 means a range of 65,536 ids chosen for
 	// the state directory and saved in it (claim.go), which no other live
@@ -468,14 +474,15 @@ func (cfg *Config) defaultIsolation() error {
 	case "":
 		cfg.Isolate = IsolateNone
 		if os.Geteuid() == 0 {
-			cfg.Isolate = IsolateAll
+			cfg.Isolate = IsolatePod
+			if why := podsUnavailable(); why != "" {
+				// Run logs why, so an operator who expected pods sees it.
+				cfg.Isolate, cfg.podsOff = IsolateAll, why
+			}
 		}
 	case IsolateContained:
 		cfg.Isolate = IsolateNone
 	case IsolateNone, IsolateAll:
-		if len(cfg.PodBinds) > 0 {
-			return fmt.Errorf("config: --bind applies to pods (--isolate pod)")
-		}
 	case IsolatePod:
 		if os.Geteuid() != 0 {
 			return fmt.Errorf("config: isolate %q needs runnerd to run as root (it maps each pod to ids of its own)", cfg.Isolate)
@@ -483,16 +490,19 @@ func (cfg *Config) defaultIsolation() error {
 		if why := podsUnavailable(); why != "" {
 			return fmt.Errorf("config: isolate %q: %s", cfg.Isolate, why)
 		}
-		if err := pod.CheckBinds(cfg.PodBinds); err != nil {
-			return fmt.Errorf("config: --bind: %w", err)
-		}
-		for _, b := range cfg.PodBinds {
-			if _, err := os.Lstat(b.Source); err != nil {
-				return fmt.Errorf("config: --bind %s: %w", b.Source, err)
-			}
-		}
 	default:
 		return fmt.Errorf("config: isolate %q: want %q, %q or %q", cfg.Isolate, IsolatePod, IsolateAll, IsolateNone)
+	}
+	if len(cfg.PodBinds) > 0 && cfg.Isolate != IsolatePod {
+		return fmt.Errorf("config: --bind applies to pods (--isolate pod; here: %s)", cfg.Isolate)
+	}
+	if err := pod.CheckBinds(cfg.PodBinds); err != nil {
+		return fmt.Errorf("config: --bind: %w", err)
+	}
+	for _, b := range cfg.PodBinds {
+		if _, err := os.Lstat(b.Source); err != nil {
+			return fmt.Errorf("config: --bind %s: %w", b.Source, err)
+		}
 	}
 	if cfg.IdentityFirst != 0 || cfg.IdentityLast != 0 { // unset: chosen by claimHost
 		if err := sandboxes.CheckIdentityRange(cfg.IdentityFirst, cfg.IdentityLast); err != nil {

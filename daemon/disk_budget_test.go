@@ -136,12 +136,17 @@ func TestDiskBudget(t *testing.T) {
 			wantWriteRefused(t, a, "full", "big", 64*mib)
 			bAnswers(t, a, "other", "full's disk at its budget")
 			// Another sandbox passes the pool's directories (0711) to its
-			// own workspace, never into this one's.
-			if res := execIn(a, "other", "ls "+full.Workspace); res.Exit.Code == 0 || !strings.Contains(string(res.Stderr), "Permission denied") {
-				t.Fatalf("ls of full's workspace from other: exit %+v stdout %q stderr %q, want Permission denied", res.Exit, res.Stdout, res.Stderr)
+			// own workspace, never into this one's; a pod sees no host
+			// path of the pool at all.
+			wantErr := "Permission denied"
+			if full.Pod {
+				wantErr = "No such file or directory"
 			}
-			if want := filepath.Join(volumePath(state, driver, "full"), "workspace"); full.Workspace != want {
-				t.Fatalf("workspace %s, want %s (on the volume)", full.Workspace, want)
+			if res := execIn(a, "other", "ls "+full.WorkspaceOnHost()); res.Exit.Code == 0 || !strings.Contains(string(res.Stderr), wantErr) {
+				t.Fatalf("ls of full's workspace from other: exit %+v stdout %q stderr %q, want %s", res.Exit, res.Stdout, res.Stderr, wantErr)
+			}
+			if want := filepath.Join(volumePath(state, driver, "full"), "workspace"); full.WorkspaceOnHost() != want {
+				t.Fatalf("workspace %s, want %s (on the volume)", full.WorkspaceOnHost(), want)
 			}
 
 			got := a.getSandbox("full")

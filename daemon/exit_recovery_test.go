@@ -76,11 +76,10 @@ func recordedSession(t *testing.T, state, sandbox, id string) registry.Session {
 // keep this.
 func TestExitWhileRunnerdKilled(t *testing.T) {
 	state := t.TempDir()
-	marks := sharedTempDir(t)
-	release := filepath.Join(marks, "release")
 	a, p := startProcess(t, state)
-	a.createSandbox("box")
-	a.spawn("box", wire.CreateSession{ID: "late", Argv: []string{"sh", "-c", "while [ ! -e " + release + " ]; do sleep 0.05; done; echo done; exit 5"}})
+	// The mark is in the workspace, the one host directory a pod sees.
+	release := filepath.Join(a.createSandbox("box").WorkspaceOnHost(), "release")
+	a.spawn("box", wire.CreateSession{ID: "late", Argv: []string{"sh", "-c", "while [ ! -e release ]; do sleep 0.05; done; echo done; exit 5"}})
 	// Let the deferred "running" commit land (the registry holds still),
 	// then kill runnerd before the command ends.
 	stableStat(t, filepath.Join(state, "registry.db"), 300*time.Millisecond, 10*time.Second)

@@ -252,7 +252,7 @@ func TestHostileDNSFlood(t *testing.T) {
 			capBefore := a.metric("runnerd_dns_addresses_not_admitted_total")
 			admittedBefore := a.metric("runnerd_dns_addresses_admitted_total")
 			smp := sample(t, pid)
-			a.spawn(name, wire.CreateSession{ID: "flood", Argv: []string{flood, "udp", strconv.Itoa(secs), "5000", "flood.test"}})
+			a.spawn(name, wire.CreateSession{ID: "flood", Argv: []string{a.tool(name, flood), "udp", strconv.Itoa(secs), "5000", "flood.test"}})
 			start := time.Now()
 			var execs, policies, cExecs []time.Duration
 			var cFailed []string
@@ -364,7 +364,7 @@ func TestHostileDNSTCPConns(t *testing.T) {
 	const hold = 12
 	base := openFDs(pid)
 	smp := sample(t, pid)
-	ss := a.spawn("flood", wire.CreateSession{ID: "conns", Argv: []string{flood, "tcp", "20000", strconv.Itoa(hold)}})
+	ss := a.spawn("flood", wire.CreateSession{ID: "conns", Argv: []string{a.tool("flood", flood), "tcp", "20000", strconv.Itoa(hold)}})
 	start := time.Now()
 	execs := 0
 	for time.Since(start) < (hold-2)*time.Second {

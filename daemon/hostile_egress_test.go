@@ -121,6 +121,7 @@ func TestHostileEgress(t *testing.T) {
 			serveMetadata(t, lab)
 			a, _ := startHostile(t, lab)
 			sb := a.createSandbox("d")
+			attack := podTool(t, sb, attack)
 			if sb.Network == nil || !slices.Equal(sb.Network.Allow, tc.wantAllow) {
 				t.Fatalf("default sandbox's network %+v, want allow %q", sb.Network, tc.wantAllow)
 			}

@@ -85,6 +85,7 @@ func TestHostileNetwork(t *testing.T) {
 	}
 	a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "hostile", Network: &wire.Network{Allow: []string{}}}, 200, nil)
 	a.must("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "other", Network: &wire.Network{Allow: []string{}}}, 200, nil)
+	attack = a.tool("hostile", attack)
 	A := netlab.A.String() + ":80"
 
 	run("10.0.0.0/8 does not open the host", func(t *testing.T) {

@@ -25,8 +25,11 @@ import (
 // directory of the host's, as /root/go is) and then has runnerd use the
 // path: nothing root does through it may land outside the sandbox.
 
-// hostilePaths is two isolated sandboxes on a real runnerd (root, default
-// isolation) and what the hostile one aims at.
+// hostilePaths is two isolated sandboxes on a real runnerd (root,
+// --isolate all) and what the hostile one aims at. Uid isolation, not the
+// default pod: the attacks name host paths the sandbox sees (another
+// sandbox's workspace, its private /var/tmp read from /proc/PID/mountinfo),
+// and a pod sees neither (TestPodSandbox).
 type hostilePaths struct {
 	a                *api
 	state            string
@@ -44,7 +47,7 @@ func newHostilePaths(t *testing.T) *hostilePaths {
 		testcap.Skip(t, "root", "isolation (a uid per sandbox) needs a root runnerd")
 	}
 	h := &hostilePaths{state: passableTempDir(t)}
-	h.a, _ = startRunnerdProc(t, nil, h.state, "")
+	h.a, _ = startRunnerdProc(t, nil, h.state, "", "--isolate", "all")
 	h.hostile = h.a.createSandbox("hostile")
 	h.victim = h.a.createSandbox("victim")
 	if !h.hostile.Isolated || h.hostile.UID == nil || h.victim.UID == nil || *h.hostile.UID == *h.victim.UID {

@@ -51,7 +51,11 @@ func TestHostileCommand(t *testing.T) {
 	lab := netlab.New(t)
 	attack := buildAttack(t)
 	state, netState := passableTempDir(t), netStateDir(t)
-	a, _ := startRunnerdProc(t, lab, state, netState)
+	// --isolate all: the attacks below are uid isolation's (a uid of the
+	// sandbox's own, host paths it sees but cannot open, its user's name);
+	// a pod's own (root inside, none of the host's files or processes)
+	// are TestPodSandbox's.
+	a, _ := startRunnerdProc(t, lab, state, netState, "--isolate", "all")
 	run := a.subtests(t)
 
 	deny := &wire.Network{Allow: []string{}}

@@ -261,34 +261,72 @@ func TestIsolateNone(t *testing.T) {
 	})
 }
 
-// TestIsolateDefault: a root runnerd told nothing isolates every sandbox
-// (no options: a uid of its own), and a state directory whose parents
-// runnerd creates is reachable by that uid (they are made 0755, not 0700
-// as ~/.local/state was), so the command starts in its workspace.
+// TestIsolateDefault: a root runnerd told nothing makes every sandbox a
+// pod where pods can be made (user namespaces on, built with cgo: root
+// inside, its host ids the block's, the workspace at /workspace), else
+// isolates it by uid (--isolate all); /v1/info names which. Told
+// --isolate all, a sandbox with no options gets a uid of its own, and a
+// state directory whose parents runnerd creates is reachable by that uid
+// (they are made 0755, not 0700 as ~/.local/state was), so the command
+// starts in its workspace.
 func TestIsolateDefault(t *testing.T) {
 	if os.Geteuid() != 0 {
 		testcap.Skip(t, "root", "the default isolation applies to a root runnerd")
 	}
 	attack := buildAttack(t)
-	first, last := testIdentityRange(2)
-	state := filepath.Join(passableTempDir(t), "home", ".local", "state", "runnerd")
-	a := startDaemonCfg(t, daemon.Config{StateDir: state, Token: testToken, NetPolicy: daemon.NetPolicyOff,
-		IdentityFirst: first, IdentityLast: last})
-	sb := a.createSandbox("plain")
-	if !sb.Isolated || sb.UID == nil || *sb.UID != first {
-		t.Fatalf("sandbox with no options: isolated %v uid %v, want isolated uid %d", sb.Isolated, sb.UID, first)
-	}
-	if got := a.run("plain", attack, "status"); got != isolatedStatus(first) {
-		t.Errorf("status:\n got %s\nwant %s", got, isolatedStatus(first))
-	}
-	if got := a.run("plain", "pwd"); got != sb.Workspace {
-		t.Errorf("pwd: %q, want its workspace %s", got, sb.Workspace)
-	}
-	for d := filepath.Dir(state); d != filepath.Dir(filepath.Dir(filepath.Dir(filepath.Dir(state)))); d = filepath.Dir(d) {
-		if _, _, mode := ownerOf(t, d); mode != os.ModeDir|0o755 {
-			t.Errorf("%s: mode %v, want drwxr-xr-x (made by runnerd, holding nothing of its own)", d, mode)
+	t.Run("default", func(t *testing.T) {
+		want := rootDefaultIsolation()
+		state := filepath.Join(passableTempDir(t), "home", ".local", "state", "runnerd")
+		a := startDaemonCfg(t, daemon.Config{StateDir: state, Token: testToken, NetPolicy: daemon.NetPolicyOff})
+		var info wire.Info
+		a.must("GET", "/v1/info", nil, 200, &info)
+		if info.Isolation != want {
+			t.Fatalf("info isolation %q, want %q", info.Isolation, want)
 		}
-	}
+		sb := a.createSandbox("plain")
+		if !sb.Isolated || sb.UID == nil || *sb.UID == 0 || sb.Pod != (want == daemon.IsolatePod) {
+			t.Fatalf("sandbox with no options: isolated %v uid %v pod %v, want isolated with ids of its own, pod %v", sb.Isolated, sb.UID, sb.Pod, want == daemon.IsolatePod)
+		}
+		if want != daemon.IsolatePod {
+			return
+		}
+		if sb.Workspace != "/workspace" || sb.HostWorkspace != filepath.Join(state, "sandboxes", "plain") {
+			t.Errorf("workspace %q host_workspace %q, want /workspace and %s", sb.Workspace, sb.HostWorkspace, filepath.Join(state, "sandboxes", "plain"))
+		}
+		if got := a.run("plain", "sh", "-c", "id -u; pwd"); got != "0\n/workspace" {
+			t.Errorf("id -u; pwd: %q, want 0 and /workspace", got)
+		}
+		// Root inside is the block's first id outside.
+		ss := a.spawn("plain", wire.CreateSession{ID: "sleep", Argv: []string{"sleep", "600"}})
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", ss.PID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := fmt.Sprintf("\nUid:\t%d\t%d\t%d\t%d\n", *sb.UID, *sb.UID, *sb.UID, *sb.UID); !strings.Contains(string(status), w) {
+			t.Errorf("the session's host status has no %q:\n%s", w, status)
+		}
+	})
+	t.Run("all", func(t *testing.T) {
+		first, last := testIdentityRange(2)
+		state := filepath.Join(passableTempDir(t), "home", ".local", "state", "runnerd")
+		a := startDaemonCfg(t, daemon.Config{StateDir: state, Token: testToken, NetPolicy: daemon.NetPolicyOff,
+			Isolate: daemon.IsolateAll, IdentityFirst: first, IdentityLast: last})
+		sb := a.createSandbox("plain")
+		if !sb.Isolated || sb.UID == nil || *sb.UID != first || sb.Pod {
+			t.Fatalf("sandbox with no options: isolated %v uid %v pod %v, want isolated uid %d, no pod", sb.Isolated, sb.UID, sb.Pod, first)
+		}
+		if got := a.run("plain", attack, "status"); got != isolatedStatus(first) {
+			t.Errorf("status:\n got %s\nwant %s", got, isolatedStatus(first))
+		}
+		if got := a.run("plain", "pwd"); got != sb.Workspace {
+			t.Errorf("pwd: %q, want its workspace %s", got, sb.Workspace)
+		}
+		for d := filepath.Dir(state); d != filepath.Dir(filepath.Dir(filepath.Dir(filepath.Dir(state)))); d = filepath.Dir(d) {
+			if _, _, mode := ownerOf(t, d); mode != os.ModeDir|0o755 {
+				t.Errorf("%s: mode %v, want drwxr-xr-x (made by runnerd, holding nothing of its own)", d, mode)
+			}
+		}
+	})
 }
 
 // TestDefaultStateDirRoot: as root with nothing in the environment the

@@ -55,7 +55,7 @@ func TestInfo(t *testing.T) {
 			}
 			wantIso := "off"
 			if os.Geteuid() == 0 {
-				wantIso = "all" // the default --isolate as root
+				wantIso = rootDefaultIsolation() // the default --isolate as root
 			}
 			if info.Isolation != wantIso {
 				t.Errorf("isolation %q, want %q", info.Isolation, wantIso)

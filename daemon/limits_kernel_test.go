@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -69,15 +70,15 @@ func TestLimitsBeyondTheKernel(t *testing.T) {
 	}
 }
 
-// chargeShmem charges 8 MiB of tmpfs pages to the memory cgroup dir: a
+// chargeShmem charges mib MiB of tmpfs pages to the memory cgroup dir: a
 // process placed there writes a file under /dev/shm and exits; the pages
 // stay charged (without swap the kernel cannot reclaim them), so a memory
 // limit below them fails (EBUSY) when the kernel is asked to hold it.
-func chargeShmem(t *testing.T, dir string) {
+func chargeShmem(t *testing.T, dir string, mib int) {
 	t.Helper()
 	f := filepath.Join("/dev/shm", fmt.Sprintf("runner-test-%d-%s", os.Getpid(), filepath.Base(dir)))
 	t.Cleanup(func() { os.Remove(f) })
-	cmd := exec.Command("/bin/sh", "-c", `echo $$ > "$1/cgroup.procs" && exec dd if=/dev/zero of="$2" bs=1M count=8 status=none`, "sh", dir, f)
+	cmd := exec.Command("/bin/sh", "-c", `echo $$ > "$1/cgroup.procs" && exec dd if=/dev/zero of="$2" bs=1M count="$3" status=none`, "sh", dir, f, strconv.Itoa(mib))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("charge %s: %v: %s", dir, err, out)
 	}
@@ -94,8 +95,11 @@ func TestFailedCreateLeavesNothing(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	chargeShmem(t, dir)
-	r := a.do("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "held", Limits: &wire.Limits{MemoryBytes: 1 << 20}})
+	// 48 MiB charged, a 32 MiB limit: room, once retried, for a pod's
+	// holder (a Go program), which 1 MiB had not ("make pod: holder
+	// said \"\" (EOF)").
+	chargeShmem(t, dir, 48)
+	r := a.do("POST", "/v1/sandboxes", wire.CreateSandbox{Name: "held", Limits: &wire.Limits{MemoryBytes: 32 << 20}})
 	a.wantError(r, 503, wire.CodeUnavailable)
 	if r := a.do("GET", "/v1/sandboxes/held", nil); r.status != 404 {
 		t.Fatalf("a failed create left a sandbox: %d %s", r.status, r.body)
@@ -106,9 +110,9 @@ func TestFailedCreateLeavesNothing(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("a failed create left its cgroup: %v", err)
 	}
-	sb := a.createLimited("held", wire.Limits{MemoryBytes: 1 << 20})
-	if got := readCgroup(t, dir, "memory.limit_in_bytes"); got != "1048576" || sb.Limits == nil || sb.Limits.MemoryBytes != 1<<20 {
-		t.Errorf("retried create: kernel %s, record %+v; want 1048576 both", got, sb.Limits)
+	sb := a.createLimited("held", wire.Limits{MemoryBytes: 32 << 20})
+	if got := readCgroup(t, dir, "memory.limit_in_bytes"); got != "33554432" || sb.Limits == nil || sb.Limits.MemoryBytes != 32<<20 {
+		t.Errorf("retried create: kernel %s, record %+v; want 33554432 both", got, sb.Limits)
 	}
 }
 
@@ -119,7 +123,7 @@ func TestFailedUpdateKeepsOldLimits(t *testing.T) {
 	a, root := limitsDaemon(t)
 	old := wire.Limits{MemoryBytes: 64 << 20, Pids: 40}
 	a.createLimited("busy", old)
-	chargeShmem(t, sbCgroup(root, "memory", "busy"))
+	chargeShmem(t, sbCgroup(root, "memory", "busy"), 8)
 	r := a.do("PUT", "/v1/sandboxes/busy/limits", wire.Limits{MemoryBytes: 1 << 20, Pids: 10})
 	a.wantError(r, 409, wire.CodeInvalid)
 	if d := r.errBody(t).Detail; !strings.Contains(d, "the old limits stay") {

@@ -20,7 +20,7 @@ import (
 // with MaxExecs 1); it returns the answer to one more exec.
 func holdExec(t *testing.T, a *api, sb wire.Sandbox) (limited response, release func()) {
 	t.Helper()
-	flag := filepath.Join(sb.Workspace, "release")
+	flag := filepath.Join(sb.WorkspaceOnHost(), "release")
 	raw, _ := json.Marshal(wire.Exec{Argv: []string{"sh", "-c", "touch started; while [ ! -e release ]; do sleep 0.05; done"}})
 	req, err := http.NewRequest("POST", a.base+"/v1/sandboxes/"+sb.Name+"/exec", bytes.NewReader(raw))
 	if err != nil {
@@ -46,7 +46,7 @@ func holdExec(t *testing.T, a *api, sb wire.Sandbox) (limited response, release 
 			t.Errorf("held exec: got %d, want 200", got)
 		}
 	}
-	ostest.WaitFile(t, filepath.Join(sb.Workspace, "started"), 20*time.Second, release, "the held exec never started")
+	ostest.WaitFile(t, filepath.Join(sb.WorkspaceOnHost(), "started"), 20*time.Second, release, "the held exec never started")
 	return a.do("POST", "/v1/sandboxes/"+sb.Name+"/exec", wire.Exec{Argv: []string{"true"}}), release
 }
 

@@ -361,7 +361,8 @@ func startDaemonStoppable(t *testing.T, cfg daemon.Config) (*api, func()) {
 	if cfg.CgroupRoot == "" {
 		// Its own, so daemons of different tests never share a sandbox's
 		// cgroup; removed after the daemon (cleanups run in reverse).
-		cfg.CgroupRoot = testCgroupRoot(t)
+		// The same for each start on one state directory (podtools_test.go).
+		cfg.CgroupRoot = stateCgroupRoot(t, state)
 	}
 	l := cfg.TCPListener // a test's own loopback listener, or a new one
 	if l == nil {

@@ -31,12 +31,12 @@ func previewNetDaemon(t *testing.T) (*api, string) {
 	netState := netStateDir(t)
 	previewAddr := freeLoopback(t)
 	_, previewPort, _ := net.SplitHostPort(previewAddr)
-	first, last := testIdentityRange(2)
+	// Root's default isolation (a pod where pods can be made) and its
+	// default identity range: a pod needs a block of 65,536 ids.
 	a := startDaemonCfg(t, daemon.Config{
 		StateDir: passableTempDir(t), Token: testToken,
 		NetPolicyState: netState, NetPolicyPool: netlab.Pool, NetPolicyHostNetNS: lab.HostNetNS,
 		DNSUpstream:   []netip.AddrPort{netip.AddrPortFrom(netlab.C, 53)},
-		IdentityFirst: first, IdentityLast: last,
 		PreviewListen: previewAddr, PreviewURLTemplate: "http://{token}.localhost:" + previewPort + "/",
 	})
 	return a, previewAddr

@@ -171,10 +171,10 @@ func TestLostRecordedWithoutReader(t *testing.T) {
 // recorded at adoption (before it serves): the first reads write nothing.
 func TestRestartReadsNeverWrite(t *testing.T) {
 	state := t.TempDir()
-	release := filepath.Join(sharedTempDir(t), "release")
 	a, p := startProcess(t, state)
-	a.createSandbox("box")
-	a.spawn("box", wire.CreateSession{ID: "late", Argv: []string{"sh", "-c", "while [ ! -e " + release + " ]; do sleep 0.05; done; echo done; exit 5"}})
+	// The mark is in the workspace, the one host directory a pod sees.
+	release := filepath.Join(a.createSandbox("box").WorkspaceOnHost(), "release")
+	a.spawn("box", wire.CreateSession{ID: "late", Argv: []string{"sh", "-c", "while [ ! -e release ]; do sleep 0.05; done; echo done; exit 5"}})
 	regStat(t, state)
 	p.kill(syscall.SIGKILL)
 	if err := os.WriteFile(release, nil, 0o644); err != nil {

@@ -237,29 +237,52 @@ func TestLimitsOOMKillIsHonest(t *testing.T) {
 }
 
 // TestLimitsPlacement: a session's command runs in its own leaf under its
-// sandbox's cgroup in every hierarchy, from its first instruction.
+// sandbox's cgroup in every hierarchy, from its first instruction. The
+// command copies its own /proc/self/cgroup first thing: the host's paths,
+// or in a pod the view of its cgroup namespace, rooted at the holder's
+// leaf _pod, so the session's leaf, its sibling, reads /../LEAF; the
+// host's /proc/PID/cgroup of the same process names the leaf's parent.
 func TestLimitsPlacement(t *testing.T) {
 	a, root := limitsDaemon(t)
-	a.createLimited("place", wire.Limits{Pids: 100})
-	res := a.exec("place", wire.Exec{Argv: []string{"cat", "/proc/self/cgroup"}})
-	if res.Exit.Code != 0 {
-		t.Fatalf("cat: %+v %s", res.Exit, res.Stderr)
+	sb := a.createLimited("place", wire.Limits{Pids: 100})
+	ss := a.spawn("place", wire.CreateSession{Argv: []string{"sh", "-c", "cat /proc/self/cgroup > view.tmp && mv view.tmp view; exec sleep 60"}})
+	cgroupLines := func(text string) map[string]string {
+		lines := map[string]string{}
+		for _, l := range strings.Split(strings.TrimSpace(text), "\n") {
+			parts := strings.SplitN(l, ":", 3)
+			if len(parts) == 3 {
+				lines[parts[1]] = parts[2]
+			}
+		}
+		return lines
 	}
-	lines := map[string]string{}
-	for _, l := range strings.Split(strings.TrimSpace(string(res.Stdout)), "\n") {
-		parts := strings.SplitN(l, ":", 3)
-		if len(parts) == 3 {
-			lines[parts[1]] = parts[2]
+	var inside string
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if b, err := os.ReadFile(filepath.Join(sb.WorkspaceOnHost(), "view")); err == nil {
+			inside = string(b)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the session wrote no copy of its /proc/self/cgroup")
 		}
 	}
-	own := map[string]string{}
-	for c, d := range cgroupHierarchies() {
-		own[c] = d
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", ss.PID))
+	if err != nil {
+		t.Fatal(err)
 	}
+	in, host := cgroupLines(inside), cgroupLines(string(raw))
 	for _, c := range []string{"memory", "pids", "cpu"} {
-		dir := filepath.Dir(filepath.Join("/sys/fs/cgroup", c, findCgroupLine(lines, c)))
+		leaf := findCgroupLine(host, c)
+		dir := filepath.Dir(filepath.Join("/sys/fs/cgroup", c, leaf))
 		if want := sbCgroup(root, c, "place"); dir != want {
 			t.Errorf("%s: command's cgroup's parent is %s, want the sandbox's %s", c, dir, want)
+		}
+		want := leaf // its first instruction's view: the same leaf
+		if sb.Pod {
+			want = "/../" + filepath.Base(leaf)
+		}
+		if got := findCgroupLine(in, c); got != want {
+			t.Errorf("%s: the command's own first view of its cgroup %q, want %q (host: %s)", c, got, want, leaf)
 		}
 	}
 }
@@ -351,8 +374,10 @@ func TestLimitsSurviveKill9(t *testing.T) {
 	if sb.Limits == nil || *sb.Limits != want {
 		t.Fatalf("limits after restart: got %+v, want %+v", sb.Limits, want)
 	}
-	if sb.Usage == nil || sb.Usage.Pids != 1 {
-		t.Fatalf("usage after restart: got %+v, want the one sleeper", sb.Usage)
+	// The sleeper, and a pod's holder (its threads), a task of the
+	// sandbox's cgroup too.
+	if holder := holderTasks(t, sbCgroup(root, "pids", "keep")); sb.Usage == nil || sb.Usage.Pids != uint64(1+holder) {
+		t.Fatalf("usage after restart: got %+v, want the one sleeper and the pod holder's %d tasks", sb.Usage, holder)
 	}
 	a2.must("DELETE", "/v1/sandboxes/keep", nil, 204, nil)
 	if _, err := os.Stat(sbCgroup(root, "memory", "keep")); !errors.Is(err, fs.ErrNotExist) {
@@ -366,8 +391,10 @@ func TestLimitsParkResume(t *testing.T) {
 	a, root := limitsDaemon(t)
 	a.createLimited("park", wire.Limits{MemoryBytes: 48 << 20, Pids: 30})
 	a.spawn("park", wire.CreateSession{Argv: []string{"sleep", "60"}})
-	if m := string(a.do("GET", "/metrics", nil).body); !strings.Contains(m, `runnerd_sandbox_pids{sandbox="park"} 1`+"\n") {
-		t.Fatalf("/metrics of a running sandbox with one sleeper lacks its pids series:\n%s", m)
+	// The sleeper and a pod's holder (its threads).
+	pids := 1 + holderTasks(t, sbCgroup(root, "pids", "park"))
+	if m := string(a.do("GET", "/metrics", nil).body); !strings.Contains(m, fmt.Sprintf(`runnerd_sandbox_pids{sandbox="park"} %d`+"\n", pids)) {
+		t.Fatalf("/metrics of a running sandbox with one sleeper (%d tasks with a pod's holder) lacks its pids series:\n%s", pids, m)
 	}
 	a.must("POST", "/v1/sandboxes/park/suspend", nil, 200, nil)
 	// Cardinality: a suspended sandbox has no series (only running ones do).
@@ -522,7 +549,9 @@ func TestLimitsSessionLeafRemovedByRetention(t *testing.T) {
 	root := testCgroupRoot(t)
 	a := startDaemonCfg(t, daemon.Config{StateDir: t.TempDir(), Token: testToken, NetPolicy: daemon.NetPolicyOff, CgroupRoot: root,
 		SessionRetention: 300 * time.Millisecond, JanitorInterval: 50 * time.Millisecond})
-	a.createLimited("ret", wire.Limits{Pids: 10})
+	// Room for a pod's holder (a Go program: several threads) and the
+	// session's helper and command.
+	a.createLimited("ret", wire.Limits{Pids: 64})
 	s := a.spawn("ret", wire.CreateSession{Argv: []string{"true"}})
 	leaf := filepath.Join(sbCgroup(root, "pids", "ret"), s.ID)
 	if _, err := os.Stat(leaf); err != nil {

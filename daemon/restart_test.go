@@ -34,7 +34,7 @@ func startProcessWrapped(t *testing.T, state string, wrapper []string, extra ...
 	sock := filepath.Join(state, "runnerd.sock")
 	args := []string{"--state", state, "--listen", "none", "--socket", sock, "--netpolicy", "off"}
 	if !slices.Contains(extra, "--cgroup-root") {
-		args = append(args, "--cgroup-root", testCgroupRoot(t)) // see startDaemonStoppable
+		args = append(args, "--cgroup-root", stateCgroupRoot(t, state)) // see startDaemonStoppable
 	}
 	argv := append(append(append([]string{}, wrapper...), runnerdBin), append(args, extra...)...)
 	cmd := exec.Command(argv[0], argv[1:]...)

@@ -41,6 +41,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	log := cfg.Logger
+	if cfg.podsOff != "" {
+		log.Warn("sandboxes are not pods (isolated by uid instead, --isolate all)", "why", cfg.podsOff)
+	}
 	if err := prepareStateDir(cfg); err != nil {
 		return err
 	}
@@ -279,7 +282,7 @@ func (s *server) goUntilStop(f func(context.Context)) (stop func()) {
 // stay contained.
 func (s *server) startNetwork(ctx context.Context) (stop func()) {
 	stopAdopting := s.sbx.StartNetPolicy(ctx)
-	if s.sbx.NetPolicy() == nil && s.cfg.Isolate == IsolateAll {
+	if s.sbx.NetPolicy() == nil && (s.cfg.Isolate == IsolateAll || s.cfg.Isolate == IsolatePod) {
 		s.log.Warn("network policy is not enforced here, so isolated sandboxes get no network namespace of their own: they run as their own uid on the host's network and can reach its loopback services")
 	}
 	n := s.sbx.NetPolicy()

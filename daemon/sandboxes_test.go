@@ -120,8 +120,8 @@ func TestCreateIdempotentUnderConcurrency(t *testing.T) {
 	if sb.Name != "same" || sb.State != "running" || sb.Incarnation == "" || sb.Workspace == "" {
 		t.Fatalf("sandbox %+v", sb)
 	}
-	if fi, err := os.Stat(sb.Workspace); err != nil || !fi.IsDir() {
-		t.Fatalf("workspace %s: %v", sb.Workspace, err)
+	if fi, err := os.Stat(sb.WorkspaceOnHost()); err != nil || !fi.IsDir() {
+		t.Fatalf("workspace %s: %v", sb.WorkspaceOnHost(), err)
 	}
 	var again wire.Sandbox
 	a.must("GET", "/v1/sandboxes/same", nil, 200, &again)
@@ -130,7 +130,7 @@ func TestCreateIdempotentUnderConcurrency(t *testing.T) {
 	}
 	a.must("DELETE", "/v1/sandboxes/same", nil, 204, nil)
 	a.wantError(a.do("GET", "/v1/sandboxes/same", nil), 404, wire.CodeNotFound)
-	if _, err := os.Stat(sb.Workspace); !os.IsNotExist(err) {
+	if _, err := os.Stat(sb.WorkspaceOnHost()); !os.IsNotExist(err) {
 		t.Errorf("workspace after destroy: %v", err)
 	}
 	a.must("DELETE", "/v1/sandboxes/same", nil, 204, nil) // absent is success

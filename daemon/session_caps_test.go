@@ -86,7 +86,13 @@ func spawnSoon(t *testing.T, a *api, name string, req wire.CreateSession) {
 // that exits leaving a process behind still holds its supervisor, so it
 // counts as running; ended sessions do not count; B is unaffected.
 func TestSessionCapsRunning(t *testing.T) {
-	a, _ := startProcess(t, t.TempDir(), "--sandbox-max-sessions", "3", "--sandbox-max-ended-sessions", "5")
+	// Its lingering session (below) needs uid isolation:
+	// a session's lingering processes are its shim's to
+	// count and stop, as their subreaper. In a pod they are reparented to
+	// the pod's init (the holder), which a shim outside the pod's pid
+	// namespace cannot be, so a pod's leftovers go unseen until suspend or
+	// destroy ends the pod (open: issue 38, reported by wt-podflip).
+	a, _ := startProcess(t, t.TempDir(), "--isolate", "all", "--sandbox-max-sessions", "3", "--sandbox-max-ended-sessions", "5")
 	a.createSandbox("a")
 	a.createSandbox("b")
 	// Ended sessions leave the running count alone.
@@ -192,7 +198,12 @@ func TestSessionCapsEndedCollected(t *testing.T) {
 // lives) are never collected, even when they are the oldest; the ended
 // ones after them are.
 func TestSessionCapsNeverCollectsLive(t *testing.T) {
-	a, _ := startProcess(t, t.TempDir(), "--sandbox-max-ended-sessions", "2")
+	// --isolate all: a session's lingering processes are its shim's to
+	// count and stop, as their subreaper. In a pod they are reparented to
+	// the pod's init (the holder), which a shim outside the pod's pid
+	// namespace cannot be, so a pod's leftovers go unseen until suspend or
+	// destroy ends the pod (open: issue 38, reported by wt-podflip).
+	a, _ := startProcess(t, t.TempDir(), "--isolate", "all", "--sandbox-max-ended-sessions", "2")
 	a.createSandbox("a")
 	a.spawn("a", wire.CreateSession{ID: "running", Argv: []string{"sleep", "600"}})
 	a.spawn("a", wire.CreateSession{ID: "linger", Argv: []string{"sh", "-c", "sleep 600 >/dev/null 2>&1 & exit 0"}})

@@ -51,7 +51,7 @@ func TestExecExitTruth(t *testing.T) {
 func TestExecStdinCwdEnvAndWorkspace(t *testing.T) {
 	a := startDaemon(t)
 	sb := a.createSandbox("box")
-	if err := os.Mkdir(filepath.Join(sb.Workspace, "sub"), 0o755); err != nil {
+	if err := os.Mkdir(filepath.Join(sb.WorkspaceOnHost(), "sub"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	res := a.exec("box", wire.Exec{Argv: []string{"cat"}, Stdin: []byte("hello\x00world")})
@@ -364,7 +364,7 @@ func TestDestroyStopsSessions(t *testing.T) {
 	if err := processGone(sess.PID, 5*time.Second); err != nil {
 		t.Error(err)
 	}
-	if _, err := os.Stat(sb.Workspace); !os.IsNotExist(err) {
+	if _, err := os.Stat(sb.WorkspaceOnHost()); !os.IsNotExist(err) {
 		t.Errorf("workspace remains: %v", err)
 	}
 	if dirs := sessionDirs(t, a); len(dirs) != 0 {
@@ -428,7 +428,7 @@ func TestSpawnRetryRunsOnce(t *testing.T) {
 	other.Argv = []string{"sh", "-c", "echo other >> runs"}
 	a.wantError(a.do("POST", "/v1/sandboxes/box/sessions", other), 409, wire.CodeInvalid)
 	time.Sleep(200 * time.Millisecond) // a command started by mistake would have written by now
-	if b, err := os.ReadFile(filepath.Join(sb.Workspace, "runs")); err != nil || string(b) != "ran\n" {
+	if b, err := os.ReadFile(filepath.Join(sb.WorkspaceOnHost(), "runs")); err != nil || string(b) != "ran\n" {
 		t.Errorf("runs: got %q %v, want one run", b, err)
 	}
 	if dirs := sessionDirs(t, a); len(dirs) != 1 {

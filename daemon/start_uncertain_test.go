@@ -20,8 +20,10 @@ func slowShimDaemon(t *testing.T, delay string) *api {
 	return startDaemonCfg(t, daemon.Config{StateDir: t.TempDir(), Token: testToken, NetPolicy: daemon.NetPolicyOff,
 		WarmShims: -1,
 		// The wrapper returns at once and starts the shim in the
-		// background, late, holding the readiness pipe meanwhile.
-		ShimCommand: []string{"/bin/sh", "-c", "(sleep " + delay + "; exec \"$0\" shim \"$@\") & exit 0", runnerdBin}})
+		// background, late, holding the readiness pipe meanwhile. A pod's
+		// holder (the shim program's pod mode, started through the same
+		// command) is started as is: the delay is the sessions'.
+		ShimCommand: []string{"/bin/sh", "-c", "if [ \"$1\" = pod ]; then exec \"$0\" shim \"$@\"; fi; (sleep " + delay + "; exec \"$0\" shim \"$@\") & exit 0", runnerdBin}})
 }
 
 // TestSpawnUncertainKeepsRecord: a spawn whose shim did not report in
@@ -30,9 +32,9 @@ func slowShimDaemon(t *testing.T, delay string) *api {
 // without a record.
 func TestSpawnUncertainKeepsRecord(t *testing.T) {
 	a := slowShimDaemon(t, "1.5")
-	a.createSandbox("slow")
-	marker := filepath.Join(sharedTempDir(t), "marker")
-	req := wire.CreateSession{ID: "u1", Argv: []string{"sh", "-c", "echo x >> " + marker + "; exec sleep 30"}}
+	// The marker is in the workspace, the one host directory a pod sees.
+	marker := filepath.Join(a.createSandbox("slow").WorkspaceOnHost(), "marker")
+	req := wire.CreateSession{ID: "u1", Argv: []string{"sh", "-c", "echo x >> marker; exec sleep 30"}}
 	r := a.do("POST", "/v1/sandboxes/slow/sessions", req)
 	a.wantError(r, http.StatusServiceUnavailable, wire.CodeUnavailable)
 	if d := r.errBody(t).Detail; !strings.HasPrefix(d, wire.DetailUncertain) {
@@ -64,9 +66,8 @@ func waitFile(t *testing.T, path string) {
 // process, never two), and the destroy then stops it.
 func TestStartingSessionResolves(t *testing.T) {
 	a := slowShimDaemon(t, "2")
-	a.createSandbox("slow")
-	marker := filepath.Join(sharedTempDir(t), "marker")
-	req := wire.CreateSession{ID: "u2", Argv: []string{"sh", "-c", "echo x >> " + marker + "; exec sleep 30"}}
+	marker := filepath.Join(a.createSandbox("slow").WorkspaceOnHost(), "marker")
+	req := wire.CreateSession{ID: "u2", Argv: []string{"sh", "-c", "echo x >> marker; exec sleep 30"}}
 	a.wantError(a.do("POST", "/v1/sandboxes/slow/sessions", req), http.StatusServiceUnavailable, wire.CodeUnavailable)
 	a.wantError(a.do("DELETE", "/v1/sandboxes/slow", nil), http.StatusServiceUnavailable, wire.CodeUnavailable)
 	a.must("GET", "/v1/sandboxes/slow", nil, 200, nil)

@@ -31,7 +31,7 @@ func TestWorkspacePrivate(t *testing.T) {
 			body = `{"name":"` + tc.name + `","user":"` + tc.user + `"}`
 		}
 		a.must("POST", "/v1/sandboxes", body, 200, &sb)
-		fi, err := os.Stat(sb.Workspace)
+		fi, err := os.Stat(sb.WorkspaceOnHost())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -35,7 +35,8 @@ its state in the first of $STATE_DIRECTORY, $RUNNERD_STATE,
 $XDG_STATE_HOME/runnerd, ~/.local/state/runnerd (as root: /var/lib/runnerd,
 unless an older runnerd's registry is in ~/.local/state/runnerd), and
 generates its bearer token into STATE/token (mode 0600) on first start. As
-root every sandbox is isolated (--isolate all) unless --isolate none.
+root every sandbox is a pod (--isolate pod; --isolate all where pods cannot
+be made) unless --isolate none.
 
 Flags:
 `
@@ -122,7 +123,7 @@ func run(args []string) int {
 		`whether the open egress of a sandbox created without a network policy reaches private networks (10/8, 172.16/12, 192.168/16, 100.64/10): "deny" (the default) or "allow"; a policy may name them either way; link-local (169.254/16, cloud metadata) and the host never are`)
 	hostNetNS := fs.String("netpolicy-host-netns", "", "TESTING: network namespace file that plays the host for containment (veths, rules, resolvers), so tests never change the real host's network; empty: runnerd's own")
 	isolate := fs.String("isolate", envOr(daemon.EnvIsolate, ""),
-		`"all" (the default as root): every sandbox runs as an unprivileged uid of its own with no way back to privilege, in a network namespace of its own (open egress, never the host, unless a policy narrows it); "none" (the default when not root; "contained" is its old name): a sandbox without a network policy runs as its user or as runnerd's, on the host network, and so can do whatever that user can (as root: read runnerd's token, signal any process, write the host) — only for a VM that is itself the boundary`)
+		`"pod" (the default as root where user namespaces are on and runnerd was built with cgo): every sandbox is a pod, root inside a user namespace mapped to 65,536 unprivileged ids of its own, with its own processes, overlay root over the host's system directories and the workspace at /workspace, in a network namespace of its own; "all" (the default as root otherwise, logged at start): every sandbox runs as an unprivileged uid of its own with no way back to privilege, in a network namespace of its own (open egress, never the host, unless a policy narrows it); "none" (the default when not root; "contained" is its old name): a sandbox without a network policy runs as its user or as runnerd's, on the host network, and so can do whatever that user can (as root: read runnerd's token, signal any process, write the host) — only for a VM that is itself the boundary`)
 	identityRange := fs.String("identity-range", envOr(daemon.EnvIdentityRange, ""),
 		"FIRST-LAST: the uids (gid = uid) given to isolated sandboxes; must hold no uid or gid the host uses and overlap no other runnerd's (default: 65,536 ids chosen for the state directory in a range systemd documents as unused, saved in it, held by no other live runnerd)")
 	claimDir := fs.String("claim-dir", "", "directory where runnerd claims its identity range and cgroup root against the host's other runnerds (default "+daemon.DefaultClaimDir+", or $TMPDIR/runnerd-UID/claims when not root)")
