@@ -31,7 +31,7 @@ func leafExists(root, sb, id string) bool {
 func TestSessionLeafReleasedAfterExit(t *testing.T) {
 	defer daemon.SetLeafSweepInterval(100 * time.Millisecond)()
 	a, root := limitsDaemon(t)
-	a.createLimited("box", wire.Limits{MemoryBytes: 32 << 20})
+	a.createLimited("box", wire.Limits{MemoryBytes: smallMemory})
 
 	gone := func(id string) {
 		t.Helper()

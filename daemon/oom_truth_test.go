@@ -60,7 +60,7 @@ func TestOOMKilledOnlyWhenTheCommandIs(t *testing.T) {
 			a := &api{t: t, base: a.base, hc: a.hc, token: a.token, state: a.state}
 			name := strings.NewReplacer(" ", "-", "$", "", "'", "").Replace(strings.ToLower(tc.name))
 			name = strings.Trim(strings.ReplaceAll(name, "--", "-"), "-")
-			a.createLimited(name, wire.Limits{MemoryBytes: 32 << 20})
+			a.createLimited(name, wire.Limits{MemoryBytes: smallMemory})
 			s := a.spawn(name, wire.CreateSession{Argv: []string{"sh", "-c", tc.argv}})
 			if tc.kill != nil {
 				a.waitOOMKill(name)

@@ -107,3 +107,11 @@ func holderTasks(t *testing.T, sandboxPidsDir string) int {
 	}
 	return n
 }
+
+// smallMemory is the memory limit of the tests' small sandboxes (OOM
+// kills, leaf release). A pod's holder and each session's helper are
+// runnerd's own program in the sandbox's memory cgroup; built with the
+// race detector, as these tests build runnerd under -race, they need
+// more than the 32 MiB these tests had ("nsexec: the helper ended before
+// executing the command"). The hogs grow until killed, at any limit.
+const smallMemory = 128 << 20

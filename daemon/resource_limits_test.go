@@ -183,12 +183,12 @@ func (a *api) streamLen(sandbox, id string) int {
 	return len(r.body)
 }
 
-// TestLimitsOOMKillIsHonest: a memory hog over its sandbox's 32 MiB is
+// TestLimitsOOMKillIsHonest: a memory hog over its sandbox's limit is
 // killed by the kernel, and its exit record says so (signaled, 9, 137,
 // oom_killed) while a session of another sandbox keeps streaming.
 func TestLimitsOOMKillIsHonest(t *testing.T) {
 	a, _ := limitsDaemon(t)
-	a.createLimited("hog", wire.Limits{MemoryBytes: 32 << 20})
+	a.createLimited("hog", wire.Limits{MemoryBytes: smallMemory})
 	a.createSandbox("other")
 	ticker := a.spawn("other", wire.CreateSession{Argv: []string{"sh", "-c", "while :; do echo tick; sleep 0.02; done"}})
 	// tail keeps every byte of a "line" that never ends: it grows until
@@ -200,10 +200,10 @@ func TestLimitsOOMKillIsHonest(t *testing.T) {
 	}
 	var sb wire.Sandbox
 	a.must("GET", "/v1/sandboxes/hog", nil, 200, &sb)
-	if sb.Usage == nil || sb.Usage.OOMKills < 1 || sb.Usage.MemoryPeakBytes < 16<<20 {
+	if sb.Usage == nil || sb.Usage.OOMKills < 1 || sb.Usage.MemoryPeakBytes < smallMemory/2 {
 		t.Fatalf("hog's usage: got %+v, want oom_kills >= 1 and a peak near the limit", sb.Usage)
 	}
-	if sb.Limits == nil || sb.Limits.MemoryBytes != 32<<20 {
+	if sb.Limits == nil || sb.Limits.MemoryBytes != smallMemory {
 		t.Fatalf("hog's limits: got %+v", sb.Limits)
 	}
 	// /metrics has the same, per sandbox.
