@@ -78,7 +78,7 @@ func BenchmarkMove(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	fillTree(b, sb.Workspace, size, files)
+	fillTree(b, sb.WorkspaceOnHost(), size, files)
 	if _, err := src.Exec(ctx, name, wire.Exec{Argv: []string{"true"}}); err != nil { // one ended session
 		b.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func BenchmarkMove(b *testing.B) {
 	b.Run("tar-zstd-1-upload", func(b *testing.B) {
 		b.SetBytes(size)
 		for b.Loop() {
-			cmd := exec.Command("sh", "-c", `tar -C "$1" -cf - . | zstd -1 -q -T0`, "sh", sb.Workspace)
+			cmd := exec.Command("sh", "-c", `tar -C "$1" -cf - . | zstd -1 -q -T0`, "sh", sb.WorkspaceOnHost())
 			out, err := cmd.StdoutPipe()
 			if err != nil {
 				b.Fatal(err)

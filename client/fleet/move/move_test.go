@@ -40,7 +40,7 @@ func makeParked(t *testing.T, ctx context.Context, c *client.Client, name string
 	if err != nil {
 		t.Fatalf("create %s: %v", name, err)
 	}
-	b.workspace = sb.Workspace
+	b.workspace = sb.WorkspaceOnHost()
 	// The file goes in through a session's stdin, 1 MiB a write.
 	w, _, err := c.CreateSession(ctx, name, wire.CreateSession{ID: "write", Argv: []string{"sh", "-c", "cat > data.bin && echo written"}})
 	if err != nil {
