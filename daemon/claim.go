@@ -56,6 +56,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -171,12 +172,12 @@ func claimHost(cfg *Config, hasIdentities bool) (*hostClaim, error) {
 	}
 	sum := sha256.Sum256([]byte(cfg.StateDir))
 	mine := filepath.Join(dir, hex.EncodeToString(sum[:8])+".json")
-	others, err := liveClaims(dir, mine)
+	others, resting, err := liveClaims(dir, mine)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.IdentityFirst == 0 && cfg.IdentityLast == 0 {
-		if err := defaultIdentityRange(cfg, sum, hasIdentities, others); err != nil {
+		if err := defaultIdentityRange(cfg, sum, hasIdentities, others, resting); err != nil {
 			return nil, err
 		}
 	}
@@ -230,12 +231,11 @@ func claimHost(cfg *Config, hasIdentities bool) (*hostClaim, error) {
 
 // liveClaims returns the claims in dir whose owner still holds its lock,
 // other than the file mine.
-func liveClaims(dir, mine string) ([]claim, error) {
+func liveClaims(dir, mine string) (live, resting []claim, err error) {
 	names, err := filepath.Glob(filepath.Join(dir, "*.json"))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []claim
 	for _, n := range names {
 		if n == mine {
 			continue
@@ -244,23 +244,29 @@ func liveClaims(dir, mine string) ([]claim, error) {
 		if err != nil {
 			continue // removed by its owner meanwhile
 		}
-		err = unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
-		if err == nil {
+		var c claim
+		derr := json.NewDecoder(f).Decode(&c)
+		if unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB) == nil {
 			f.Close() // no owner: a stale claim
+			// A runnerd that is down (killed, restarting) keeps its
+			// range for its return while its state directory exists: a
+			// new default choice avoids it where it can (resting).
+			if _, serr := os.Stat(c.StateDir); derr == nil && c.StateDir != "" && serr == nil {
+				resting = append(resting, c)
+				continue
+			}
 			os.Remove(n)
 			continue
 		}
-		var c claim
-		if derr := json.NewDecoder(f).Decode(&c); derr != nil {
-			f.Close()
+		f.Close()
+		if derr != nil {
 			// Locked but not yet written cannot be: files are written
 			// under the directory lock this caller holds.
-			return nil, fmt.Errorf("read claim %s: %w", n, derr)
+			return nil, nil, fmt.Errorf("read claim %s: %w", n, derr)
 		}
-		f.Close()
-		out = append(out, c)
+		live = append(live, c)
 	}
-	return out, nil
+	return live, resting, nil
 }
 
 // tableFile is where the netpolicy state directory's table name is saved.
@@ -373,7 +379,7 @@ func netTable(state string, sum [32]byte, ns string, others []claim) (string, er
 // slot 0 for a registry that holds identities, else the first slot from
 // the state directory's hash that no live runnerd overlaps; a new choice
 // is saved.
-func defaultIdentityRange(cfg *Config, sum [32]byte, hasIdentities bool, others []claim) error {
+func defaultIdentityRange(cfg *Config, sum [32]byte, hasIdentities bool, others, resting []claim) error {
 	saved := filepath.Join(cfg.StateDir, identityRangeFile)
 	slotSize, slots := uint32(identitySlotSize), uint32(identitySlots)
 	if cfg.Isolate == IsolatePod {
@@ -401,14 +407,22 @@ func defaultIdentityRange(cfg *Config, sum [32]byte, hasIdentities bool, others 
 	if !hasIdentities {
 		start := binary.BigEndian.Uint32(sum[:4]) % slots
 		found := false
-		for i := uint32(0); i < slots && !found; i++ {
-			first, last = slot((start + i) % slots)
-			found = true
-			for _, o := range others {
-				if o.IdentityFirst <= last && first <= o.IdentityLast {
-					found = false
-					break
+		// First a slot no runnerd holds, live or down (its state
+		// directory still there: it comes back to its saved range); then
+		// one no live runnerd holds.
+		for _, avoid := range [][]claim{append(slices.Clone(others), resting...), others} {
+			for i := uint32(0); i < slots && !found; i++ {
+				first, last = slot((start + i) % slots)
+				found = true
+				for _, o := range avoid {
+					if o.IdentityFirst <= last && first <= o.IdentityLast {
+						found = false
+						break
+					}
 				}
+			}
+			if found {
+				break
 			}
 		}
 		if !found {
