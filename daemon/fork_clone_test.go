@@ -28,13 +28,13 @@ func TestForkClone(t *testing.T) {
 	src := a.createSandbox("src")
 	wantExit0(t, a, "src", "head -c 12582912 /dev/urandom > big; mkdir -p d/e; printf 'one\\000two' > d/e/f; ln -s d/e/f l; chmod 640 d/e/f")
 	// What a command running as root in a sandbox could leave.
-	if err := os.WriteFile(filepath.Join(src.Workspace, "suid-root"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(src.WorkspaceOnHost(), "suid-root"), []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(filepath.Join(src.Workspace, "suid-root"), os.ModeSetuid|0o755); err != nil {
+	if err := os.Chmod(filepath.Join(src.WorkspaceOnHost(), "suid-root"), os.ModeSetuid|0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Mknod(filepath.Join(src.Workspace, "mem"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 1))); err != nil {
+	if err := unix.Mknod(filepath.Join(src.WorkspaceOnHost(), "mem"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 1))); err != nil {
 		t.Fatal(err)
 	}
 	// The volume's root-owned rest (the sandbox's private directories)
@@ -47,11 +47,11 @@ func TestForkClone(t *testing.T) {
 		t.Fatal(err)
 	}
 	stay := a.spawn("src", wire.CreateSession{Argv: []string{"sleep", "60"}})
-	before := digest(t, src.Workspace)
+	before := digest(t, src.WorkspaceOnHost())
 
 	var b wire.Sandbox
 	a.must("POST", "/v1/sandboxes", forkReq("b", "src", ""), 200, &b)
-	if b.Workspace != filepath.Join(volumePath(state, storage.Btrfs, "b"), "workspace") || b.Limits == nil || b.Limits.DiskBytes != 64*mib {
+	if b.WorkspaceOnHost() != filepath.Join(volumePath(state, storage.Btrfs, "b"), "workspace") || b.Limits == nil || b.Limits.DiskBytes != 64*mib {
 		t.Fatalf("fork = %+v, want its own volume with the default 64 MiB budget", b)
 	}
 	want := strings.Replace(before, "suid-root urwxr-xr-x", "suid-root -rwxr-xr-x", 1)
@@ -61,10 +61,10 @@ func TestForkClone(t *testing.T) {
 			kept = append(kept, l)
 		}
 	}
-	if got := digest(t, b.Workspace); got != strings.Join(kept, "\n") {
+	if got := digest(t, b.WorkspaceOnHost()); got != strings.Join(kept, "\n") {
 		t.Errorf("the fork's workspace:\n%s\nwant the source's without setuid and device:\n%s", got, strings.Join(kept, "\n"))
 	}
-	if bad := ownersOf(t, b.Workspace, *b.UID, *b.GID); len(bad) > 0 {
+	if bad := ownersOf(t, b.WorkspaceOnHost(), *b.UID, *b.GID); len(bad) > 0 {
 		t.Errorf("the fork's entries are not its identity's: %v", bad)
 	}
 	if _, err := os.Lstat(filepath.Join(volumePath(state, storage.Btrfs, "b"), "private", "leak")); !os.IsNotExist(err) {

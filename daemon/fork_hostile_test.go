@@ -21,7 +21,7 @@ func TestHostileForkSource(t *testing.T) {
 	state := t.TempDir()
 	a := checkpointDaemon(t, state)
 	src := a.createSandbox("src")
-	ws := src.Workspace
+	ws := src.WorkspaceOnHost()
 	mk := func(rel string, mode os.FileMode, uid int) {
 		t.Helper()
 		p := filepath.Join(ws, rel)
@@ -50,16 +50,16 @@ func TestHostileForkSource(t *testing.T) {
 	if b.UID == nil {
 		t.Fatalf("fork %+v has no identity of its own", b)
 	}
-	if bad := ownersOf(t, b.Workspace, *b.UID, *b.GID); len(bad) > 0 {
+	if bad := ownersOf(t, b.WorkspaceOnHost(), *b.UID, *b.GID); len(bad) > 0 {
 		t.Errorf("the fork holds entries not its identity's, or setuid/setgid: %v", bad)
 	}
 	for _, gone := range []string{"mem", "fifo"} {
-		if _, err := os.Lstat(filepath.Join(b.Workspace, gone)); !os.IsNotExist(err) {
+		if _, err := os.Lstat(filepath.Join(b.WorkspaceOnHost(), gone)); !os.IsNotExist(err) {
 			t.Errorf("the fork holds %s (%v), want no device node or fifo", gone, err)
 		}
 	}
 	var st syscall.Stat_t
-	if err := syscall.Stat(filepath.Join(b.Workspace, "suid-root"), &st); err != nil {
+	if err := syscall.Stat(filepath.Join(b.WorkspaceOnHost(), "suid-root"), &st); err != nil {
 		t.Fatal(err)
 	}
 	if st.Mode&0o7777 != 0o755 {

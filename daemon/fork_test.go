@@ -72,7 +72,7 @@ func TestForkAPI(t *testing.T) {
 	src := a.createSandbox("src")
 	a.exec("src", wire.Exec{Argv: []string{"sh", "-c", "printf 'one\\000two' > f; chmod 640 f; mkdir -p d/e; echo deep > d/e/g; ln -s f l; chmod 4755 d/e/g"}})
 	stay := a.spawn("src", wire.CreateSession{Argv: []string{"sleep", "60"}})
-	before := digest(t, src.Workspace)
+	before := digest(t, src.WorkspaceOnHost())
 
 	// Now: the source is checkpointed, the fork gets that disk, and the
 	// checkpoint it took is gone again. Options are the request's.
@@ -89,13 +89,13 @@ func TestForkAPI(t *testing.T) {
 	if want == before {
 		t.Fatalf("the source holds no setuid d/e/g:\n%s", before)
 	}
-	if got := digest(t, b.Workspace); got != want {
+	if got := digest(t, b.WorkspaceOnHost()); got != want {
 		t.Errorf("fork's workspace:\n%s\nwant the source's:\n%s", got, want)
 	}
-	if bad := ownersOf(t, b.Workspace, *b.UID, *b.GID); len(bad) > 0 {
+	if bad := ownersOf(t, b.WorkspaceOnHost(), *b.UID, *b.GID); len(bad) > 0 {
 		t.Errorf("fork's entries not given to its identity %d:%d: %v", *b.UID, *b.GID, bad)
 	}
-	if got := digest(t, src.Workspace); got != before {
+	if got := digest(t, src.WorkspaceOnHost()); got != before {
 		t.Errorf("the source changed:\n%s\nwant\n%s", got, before)
 	}
 	var list wire.Checkpoints
@@ -174,7 +174,7 @@ func TestForkCorruptedLeavesNothing(t *testing.T) {
 	a := checkpointDaemon(t, state)
 	src := a.createSandbox("src")
 	for i := range 8 {
-		randomFile(t, filepath.Join(src.Workspace, fmt.Sprint("f", i)), byte(i), 256<<10)
+		randomFile(t, filepath.Join(src.WorkspaceOnHost(), fmt.Sprint("f", i)), byte(i), 256<<10)
 	}
 	var ck wire.Checkpoint
 	a.must("POST", "/v1/sandboxes/src/checkpoints", nil, 201, &ck)
@@ -200,7 +200,7 @@ func TestKillRunnerdDuringFork(t *testing.T) {
 	a, p := startProcess(t, state)
 	src := a.createSandbox("src")
 	for i := range 24 {
-		randomFile(t, filepath.Join(src.Workspace, fmt.Sprint("f", i)), byte(i), 1<<20)
+		randomFile(t, filepath.Join(src.WorkspaceOnHost(), fmt.Sprint("f", i)), byte(i), 1<<20)
 	}
 	staged := filepath.Join(state, "sandboxes", ".fork-half")
 	done := make(chan struct{})
@@ -236,7 +236,7 @@ func TestKillRunnerdDuringFork(t *testing.T) {
 	}
 	var b wire.Sandbox
 	a.must("POST", "/v1/sandboxes", forkReq("half", "src", ""), 200, &b)
-	if got, want := digest(t, b.Workspace), digest(t, src.Workspace); got != want {
+	if got, want := digest(t, b.WorkspaceOnHost()), digest(t, src.WorkspaceOnHost()); got != want {
 		t.Errorf("the fork after recovery:\n%s\nwant\n%s", got, want)
 	}
 }
@@ -267,7 +267,7 @@ func TestForkOnPool(t *testing.T) {
 	req := forkReq("b", "src", ck.ID)
 	req.Limits = &wire.Limits{DiskBytes: 40 * mib}
 	a.must("POST", "/v1/sandboxes", req, 200, &b)
-	if b.Limits == nil || b.Limits.DiskBytes != 40*mib || b.Workspace != filepath.Join(volumePath(state, storage.Btrfs, "b"), "workspace") {
+	if b.Limits == nil || b.Limits.DiskBytes != 40*mib || b.WorkspaceOnHost() != filepath.Join(volumePath(state, storage.Btrfs, "b"), "workspace") {
 		t.Fatalf("fork = %+v, want its own volume with disk_bytes %d", b, 40*mib)
 	}
 	if got, want := wantExit0(t, a, "b", "sha256sum big; cat s"), wantExit0(t, a, "src", "sha256sum big; cat s"); got != want {

@@ -526,7 +526,7 @@ func TestLimitsLiveUpdateAndRecreate(t *testing.T) {
 // leaf; the sandbox's cgroup stays.
 func TestLimitsSessionLeafRemovedWithSession(t *testing.T) {
 	a, root := limitsDaemon(t)
-	a.createLimited("leaf", wire.Limits{Pids: 10})
+	a.createLimited("leaf", wire.Limits{Pids: 64}) // room for a pod's holder (its threads)
 	s := a.spawn("leaf", wire.CreateSession{Argv: []string{"true"}})
 	a.waitEnded("leaf", s.ID)
 	leaf := filepath.Join(sbCgroup(root, "pids", "leaf"), s.ID)

@@ -56,7 +56,7 @@ func TestCheckpointSnapshot(t *testing.T) {
 	src := a.createSandbox("src")
 	wantExit0(t, a, "src", "head -c 3145728 /dev/urandom > big; printf 'one\\000two' > f; mkdir d; ln -s f d/l")
 	stay := a.spawn("src", wire.CreateSession{Argv: []string{"sleep", "60"}})
-	before := digest(t, src.Workspace)
+	before := digest(t, src.WorkspaceOnHost())
 	var ck wire.Checkpoint
 	a.must("POST", "/v1/sandboxes/src/checkpoints", wire.CreateCheckpoint{Comment: "snap"}, 201, &ck)
 	if ck.Files != 2 || ck.Size != 3145728+7 || ck.Comment != "snap" {
@@ -81,7 +81,7 @@ func TestCheckpointSnapshot(t *testing.T) {
 	if !isClone(t, state, "b") {
 		t.Errorf("the fork of a snapshot checkpoint is not a clone")
 	}
-	if got := digest(t, b.Workspace); got != before {
+	if got := digest(t, b.WorkspaceOnHost()); got != before {
 		t.Errorf("the fork:\n%s\nwant the checkpoint's:\n%s", got, before)
 	}
 
@@ -89,14 +89,14 @@ func TestCheckpointSnapshot(t *testing.T) {
 	// big shares them; it was rewritten after the checkpoint, so only a
 	// clone can); export and import as on every driver.
 	wantExit0(t, a, "src", "head -c 3145728 /dev/urandom > big")
-	if shared(t, filepath.Join(src.Workspace, "big")) {
+	if shared(t, filepath.Join(src.WorkspaceOnHost(), "big")) {
 		t.Fatalf("a rewritten file shares its blocks before the restore")
 	}
 	a.must("POST", "/v1/sandboxes/src/checkpoints/"+ck.ID+"/restore", nil, 200, nil)
-	if got := digest(t, src.Workspace); got != before {
+	if got := digest(t, src.WorkspaceOnHost()); got != before {
 		t.Errorf("after restore:\n%s\nwant\n%s", got, before)
 	}
-	if !shared(t, filepath.Join(src.Workspace, "big")) {
+	if !shared(t, filepath.Join(src.WorkspaceOnHost(), "big")) {
 		t.Errorf("the restored big shares no block with the snapshot: copied, not cloned")
 	}
 	arc := a.export("src", ck.ID, "")
