@@ -24,6 +24,45 @@ func (m *Manager) CanFreeze() error {
 	return nil
 }
 
+// freezeFiles names sandbox name's freezer files: the one to read
+// (state), the one to write (stateFile), and the values that mean
+// frozen (read) and thawed (written).
+func (m *Manager) freezeFiles(name string) (state, stateFile, frozen, thawed string, err error) {
+	switch b := m.b.(type) {
+	case *v1:
+		rel, err := b.path(name)(cgroup1.Freezer)
+		if err != nil {
+			return "", "", "", "", err
+		}
+		stateFile = filepath.Join(b.mount, string(cgroup1.Freezer), rel, "freezer.state")
+		return stateFile, stateFile, "FROZEN", "THAWED", nil
+	case *v2:
+		return filepath.Join(b.dir(name), "cgroup.events"), filepath.Join(b.dir(name), "cgroup.freeze"), "frozen 1", "0", nil
+	}
+	return "", "", "", "", ErrNotSupported
+}
+
+// Thaw thaws sandbox name's cgroup whatever froze it: a runnerd killed
+// during a checkpoint never called its thaw, and the sandbox's processes
+// (a pod's holder among them) stay stopped until someone does. A cgroup
+// that does not exist, or a host without a freezer, has nothing to thaw.
+func (m *Manager) Thaw(name string) error {
+	if err := validName(name); err != nil {
+		return err
+	}
+	if m.CanFreeze() != nil {
+		return nil
+	}
+	_, stateFile, _, thawed, err := m.freezeFiles(name)
+	if err != nil {
+		return fmt.Errorf("thaw %s: %w", name, err)
+	}
+	if err := os.WriteFile(stateFile, []byte(thawed), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("thaw %s: %w", name, err)
+	}
+	return nil
+}
+
 // Freeze stops every process in sandbox name's cgroup (the v1 freezer
 // controller, or cgroup.freeze under v2) and returns once the kernel
 // reports them all frozen; the caller must call thaw (idempotent) as soon
@@ -40,18 +79,9 @@ func (m *Manager) Freeze(ctx context.Context, name string) (thaw func() error, e
 	if err := m.mustExist(name); err != nil {
 		return nil, fmt.Errorf("freeze %s: %w", name, err)
 	}
-	var state, frozen, thawed, stateFile string
-	switch b := m.b.(type) {
-	case *v1:
-		rel, err := b.path(name)(cgroup1.Freezer)
-		if err != nil {
-			return nil, fmt.Errorf("freeze %s: %w", name, err)
-		}
-		stateFile = filepath.Join(b.mount, string(cgroup1.Freezer), rel, "freezer.state")
-		state, frozen, thawed = stateFile, "FROZEN", "THAWED"
-	case *v2:
-		stateFile = filepath.Join(b.dir(name), "cgroup.freeze")
-		state, frozen, thawed = filepath.Join(b.dir(name), "cgroup.events"), "frozen 1", "0"
+	state, stateFile, frozen, thawed, err := m.freezeFiles(name)
+	if err != nil {
+		return nil, fmt.Errorf("freeze %s: %w", name, err)
 	}
 	set := func(v string) error {
 		if err := os.WriteFile(stateFile, []byte(v), 0); err != nil {

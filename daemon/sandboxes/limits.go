@@ -503,4 +503,10 @@ func (s *Manager) adoptCgroup(name string) {
 	if err := s.EnsureCgroup(sb); err != nil {
 		s.log.Warn("adopt cgroup", "sandbox", sb.Name, "err", err)
 	}
+	// A runnerd killed during a checkpoint left the cgroup frozen: no
+	// checkpoint runs now (this runnerd holds the sandbox's lock), so
+	// nothing of it should be.
+	if err := s.cg.Thaw(sb.Name); err != nil {
+		s.log.Warn("adopt cgroup: thaw", "sandbox", sb.Name, "err", err)
+	}
 }
