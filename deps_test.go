@@ -68,6 +68,9 @@ var rules = []struct {
 	{pkg: "internal/logsink", stdlibOnly: true},
 	// internal/ostest is the file and pipe waits tests share.
 	{pkg: "internal/ostest", stdlibOnly: true, allowed: []string{"golang.org/x/sys"}},
+	// internal/loopns is the loopback-only network namespace tests' real
+	// servers listen in (kube-apiserver, etcd, S3).
+	{pkg: "internal/loopns", stdlibOnly: true, allowed: []string{"golang.org/x/sys"}},
 	{pkg: "client", forbidden: []string{
 		module + "/daemon", module + "/journal", module + "/shim", module + "/netpolicy",
 		"go.etcd.io/bbolt", "github.com/google/nftables", "github.com/vishvananda/",

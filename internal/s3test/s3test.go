@@ -28,6 +28,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/internal/loopns"
+
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
@@ -50,7 +52,7 @@ type Server struct {
 
 	t    testing.TB
 	dir  string
-	ns   *netns
+	ns   *loopns.NS
 	cmd  *exec.Cmd
 	log  *os.File
 	done chan struct{}
@@ -72,7 +74,7 @@ func Start(t testing.TB) *Server {
 	if err != nil {
 		t.Fatalf("build SeaweedFS: %v", err)
 	}
-	ns, err := newNetns()
+	ns, err := loopns.New()
 	if err != nil {
 		testcap.Skip(t, "netns", err.Error())
 	}
@@ -110,7 +112,7 @@ func Start(t testing.TB) *Server {
 	s.cmd.Dir = s.dir
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := ns.start(s.cmd); err != nil {
+	if err := ns.Start(s.cmd); err != nil {
 		t.Fatalf("start weed: %v", err)
 	}
 	go func() { _ = s.cmd.Wait(); close(s.done) }() // ends when weed does
@@ -122,7 +124,7 @@ func Start(t testing.TB) *Server {
 // client. Each call returns a new transport (close its idle connections
 // when done).
 func (s *Server) Transport() *http.Transport {
-	return &http.Transport{DialContext: s.ns.dial, MaxIdleConnsPerHost: 16}
+	return &http.Transport{DialContext: s.ns.Dial, MaxIdleConnsPerHost: 16}
 }
 
 // waitBucket asks the gateway, signed with the server's identity, whether

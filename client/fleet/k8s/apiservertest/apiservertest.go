@@ -35,6 +35,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentrunner/runner/internal/loopns"
+
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -60,7 +62,7 @@ type Server struct {
 	bins   Binaries
 	dir    string
 	caFile string
-	ns     *netns
+	ns     *loopns.NS
 
 	mu      sync.Mutex // guards api, cut, conns
 	api     *proc
@@ -96,7 +98,7 @@ func Start(t testing.TB) *Server {
 	if err != nil {
 		t.Fatalf("build kube-apiserver: %v", err)
 	}
-	ns, err := newNetns()
+	ns, err := loopns.New()
 	if err != nil {
 		testcap.Skip(t, "netns", err.Error())
 	}
@@ -184,7 +186,7 @@ func (s *Server) spawn(name, bin string, args ...string) *proc {
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := s.ns.start(cmd); err != nil {
+	if err := s.ns.Start(cmd); err != nil {
 		log.Close()
 		s.t.Fatalf("start %s: %v", name, err)
 	}
@@ -281,7 +283,7 @@ func (s *Server) httpClient() *http.Client {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: s.ns.dial, TLSClientConfig: tlsCfg}}
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: s.ns.Dial, TLSClientConfig: tlsCfg}}
 }
 
 // AdminConfig is a client configuration with the admin token; its
@@ -291,7 +293,7 @@ func (s *Server) AdminConfig() *rest.Config {
 		Host:            s.URL,
 		BearerToken:     s.AdminToken,
 		TLSClientConfig: rest.TLSClientConfig{CAFile: s.caFile},
-		Dial:            s.ns.dial,
+		Dial:            s.ns.Dial,
 		QPS:             -1, // no client-side rate limit in tests
 	}
 }
@@ -322,7 +324,7 @@ func (s *Server) gatedDial(ctx context.Context, network, addr string) (net.Conn,
 	if cut {
 		return nil, refused(network, addr)
 	}
-	c, err := s.ns.dial(ctx, network, addr)
+	c, err := s.ns.Dial(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package apiservertest
+package loopns
 
 import (
 	"context"
@@ -21,13 +21,13 @@ func TestNetnsIsolated(t *testing.T) {
 	if os.Geteuid() != 0 {
 		testcap.Skip(t, "root", "a network namespace")
 	}
-	ns, err := newNetns()
+	ns, err := New()
 	if err != nil {
 		testcap.Skip(t, "netns", err.Error())
 	}
 	defer ns.Close()
 	var ln net.Listener
-	if err := ns.do(func() error {
+	if err := ns.Do(func() error {
 		var err error
 		ln, err = net.Listen("tcp", "127.0.0.1:0")
 		return err
@@ -47,7 +47,7 @@ func TestNetnsIsolated(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := ns.dial(ctx, "tcp", ln.Addr().String())
+	c, err := ns.Dial(ctx, "tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatalf("dial inside the netns: %v", err)
 	}

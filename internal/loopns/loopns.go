@@ -1,4 +1,9 @@
-package s3test
+// Package loopns is a network namespace of a test's own whose only
+// interface is loopback: the real servers tests start (kube-apiserver and
+// etcd, an S3 server) listen there, where nothing else on the host can
+// reach them and their default ports never clash, and the test dials them
+// through the namespace. It is test support: no production code imports it.
+package loopns
 
 import (
 	"context"
@@ -11,19 +16,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// This file is client/fleet/k8s/apiservertest's netns.go: a test helper
-// of another package's, unexported there, kept in step by hand.
-
-// netns is a network namespace of the test's own, held by an open file
+// NS is a network namespace of the test's own, held by an open file
 // (no name under /var/run/netns: nothing outside the test finds it). Its
 // only interface is loopback, brought up.
-type netns struct {
+type NS struct {
 	f *os.File
 }
 
-// newNetns makes a network namespace and brings its loopback up.
-func newNetns() (*netns, error) {
-	var ns *netns
+// New makes a network namespace and brings its loopback up.
+func New() (*NS, error) {
+	var ns *NS
 	err := onLockedThread(func() error {
 		orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
 		if err != nil {
@@ -46,7 +48,7 @@ func newNetns() (*netns, error) {
 			}
 			return fmt.Errorf("set up netns: %w", err)
 		}
-		ns = &netns{f: f}
+		ns = &NS{f: f}
 		return nil
 	})
 	return ns, err
@@ -96,9 +98,9 @@ func onLockedThread(fn func() error) error {
 	return <-done
 }
 
-// do runs fn with the calling goroutine's thread in the netns, and
+// Do runs fn with the calling goroutine's thread in the netns, and
 // returns it to its own netns after.
-func (ns *netns) do(fn func() error) error {
+func (ns *NS) Do(fn func() error) error {
 	return onLockedThread(func() error {
 		orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
 		if err != nil {
@@ -116,18 +118,18 @@ func (ns *netns) do(fn func() error) error {
 	})
 }
 
-// start starts cmd inside the netns: the child is forked from a thread
+// Start starts cmd inside the netns: the child is forked from a thread
 // that is in it, and inherits it.
-func (ns *netns) start(cmd *exec.Cmd) error {
-	return ns.do(cmd.Start)
+func (ns *NS) Start(cmd *exec.Cmd) error {
+	return ns.Do(cmd.Start)
 }
 
-// dial connects to addr from inside the netns. A socket belongs to the
+// Dial connects to addr from inside the netns. A socket belongs to the
 // netns it was made in, so only the dial runs on the switched thread;
 // the connection is then used from any goroutine.
-func (ns *netns) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+func (ns *NS) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	var c net.Conn
-	err := ns.do(func() error {
+	err := ns.Do(func() error {
 		var d net.Dialer
 		var err error
 		c, err = d.DialContext(ctx, network, addr)
@@ -137,4 +139,4 @@ func (ns *netns) dial(ctx context.Context, network, addr string) (net.Conn, erro
 }
 
 // Close releases the namespace (it ends once no process is in it).
-func (ns *netns) Close() error { return ns.f.Close() }
+func (ns *NS) Close() error { return ns.f.Close() }
