@@ -306,11 +306,13 @@ func (d *Daemon) Stop() {
 }
 
 // KillShims kills, each with its process group, the shims whose pid files
-// lie under the runnerd state directory state: call it only on a state
-// directory of a runnerd the test started, once that runnerd has stopped
-// (a shim outlives its daemon by design), so that it ends only the test's
-// own processes.
+// lie under the runnerd state directory state, and the pods' holders
+// STATE/pods names (each checked by its start time; a pod's processes end
+// with its holder): call it only on a state directory of a runnerd the
+// test started, once that runnerd has stopped (shims and pods outlive
+// their daemon by design), so that it ends only the test's own processes.
 func KillShims(state string) {
+	killPods(state)
 	pids, _ := filepath.Glob(filepath.Join(state, "s", "*", "shim.pid"))
 	for _, p := range pids {
 		b, err := os.ReadFile(p)
@@ -321,6 +323,34 @@ func KillShims(state string) {
 			// A session's shim leads its own process group (its
 			// session): kill the group, then the shim.
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// killPods kills the holders STATE/pods/NAME names ("PID START"), each
+// only while its start time still names it.
+func killPods(state string) {
+	files, _ := filepath.Glob(filepath.Join(state, "pods", "*"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		var pid int
+		var start uint64
+		if _, err := fmt.Sscanf(string(b), "%d %d", &pid, &start); err != nil || pid <= 1 {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		if f := strings.Fields(string(stat[i+1:])); len(f) > 19 && f[19] == strconv.FormatUint(start, 10) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
